@@ -1,0 +1,54 @@
+# Every set-up step is a target here, idempotent, so that `make demo` and `make test`
+# work on a fresh clone. Dependencies come from requirements.lock through uv, whose cache
+# (~/.cache/uv) makes repeated set-ups of the multi-GB torch build take seconds.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+KAFKA_LIBS := .trainmedic/kafka/libs
+KAFKA_STAMP := $(KAFKA_LIBS)/.fetched-$(shell cksum < compose/pom.xml | cut -d' ' -f1)
+
+.PHONY: setup kafka test demo lint lock bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/uv || $(BIN)/pip install --quiet --disable-pip-version-check uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements.lock
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+kafka: $(KAFKA_STAMP)
+
+$(KAFKA_STAMP): compose/pom.xml
+	@command -v java >/dev/null || { echo "Java 17+ is needed to run Kafka: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "Maven is needed to fetch the Kafka jars: install it (e.g. apt-get install maven)"; exit 1; }
+	@rm -rf $(KAFKA_LIBS)
+	mvn --quiet --batch-mode -f compose/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
+	@touch $@
+
+# The README's test command. Starts (and stops) its own broker unless TRAINMEDIC_KAFKA_BOOTSTRAP names one.
+test: setup kafka
+	$(BIN)/python -m pytest
+
+# The README's main command.
+demo: setup kafka
+	$(BIN)/trainmedic demo
+
+lint: setup
+	$(BIN)/ruff check .
+
+# Re-resolve the pinned dependency set after changing pyproject.toml.
+lock:
+	@test -x $(BIN)/uv || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet uv; }
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra test pyproject.toml -o requirements.lock
+
+bench: setup kafka
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	-$(BIN)/trainmedic broker stop
+	rm -rf $(VENV) .trainmedic .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,50 @@
+"""Jobs as they are asked for (a spec), and the event that registers one.
+
+First version, refined by the coordinator issue.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from schemas.base import Event, Model
+
+
+class JobSpec(Model):
+    """What a user asks to run: sizes it can run at, where, and how to launch a rank."""
+
+    id: str = Field(min_length=1)
+    weight: float = Field(default=1.0, gt=0)
+    throughput: dict[int, float] = Field(description="nodes -> achieved FLOP/s at that size")
+    nodes: tuple[str, ...] = ()
+    ranks_per_node: int = Field(default=1, ge=1)
+    command: tuple[str, ...] = Field(min_length=1, description="argv that launches one rank")
+    checkpoint_dir: str | None = None
+    transition_s: float | None = Field(default=None, ge=0)
+
+    @field_validator("throughput")
+    @classmethod
+    def _positive_sizes(cls, table: dict[int, float]) -> dict[int, float]:
+        if not table:
+            raise ValueError("throughput needs at least one size")
+        for size, flops in table.items():
+            if size <= 0:
+                raise ValueError(f"throughput size {size} must be a positive node count")
+            if flops < 0:
+                raise ValueError(f"throughput at size {size} must not be negative")
+        return table
+
+    @model_validator(mode="after")
+    def _distinct_nodes(self) -> JobSpec:
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError("nodes lists a node twice")
+        return self
+
+
+class JobSubmitted(Event):
+    """A job was registered with the coordinator."""
+
+    type: Literal["job_submitted"] = "job_submitted"
+    job: JobSpec

@@ -1,0 +1,90 @@
+"""The topics of ARCHITECTURE.md: names (with a prefix), keys, retention, and what each carries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter
+
+from schemas.commands import Command, CommandAcked
+from schemas.dlq import DeadLettered
+from schemas.incident import Incident
+from schemas.jobs import JobSubmitted
+from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerTelemetry
+
+DEFAULT_PREFIX = "trainmedic."
+DAY_MS = 24 * 3600 * 1000
+FOREVER = -1
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: its name without prefix, what keys it, how long it keeps data, what it carries."""
+
+    suffix: str
+    key: str
+    partitions: int
+    retention_ms: int
+    events: Any  # the type a value must validate as (one model, or a discriminated union)
+    compact: bool = False
+
+    def config(self) -> dict[str, str]:
+        """Broker-side topic configuration."""
+        return {
+            "cleanup.policy": "compact" if self.compact else "delete",
+            "retention.ms": str(self.retention_ms),
+        }
+
+
+SPECS: tuple[TopicSpec, ...] = (
+    TopicSpec("telemetry.gpu", "node", 12, 7 * DAY_MS, GpuSample),
+    TopicSpec("telemetry.node", "node", 6, 7 * DAY_MS, NodeHeartbeat),
+    TopicSpec("telemetry.worker", "job", 12, 7 * DAY_MS, WorkerTelemetry),
+    TopicSpec("incidents", "job (or node)", 6, FOREVER, Incident),
+    TopicSpec("jobs", "job", 1, FOREVER, JobSubmitted),
+    TopicSpec("commands", "node", 12, FOREVER, Command),
+    TopicSpec("acks", "node", 6, FOREVER, CommandAcked),
+    TopicSpec("alerts", "incident id", 3, 30 * DAY_MS, Annotated[dict, Field()]),
+    TopicSpec("dlq", "source topic", 3, 30 * DAY_MS, DeadLettered),
+)
+BY_SUFFIX = {spec.suffix: spec for spec in SPECS}
+
+
+class Topics:
+    """Full topic names under one prefix: `Topics("acme.").gpu == "acme.telemetry.gpu"`."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        self.prefix = prefix
+
+    def name(self, suffix: str) -> str:
+        if suffix not in BY_SUFFIX:
+            raise KeyError(f"no topic {suffix!r}; known: {', '.join(BY_SUFFIX)}")
+        return self.prefix + suffix
+
+    def spec_of(self, topic: str) -> TopicSpec | None:
+        """The spec of a full topic name, or None when the name is not one of ours."""
+        if not topic.startswith(self.prefix):
+            return None
+        return BY_SUFFIX.get(topic[len(self.prefix):])
+
+    def all(self) -> dict[str, TopicSpec]:
+        return {self.prefix + spec.suffix: spec for spec in SPECS}
+
+    gpu = property(lambda self: self.name("telemetry.gpu"))
+    node = property(lambda self: self.name("telemetry.node"))
+    worker = property(lambda self: self.name("telemetry.worker"))
+    incidents = property(lambda self: self.name("incidents"))
+    jobs = property(lambda self: self.name("jobs"))
+    commands = property(lambda self: self.name("commands"))
+    acks = property(lambda self: self.name("acks"))
+    alerts = property(lambda self: self.name("alerts"))
+    dlq = property(lambda self: self.name("dlq"))
+
+
+_ADAPTERS = {spec.suffix: TypeAdapter(spec.events) for spec in SPECS}
+
+
+def adapter(suffix: str) -> TypeAdapter:
+    """The validator of one topic's values."""
+    return _ADAPTERS[suffix]

@@ -1,0 +1,53 @@
+"""`trainmedic`: one command in front of every service and tool.
+
+Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`.
+Those modules import their heavy dependencies (Kafka, Faust, torch) inside `run`, so that
+`trainmedic --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# name -> (module, one-line help). The order is the order of `trainmedic --help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trainmedic",
+        description="Self-healing for large distributed training jobs, on Kafka.",
+        epilog="Environment: TRAINMEDIC_KAFKA_BOOTSTRAP (broker address), TRAINMEDIC_TOPIC_PREFIX "
+        "(default 'trainmedic.'), TRAINMEDIC_KAFKA_CONFIG (extra librdkafka settings as JSON), "
+        "TRAINMEDIC_HOME (local state, default ./.trainmedic). See README.md.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command = sub.add_parser(name, help=help_text, description=module.__doc__)
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    return args._run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
