@@ -14,6 +14,8 @@ import sys
 
 # name -> (module, one-line help). The order is the order of `trainmedic --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "broker": ("trainmedic.broker_cli", "start, stop or inspect the local Apache Kafka broker"),
+    "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
 }
 

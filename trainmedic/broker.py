@@ -1,0 +1,266 @@
+"""The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1.
+
+Layout under TRAINMEDIC_HOME (default ./.trainmedic):
+  kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
+  broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trainmedic.errors import BrokerError
+
+log = logging.getLogger(__name__)
+
+POM = Path(__file__).resolve().parent.parent / "compose" / "pom.xml"
+HEAP = "-Xmx512m"
+DEFAULT_PORT = 9092
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What a running broker left behind: enough to find it, check it and stop it."""
+
+    pid: int
+    port: int
+    controller_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class LocalBroker:
+    """One single-node broker whose files live in `home`. Methods are idempotent."""
+
+    def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None):
+        self.home = home
+        self.port = port
+        self.controller_port = controller_port or port + 1
+        self.libs = home / "kafka" / "libs"
+        self.dir = home / "broker"
+        self.state_file = self.dir / "broker.json"
+        self.log_file = self.dir / "broker.log"
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def state(self) -> BrokerState | None:
+        """The running broker's state, or None (a stale state file is removed)."""
+        try:
+            state = BrokerState(**json.loads(self.state_file.read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+        if _alive(state.pid):
+            return state
+        self.state_file.unlink(missing_ok=True)
+        return None
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def fetch_jars(self) -> None:
+        """Copy the broker's jars from Maven Central (cached in ~/.m2) unless they are here."""
+        stamp = self.libs / f".fetched-{_digest(POM)}"
+        if stamp.exists():
+            return
+        _require("mvn", "Maven is needed to fetch the Kafka jars: install it (e.g. `apt-get install maven`)")
+        shutil.rmtree(self.libs, ignore_errors=True)
+        log.info("fetching the Apache Kafka jars with Maven (once)")
+        cmd = [
+            "mvn", "--quiet", "--batch-mode", "-f", str(POM), "dependency:copy-dependencies",
+            "-DincludeScope=runtime", f"-DoutputDirectory={self.libs}",
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr)[-3000:]
+            raise BrokerError(f"Maven could not fetch the Kafka jars:\n{output}")
+        stamp.touch()
+
+    def write_config(self) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / "server.properties"
+        path.write_text(server_properties(self.dir / "data", self.port, self.controller_port))
+        (self.dir / "log4j.properties").write_text(LOG4J)
+        return path
+
+    def format_storage(self, config: Path) -> None:
+        """Format the KRaft log directory on first use; later starts reuse it."""
+        if (self.dir / "data" / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        done = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+            capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 90.0) -> tuple[BrokerState, bool]:
+        """Start in the background and wait until clients are accepted.
+
+        Returns the state and whether this call started it (False: it was already running).
+        """
+        running = self.state()
+        if running is not None:
+            return running, False
+        _require("java", "Java 17 or newer is needed to run Kafka: install a JDK "
+                 "(e.g. `apt-get install openjdk-17-jre-headless`)")
+        for port in (self.port, self.controller_port):
+            if not _port_free(port):
+                raise BrokerError(
+                    f"port {port} on 127.0.0.1 is taken by another program; pick other ports "
+                    f"with --port (or TRAINMEDIC_BROKER_PORT)"
+                )
+        self.fetch_jars()
+        config = self.write_config()
+        self.format_storage(config)
+        log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        state = BrokerState(proc.pid, self.port, self.controller_port)
+        self.state_file.write_text(json.dumps(asdict(state)))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.state_file.unlink(missing_ok=True)
+                raise BrokerError(f"the broker exited with code {proc.returncode}; its log ends:\n"
+                                  f"{_tail(self.log_file)}")
+            if _accepts(self.port) and _ready(self.log_file, log_start):
+                return state, True
+            time.sleep(0.2)
+        self.stop()
+        raise BrokerError(f"the broker did not accept clients within {timeout_s:.0f}s; its log ends:\n"
+                          f"{_tail(self.log_file)}")
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop cleanly (SIGTERM, then SIGKILL after the timeout). False if it was not running."""
+        state = self.state()
+        if state is None:
+            return False
+        os.kill(state.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _alive(state.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(state.pid):
+            log.warning("the broker did not stop within %.0fs; killing it", timeout_s)
+            os.kill(state.pid, signal.SIGKILL)
+        self.state_file.unlink(missing_ok=True)
+        return True
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [
+            "java", HEAP, "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
+            "-cp", f"{self.libs}/*", main, *args,
+        ]
+
+
+def server_properties(data: Path, port: int, controller_port: int) -> str:
+    """A single-node KRaft broker+controller on loopback with replication factors of one."""
+    return f"""\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+log.segment.bytes=67108864
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+"""
+
+
+LOG4J = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka=WARN
+log4j.logger.kafka.server.KafkaServer=INFO
+"""
+
+
+def _require(program: str, message: str) -> None:
+    if shutil.which(program) is None:
+        raise BrokerError(message)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); /proc tells it apart.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _ready(log_file: Path, since: int) -> bool:
+    """The broker logs this line once it serves clients (KRaft mode, Kafka 3.x)."""
+    with open(log_file, "rb") as f:
+        f.seek(since)
+        return b"Kafka Server started" in f.read()
+
+
+def _tail(path: Path, size: int = 3000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - size))
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]

@@ -1,0 +1,73 @@
+"""Topic creation and broker checks."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from trainmedic.errors import KafkaError
+from trainmedic.settings import KafkaSettings
+
+
+def _admin(settings: KafkaSettings) -> AdminClient:
+    return AdminClient(settings.client_config())
+
+
+def list_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
+    """Names of the broker's topics; raises KafkaError when the broker does not answer."""
+    try:
+        meta = _admin(settings).list_topics(timeout=timeout_s)
+    except KafkaException as err:
+        raise KafkaError(
+            f"no Kafka broker answered at {settings.bootstrap} within {timeout_s:.0f}s "
+            f"({err.args[0].str()}); start one with `trainmedic broker start`",
+            code=err.args[0].name(), retryable=True,
+        ) from None
+    return set(meta.topics)
+
+
+def wait_for_broker(settings: KafkaSettings, timeout_s: float = 60.0) -> None:
+    """Block until the broker accepts clients or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            list_topics(settings, timeout_s=min(5.0, max(1.0, deadline - time.monotonic())))
+            return
+        except KafkaError:
+            if time.monotonic() >= deadline:
+                raise
+
+
+def create_topics(
+    settings: KafkaSettings, *, partitions: int | None = None, replication_factor: int = -1,
+    timeout_s: float = 30.0,
+) -> dict[str, str]:
+    """Create every trainmedic topic that is missing. Returns name -> "created" or "exists".
+
+    `partitions` overrides each topic's default; replication -1 takes the broker's default.
+    """
+    admin = _admin(settings)
+    existing = list_topics(settings, timeout_s)
+    wanted = settings.topics.all()
+    result = {name: "exists" for name in wanted if name in existing}
+    new = [
+        NewTopic(
+            name, num_partitions=partitions or spec.partitions,
+            replication_factor=replication_factor, config=spec.config(),
+        )
+        for name, spec in wanted.items() if name not in existing
+    ]
+    if not new:
+        return result
+    for name, future in admin.create_topics(new, request_timeout=timeout_s).items():
+        try:
+            future.result()
+            result[name] = "created"
+        except KafkaException as err:
+            code = err.args[0]
+            if code.code() != code.TOPIC_ALREADY_EXISTS:
+                raise KafkaError(f"cannot create topic {name}: {code.str()}", code=code.name()) from None
+            result[name] = "exists"
+    return result

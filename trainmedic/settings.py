@@ -1,0 +1,95 @@
+"""Validated settings shared by every service: where Kafka is and how to talk to it.
+
+Environment variables (all optional):
+  TRAINMEDIC_KAFKA_BOOTSTRAP   bootstrap servers, default 127.0.0.1:9092
+  TRAINMEDIC_TOPIC_PREFIX      prefix of every topic name, default "trainmedic."
+  TRAINMEDIC_KAFKA_CONFIG      extra librdkafka settings as a JSON object, e.g. security:
+                               {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}
+  TRAINMEDIC_HOME              local state (broker data, demo output), default ./.trainmedic
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from schemas import DEFAULT_PREFIX, Topics
+from trainmedic.errors import ConfigError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+# librdkafka keys whose values are secrets: kept out of logs and reprs.
+SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret")
+
+
+def home(env: Mapping[str, str] = os.environ) -> Path:
+    """Where trainmedic keeps local state (broker data, demo output)."""
+    return Path(env.get("TRAINMEDIC_HOME", ".trainmedic")).resolve()
+
+
+class KafkaSettings(BaseModel):
+    """How to reach Kafka. librdkafka settings in `extra` pass through unchanged."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str = Field(default=DEFAULT_BOOTSTRAP, min_length=1)
+    topic_prefix: str = DEFAULT_PREFIX
+    extra: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _hosts(cls, value: str) -> str:
+        for host in value.split(","):
+            name, _, port = host.strip().rpartition(":")
+            if not name or not port.isdigit():
+                raise ValueError(f"{host!r} is not HOST:PORT (bootstrap is a comma-separated list)")
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+        if not set(value) <= allowed:
+            raise ValueError("topic prefix may hold only letters, digits, '.', '_' and '-'")
+        return value
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ, **overrides: object) -> KafkaSettings:
+        """Settings from TRAINMEDIC_* variables; explicit overrides (e.g. CLI flags) win."""
+        values: dict[str, object] = {}
+        if "TRAINMEDIC_KAFKA_BOOTSTRAP" in env:
+            values["bootstrap"] = env["TRAINMEDIC_KAFKA_BOOTSTRAP"]
+        if "TRAINMEDIC_TOPIC_PREFIX" in env:
+            values["topic_prefix"] = env["TRAINMEDIC_TOPIC_PREFIX"]
+        raw = env.get("TRAINMEDIC_KAFKA_CONFIG")
+        if raw:
+            try:
+                config = json.loads(raw)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"TRAINMEDIC_KAFKA_CONFIG is not JSON: {err}") from None
+            if not isinstance(config, dict):
+                raise ConfigError("TRAINMEDIC_KAFKA_CONFIG must be a JSON object of librdkafka settings")
+            config = {str(k): str(v) for k, v in config.items()}
+            values["secrets"] = {k: config.pop(k) for k in SECRET_KEYS if k in config}
+            values["extra"] = config
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls(**values)
+        except ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            raise ConfigError(f"Kafka settings: {first['loc'][0]}: {first['msg']}") from None
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    def client_config(self, **defaults: object) -> dict[str, object]:
+        """librdkafka configuration: our defaults, then the user's settings on top."""
+        config: dict[str, object] = {"bootstrap.servers": self.bootstrap, **defaults}
+        config.update(self.extra)
+        config.update({k: v.get_secret_value() for k, v in self.secrets.items()})
+        return config
