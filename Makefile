@@ -5,7 +5,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
+# The editable install maps the top-level packages it saw: a new package means a new stamp.
+STAMP  := $(VENV)/.installed-$(shell (cat requirements.lock pyproject.toml; ls -d */__init__.py) | cksum | cut -d' ' -f1)
 KAFKA_LIBS := .trainmedic/kafka/libs
 KAFKA_STAMP := $(KAFKA_LIBS)/.fetched-$(shell cksum < compose/pom.xml | cut -d' ' -f1)
 
