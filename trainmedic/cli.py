@@ -15,6 +15,7 @@ import sys
 # name -> (module, one-line help). The order is the order of `trainmedic --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
+    "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
 }
 
 

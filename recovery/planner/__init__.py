@@ -1,5 +1,5 @@
-"""The cost-aware planner (PLANNER.md): a pure core with no I/O and no clock."""
+"""The cost-aware planner (PLANNER.md): a pure core with no I/O and no clock.
 
-from recovery.planner.plan import plan
-
-__all__ = ["plan"]
+`recovery.planner.plan.plan(request)` is the entry point; this package imports nothing
+itself, so that `trainmedic --help` does not load numpy and networkx.
+"""
