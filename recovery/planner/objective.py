@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from functools import cached_property
 
 from schemas.plan import PlannedJob, PlanRequest
 
@@ -35,11 +36,12 @@ class JobObjective:
             horizon_s=request.horizon_s,
         )
 
-    @property
+    @cached_property
     def sizes(self) -> list[int]:
         """The sizes the job may be given, ascending: 0 and every size of its table."""
         return [0, *sorted(self.table)]
 
+    @cached_property
     def current_throughput(self) -> float:
         """T(p). A size missing from the table takes the largest listed size below it.
 
@@ -61,7 +63,7 @@ class JobObjective:
         """C(x): the weighted work lost while the job moves, if it moves at all."""
         if not self.affected and x == self.current_size:
             return 0.0
-        return self.weight * self.current_throughput() * self.transition_s
+        return self.weight * self.current_throughput * self.transition_s
 
     def gain(self, x: int) -> float:
         """G(x) = F(x) · horizon_s − C(x), what the plan maximizes the sum of."""

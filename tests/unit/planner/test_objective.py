@@ -41,12 +41,12 @@ def test_queued_job_has_no_transition_cost():
 
 def test_current_size_missing_from_table_uses_the_largest_size_below_it():
     odd = job(current_size=6)
-    assert odd.current_throughput() == 1.1e15
+    assert odd.current_throughput == 1.1e15
     assert odd.cost(4) == odd.cost(8) == odd.cost(0) == 1.1e15 * 120
 
 
 def test_current_size_below_every_table_size_has_zero_throughput():
-    assert job(current_size=2).current_throughput() == 0.0
+    assert job(current_size=2).current_throughput == 0.0
 
 
 def test_objectives_apply_defaults_and_mark_affected_jobs():
