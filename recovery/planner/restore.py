@@ -30,11 +30,14 @@ def restore_sources(
             if node in current:
                 switch = topology.switch_of(node)
                 nearest_in[switch] = min(node, nearest_in.get(switch, node))
+        replica_for: dict[Switch, str] = {}  # every newcomer on a switch gets the same one
         for node in newcomers:
             if not nearest_in:
                 sources[node] = CHECKPOINT
                 continue
-            hops = topology.hops_from_switch(topology.switch_of(node))
-            replica = min(nearest_in.values(), key=lambda n: (hops[topology.switch_of(n)], n))
-            sources[node] = RestoreSource(kind="replica", node=replica)
+            switch = topology.switch_of(node)
+            if switch not in replica_for:
+                hops = topology.hops_from_switch(switch)
+                replica_for[switch] = min(nearest_in.items(), key=lambda s: (hops[s[0]], s[1]))[1]
+            sources[node] = RestoreSource(kind="replica", node=replica_for[switch])
     return sources
