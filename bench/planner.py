@@ -11,6 +11,7 @@ import argparse
 import random
 import statistics
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -108,7 +109,7 @@ def bench(nodes: int, runs: int, plain_runs: int) -> None:
         return restore_sources(request, allocations, topology)
 
     place_times, _ = timed(placement, runs)
-    plan_times, _ = timed(lambda: plan(request), runs)
+    plan_times, result = timed(lambda: plan(request), runs)
     plain_times, plain_sizes = timed(lambda: solve_plain(jobs, budget), plain_runs)
     print(f"{nodes} nodes ({budget} healthy) x {JOBS} jobs x {SIZES} sizes")
     print(f"  DP (numpy)              {summary(dp_times)}")
@@ -117,6 +118,9 @@ def bench(nodes: int, runs: int, plain_runs: int) -> None:
     print(f"  plan() end to end       {summary(plan_times)}")
     gain = statistics.median(plain_times) / statistics.median(dp_times)
     print(f"  numpy DP is {gain:.0f}x faster; same sizes: {plain_sizes == sizes}")
+    kinds = Counter(source.kind for source in result.restore.values())
+    print(f"  the plan moves {len(result.restore)} nodes to a new job "
+          f"({kinds['replica']} restore from a replica, {kinds['checkpoint']} from a checkpoint)")
 
 
 def main() -> None:
