@@ -1,74 +1,124 @@
 """The planner's input and output, as PLANNER.md fixes them.
 
-First version, refined by the coordinator issue.
+Input errors are reported with the place they occur (`jobs[1].current`), since a person
+usually writes the request or reads it when a plan looks wrong.
 """
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field, model_validator
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
 from schemas.base import Model
+from schemas.commands import RestoreSource
+
+# Scalars are strict, so `"healthy": "yes"` or `"gpus": "8"` is an error rather than a guess.
+Id = Annotated[str, Strict(), Field(min_length=1)]
+Number = Annotated[float, Strict()]  # a JSON integer is fine, a string or a boolean is not
+Seconds = Annotated[float, Strict(), Field(ge=0)]
 
 
 class StrictModel(Model):
     """Planner input is a document a person writes: unknown fields are mistakes, not extensions."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ClusterNode(StrictModel):
-    id: str = Field(min_length=1)
-    healthy: bool = True
-    switch: str | None = None
-    gpus: int = Field(default=8, ge=1)
+    """One machine; `switch` is its leaf switch, null when it hangs directly off the spine."""
+
+    id: Id
+    healthy: Annotated[bool, Strict()] = True
+    switch: Annotated[str, Strict(), Field(min_length=1)] | None = None
+    gpus: Annotated[int, Strict(), Field(ge=1)] = 8
 
 
 class PlannedJob(StrictModel):
-    id: str = Field(min_length=1)
-    weight: float = Field(default=1.0, gt=0)
-    throughput: dict[int, float]
-    current: tuple[str, ...] = ()
-    transition_s: float | None = Field(default=None, ge=0)
+    """A running or queued job as the planner sees it: sizes it can run at, and where it runs."""
 
-    @model_validator(mode="after")
-    def _check(self) -> PlannedJob:
-        if not self.throughput:
-            raise ValueError(f"job {self.id}: throughput needs at least one size")
-        bad = [size for size in self.throughput if size <= 0]
+    id: Id
+    weight: Number = Field(default=1.0, gt=0)
+    throughput: dict[int, Annotated[Number, Field(ge=0)]] = Field(
+        description="nodes -> achieved FLOP/s at that size; only these sizes (or 0) are allowed"
+    )
+    current: tuple[Id, ...] = ()
+    transition_s: Seconds | None = None
+
+    @field_validator("throughput")
+    @classmethod
+    def _positive_sizes(cls, table: dict[int, float]) -> dict[int, float]:
+        if not table:
+            raise ValueError("needs at least one size")
+        bad = sorted(size for size in table if size <= 0)
         if bad:
-            raise ValueError(f"job {self.id}: throughput sizes must be positive, got {bad}")
-        if len(set(self.current)) != len(self.current):
-            raise ValueError(f"job {self.id}: current lists a node twice")
-        return self
+            raise ValueError(f"sizes must be positive node counts, got {bad}")
+        return table
+
+    @field_validator("current")
+    @classmethod
+    def _distinct(cls, current: tuple[str, ...]) -> tuple[str, ...]:
+        seen: set[str] = set()
+        for node in current:
+            if node in seen:
+                raise ValueError(f"node {node!r} is listed twice")
+            seen.add(node)
+        return current
 
 
 class PlanRequest(StrictModel):
+    """Everything one planning call needs: the cluster, its jobs and the expected horizon."""
+
     nodes: tuple[ClusterNode, ...]
     jobs: tuple[PlannedJob, ...]
-    horizon_s: float = Field(gt=0)
-    transition_s: float = Field(default=60.0, ge=0, description="default for jobs without one")
+    horizon_s: Number = Field(gt=0, description="expected running time until the next failure")
+    transition_s: Seconds = Field(default=60.0, description="default for jobs without one")
+
+    @field_validator("nodes")
+    @classmethod
+    def _distinct_nodes(cls, nodes: tuple[ClusterNode, ...]) -> tuple[ClusterNode, ...]:
+        first: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            if node.id in first:
+                raise ValueError(f"node {node.id!r} is listed twice (nodes[{first[node.id]}] "
+                                 f"and nodes[{i}])")
+            first[node.id] = i
+        return nodes
+
+    @field_validator("jobs")
+    @classmethod
+    def _distinct_jobs(cls, jobs: tuple[PlannedJob, ...]) -> tuple[PlannedJob, ...]:
+        first: dict[str, int] = {}
+        for i, job in enumerate(jobs):
+            if job.id in first:
+                raise ValueError(f"job {job.id!r} is listed twice (jobs[{first[job.id]}] "
+                                 f"and jobs[{i}])")
+            first[job.id] = i
+        return jobs
 
     @model_validator(mode="after")
-    def _check(self) -> PlanRequest:
-        ids = [n.id for n in self.nodes]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"nodes lists {', '.join(dupes)} more than once")
-        job_ids = [j.id for j in self.jobs]
-        if len(set(job_ids)) != len(job_ids):
-            raise ValueError("jobs lists a job id more than once")
-        known = set(ids)
-        for job in self.jobs:
-            unknown = [n for n in job.current if n not in known]
-            if unknown:
-                raise ValueError(f"job {job.id}: current names unknown nodes {unknown}")
+    def _current_nodes_exist_once(self) -> PlanRequest:
+        known = {node.id for node in self.nodes}
+        owner: dict[str, int] = {}
+        for i, job in enumerate(self.jobs):
+            for node in job.current:
+                if node not in known:
+                    raise ValueError(f"jobs[{i}].current: node {node!r} is not in nodes")
+                if node in owner:
+                    raise ValueError(f"jobs[{i}].current: node {node!r} already runs job "
+                                     f"{self.jobs[owner[node]].id!r} (jobs[{owner[node]}])")
+                owner[node] = i
         return self
 
 
 class RecoveryPlan(Model):
-    """The planner's answer: which nodes each job gets, and what that plan is worth."""
+    """The planner's answer: which nodes each job gets, and what that plan is worth.
+
+    `restore` names, for each node that joins a job, where its ranks take their state from.
+    """
 
     allocations: dict[str, tuple[str, ...]]
     sizes: dict[str, int]
     waf: float
     objective: float
+    restore: dict[str, RestoreSource] = {}

@@ -1,0 +1,69 @@
+"""Which nodes each job gets, once its size is fixed.
+
+A job keeps its healthy current nodes, up to its new size, those nearest its home switch
+first. Extra nodes come from the home switch, then the nearest switches by hop count.
+Jobs take extra nodes in the request's order; ties go to the smaller switch, then node id.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from recovery.planner.topology import Switch, Topology
+from schemas.plan import PlanRequest
+
+
+def home_switch(nodes: Iterable[str], topology: Topology) -> Switch | None:
+    """The switch that holds most of these nodes (the smaller switch on a tie); None if none."""
+    counts = Counter(topology.switch_of(node) for node in nodes)
+    return min(counts, key=lambda switch: (-counts[switch], switch), default=None)
+
+
+def by_nearness(nodes: Iterable[str], home: Switch, topology: Topology) -> list[str]:
+    """Nodes ordered by hops from the home switch, then switch, then id."""
+    hops = topology.hops_from_switch(home)
+    return sorted(nodes, key=lambda n: (hops[topology.switch_of(n)], topology.switch_of(n), n))
+
+
+def place(
+    request: PlanRequest, sizes: Mapping[str, int], topology: Topology
+) -> dict[str, tuple[str, ...]]:
+    """Job id -> its nodes: kept nodes in their current order, then the new ones.
+
+    No node serves two jobs and unhealthy nodes serve none. A job that keeps no node
+    centres on the switch where its current nodes were, else on the one with most free nodes.
+    """
+    healthy = [node.id for node in request.nodes if node.healthy]
+    if sum(sizes.values()) > len(healthy):
+        raise ValueError(f"sizes ask for {sum(sizes.values())} nodes, {len(healthy)} are healthy")
+    up = set(healthy)
+    homes: dict[str, Switch | None] = {}
+    kept: dict[str, list[str]] = {}
+    for job in request.jobs:
+        survivors = [node for node in job.current if node in up]
+        home = homes[job.id] = home_switch(survivors or job.current, topology)
+        keep = set(by_nearness(survivors, home, topology)[: sizes[job.id]]) if home else set()
+        kept[job.id] = [node for node in job.current if node in keep]
+
+    taken = {node for nodes in kept.values() for node in nodes}
+    free: dict[Switch, list[str]] = {}
+    for node in sorted(up - taken):
+        free.setdefault(topology.switch_of(node), []).append(node)
+
+    allocations = {}
+    for job in request.jobs:
+        need = sizes[job.id] - len(kept[job.id])
+        extra: list[str] = []
+        if need > 0:
+            home = homes[job.id] or min(free, key=lambda switch: (-len(free[switch]), switch))
+            hops = topology.hops_from_switch(home)
+            for switch in sorted(free, key=lambda s: (hops[s], s)):
+                take = free[switch][: need - len(extra)]
+                del free[switch][: len(take)]
+                extra += take
+                if len(extra) == need:
+                    break
+            free = {switch: nodes for switch, nodes in free.items() if nodes}
+        allocations[job.id] = (*kept[job.id], *extra)
+    return allocations

@@ -1,0 +1,27 @@
+"""One planning call: sizes by dynamic program, then placement, then restore sources."""
+
+from __future__ import annotations
+
+from recovery.planner.objective import objectives
+from recovery.planner.placement import place
+from recovery.planner.restore import restore_sources
+from recovery.planner.solve import solve
+from recovery.planner.topology import Topology
+from schemas.plan import PlanRequest, RecoveryPlan
+
+
+def plan(request: PlanRequest) -> RecoveryPlan:
+    """The plan that maximizes Σ G over the healthy nodes (PLANNER.md), with its nodes."""
+    jobs = objectives(request)
+    budget = sum(node.healthy for node in request.nodes)
+    chosen = solve(jobs, budget)
+    sizes = {job.id: size for job, size in zip(request.jobs, chosen, strict=True)}
+    topology = Topology(request.nodes)
+    allocations = place(request, sizes, topology)
+    return RecoveryPlan(
+        allocations=allocations,
+        sizes=sizes,
+        waf=sum(job.value(x) for job, x in zip(jobs, chosen, strict=True)),
+        objective=sum(job.gain(x) for job, x in zip(jobs, chosen, strict=True)),
+        restore=restore_sources(request, allocations, topology),
+    )

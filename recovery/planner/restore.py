@@ -1,0 +1,43 @@
+"""Where each node that joins a job takes the job's state from.
+
+The nearest surviving node of the same job (by hops; the smaller id on a tie) holds a live
+replica; a job with no survivor restores from its latest checkpoint. The planner does not
+know how a job shards its state, so every survivor counts as holding what a newcomer needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from recovery.planner.topology import Switch, Topology
+from schemas.commands import RestoreSource
+from schemas.plan import PlanRequest
+
+CHECKPOINT = RestoreSource(kind="checkpoint")
+
+
+def restore_sources(
+    request: PlanRequest, allocations: Mapping[str, tuple[str, ...]], topology: Topology
+) -> dict[str, RestoreSource]:
+    """Node id -> its restore source, for every node that is not already in its job."""
+    sources = {}
+    for job in request.jobs:
+        current = set(job.current)
+        newcomers = [node for node in allocations[job.id] if node not in current]
+        # Survivors are the current nodes the plan keeps: placement keeps only healthy ones.
+        nearest_in: dict[Switch, str] = {}  # switch -> its smallest surviving node id
+        for node in allocations[job.id]:
+            if node in current:
+                switch = topology.switch_of(node)
+                nearest_in[switch] = min(node, nearest_in.get(switch, node))
+        replica_for: dict[Switch, str] = {}  # every newcomer on a switch gets the same one
+        for node in newcomers:
+            if not nearest_in:
+                sources[node] = CHECKPOINT
+                continue
+            switch = topology.switch_of(node)
+            if switch not in replica_for:
+                hops = topology.hops_from_switch(switch)
+                replica_for[switch] = min(nearest_in.items(), key=lambda s: (hops[s[0]], s[1]))[1]
+            sources[node] = RestoreSource(kind="replica", node=replica_for[switch])
+    return sources
