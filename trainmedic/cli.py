@@ -15,6 +15,7 @@ import sys
 # name -> (module, one-line help). The order is the order of `trainmedic --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
+    "replay": ("streams.replay", "run the detector over a telemetry recording (JSON lines)"),
 }
 
 
