@@ -34,15 +34,20 @@ class HeartbeatConfig:
 
 @dataclass(frozen=True)
 class GpuConfig:
-    """GPU silence (gpu_lost) and thermal (WARN) rules."""
+    """GPU silence (gpu_lost) and thermal (WARN) rules. A GPU is overdue after 1.5 sample
+    intervals without a sample, and lost after `silence_s` while its host still reports."""
 
+    sample_interval_s: float = 1.0
     silence_s: float = 5.0
     temp_limit_c: float = 90.0
     thermal_sustain_s: float = 15.0
     thermal_clear_s: float = 30.0
 
     def __post_init__(self) -> None:
-        _positive(self, "silence_s", "temp_limit_c", "thermal_sustain_s", "thermal_clear_s")
+        _positive(self, "sample_interval_s", "silence_s", "temp_limit_c", "thermal_sustain_s",
+                  "thermal_clear_s")
+        if self.silence_s <= 1.5 * self.sample_interval_s:
+            raise ValueError("GpuConfig.silence_s must exceed 1.5 sample intervals")
 
 
 @dataclass(frozen=True)

@@ -56,17 +56,25 @@ def affected(state: DetectorState, node: NodeState) -> tuple[str | None, list[in
 
 def overdue_until(state: DetectorState, cfg: DetectorConfig, job: JobState, now: float
                   ) -> float | None:
-    """If a node of the job has missed its promised heartbeat but is not yet lost, the time
-    at which it will be declared lost (the latest such); else None."""
+    """If a node of the job has missed its promised heartbeat, or one of its GPUs its sample,
+    but neither is declared lost yet: the latest time at which that will be decided. Else None.
+    """
     latest = None
+    gpu_overdue_s = 1.5 * cfg.gpu.sample_interval_s
     for name in {rank.node for rank in job.ranks.values()}:
         node = state.nodes.get(name)
         if node is None or node.interval is None or node.lost_since is not None:
             continue
         if now - node.last_seen > node.interval:
-            lost_at = node.last_seen + cfg.heartbeat.timeout_s(node.interval)
-            if lost_at >= now and (latest is None or lost_at > latest):
-                latest = lost_at
+            candidate = node.last_seen + cfg.heartbeat.timeout_s(node.interval)
+        else:  # a silent GPU is decided at the first heartbeat after silence_s
+            quiet = [gpu.last_ts for gpu in node.gpus.values()
+                     if not gpu.silent and now - gpu.last_ts > gpu_overdue_s]
+            if not quiet or len(quiet) == len(node.gpus):
+                continue
+            candidate = max(quiet) + cfg.gpu.silence_s + 1.5 * node.interval
+        if candidate >= now and (latest is None or candidate > latest):
+            latest = candidate
     return latest
 
 
