@@ -69,7 +69,7 @@ class JobRules:
         job, rank = found
         if not ev.exit_code and ev.signal is None:
             job.finishing = True  # a clean exit: the job is ending, its silence is expected
-            self._leave(ev.job, job, ev.rank)
+            self._leave(ev.job, job, ev.rank, ev.ts)
             return
         how = f"signal {ev.signal}" if ev.signal is not None else f"code {ev.exit_code}"
         if rank.errored:  # exiting after its own error: fallout, not a root cause
@@ -217,14 +217,14 @@ class JobRules:
             if not ranks:
                 del node.jobs[name]
 
-    def _leave(self, name: str, job: JobState, rank_no: int) -> None:
+    def _leave(self, name: str, job: JobState, rank_no: int, ts: float) -> None:
         rank = job.ranks.pop(rank_no)
         self._unlist(name, rank.node, rank_no)
-        self._clear_straggler(rank, job.last_progress, "rank exited")
+        self._clear_straggler(rank, ts, "rank exited")
         if not job.ranks:
-            self._end(name, job)
+            self._end(name, job, ts)
 
-    def _end(self, name: str, job: JobState) -> None:
+    def _end(self, name: str, job: JobState, ts: float) -> None:
         """Every rank exited: decide what is pending, clear what the job's steps would."""
         if job.group is not None:
             decide(self.book, name, job, job.group.release)
@@ -233,7 +233,7 @@ class JobRules:
             if rec is not None:
                 rec.jobs.pop(name, None)
                 if not rec.jobs and rec.category != "node_lost":
-                    self.book.resolve(rec, job.last_progress, f"job {name} ended")
+                    self.book.resolve(rec, ts, f"job {name} ended")
         del self.state.jobs[name]
 
     def _new_generation(self, name: str, job: JobState, ev: WorkerEvent) -> None:

@@ -67,6 +67,20 @@ def test_state_saved_and_restored_midway_carries_on_identically(name):
     assert DetectorState.from_dict(saved).to_dict() == saved
 
 
+def test_state_saved_while_evidence_is_on_hold_keeps_it():
+    events = _events("cuda_error_illegal_access")
+    cut = next(n for n, e in enumerate(events) if e.type == "worker_error") + 3
+    detector = Detector()
+    for event in events[:cut]:
+        assert detector.observe(event) == []
+    saved = json.loads(json.dumps(detector.state.to_dict()))
+    assert saved["jobs"]["job-a"]["group"] is not None
+    restored, out = Detector(state=DetectorState.from_dict(saved)), []
+    for event in events[cut:]:
+        out += restored.observe(event)
+    assert _dump(out) == _dump(replay(events))
+
+
 def test_input_order_does_not_matter():
     events = _events("process_exit_oom_kill")
     shuffled = list(events)
