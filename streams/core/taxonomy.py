@@ -91,8 +91,6 @@ CATEGORIES: dict[str, Category] = {c.name: c for c in (
 # A rank's exit after its own error is fallout of that error: it ranks below every symptom.
 CONSEQUENCE_SPECIFICITY = 99
 
-HARDWARE = frozenset({"gpu_ecc", "nvlink", "gpu_lost", "gpu_driver", "node_lost"})
-
 # Xid code -> category. Application Xids are the program's fault: cuda_error, never isolation.
 XID_CATEGORY: dict[int, str] = {
     79: "gpu_lost",
