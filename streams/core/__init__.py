@@ -1,0 +1,19 @@
+"""The pure detection core: telemetry events in, incidents out. No Kafka, no clock."""
+
+from streams.core.config import (
+    CorrelationConfig,
+    DetectorConfig,
+    EscalationConfig,
+    GpuConfig,
+    HangConfig,
+    HeartbeatConfig,
+    LinkConfig,
+    StragglerConfig,
+)
+from streams.core.detector import Detector
+from streams.core.state import DetectorState
+
+__all__ = [
+    "CorrelationConfig", "Detector", "DetectorConfig", "DetectorState", "EscalationConfig",
+    "GpuConfig", "HangConfig", "HeartbeatConfig", "LinkConfig", "StragglerConfig",
+]

@@ -1,0 +1,181 @@
+"""The detector's one configuration object: frozen, nested by concern, validated when built.
+
+Defaults follow TAXONOMY.md; docs/detection.md explains each choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+def _positive(owner: object, *names: str) -> None:
+    for name in names:
+        if not getattr(owner, name) > 0:
+            raise ValueError(f"{type(owner).__name__}.{name} must be > 0")
+
+
+@dataclass(frozen=True)
+class HeartbeatConfig:
+    """A node is lost after `missed` promised intervals without telemetry, never sooner
+    than `min_timeout_s` (a 0.1 s heartbeat must not turn a GC pause into a SEV1)."""
+
+    missed: float = 3.0
+    min_timeout_s: float = 3.0
+
+    def __post_init__(self) -> None:
+        _positive(self, "min_timeout_s")
+        if self.missed < 1:
+            raise ValueError("HeartbeatConfig.missed must be >= 1 interval")
+
+    def timeout_s(self, interval: float) -> float:
+        return max(self.missed * interval, self.min_timeout_s)
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    """GPU silence (gpu_lost) and thermal (WARN) rules. A GPU is overdue after 1.5 sample
+    intervals without a sample, and lost after `silence_s` while its host still reports."""
+
+    sample_interval_s: float = 1.0
+    silence_s: float = 5.0
+    temp_limit_c: float = 90.0
+    thermal_sustain_s: float = 15.0
+    thermal_clear_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _positive(self, "sample_interval_s", "silence_s", "temp_limit_c", "thermal_sustain_s",
+                  "thermal_clear_s")
+        if self.silence_s <= 1.5 * self.sample_interval_s:
+            raise ValueError("GpuConfig.silence_s must exceed 1.5 sample intervals")
+
+
+@dataclass(frozen=True)
+class HangConfig:
+    """A job hangs when no rank steps for max(floor_s, factor x median step time).
+
+    The first `warmup_steps` steps (compile, data loading) never enter the median, and until
+    `min_samples` step times are known the threshold is `warmup_s`."""
+
+    factor: float = 3.0
+    floor_s: float = 20.0
+    warmup_s: float = 600.0
+    warmup_steps: int = 2
+    min_samples: int = 3
+    window_steps: int = 32
+
+    def __post_init__(self) -> None:
+        _positive(self, "floor_s", "warmup_s", "min_samples", "window_steps")
+        if self.factor <= 1:
+            raise ValueError("HangConfig.factor must be > 1")
+        if self.warmup_steps < 0:
+            raise ValueError("HangConfig.warmup_steps must be >= 0")
+        if self.min_samples > self.window_steps:
+            raise ValueError("HangConfig.min_samples must be <= window_steps")
+        if self.warmup_s < self.floor_s:
+            raise ValueError("HangConfig.warmup_s must be >= floor_s")
+
+
+@dataclass(frozen=True)
+class StragglerConfig:
+    """A rank whose median step time exceeds `ratio` x the job's median rank, at
+    `sustain_checks` checks in a row (one every `check_s`), is a straggler."""
+
+    ratio: float = 1.5
+    window_steps: int = 20
+    check_s: float = 10.0
+    sustain_checks: int = 3
+    min_ranks: int = 3
+
+    def __post_init__(self) -> None:
+        _positive(self, "window_steps", "check_s", "sustain_checks")
+        if self.ratio <= 1:
+            raise ValueError("StragglerConfig.ratio must be > 1")
+        if self.min_ranks < 3:
+            raise ValueError("StragglerConfig.min_ranks must be >= 3 (a median needs peers)")
+
+
+@dataclass(frozen=True)
+class CorrelationConfig:
+    """How long a job's failure evidence waits for a more specific root cause.
+
+    A rank's own fault (exception, crash) waits `evidence_hold_s`; a collective or network
+    symptom waits `symptom_hold_s`; both wait longer while a node of the job is overdue."""
+
+    evidence_hold_s: float = 1.0
+    symptom_hold_s: float = 2.0
+    evidence_lines: int = 20
+
+    def __post_init__(self) -> None:
+        _positive(self, "evidence_lines")
+        if self.evidence_hold_s < 0 or self.symptom_hold_s < 0:
+            raise ValueError("CorrelationConfig holds must be >= 0")
+        if self.evidence_hold_s > self.symptom_hold_s:
+            raise ValueError("CorrelationConfig.evidence_hold_s must be <= symptom_hold_s")
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """A link flap stays one incident until the link has been up for `stable_s`."""
+
+    stable_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        _positive(self, "stable_s")
+
+
+@dataclass(frozen=True)
+class EscalationConfig:
+    """TAXONOMY.md: SEV3 x3 on a job in 10 min -> SEV2; SEV2 x2 on a node in 30 min -> SEV1."""
+
+    sev3_count: int = 3
+    sev3_window_s: float = 600.0
+    sev2_count: int = 2
+    sev2_window_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        _positive(self, "sev3_window_s", "sev2_window_s")
+        if self.sev3_count < 2 or self.sev2_count < 2:
+            raise ValueError("EscalationConfig counts must be >= 2")
+
+
+_SECTIONS = {
+    "heartbeat": HeartbeatConfig, "gpu": GpuConfig, "hang": HangConfig,
+    "straggler": StragglerConfig, "correlation": CorrelationConfig, "link": LinkConfig,
+    "escalation": EscalationConfig,
+}
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Everything the detection core can be tuned by."""
+
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    gpu: GpuConfig = field(default_factory=GpuConfig)
+    hang: HangConfig = field(default_factory=HangConfig)
+    straggler: StragglerConfig = field(default_factory=StragglerConfig)
+    correlation: CorrelationConfig = field(default_factory=CorrelationConfig)
+    link: LinkConfig = field(default_factory=LinkConfig)
+    escalation: EscalationConfig = field(default_factory=EscalationConfig)
+
+    def __post_init__(self) -> None:
+        if self.correlation.symptom_hold_s >= self.hang.floor_s:
+            raise ValueError("correlation.symptom_hold_s must be < hang.floor_s")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DetectorConfig:
+        """Build from nested plain data (JSON/YAML); unknown sections or keys are errors."""
+        unknown = set(data) - set(_SECTIONS)
+        if unknown:
+            raise ValueError(f"unknown config sections: {', '.join(sorted(unknown))}")
+        parts = {}
+        for name, section in data.items():
+            kind = _SECTIONS[name]
+            bad = set(section) - {f.name for f in fields(kind)}
+            if bad:
+                raise ValueError(f"unknown keys in {name}: {', '.join(sorted(bad))}")
+            parts[name] = kind(**section)
+        return cls(**parts)

@@ -1,0 +1,114 @@
+"""The detection core's public face: telemetry in, incidents out, time passed in.
+
+    detector = Detector(DetectorConfig())
+    incidents = detector.observe(event)      # telemetry, in event-time order
+    incidents = detector.advance(now)        # time moves with no event (live: wall clock)
+    incidents = detector.drain()             # end of a recording: decide what is pending
+    saved = detector.state.to_dict()         # JSON-ready plain data
+    detector = Detector(config, DetectorState.from_dict(saved))  # carry on where it stopped
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from schemas.incident import Incident
+from schemas.telemetry import (
+    GpuSample,
+    NodeHeartbeat,
+    WorkerExited,
+    WorkerFailed,
+    WorkerStarted,
+    WorkerStepped,
+)
+from streams.core.config import DetectorConfig
+from streams.core.deadlines import Deadlines, Timer
+from streams.core.incidents import IncidentBook
+from streams.core.job_rules import JobRules
+from streams.core.node_rules import NIC_KEY_SEP, NodeRules
+from streams.core.state import DetectorState
+
+
+class Detector:
+    """Pure and deterministic: the same events in the same order give the same incidents,
+    whatever the wall clock, however often `advance` is called in between."""
+
+    def __init__(self, config: DetectorConfig | None = None,
+                 state: DetectorState | None = None) -> None:
+        self.config = config or DetectorConfig()
+        self.state = state or DetectorState()
+        self._book = IncidentBook(self.state, self.config)
+        self._timers = Deadlines()
+        self._nodes = NodeRules(self.state, self.config, self._book, self._timers)
+        self._jobs = JobRules(self.state, self.config, self._book, self._timers, self._nodes)
+        self._on: dict[type, Callable] = {
+            GpuSample: self._nodes.on_gpu_sample,
+            NodeHeartbeat: self._nodes.on_heartbeat,
+            WorkerStepped: self._jobs.on_step,
+            WorkerStarted: self._jobs.on_start,
+            WorkerFailed: self._jobs.on_error,
+            WorkerExited: self._jobs.on_exit,
+        }
+        self._fire: dict[Timer, Callable[[str, float], None]] = {
+            Timer.NODE_LOST: self._nodes.check_lost,
+            Timer.RELEASE: self._jobs.release,
+            Timer.HANG: self._jobs.check_hang,
+            Timer.STRAGGLER: self._jobs.check_stragglers,
+            Timer.LINK_STABLE: self._nodes.check_link_stable,
+        }
+        self._rearm()
+
+    def observe(self, event: object) -> list[Incident]:
+        """Take one telemetry event. Deadlines before its ts fire first, so callers need not
+        call `advance` for event time; an event older than the clock is still used."""
+        ts = event.ts
+        if ts > self.state.clock:
+            self._advance(ts)
+        handler = self._on.get(type(event))
+        if handler is None:
+            raise TypeError(f"not a telemetry event: {type(event).__name__}")
+        handler(event)
+        return self._book.take()
+
+    def advance(self, now: float) -> list[Incident]:
+        """Move the clock to `now` and fire the time-based rules whose deadline is before it.
+        An incident decided by a deadline carries the deadline as its ts, not `now`, so
+        live (wall clock) and replay (event time) agree."""
+        self._advance(now)
+        return self._book.take()
+
+    def drain(self) -> list[Incident]:
+        """End of input (replay): decide the failure evidence still held for correlation.
+        Silence rules (lost nodes, hangs) do not fire: the end of a recording is not silence."""
+        self._jobs.drain()
+        return self._book.take()
+
+    def next_deadline(self) -> float | None:
+        """The earliest time `advance` could decide something (for the live app's timer)."""
+        return self._timers.next_due()
+
+    def _advance(self, now: float) -> None:
+        pop, fire = self._timers.pop_before, self._fire
+        while (due := pop(now)) is not None:
+            when, kind, key = due
+            fire[kind](key, when)
+        if now > self.state.clock:
+            self.state.clock = now
+
+    def _rearm(self) -> None:
+        """Rebuild the deadline heap from restored state (it is a cache, not state)."""
+        cfg, arm = self.config, self._timers.arm
+        for name, node in self.state.nodes.items():
+            if node.interval is not None and node.lost_since is None:
+                arm(Timer.NODE_LOST, name, node.last_seen + cfg.heartbeat.timeout_s(node.interval))
+            for nic_name, nic in node.nics.items():
+                if nic.flap_id is not None and nic.up:
+                    arm(Timer.LINK_STABLE, f"{name}{NIC_KEY_SEP}{nic_name}",
+                        nic.up_ts + cfg.link.stable_s)
+        for name, job in self.state.jobs.items():
+            if job.group is not None:
+                arm(Timer.RELEASE, name, job.group.release)
+            if not job.finishing and job.fatal_id is None:
+                arm(Timer.HANG, name, job.last_progress + job.threshold)
+            if job.straggler_due is not None:
+                arm(Timer.STRAGGLER, name, job.straggler_due)

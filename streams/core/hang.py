@@ -1,0 +1,45 @@
+"""Hang rule helpers: an adaptive per-job threshold, and which ranks stopped first.
+
+Every rank of a synchronous job stops stepping when one rank hangs (peers wait in the
+collective), so the job's progress (its highest step) is what is timed, once per job.
+"""
+
+from __future__ import annotations
+
+from streams.core.config import HangConfig
+from streams.core.state import JobState
+
+
+def record_step_time(job: JobState, step_time: float, cfg: HangConfig) -> None:
+    """Learn from one job step (called when the job's highest step advances). The first
+    `warmup_steps` steps (compile, data loader warm-up) are not typical and are skipped."""
+    job.steps_seen += 1
+    if job.steps_seen <= cfg.warmup_steps:
+        return
+    times = job.step_times
+    times.append(step_time)
+    if len(times) > cfg.window_steps:
+        del times[0]
+    if len(times) >= cfg.min_samples:
+        job.threshold = max(cfg.floor_s, cfg.factor * median(times))
+
+
+def describe_threshold(job: JobState, cfg: HangConfig) -> str:
+    if len(job.step_times) < cfg.min_samples:
+        return f"warm-up threshold {cfg.warmup_s:g}s"
+    return (f"threshold {job.threshold:.1f}s = max(floor {cfg.floor_s:g}s, "
+            f"{cfg.factor:g} x median step {median(job.step_times):.2f}s)")
+
+
+def stopped_first(job: JobState) -> tuple[list[int], int, int]:
+    """(ranks at the lowest step, that step, the highest step any rank reached). When every
+    rank stopped at the same step the first list holds them all."""
+    low = min(rank.step for rank in job.ranks.values())
+    high = max(rank.step for rank in job.ranks.values())
+    return sorted(r for r, rank in job.ranks.items() if rank.step == low), low, high
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

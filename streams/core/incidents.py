@@ -1,0 +1,84 @@
+"""Opening, annotating and resolving incidents: the only place Incident events are made."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from schemas.incident import Incident, IncidentStatus, Severity
+from streams.core.config import DetectorConfig
+from streams.core.escalation import escalate
+from streams.core.ids import incident_id
+from streams.core.state import DetectorState, OpenIncident
+from streams.core.taxonomy import ACTION_OF, CATEGORIES
+
+
+class IncidentBook:
+    """Keeps open incidents in the state and collects the Incident events to emit."""
+
+    def __init__(self, state: DetectorState, config: DetectorConfig) -> None:
+        self.state = state
+        self.config = config
+        self.out: list[Incident] = []
+
+    def take(self) -> list[Incident]:
+        out = self.out
+        if out:
+            self.out = []
+        return out
+
+    def open(
+        self, category: str, *, key: str, root_ts: float, ts: float, first_ts: float,
+        job: str | None = None, node: str | None = None, ranks: Iterable[int] = (),
+        evidence: Iterable[str] = (), dropped: int = 0, jobs: dict[str, int] | None = None,
+        step: int = -1, gpu: int | None = None, nic: str | None = None,
+    ) -> OpenIncident:
+        """Open (and emit) an incident; the id hashes category, scope, key and root_ts."""
+        scope = job or node or "-"
+        iid = incident_id(category, scope, key, root_ts)
+        known = self.state.incidents.get(iid)
+        if known is not None:
+            return known
+        severity, why = escalate(
+            self.config.escalation, self.state.sev3_history, self.state.sev2_history,
+            category, CATEGORIES[category].severity, scope, node, ts)
+        rec = OpenIncident(
+            id=iid, category=category, severity=severity.value, job=job, node=node,
+            ranks=sorted(ranks), first_ts=min(first_ts, ts), ts=ts, evidence=[],
+            dropped=dropped, jobs=dict(jobs or {}), step=step, gpu=gpu, nic=nic)
+        self.note(rec, evidence)
+        self.note(rec, why)
+        self.state.incidents[iid] = rec
+        self._emit(rec, IncidentStatus.OPEN, ts)
+        return rec
+
+    def note(self, rec: OpenIncident, lines: Iterable[str]) -> None:
+        """Add evidence lines, keeping at most `correlation.evidence_lines` (the rest counted)."""
+        cap = self.config.correlation.evidence_lines
+        for line in lines:
+            if len(rec.evidence) < cap:
+                rec.evidence.append(line)
+            else:
+                rec.dropped += 1
+
+    def resolve(self, rec: OpenIncident, ts: float, why: str) -> None:
+        """Close an open incident (same id, status resolved) with the evidence gathered since."""
+        if self.state.incidents.pop(rec.id, None) is None:
+            return
+        if len(rec.evidence) >= self.config.correlation.evidence_lines:
+            rec.evidence.pop()
+            rec.dropped += 1
+        rec.evidence.append(f"{ts:.3f} resolved: {why}")
+        self._emit(rec, IncidentStatus.RESOLVED, max(ts, rec.ts))
+
+    def get(self, iid: str | None) -> OpenIncident | None:
+        return None if iid is None else self.state.incidents.get(iid)
+
+    def _emit(self, rec: OpenIncident, status: IncidentStatus, ts: float) -> None:
+        severity = Severity(rec.severity)
+        evidence = list(rec.evidence)
+        if rec.dropped:
+            evidence.append(f"... and {rec.dropped} more")
+        self.out.append(Incident(
+            ts=ts, id=rec.id, status=status, category=rec.category, severity=severity,
+            action=ACTION_OF[severity], job=rec.job, node=rec.node, ranks=tuple(rec.ranks),
+            first_ts=rec.first_ts, evidence=tuple(evidence)))

@@ -1,0 +1,298 @@
+"""Rules about jobs and their ranks: failures reported by workers (correlated into one
+incident per fault), hangs, stragglers, and which ranks run on which node."""
+
+from __future__ import annotations
+
+from schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStepped
+from streams.core.config import DetectorConfig
+from streams.core.correlation import add_clue, decide, overdue_until
+from streams.core.deadlines import Deadlines, Timer
+from streams.core.hang import describe_threshold, record_step_time, stopped_first
+from streams.core.incidents import IncidentBook
+from streams.core.node_rules import NodeRules
+from streams.core.state import Clue, DetectorState, JobState, OpenIncident, RankState
+from streams.core.straggler import rank_medians, record_rank_step
+from streams.core.taxonomy import (
+    CATEGORIES,
+    CONSEQUENCE_SPECIFICITY,
+    Hold,
+    Resolves,
+    classify_error,
+)
+
+
+class JobRules:
+    def __init__(self, state: DetectorState, config: DetectorConfig, book: IncidentBook,
+                 timers: Deadlines, nodes: NodeRules) -> None:
+        self.state, self.config, self.book, self.timers = state, config, book, timers
+        self.nodes = nodes
+
+    # -- events ------------------------------------------------------------------------
+
+    def on_start(self, ev: WorkerEvent) -> None:
+        self._worker(ev)
+
+    def on_step(self, ev: WorkerStepped) -> None:
+        found = self._worker(ev)
+        if found is None:
+            return
+        job, rank = found
+        ts, step = ev.ts, ev.step
+        if step > rank.step:
+            rank.step, rank.step_ts = step, ts
+        record_rank_step(rank.times, ev.step_time, self.config.straggler)
+        if step > job.max_step:
+            job.max_step = step
+            job.last_progress = ts
+            record_step_time(job, ev.step_time, self.config.hang)
+            self.timers.arm(Timer.HANG, ev.job, ts + job.threshold)
+            if job.straggler_due is None:
+                job.straggler_due = ts + self.config.straggler.check_s
+                self.timers.arm(Timer.STRAGGLER, ev.job, job.straggler_due)
+        if job.open_ids:
+            self._progress(ev.job, job, ev)
+
+    def on_error(self, ev: WorkerFailed) -> None:
+        found = self._worker(ev)
+        if found is None:
+            return
+        job, rank = found
+        rank.errored = True
+        category = classify_error(ev.error)
+        self._clue(ev.job, job, category, CATEGORIES[category].specificity,
+                   CATEGORIES[category].hold, ev, f"{ev.error[:300]}")
+
+    def on_exit(self, ev: WorkerExited) -> None:
+        found = self._worker(ev)
+        if found is None:
+            return
+        job, rank = found
+        if not ev.exit_code and ev.signal is None:
+            job.finishing = True  # a clean exit: the job is ending, its silence is expected
+            self._leave(ev.job, job, ev.rank, ev.ts)
+            return
+        how = f"signal {ev.signal}" if ev.signal is not None else f"code {ev.exit_code}"
+        if rank.errored:  # exiting after its own error: fallout, not a root cause
+            self._clue(ev.job, job, "process_exit", CONSEQUENCE_SPECIFICITY, Hold.SYMPTOM, ev,
+                       f"exited with {how} after its error")
+        else:
+            self._clue(ev.job, job, "process_exit", CATEGORIES["process_exit"].specificity,
+                       Hold.EVIDENCE, ev, f"exited with {how}")
+
+    # -- timers ------------------------------------------------------------------------
+
+    def release(self, name: str, when: float) -> None:
+        """A group's hold is over: decide, unless a node of the job is overdue (then wait
+        until it is heard from or declared lost, which absorbs the group)."""
+        job = self.state.jobs.get(name)
+        group = job.group if job else None
+        if group is None:
+            return
+        if group.release > when:
+            self.timers.arm(Timer.RELEASE, name, group.release)
+            return
+        wait = overdue_until(self.state, self.config, job, when)
+        if wait is not None and wait > when:
+            group.release = wait
+            self.timers.arm(Timer.RELEASE, name, wait)
+            return
+        decide(self.book, name, job, when)
+
+    def check_hang(self, name: str, when: float) -> None:
+        job = self.state.jobs.get(name)
+        if job is None or job.finishing or job.fatal_id is not None or not job.ranks:
+            return  # re-armed by the job's next step or generation
+        if job.group is not None:  # look again once the pending failure is decided
+            self.timers.arm(Timer.HANG, name, job.group.release)
+            return
+        due = job.last_progress + job.threshold
+        if due > when:
+            self.timers.arm(Timer.HANG, name, due)
+            return
+        wait = overdue_until(self.state, self.config, job, when)
+        if wait is not None and wait > when:  # a silent host is node_lost's to report
+            self.timers.arm(Timer.HANG, name, wait)
+            return
+        first, low, high = stopped_first(job)
+        blame = first if len(first) < len(job.ranks) or len(job.ranks) == 1 else []
+        hosts = {job.ranks[r].node for r in blame}
+        lines = [f"{when:.3f} no step from job {name} since {job.last_progress:.3f} "
+                 f"({describe_threshold(job, self.config.hang)})"]
+        if blame:
+            lines.append(f"ranks {blame} stopped first, at step {low}; others reached {high}")
+        else:
+            lines.append(f"all {len(job.ranks)} ranks stopped at step {high}")
+        rec = self.book.open(
+            "hang", key=f"{job.gen}|{job.max_step}", root_ts=job.last_progress, ts=when,
+            first_ts=job.last_progress, job=name, node=hosts.pop() if len(hosts) == 1 else None,
+            ranks=blame, evidence=lines, jobs={name: job.gen}, step=job.max_step)
+        job.open_ids.append(rec.id)
+        job.fatal_id = rec.id
+
+    def check_stragglers(self, name: str, when: float) -> None:
+        job = self.state.jobs.get(name)
+        if job is None:
+            return
+        cfg = self.config.straggler
+        if job.finishing or job.fatal_id is not None or job.last_progress <= when - cfg.check_s:
+            job.straggler_due = None  # idle or failed: the next step re-arms the check
+            return
+        job.straggler_due = when + cfg.check_s
+        self.timers.arm(Timer.STRAGGLER, name, job.straggler_due)
+        found = rank_medians(job, cfg)
+        if found is None:
+            return
+        medians, typical = found
+        for r, mine in medians.items():
+            rank = job.ranks[r]
+            rec = self.book.get(rank.straggler_id)
+            if mine > cfg.ratio * typical:
+                rank.slow_checks += 1
+                if rec is None and rank.slow_checks >= cfg.sustain_checks:
+                    first = when - (cfg.sustain_checks - 1) * cfg.check_s
+                    rec = self.book.open(
+                        "straggler", key=f"{job.gen}|{r}", root_ts=first, ts=when,
+                        first_ts=first, job=name, node=rank.node, ranks=[r],
+                        evidence=[f"{when:.3f} rank {r} on {rank.node}: median step "
+                                  f"{mine:.3f}s vs job median {typical:.3f}s, "
+                                  f"{rank.slow_checks} checks in a row"])
+                    rank.straggler_id = rec.id
+            else:
+                rank.slow_checks = 0
+                if rec is not None:
+                    rank.straggler_id = None
+                    self.book.resolve(rec, when, f"rank {r} median step {mine:.3f}s vs "
+                                                 f"job median {typical:.3f}s")
+
+    def drain(self) -> None:
+        """End of input: decide every pending group at its release time."""
+        pending = sorted((job.group.release, name) for name, job in self.state.jobs.items()
+                         if job.group is not None)
+        for release, name in pending:
+            decide(self.book, name, self.state.jobs[name], release)
+
+    # -- membership and generations ----------------------------------------------------
+
+    def _worker(self, ev: WorkerEvent) -> tuple[JobState, RankState] | None:
+        """The job and rank of a worker event, placing the rank on its node; None for an
+        event of an older generation (a fenced-off process)."""
+        self.nodes.seen(ev.node, ev.ts)
+        job = self.state.jobs.get(ev.job)
+        if job is None:
+            job = self.state.jobs[ev.job] = JobState(gen=ev.generation, last_progress=ev.ts,
+                                                     threshold=self.config.hang.warmup_s)
+            self.timers.arm(Timer.HANG, ev.job, ev.ts + job.threshold)
+        elif ev.generation != job.gen:
+            if ev.generation < job.gen:
+                return None
+            self._new_generation(ev.job, job, ev)
+        rank = job.ranks.get(ev.rank)
+        if rank is None or rank.node != ev.node:
+            rank = self._place(ev.job, job, ev, rank)
+        return job, rank
+
+    def _place(self, name: str, job: JobState, ev: WorkerEvent, rank: RankState | None
+               ) -> RankState:
+        if rank is None:
+            rank = job.ranks[ev.rank] = RankState(ev.node)
+        else:
+            self._unlist(name, rank.node, ev.rank)
+            rank.node = ev.node
+        node = self.state.nodes[ev.node]
+        ranks = node.jobs.setdefault(name, [])
+        if ev.rank not in ranks:
+            ranks.append(ev.rank)
+            ranks.sort()
+        rec = self.book.get(node.hw_id)
+        if rec is not None and rec.category != "node_lost" and name not in rec.jobs:
+            node.hw_id = None  # a job was placed on the node: it is back in service
+            self.book.resolve(rec, ev.ts, f"job {name} runs on {ev.node}")
+        return rank
+
+    def _unlist(self, name: str, node_name: str, rank_no: int) -> None:
+        node = self.state.nodes.get(node_name)
+        ranks = node.jobs.get(name) if node else None
+        if ranks and rank_no in ranks:
+            ranks.remove(rank_no)
+            if not ranks:
+                del node.jobs[name]
+
+    def _leave(self, name: str, job: JobState, rank_no: int, ts: float) -> None:
+        rank = job.ranks.pop(rank_no)
+        self._unlist(name, rank.node, rank_no)
+        self._clear_straggler(rank, ts, "rank exited")
+        if not job.ranks:
+            self._end(name, job, ts)
+
+    def _end(self, name: str, job: JobState, ts: float) -> None:
+        """Every rank exited: decide what is pending, clear what the job's steps would."""
+        if job.group is not None:
+            decide(self.book, name, job, job.group.release)
+        for iid in job.open_ids:
+            rec = self.book.get(iid)
+            if rec is not None:
+                rec.jobs.pop(name, None)
+                if not rec.jobs and rec.category != "node_lost":
+                    self.book.resolve(rec, ts, f"job {name} ended")
+        del self.state.jobs[name]
+
+    def _new_generation(self, name: str, job: JobState, ev: WorkerEvent) -> None:
+        """The job was restarted: its ranks, progress and stragglers start afresh."""
+        if job.group is not None:
+            decide(self.book, name, job, min(job.group.release, ev.ts))
+        for r, rank in job.ranks.items():
+            self._unlist(name, rank.node, r)
+            self._clear_straggler(rank, ev.ts, f"job restarted at generation {ev.generation}")
+        job.gen = ev.generation
+        job.ranks = {}
+        job.max_step, job.steps_seen, job.step_times = -1, 0, []
+        job.last_progress, job.threshold = ev.ts, self.config.hang.warmup_s
+        job.finishing, job.fatal_id = False, None
+        self.timers.arm(Timer.HANG, name, ev.ts + job.threshold)
+
+    def _clear_straggler(self, rank: RankState, ts: float, why: str) -> None:
+        rec = self.book.get(rank.straggler_id)
+        rank.straggler_id = None
+        if rec is not None:
+            self.book.resolve(rec, ts, why)
+
+    # -- correlation -------------------------------------------------------------------
+
+    def _clue(self, name: str, job: JobState, category: str, specificity: int, hold: Hold,
+              ev: WorkerEvent, text: str) -> None:
+        clue = Clue(specificity, ev.ts, ev.rank, ev.node, category,
+                    f"{ev.ts:.3f} rank {ev.rank} on {ev.node}: {text}")
+        if job.fatal_id is not None:  # this generation's failure is already decided
+            owner = self.book.get(job.fatal_id)
+            if owner is not None:
+                self.book.note(owner, [clue.line])
+            return
+        cfg = self.config.correlation
+        hold_s = cfg.evidence_hold_s if hold is Hold.EVIDENCE else cfg.symptom_hold_s
+        release = add_clue(job, clue, hold_s, cfg.evidence_lines)
+        if release is not None:
+            self.timers.arm(Timer.RELEASE, name, release)
+
+    def _progress(self, name: str, job: JobState, ev: WorkerStepped) -> None:
+        """The job steps: resolve what its recovery clears."""
+        for iid in list(job.open_ids):
+            rec = self.book.get(iid)
+            opened_gen = rec.jobs.get(name) if rec is not None else None
+            if opened_gen is None:
+                job.open_ids.remove(iid)
+                continue
+            in_place = CATEGORIES[rec.category].resolves is Resolves.PROGRESS
+            if ev.generation > opened_gen or (in_place and ev.step > rec.step):
+                job.open_ids.remove(iid)
+                del rec.jobs[name]
+                if job.fatal_id == iid:
+                    job.fatal_id = None
+                if not rec.jobs:
+                    self._resolved_by_steps(rec, ev)
+
+    def _resolved_by_steps(self, rec: OpenIncident, ev: WorkerStepped) -> None:
+        node = self.state.nodes.get(rec.node) if rec.node else None
+        if node is not None and node.hw_id == rec.id:
+            node.hw_id = None
+        self.book.resolve(rec, ev.ts, f"job {ev.job} steps again (step {ev.step}, "
+                                      f"generation {ev.generation})")

@@ -1,0 +1,237 @@
+"""Rules about hosts and GPUs: hardware faults (Xid, counters, silence), lost nodes, link
+flaps and thermal throttling. Every hardware incident is one per node at a time and owns
+the current generation of the jobs running there."""
+
+from __future__ import annotations
+
+from schemas.telemetry import GpuSample, NodeHeartbeat
+from streams.core.config import DetectorConfig
+from streams.core.correlation import absorb_groups, add_clue, affected, own_generation
+from streams.core.deadlines import Deadlines, Timer
+from streams.core.incidents import IncidentBook
+from streams.core.state import Clue, DetectorState, GpuState, NicState, NodeState
+from streams.core.taxonomy import CATEGORIES, THERMAL_THROTTLE, xid_category
+
+NIC_KEY_SEP = "\x1f"
+
+
+class NodeRules:
+    def __init__(self, state: DetectorState, config: DetectorConfig, book: IncidentBook,
+                 timers: Deadlines) -> None:
+        self.state, self.config, self.book, self.timers = state, config, book, timers
+
+    def seen(self, name: str, ts: float) -> NodeState:
+        """The node's state, noting that it is alive at ts (any telemetry counts)."""
+        node = self.state.nodes.get(name)
+        if node is None:
+            node = self.state.nodes[name] = NodeState(last_seen=ts)
+        elif ts > node.last_seen:
+            node.last_seen = ts
+            if node.lost_since is not None:
+                self._back(name, node, ts)
+        return node
+
+    # -- events ------------------------------------------------------------------------
+
+    def on_gpu_sample(self, ev: GpuSample) -> None:
+        ts = ev.ts
+        node = self.seen(ev.node, ts)
+        gpu = node.gpus.get(ev.gpu)
+        if gpu is None:  # the first sample is the counters' baseline
+            gpu = node.gpus[ev.gpu] = GpuState(ts, ev.ecc_dbe, ev.nvlink_errors)
+        else:
+            gpu.last_ts = ts
+            gpu.silent = False
+            dbe = ev.ecc_dbe
+            if dbe is not None:
+                before, gpu.ecc_dbe = gpu.ecc_dbe, dbe
+                if before is not None and dbe > before:
+                    self.hardware(ev.node, node, "gpu_ecc", ts, f"gpu {ev.gpu}|dbe",
+                                  f"{ts:.3f} gpu {ev.gpu}: ecc_dbe {before} -> {dbe}", ev.gpu)
+            links = ev.nvlink_errors
+            if links is not None:
+                before, gpu.nvlink_errors = gpu.nvlink_errors, links
+                if before is not None and links > before:
+                    self.hardware(ev.node, node, "nvlink", ts, f"gpu {ev.gpu}|nvlink",
+                                  f"{ts:.3f} gpu {ev.gpu}: nvlink_errors {before} -> {links}",
+                                  ev.gpu)
+        if ev.xids:
+            self._xids(ev, node)
+        temp = ev.temp_c
+        if (ev.throttle or gpu.hot_since is not None or gpu.thermal_id is not None
+                or (temp is not None and temp >= self.config.gpu.temp_limit_c)):
+            self._thermal(ev, node, gpu)
+
+    def on_heartbeat(self, ev: NodeHeartbeat) -> None:
+        ts = ev.ts
+        node = self.seen(ev.node, ts)
+        node.interval = ev.interval
+        self.timers.arm(Timer.NODE_LOST, ev.node,
+                        node.last_seen + self.config.heartbeat.timeout_s(ev.interval))
+        if ev.links:
+            self._links(ev, node)
+        if node.gpus:
+            self._silent_gpus(ev.node, node, ts)
+
+    # -- timers ------------------------------------------------------------------------
+
+    def check_lost(self, name: str, when: float) -> None:
+        node = self.state.nodes.get(name)
+        if node is None or node.interval is None or node.lost_since is not None:
+            return
+        timeout = self.config.heartbeat.timeout_s(node.interval)
+        due = node.last_seen + timeout
+        if due > when:
+            self.timers.arm(Timer.NODE_LOST, name, due)
+            return
+        node.lost_since = when
+        line = (f"{when:.3f} no telemetry since {node.last_seen:.3f} "
+                f"(heartbeat every {node.interval:g}s, timeout {timeout:g}s)")
+        self.hardware(name, node, "node_lost", when, "silent", line,
+                      root_ts=node.last_seen,
+                      first_ts=node.last_seen + min(node.interval, timeout))
+
+    def check_link_stable(self, key: str, when: float) -> None:
+        name, nic_name = key.split(NIC_KEY_SEP)
+        node = self.state.nodes.get(name)
+        nic = node.nics.get(nic_name) if node else None
+        rec = self.book.get(nic.flap_id) if nic else None
+        if rec is None or not nic.up:
+            return
+        due = nic.up_ts + self.config.link.stable_s
+        if due > when:
+            self.timers.arm(Timer.LINK_STABLE, key, due)
+            return
+        nic.flap_id = None
+        self.book.resolve(rec, when, f"{nic_name} up since {nic.up_ts:.3f}")
+
+    # -- hardware incidents ------------------------------------------------------------
+
+    def hardware(self, name: str, node: NodeState, category: str, ts: float, key: str,
+                 line: str, gpu: int | None = None, root_ts: float | None = None,
+                 first_ts: float | None = None) -> None:
+        """Open the node's hardware incident, or add to the one already open."""
+        rec = self.book.get(node.hw_id)
+        if rec is not None:
+            self.book.note(rec, [line])
+            return
+        job, ranks, jobs, lines = affected(self.state, node)
+        first = ts if first_ts is None else first_ts
+        absorbed_first, absorbed, dropped = absorb_groups(self.state, jobs)
+        if absorbed_first is not None:
+            first = min(first, absorbed_first)
+        rec = self.book.open(
+            category, key=key, root_ts=ts if root_ts is None else root_ts, ts=ts,
+            first_ts=first, job=job, node=name, ranks=ranks, evidence=[line, *lines, *absorbed],
+            dropped=dropped, jobs=jobs, gpu=gpu)
+        node.hw_id = rec.id
+        own_generation(self.state, self.book, rec)
+
+    def _xids(self, ev: GpuSample, node: NodeState) -> None:
+        found = xid_category(ev.xids)
+        if found is None:
+            return
+        category, xid = found
+        line = f"{ev.ts:.3f} gpu {ev.gpu}: Xid {xid}"
+        if category != "cuda_error":
+            self.hardware(ev.node, node, category, ev.ts, f"gpu {ev.gpu}|xid {xid}", line, ev.gpu)
+            return
+        cfg = self.config.correlation
+        for name in node.jobs:  # an application Xid is evidence for the job, never the node
+            job = self.state.jobs.get(name)
+            if job is None or job.finishing:
+                continue
+            clue = Clue(CATEGORIES[category].specificity, ev.ts, -1, ev.node, category,
+                        f"{line} (application error)")
+            owner = self.book.get(job.fatal_id)
+            if job.fatal_id is not None:
+                if owner is not None:
+                    self.book.note(owner, [clue.line])
+                continue
+            release = add_clue(job, clue, cfg.evidence_hold_s, cfg.evidence_lines)
+            if release is not None:
+                self.timers.arm(Timer.RELEASE, name, release)
+
+    def _silent_gpus(self, name: str, node: NodeState, ts: float) -> None:
+        """A GPU silent for silence_s while its host reports is lost. When every GPU of the
+        node is silent the GPU sampler stopped, not the GPUs: no incident."""
+        limit = ts - self.config.gpu.silence_s
+        silent = [i for i, gpu in node.gpus.items() if gpu.last_ts < limit and not gpu.silent]
+        if not silent or all(gpu.last_ts < limit for gpu in node.gpus.values()):
+            return
+        for i in silent:
+            gpu = node.gpus[i]
+            gpu.silent = True
+            self.hardware(name, node, "gpu_lost", ts, f"gpu {i}|silent",
+                          f"{ts:.3f} gpu {i}: no sample since {gpu.last_ts:.3f} while host reports",
+                          i, root_ts=gpu.last_ts, first_ts=gpu.last_ts)
+
+    def _back(self, name: str, node: NodeState, ts: float) -> None:
+        """A lost node is heard from again: resolve node_lost; its GPUs start afresh."""
+        node.lost_since = None
+        for gpu in node.gpus.values():
+            gpu.last_ts = ts
+        rec = self.book.get(node.hw_id)
+        if rec is not None and rec.category == "node_lost":
+            node.hw_id = None
+            self.book.resolve(rec, ts, f"{name} reports again")
+
+    # -- links and thermal -------------------------------------------------------------
+
+    def _links(self, ev: NodeHeartbeat, node: NodeState) -> None:
+        ts = ev.ts
+        for link in ev.links:
+            nic = node.nics.get(link.name)
+            if nic is None:
+                node.nics[link.name] = NicState(link.up, None if link.up else ts,
+                                                ts if link.up else None)
+            elif link.up != nic.up:
+                nic.up = link.up
+                if link.up:
+                    nic.up_ts = ts
+                    self._flap(ev.node, node, link.name, nic, ts)
+                else:
+                    nic.down_ts = ts
+
+    def _flap(self, name: str, node: NodeState, nic_name: str, nic: NicState, ts: float) -> None:
+        line = f"{ts:.3f} {nic_name} down at {nic.down_ts:.3f}, up again ({ts - nic.down_ts:.1f}s)"
+        self.timers.arm(Timer.LINK_STABLE, f"{name}{NIC_KEY_SEP}{nic_name}",
+                        ts + self.config.link.stable_s)
+        rec = self.book.get(nic.flap_id)
+        if rec is not None:  # debounced: flaps before the link is stable again are one incident
+            self.book.note(rec, [line])
+            return
+        job, ranks, _, lines = affected(self.state, node)
+        rec = self.book.open("link_flap", key=nic_name, root_ts=nic.down_ts, ts=ts,
+                             first_ts=nic.down_ts, job=job, node=name, ranks=ranks,
+                             evidence=[line, *lines], nic=nic_name)
+        nic.flap_id = rec.id
+
+    def _thermal(self, ev: GpuSample, node: NodeState, gpu: GpuState) -> None:
+        """WARN after hot_since is sustained; resolved after clear_s without heat."""
+        ts, cfg = ev.ts, self.config.gpu
+        reasons = sorted(THERMAL_THROTTLE.intersection(ev.throttle))
+        hot = bool(reasons) or (ev.temp_c is not None and ev.temp_c >= cfg.temp_limit_c)
+        if hot:
+            gpu.cool_since = None
+            if gpu.hot_since is None:
+                gpu.hot_since = ts
+            if gpu.thermal_id is None and ts - gpu.hot_since >= cfg.thermal_sustain_s:
+                job, ranks, _, lines = affected(self.state, node)
+                why = ", ".join(reasons) or f"temp {ev.temp_c:g}C >= {cfg.temp_limit_c:g}C"
+                line = f"{ts:.3f} gpu {ev.gpu}: {why} since {gpu.hot_since:.3f}"
+                rec = self.book.open("thermal", key=f"gpu {ev.gpu}", root_ts=gpu.hot_since, ts=ts,
+                                     first_ts=gpu.hot_since, job=job, node=ev.node, ranks=ranks,
+                                     evidence=[line, *lines], gpu=ev.gpu)
+                gpu.thermal_id = rec.id
+            return
+        gpu.hot_since = None
+        rec = self.book.get(gpu.thermal_id)
+        if rec is None:
+            gpu.thermal_id = None
+            return
+        if gpu.cool_since is None:
+            gpu.cool_since = ts
+        elif ts - gpu.cool_since >= cfg.thermal_clear_s:
+            self.book.resolve(rec, ts, f"gpu {ev.gpu} cool since {gpu.cool_since:.3f}")
+            gpu.thermal_id = gpu.cool_since = None

@@ -1,0 +1,164 @@
+"""The detector's state: plain data that round-trips through JSON.
+
+It splits by key: `nodes` (per-node: heartbeats, GPUs, NICs, which jobs run there), `jobs`
+(per-job: ranks, step progress, pending correlation), `incidents` (open incidents by id)
+and the escalation history. The deadline heap is not state: it is rebuilt from these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, NamedTuple
+
+
+class Clue(NamedTuple):
+    """One piece of job-level evidence. Tuple order is the root-cause order: most specific,
+    then earliest, then lowest rank."""
+
+    specificity: int
+    ts: float
+    rank: int  # -1 when the evidence names no rank (an application Xid)
+    node: str
+    category: str
+    line: str
+
+
+@dataclass(slots=True)
+class GpuState:
+    last_ts: float
+    ecc_dbe: int | None = None
+    nvlink_errors: int | None = None
+    hot_since: float | None = None
+    cool_since: float | None = None
+    thermal_id: str | None = None
+    silent: bool = False
+
+
+@dataclass(slots=True)
+class NicState:
+    up: bool
+    down_ts: float | None = None
+    up_ts: float | None = None
+    flap_id: str | None = None
+
+
+@dataclass(slots=True)
+class NodeState:
+    last_seen: float
+    interval: float | None = None  # promised heartbeat interval; None: never heartbeated
+    lost_since: float | None = None
+    hw_id: str | None = None  # the node's open hardware incident (one at a time)
+    jobs: dict[str, list[int]] = field(default_factory=dict)  # job -> ranks on this node
+    gpus: dict[int, GpuState] = field(default_factory=dict)
+    nics: dict[str, NicState] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RankState:
+    node: str
+    step: int = -1
+    step_ts: float = 0.0
+    errored: bool = False  # reported its own worker_error at this generation
+    times: list[float] = field(default_factory=list)  # recent step times (straggler window)
+    slow_checks: int = 0
+    straggler_id: str | None = None
+
+
+@dataclass(slots=True)
+class Group:
+    """A job's failure evidence waiting for its root cause (see correlation.py)."""
+
+    first_ts: float
+    release: float
+    best: Clue
+    ranks: list[int] = field(default_factory=list)  # every rank that reported, sorted
+    lines: list[str] = field(default_factory=list)
+    dropped: int = 0
+
+
+@dataclass(slots=True)
+class JobState:
+    gen: int
+    last_progress: float
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    max_step: int = -1
+    steps_seen: int = 0
+    step_times: list[float] = field(default_factory=list)  # one per job step, for the median
+    threshold: float = 0.0  # current hang threshold, seconds
+    finishing: bool = False  # a rank exited 0: the job is ending, silence is expected
+    fatal_id: str | None = None  # the SEV1/SEV2 incident that owns this generation's failure
+    open_ids: list[str] = field(default_factory=list)  # incidents cleared by this job's steps
+    group: Group | None = None
+    straggler_due: float | None = None
+
+
+@dataclass(slots=True)
+class OpenIncident:
+    id: str
+    category: str
+    severity: str
+    job: str | None
+    node: str | None
+    ranks: list[int]
+    first_ts: float
+    ts: float
+    evidence: list[str]
+    dropped: int = 0
+    jobs: dict[str, int] = field(default_factory=dict)  # job -> generation it was opened at
+    step: int = -1  # the job's step when opened (PROGRESS resolution)
+    gpu: int | None = None
+    nic: str | None = None
+
+
+@dataclass(slots=True)
+class DetectorState:
+    clock: float = 0.0
+    nodes: dict[str, NodeState] = field(default_factory=dict)
+    jobs: dict[str, JobState] = field(default_factory=dict)
+    incidents: dict[str, OpenIncident] = field(default_factory=dict)
+    sev3_history: dict[str, list[float]] = field(default_factory=dict)  # "category|job" -> ts
+    sev2_history: dict[str, list[float]] = field(default_factory=dict)  # node -> ts
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready plain data (dict keys become strings)."""
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DetectorState:
+        return cls(
+            clock=data["clock"],
+            nodes={k: _node(v) for k, v in data["nodes"].items()},
+            jobs={k: _job(v) for k, v in data["jobs"].items()},
+            incidents={k: OpenIncident(**v) for k, v in data["incidents"].items()},
+            sev3_history=data["sev3_history"],
+            sev2_history=data["sev2_history"],
+        )
+
+
+def _plain(obj: Any) -> Any:
+    if is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _node(d: dict[str, Any]) -> NodeState:
+    return NodeState(**{
+        **d,
+        "gpus": {int(k): GpuState(**v) for k, v in d["gpus"].items()},
+        "nics": {k: NicState(**v) for k, v in d["nics"].items()},
+    })
+
+
+def _job(d: dict[str, Any]) -> JobState:
+    group = d["group"]
+    if group is not None:
+        group = Group(**{**group, "best": Clue(*group["best"])})
+    return JobState(**{
+        **d,
+        "ranks": {int(k): RankState(**v) for k, v in d["ranks"].items()},
+        "group": group,
+    })

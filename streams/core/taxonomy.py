@@ -1,0 +1,140 @@
+"""TAXONOMY.md as data: categories, Xid codes and error-message patterns.
+
+Extending the detector's vocabulary means adding a row here, not an `if` elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+from schemas.incident import Action, Severity
+
+ACTION_OF: dict[Severity, Action] = {
+    Severity.SEV1: Action.RECONFIGURE,
+    Severity.SEV2: Action.RESTART,
+    Severity.SEV3: Action.REATTEMPT,
+    Severity.WARN: Action.ALERT,
+}
+
+
+class Hold(StrEnum):
+    """How long job-level evidence waits for a more specific root cause (CorrelationConfig)."""
+
+    NONE = "none"  # decided at once (hardware, time-based rules, warnings)
+    EVIDENCE = "evidence"  # a rank's own fault: waits evidence_hold_s
+    SYMPTOM = "symptom"  # what peers of a fault see: waits symptom_hold_s
+
+
+class Resolves(StrEnum):
+    """What clears an incident's evidence."""
+
+    NEW_GENERATION = "new_generation"  # every named job steps at a newer generation
+    PROGRESS = "progress"  # the job steps past the step it was at (or a newer generation)
+    HEARTBEAT = "heartbeat"  # the node is heard from again
+    OWN_RULE = "own_rule"  # the rule's own condition clears (thermal, link, straggler)
+
+
+@dataclass(frozen=True)
+class Category:
+    """One row of TAXONOMY.md. Lower `specificity` wins when explanations compete."""
+
+    name: str
+    severity: Severity
+    specificity: int
+    hold: Hold
+    resolves: Resolves
+    names_node: bool  # the incident's node is the root-cause node
+    description: str
+
+    @property
+    def action(self) -> Action:
+        return ACTION_OF[self.severity]
+
+
+_S1, _S2, _S3, _W = Severity.SEV1, Severity.SEV2, Severity.SEV3, Severity.WARN
+_GEN, _PROG, _HB, _OWN = (Resolves.NEW_GENERATION, Resolves.PROGRESS, Resolves.HEARTBEAT,
+                          Resolves.OWN_RULE)
+
+CATEGORIES: dict[str, Category] = {c.name: c for c in (
+    Category("gpu_ecc", _S1, 0, Hold.NONE, _GEN, True,
+             "uncorrectable ECC: an ecc_dbe increase or Xid 48, 63, 64, 94, 95, 140"),
+    Category("nvlink", _S1, 1, Hold.NONE, _GEN, True,
+             "NVLink failure: Xid 74 or a rising nvlink_errors counter"),
+    Category("gpu_lost", _S1, 2, Hold.NONE, _GEN, True,
+             "GPU fallen off the bus (Xid 79) or silent while its host still reports"),
+    Category("gpu_driver", _S1, 3, Hold.NONE, _GEN, True,
+             "driver/GSP failure: Xid 119, 120, 154, 62"),
+    Category("node_lost", _S1, 4, Hold.NONE, _HB, True,
+             "no telemetry from a node for longer than its heartbeat timeout"),
+    Category("cuda_error", _S2, 5, Hold.EVIDENCE, _GEN, True,
+             "a rank raised a CUDA error, or an application Xid (13, 31, 43, 45, 68)"),
+    Category("software_error", _S2, 6, Hold.EVIDENCE, _GEN, True,
+             "any other exception escaping the training step"),
+    Category("process_exit", _S2, 7, Hold.EVIDENCE, _GEN, True,
+             "a rank exited with a non-zero code or a signal, with no other root cause"),
+    Category("hang", _S2, 8, Hold.NONE, _PROG, True,
+             "no step from the job for max(floor, 3 x median step time) while hosts report"),
+    Category("network", _S3, 9, Hold.SYMPTOM, _PROG, False,
+             "transient network error: connection refused or reset"),
+    Category("nccl_error", _S2, 10, Hold.SYMPTOM, _GEN, False,
+             "NCCL/gloo error or collective timeout with no other root cause"),
+    Category("link_flap", _S3, 11, Hold.NONE, _OWN, True,
+             "a data-plane NIC went down and came back"),
+    Category("straggler", _W, 12, Hold.NONE, _OWN, True,
+             "one rank's median step time is much slower than its peers'"),
+    Category("thermal", _W, 13, Hold.NONE, _OWN, True,
+             "hardware thermal throttling or an over-temperature GPU, sustained"),
+)}
+
+# A rank's exit after its own error is fallout of that error: it ranks below every symptom.
+CONSEQUENCE_SPECIFICITY = 99
+
+# Xid code -> category. Application Xids are the program's fault: cuda_error, never isolation.
+XID_CATEGORY: dict[int, str] = {
+    79: "gpu_lost",
+    **dict.fromkeys((48, 63, 64, 94, 95, 140), "gpu_ecc"),
+    74: "nvlink",
+    **dict.fromkeys((119, 120, 154, 62), "gpu_driver"),
+    **dict.fromkeys((13, 31, 43, 45, 68), "cuda_error"),
+}
+
+# Clock-throttle reasons that mean heat (others, e.g. power capping, are not thermal).
+THERMAL_THROTTLE = frozenset({"hw_thermal", "sw_thermal"})
+
+# worker_error text -> category, first match wins. Collective errors come first: gloo and
+# NCCL messages often quote a CUDA or socket error that is only their symptom.
+ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("nccl_error", re.compile(
+        r"\bnccl|\bgloo\b|ProcessGroup(NCCL|Gloo)|collective operation timeout|"
+        r"Dist(Backend|Network|Store)Error|c10d|Connection closed by peer|"
+        r"NCCL communicator was aborted", re.IGNORECASE)),
+    ("cuda_error", re.compile(
+        r"CUDA error|CUDA out of memory|OutOfMemoryError|cudaError|CUBLAS_STATUS|CUDNN_STATUS|"
+        r"illegal memory access|unspecified launch failure|device-side assert|"
+        r"misaligned address|uncorrectable ECC", re.IGNORECASE)),
+    ("network", re.compile(
+        r"Connection refused|Connection reset|ConnectionRefusedError|ConnectionResetError|"
+        r"ECONNREFUSED|ECONNRESET", re.IGNORECASE)),
+)
+
+
+def classify_error(error: str) -> str:
+    """The category a `worker_error` message is evidence for."""
+    for category, pattern in ERROR_PATTERNS:
+        if pattern.search(error):
+            return category
+    return "software_error"
+
+
+def xid_category(xids: tuple[int, ...]) -> tuple[str, int] | None:
+    """The most specific known category among Xids, with the Xid that names it."""
+    best: tuple[int, str, int] | None = None
+    for xid in xids:
+        name = XID_CATEGORY.get(xid)
+        if name is not None:
+            spec = CATEGORIES[name].specificity
+            if best is None or spec < best[0]:
+                best = (spec, name, xid)
+    return None if best is None else (best[1], best[2])

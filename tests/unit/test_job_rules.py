@@ -1,0 +1,162 @@
+"""Jobs: correlation into one incident, hangs, stragglers, exits, generations."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.core import CorrelationConfig, Detector, DetectorConfig, HangConfig
+from tests.unit.events import (
+    error,
+    exited,
+    healthy,
+    node_of,
+    opened,
+    run,
+    start,
+    step,
+    steps,
+)
+
+NCCL = "torch.distributed.DistBackendError: NCCL error: remote process exited"
+CUDA = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def job_running(until: float, hosts_until: float | None = None):
+    """A job stepping once a second until `until`; hosts report until `hosts_until`."""
+    hosts_until = until + 60 if hosts_until is None else hosts_until
+    return healthy(0, hosts_until) + [start(0.5, r) for r in range(8)] + steps(1, until)
+
+
+def test_a_crashed_rank_is_one_incident_with_its_peers_symptoms_as_evidence():
+    events = job_running(30) + [exited(30.2, 5, code=None, signal=9)]
+    events += [error(30.5 + 0.01 * r, r, NCCL) for r in range(8) if r != 5]
+    events += [exited(31.0 + 0.01 * r, r) for r in range(8) if r != 5]
+    (incident,) = opened(run(events)[0])
+    assert (incident.category, incident.node, incident.ranks, incident.ts) == (
+        "process_exit", node_of(5), (5,), 31.2)
+    assert len(incident.evidence) == 1 + 7 + 7  # the root, the peers' errors and exits
+
+
+def test_symptoms_arriving_before_the_root_cause_do_not_win():
+    events = job_running(30) + [error(30.1 + 0.01 * r, r, NCCL) for r in range(8) if r != 3]
+    events += [error(30.6, 3, CUDA)]
+    (incident,) = opened(run(events)[0])
+    assert (incident.category, incident.ranks, incident.first_ts) == ("cuda_error", (3,), 30.1)
+    assert incident.ts == 31.6  # the evidence hold of the CUDA error, within 1 s of it
+
+
+def test_symptoms_alone_are_a_collective_error_naming_no_node():
+    events = job_running(30) + [error(38.0 + 0.01 * r, r, NCCL) for r in range(8)]
+    (incident,) = opened(run(events)[0])
+    assert (incident.category, incident.node, incident.ranks, incident.ts) == (
+        "nccl_error", None, tuple(range(8)), 40.0)
+
+
+def test_the_hold_is_configurable():
+    det = Detector(DetectorConfig(correlation=CorrelationConfig(evidence_hold_s=0.25,
+                                                                symptom_hold_s=0.5)))
+    events = job_running(30) + [error(30.0, 3, CUDA)]
+    (incident,) = opened(run(events, det)[0])
+    assert incident.ts == 30.25
+
+
+def test_peer_errors_wait_for_an_overdue_node_and_become_its_evidence():
+    events = healthy(0, 30.05) + healthy(30.05, 60, nodes=["n0", "n2", "n3"])
+    events += [start(0.5, r) for r in range(8)] + steps(1, 30)
+    events += [error(30.2 + 0.01 * r, r, NCCL) for r in (0, 1, 4, 5, 6, 7)]
+    (incident,) = opened(run(events)[0])
+    assert (incident.category, incident.node, incident.ranks) == ("node_lost", "n1", (2, 3))
+    last_sample = 30.02
+    assert incident.first_ts == 30.2 and incident.ts == pytest.approx(last_sample + 3.0)
+
+
+def test_errors_after_the_decision_are_evidence_not_new_incidents():
+    events = job_running(30) + [error(30.0, 3, CUDA)]
+    events += [error(35.0 + r, r, NCCL) for r in range(8) if r != 3]
+    events += [exited(45.0, r, signal=15) for r in range(8)]
+    out, det = run(events)
+    assert [i.category for i in out] == ["cuda_error"]
+    (rec,) = det.state.incidents.values()
+    assert len(rec.evidence) == 1 + 7 + 8
+
+
+def test_clean_exits_at_the_end_of_a_job_are_not_incidents_and_stop_the_hang_rule():
+    events = job_running(30) + [exited(30.5 + r, r, code=0) for r in range(8)]
+    out, det = run(events)
+    assert out == [] and "j" not in det.state.jobs
+    assert det.state.nodes["n0"].jobs == {}
+
+
+def test_hang_fires_at_the_floor_when_steps_are_fast_naming_the_rank_that_stopped_first():
+    events = job_running(30)
+    events = [e for e in events if not (getattr(e, "rank", None) == 6 and e.ts > 29)]
+    (incident,) = opened(run(events, drain=False)[0])
+    last_progress = 29.0  # the first report of the job's highest step
+    assert (incident.category, incident.ranks, incident.node) == ("hang", (6,), "n3")
+    assert incident.first_ts == last_progress and incident.ts == last_progress + 20.0
+
+
+def test_hang_threshold_is_three_times_the_median_step():
+    events = healthy(0, 200) + [start(0.5, r) for r in range(8)] + steps(1, 100, took=10.0)
+    (incident,) = opened(run(events, drain=False)[0])
+    assert incident.ts - incident.first_ts == 30.0
+
+
+def test_an_occasional_slow_step_that_completes_is_not_a_hang():
+    slow = [s for s in steps(1, 20)] + [step(38.0 + 0.001 * r, r, 19, 18.0) for r in range(8)]
+    slow += steps(39, 80, first=20)
+    events = healthy(0, 80) + [start(0.5, r) for r in range(8)] + slow
+    assert run(events)[0] == []
+
+
+def test_a_long_first_step_is_warm_up_not_a_hang():
+    events = healthy(0, 300) + [start(0.5, r) for r in range(8)]
+    events += steps(240, 290)  # compile took four minutes
+    assert run(events)[0] == []
+    cfg = DetectorConfig(hang=HangConfig(warmup_s=120.0))
+    out = opened(run(events, Detector(cfg))[0])
+    assert [(i.category, i.ts) for i in out] == [("hang", 120.5)]
+
+
+def test_no_hang_while_the_host_is_lost():
+    events = healthy(0, 30) + healthy(30, 120, nodes=["n0", "n2", "n3"])
+    events += [start(0.5, r) for r in range(8)] + steps(1, 30)
+    assert [i.category for i in opened(run(events)[0])] == ["node_lost"]
+
+
+def test_hang_resolves_when_the_job_steps_again():
+    events = job_running(30, hosts_until=75) + steps(60, 70, first=30)
+    out, _ = run(events)
+    assert [(i.status, i.category) for i in out] == [("open", "hang"), ("resolved", "hang")]
+
+
+def test_a_new_generation_resolves_the_failure_and_fences_off_old_processes():
+    events = job_running(30, hosts_until=62) + [error(30.0, 3, CUDA)]
+    events += [start(40.0, r, gen=1) for r in range(8)]
+    events += [error(40.5, 2, NCCL, gen=0)]  # a late report from the old generation
+    events += steps(41, 60, gen=1)
+    out, _ = run(events)
+    assert [(i.status, i.category) for i in out] == [("open", "cuda_error"),
+                                                     ("resolved", "cuda_error")]
+    assert out[1].ts == 41.0
+
+
+def test_membership_follows_ranks_to_new_nodes():
+    events = job_running(10) + [start(20.0, r, gen=1, node="n9") for r in range(8)]
+    _, det = run(events)
+    assert det.state.nodes["n9"].jobs == {"j": list(range(8))}
+    assert all("j" not in det.state.nodes[n].jobs for n in ("n0", "n1", "n2", "n3"))
+
+
+def test_a_straggler_is_warned_once_and_resolved_when_it_catches_up():
+    events = healthy(0, 200) + [start(0.5, r) for r in range(8)]
+    events += steps(1, 100, factor={4: 2.0}) + steps(100, 190, first=99)
+    out, _ = run(events)
+    assert [(i.status, i.category, i.ranks, i.node) for i in out] == [
+        ("open", "straggler", (4,), "n2"), ("resolved", "straggler", (4,), "n2")]
+
+
+def test_a_slightly_slower_rank_is_not_a_straggler():
+    events = healthy(0, 200) + [start(0.5, r) for r in range(8)]
+    events += steps(1, 190, factor={4: 1.3})
+    assert run(events)[0] == []
