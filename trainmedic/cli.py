@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("trainmedic.broker_cli", "start, stop or inspect the local Apache Kafka broker"),
     "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
+    "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
+    "agent": ("producers.agent_cli", "publish this host's heartbeat with the state of its links"),
 }
 
 
