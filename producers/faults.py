@@ -141,7 +141,7 @@ def _parse(spec: str) -> Fault:
         raise ValueError(f"{kind} needs a value: {kind}=<{rules.value}>")
     keys: dict[str, str] = {}
     for part in parts[1:]:
-        key, eq, val = part.partition("=")
+        key, eq, val = (text.strip() for text in part.partition("="))
         if not eq or not key or not val:
             raise ValueError(f"{part!r} is not key=value")
         if key not in rules.keys:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from producers.config import GpuProducerConfig
 from producers.control import ControlFile
@@ -30,7 +29,7 @@ class GpuSource(Protocol):
     def close(self) -> None: ...
 
 
-def open_source(config: GpuProducerConfig, now: float, nvml: ModuleType | None = None) -> GpuSource:
+def open_source(config: GpuProducerConfig, now: float, nvml: Any = None) -> GpuSource:
     """The configured source, ready to sample; NVML raises NvmlUnavailable when no driver answers."""
     if config.source == "synthetic":
         return SyntheticGpus(config.nodes, config.gpus_per_node, start=now, seed=config.seed,

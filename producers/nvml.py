@@ -11,7 +11,6 @@ import ctypes
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from producers.throttle import throttle_reasons
@@ -44,7 +43,7 @@ class _Device:
 class NvmlGpus:
     """Every GPU of this host through NVML. `nvml` is the pynvml module; tests pass a stand-in."""
 
-    def __init__(self, node: str, nvml: ModuleType | None = None, *, event_wait_ms: int = 1) -> None:
+    def __init__(self, node: str, nvml: Any = None, *, event_wait_ms: int = 1) -> None:
         self.node = node
         self._nvml = nvml
         self._event_wait_ms = event_wait_ms

@@ -4,8 +4,9 @@ and counted, and the count is told in one log line once the broker takes events 
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import Message
@@ -19,26 +20,32 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class DropLedger:
-    """Counts dropped events: in all (`total`) and since deliveries last succeeded (`outage`)."""
+    """Counts dropped events: in all (`total`) and since deliveries last succeeded (`outage`).
+    Thread-safe: the training hook counts from the training thread, deliveries from its sender."""
 
     total: int = 0
     outage: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def drop(self, count: int = 1) -> bool:
         """Count `count` drops; True when they start an outage (the moment to say so)."""
-        starts = self.outage == 0
-        self.total += count
-        self.outage += count
-        return starts
+        with self._lock:
+            starts = self.outage == 0
+            self.total += count
+            self.outage += count
+            return starts
 
     def delivered(self) -> int:
         """A delivery succeeded: returns how many were dropped in the outage it ends (0 if none)."""
-        ended, self.outage = self.outage, 0
-        return ended
+        if not self.outage:  # the common case, without taking the lock
+            return 0
+        with self._lock:
+            ended, self.outage = self.outage, 0
+            return ended
 
 
 class Outbox:
-    """A non-blocking front to an EventProducer. Single-threaded: one loop sends, polls and flushes."""
+    """A non-blocking front to an EventProducer. One thread sends, polls and flushes; any may count drops."""
 
     def __init__(self, producer: EventProducer, *, what: str = "events") -> None:
         self._producer = producer
@@ -87,6 +94,10 @@ class Outbox:
         if ended:
             log.warning("%s: Kafka takes events again; %d were dropped meanwhile (%d in all, producer_drops)",
                         self._what, ended, self.drops.total)
+
+    def count_dropped(self, count: int, why: str) -> None:
+        """Count events dropped before they reached the outbox (e.g. a full queue in front of it)."""
+        self._drop(count, why)
 
     def _drop(self, count: int, why: str) -> None:
         if self.drops.drop(count):
