@@ -1,0 +1,80 @@
+"""The GPU producer: every interval, one gpu_sample per GPU from NVML, dcgm-exporter or synthetic GPUs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol
+
+from producers.config import GpuProducerConfig
+from producers.control import ControlFile
+from producers.dcgm_scraper import DcgmScraper
+from producers.faults import Fault, GpuFault
+from producers.nvml import NvmlGpus
+from producers.outbox import Outbox
+from producers.service import apply_control, open_outbox, serve
+from producers.synthetic import SyntheticGpus
+from schemas import GpuSample
+from trainmedic.errors import ConfigError
+from trainmedic.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+class GpuSource(Protocol):
+    """Where samples come from: `sample(now)` returns one per GPU that answers."""
+
+    def sample(self, now: float) -> list[GpuSample]: ...
+
+    def close(self) -> None: ...
+
+
+def open_source(config: GpuProducerConfig, now: float, nvml: Any = None) -> GpuSource:
+    """The configured source, ready to sample; NVML raises NvmlUnavailable when no driver answers."""
+    if config.source == "synthetic":
+        return SyntheticGpus(config.nodes, config.gpus_per_node, start=now, seed=config.seed,
+                             faults=config.faults)
+    if config.source == "dcgm":
+        return DcgmScraper(str(config.dcgm_url), config.node)  # the config requires a URL for dcgm
+    source = NvmlGpus(config.node, nvml)
+    source.open()
+    return source
+
+
+class GpuProducer:
+    """One round: apply runtime faults (synthetic only), sample every GPU, queue each sample."""
+
+    def __init__(
+        self, source: GpuSource, outbox: Outbox, topic: str, control: ControlFile | None = None,
+    ) -> None:
+        self.source = source
+        self.outbox = outbox
+        self.topic = topic
+        self.control = control
+
+    def round(self, now: float) -> None:
+        apply_control(self.control, self._inject, now)
+        for sample in self.source.sample(now):
+            self.outbox.send(self.topic, sample, key=sample.node)
+        self.outbox.poll()
+
+    def _inject(self, fault: Fault, now: float) -> None:
+        if not isinstance(self.source, SyntheticGpus) or not isinstance(fault, GpuFault):
+            raise ConfigError("only GPU faults (xid, ecc, nvlink, thermal, lost) on synthetic GPUs")
+        self.source.inject(fault, now)
+
+
+def run_gpu_producer(
+    config: GpuProducerConfig, settings: KafkaSettings, source: GpuSource, stop: threading.Event,
+) -> Outbox:
+    """Sample `source` into Kafka until `stop` is set, then flush. Returns the outbox (its counts)."""
+    outbox = open_outbox(settings, config.delivery, client_id=f"trainmedic-gpu-{config.node}",
+                         what="gpu samples")
+    control = ControlFile.at_end(config.control) if config.control else None
+    producer = GpuProducer(source, outbox, settings.topics.gpu, control)
+    log.info("sampling %s GPUs every %.3gs into %s", config.source, config.interval_s, settings.topics.gpu)
+    try:
+        serve(producer.round, config.interval_s, outbox, config.delivery, stop)
+    finally:
+        source.close()
+    return outbox

@@ -1,0 +1,305 @@
+"""The in-band training hook: what a training loop imports to report its rank's start, steps and
+errors on telemetry.worker. It never blocks a step: events go into a bounded queue that a
+background thread batches into Kafka; when the queue is full the event is dropped and counted.
+
+    from producers.hook import Hook
+
+    hook = Hook.from_env()              # does nothing (one log line) when TRAINMEDIC_JOB is unset
+    hook.started()
+    for step in range(steps):
+        t0 = time.perf_counter()
+        with hook.capture():            # an escaping exception is sent as worker_error, then re-raised
+            train_step()
+        hook.step(step, time.perf_counter() - t0)
+    hook.close()                        # also run at interpreter exit: flushes within flush_timeout_s
+
+Identity comes from RANK, WORLD_SIZE, LOCAL_RANK (as torchrun sets them), TRAINMEDIC_JOB,
+TRAINMEDIC_NODE (default: the host name) and TRAINMEDIC_GENERATION (default 0); Kafka from
+the usual TRAINMEDIC_KAFKA_* variables. Events also carry `local_rank` (an extra field) so
+that a GPU's faults can be matched to the rank that drives it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import math
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Protocol
+
+from trainmedic.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_CHARS = 4096  # keeps one worker_error a small message, whatever the exception says
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """Who is reporting: one rank of one job, at one restart generation."""
+
+    job: str
+    rank: int
+    world_size: int
+    node: str
+    generation: int = 0
+    local_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.job or not self.node:
+            raise ConfigError("the job and node names must not be empty")
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"RANK {self.rank} is not in 0..WORLD_SIZE-1 ({self.world_size})")
+        if self.generation < 0:
+            raise ConfigError("TRAINMEDIC_GENERATION must be >= 0")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerIdentity | None:
+        """The identity the launcher put in the environment; None when TRAINMEDIC_JOB is unset."""
+        job = env.get("TRAINMEDIC_JOB", "")
+        if not job:
+            return None
+        local = env.get("LOCAL_RANK")
+        return cls(
+            job=job, rank=_int(env, "RANK", "0"), world_size=_int(env, "WORLD_SIZE", "1"),
+            node=env.get("TRAINMEDIC_NODE") or socket.gethostname(),
+            generation=_int(env, "TRAINMEDIC_GENERATION", "0"),
+            local_rank=None if local is None else _int(env, "LOCAL_RANK", local),
+        )
+
+
+@dataclass(frozen=True)
+class HookConfig:
+    """The hook's bounds: events waiting in its queue, and then in librdkafka's; the exit flush."""
+
+    queue_size: int = 10_000
+    batch_size: int = 500
+    linger_s: float = 0.05  # the sender's longest wait for a first event (it polls Kafka meanwhile)
+    max_buffered: int = 10_000
+    flush_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if min(self.queue_size, self.batch_size, self.max_buffered) < 1:
+            raise ConfigError("the hook's queue, batch and buffer sizes must be at least 1")
+        for name in ("linger_s", "flush_timeout_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} must be a finite number of seconds >= 0")
+
+
+class Sink(Protocol):
+    """Where the sender thread puts events: `producers.outbox.Outbox` over Kafka."""
+
+    @property
+    def dropped(self) -> int: ...
+
+    def send(self, topic: str, event: Any, key: str | None) -> bool: ...
+
+    def poll(self) -> None: ...
+
+    def flush(self, timeout_s: float) -> None: ...
+
+    def count_dropped(self, count: int, why: str) -> None: ...
+
+
+# What the training thread enqueues: (event type, ts, step or error text, step_time).
+_Item = tuple[str, float, Any, float]
+
+
+class Hook:
+    """Reports one rank's life on telemetry.worker without ever blocking the training step."""
+
+    def __init__(
+        self, identity: WorkerIdentity | None, sink: Sink | None, topic: str, *,
+        config: HookConfig = HookConfig(), clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.identity = identity
+        self.config = config
+        self._sink = sink
+        self._topic = topic
+        self._clock = clock
+        self._queue: queue.Queue[_Item] = queue.Queue(config.queue_size)
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._closing = threading.Event()
+        self._last_error: BaseException | None = None
+        self._common: dict[str, Any] = {}
+        if identity is not None:
+            self._common = {
+                "node": identity.node, "job": identity.job, "rank": identity.rank,
+                "world_size": identity.world_size, "generation": identity.generation, "pid": os.getpid(),
+            }
+            if identity.local_rank is not None:
+                self._common["local_rank"] = identity.local_rank
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] = os.environ, *, config: HookConfig = HookConfig(),
+    ) -> Hook:
+        """A hook for the rank the environment describes, or a no-op hook when TRAINMEDIC_JOB is unset."""
+        identity = WorkerIdentity.from_env(env)
+        if identity is None:
+            log.info("trainmedic hook: TRAINMEDIC_JOB is not set, so this rank reports nothing")
+            return cls(None, None, "", config=config)
+        from producers.outbox import Outbox
+        from trainmedic.kafka import EventProducer
+        from trainmedic.settings import KafkaSettings
+
+        settings = KafkaSettings.from_env(env)
+        producer = EventProducer(
+            settings, client_id=f"trainmedic-hook-{identity.job}-{identity.rank}",
+            max_buffered=config.max_buffered, config={"queue.buffering.max.kbytes": 16_384},
+        )
+        return cls(identity, Outbox(producer, what=f"hook of rank {identity.rank}"),
+                   settings.topics.worker, config=config)
+
+    @property
+    def enabled(self) -> bool:
+        return self.identity is not None and self._sink is not None
+
+    @property
+    def dropped(self) -> int:
+        """Events lost so far: refused by a full queue, or never delivered to Kafka."""
+        return 0 if self._sink is None else self._sink.dropped
+
+    @property
+    def queued(self) -> int:
+        """Events waiting in the hook's own queue (at most `config.queue_size`)."""
+        return self._queue.qsize()
+
+    def started(self) -> None:
+        """The rank has joined its process group (worker_start)."""
+        self._put(("worker_start", self._clock(), None, 0.0))
+
+    def step(self, step: int, step_time: float) -> None:
+        """Step `step` finished and took `step_time` seconds (worker_step). Never blocks."""
+        self._put(("worker_step", self._clock(), step, step_time))
+
+    def error(self, exc: BaseException) -> None:
+        """Report an exception that escaped the training step (worker_error), once per exception."""
+        if exc is self._last_error:
+            return
+        self._last_error = exc
+        text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        self._put(("worker_error", self._clock(), text, 0.0))
+
+    def capture(self) -> _Capture:
+        """A context manager and decorator: an Exception escaping it is reported, then re-raised."""
+        return _Capture(self)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Send what is queued within `timeout_s` (default: config.flush_timeout_s), then stop."""
+        sink = self._sink
+        if sink is None or self._closing.is_set():
+            return
+        self._closing.set()
+        timeout_s = self.config.flush_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            atexit.unregister(self.close)
+            if self._thread.is_alive():
+                log.warning("trainmedic hook: the sender did not finish within %.1fs", timeout_s)
+                return
+        sink.flush(max(0.0, deadline - time.monotonic()))
+
+    def __enter__(self) -> Hook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _put(self, item: _Item) -> None:
+        sink = self._sink
+        if sink is None:
+            return
+        if self._closing.is_set():
+            sink.count_dropped(1, "the hook is closed")
+            return
+        if self._thread is None:
+            self._start(sink)
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            sink.count_dropped(1, f"the hook's queue of {self.config.queue_size} events is full")
+
+    def _start(self, sink: Sink) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._send_forever, args=(sink,), name="trainmedic-hook",
+                                          daemon=True)
+                thread.start()
+                atexit.register(self.close)
+                self._thread = thread
+
+    def _send_forever(self, sink: Sink) -> None:
+        """The sender thread: batches from the queue into the sink until closed and drained."""
+        while True:
+            batch = self._take_batch()
+            for item in batch:
+                event = self._event(item, sink)
+                if event is not None:
+                    sink.send(self._topic, event, key=self._common["job"])
+            sink.poll()
+            if not batch and self._closing.is_set():
+                return
+
+    def _take_batch(self) -> list[_Item]:
+        try:
+            batch = [self._queue.get(timeout=self.config.linger_s)]
+        except queue.Empty:
+            return []
+        with contextlib.suppress(queue.Empty):
+            while len(batch) < self.config.batch_size:
+                batch.append(self._queue.get_nowait())
+        return batch
+
+    def _event(self, item: _Item, sink: Sink) -> Any:
+        from pydantic import ValidationError
+
+        from schemas import WorkerFailed, WorkerStarted, WorkerStepped
+
+        kind, ts, value, step_time = item
+        try:
+            if kind == "worker_step":
+                return WorkerStepped(ts=ts, step=value, step_time=step_time, **self._common)
+            if kind == "worker_error":
+                return WorkerFailed(ts=ts, error=value, **self._common)
+            return WorkerStarted(ts=ts, **self._common)
+        except ValidationError as err:
+            sink.count_dropped(1, f"invalid {kind}: {err.errors(include_url=False)[0]['msg']}")
+            return None
+
+
+class _Capture(contextlib.ContextDecorator):
+    """`with hook.capture():` or `@hook.capture()`: reports an escaping Exception, never swallows it."""
+
+    def __init__(self, hook: Hook) -> None:
+        self._hook = hook
+
+    def __enter__(self) -> _Capture:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> bool:
+        # KeyboardInterrupt and SystemExit are the operator's or the program's choice, not a failure.
+        if isinstance(exc, Exception):
+            self._hook.error(exc)
+        return False
+
+
+def _int(env: Mapping[str, str], name: str, default: str) -> int:
+    text = env.get(name, default)
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not an integer") from None

@@ -1,0 +1,104 @@
+"""Telemetry that never waits for Kafka: events go into librdkafka's bounded queue or are dropped
+and counted, and the count is told in one log line once the broker takes events again."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import Message
+from pydantic import BaseModel
+
+from trainmedic.errors import DeliveryError, KafkaError
+from trainmedic.kafka import EventProducer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DropLedger:
+    """Counts dropped events: in all (`total`) and since deliveries last succeeded (`outage`).
+    Thread-safe: the training hook counts from the training thread, deliveries from its sender."""
+
+    total: int = 0
+    outage: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def drop(self, count: int = 1) -> bool:
+        """Count `count` drops; True when they start an outage (the moment to say so)."""
+        with self._lock:
+            starts = self.outage == 0
+            self.total += count
+            self.outage += count
+            return starts
+
+    def delivered(self) -> int:
+        """A delivery succeeded: returns how many were dropped in the outage it ends (0 if none)."""
+        if not self.outage:  # the common case, without taking the lock
+            return 0
+        with self._lock:
+            ended, self.outage = self.outage, 0
+            return ended
+
+
+class Outbox:
+    """A non-blocking front to an EventProducer. One thread sends, polls and flushes; any may count drops."""
+
+    def __init__(self, producer: EventProducer, *, what: str = "events") -> None:
+        self._producer = producer
+        self._what = what
+        self.drops = DropLedger()
+        self.sent = 0
+
+    @property
+    def dropped(self) -> int:
+        """Events lost so far: refused by a full queue, or never delivered (producer_drops)."""
+        return self.drops.total
+
+    def send(self, topic: str, event: BaseModel | bytes, key: str | None) -> bool:
+        """Queue one event; False (and counted) when it had to be dropped. Never raises, never waits."""
+        # Each failed delivery was counted by `_delivered` when it happened: clear, don't raise.
+        with suppress(DeliveryError):
+            self._producer.raise_failures()
+        try:
+            self._producer.send(topic, event, key, block_s=0, on_delivery=self._delivered)
+        except KafkaError as err:
+            self._drop(1, str(err))
+            return False
+        self.sent += 1
+        return True
+
+    def poll(self) -> None:
+        """Serve delivery reports (and so the drop accounting) without waiting."""
+        self._producer.client.poll(0)
+
+    def flush(self, timeout_s: float) -> None:
+        """Deliver what is queued within `timeout_s`; what is left is counted as dropped."""
+        # Failed deliveries were counted one by one; what is still queued is counted here.
+        with suppress(DeliveryError):
+            self._producer.flush(timeout_s)
+        left = self._producer.pending()
+        if left:
+            self._drop(left, "shutdown")
+            log.warning("%s: %d not delivered within the %.1fs flush deadline", self._what, left, timeout_s)
+        log.info("%s: %d sent, %d dropped in all (producer_drops)", self._what, self.sent, self.dropped)
+
+    def _delivered(self, err: RdKafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._drop(1, f"delivery to {msg.topic()} failed: {err.str()}")
+            return
+        ended = self.drops.delivered()
+        if ended:
+            log.warning("%s: Kafka takes events again; %d were dropped meanwhile (%d in all, producer_drops)",
+                        self._what, ended, self.drops.total)
+
+    def count_dropped(self, count: int, why: str) -> None:
+        """Count events dropped before they reached the outbox (e.g. a full queue in front of it)."""
+        self._drop(count, why)
+
+    def _drop(self, count: int, why: str) -> None:
+        if self.drops.drop(count):
+            log.warning("%s: dropping events rather than waiting for Kafka: %s", self._what, why)

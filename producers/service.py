@@ -1,0 +1,49 @@
+"""What the GPU producer and the host agent share: a round every interval into a non-blocking
+outbox, runtime faults from a control file, and a flush with a deadline when told to stop."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from producers.config import Delivery
+from producers.control import ControlFile
+from producers.faults import Fault, FaultSpecError, parse_fault
+from producers.loop import run_every
+from producers.outbox import Outbox
+from trainmedic.errors import ConfigError
+from trainmedic.kafka import EventProducer
+from trainmedic.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+def open_outbox(settings: KafkaSettings, delivery: Delivery, *, client_id: str, what: str) -> Outbox:
+    """An outbox over an idempotent producer whose local queue holds at most `delivery.max_buffered`."""
+    producer = EventProducer(settings, client_id=client_id, max_buffered=delivery.max_buffered)
+    return Outbox(producer, what=what)
+
+
+def apply_control(control: ControlFile | None, inject: Callable[[Fault, float], None], now: float) -> None:
+    """Parse and inject the fault lines appended to the control file; a bad line is logged and skipped."""
+    if control is None:
+        return
+    for line in control.new_lines():
+        try:
+            inject(parse_fault(line), now)
+        except (FaultSpecError, ConfigError) as err:
+            log.error("control file %s: %s (line skipped)", control.path, err)
+            continue
+        log.info("control file %s: injected %s", control.path, line)
+
+
+def serve(
+    round_: Callable[[float], None], interval_s: float, outbox: Outbox, delivery: Delivery,
+    stop: threading.Event,
+) -> None:
+    """Run `round_(now)` every `interval_s` until `stop`, then flush the outbox within its deadline."""
+    try:
+        run_every(interval_s, round_, stop)
+    finally:
+        outbox.flush(delivery.flush_timeout_s)
