@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broker": ("trainmedic.broker_cli", "start, stop or inspect the local Apache Kafka broker"),
     "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
+    "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
 }
 
 
