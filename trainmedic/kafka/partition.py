@@ -9,7 +9,7 @@ import logging
 import time
 import zlib
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from schemas import DeadLettered
@@ -18,6 +18,12 @@ from trainmedic.kafka.consumer import Record, parse_message
 from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
+
+# Errors a broker gives for a topic it has just created; they pass within seconds.
+_NOT_READY = frozenset({
+    RdKafkaError.NOT_LEADER_FOR_PARTITION, RdKafkaError.LEADER_NOT_AVAILABLE,
+    RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._TIMED_OUT,
+})
 
 
 def partition_of(key: str, partitions: int) -> int:
@@ -49,7 +55,8 @@ class PartitionReader:
     """Validated events from one assigned partition; the caller keeps the position.
 
     Starts at `offset` when given, else at the first message produced at or after
-    `start_ts` (Unix seconds), else at the end. Commits nothing.
+    `start_ts` (Unix seconds), else at the end as it is when the client is created.
+    Commits nothing.
     """
 
     def __init__(
@@ -78,22 +85,33 @@ class PartitionReader:
                 raise KafkaError(f"cannot create a Kafka consumer: {err}") from None
             start = self._start_offset(client)
             client.assign([TopicPartition(self._where.topic, self._where.partition, start)])
-            log.info("reading %s[%d] from offset %s", self._where.topic, self._where.partition,
-                     "end" if start == OFFSET_END else start)
+            log.info("reading %s[%d] from offset %d", self._where.topic, self._where.partition, start)
             self._client = client
         return self._client
 
-    def _start_offset(self, client: Consumer) -> int:
+    def _start_offset(self, client: Consumer, timeout_s: float = 15.0) -> int:
+        """A concrete offset (never the lazy OFFSET_END, which could skip a message sent meanwhile).
+
+        Retries while the broker says it is not ready (e.g. no leader yet for a new topic).
+        """
         if self._offset is not None:
             return self._offset
-        if self._start_ts is None:
-            return OFFSET_END
-        wanted = TopicPartition(self._where.topic, self._where.partition, int(self._start_ts * 1000))
-        try:
-            found = client.offsets_for_times([wanted], timeout=10.0)[0]
-        except KafkaException as err:
-            raise KafkaError(f"cannot look up offsets: {err.args[0].str()}", retryable=True) from None
-        return found.offset if found.offset >= 0 else OFFSET_END
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                if self._start_ts is not None:
+                    at = TopicPartition(self._where.topic, self._where.partition, int(self._start_ts * 1000))
+                    found = client.offsets_for_times([at], timeout=5.0)[0]
+                    if found.offset >= 0:
+                        return found.offset
+                return client.get_watermark_offsets(self._where, timeout=5.0)[1]
+            except KafkaException as err:
+                code = err.args[0]
+                if not (code.retriable() or code.code() in _NOT_READY) or time.monotonic() >= deadline:
+                    raise KafkaError(f"cannot look up offsets: {code.str()}", code=code.name(),
+                                     retryable=code.retriable()) from None
+                log.info("offset lookup: %s (retrying)", code.str())
+                time.sleep(0.2)
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 100) -> list[Record | DeadLettered]:
         """The next messages, each a valid Record or a DeadLettered with the reason."""
