@@ -58,7 +58,34 @@ def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, x @ weights
 
 
-def train_step(rt: Runtime, model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> float:
+class Momentum:
+    """SGD with momentum, by hand. torch.optim's constructor imports torch._dynamo, which takes
+    seconds on a small CPU and would dominate the demo's restart time."""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float, beta: float = 0.9) -> None:
+        self.params, self.lr, self.beta = params, lr, beta
+        self.velocity = [torch.zeros_like(p) for p in params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, v in zip(self.params, self.velocity, strict=True):
+            v.mul_(self.beta).add_(p.grad)
+            p.sub_(self.lr * v)
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr, "beta": self.beta, "velocity": [v.clone() for v in self.velocity]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lr, self.beta = state["lr"], state["beta"]
+        for v, saved in zip(self.velocity, state["velocity"], strict=True):
+            v.copy_(saved)
+
+
+def train_step(rt: Runtime, model: torch.nn.Module, optimizer: Momentum, step: int) -> float:
     x, y = batch(step, rt.rank)
     optimizer.zero_grad()
     loss = torch.nn.functional.mse_loss(model(x), y)
@@ -85,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, args.hidden), torch.nn.Tanh(),
                                 torch.nn.Linear(args.hidden, 1))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    optimizer = Momentum(list(model.parameters()), lr=0.01)
     start = rt.restore(model, optimizer)
     source = rt.restored_from
     print(f"restored step {start} from {'nothing' if source is None else source.kind} "

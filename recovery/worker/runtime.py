@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -34,6 +34,14 @@ from recovery.worker.restore import Offer, restore_state
 from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
 log = logging.getLogger(__name__)
+
+
+class Stateful(Protocol):
+    """What the runtime saves and restores: a torch.optim.Optimizer, or anything like it."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -56,7 +64,7 @@ class Runtime:
     def world_size(self) -> int:
         return self.env.world_size
 
-    def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    def restore(self, model: torch.nn.Module, optimizer: Stateful) -> int:
         """Load the state the restore source names into every rank; returns the step to resume at.
 
         A collective: every rank calls it, once, right after `init_from_env`.
@@ -67,7 +75,7 @@ class Runtime:
                  "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}")
         return step
 
-    def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: Stateful) -> None:
         """After `step` completed steps: a local snapshot every `snapshot_every` steps (every rank),
         a checkpoint every `checkpoint_every` steps (rank 0, into TRAINMEDIC_CHECKPOINT_DIR)."""
         snapshot_due = self.env.snapshot_dir and self.snapshot_every and step % self.snapshot_every == 0
@@ -99,7 +107,7 @@ class Runtime:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
-    def resync(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def resync(self, model: torch.nn.Module, optimizer: Stateful) -> None:
         """Give every rank rank 0's model and optimizer state (before retrying a step). A collective."""
         box = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()} if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0, device=self.device)
@@ -128,6 +136,7 @@ def init_from_env(
     handler when called from the main thread, and emits `worker_start`.
     """
     contract = WorkerEnv.from_env(env)
+    began = time.monotonic()
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = None
     if backend == "nccl":
@@ -137,6 +146,8 @@ def init_from_env(
         backend, init_method=f"tcp://{contract.master_addr}:{contract.master_port}",
         rank=contract.rank, world_size=contract.world_size, timeout=timedelta(seconds=timeout_s),
     )
+    log.info("rank %d/%d of job %s g%d joined the %s process group in %.2fs", contract.rank,
+             contract.world_size, contract.job, contract.generation, backend, time.monotonic() - began)
     runtime = Runtime(contract, emit=emit, snapshot_every=snapshot_every,
                       checkpoint_every=checkpoint_every, device=device)
     if threading.current_thread() is threading.main_thread():
