@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from recovery.executor import leftovers
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.decide import Apply, Refuse, Skip, Step, decide
 from recovery.executor.ledger import Ledger
@@ -36,7 +37,7 @@ class Executor:
         self.config = config
         self.kafka = kafka
         self.clock = clock
-        self.supervisor = Supervisor()
+        self.supervisor = Supervisor(config.state_dir / "ranks.json")
         self.groups: dict[str, LocalGroup] = {}
         self.producer = EventProducer(kafka, client_id=f"trainmedic-executor-{config.node}")
         self._ledger: Ledger | None = None
@@ -46,6 +47,9 @@ class Executor:
         topic = self.kafka.topics.commands
         partition = partition_of(self.config.node, partition_count(self.kafka, topic))
         self._ledger = ledger = Ledger.open(self.config.ledger_path)
+        for rank in leftovers.reclaim(self.config.state_dir / "ranks.json"):
+            self._publish_exit(RankExit(rank["job"], rank["generation"], rank["rank"], rank["world_size"],
+                                        rank["pid"], None, signal.SIGKILL))
         for job, generation in ledger.state.generations.items():
             self.groups[job] = LocalGroup(job, generation, GroupState.STOPPED)
         position = ledger.state.positions.get((topic, partition))

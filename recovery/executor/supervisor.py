@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from recovery.executor import leftovers
 from schemas import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -51,10 +52,21 @@ class RankProcess:
 
 
 class Supervisor:
-    """Owns the rank processes of every job on this node."""
+    """Owns the rank processes of every job on this node; records them in `registry` when given."""
 
-    def __init__(self) -> None:
+    def __init__(self, registry: Path | None = None) -> None:
         self._ranks: dict[str, list[RankProcess]] = {}
+        self._registry = registry
+
+    def _record(self) -> None:
+        """Keep the registry of live ranks current (see leftovers.py)."""
+        if self._registry is None:
+            return
+        leftovers.save(self._registry, [
+            {"pid": p.popen.pid, "start": leftovers.start_time(p.popen.pid), "job": p.job,
+             "generation": p.generation, "rank": p.rank, "world_size": p.world_size}
+            for procs in self._ranks.values() for p in procs
+        ])
 
     def launch(
         self, job: str, generation: int, spec: WorkerSpec, envs: list[Mapping[str, str]], log_dir: Path,
@@ -88,6 +100,7 @@ class Supervisor:
                 self._finish(proc, status)
             raise
         self._ranks.setdefault(job, []).extend(started)
+        self._record()
         return [proc.popen.pid for proc in started]
 
     def alive(self, job: str) -> int:
@@ -119,6 +132,8 @@ class Supervisor:
                     exits.append(self._finish(proc, status))
             if not procs:
                 del self._ranks[job]
+        if exits:
+            self._record()
         return exits
 
     def stop(self, job: str, grace_s: float) -> list[RankExit]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -123,8 +124,13 @@ def free_port() -> int:
 
 def processes_of(job: str) -> list[int]:
     """Pids of live processes whose environment names `job`: what must be gone after a stop."""
+    return processes_with(f"TRAINMEDIC_JOB={job}")
+
+
+def processes_with(assignment: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose environment holds `NAME=value`."""
     found = []
-    marker = f"TRAINMEDIC_JOB={job}".encode()
+    marker = assignment.encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -136,3 +142,14 @@ def processes_of(job: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+@pytest.fixture(autouse=True)
+def no_orphans(kafka: KafkaSettings) -> Iterator[None]:
+    """After each test, SIGKILL any process started for it (ranks carry the test's topic prefix)."""
+    yield
+    for pid in processes_with(f"TRAINMEDIC_TOPIC_PREFIX={kafka.topic_prefix}"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
