@@ -21,6 +21,7 @@ from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_a
 from recovery.executor.supervisor import RankExit, Supervisor
 from recovery.worker.env import WorkerEnv
 from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
+from trainmedic.errors import KafkaError
 from trainmedic.kafka import EventProducer, Record
 from trainmedic.kafka.partition import PartitionReader, partition_count, partition_of
 from trainmedic.settings import KafkaSettings
@@ -65,18 +66,32 @@ class Executor:
             reader.client  # noqa: B018 -- assign now, so `ready` means "reading"
             self.ready.set()
             while not stop.is_set():
-                for item in reader.poll(self.config.poll_s):
-                    self._handle(item)
-                for ended in self.supervisor.reap():
-                    self._on_exit(ended)
-                self.producer.flush()
+                try:
+                    self._serve_once(reader)
+                except KafkaError as err:
+                    if not err.retryable:
+                        raise
+                    # Ranks keep training while Kafka is away; a lost ack is logged, never re-applied.
+                    log.error("Kafka: %s; retrying in 1s", err)
+                    stop.wait(1.0)
         finally:
-            for ended in self.supervisor.stop_all(self.config.stop_grace_s):
-                self._publish_exit(ended)
+            exits = self.supervisor.stop_all(self.config.stop_grace_s)
             reader.close()
             ledger.close()
-            self.producer.flush()
+            try:
+                for ended in exits:
+                    self._publish_exit(ended)
+                self.producer.flush(timeout_s=10.0)
+            except KafkaError as err:
+                log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
             log.info("executor for node %s stopped", self.config.node)
+
+    def _serve_once(self, reader: PartitionReader) -> None:
+        for item in reader.poll(self.config.poll_s):
+            self._handle(item)
+        for ended in self.supervisor.reap():
+            self._on_exit(ended)
+        self.producer.flush()
 
     def _handle(self, item: Record | DeadLettered) -> None:
         ledger = self._ledger
