@@ -1,0 +1,1 @@
+"""Recovery: the per-node executor, command signing, and the worker runtime training scripts use."""

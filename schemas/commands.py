@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.base import Model, NodeEvent
 
@@ -30,13 +30,27 @@ class RestoreSource(Model):
 
 
 class WorkerSpec(Model):
-    """The ranks one node runs for a job at one generation."""
+    """The ranks one node runs for a job at one generation, and how to launch one.
+
+    `command` and `checkpoint_dir` are copied from the job spec so that an executor can
+    launch ranks without asking the job registry; `LOCAL_RANK` is a rank's index in `ranks`.
+    """
 
     ranks: tuple[int, ...]
     world_size: int = Field(ge=1)
     master_addr: str
     master_port: int = Field(ge=1, le=65535)
     restore: RestoreSource = RestoreSource()
+    command: tuple[str, ...] = Field(default=(), description="argv that launches one rank")
+    checkpoint_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _ranks_fit(self) -> WorkerSpec:
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError("ranks lists a rank twice")
+        if any(rank < 0 or rank >= self.world_size for rank in self.ranks):
+            raise ValueError(f"every rank must be in [0, world_size={self.world_size})")
+        return self
 
 
 class Command(NodeEvent):

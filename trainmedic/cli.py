@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
     "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
     "agent": ("producers.agent_cli", "publish this host's heartbeat with the state of its links"),
+    "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
 }
 
 

@@ -1,0 +1,52 @@
+"""The executor's one validated configuration object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretBytes, model_validator
+
+DEFAULT_FRESHNESS_S = 60.0
+DEFAULT_STOP_GRACE_S = 10.0
+
+
+class ExecutorConfig(BaseModel):
+    """How one node's executor runs. Either a cluster key or `insecure`, never both, never neither."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node: str = Field(min_length=1)
+    state_dir: Path
+    freshness_s: float = Field(default=DEFAULT_FRESHNESS_S, gt=0)
+    stop_grace_s: float = Field(default=DEFAULT_STOP_GRACE_S, gt=0)
+    poll_s: float = Field(default=0.2, gt=0, le=5)
+    key: SecretBytes | None = None
+    insecure: bool = False
+
+    @model_validator(mode="after")
+    def _one_trust_mode(self) -> ExecutorConfig:
+        if self.key is None and not self.insecure:
+            raise ValueError(
+                "no cluster key: set TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY, "
+                "or pass --insecure to accept unsigned commands"
+            )
+        if self.key is not None and self.insecure:
+            raise ValueError("a cluster key and --insecure exclude each other")
+        return self
+
+    @property
+    def key_bytes(self) -> bytes | None:
+        """The key to verify with, or None in insecure mode."""
+        return None if self.key is None else self.key.get_secret_value()
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / "ledger.jsonl"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def snapshot_dir(self, job: str) -> Path:
+        """Node-local directory where a job's ranks keep their per-step snapshots."""
+        return self.state_dir / "snapshots" / job

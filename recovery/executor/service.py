@@ -1,0 +1,200 @@
+"""The executor's Kafka loop: read this node's commands, decide, apply, ack; report rank exits.
+
+Thin: every decision is `decide`, every state move is the `GroupState` table; this file
+only moves data between Kafka, the ledger and the supervisor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from recovery.executor import leftovers
+from recovery.executor.config import ExecutorConfig
+from recovery.executor.decide import Apply, Refuse, Skip, Step, decide
+from recovery.executor.ledger import Ledger
+from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
+from recovery.executor.supervisor import RankExit, Supervisor
+from recovery.worker.env import WorkerEnv
+from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
+from trainmedic.errors import KafkaError
+from trainmedic.kafka import EventProducer, Record
+from trainmedic.kafka.partition import PartitionReader, partition_count, partition_of
+from trainmedic.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+class Executor:
+    """One node's executor. `run(stop)` serves until `stop` is set, then stops its ranks."""
+
+    def __init__(
+        self, config: ExecutorConfig, kafka: KafkaSettings, *, clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.kafka = kafka
+        self.clock = clock
+        self.supervisor = Supervisor(config.state_dir / "ranks.json")
+        self.groups: dict[str, LocalGroup] = {}
+        self.producer = EventProducer(kafka, client_id=f"trainmedic-executor-{config.node}")
+        self._ledger: Ledger | None = None
+        self.ready = threading.Event()  # set once reading from the partition
+
+    def run(self, stop: threading.Event) -> None:
+        topic = self.kafka.topics.commands
+        partition = partition_of(self.config.node, partition_count(self.kafka, topic))
+        self._ledger = ledger = Ledger.open(self.config.ledger_path)
+        for rank in leftovers.reclaim(self.config.state_dir / "ranks.json"):
+            self._publish_exit(RankExit(rank["job"], rank["generation"], rank["rank"], rank["world_size"],
+                                        rank["pid"], None, signal.SIGKILL))
+        for job, generation in ledger.state.generations.items():
+            self.groups[job] = LocalGroup(job, generation, GroupState.STOPPED)
+        position = ledger.state.positions.get((topic, partition))
+        reader = PartitionReader(
+            self.kafka, topic, partition, offset=position, start_ts=self.clock() - self.config.freshness_s,
+            client_id=f"trainmedic-executor-{self.config.node}",
+        )
+        log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
+                 self.config.node, topic, partition,
+                 "insecure (unsigned commands accepted)" if self.config.insecure else "signed commands only",
+                 self.config.state_dir)
+        try:
+            reader.client  # noqa: B018 -- assign now, so `ready` means "reading"
+            self.ready.set()
+            while not stop.is_set():
+                try:
+                    self._serve_once(reader)
+                except KafkaError as err:
+                    if not err.retryable:
+                        raise
+                    # Ranks keep training while Kafka is away; a lost ack is logged, never re-applied.
+                    log.error("Kafka: %s; retrying in 1s", err)
+                    stop.wait(1.0)
+        finally:
+            exits = self.supervisor.stop_all(self.config.stop_grace_s)
+            reader.close()
+            ledger.close()
+            try:
+                for ended in exits:
+                    self._publish_exit(ended)
+                self.producer.flush(timeout_s=10.0)
+            except KafkaError as err:
+                log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
+            log.info("executor for node %s stopped", self.config.node)
+
+    def _serve_once(self, reader: PartitionReader) -> None:
+        for item in reader.poll(self.config.poll_s):
+            self._handle(item)
+        for ended in self.supervisor.reap():
+            self._on_exit(ended)
+        self.producer.flush()
+
+    def _handle(self, item: Record | DeadLettered) -> None:
+        ledger = self._ledger
+        if isinstance(item, DeadLettered):
+            log.warning("invalid command at %s[%d]@%d: %s", item.source_topic, item.partition,
+                        item.offset, item.reason)
+            self.producer.send(self.kafka.topics.dlq, item, key=item.source_topic)
+            ledger.record(topic=item.source_topic, partition=item.partition, offset=item.offset)
+            return
+        command: Command = item.event
+        where = {"topic": item.topic, "partition": item.partition, "offset": item.offset}
+        if command.node != self.config.node:  # another node whose key shares our partition
+            log.debug("command %s is for node %s; not ours", command.id, command.node)
+            ledger.record(**where)
+            return
+        group = self.groups.get(command.job)
+        decision = decide(
+            command, node=self.config.node, key=self.config.key_bytes, now=self.clock(),
+            freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
+        )
+        if isinstance(decision, Skip):
+            log.info("command %s skipped: %s", command.id, decision.reason)
+            ledger.record(**where)
+            return
+        if isinstance(decision, Refuse):
+            log.warning("command %s (%s %s g%d) REFUSED: %s", command.id, command.action, command.job,
+                        command.generation, decision.reason)
+            ledger.record(**where)
+            self._ack(command, AckStatus.REFUSED, reason=decision.reason)
+            return
+        ledger.record(**where, command_id=command.id, job=command.job, generation=command.generation,
+                      applied=True)
+        self._apply(command, decision, group)
+
+    def _apply(self, command: Command, decision: Apply, group: LocalGroup | None) -> None:
+        log.info("command %s: %s job %s g%d: %s", command.id, command.action, command.job,
+                 command.generation, decision.note)
+        self._ack(command, AckStatus.ACCEPTED)
+        self.producer.flush()
+        started = time.monotonic()
+        group = fenced_at(group or LocalGroup(command.job, command.generation), command.generation)
+        try:
+            for step in decision.steps:
+                group = self._run_step(step, command, group)
+        except (OSError, RuntimeError) as err:
+            self.groups[command.job] = group
+            log.error("command %s failed: %s", command.id, err)
+            self._ack(command, AckStatus.FAILED, reason=str(err), elapsed_s=time.monotonic() - started)
+            return
+        self.groups[command.job] = group
+        self._ack(command, AckStatus.DONE, elapsed_s=time.monotonic() - started)
+
+    def _run_step(self, step: Step, command: Command, group: LocalGroup) -> LocalGroup:
+        if step == Step.STOP:
+            group = group.to(GroupState.STOPPING)
+            for ended in self.supervisor.stop(command.job, self.config.stop_grace_s):
+                self._publish_exit(ended)
+            return group.to(GroupState.STOPPED)
+        if step == Step.LAUNCH:
+            spec = command.worker
+            envs = [self._rank_env(command, local_rank) for local_rank in range(len(spec.ranks))]
+            self.supervisor.launch(command.job, command.generation, spec, envs,
+                                   self.config.logs_dir / command.job)
+            return group.to(GroupState.RUNNING, spec=spec)
+        sent = self.supervisor.signal(command.job, signal.SIGUSR1)
+        if sent == 0:
+            raise RuntimeError(f"no live rank of job {command.job} to signal")
+        log.info("job %s: SIGUSR1 (reattempt) sent to %d ranks", command.job, sent)
+        return group
+
+    def _rank_env(self, command: Command, local_rank: int) -> dict[str, str]:
+        spec = command.worker
+        contract = WorkerEnv(
+            master_addr=spec.master_addr, master_port=spec.master_port, rank=spec.ranks[local_rank],
+            world_size=spec.world_size, local_rank=local_rank, local_world_size=len(spec.ranks),
+            job=command.job, node=self.config.node, generation=command.generation, restore=spec.restore,
+            checkpoint_dir=spec.checkpoint_dir, snapshot_dir=str(self.config.snapshot_dir(command.job)),
+        )
+        return {
+            **os.environ,
+            "TRAINMEDIC_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+            "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix,
+            **contract.to_env(),
+        }
+
+    def _on_exit(self, ended: RankExit) -> None:
+        self._publish_exit(ended)
+        group = self.groups.get(ended.job)
+        if group is not None and group.generation == ended.generation:
+            self.groups[ended.job] = after_exit(group, ended.clean, self.supervisor.alive(ended.job))
+
+    def _publish_exit(self, ended: RankExit) -> None:
+        event = WorkerExited(
+            ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
+            world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
+            exit_code=ended.exit_code, signal=ended.signal,
+        )
+        self.producer.send(self.kafka.topics.worker, event, key=ended.job)
+
+    def _ack(self, command: Command, status: AckStatus, *, reason: str | None = None,
+             elapsed_s: float | None = None) -> None:
+        ack = CommandAcked(
+            ts=self.clock(), node=self.config.node, command_id=command.id, job=command.job,
+            generation=command.generation, status=status, reason=reason, elapsed_s=elapsed_s,
+        )
+        self.producer.send(self.kafka.topics.acks, ack, key=self.config.node)

@@ -1,0 +1,199 @@
+"""Rank processes on this node: launch, signal, stop, and notice when they end.
+
+Each rank runs in its own session, so its process group id is its pid and a signal to
+the group reaches everything the rank started. A rank that ended is first observed
+without being reaped (`waitid(WNOWAIT)`): its pid, and so its group id, cannot be reused
+while we SIGKILL what it left behind in the group; only then is it reaped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from recovery.executor import leftovers
+from schemas import WorkerSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RankExit:
+    """How one rank process ended: `exit_code` when it exited, `signal` when a signal killed it."""
+
+    job: str
+    generation: int
+    rank: int
+    world_size: int
+    pid: int
+    exit_code: int | None
+    signal: int | None
+
+    @property
+    def clean(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(slots=True)
+class RankProcess:
+    job: str
+    generation: int
+    rank: int
+    world_size: int
+    popen: subprocess.Popen
+    log_file: IO[bytes]
+
+
+class Supervisor:
+    """Owns the rank processes of every job on this node; records them in `registry` when given."""
+
+    def __init__(self, registry: Path | None = None) -> None:
+        self._ranks: dict[str, list[RankProcess]] = {}
+        self._registry = registry
+
+    def _record(self) -> None:
+        """Keep the registry of live ranks current (see leftovers.py)."""
+        if self._registry is None:
+            return
+        leftovers.save(self._registry, [
+            {"pid": p.popen.pid, "start": leftovers.start_time(p.popen.pid), "job": p.job,
+             "generation": p.generation, "rank": p.rank, "world_size": p.world_size}
+            for procs in self._ranks.values() for p in procs
+        ])
+
+    def launch(
+        self, job: str, generation: int, spec: WorkerSpec, envs: list[Mapping[str, str]], log_dir: Path,
+    ) -> list[int]:
+        """Start one process per entry of `envs` (one per local rank); returns their pids.
+
+        If one cannot start, the ones already started are killed and the error re-raised.
+        """
+        log_dir.mkdir(parents=True, exist_ok=True)
+        started: list[RankProcess] = []
+        try:
+            for rank, env in zip(spec.ranks, envs, strict=True):
+                path = log_dir / f"g{generation}-rank{rank}.log"
+                log_file = path.open("ab")
+                try:
+                    popen = subprocess.Popen(
+                        list(spec.command), env=dict(env), stdin=subprocess.DEVNULL,
+                        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                    )
+                except OSError:
+                    log_file.close()
+                    raise
+                started.append(RankProcess(job, generation, rank, spec.world_size, popen, log_file))
+                log.info("job %s g%d: rank %d started, pid %d, output in %s",
+                         job, generation, rank, popen.pid, path)
+        except OSError:
+            for proc in started:
+                _kill_group(proc.popen.pid, signal.SIGKILL)
+                while (status := _ended(proc.popen.pid)) is None:
+                    time.sleep(0.01)
+                self._finish(proc, status)
+            raise
+        self._ranks.setdefault(job, []).extend(started)
+        self._record()
+        return [proc.popen.pid for proc in started]
+
+    def alive(self, job: str) -> int:
+        """How many rank processes of `job` are not yet known to have ended."""
+        return len(self._ranks.get(job, []))
+
+    def pids(self, job: str) -> dict[int, int]:
+        """rank -> pid of the live ranks of `job`."""
+        return {proc.rank: proc.popen.pid for proc in self._ranks.get(job, [])}
+
+    def signal(self, job: str, sig: signal.Signals) -> int:
+        """Send `sig` to the group of every live rank of `job`; returns how many got it."""
+        sent = 0
+        for proc in self._ranks.get(job, []):
+            if _kill_group(proc.popen.pid, sig):
+                sent += 1
+        return sent
+
+    def reap(self, only_job: str | None = None) -> list[RankExit]:
+        """The ranks (of every job, or of `only_job`) that ended since the last call; never blocks."""
+        exits: list[RankExit] = []
+        for job, procs in list(self._ranks.items()):
+            if only_job is not None and job != only_job:
+                continue
+            for proc in list(procs):
+                status = _ended(proc.popen.pid)
+                if status is not None:
+                    procs.remove(proc)
+                    exits.append(self._finish(proc, status))
+            if not procs:
+                del self._ranks[job]
+        if exits:
+            self._record()
+        return exits
+
+    def stop(self, job: str, grace_s: float) -> list[RankExit]:
+        """SIGTERM every rank group of `job`, SIGKILL what is left after `grace_s`; wait for all."""
+        procs = self._ranks.get(job, [])
+        if not procs:
+            return []
+        log.info("job %s: stopping %d ranks (SIGTERM, SIGKILL after %gs)", job, len(procs), grace_s)
+        self.signal(job, signal.SIGTERM)
+        exits: list[RankExit] = []
+        deadline = time.monotonic() + grace_s
+        while self._ranks.get(job):
+            exits.extend(self.reap(job))
+            if not self._ranks.get(job):
+                break
+            if time.monotonic() >= deadline:
+                log.warning("job %s: %d ranks ignored SIGTERM for %gs; SIGKILL",
+                            job, len(self._ranks[job]), grace_s)
+                self.signal(job, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(0.05)
+        return exits
+
+    def stop_all(self, grace_s: float) -> list[RankExit]:
+        exits: list[RankExit] = []
+        for job in list(self._ranks):
+            exits.extend(self.stop(job, grace_s))
+        return exits
+
+    @staticmethod
+    def _finish(proc: RankProcess, status: int) -> RankExit:
+        """Clean up after an ended rank whose pid is not yet reaped, then reap it."""
+        _kill_group(proc.popen.pid, signal.SIGKILL)  # whatever the rank left in its group
+        proc.popen.wait()
+        proc.log_file.close()
+        code, sig = (status, None) if status >= 0 else (None, -status)
+        log.info("job %s g%d: rank %d (pid %d) ended: %s", proc.job, proc.generation, proc.rank,
+                 proc.popen.pid, f"exit code {code}" if sig is None else f"signal {signal.Signals(sig).name}")
+        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.popen.pid, code, sig)
+
+
+def _ended(pid: int) -> int | None:
+    """None while `pid` runs; else its status (exit code, or minus the signal), leaving it unreaped."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None:
+        return None
+    if info.si_code == os.CLD_EXITED:
+        return info.si_status
+    return -info.si_status
+
+
+def _kill_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        log.warning("no permission to signal process group %d", pgid)
+        return False
+    return True

@@ -1,0 +1,29 @@
+"""The worker runtime: what a training script imports to join, restore, snapshot and retry.
+
+    from recovery.worker import init_from_env
+    rt = init_from_env(timeout_s=60)
+    start = rt.restore(model, optimizer)
+    for step in range(start, total):
+        ...train one step...
+        rt.maybe_checkpoint(step + 1, model, optimizer)
+
+Heavy imports (torch) happen in `recovery.worker.runtime`, imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from recovery.worker.env import WorkerEnv
+
+if TYPE_CHECKING:
+    from recovery.worker.runtime import Runtime
+
+__all__ = ["Runtime", "WorkerEnv", "init_from_env"]
+
+
+def init_from_env(**kwargs: Any) -> Runtime:
+    """Join the job's process group as the environment says; see `runtime.init_from_env`."""
+    from recovery.worker.runtime import init_from_env as init
+
+    return init(**kwargs)

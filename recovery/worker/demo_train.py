@@ -1,0 +1,148 @@
+"""A tiny data-parallel training job that uses the worker runtime; launched by the executor.
+
+A 2-layer MLP regresses a fixed random linear map on synthetic batches (deterministic per
+step and rank), gradients are averaged with one gloo all-reduce, and each step is padded
+to `--step-s` seconds to look like real work. Prints one line per step:
+
+    step 41 loss 0.1234 gen 0 rank 1 t 1712345678.123
+
+Faults for rehearsals come from a control file (see recovery.worker.faults): hang, kill -9,
+crash. SIGUSR1 (the executor's `reattempt`) re-syncs from rank 0 and re-runs the step.
+
+    python -m recovery.worker.demo_train --steps 200 --step-s 0.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
+
+from recovery.worker.emit import KafkaEmit, no_emit  # noqa: E402
+from recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
+from recovery.worker.runtime import Runtime, init_from_env  # noqa: E402
+
+FEATURES = 16
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=1000, help="train until this many steps (default 1000)")
+    parser.add_argument("--step-s", type=float, default=0.1, help="pad each step to this long (default 0.1)")
+    parser.add_argument("--hidden", type=int, default=32, help="hidden width of the MLP (default 32)")
+    parser.add_argument("--snapshot-every", type=int, default=1, help="node-local snapshot period, steps")
+    parser.add_argument("--checkpoint-every", type=int, default=0,
+                        help="checkpoint period in steps, into TRAINMEDIC_CHECKPOINT_DIR (0: never)")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="rendezvous and collective timeout")
+    parser.add_argument("--emit", choices=("none", "kafka"), default="none",
+                        help="report worker_start/step/error events to telemetry.worker (default none)")
+    parser.add_argument("--fault-file", type=Path, default=os.environ.get(FAULTS_ENV) or None,
+                        help=f"fault control file (env {FAULTS_ENV})")
+    return parser.parse_args(argv)
+
+
+def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same batch for the same (step, rank) in every run and generation."""
+    gen = torch.Generator().manual_seed(step * 1009 + rank)
+    x = torch.randn(32, FEATURES, generator=gen)
+    target = torch.Generator().manual_seed(7)
+    weights = torch.randn(FEATURES, 1, generator=target)
+    return x, x @ weights
+
+
+class Momentum:
+    """SGD with momentum, by hand. torch.optim's constructor imports torch._dynamo, which takes
+    seconds on a small CPU and would dominate the demo's restart time."""
+
+    def __init__(self, params: list[torch.nn.Parameter], lr: float, beta: float = 0.9) -> None:
+        self.params, self.lr, self.beta = params, lr, beta
+        self.velocity = [torch.zeros_like(p) for p in params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, v in zip(self.params, self.velocity, strict=True):
+            v.mul_(self.beta).add_(p.grad)
+            p.sub_(self.lr * v)
+
+    def state_dict(self) -> dict:
+        return {"lr": self.lr, "beta": self.beta, "velocity": [v.clone() for v in self.velocity]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lr, self.beta = state["lr"], state["beta"]
+        for v, saved in zip(self.velocity, state["velocity"], strict=True):
+            v.copy_(saved)
+
+
+def train_step(rt: Runtime, model: torch.nn.Module, optimizer: Momentum, step: int) -> float:
+    x, y = batch(step, rt.rank)
+    optimizer.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    torch.distributed.all_reduce(flat)
+    flat /= rt.world_size
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+    optimizer.step()
+    return loss.item()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(1)
+    emit = KafkaEmit() if args.emit == "kafka" else None
+    rt = init_from_env(timeout_s=args.timeout_s, snapshot_every=args.snapshot_every,
+                       checkpoint_every=args.checkpoint_every, emit=emit or no_emit)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, args.hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(args.hidden, 1))
+    optimizer = Momentum(list(model.parameters()), lr=0.01)
+    start = rt.restore(model, optimizer)
+    source = rt.restored_from
+    print(f"restored step {start} from {'nothing' if source is None else source.kind} "
+          f"gen {rt.env.generation} rank {rt.rank} t {time.time():.3f}", flush=True)
+    step = start
+    try:
+        while step < args.steps:
+            fault = due(read_faults(args.fault_file), rank=rt.rank, step=step, generation=rt.env.generation)
+            if fault is not None:
+                inject(fault, step=step)
+            if rt.agree_reattempt():
+                rt.resync(model, optimizer)
+                print(f"reattempt: re-synced from rank 0, re-running step {step}", flush=True)
+            began = time.monotonic()
+            loss = train_step(rt, model, optimizer, step)
+            time.sleep(max(0.0, args.step_s - (time.monotonic() - began)))
+            rt.maybe_checkpoint(step + 1, model, optimizer)
+            rt.step_done(step, time.monotonic() - began)
+            print(f"step {step} loss {loss:.4f} gen {rt.env.generation} rank {rt.rank} t {time.time():.3f}",
+                  flush=True)
+            step += 1
+    except Exception as err:
+        rt.report_error(err)
+        raise
+    finally:
+        if emit is not None:
+            emit.close()
+    rt.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

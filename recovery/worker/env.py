@@ -1,0 +1,92 @@
+"""The environment contract between the executor (which writes it) and a rank (which reads it).
+
+torch.distributed's own variables plus trainmedic's. Pure: no torch import, so the
+executor can use it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from schemas import RestoreSource
+from trainmedic.errors import ConfigError
+
+REATTEMPT_SIGNAL_NAME = "SIGUSR1"  # what the executor sends for `reattempt`
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEnv:
+    """Everything a rank learns from its environment."""
+
+    master_addr: str
+    master_port: int
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    job: str
+    node: str
+    generation: int
+    restore: RestoreSource
+    checkpoint_dir: str | None = None
+    snapshot_dir: str | None = None
+
+    def to_env(self) -> dict[str, str]:
+        """The variables the executor sets for this rank (absent optional dirs are left unset)."""
+        env = {
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_world_size),
+            "TRAINMEDIC_JOB": self.job,
+            "TRAINMEDIC_NODE": self.node,
+            "TRAINMEDIC_GENERATION": str(self.generation),
+            "TRAINMEDIC_RESTORE": self.restore.model_dump_json(),
+        }
+        if self.checkpoint_dir:
+            env["TRAINMEDIC_CHECKPOINT_DIR"] = self.checkpoint_dir
+        if self.snapshot_dir:
+            env["TRAINMEDIC_SNAPSHOT_DIR"] = self.snapshot_dir
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WorkerEnv:
+        """Parse the contract; raises ConfigError naming the variable that is missing or wrong."""
+
+        def need(name: str) -> str:
+            value = env.get(name)
+            if not value:
+                raise ConfigError(f"{name} is not set: is this rank launched by `trainmedic executor`?")
+            return value
+
+        def number(name: str, default: str | None = None) -> int:
+            raw = env.get(name, default) if default is not None else need(name)
+            try:
+                return int(raw)
+            except ValueError:
+                raise ConfigError(f"{name}={raw!r} is not an integer") from None
+
+        try:
+            restore = RestoreSource.model_validate(json.loads(env.get("TRAINMEDIC_RESTORE") or "{}"))
+        except (ValueError, ValidationError) as err:
+            raise ConfigError(f"TRAINMEDIC_RESTORE is not a restore source: {err}") from None
+        return cls(
+            master_addr=need("MASTER_ADDR"),
+            master_port=number("MASTER_PORT"),
+            rank=number("RANK"),
+            world_size=number("WORLD_SIZE"),
+            local_rank=number("LOCAL_RANK", "0"),
+            local_world_size=number("LOCAL_WORLD_SIZE", "1"),
+            job=env.get("TRAINMEDIC_JOB", "job"),
+            node=env.get("TRAINMEDIC_NODE", "localhost"),
+            generation=number("TRAINMEDIC_GENERATION", "0"),
+            restore=restore,
+            checkpoint_dir=env.get("TRAINMEDIC_CHECKPOINT_DIR") or None,
+            snapshot_dir=env.get("TRAINMEDIC_SNAPSHOT_DIR") or None,
+        )

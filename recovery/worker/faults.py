@@ -1,0 +1,70 @@
+"""Fault injection for rehearsals and tests: a control file tells a rank to hang, die or crash.
+
+The file (path in TRAINMEDIC_DEMO_FAULTS, or `--fault-file`) holds one JSON object or a
+list of them, re-read before every step, so a fault can be armed while the job runs:
+
+    {"fault": "hang", "rank": 1, "at_step": 20, "generation": 0}
+
+`fault`: hang (stay alive, stop stepping), kill (SIGKILL itself), crash (raise, exit 1).
+`at_step` (default 0): from which step on; `generation` (default any): only in that
+generation, so a restarted job does not fault again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+FAULTS_ENV = "TRAINMEDIC_DEMO_FAULTS"
+
+
+class Fault(BaseModel):
+    """One armed fault."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fault: Literal["hang", "kill", "crash"]
+    rank: int = Field(ge=0)
+    at_step: int = Field(default=0, ge=0)
+    generation: int | None = Field(default=None, ge=0)
+
+
+_FAULTS = TypeAdapter(Fault | list[Fault])
+
+
+def read_faults(path: Path | None) -> list[Fault]:
+    """The faults in the control file; none when it is absent, empty or not valid (a rehearsal
+    typo must not kill the training job)."""
+    if path is None:
+        return []
+    try:
+        text = path.read_text("utf-8").strip()
+        parsed = _FAULTS.validate_python(json.loads(text)) if text else []
+    except (OSError, ValueError, ValidationError):
+        return []
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
+def due(faults: list[Fault], *, rank: int, step: int, generation: int) -> Fault | None:
+    """The first fault that applies to this rank at this step and generation."""
+    for fault in faults:
+        if fault.rank == rank and step >= fault.at_step and fault.generation in (None, generation):
+            return fault
+    return None
+
+
+def inject(fault: Fault, *, step: int) -> None:
+    """Carry the fault out. `hang` never returns (SIGTERM/SIGKILL still end the process)."""
+    print(f"FAULT {fault.fault} injected at step {step}", flush=True)
+    if fault.fault == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault.fault == "crash":
+        raise RuntimeError(f"injected crash at step {step}")
+    while True:
+        time.sleep(3600)

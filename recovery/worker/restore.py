@@ -1,0 +1,87 @@
+"""Restore after a (re)start: every rank offers what state it can read, the newest wins and is broadcast.
+
+`replica`: ranks on the restore source's node offer the newest node-local snapshot of
+the named rank (any rank's, when none is named); a checkpoint is the fallback.
+`checkpoint`: ranks offer the newest file in the checkpoint directory (or
+`restore.path`). `none`: start fresh, no collective. The chosen rank loads its file and
+broadcasts model state, optimizer state and step to every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recovery.worker import state_files
+from recovery.worker.env import WorkerEnv
+
+log = logging.getLogger(__name__)
+
+REPLICA, CHECKPOINT = "replica", "checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """State one rank can load: `step` completed steps, from a replica snapshot or a checkpoint."""
+
+    rank: int
+    step: int
+    kind: str
+    path: str
+
+
+def local_offers(env: WorkerEnv) -> list[Offer]:
+    """What this rank could load, by the restore source its environment names."""
+    source = env.restore
+    offers: list[Offer] = []
+    if source.kind == "none":
+        return offers
+    if source.kind == REPLICA and env.snapshot_dir and source.node in (None, env.node):
+        found = state_files.newest(Path(env.snapshot_dir), state_files.snapshot_prefix(source.rank))
+        if found:
+            offers.append(Offer(env.rank, found[0], REPLICA, str(found[1])))
+    checkpoint = _checkpoint_offer(env)
+    if checkpoint is not None:
+        offers.append(checkpoint)
+    return offers
+
+
+def _checkpoint_offer(env: WorkerEnv) -> Offer | None:
+    where = Path(env.restore.path or env.checkpoint_dir or "")
+    if not str(where) or str(where) == ".":
+        return None
+    if where.is_file():
+        step = state_files.load(where)["step"]
+        return Offer(env.rank, int(step), CHECKPOINT, str(where))
+    found = state_files.newest(where, "")
+    return None if found is None else Offer(env.rank, found[0], CHECKPOINT, str(found[1]))
+
+
+def choose(offers: list[Offer]) -> Offer | None:
+    """The newest state; on a tie a replica before a checkpoint, then the lowest rank."""
+    if not offers:
+        return None
+    return max(offers, key=lambda o: (o.step, o.kind == REPLICA, -o.rank))
+
+
+def restore_state(env: WorkerEnv, model: Any, optimizer: Any, device: Any = None) -> tuple[int, Offer | None]:
+    """Load the chosen state into `model` and `optimizer` on every rank; returns (step, source)."""
+    import torch.distributed as dist
+
+    if env.restore.kind == "none":
+        return 0, None
+    gathered: list[list[Offer] | None] = [None] * env.world_size
+    dist.all_gather_object(gathered, local_offers(env))
+    chosen = choose([offer for offers in gathered for offer in offers or []])
+    if chosen is None:
+        log.warning("restore %s: no rank has a snapshot or checkpoint; starting fresh", env.restore.kind)
+        return 0, None
+    mine = env.rank == chosen.rank
+    box: list[dict[str, Any] | None] = [state_files.load(Path(chosen.path)) if mine else None]
+    dist.broadcast_object_list(box, src=chosen.rank, device=device)
+    payload = box[0]
+    model.load_state_dict(payload["model"])
+    optimizer.load_state_dict(payload["optimizer"])
+    return int(payload["step"]), chosen

@@ -1,0 +1,156 @@
+"""The rank side of trainmedic: join the process group, restore, snapshot, checkpoint, retry in place.
+
+Snapshots: every `snapshot_every` completed steps each rank writes model, optimizer and
+step to its node-local snapshot dir (TRAINMEDIC_SNAPSHOT_DIR). Those files outlive the
+processes, so after a restart a surviving node's snapshot is the "replica" to restore
+from: with `snapshot_every=1` no completed step is lost.
+
+Reattempt: the executor sends SIGUSR1. The handler only sets a flag; `agree_reattempt`
+(one 1-element all-reduce, called by every rank at the top of each step) makes all ranks
+see it at the same step, and `resync` re-broadcasts rank 0's state before the step is
+run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from recovery.worker import state_files
+from recovery.worker.emit import Emit, no_emit
+from recovery.worker.env import WorkerEnv
+from recovery.worker.restore import Offer, restore_state
+from schemas import WorkerFailed, WorkerStarted, WorkerStepped
+
+log = logging.getLogger(__name__)
+
+
+class Stateful(Protocol):
+    """What the runtime saves and restores: a torch.optim.Optimizer, or anything like it."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class Runtime:
+    """One rank's connection to its job: where it is, how it saves, how it reports."""
+
+    env: WorkerEnv
+    emit: Emit = no_emit
+    snapshot_every: int = 1
+    checkpoint_every: int = 0
+    device: torch.device | None = None
+    restored_from: Offer | None = None
+    _reattempt: bool = field(default=False, repr=False)
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    def restore(self, model: torch.nn.Module, optimizer: Stateful) -> int:
+        """Load the state the restore source names into every rank; returns the step to resume at.
+
+        A collective: every rank calls it, once, right after `init_from_env`.
+        """
+        step, self.restored_from = restore_state(self.env, model, optimizer, self.device)
+        source = self.restored_from
+        log.info("rank %d g%d: resuming at step %d (%s)", self.rank, self.env.generation, step,
+                 "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}")
+        return step
+
+    def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: Stateful) -> None:
+        """After `step` completed steps: a local snapshot every `snapshot_every` steps (every rank),
+        a checkpoint every `checkpoint_every` steps (rank 0, into TRAINMEDIC_CHECKPOINT_DIR)."""
+        snapshot_due = self.env.snapshot_dir and self.snapshot_every and step % self.snapshot_every == 0
+        checkpoint_due = (self.env.checkpoint_dir and self.checkpoint_every and self.rank == 0
+                          and step % self.checkpoint_every == 0)
+        if not (snapshot_due or checkpoint_due):
+            return
+        payload = {"step": step, "generation": self.env.generation,
+                   "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        if snapshot_due:
+            state_files.save_keeping(Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank),
+                                     step, payload, state_files.SNAPSHOTS_KEPT)
+        if checkpoint_due:
+            state_files.save_keeping(Path(self.env.checkpoint_dir), "", step, payload,
+                                     state_files.CHECKPOINTS_KEPT)
+
+    def step_done(self, step: int, step_time_s: float) -> None:
+        """Report a finished step through `emit`."""
+        self.emit(WorkerStepped(ts=time.time(), step=step, step_time=step_time_s, **self._ids()))
+
+    def report_error(self, err: BaseException) -> None:
+        """Report an exception that escaped the training step."""
+        self.emit(WorkerFailed(ts=time.time(), error=f"{type(err).__name__}: {err}", **self._ids()))
+
+    def agree_reattempt(self) -> bool:
+        """True on every rank when any rank got SIGUSR1 since the last call. A collective."""
+        flag = torch.tensor([1 if self._reattempt else 0], device=self.device)
+        self._reattempt = False
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def resync(self, model: torch.nn.Module, optimizer: Stateful) -> None:
+        """Give every rank rank 0's model and optimizer state (before retrying a step). A collective."""
+        box = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()} if self.rank == 0 else None]
+        dist.broadcast_object_list(box, src=0, device=self.device)
+        model.load_state_dict(box[0]["model"])
+        optimizer.load_state_dict(box[0]["optimizer"])
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def _on_reattempt(self, signum: int, frame: Any) -> None:
+        self._reattempt = True
+
+    def _ids(self) -> dict[str, Any]:
+        return {"node": self.env.node, "job": self.env.job, "rank": self.rank,
+                "world_size": self.world_size, "generation": self.env.generation, "pid": os.getpid()}
+
+
+def init_from_env(
+    *, timeout_s: float = 60.0, emit: Emit = no_emit, snapshot_every: int = 1, checkpoint_every: int = 0,
+    backend: str | None = None, env: Mapping[str, str] = os.environ,
+) -> Runtime:
+    """Join the job's process group as the executor's environment says (gloo on CPU, NCCL with CUDA).
+
+    `timeout_s` bounds rendezvous and every collective. Installs the SIGUSR1 (reattempt)
+    handler when called from the main thread, and emits `worker_start`.
+    """
+    contract = WorkerEnv.from_env(env)
+    began = time.monotonic()
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    device = None
+    if backend == "nccl":
+        device = torch.device("cuda", contract.local_rank)
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        backend, init_method=f"tcp://{contract.master_addr}:{contract.master_port}",
+        rank=contract.rank, world_size=contract.world_size, timeout=timedelta(seconds=timeout_s),
+    )
+    log.info("rank %d/%d of job %s g%d joined the %s process group in %.2fs", contract.rank,
+             contract.world_size, contract.job, contract.generation, backend, time.monotonic() - began)
+    runtime = Runtime(contract, emit=emit, snapshot_every=snapshot_every,
+                      checkpoint_every=checkpoint_every, device=device)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, runtime._on_reattempt)
+    runtime.emit(WorkerStarted(ts=time.time(), **runtime._ids()))
+    return runtime

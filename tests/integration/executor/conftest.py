@@ -1,0 +1,155 @@
+"""Executors in threads of the test process, and readers of what they publish."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recovery.executor.config import ExecutorConfig
+from recovery.executor.service import Executor
+from recovery.signing import sign
+from schemas import Command
+from trainmedic.kafka import EventConsumer, EventProducer
+from trainmedic.settings import KafkaSettings
+
+KEY = b"test-cluster-key"
+
+
+class RunningExecutor:
+    """An Executor serving in a thread until `stop()`."""
+
+    def __init__(self, config: ExecutorConfig, kafka: KafkaSettings) -> None:
+        self.executor = Executor(config, kafka)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._serve, name=f"executor-{config.node}", daemon=True)
+        self._thread.start()
+        if not self.executor.ready.wait(30):
+            raise TimeoutError("executor did not start within 30s")
+        if self.error is not None:
+            raise self.error
+
+    def _serve(self) -> None:
+        try:
+            self.executor.run(self._stop)
+        except BaseException as err:  # kept for the test to see
+            self.error = err
+            self.executor.ready.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def start_executor(kafka: KafkaSettings, tmp_path: Path) -> Iterator[Callable[..., RunningExecutor]]:
+    """Start executors (node n1 by default, state under tmp_path); all are stopped at teardown."""
+    running: list[RunningExecutor] = []
+
+    def start(node: str = "n1", **config: Any) -> RunningExecutor:
+        settings = {"node": node, "state_dir": tmp_path / node, "key": KEY, "stop_grace_s": 5.0, **config}
+        ex = RunningExecutor(ExecutorConfig(**settings), kafka)
+        running.append(ex)
+        return ex
+
+    yield start
+    for ex in running:
+        ex.stop()
+
+
+@pytest.fixture
+def send(kafka: KafkaSettings) -> Iterator[Callable[..., Command]]:
+    """Publish a command to the commands topic, keyed by node, signed with KEY unless told otherwise."""
+    producer = EventProducer(kafka)
+
+    def publish(command: Command, key: bytes | None = KEY) -> Command:
+        if key is not None:
+            command = sign(command, key)
+        producer.send(kafka.topics.commands, command, key=command.node)
+        producer.flush()
+        return command
+
+    yield publish
+    producer.close()
+
+
+class Events:
+    """Everything published on some topics since the test began, read as it arrives."""
+
+    def __init__(self, kafka: KafkaSettings, topics: list[str]) -> None:
+        self._consumer = EventConsumer(kafka, topics, f"test-{uuid.uuid4().hex[:12]}")
+        self.seen: list[Any] = []
+
+    def wait_for(self, predicate: Callable[[Any], bool], timeout_s: float = 60.0) -> Any:
+        """The first event (seen before or arriving) that matches; raises after timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        index = 0
+        while True:
+            while index < len(self.seen):
+                if predicate(self.seen[index]):
+                    return self.seen[index]
+                index += 1
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no matching event; seen: {self.seen}")
+            self.seen.extend(record.event for record in self._consumer.poll(0.2))
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@pytest.fixture
+def events(kafka: KafkaSettings) -> Iterator[Events]:
+    reader = Events(kafka, [kafka.topics.acks, kafka.topics.worker])
+    yield reader
+    reader.close()
+
+
+@pytest.fixture
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def processes_of(job: str) -> list[int]:
+    """Pids of live processes whose environment names `job`: what must be gone after a stop."""
+    return processes_with(f"TRAINMEDIC_JOB={job}")
+
+
+def processes_with(assignment: str) -> list[int]:
+    """Pids of live (non-zombie) processes whose environment holds `NAME=value`."""
+    found = []
+    marker = assignment.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_orphans(kafka: KafkaSettings) -> Iterator[None]:
+    """After each test, SIGKILL any process started for it (ranks carry the test's topic prefix)."""
+    yield
+    for pid in processes_with(f"TRAINMEDIC_TOPIC_PREFIX={kafka.topic_prefix}"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue

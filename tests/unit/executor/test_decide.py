@@ -1,0 +1,95 @@
+from recovery.executor.decide import Apply, Refuse, Skip, Step, decide
+from recovery.executor.ledger import Ledger
+from recovery.executor.state import GroupState, LocalGroup
+from recovery.signing import sign
+from schemas import Command, CommandAction, WorkerSpec
+
+KEY = b"k"
+NOW = 1000.0
+SPEC = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="h", master_port=29500, command=("train",))
+
+
+def cmd(action=CommandAction.START, *, key=KEY, **changes) -> Command:
+    fields = dict(ts=NOW - 1, node="n1", id="c1", job="j", generation=1, action=action, worker=SPEC)
+    command = Command(**{**fields, **changes})
+    return sign(command, key) if key else command
+
+
+def run(command, group=None, applied=(), key=KEY, freshness_s=60.0):
+    return decide(command, node="n1", key=key, now=NOW, freshness_s=freshness_s, group=group, applied=applied)
+
+
+def test_a_fresh_signed_start_launches():
+    assert run(cmd()) == Apply((Step.LAUNCH,), "launch 2 ranks")
+
+
+def test_forged_and_unsigned_commands_are_refused():
+    assert "bad signature" in run(cmd(key=b"attacker")).reason
+    assert "unsigned" in run(cmd(key=None)).reason
+
+
+def test_insecure_mode_accepts_unsigned():
+    assert isinstance(run(cmd(key=None), key=None), Apply)
+
+
+def test_a_command_for_another_node_is_refused():
+    decision = run(cmd(node="n2"))
+    assert isinstance(decision, Refuse) and "'n2'" in decision.reason
+
+
+def test_stale_and_future_commands_are_refused():
+    assert "stale" in run(cmd(ts=NOW - 61)).reason
+    assert "future" in run(cmd(ts=NOW + 61)).reason
+    assert isinstance(run(cmd(ts=NOW - 59)), Apply)
+
+
+def test_an_older_generation_is_fenced_off():
+    group = LocalGroup("j", 3, GroupState.RUNNING, SPEC)
+    decision = run(cmd(CommandAction.STOP, generation=2), group)
+    assert isinstance(decision, Refuse) and "fenced" in decision.reason
+
+
+def test_an_applied_command_is_skipped_not_refused_even_when_stale():
+    assert isinstance(run(cmd(ts=NOW - 600), applied={"c1"}), Skip)
+
+
+def test_at_most_once_across_a_restart(tmp_path):
+    ledger = Ledger.open(tmp_path / "ledger.jsonl")
+    command = cmd()
+    assert isinstance(run(command, applied=ledger.state.applied), Apply)
+    ledger.record(topic="t", partition=0, offset=5, command_id=command.id, job="j", generation=1,
+                  applied=True)
+    ledger.close()
+    reopened = Ledger.open(tmp_path / "ledger.jsonl")
+    assert isinstance(run(command, applied=reopened.state.applied), Skip)
+    assert reopened.state.positions == {("t", 0): 6}
+    assert reopened.state.generations == {"j": 1}
+
+
+def test_start_stops_what_runs_before_launching_a_new_generation():
+    running = LocalGroup("j", 0, GroupState.RUNNING, SPEC)
+    assert run(cmd(generation=1), running).steps == (Step.STOP, Step.LAUNCH)
+    assert run(cmd(generation=0), running).steps == ()
+    assert run(cmd(CommandAction.RESTART, generation=0), running).steps == (Step.STOP, Step.LAUNCH)
+    failed = LocalGroup("j", 1, GroupState.FAILED, SPEC)
+    assert run(cmd(generation=1), failed).steps == (Step.STOP, Step.LAUNCH)
+
+
+def test_start_without_a_command_is_refused():
+    bare = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1)
+    assert "needs a worker spec" in run(cmd(worker=bare)).reason
+    assert "needs a worker spec" in run(cmd(CommandAction.RESTART, worker=None)).reason
+
+
+def test_stop_when_nothing_runs_is_done_with_no_steps():
+    assert run(cmd(CommandAction.STOP)).steps == ()
+    stopped = LocalGroup("j", 1, GroupState.STOPPED, SPEC)
+    assert run(cmd(CommandAction.STOP), stopped).steps == ()
+    assert run(cmd(CommandAction.STOP), LocalGroup("j", 1, GroupState.RUNNING, SPEC)).steps == (Step.STOP,)
+
+
+def test_reattempt_needs_the_running_generation():
+    running = LocalGroup("j", 1, GroupState.RUNNING, SPEC)
+    assert run(cmd(CommandAction.REATTEMPT), running).steps == (Step.SIGNAL_REATTEMPT,)
+    assert "but 1 runs" in run(cmd(CommandAction.REATTEMPT, generation=2), running).reason
+    assert "no running ranks" in run(cmd(CommandAction.REATTEMPT)).reason

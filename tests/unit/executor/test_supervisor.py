@@ -1,0 +1,105 @@
+"""The supervisor with real (tiny, non-torch) processes: exits, signals, no orphans."""
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from recovery.executor.supervisor import Supervisor
+from schemas import WorkerSpec
+
+
+@pytest.fixture
+def supervisor() -> Iterator[Supervisor]:
+    sup = Supervisor()
+    yield sup
+    sup.stop_all(grace_s=0.1)
+
+
+def spec(script: str, ranks=(0,)) -> WorkerSpec:
+    return WorkerSpec(ranks=ranks, world_size=len(ranks), master_addr="h", master_port=1,
+                      command=("sh", "-c", script))
+
+
+def launch(sup: Supervisor, tmp_path: Path, script: str, ranks=(0,)) -> list[int]:
+    envs = [{**os.environ, "RANK": str(rank)} for rank in ranks]
+    return sup.launch("j", 0, spec(script, ranks), envs, tmp_path)
+
+
+def wait_exits(sup: Supervisor, count: int, timeout_s: float = 10.0):
+    exits, deadline = [], time.monotonic() + timeout_s
+    while len(exits) < count and time.monotonic() < deadline:
+        exits += sup.reap()
+        time.sleep(0.02)
+    return exits
+
+
+def grandchild_pid(log: Path, timeout_s: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log.read_text().strip() if log.exists() else ""
+        if text:
+            return int(text.splitlines()[0])
+        time.sleep(0.02)
+    raise TimeoutError(f"{log} stayed empty")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_exit_codes_and_signals_are_reported(supervisor, tmp_path):
+    pids = launch(supervisor, tmp_path, 'test "$RANK" = 0 && exit 3; sleep 60', ranks=(0, 1))
+    exits = wait_exits(supervisor, 1)
+    assert [(e.rank, e.exit_code, e.signal) for e in exits] == [(0, 3, None)]
+    os.kill(pids[1], signal.SIGKILL)
+    exits = wait_exits(supervisor, 1)
+    assert [(e.rank, e.exit_code, e.signal) for e in exits] == [(1, None, 9)]
+    assert supervisor.alive("j") == 0
+
+
+def test_stop_kills_the_whole_process_group(supervisor, tmp_path):
+    launch(supervisor, tmp_path, "sleep 60 & echo $!; wait")
+    child = grandchild_pid(tmp_path / "g0-rank0.log")
+    assert alive(child)
+    exits = supervisor.stop("j", grace_s=5)
+    assert [e.signal for e in exits] == [signal.SIGTERM]
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(child)
+
+
+def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace_period(supervisor, tmp_path):
+    launch(supervisor, tmp_path, 'trap "" TERM; echo ready; sleep 60 & wait; sleep 60')
+    grandchild_pid_file = tmp_path / "g0-rank0.log"
+    deadline = time.monotonic() + 5
+    while not grandchild_pid_file.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    exits = supervisor.stop("j", grace_s=0.3)
+    assert [e.signal for e in exits] == [signal.SIGKILL]
+
+
+def test_a_dead_rank_leaves_nothing_behind_in_its_group(supervisor, tmp_path):
+    pids = launch(supervisor, tmp_path, "sleep 60 & echo $!; wait")
+    child = grandchild_pid(tmp_path / "g0-rank0.log")
+    os.kill(pids[0], signal.SIGKILL)
+    assert [e.signal for e in wait_exits(supervisor, 1)] == [9]
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(child)
+
+
+def test_a_command_that_cannot_start_starts_nothing(supervisor, tmp_path):
+    bad = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1, command=("/nonexistent",))
+    with pytest.raises(OSError):
+        supervisor.launch("j", 0, bad, [dict(os.environ)], tmp_path)
+    assert supervisor.alive("j") == 0

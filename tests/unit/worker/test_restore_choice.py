@@ -1,0 +1,37 @@
+import torch
+
+from recovery.worker import state_files
+from recovery.worker.env import WorkerEnv
+from recovery.worker.restore import CHECKPOINT, REPLICA, Offer, choose, local_offers
+from schemas import RestoreSource
+
+
+def test_the_newest_state_wins_then_replica_then_lowest_rank():
+    assert choose([]) is None
+    offers = [Offer(1, 10, REPLICA, "a"), Offer(0, 10, REPLICA, "b"), Offer(0, 10, CHECKPOINT, "c"),
+              Offer(2, 9, REPLICA, "d")]
+    assert choose(offers).path == "b"
+    assert choose([Offer(0, 8, REPLICA, "r"), Offer(0, 12, CHECKPOINT, "c")]).path == "c"
+
+
+def env(tmp_path, restore: RestoreSource, node="n1", rank=0) -> WorkerEnv:
+    return WorkerEnv(master_addr="h", master_port=1, rank=rank, world_size=2, local_rank=rank,
+                     local_world_size=2, job="j", node=node, generation=1, restore=restore,
+                     checkpoint_dir=str(tmp_path / "ckpt"), snapshot_dir=str(tmp_path / "snap"))
+
+
+def test_offers_follow_the_restore_source(tmp_path):
+    payload = {"step": 0, "model": {"w": torch.zeros(1)}, "optimizer": {}}
+    for step in (3, 4, 5):
+        state_files.save_keeping(tmp_path / "snap", "rank0-", step, payload, keep=2)
+    state_files.save_keeping(tmp_path / "snap", "rank1-", 6, payload, keep=2)
+    state_files.save_keeping(tmp_path / "ckpt", "", 2, payload, keep=3)
+    assert len(list((tmp_path / "snap").glob("rank0-*"))) == 2
+
+    replica_of_0 = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n1")))
+    assert [(o.kind, o.step) for o in replica_of_0] == [(REPLICA, 5), (CHECKPOINT, 2)]
+    any_rank = local_offers(env(tmp_path, RestoreSource(kind="replica", node="n1")))
+    assert any_rank[0].step == 6
+    elsewhere = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n9")))
+    assert [o.kind for o in elsewhere] == [CHECKPOINT]
+    assert local_offers(env(tmp_path, RestoreSource(kind="none"))) == []

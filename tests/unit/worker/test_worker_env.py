@@ -1,0 +1,27 @@
+import pytest
+
+from recovery.worker.env import WorkerEnv
+from schemas import RestoreSource
+from trainmedic.errors import ConfigError
+
+
+def test_the_env_contract_round_trips():
+    env = WorkerEnv(master_addr="10.0.0.1", master_port=29500, rank=3, world_size=4, local_rank=1,
+                    local_world_size=2, job="j", node="n2", generation=5,
+                    restore=RestoreSource(kind="replica", rank=0, node="n1"),
+                    checkpoint_dir="/ckpt", snapshot_dir="/snap")
+    variables = env.to_env()
+    assert variables["RANK"] == "3" and variables["TRAINMEDIC_GENERATION"] == "5"
+    assert WorkerEnv.from_env(variables) == env
+
+
+def test_a_missing_variable_is_named():
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):
+        WorkerEnv.from_env({"RANK": "0"})
+    with pytest.raises(ConfigError, match="RANK='x'"):
+        WorkerEnv.from_env({"MASTER_ADDR": "h", "MASTER_PORT": "1", "RANK": "x", "WORLD_SIZE": "1"})
+
+
+def test_defaults_without_trainmedic_variables():
+    env = WorkerEnv.from_env({"MASTER_ADDR": "h", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "1"})
+    assert env.restore.kind == "none" and env.generation == 0 and env.snapshot_dir is None
