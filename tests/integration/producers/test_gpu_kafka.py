@@ -59,12 +59,15 @@ def test_a_running_producer_takes_faults_from_its_control_file(
     thread = threading.Thread(target=lambda: result.append(run_gpu_producer(config, kafka, source, stop)))
     thread.start()
     try:
+        # The producer reads the control file's end before its first sample: once a sample
+        # arrived, what is written next is new to it.
+        records = consume_until(kafka, kafka.topics.gpu, group_id, bool)
         control.write_text("xid=banana\nxid=79,node=n02,gpu=3\n")
 
         def xid_seen(records: list) -> bool:
             return any(r.event.xids for r in records)
 
-        records = consume_until(kafka, kafka.topics.gpu, group_id, xid_seen)
+        records += consume_until(kafka, kafka.topics.gpu, group_id, xid_seen)
     finally:
         stop.set()
         thread.join(30)
