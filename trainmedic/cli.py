@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
     "demo": ("trainmedic.demo", "run the local demo"),
+    "detector": ("streams.cli", "run the detector: a Faust worker that turns telemetry into incidents"),
     "replay": ("streams.replay", "run the detector over a telemetry recording (JSON lines)"),
     "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
     "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),

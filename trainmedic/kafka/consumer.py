@@ -13,6 +13,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
+from pydantic import TypeAdapter
 
 from schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
 from trainmedic.errors import KafkaError
@@ -35,14 +36,16 @@ class Record:
 
 def parse_message(
     topics: Topics, topic: str, partition: int, offset: int,
-    key: bytes | None, value: bytes | None, now: float,
+    key: bytes | None, value: bytes | None, now: float, validator: TypeAdapter | None = None,
 ) -> Record | DeadLettered:
-    """Validate one message against its topic's contract. Never raises."""
+    """Validate one message against its topic's contract (or `validator`). Never raises."""
     spec = topics.spec_of(topic)
     try:
-        if spec is None:
-            raise InvalidEvent(f"no contract for topic {topic!r}")
-        event = decode(value, adapter(spec.suffix))
+        if validator is None:
+            if spec is None:
+                raise InvalidEvent(f"no contract for topic {topic!r}")
+            validator = adapter(spec.suffix)
+        event = decode(value, validator)
         text_key = None if key is None else key.decode("utf-8")
     except (InvalidEvent, UnicodeDecodeError) as err:
         reason = str(err) if isinstance(err, InvalidEvent) else f"key is not UTF-8: {err}"

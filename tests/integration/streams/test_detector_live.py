@@ -1,0 +1,132 @@
+"""The live detector (a real Faust worker on a real broker) agrees with `trainmedic replay`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import schemas as s
+from streams.replay import replay
+from tests.unit.test_scenarios import load
+from trainmedic.kafka import EventConsumer, EventProducer
+from trainmedic.settings import KafkaSettings
+
+pytestmark = pytest.mark.kafka
+
+RECORDING = "node_lost_gloo"
+
+
+@pytest.fixture
+def detector(kafka: KafkaSettings, tmp_path: Path) -> Iterator[callable]:
+    """Starts `python -m streams` workers on this test's topics; stops them after."""
+    procs: list[subprocess.Popen] = []
+    app_id = f"detector-{uuid.uuid4().hex[:8]}"
+
+    def start() -> subprocess.Popen:
+        env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap,
+               "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix, "TRAINMEDIC_HOME": str(tmp_path)}
+        log = open(tmp_path / f"detector-{len(procs)}.log", "w")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([sys.executable, "-m", "streams", "--app-id", app_id], env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def publish(settings: KafkaSettings, events: list[s.Event]) -> None:
+    topics = settings.topics
+    with EventProducer(settings) as producer:
+        for event in events:
+            if isinstance(event, s.WorkerEvent):
+                producer.send(topics.worker, event, key=event.job)
+            elif isinstance(event, s.GpuSample):
+                producer.send(topics.gpu, event, key=event.node)
+            else:
+                producer.send(topics.node, event, key=event.node)
+
+
+def incidents_until(settings: KafkaSettings, group: str, want: set[tuple], give_up_s: float = 120) -> list:
+    seen: list[s.Incident] = []
+    deadline = time.monotonic() + give_up_s
+    with EventConsumer(settings, [settings.topics.incidents], group) as consumer:
+        while time.monotonic() < deadline and not want <= {key(i) for i in seen}:
+            seen += [r.event for r in consumer.poll(0.5)]
+    return seen
+
+
+def key(incident: s.Incident) -> tuple:
+    return (incident.id, incident.status, incident.category, incident.severity, incident.node, incident.job)
+
+
+def test_live_incidents_equal_replay(kafka: KafkaSettings, group_id: str, detector, tmp_path: Path) -> None:
+    events, _, _ = load(RECORDING)
+    last_ts = max(e.ts for e in events)
+    expected = [key(i) for i in replay(events) if i.ts <= last_ts]
+    assert any(k[1] == "open" and k[2] == "node_lost" for k in expected)
+
+    detector()
+    publish(kafka, sorted(events, key=lambda e: e.ts))
+    seen = incidents_until(kafka, group_id, set(expected))
+    got = [key(i) for i in seen if i.ts <= last_ts]
+    logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("detector-*.log"))
+    assert got == expected, logs
+
+
+def test_a_restarted_worker_resumes_from_its_state(
+    kafka: KafkaSettings, group_id: str, detector, tmp_path: Path,
+) -> None:
+    events = sorted(load(RECORDING)[0], key=lambda e: e.ts)
+    last_ts = events[-1].ts
+    expected = {key(i) for i in replay(events) if i.ts <= last_ts}
+    fault_ts = min(i.first_ts for i in replay(events))
+    before = [e for e in events if e.ts < fault_ts - 5]
+    after = [e for e in events if e.ts >= fault_ts - 5]
+
+    first = detector()
+    publish(kafka, before)
+    _wait_for_log(tmp_path / "detector-0.log", "Worker ready")
+    time.sleep(3)  # let it process and save its state (every second)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 0
+
+    detector()
+    publish(kafka, after)
+    seen = incidents_until(kafka, group_id, expected)
+    assert expected <= {key(i) for i in seen}
+    restored = (tmp_path / "detector-1.log").read_text()
+    assert "detector state restored" in restored
+
+
+def _wait_for_log(path: Path, text: str, give_up_s: float = 90) -> None:
+    deadline = time.monotonic() + give_up_s
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path.name} never said {text!r}:\n{path.read_text()[-3000:]}")
+
+
+def test_expected_recording_is_one_root_cause() -> None:
+    """The recording: a lost node with gloo errors on every peer is one node_lost incident."""
+    events, expected, _ = load(RECORDING)
+    opened = [i for i in expected["incidents"] if i["status"] == "open"]
+    assert [i["category"] for i in opened] == ["node_lost"]
+    assert json.dumps(expected)  # the expectation file is plain data

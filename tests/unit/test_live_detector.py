@@ -1,0 +1,91 @@
+"""LiveDetector: Kafka's interleaving of topics and partitions does not change the incidents."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import schemas as s
+from streams.core import Detector
+from streams.live import LiveConfig, LiveDetector
+from streams.replay import replay
+from tests.unit.test_scenarios import NAMES, load
+
+PARTITIONS = 3
+
+
+def source_of(event: s.Event) -> tuple[str, int]:
+    """Which topic partition a producer would send this event to (key: node, or job)."""
+    if isinstance(event, s.WorkerEvent):
+        return ("worker", hash(event.job) % PARTITIONS)
+    topic = "gpu" if isinstance(event, s.GpuSample) else "node"
+    return (topic, hash(event.node) % PARTITIONS)
+
+
+def live_run(events: list, seed: int, max_skew_s: float, config: LiveConfig) -> list[s.Incident]:
+    """Deliver events as Kafka would: each partition in order, partitions skewed against each
+    other by up to `max_skew_s`, a timer tick every 0.25 s; then let the streams go quiet."""
+    rng = random.Random(seed)
+    skew: dict[tuple[str, int], float] = {}
+    arrivals = []
+    for order, event in enumerate(sorted(events, key=lambda e: e.ts)):
+        source = source_of(event)
+        delay = skew.setdefault(source, rng.uniform(0, max_skew_s))
+        arrivals.append((event.ts + delay, order, source, event))
+    arrivals.sort(key=lambda a: (a[0], a[1]))
+    # Within one partition, Kafka keeps the order the producer sent in.
+    live = LiveDetector(Detector(), config)
+    incidents: list[s.Incident] = []
+    next_tick = arrivals[0][0]
+    for wall, _, source, event in arrivals:
+        while next_tick < wall:
+            incidents += live.tick(next_tick)
+            next_tick += 0.25
+        incidents += live.feed(event, source, wall)
+    end = arrivals[-1][0]
+    incidents += live.tick(end + config.idle_s + 0.01)
+    return incidents
+
+
+def until(incidents: list[s.Incident], last_ts: float) -> list[tuple]:
+    return [(i.id, i.status, i.category, i.severity, i.node, i.job, i.ts) for i in incidents if i.ts <= last_ts]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_interleaved_delivery_gives_the_incidents_of_replay(name: str) -> None:
+    events, _, _ = load(name)
+    last_ts = max(e.ts for e in events)
+    expected = until(replay(events), last_ts)
+    for seed in range(3):
+        got = until(live_run(events, seed, max_skew_s=0.4, config=LiveConfig(lateness_s=0.5)), last_ts)
+        assert got == expected, f"seed {seed}"
+
+
+def test_a_silent_cluster_is_noticed_by_wall_time_alone() -> None:
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0))
+    for t in range(5):
+        assert live.feed(s.NodeHeartbeat(ts=100.0 + t, node="n1", interval=1.0), ("node", 0), 1000.0 + t) == []
+    quiet = [live.tick(1004.0 + dt) for dt in (0.5, 1.0, 2.0, 3.0)]
+    assert not any(quiet)
+    later = [i for dt in range(4, 12) for i in live.tick(1004.0 + dt)]
+    assert [(i.category, i.node, i.status) for i in later] == [("node_lost", "n1", "open")]
+    assert later[0].ts - later[0].first_ts <= 6.0
+
+
+def test_a_full_buffer_releases_its_oldest_events() -> None:
+    live = LiveDetector(Detector(), LiveConfig(max_buffered=10))
+    # One partition races ahead while another holds the watermark back.
+    live.feed(s.NodeHeartbeat(ts=0.0, node="slow", interval=1.0), ("node", 1), 0.0)
+    for t in range(30):
+        live.feed(s.NodeHeartbeat(ts=float(t), node="fast", interval=1.0), ("node", 0), 0.1)
+    assert live.buffered == 10
+    assert live.forced == 21  # 31 events in, the newest 10 held
+
+
+def test_the_watermark_never_goes_back() -> None:
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5))
+    live.feed(s.NodeHeartbeat(ts=10.0, node="a", interval=1.0), ("node", 0), 0.0)
+    assert live.watermark == 9.5
+    live.feed(s.NodeHeartbeat(ts=3.0, node="b", interval=1.0), ("node", 1), 0.1)
+    assert live.watermark == 9.5
