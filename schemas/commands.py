@@ -30,13 +30,19 @@ class RestoreSource(Model):
 
 
 class WorkerSpec(Model):
-    """The ranks one node runs for a job at one generation."""
+    """The ranks one node runs for a job at one generation, and how to launch and restore them.
+
+    `command` is the job's argv for one rank; `restore` naming the node itself means the
+    ranks keep their own state.
+    """
 
     ranks: tuple[int, ...]
     world_size: int = Field(ge=1)
     master_addr: str
     master_port: int = Field(ge=1, le=65535)
     restore: RestoreSource = RestoreSource()
+    command: tuple[str, ...] = ()
+    checkpoint_dir: str | None = None
 
 
 class Command(NodeEvent):
