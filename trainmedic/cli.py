@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
     "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
+    "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
+    "job": ("recovery.coordinator.job_cli", "submit a training job, or list jobs and where they run"),
 }
 
 
