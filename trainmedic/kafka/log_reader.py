@@ -35,6 +35,7 @@ class LogReader:
         self._topics = list(topics)
         self._dlq = dlq
         self._client: Consumer | None = None
+        self._parts: list[TopicPartition] = []
         self.skipped = 0
 
     def _open(self, timeout_s: float) -> Consumer:
