@@ -17,6 +17,14 @@ from schemas.dlq import DeadLettered
 from schemas.incident import Action, Incident, IncidentStatus, Severity
 from schemas.jobs import JobSpec, JobSubmitted
 from schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
+from schemas.recovery import (
+    IncidentLog,
+    RecoveryCompleted,
+    RecoveryFailed,
+    RecoveryKind,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
 from schemas.telemetry import (
     GpuSample,
     LinkState,
@@ -33,8 +41,9 @@ from schemas.topics import DEFAULT_PREFIX, SPECS, Topics, TopicSpec, adapter
 __all__ = [
     "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "ClusterNode",
     "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "GpuSample",
-    "Incident", "IncidentStatus", "InvalidEvent", "JobSpec", "JobSubmitted", "LinkState",
-    "Model", "NodeEvent", "NodeHeartbeat", "PlanRequest", "PlannedJob", "RecoveryPlan",
+    "Incident", "IncidentLog", "IncidentStatus", "InvalidEvent", "JobSpec", "JobSubmitted", "LinkState",
+    "Model", "NodeEvent", "NodeHeartbeat", "PlanRequest", "PlannedJob", "RecoveryCompleted",
+    "RecoveryFailed", "RecoveryKind", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
     "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics", "WorkerEvent",
     "WorkerExited", "WorkerFailed", "WorkerSpec", "WorkerStarted", "WorkerStepped",
     "adapter", "decode", "decode_telemetry", "encode",

@@ -30,10 +30,11 @@ class RestoreSource(Model):
 
 
 class WorkerSpec(Model):
-    """The ranks one node runs for a job at one generation, and how to launch one.
+    """The ranks one node runs for a job at one generation, and how to launch and restore them.
 
     `command` and `checkpoint_dir` are copied from the job spec so that an executor can
-    launch ranks without asking the job registry; `LOCAL_RANK` is a rank's index in `ranks`.
+    launch ranks without asking the job registry; `LOCAL_RANK` is a rank's index in `ranks`;
+    `restore` naming the node itself means the ranks keep their own state.
     """
 
     ranks: tuple[int, ...]

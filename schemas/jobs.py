@@ -1,6 +1,7 @@
 """Jobs as they are asked for (a spec), and the event that registers one.
 
-First version, refined by the coordinator issue.
+A job's nodes are host names: the coordinator addresses them by name unless its cluster
+configuration maps a node to an address.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class JobSpec(Model):
     throughput: dict[int, float] = Field(description="nodes -> achieved FLOP/s at that size")
     nodes: tuple[str, ...] = ()
     ranks_per_node: int = Field(default=1, ge=1)
+    master_port: int = Field(default=29500, ge=1, le=65535, description="rendezvous port on rank 0's node")
     command: tuple[str, ...] = Field(min_length=1, description="argv that launches one rank")
     checkpoint_dir: str | None = None
     transition_s: float | None = Field(default=None, ge=0)
@@ -37,9 +39,12 @@ class JobSpec(Model):
         return table
 
     @model_validator(mode="after")
-    def _distinct_nodes(self) -> JobSpec:
+    def _nodes_fit_the_table(self) -> JobSpec:
         if len(set(self.nodes)) != len(self.nodes):
             raise ValueError("nodes lists a node twice")
+        if self.nodes and len(self.nodes) not in self.throughput:
+            sizes = ", ".join(str(size) for size in sorted(self.throughput))
+            raise ValueError(f"nodes names {len(self.nodes)} nodes, but throughput lists only sizes {sizes}")
         return self
 
 

@@ -9,8 +9,8 @@ from pydantic import Field, TypeAdapter
 
 from schemas.commands import Command, CommandAcked
 from schemas.dlq import DeadLettered
-from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
+from schemas.recovery import IncidentLog
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerTelemetry
 
 DEFAULT_PREFIX = "trainmedic."
@@ -41,7 +41,7 @@ SPECS: tuple[TopicSpec, ...] = (
     TopicSpec("telemetry.gpu", "node", 12, 7 * DAY_MS, GpuSample),
     TopicSpec("telemetry.node", "node", 6, 7 * DAY_MS, NodeHeartbeat),
     TopicSpec("telemetry.worker", "job", 12, 7 * DAY_MS, WorkerTelemetry),
-    TopicSpec("incidents", "job (or node)", 6, FOREVER, Incident),
+    TopicSpec("incidents", "job (or node)", 6, FOREVER, IncidentLog),
     TopicSpec("jobs", "job", 1, FOREVER, JobSubmitted),
     TopicSpec("commands", "node", 12, FOREVER, Command),
     TopicSpec("acks", "node", 6, FOREVER, CommandAcked),

@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
     "agent": ("producers.agent_cli", "publish this host's heartbeat with the state of its links"),
     "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
+    "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
+    "job": ("recovery.coordinator.job_cli", "submit a training job, or list jobs and where they run"),
 }
 
 

@@ -32,6 +32,13 @@ EXAMPLES: dict[str, list[s.Event]] = {
         s.Incident(ts=12.0, id="inc-1", status="open", category="gpu_lost", severity="SEV1",
                    action="reconfigure", job="j", node=NODE, ranks=[0, 1], first_ts=10.0,
                    evidence=["Xid 79 on gpu 3"]),
+        s.RecoveryPlanned(ts=13.0, plan_id="p1", incident_id="inc-1", job="j", kind="reconfigure",
+                          generation=4, nodes=["a", "c"], previous=["a", NODE], horizon_s=3600.0,
+                          restore={"c": s.RestoreSource(kind="replica", node="a", rank=0)}),
+        s.RecoveryCompleted(ts=14.0, plan_id="p1", job="j", generation=4),
+        s.RecoveryFailed(ts=14.0, plan_id="p1", job="j", generation=4, reason="no ack", command_id="c1",
+                         node="c", escalation="esc-1"),
+        s.RecoverySkipped(ts=14.0, incident_id="inc-2", node=NODE, reason="no job runs on node-a"),
     ],
     "jobs": [
         s.JobSubmitted(ts=1.0, job=s.JobSpec(id="j", throughput={1: 1e15, 2: 1.9e15},
@@ -41,7 +48,8 @@ EXAMPLES: dict[str, list[s.Event]] = {
         s.Command(ts=5, node=NODE, id="c1", plan_id="p1", incident_id="inc-1", job="j",
                   generation=3, action="restart", signature="ab",
                   worker=s.WorkerSpec(ranks=[0, 1], world_size=4, master_addr="10.0.0.1",
-                                      master_port=29500,
+                                      master_port=29500, command=["python", "train.py"],
+                                      checkpoint_dir="/ckpt",
                                       restore=s.RestoreSource(kind="replica", rank=2, node="b"))),
     ],
     "acks": [
@@ -121,6 +129,9 @@ def test_job_spec_rejects_what_cannot_run() -> None:
         s.JobSpec(id="j", throughput={0: 1.0}, command=["x"])
     with pytest.raises(ValueError, match="twice"):
         s.JobSpec(id="j", throughput={1: 1.0}, nodes=["a", "a"], command=["x"])
+    with pytest.raises(ValueError, match="names 3 nodes, but throughput lists only sizes 2, 4"):
+        s.JobSpec(id="j", throughput={4: 2.0, 2: 1.0}, nodes=["a", "b", "c"], command=["x"])
+    assert s.JobSpec(id="j", throughput={2: 1.0}, command=["x"]).master_port == 29500
 
 
 def test_topic_names_carry_the_prefix() -> None:
@@ -146,7 +157,10 @@ def test_json_schema_export_describes_each_topic(tmp_path) -> None:
     worker = json.loads((tmp_path / "telemetry.worker.schema.json").read_text())
     assert set(worker["discriminator"]["mapping"]) == {
         "worker_start", "worker_step", "worker_error", "worker_exit"}
-    assert json_schemas()["incidents.schema.json"]["properties"]["severity"]
+    incidents = json_schemas()["incidents.schema.json"]
+    assert set(incidents["discriminator"]["mapping"]) == {
+        "incident", "recovery_planned", "recovery_completed", "recovery_failed", "recovery_skipped"}
+    assert incidents["$defs"]["Incident"]["properties"]["severity"]
 
 
 finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)

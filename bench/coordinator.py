@@ -1,0 +1,72 @@
+"""Coordinator timings on a synthetic cluster: a SEV1 decision, a rebuild fold, a tick.
+
+NODES nodes on leaves of 32, JOBS jobs of equal size (8 ranks per node) with a few spares;
+one SEV1 incident on a node of the first job. Run: .venv/bin/python bench/coordinator.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, apply, react, tick
+from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+
+JOBS, LEAF, SPARES = 32, 32, 32
+
+
+def cluster(nodes: int) -> tuple[ClusterState, list]:
+    """A state with every job started and running, and the log that built it."""
+    names = [f"n{i:05d}" for i in range(nodes)]
+    config = CoordinatorConfig(nodes=tuple(NodeConfig(id=n, switch=f"leaf-{i // LEAF}")
+                                           for i, n in enumerate(names)))
+    state, log = ClusterState.initial(config), []
+    size = (nodes - SPARES) // JOBS
+    for j in range(JOBS):
+        spec = JobSpec(id=f"job-{j:02d}", nodes=tuple(names[j * size:(j + 1) * size]), ranks_per_node=8,
+                       throughput={s: 1e15 * s ** 0.9 for s in range(size // 2, size + 1, max(1, size // 16))}
+                       | {size: 1e15 * size ** 0.9}, command=("python", "train.py"), checkpoint_dir="/ckpt")
+        event = JobSubmitted(ts=1.0, job=spec)
+        log += [event, *react(state, event, 1.0)]
+    for command in [e for e in log if e.type == "command"]:
+        ack = CommandAcked(ts=2.0, node=command.node, command_id=command.id, job=command.job,
+                           generation=0, status="done")
+        log += [ack, *react(state, ack, 2.0)]
+    return state, log
+
+
+def timed(label: str, fn):
+    start = time.perf_counter()
+    result = fn()
+    print(f"  {label:44} {1000 * (time.perf_counter() - start):9.1f} ms")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[2048, 16384])
+    for nodes in parser.parse_args().nodes:
+        print(f"{nodes} nodes, {JOBS} jobs")
+        state, log = timed("build: submit, start and ack every job", lambda n=nodes: cluster(n))
+        for i, node in enumerate(("n00003", "n00004")):  # the first call also imports numpy, networkx
+            sev1 = Incident(ts=100.0 + i, id=f"inc-{i}", status="open", category="gpu_lost", severity="SEV1",
+                            action="reconfigure", job="job-00", node=node, first_ts=99.0)
+            out = timed(f"SEV1 #{i + 1}: isolate, plan, commands (react)",
+                        lambda s=state, e=sev1, t=100.0 + i: react(s, e, t))
+            print(f"    {sum(e.type == 'command' for e in out)} commands, "
+                  f"{sum(e.type == 'recovery_planned' for e in out)} jobs re-planned")
+            log += [sev1, *out]
+        timed("tick with that plan in flight", lambda s=state: tick(s, 102.0))
+
+        def rebuild(events=log, config=state.config):
+            fresh = ClusterState.initial(config)
+            for event in events:
+                apply(fresh, event)
+            return fresh
+
+        fresh = timed(f"rebuild: fold {len(log)} events", rebuild)
+        print(f"    rebuilt state equals the live one: {fresh == state}")
+
+
+if __name__ == "__main__":
+    main()

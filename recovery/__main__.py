@@ -1,0 +1,7 @@
+"""`python -m recovery`: the recovery coordinator, as `trainmedic coordinator`."""
+
+import sys
+
+from trainmedic.cli import main
+
+sys.exit(main(["coordinator", *sys.argv[1:]]))

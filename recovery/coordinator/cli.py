@@ -1,0 +1,108 @@
+"""Run the recovery coordinator: rebuild the cluster state from the log, then heal jobs.
+
+Reads the jobs, incidents, commands and acks topics from the beginning, then follows them.
+A new job is started on its nodes; an open incident is answered by its severity (SEV3:
+reattempt in place, SEV2: restart in place at the next generation, SEV1: isolate the node
+and re-plan the cluster); commands that go unanswered are re-sent, and failed ones escalate.
+Run one coordinator per cluster (see docs/coordinator.md for fail-over).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+log = logging.getLogger("trainmedic.coordinator")
+
+CONFIG_FORMAT = """\
+config file (YAML, every key optional):
+  ack_timeout_s: 30        # per send, for a command's first answer
+  done_timeout_s: 600      # from accepted to done
+  max_retries: 2           # re-sends of an unanswered command
+  mtbf_prior_s: 10800      # the planner's horizon while there is little failure history
+  mtbf_prior_weight: 1     # how many failures the prior counts as
+  transition_s: 60         # planner default for jobs without one
+  tick_s: 1
+  default_address: null    # address of nodes without one (default: the node id is its host name)
+  nodes:                   # the cluster; nodes only named by jobs sit on no switch
+    - {id: n01, switch: leaf-1, address: 10.0.0.1, gpus: 8}
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = CONFIG_FORMAT
+    parser.add_argument("--config", type=Path, metavar="FILE.yaml", help="coordinator configuration")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--default-address", metavar="HOST",
+                        help="address of every node without one, e.g. 127.0.0.1 when all run locally")
+    parser.add_argument("--insecure", action="store_true",
+                        help="send unsigned commands (executors that check signatures refuse them)")
+
+
+def load_config(path: Path | None, **overrides: object):
+    """The validated config from a YAML file and flags; ConfigError with one line on any problem."""
+    import yaml
+    from pydantic import ValidationError
+
+    from recovery.coordinator.config import CoordinatorConfig
+    from recovery.planner.cli import describe
+    from trainmedic.errors import ConfigError
+
+    values: dict = {}
+    if path is not None:
+        try:
+            values = yaml.safe_load(path.read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings")
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return CoordinatorConfig.model_validate(values)
+    except ValidationError as err:
+        raise ConfigError(f"{path or 'config'}: {describe(err)}") from None
+
+
+def signer():
+    """The cluster-key signer. Not wired in on this branch: `recovery.signing` comes separately."""
+    from trainmedic.errors import ConfigError
+
+    raise ConfigError("signed commands need the cluster-key signer (recovery.signing), which is not wired "
+                      "in yet; run with --insecure to send unsigned commands")
+
+
+def run(args: argparse.Namespace) -> int:
+    from recovery.coordinator.service import CoordinatorService
+    from trainmedic.errors import ConfigError, TrainmedicError
+    from trainmedic.settings import KafkaSettings
+
+    try:
+        config = load_config(args.config, default_address=args.default_address)
+        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        sign = (lambda command: command) if args.insecure else signer()
+    except ConfigError as err:
+        print(f"trainmedic coordinator: {err}", file=sys.stderr)
+        return 2
+    if args.insecure:
+        log.warning("--insecure: commands are sent UNSIGNED; anyone who can write to %s can restart "
+                    "workers, and executors that check signatures will refuse them", settings.topics.commands)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    service = CoordinatorService(settings, config, sign=sign)
+    try:
+        service.run(stop)
+    except TrainmedicError as err:
+        print(f"trainmedic coordinator: {err}", file=sys.stderr)
+        return 1
+    finally:
+        service.close()
+    log.info("stopped")
+    return 0

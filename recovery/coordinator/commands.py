@@ -1,0 +1,93 @@
+"""From a plan to the commands it calls for: deterministic ids, steps, worker specs.
+
+Everything here is a function of the plan and the job spec, so a restarted coordinator
+derives the same commands (and ids) from the plan it reads back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from recovery.coordinator.state import ClusterState, Step
+from schemas.commands import Command, CommandAction, RestoreSource, WorkerSpec
+from schemas.jobs import JobSpec
+from schemas.recovery import RecoveryKind, RecoveryPlanned
+
+
+def digest(*parts: object) -> str:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:20]
+
+
+def start_plan_id(job: str) -> str:
+    return f"plan-{digest('start', job)}"
+
+
+def incident_plan_id(incident_id: str) -> str:
+    """One plan per incident, however often the incident is delivered."""
+    return f"plan-{digest('incident', incident_id)}"
+
+
+def command_id(plan_id: str, job: str, node: str, generation: int, action: CommandAction) -> str:
+    return f"cmd-{digest(plan_id, job, node, generation, action)}"
+
+
+def escalation_id(command: str) -> str:
+    """The incident a failed command escalates to: one per command."""
+    return f"esc-{digest('escalate', command)}"
+
+
+def plan_steps(plan: RecoveryPlanned) -> dict[str, Step]:
+    """Command id -> step. A reattempt retries every node in place; otherwise nodes that leave
+    are stopped, nodes that stay are restarted and nodes that join are started."""
+    if plan.kind is RecoveryKind.REATTEMPT:
+        steps = [Step(node, CommandAction.REATTEMPT) for node in plan.nodes]
+    else:
+        before, after = set(plan.previous), set(plan.nodes)
+        steps = [Step(node, CommandAction.STOP) for node in plan.previous if node not in after]
+        steps += [Step(node, CommandAction.RESTART if node in before else CommandAction.START)
+                  for node in plan.nodes]
+    return {command_id(plan.plan_id, plan.job, s.node, plan.generation, s.action): s for s in steps}
+
+
+def first_rank(spec: JobSpec, nodes: tuple[str, ...], node: str) -> int:
+    return nodes.index(node) * spec.ranks_per_node
+
+
+def replica(spec: JobSpec, nodes: tuple[str, ...], source: str) -> RestoreSource:
+    """State from the ranks on `source` in the new layout."""
+    return RestoreSource(kind="replica", node=source, rank=first_rank(spec, nodes, source))
+
+
+def checkpoint(spec: JobSpec) -> RestoreSource:
+    """The job's latest checkpoint; a job without a checkpoint directory starts fresh."""
+    if spec.checkpoint_dir is None:
+        return RestoreSource(kind="none")
+    return RestoreSource(kind="checkpoint", path=spec.checkpoint_dir)
+
+
+def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
+                 only: set[str] | None = None) -> list[Command]:
+    """The plan's commands (those in `only`, when given), stamped `now`."""
+    spec = state.jobs[plan.job].spec
+    index = {node: i for i, node in enumerate(plan.nodes)}
+    rpn = spec.ranks_per_node
+    master = state.node(plan.nodes[0]).address if plan.nodes else ""
+    commands = []
+    for cid, step in plan_steps(plan).items():
+        if only is not None and cid not in only:
+            continue
+        worker = None
+        if step.action is not CommandAction.STOP:
+            i = index[step.node]
+            own = RestoreSource(kind="replica", node=step.node, rank=i * rpn)
+            restore = plan.restore.get(step.node, own)
+            worker = WorkerSpec(
+                ranks=tuple(range(i * rpn, (i + 1) * rpn)), world_size=len(plan.nodes) * rpn,
+                master_addr=master, master_port=spec.master_port, restore=restore,
+                command=spec.command, checkpoint_dir=spec.checkpoint_dir,
+            )
+        commands.append(Command(
+            ts=now, node=step.node, id=cid, plan_id=plan.plan_id, incident_id=plan.incident_id,
+            job=plan.job, generation=plan.generation, action=step.action, worker=worker,
+        ))
+    return commands

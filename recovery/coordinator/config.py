@@ -1,0 +1,49 @@
+"""The coordinator's one configuration object: deadlines, retries, the MTBF prior, the cluster."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class NodeConfig(BaseModel):
+    """One machine of the cluster: its leaf switch and, where its id is not a host name, its address."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    switch: str | None = None
+    address: str | None = None
+    gpus: int = Field(default=8, ge=1)
+
+
+class CoordinatorConfig(BaseModel):
+    """Validated when built. Nodes not listed in `nodes` are known from the jobs that name them.
+
+    A node's address is its `address`, else `default_address`, else its id (a host name).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ack_timeout_s: float = Field(default=30.0, gt=0, description="a command's first ack, per send")
+    done_timeout_s: float = Field(default=600.0, gt=0, description="from accepted to done")
+    max_retries: int = Field(default=2, ge=0, description="re-sends of an unanswered command")
+    mtbf_prior_s: float = Field(default=3 * 3600.0, gt=0, description="MTBF assumed with no history")
+    mtbf_prior_weight: float = Field(default=1.0, gt=0, description="how many failures the prior counts as")
+    transition_s: float = Field(default=60.0, ge=0, description="planner default for jobs without one")
+    tick_s: float = Field(default=1.0, gt=0, description="how often deadlines are checked")
+    default_address: str | None = Field(default=None, min_length=1)
+    nodes: tuple[NodeConfig, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CoordinatorConfig:
+        if self.ack_timeout_s > self.done_timeout_s:
+            raise ValueError(f"ack_timeout_s ({self.ack_timeout_s}) must not exceed done_timeout_s "
+                             f"({self.done_timeout_s}): an accepted command cannot be faster than its ack")
+        if self.tick_s > self.ack_timeout_s:
+            raise ValueError(f"tick_s ({self.tick_s}) must not exceed ack_timeout_s ({self.ack_timeout_s})")
+        seen: set[str] = set()
+        for node in self.nodes:
+            if node.id in seen:
+                raise ValueError(f"nodes lists {node.id!r} twice")
+            seen.add(node.id)
+        return self

@@ -1,0 +1,162 @@
+"""The fold: `state = apply(state, event)` over the jobs, incidents, commands and acks topics.
+
+`apply` updates the state in place and returns it (a 16k-node cluster is not copied per
+event). It is idempotent (an event seen twice changes nothing the second time) and
+tolerates the interleaving of partitions: a job's own events arrive in order (they share
+its key), an ack may arrive before its command. Fold the jobs topic first.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from recovery.coordinator.commands import plan_steps
+from recovery.coordinator.state import (
+    COMMAND_MOVES,
+    JOB_MOVES,
+    ClusterState,
+    CommandRecord,
+    CommandStatus,
+    Job,
+    JobState,
+    move,
+)
+from schemas.commands import Command, CommandAcked
+from schemas.incident import Incident, IncidentStatus, Severity
+from schemas.jobs import JobSubmitted
+from schemas.recovery import (
+    RecoveryCompleted,
+    RecoveryFailed,
+    RecoveryKind,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
+
+log = logging.getLogger(__name__)
+
+
+def apply(state: ClusterState, event: object) -> ClusterState:
+    """Fold one event into the state. Events of other types are ignored."""
+    match event:
+        case JobSubmitted():
+            _submitted(state, event)
+        case Incident():
+            _incident(state, event)
+        case RecoveryPlanned():
+            _planned(state, event)
+        case RecoveryCompleted() | RecoveryFailed():
+            _outcome(state, event)
+        case RecoverySkipped():
+            _skipped(state, event)
+        case Command():
+            _command(state, event)
+        case CommandAcked():
+            _acked(state, event)
+    return state
+
+
+def _observed(state: ClusterState, ts: float) -> None:
+    state.first_ts = ts if state.first_ts is None else min(state.first_ts, ts)
+
+
+def _submitted(state: ClusterState, event: JobSubmitted) -> None:
+    spec = event.job
+    _observed(state, event.ts)
+    if spec.id in state.jobs:
+        if state.jobs[spec.id].spec != spec:
+            log.warning("job %s submitted again with another spec: the first submission stands", spec.id)
+        return
+    state.jobs[spec.id] = Job(spec)
+    for node in spec.nodes:
+        state.node(node)
+
+
+def _incident(state: ClusterState, incident: Incident) -> None:
+    _observed(state, incident.first_ts)
+    known = state.incidents.get(incident.id)
+    if known is not None and known.status is IncidentStatus.RESOLVED:
+        return  # resolved is final
+    state.incidents[incident.id] = incident
+    if incident.status is not IncidentStatus.OPEN:
+        return
+    if incident.severity in (Severity.SEV1, Severity.SEV2):
+        state.failures.add(incident.id)
+    if incident.node is not None:
+        node = state.node(incident.node)
+        if incident.severity is Severity.SEV1 and node.isolated_by is None:
+            node.isolated_by = incident.id
+
+
+def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
+    if (plan.plan_id, plan.job) in state.plans:
+        return
+    state.plans.add((plan.plan_id, plan.job))
+    if plan.incident_id is not None:
+        state.handled[plan.incident_id] = plan.plan_id
+    for node in plan.nodes:
+        state.node(node)
+    job = state.jobs.get(plan.job)
+    if job is None:
+        log.warning("plan %s names job %s, which was never submitted: ignored", plan.plan_id, plan.job)
+        return
+    if job.generation is not None and plan.generation < job.generation:
+        return  # superseded before it was read
+    if plan.kind is RecoveryKind.START:
+        target = JobState.STARTING
+    elif not plan.nodes:
+        target = JobState.STOPPING
+    else:
+        target = JobState.RECOVERING
+    job.state = move(JOB_MOVES, job.state, target, f"job {job.spec.id} (plan {plan.plan_id})")
+    job.generation, job.nodes, job.plan = plan.generation, plan.nodes, plan
+    job.steps = plan_steps(plan)
+
+
+def _outcome(state: ClusterState, event: RecoveryCompleted | RecoveryFailed) -> None:
+    job = state.jobs.get(event.job)
+    if job is None or job.plan is None or job.plan.plan_id != event.plan_id or not job.state.in_flight:
+        return  # an older plan's outcome, or one already folded
+    if isinstance(event, RecoveryFailed):
+        target = JobState.FAILED
+    else:
+        target = JobState.RUNNING if job.nodes else JobState.QUEUED
+    job.state = move(JOB_MOVES, job.state, target, f"job {job.spec.id} (plan {event.plan_id})")
+
+
+def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
+    if event.incident_id is not None:
+        state.handled.setdefault(event.incident_id, "skipped")
+    elif event.job in state.jobs:
+        state.jobs[event.job].not_started = event.reason
+
+
+def _command(state: ClusterState, command: Command) -> None:
+    unsigned = command.model_copy(update={"signature": None}) if command.signature else command
+    record = state.commands.get(command.id)
+    if record is None:
+        record = state.commands[command.id] = CommandRecord(unsigned, (command.ts,))
+        for ack in state.early_acks.pop(command.id, []):
+            _answer(record, ack)
+    elif command.ts not in record.sent:  # a re-send
+        record.sent = tuple(sorted((*record.sent, command.ts)))
+        if command.ts == record.sent[-1]:
+            record.command = unsigned
+
+
+def _acked(state: ClusterState, ack: CommandAcked) -> None:
+    record = state.commands.get(ack.command_id)
+    if record is None:
+        state.early_acks.setdefault(ack.command_id, []).append(ack)
+    else:
+        _answer(record, ack)
+
+
+def _answer(record: CommandRecord, ack: CommandAcked) -> None:
+    if record.status.terminal:
+        return  # the answer to a re-send, or a re-delivered ack
+    status = CommandStatus(ack.status.value)
+    record.status = move(COMMAND_MOVES, record.status, status, f"command {record.command.id}")
+    if status is CommandStatus.ACCEPTED:
+        record.accepted_ts = ack.ts if record.accepted_ts is None else record.accepted_ts
+    else:
+        record.reason = ack.reason

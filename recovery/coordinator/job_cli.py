@@ -1,0 +1,124 @@
+"""Submit a training job, or list the jobs and where they run.
+
+`submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic;
+the coordinator then starts the job on its nodes at generation 0. `list` folds the log
+(jobs, incidents, commands, acks) as the coordinator does and prints one line per job.
+A spec that is not valid gives one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+SPEC_FORMAT = """\
+job spec (YAML; see docs/job-example.yaml):
+  id: llm-a                      # unique; a second submission of the same id is ignored
+  nodes: [n01, n02, n03, n04]    # where it starts; their count must be a throughput size
+  throughput: {2: 5.0e14, 4: 1.0e15, 8: 1.9e15}   # nodes -> FLOP/s, the sizes it can run at
+  command: [python, train.py]    # argv of one rank
+  ranks_per_node: 8              # default 1
+  master_port: 29500             # default 29500 (rank 0's node listens there)
+  checkpoint_dir: /ckpt/llm-a    # optional: where a restart restores from without a replica
+  weight: 1.0                    # optional: the job's priority in the plan
+  transition_s: 120              # optional: how long a restart of this job costs
+"""
+
+
+class SpecError(ValueError):
+    """A job spec that cannot be submitted; the message is one line."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    submit = sub.add_parser("submit", help="check a job spec and submit it",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SPEC_FORMAT)
+    submit.add_argument("spec", type=Path, metavar="SPEC.yaml")
+    submit.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    listing = sub.add_parser("list", help="print every job: state, generation, world size, nodes")
+    listing.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+
+
+def load_spec(path: Path):
+    """The JobSpec in `path`, or SpecError saying what is wrong and where."""
+    import yaml
+    from pydantic import ValidationError
+
+    from recovery.planner.cli import describe
+    from schemas.jobs import JobSpec
+
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise SpecError(f"cannot read {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
+    if not isinstance(document, dict):
+        raise SpecError(f"{path}: expected a mapping with id, nodes, throughput and command")
+    try:
+        spec = JobSpec.model_validate(document)
+    except ValidationError as err:
+        raise SpecError(f"{path}: {describe(err)}") from None
+    if spec.model_extra:
+        raise SpecError(f"{path}: unknown field {sorted(spec.model_extra)[0]!r} "
+                        f"(known: {', '.join(JobSpec.model_fields)})")
+    if not spec.nodes:
+        raise SpecError(f"{path}: nodes: name the nodes the job starts on")
+    return spec
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainmedic.errors import TrainmedicError
+    from trainmedic.settings import KafkaSettings
+
+    try:
+        if args.action == "submit":
+            spec = load_spec(args.spec)
+            return submit(KafkaSettings.from_env(bootstrap=args.bootstrap), spec)
+        return list_jobs(KafkaSettings.from_env(bootstrap=args.bootstrap))
+    except SpecError as err:
+        print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except TrainmedicError as err:
+        print(f"trainmedic job: {err}", file=sys.stderr)
+        return 1
+
+
+def submit(settings, spec) -> int:
+    from schemas.jobs import JobSubmitted
+    from trainmedic.kafka import EventProducer
+
+    with EventProducer(settings, client_id="trainmedic-job") as producer:
+        producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
+    print(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks; "
+          f"the coordinator starts it at generation 0")
+    return 0
+
+
+def list_jobs(settings) -> int:
+    from recovery.coordinator import ClusterState, CoordinatorConfig, apply
+    from trainmedic.kafka.log_reader import LogReader
+
+    topics = settings.topics
+    reader = LogReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks])
+    try:
+        records = reader.catch_up()
+    finally:
+        reader.close()
+    state = ClusterState.initial(CoordinatorConfig())
+    for record in sorted(records, key=lambda r: r.topic != topics.jobs):
+        apply(state, record.event)
+    if not state.jobs:
+        print("no jobs")
+        return 0
+    print(f"{'JOB':20} {'STATE':11} {'GEN':>4} {'WORLD':>6}  NODES")
+    for job in state.jobs.values():
+        generation = "-" if job.generation is None else str(job.generation)
+        world = len(job.nodes) * job.spec.ranks_per_node
+        isolated = [n for n in job.nodes if not state.healthy(n)]
+        note = f"  (isolated: {' '.join(isolated)})" if isolated else ""
+        nodes = " ".join(job.nodes)
+        print(f"{job.spec.id:20} {job.state.value:11} {generation:>4} {world:>6}  {nodes}{note}")
+    return 0

@@ -1,0 +1,66 @@
+"""One log line per decision, for an operator: what happened → what was decided → which commands."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from schemas.commands import Command, CommandAcked
+from schemas.incident import Incident
+from schemas.jobs import JobSubmitted
+from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+
+
+def cause(event: object) -> str:
+    """What prompted a decision, in a few words."""
+    match event:
+        case Incident():
+            where = ", ".join(f"{k} {v}" for k, v in (("job", event.job), ("node", event.node)) if v)
+            return f"incident {event.id} ({event.severity} {event.category}{', ' + where if where else ''})"
+        case JobSubmitted():
+            return f"job {event.job.id} submitted"
+        case CommandAcked():
+            return f"{event.status} from {event.node} for {event.command_id}"
+    return str(event)
+
+
+def _nodes(nodes: tuple[str, ...], limit: int = 8) -> str:
+    shown = " ".join(nodes[:limit])
+    return f"[{shown}{f' +{len(nodes) - limit}' if len(nodes) > limit else ''}]"
+
+
+def narrate(trigger: str, outputs: list) -> list[str]:
+    """Log lines for the events emitted in answer to `trigger`."""
+    lines = []
+    commands: dict[tuple[str, str, int], list[Command]] = defaultdict(list)
+    planned = set()
+    for event in outputs:
+        if isinstance(event, Command):
+            commands[(event.plan_id, event.job, event.generation)].append(event)
+    for event in outputs:
+        match event:
+            case RecoveryPlanned():
+                key = (event.plan_id, event.job, event.generation)
+                planned.add(key)
+                actions: dict[str, list[str]] = defaultdict(list)
+                for command in commands.get(key, []):
+                    actions[command.action].append(command.node)
+                issued = ", ".join(f"{a} {_nodes(tuple(n))}" for a, n in actions.items()) or "none"
+                horizon = f" (horizon {event.horizon_s / 3600:.1f} h)" if event.horizon_s else ""
+                lines.append(f"{trigger} → {event.kind} plan {event.plan_id}: {event.job} generation "
+                             f"{event.generation} {_nodes(event.previous)} → {_nodes(event.nodes)}{horizon}; "
+                             f"commands: {issued}")
+            case RecoverySkipped():
+                lines.append(f"{trigger} → no action: {event.reason}")
+            case RecoveryCompleted():
+                lines.append(f"{trigger} → plan {event.plan_id} completed: {event.job} generation "
+                             f"{event.generation} is up")
+            case RecoveryFailed():
+                then = f" → escalated to incident {event.escalation}" if event.escalation else ""
+                lines.append(f"{trigger} → plan {event.plan_id} for {event.job} failed: {event.reason}{then}")
+            case Incident():
+                lines.append(f"{trigger} → raised {cause(event)}: {'; '.join(event.evidence)}")
+    for key, sent in commands.items():
+        if key not in planned:
+            lines.append(f"{trigger} → sent again: " + ", ".join(
+                f"{c.action} to {c.node} ({c.job} generation {c.generation}, {c.id})" for c in sent))
+    return lines

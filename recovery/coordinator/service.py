@@ -1,0 +1,93 @@
+"""The coordinator's Kafka adapter: rebuild the state from the log, catch up, then react and tick.
+
+Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
+incidents, commands and acks topics from offset 0, signing and producing what the core
+emits (commands keyed by node, lifecycle events by job), and a clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from recovery.coordinator.config import CoordinatorConfig
+from recovery.coordinator.fold import apply
+from recovery.coordinator.narrate import cause, narrate
+from recovery.coordinator.routing import route
+from recovery.coordinator.state import ClusterState, JobState
+from recovery.coordinator.timers import catch_up, react, settle, tick
+from schemas.commands import Command
+from trainmedic.kafka import EventProducer
+from trainmedic.kafka.log_reader import LogReader
+from trainmedic.settings import KafkaSettings
+
+log = logging.getLogger("trainmedic.coordinator")
+
+Signer = Callable[[Command], Command]
+
+
+class CoordinatorService:
+    """One active coordinator. `start()` rebuilds and catches up; `step()` handles what arrives.
+
+    A failed delivery raises: the service stops rather than run on a state the log does not
+    hold; restarted, it rebuilds from the log and decides again what was lost.
+    """
+
+    def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.state = ClusterState.initial(config)
+        self._topics = settings.topics
+        self._sign = sign
+        self._clock = clock
+        self._producer = EventProducer(settings, client_id="trainmedic-coordinator")
+        self._reader = LogReader(settings, [self._topics.jobs, self._topics.incidents, self._topics.commands,
+                                            self._topics.acks], dlq=self._producer)
+        self._next_tick = 0.0
+
+    def start(self) -> None:
+        """Fold the whole log (jobs first: every other event names a job), then catch up."""
+        records = self._reader.catch_up()
+        records.sort(key=lambda r: r.topic != self._topics.jobs)
+        for record in records:
+            apply(self.state, record.event)
+        jobs = self.state.jobs.values()
+        log.info("rebuilt from %d events: %d jobs (%d running), %d incidents, %d commands, %d nodes isolated",
+                 len(records), len(jobs), sum(j.state is JobState.RUNNING for j in jobs),
+                 len(self.state.incidents), len(self.state.commands),
+                 sum(not n.healthy for n in self.state.nodes.values()))
+        now = self._clock()
+        self._publish("catch-up after start", catch_up(self.state, now))
+        self._next_tick = now + self.state.config.tick_s
+
+    def step(self, timeout_s: float = 1.0) -> None:
+        """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
+        wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
+        for record in self._reader.poll(wait):
+            self._publish(cause(record.event), react(self.state, record.event, self._clock()))
+        now = self._clock()
+        if now >= self._next_tick:
+            self._publish("deadline", settle(self.state, tick(self.state, now), now))
+            self._next_tick = now + self.state.config.tick_s
+
+    def run(self, stop: threading.Event) -> None:
+        self.start()
+        while not stop.is_set():
+            self.step()
+
+    def _publish(self, trigger: str, outputs: list) -> None:
+        if not outputs:
+            return
+        for line in narrate(trigger, outputs):
+            log.info("%s", line)
+        for event in outputs:
+            suffix, key = route(event)
+            if isinstance(event, Command):
+                event = self._sign(event)
+            self._producer.send(self._topics.name(suffix), event, key=key)
+        self._producer.flush()
+
+    def close(self) -> None:
+        self._reader.close()
+        self._producer.close()

@@ -1,0 +1,186 @@
+"""The cluster as the coordinator knows it: nodes, jobs, incidents and commands.
+
+Plain values, built only by `fold.apply`. The two state machines (a job's and a command's)
+are enums with one table of allowed moves; `move` raises on anything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeVar
+
+from recovery.coordinator.config import CoordinatorConfig
+from schemas.commands import Command, CommandAction
+from schemas.incident import Incident
+from schemas.jobs import JobSpec
+from schemas.recovery import RecoveryPlanned
+
+
+class IllegalTransition(RuntimeError):
+    """A move the state table does not allow: a bug in the coordinator or a corrupt log."""
+
+
+class JobState(StrEnum):
+    """Where a job is. A plan moves it; the plan's outcome settles it.
+
+    SUBMITTED → STARTING (start plan at generation 0) or RECOVERING (a re-plan places it)
+    STARTING, RECOVERING → RUNNING (plan completed), RECOVERING or STOPPING (a newer plan), FAILED
+    RUNNING → RECOVERING, STOPPING
+    STOPPING (a plan took all its nodes) → QUEUED (stops done), RECOVERING, FAILED
+    QUEUED → RECOVERING (a re-plan gives it nodes)
+    FAILED → RECOVERING, STOPPING (a newer plan)
+    """
+
+    SUBMITTED = "submitted"
+    STARTING = "starting"
+    RUNNING = "running"
+    RECOVERING = "recovering"
+    STOPPING = "stopping"
+    QUEUED = "queued"
+    FAILED = "failed"
+
+    @property
+    def in_flight(self) -> bool:
+        """A plan's commands are out and its outcome is not known yet."""
+        return self in (JobState.STARTING, JobState.RECOVERING, JobState.STOPPING)
+
+
+JOB_MOVES: dict[JobState, frozenset[JobState]] = {
+    JobState.SUBMITTED: frozenset({JobState.STARTING, JobState.RECOVERING}),
+    JobState.STARTING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.STOPPING,
+                                  JobState.FAILED}),
+    JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.STOPPING,
+                                    JobState.FAILED}),
+    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.STOPPING}),
+    JobState.STOPPING: frozenset({JobState.QUEUED, JobState.RECOVERING, JobState.FAILED}),
+    JobState.QUEUED: frozenset({JobState.RECOVERING}),
+    JobState.FAILED: frozenset({JobState.RECOVERING, JobState.STOPPING}),
+}
+
+
+class CommandStatus(StrEnum):
+    """A command's life: ISSUED → ACCEPTED → DONE, FAILED or REFUSED (ISSUED may skip ACCEPTED).
+
+    Terminal states take no move: a re-sent command is acknowledged again, and those acks
+    are ignored.
+    """
+
+    ISSUED = "issued"
+    ACCEPTED = "accepted"
+    DONE = "done"
+    FAILED = "failed"
+    REFUSED = "refused"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (CommandStatus.DONE, CommandStatus.FAILED, CommandStatus.REFUSED)
+
+
+_ANSWERS = frozenset({CommandStatus.ACCEPTED, CommandStatus.DONE, CommandStatus.FAILED,
+                      CommandStatus.REFUSED})
+COMMAND_MOVES: dict[CommandStatus, frozenset[CommandStatus]] = {
+    CommandStatus.ISSUED: _ANSWERS,
+    CommandStatus.ACCEPTED: _ANSWERS,
+    CommandStatus.DONE: frozenset(),
+    CommandStatus.FAILED: frozenset(),
+    CommandStatus.REFUSED: frozenset(),
+}
+
+
+S = TypeVar("S", JobState, CommandStatus)
+
+
+def move(table: dict[S, frozenset[S]], current: S, target: S, what: str) -> S:
+    """`target`, if the table allows it from `current`; else IllegalTransition."""
+    if target not in table[current]:
+        raise IllegalTransition(f"{what}: cannot go from {current} to {target}")
+    return target
+
+
+@dataclass
+class Node:
+    """One machine; isolated (unhealthy) from the first open SEV1 incident that names it."""
+
+    id: str
+    address: str
+    switch: str | None = None
+    gpus: int = 8
+    isolated_by: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.isolated_by is None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command a plan calls for: `action` to `node`."""
+
+    node: str
+    action: CommandAction
+
+
+@dataclass
+class Job:
+    """A submitted job: what was asked (`spec`) and what runs now (generation, nodes, plan)."""
+
+    spec: JobSpec
+    state: JobState = JobState.SUBMITTED
+    generation: int | None = None
+    nodes: tuple[str, ...] = ()
+    plan: RecoveryPlanned | None = None
+    steps: dict[str, Step] = field(default_factory=dict)  # command id -> step, of `plan`
+    not_started: str | None = None  # why its first start was skipped
+
+
+@dataclass
+class CommandRecord:
+    """A command as issued (unsigned), every time it was sent, and what its node answered."""
+
+    command: Command
+    sent: tuple[float, ...]
+    status: CommandStatus = CommandStatus.ISSUED
+    accepted_ts: float | None = None
+    reason: str | None = None
+
+
+@dataclass
+class ClusterState:
+    """Everything the coordinator decides from; equal logs fold to equal states."""
+
+    config: CoordinatorConfig
+    nodes: dict[str, Node] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    incidents: dict[str, Incident] = field(default_factory=dict)
+    handled: dict[str, str] = field(default_factory=dict)  # incident id -> plan id, or "skipped"
+    plans: set[tuple[str, str]] = field(default_factory=set)  # (plan id, job) seen
+    commands: dict[str, CommandRecord] = field(default_factory=dict)
+    early_acks: dict[str, list] = field(default_factory=dict)  # acks of commands not seen yet
+    failures: set[str] = field(default_factory=set)  # SEV1/SEV2 incident ids, for the MTBF
+    first_ts: float | None = None  # the earliest job or incident: the start of observed time
+
+    @classmethod
+    def initial(cls, config: CoordinatorConfig) -> ClusterState:
+        state = cls(config)
+        for node in config.nodes:
+            state.nodes[node.id] = Node(node.id, node.address or config.default_address or node.id,
+                                        node.switch, node.gpus)
+        return state
+
+    def node(self, node_id: str) -> Node:
+        """The node, registered on first mention (nodes outside the config sit on no switch)."""
+        if node_id not in self.nodes:
+            self.nodes[node_id] = Node(node_id, self.config.default_address or node_id)
+        return self.nodes[node_id]
+
+    def healthy(self, node_id: str) -> bool:
+        node = self.nodes.get(node_id)
+        return node is None or node.healthy
+
+    def job_on(self, node_id: str) -> Job | None:
+        """The job whose current nodes include `node_id` (a node serves at most one)."""
+        for job in self.jobs.values():
+            if node_id in job.nodes:
+                return job
+        return None

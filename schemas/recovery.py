@@ -1,0 +1,81 @@
+"""The coordinator's decisions and their outcomes, recorded on the incidents log next to incidents.
+
+One `recovery_planned` per job a plan touches, keyed by the job, so that everything that
+happens to one job is ordered on one partition. Commands are derived from it: a
+coordinator that restarts reads the plan back and issues what is missing.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from schemas.base import Event
+from schemas.commands import RestoreSource
+from schemas.incident import Incident
+
+
+class RecoveryKind(StrEnum):
+    """What a plan does to a job: start it, retry in place, restart in place, or move it."""
+
+    START = "start"
+    REATTEMPT = "reattempt"
+    RESTART = "restart"
+    RECONFIGURE = "reconfigure"
+
+
+class RecoveryPlanned(Event):
+    """A job's nodes at a generation, decided for an incident (none for a job's first start).
+
+    `nodes` is in rank order (rank 0 on the first); `previous` the nodes it ran on before.
+    `restore` lists only the nodes that do not keep their own state.
+    """
+
+    type: Literal["recovery_planned"] = "recovery_planned"
+    plan_id: str = Field(min_length=1)
+    incident_id: str | None = None
+    job: str = Field(min_length=1)
+    kind: RecoveryKind
+    generation: int = Field(ge=0)
+    nodes: tuple[str, ...]
+    previous: tuple[str, ...] = ()
+    restore: dict[str, RestoreSource] = {}
+    horizon_s: float | None = Field(default=None, description="the planner's horizon (MTBF estimate)")
+
+
+class RecoveryCompleted(Event):
+    """Every command of a job's plan was acknowledged done (commands to isolated nodes aside)."""
+
+    type: Literal["recovery_completed"] = "recovery_completed"
+    plan_id: str = Field(min_length=1)
+    job: str = Field(min_length=1)
+    generation: int = Field(ge=0)
+
+
+class RecoveryFailed(Event):
+    """A job's plan cannot complete; `escalation` is the incident it escalated to, if any."""
+
+    type: Literal["recovery_failed"] = "recovery_failed"
+    plan_id: str = Field(min_length=1)
+    job: str = Field(min_length=1)
+    generation: int = Field(ge=0)
+    reason: str
+    command_id: str | None = None
+    node: str | None = None
+    escalation: str | None = None
+
+
+class RecoverySkipped(Event):
+    """The coordinator looked at an incident (or a new job) and had nothing to do, and why."""
+
+    type: Literal["recovery_skipped"] = "recovery_skipped"
+    incident_id: str | None = None
+    job: str | None = None
+    node: str | None = None
+    reason: str
+
+
+Lifecycle = RecoveryPlanned | RecoveryCompleted | RecoveryFailed | RecoverySkipped
+IncidentLog = Annotated[Incident | Lifecycle, Field(discriminator="type")]

@@ -1,0 +1,121 @@
+"""The coordinator through a real broker: a submitted job starts, a SEV1 moves it, a restart
+rebuilds the same state and sends no command twice."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
+from recovery.coordinator.service import CoordinatorService
+from schemas import Command, CommandAcked, Incident
+from trainmedic.cli import main
+from trainmedic.kafka import EventProducer
+from trainmedic.kafka.log_reader import LogReader
+from trainmedic.settings import KafkaSettings
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = CoordinatorConfig(
+    tick_s=0.2, nodes=tuple(NodeConfig(id=f"n{i}", switch="leaf-1" if i <= 3 else "leaf-2")
+                            for i in range(1, 6)),
+    default_address="127.0.0.1",
+)
+SPEC = """\
+id: llm
+nodes: [n1, n2, n3]
+throughput: {2: 2.0e15, 3: 3.0e15}
+command: [python, train.py]
+ranks_per_node: 2
+master_port: 29611
+checkpoint_dir: /ckpt/llm
+"""
+
+
+def sign(command: Command) -> Command:
+    return command.model_copy(update={"signature": f"test-signature:{command.id}"})
+
+
+def read(kafka: KafkaSettings, suffix: str) -> list:
+    reader = LogReader(kafka, [kafka.topics.name(suffix)])
+    try:
+        return [r.event for r in reader.catch_up()]
+    finally:
+        reader.close()
+
+
+def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "the coordinator did not get there in time"
+        service.step(0.2)
+
+
+def ack_all(kafka: KafkaSettings, commands: list[Command]) -> None:
+    with EventProducer(kafka) as producer:
+        for c in commands:
+            producer.send(kafka.topics.acks, CommandAcked(ts=time.time(), node=c.node, command_id=c.id,
+                                                          job=c.job, generation=c.generation, status="done"),
+                          key=c.node)
+
+
+@pytest.fixture
+def env(kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch) -> KafkaSettings:
+    monkeypatch.setenv("TRAINMEDIC_KAFKA_BOOTSTRAP", kafka.bootstrap)
+    monkeypatch.setenv("TRAINMEDIC_TOPIC_PREFIX", kafka.topic_prefix)
+    return kafka
+
+
+def test_submit_start_sev1_kill_restart(env: KafkaSettings, tmp_path, capsys) -> None:
+    kafka = env
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC)
+    assert main(["job", "submit", str(spec)]) == 0
+
+    first = CoordinatorService(kafka, CONFIG, sign=sign)
+    first.start()
+    step_until(first, lambda: len(first.state.commands) == 3)
+    starts = read(kafka, "commands")
+    assert sorted((c.node, c.action, c.generation) for c in starts) == [
+        ("n1", "start", 0), ("n2", "start", 0), ("n3", "start", 0)]
+    assert all(c.signature == f"test-signature:{c.id}" for c in starts)
+    assert {c.worker.master_addr for c in starts} == {"127.0.0.1"}
+
+    ack_all(kafka, starts)
+    step_until(first, lambda: first.state.jobs["llm"].state is JobState.RUNNING)
+
+    with EventProducer(kafka) as producer:  # a hand-written SEV1, as the detector would send it
+        producer.send(kafka.topics.incidents, Incident(
+            ts=time.time(), id="inc-gpu-lost-n2", status="open", category="gpu_lost", severity="SEV1",
+            action="reconfigure", job="llm", node="n2", ranks=(2, 3), first_ts=time.time() - 2,
+            evidence=("Xid 79 on gpu 3",)), key="llm")
+    step_until(first, lambda: len(first.state.commands) == 7)
+    moved = [c for c in read(kafka, "commands") if c.generation == 1]
+    assert sorted((c.node, c.action) for c in moved) == [
+        ("n1", "restart"), ("n2", "stop"), ("n3", "restart"), ("n4", "start")]
+    n4 = next(c for c in moved if c.node == "n4")
+    assert (n4.worker.ranks, n4.worker.world_size, n4.worker.master_port) == ((4, 5), 6, 29611)
+    assert n4.worker.restore.kind == "replica" and n4.worker.restore.node == "n1"
+    lifecycle = [e.type for e in read(kafka, "incidents")]
+    assert lifecycle.count("recovery_planned") == 2 and lifecycle.count("recovery_completed") == 1
+
+    # killed: nothing more from it, no goodbye
+    before = read(kafka, "commands")
+    first._reader.close()
+
+    second = CoordinatorService(kafka, CONFIG, sign=sign)
+    second.start()
+    for _ in range(5):
+        second.step(0.2)
+    assert second.state == first.state
+    assert sorted((c.id, c.ts) for c in read(kafka, "commands")) == sorted((c.id, c.ts) for c in before)
+
+    ack_all(kafka, [c for c in moved if c.node != "n2"])
+    step_until(second, lambda: second.state.jobs["llm"].state is JobState.RUNNING)
+    second.close()
+
+    capsys.readouterr()
+    assert main(["job", "list"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split() == ["llm", "running", "1", "6", "n1", "n3", "n4"]

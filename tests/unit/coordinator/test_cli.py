@@ -1,0 +1,60 @@
+"""`trainmedic job submit` and `trainmedic coordinator`: bad input is one line on stderr and exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from recovery.coordinator.job_cli import load_spec
+from trainmedic.cli import main
+
+GOOD = "id: llm\nnodes: [n1, n2]\nthroughput: {1: 1.0e14, 2: 1.9e14}\ncommand: [python, train.py]\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (GOOD + "ranks_per_nodes: 8\n", "unknown field 'ranks_per_nodes'"),
+    (GOOD.replace("[n1, n2]", "[n1, n2, n3]"), "nodes names 3 nodes, but throughput lists only sizes 1, 2"),
+    (GOOD.replace("nodes: [n1, n2]\n", ""), "nodes: name the nodes the job starts on"),
+    (GOOD.replace("command: [python, train.py]\n", ""), "command: Field required"),
+    (GOOD.replace("1: 1.0e14", "0: 1.0e14"), "throughput: throughput size 0 must be a positive node count"),
+    (GOOD + "master_port: 70000\n", "master_port: Input should be less than or equal to 65535"),
+    ("id: [unclosed\n", "not YAML"),
+    ("- just a list\n", "expected a mapping"),
+])
+def test_a_bad_spec_is_one_line_and_exit_2(tmp_path, capsys, text: str, message: str) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(text)
+    assert main(["job", "submit", str(spec), "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainmedic job: ") and message in err and err.count("\n") == 1
+
+
+def test_a_missing_spec_file_is_exit_2(tmp_path, capsys) -> None:
+    assert main(["job", "submit", str(tmp_path / "nope.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_example_spec_is_valid() -> None:
+    spec = load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
+    assert spec.id == "demo-llm" and len(spec.nodes) in spec.throughput
+
+
+def test_the_coordinator_refuses_to_send_unsigned_commands_without_insecure(capsys) -> None:
+    assert main(["coordinator", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "--insecure" in capsys.readouterr().err
+
+
+def test_a_bad_coordinator_config_is_exit_2(tmp_path, capsys) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("ack_timeout_s: 900\ndone_timeout_s: 60\n")
+    assert main(["coordinator", "--config", str(config), "--insecure"]) == 2
+    assert "ack_timeout_s (900.0) must not exceed done_timeout_s (60.0)" in capsys.readouterr().err
+
+
+def test_python_dash_m_recovery_is_the_coordinator() -> None:
+    out = subprocess.run([sys.executable, "-m", "recovery", "--help"], capture_output=True, text=True,
+                         check=True)
+    assert "usage: trainmedic coordinator" in out.stdout and "--insecure" in out.stdout

@@ -1,0 +1,101 @@
+"""The fold: a recorded log folds to the live state, in any partition interleaving, and twice is once."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from recovery.coordinator import ClusterState, IllegalTransition, apply
+from recovery.coordinator.routing import route
+from schemas import RecoveryCompleted
+from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
+
+
+def scenario() -> Recorder:
+    """Two jobs; a reattempt; a restart that fails and escalates; a retried command; a SEV1."""
+    rec = Recorder()
+    rec.started(now=1.0)
+    rec.ack(rec.feed(submitted("small", nodes=("n5", "n6"), ts=3.0), now=3.0), "done", now=4.0)
+    rec.ack(rec.feed(incident("i3", "SEV3", node="n1", ts=20.0), now=20.0), "done", now=21.0)
+    out = rec.feed(incident("i2", "SEV2", node="n2", ts=30.0), now=30.0)
+    rec.ack(out, "accepted", now=31.0)
+    out = rec.ack(of_type(out, "command")[:1], "failed", now=32.0, reason="exit 1")  # escalates
+    rec.ack([c for c in of_type(out, "command") if c.node != "n4"], "done", now=33.0)
+    rec.tick(now=50.0)  # re-sends the start to n4
+    rec.feed(incident("i1", "SEV1", node="n6", ts=60.0), now=60.0)
+    rec.feed(incident("w", "WARN", node="n1", ts=61.0), now=61.0)
+    rec.feed(incident("i3", "SEV3", node="n1", ts=20.0, status="resolved"), now=62.0)
+    return rec
+
+
+def fold(events: list) -> ClusterState:
+    state = ClusterState.initial(CONFIG)
+    for event in events:
+        apply(state, event)
+    return state
+
+
+def interleave(events: list, seed: int) -> list:
+    """The jobs topic first, then the per-(topic, key) sequences interleaved at random, each in order."""
+    queues: dict[tuple[str, str], list] = {}
+    for event in events:
+        queues.setdefault(route(event), []).append(event)
+    jobs = [e for key, q in queues.items() if key[0] == "jobs" for e in q]
+    rest = [q for key, q in queues.items() if key[0] != "jobs"]
+    rng, out = random.Random(seed), []
+    while rest:
+        queue = rng.choice(rest)
+        out.append(queue.pop(0))
+        if not queue:
+            rest.remove(queue)
+    return jobs + out
+
+
+def test_the_scenario_covers_what_it_claims() -> None:
+    log = scenario().log
+    kinds = {e.kind for e in of_type(log, "recovery_planned")}
+    assert kinds == {"start", "reattempt", "restart", "reconfigure"}
+    assert of_type(log, "recovery_failed") and of_type(log, "recovery_completed")
+    ids = [c.id for c in of_type(log, "command")]
+    assert len(ids) > len(set(ids))  # a re-send
+
+
+def test_refolding_the_recorded_log_gives_the_live_state() -> None:
+    rec = scenario()
+    assert fold(rec.log) == rec.state
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_any_interleaving_of_partitions_folds_to_the_same_state(seed: int) -> None:
+    rec = scenario()
+    assert fold(interleave(rec.log, seed)) == rec.state
+
+
+def test_the_interleavings_include_acks_before_their_commands() -> None:
+    def early(log: list) -> bool:
+        seen = set()
+        for event in log:
+            if event.type == "command":
+                seen.add(event.id)
+            elif event.type == "ack" and event.command_id not in seen:
+                return True
+        return False
+
+    log = scenario().log
+    assert not early(log) and sum(early(interleave(log, seed)) for seed in range(20)) >= 5
+
+
+def test_every_event_twice_is_every_event_once() -> None:
+    rec = scenario()
+    assert fold([e for event in rec.log for e in (event, event)]) == rec.state
+
+
+def test_an_illegal_job_move_raises() -> None:
+    rec = Recorder()
+    rec.feed(submitted(), now=1.0)
+    plan = rec.state.jobs["llm"].plan
+    apply(rec.state, RecoveryCompleted(ts=2.0, plan_id=plan.plan_id, job="llm", generation=0))
+    rival = plan.model_copy(update={"plan_id": "another-start"})
+    with pytest.raises(IllegalTransition, match="cannot go from running to starting"):
+        apply(rec.state, rival)

@@ -1,0 +1,61 @@
+"""A small cluster and a recorder that drives the coordinator core the way the adapter does."""
+
+from __future__ import annotations
+
+from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, react, settle, tick
+from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+
+# Two leaves of three nodes; n1-n3 run the job, n4-n6 are spares.
+CONFIG = CoordinatorConfig(
+    ack_timeout_s=10, done_timeout_s=100, max_retries=2, mtbf_prior_s=3600,
+    nodes=tuple(NodeConfig(id=f"n{i}", switch="leaf-1" if i <= 3 else "leaf-2") for i in range(1, 7)),
+)
+
+
+def submitted(job: str = "llm", nodes=("n1", "n2", "n3"), ts: float = 0.0, **spec) -> JobSubmitted:
+    spec = {"throughput": {2: 2.0e15, 3: 3.0e15}, "ranks_per_node": 2, "command": ("python", "train.py"),
+            "checkpoint_dir": "/ckpt/llm", "master_port": 29600, **spec}
+    return JobSubmitted(ts=ts, job=JobSpec(id=job, nodes=nodes, **spec))
+
+
+def incident(id: str, severity: str, *, node: str | None = None, job: str | None = "llm",
+             ranks=(), ts: float = 50.0, status: str = "open") -> Incident:
+    action = {"SEV1": "reconfigure", "SEV2": "restart", "SEV3": "reattempt", "WARN": "alert"}[severity]
+    return Incident(ts=ts, id=id, status=status, category="test", severity=severity, action=action,
+                    job=job, node=node, ranks=ranks, first_ts=ts - 1)
+
+
+def of_type(events: list, kind: str) -> list:
+    return [e for e in events if e.type == kind]
+
+
+class Recorder:
+    """Feeds events and ticks through the core and records every event, in order."""
+
+    def __init__(self, config: CoordinatorConfig = CONFIG) -> None:
+        self.state = ClusterState.initial(config)
+        self.log: list = []
+
+    def feed(self, event, now: float) -> list:
+        out = react(self.state, event, now)
+        self.log += [event, *out]
+        return out
+
+    def tick(self, now: float) -> list:
+        out = settle(self.state, tick(self.state, now), now)
+        self.log += out
+        return out
+
+    def ack(self, commands: list, status: str, now: float, reason: str | None = None) -> list:
+        out = []
+        for command in of_type(commands, "command"):
+            out += self.feed(CommandAcked(ts=now, node=command.node, command_id=command.id, job=command.job,
+                                          generation=command.generation, status=status, reason=reason), now)
+        return out
+
+    def started(self, now: float = 1.0) -> list:
+        """Submit the job and let every start command be done."""
+        commands = self.feed(submitted(), now)
+        self.ack(commands, "accepted", now + 1)
+        self.ack(commands, "done", now + 2)
+        return commands
