@@ -71,11 +71,15 @@ def load_config(path: Path | None, **overrides: object):
 
 
 def signer():
-    """The cluster-key signer. Not wired in on this branch: `recovery.signing` comes separately."""
+    """Signs each command with the cluster key (TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY)."""
+    from recovery.signing import load_key, sign
     from trainmedic.errors import ConfigError
 
-    raise ConfigError("signed commands need the cluster-key signer (recovery.signing), which is not wired "
-                      "in yet; run with --insecure to send unsigned commands")
+    key = load_key()
+    if key is None:
+        raise ConfigError("no cluster key: set TRAINMEDIC_CLUSTER_KEY_FILE (or TRAINMEDIC_CLUSTER_KEY), "
+                          "or run with --insecure to send unsigned commands")
+    return lambda command: sign(command, key)
 
 
 def run(args: argparse.Namespace) -> int:

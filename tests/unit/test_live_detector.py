@@ -49,7 +49,8 @@ def live_run(events: list, seed: int, max_skew_s: float, config: LiveConfig) -> 
 
 
 def until(incidents: list[s.Incident], last_ts: float) -> list[tuple]:
-    return [(i.id, i.status, i.category, i.severity, i.node, i.job, i.ts) for i in incidents if i.ts <= last_ts]
+    return [(i.id, i.status, i.category, i.severity, i.node, i.job, i.ts)
+            for i in incidents if i.ts <= last_ts]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -65,7 +66,8 @@ def test_interleaved_delivery_gives_the_incidents_of_replay(name: str) -> None:
 def test_a_silent_cluster_is_noticed_by_wall_time_alone() -> None:
     live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0))
     for t in range(5):
-        assert live.feed(s.NodeHeartbeat(ts=100.0 + t, node="n1", interval=1.0), ("node", 0), 1000.0 + t) == []
+        beat = s.NodeHeartbeat(ts=100.0 + t, node="n1", interval=1.0)
+        assert live.feed(beat, ("node", 0), 1000.0 + t) == []
     quiet = [live.tick(1004.0 + dt) for dt in (0.5, 1.0, 2.0, 3.0)]
     assert not any(quiet)
     later = [i for dt in range(4, 12) for i in live.tick(1004.0 + dt)]

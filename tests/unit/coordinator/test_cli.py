@@ -42,9 +42,26 @@ def test_the_example_spec_is_valid() -> None:
     assert spec.id == "demo-llm" and len(spec.nodes) in spec.throughput
 
 
-def test_the_coordinator_refuses_to_send_unsigned_commands_without_insecure(capsys) -> None:
+def test_the_coordinator_refuses_to_send_unsigned_commands_without_insecure(capsys, monkeypatch) -> None:
+    monkeypatch.delenv("TRAINMEDIC_CLUSTER_KEY", raising=False)
+    monkeypatch.delenv("TRAINMEDIC_CLUSTER_KEY_FILE", raising=False)
     assert main(["coordinator", "--bootstrap", "127.0.0.1:1"]) == 2
-    assert "--insecure" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no cluster key" in err and "--insecure" in err
+
+
+def test_the_coordinator_signs_with_the_cluster_key(tmp_path, monkeypatch) -> None:
+    from recovery.coordinator.cli import signer
+    from recovery.signing import verify
+    from schemas import Command
+
+    (tmp_path / "key").write_text("s3cret\n")
+    monkeypatch.setenv("TRAINMEDIC_CLUSTER_KEY_FILE", str(tmp_path / "key"))
+    command = Command(ts=1.0, node="n1", id="c1", job="j", generation=2, action="restart")
+    signed = signer()(command)
+    assert verify(signed, b"s3cret")
+    assert not verify(signed.model_copy(update={"generation": 3}), b"s3cret")  # fencing token is signed
+    assert not verify(signed, b"other")
 
 
 def test_a_bad_coordinator_config_is_exit_2(tmp_path, capsys) -> None:
