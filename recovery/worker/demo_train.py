@@ -25,7 +25,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
 
-from recovery.worker.emit import KafkaEmit, no_emit  # noqa: E402
+from producers.hook import Hook  # noqa: E402
 from recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
 from recovery.worker.runtime import Runtime, init_from_env  # noqa: E402
 
@@ -42,8 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="checkpoint period in steps, into TRAINMEDIC_CHECKPOINT_DIR (0: never)")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="rendezvous and collective timeout")
-    parser.add_argument("--emit", choices=("none", "kafka"), default="none",
-                        help="report worker_start/step/error events to telemetry.worker (default none)")
+    parser.add_argument("--report", action="store_true",
+                        help="report worker_start/step/error to telemetry.worker through the in-band hook")
     parser.add_argument("--fault-file", type=Path, default=os.environ.get(FAULTS_ENV) or None,
                         help=f"fault control file (env {FAULTS_ENV})")
     return parser.parse_args(argv)
@@ -106,9 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
-    emit = KafkaEmit() if args.emit == "kafka" else None
     rt = init_from_env(timeout_s=args.timeout_s, snapshot_every=args.snapshot_every,
-                       checkpoint_every=args.checkpoint_every, emit=emit or no_emit)
+                       checkpoint_every=args.checkpoint_every, hook=Hook.from_env() if args.report else None)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, args.hidden), torch.nn.Tanh(),
                                 torch.nn.Linear(args.hidden, 1))
@@ -138,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         rt.report_error(err)
         raise
     finally:
-        if emit is not None:
-            emit.close()
-    rt.close()
+        rt.close()
     return 0
 
 

@@ -27,11 +27,10 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from producers.hook import Hook
 from recovery.worker import state_files
-from recovery.worker.emit import Emit, no_emit
 from recovery.worker.env import WorkerEnv
 from recovery.worker.restore import Offer, restore_state
-from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class Runtime:
     """One rank's connection to its job: where it is, how it saves, how it reports."""
 
     env: WorkerEnv
-    emit: Emit = no_emit
+    hook: Hook | None = None  # the in-band hook that reports steps and errors (None: report nothing)
     snapshot_every: int = 1
     checkpoint_every: int = 0
     device: torch.device | None = None
@@ -93,12 +92,14 @@ class Runtime:
                                      state_files.CHECKPOINTS_KEPT)
 
     def step_done(self, step: int, step_time_s: float) -> None:
-        """Report a finished step through `emit`."""
-        self.emit(WorkerStepped(ts=time.time(), step=step, step_time=step_time_s, **self._ids()))
+        """Report a finished step through the hook (never blocks)."""
+        if self.hook is not None:
+            self.hook.step(step, step_time_s)
 
     def report_error(self, err: BaseException) -> None:
         """Report an exception that escaped the training step."""
-        self.emit(WorkerFailed(ts=time.time(), error=f"{type(err).__name__}: {err}", **self._ids()))
+        if self.hook is not None:
+            self.hook.error(err)
 
     def agree_reattempt(self) -> bool:
         """True on every rank when any rank got SIGUSR1 since the last call. A collective."""
@@ -115,25 +116,23 @@ class Runtime:
         optimizer.load_state_dict(box[0]["optimizer"])
 
     def close(self) -> None:
+        if self.hook is not None:
+            self.hook.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
     def _on_reattempt(self, signum: int, frame: Any) -> None:
         self._reattempt = True
 
-    def _ids(self) -> dict[str, Any]:
-        return {"node": self.env.node, "job": self.env.job, "rank": self.rank,
-                "world_size": self.world_size, "generation": self.env.generation, "pid": os.getpid()}
-
 
 def init_from_env(
-    *, timeout_s: float = 60.0, emit: Emit = no_emit, snapshot_every: int = 1, checkpoint_every: int = 0,
+    *, timeout_s: float = 60.0, hook: Hook | None = None, snapshot_every: int = 1, checkpoint_every: int = 0,
     backend: str | None = None, env: Mapping[str, str] = os.environ,
 ) -> Runtime:
     """Join the job's process group as the executor's environment says (gloo on CPU, NCCL with CUDA).
 
     `timeout_s` bounds rendezvous and every collective. Installs the SIGUSR1 (reattempt)
-    handler when called from the main thread, and emits `worker_start`.
+    handler when called from the main thread, and reports `worker_start` through `hook`.
     """
     contract = WorkerEnv.from_env(env)
     began = time.monotonic()
@@ -148,9 +147,10 @@ def init_from_env(
     )
     log.info("rank %d/%d of job %s g%d joined the %s process group in %.2fs", contract.rank,
              contract.world_size, contract.job, contract.generation, backend, time.monotonic() - began)
-    runtime = Runtime(contract, emit=emit, snapshot_every=snapshot_every,
+    runtime = Runtime(contract, hook=hook, snapshot_every=snapshot_every,
                       checkpoint_every=checkpoint_every, device=device)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR1, runtime._on_reattempt)
-    runtime.emit(WorkerStarted(ts=time.time(), **runtime._ids()))
+    if hook is not None:
+        hook.started()
     return runtime
