@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
     "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
     "agent": ("producers.agent_cli", "publish this host's heartbeat with the state of its links"),
+    "node": ("trainmedic.node_cli", "run a node's host agent, GPU producer and executor in one process"),
     "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
     "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
     "job": ("recovery.coordinator.job_cli", "submit a training job, or list jobs and where they run"),

@@ -1,0 +1,173 @@
+"""The demo's simulated cluster on this machine: detector, coordinator and one `trainmedic node`
+process per simulated node, each a real service talking to the real broker, with its log in
+the demo directory. Everything started here is stopped by `close`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DemoLayout:
+    """Where the demo keeps its files (all under one directory)."""
+
+    root: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def node_dir(self, node: str) -> Path:
+        return self.root / "nodes" / node
+
+    def gpu_control(self, node: str) -> Path:
+        return self.node_dir(node) / "gpu-faults"
+
+    def agent_control(self, node: str) -> Path:
+        return self.node_dir(node) / "agent-faults"
+
+    def sysfs(self, node: str) -> Path:
+        return self.node_dir(node) / "sys"
+
+    def executor_dir(self, node: str) -> Path:
+        return self.node_dir(node) / "executor"
+
+    @property
+    def rank_faults(self) -> Path:
+        return self.root / "rank-faults.json"
+
+    @property
+    def key_file(self) -> Path:
+        return self.root / "cluster.key"
+
+
+@dataclass
+class LocalCluster:
+    """Service processes of one demo run, sharing the broker, a topic prefix and a cluster key."""
+
+    layout: DemoLayout
+    bootstrap: str
+    prefix: str
+    nodes: tuple[str, ...]
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "TRAINMEDIC_KAFKA_BOOTSTRAP": self.bootstrap,
+            "TRAINMEDIC_TOPIC_PREFIX": self.prefix,
+            "TRAINMEDIC_HOME": str(self.layout.root),
+            "TRAINMEDIC_CLUSTER_KEY_FILE": str(self.layout.key_file),
+            "TRAINMEDIC_DEMO_FAULTS": str(self.layout.rank_faults),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def prepare(self, detector_config: dict) -> None:
+        """Files the services read: the cluster key, configs, fault files, a sysfs per node."""
+        self.layout.logs.mkdir(parents=True, exist_ok=True)
+        self.layout.key_file.write_text(secrets.token_hex(32))
+        self.layout.key_file.chmod(0o600)
+        self.layout.rank_faults.write_text("[]")
+        (self.layout.root / "detector.json").write_text(json.dumps(detector_config))
+        coordinator = {"default_address": "127.0.0.1", "ack_timeout_s": 20, "nodes": [
+            {"id": node, "switch": f"leaf-{i // 2}"} for i, node in enumerate(self.nodes)]}
+        (self.layout.root / "coordinator.yaml").write_text(yaml.safe_dump(coordinator))
+        for node in self.nodes:
+            nic = self.layout.sysfs(node) / "class" / "net" / "ib0"
+            nic.mkdir(parents=True, exist_ok=True)
+            (nic / "operstate").write_text("up\n")
+            (nic / "carrier").write_text("1\n")
+            for control in (self.layout.gpu_control(node), self.layout.agent_control(node)):
+                control.write_text("")
+
+    def start_services(self) -> None:
+        py = sys.executable
+        self._start("detector", [py, "-m", "streams", "--app-id", f"{self.prefix}detector",
+                                 "--config", str(self.layout.root / "detector.json")])
+        self._start("coordinator", [py, "-m", "recovery", "--config",
+                                    str(self.layout.root / "coordinator.yaml")])
+        for node in self.nodes:
+            self._start(node, [
+                py, "-m", "trainmedic.cli", "node", "--node", node, "--gpu-source", "synthetic",
+                "--gpus", "2", "--gpu-control", str(self.layout.gpu_control(node)),
+                "--agent-control", str(self.layout.agent_control(node)), "--links", "ib0",
+                "--sysfs", str(self.layout.sysfs(node)), "--state-dir", str(self.layout.executor_dir(node)),
+                "--stop-grace-s", "5",
+            ])
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Until the detector's worker is ready and every executor reads its commands."""
+        marks = {"detector": "Worker ready", "coordinator": "rebuilt from",
+                 **{node: "commands from" for node in self.nodes}}
+        deadline = time.monotonic() + timeout_s
+        pending = dict(marks)
+        while pending and time.monotonic() < deadline:
+            for name, mark in list(pending.items()):
+                self.check_alive(name)
+                if mark in self.log_text(name):
+                    del pending[name]
+            time.sleep(0.3)
+        if pending:
+            raise RuntimeError(f"not ready after {timeout_s:.0f}s: {', '.join(pending)} "
+                               f"(logs in {self.layout.logs})")
+
+    def check_alive(self, name: str) -> None:
+        proc = self.procs[name]
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {proc.returncode}; its log ends:\n"
+                               f"{self.log_text(name)[-2000:]}")
+
+    def log_text(self, name: str) -> str:
+        path = self.layout.logs / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def rank_pids(self, node: str, job: str) -> dict[int, int]:
+        """rank -> pid of the job's live ranks on `node`, from its executor's registry."""
+        try:
+            ranks = json.loads((self.layout.executor_dir(node) / "ranks.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+        return {r["rank"]: r["pid"] for r in ranks if r["job"] == job}
+
+    def latest_rank_log(self, job: str) -> Path | None:
+        logs = list(self.layout.root.glob(f"nodes/*/executor/logs/{job}/g*-rank0.log"))
+        return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for name, proc in self.procs.items():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within 30s; killing it", name)
+                proc.kill()
+                proc.wait()
+
+    def _start(self, name: str, argv: list[str]) -> None:
+        out = open(self.layout.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.procs[name] = subprocess.Popen(argv, env=self.env(), stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL)
+        out.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

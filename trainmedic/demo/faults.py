@@ -1,0 +1,138 @@
+"""The demo's scripted faults: how each is injected, what must follow, and what it cost.
+
+Each fault is injected through the same mechanisms a user rehearses with: kill -9 of a rank
+process, a synthetic Xid in a node's GPU producer, a fault file that hangs a rank, a link
+flap in a node's host agent. Then the demo waits for the incident and for the job to step
+again, and measures from the timeline what the issue's report asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from trainmedic.demo.cluster import LocalCluster
+from trainmedic.demo.timeline import Timeline
+from trainmedic.demo.watch import Watcher
+
+
+@dataclass(frozen=True)
+class FaultResult:
+    """One row of the report (`.trainmedic/demo/report.json`)."""
+
+    name: str
+    category: str | None
+    severity: str | None
+    action: str | None
+    detection_delay_s: float | None
+    time_to_resume_s: float | None
+    steps_lost: int | None
+    world_size_before: int
+    world_size_after: int | None
+    healed: bool
+    expected_category: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault to inject and the outcome that means the job healed."""
+
+    name: str
+    expected_category: str
+    action: str  # restart, reconfigure or reattempt
+    inject: Callable[[LocalCluster, Timeline], None]
+    world_after: Callable[[int], int]
+
+
+def kill_rank(job: str, node: str, rank_index: int = -1) -> Callable[[LocalCluster, Timeline], None]:
+    """kill -9 one of the job's ranks on `node` (its last local rank by default)."""
+    def inject(cluster: LocalCluster, timeline: Timeline) -> None:
+        pids = cluster.rank_pids(node, job)
+        if not pids:
+            raise RuntimeError(f"no live rank of {job} on {node} to kill")
+        rank = sorted(pids)[rank_index]
+        os.kill(pids[rank], signal.SIGKILL)
+    return inject
+
+
+def gpu_fault(node: str, spec: str) -> Callable[[LocalCluster, Timeline], None]:
+    """Append a synthetic GPU fault to `node`'s GPU producer control file."""
+    def inject(cluster: LocalCluster, timeline: Timeline) -> None:
+        with cluster.layout.gpu_control(node).open("a") as control:
+            control.write(f"{spec},node={node}\n")
+    return inject
+
+
+def link_flap(node: str, link: str, for_s: float) -> Callable[[LocalCluster, Timeline], None]:
+    def inject(cluster: LocalCluster, timeline: Timeline) -> None:
+        with cluster.layout.agent_control(node).open("a") as control:
+            control.write(f"flap={link},for={for_s:g}s\n")
+    return inject
+
+
+def hang_rank(rank: int, steps_ahead: int = 3) -> Callable[[LocalCluster, Timeline], None]:
+    """Arm the rank-fault file: `rank` stops stepping (process alive) a few steps from now."""
+    def inject(cluster: LocalCluster, timeline: Timeline) -> None:
+        current = timeline.current
+        fault = {"fault": "hang", "rank": rank, "at_step": current.last_step + steps_ahead,
+                 "generation": timeline.generation}
+        cluster.layout.rank_faults.write_text(json.dumps([fault]))
+    return inject
+
+
+def run_fault(fault: Fault, cluster: LocalCluster, watcher: Watcher, timeout_s: float) -> FaultResult:
+    """Inject `fault`, wait until the job steps again as expected, and measure."""
+    with watcher.lock:
+        before_gen = watcher.timeline.generation
+        world_before = watcher.timeline.current.world_size
+        fault.inject(cluster, watcher.timeline)
+    injected = time.time()
+
+    def incident(t: Timeline):
+        return next((s for s in t.incidents_since(injected) if s.incident.severity != "WARN"), None)
+
+    def resumed(t: Timeline):
+        seen = incident(t)
+        if seen is None:
+            return None
+        if fault.action == "reattempt":
+            plan = t.plan_for(seen.incident.id)
+            done = plan and t.completed_wall(plan.plan_id)
+            gen = t.generations[before_gen]
+            return (before_gen, gen.last_step_ts) if done and gen.last_step_ts > done else None
+        newer = [g for g in t.generations if g > before_gen]
+        return (max(newer), t.generations[max(newer)].first_step_ts) if newer else None
+
+    outcome = watcher.wait_for(resumed, timeout_s)
+    with watcher.lock:
+        timeline = watcher.timeline
+        seen = incident(timeline)
+        if outcome is None:
+            return FaultResult(
+                fault.name, seen and seen.incident.category, seen and str(seen.incident.severity),
+                seen and str(seen.incident.action), _delay(seen), None, None, world_before, None, False,
+                fault.expected_category)
+        gen, resumed_ts = outcome
+        after = timeline.generations[gen]
+        if fault.action == "reattempt":
+            lost = 0  # the same processes carry on; a re-run step is not a lost one
+        else:
+            lost = max(0, timeline.generations[before_gen].last_step + 1 - after.first_step)
+        healed = (after.world_size == fault.world_after(world_before)
+                  and seen.incident.category == fault.expected_category)
+        return FaultResult(
+            fault.name, seen.incident.category, str(seen.incident.severity), str(seen.incident.action),
+            _delay(seen), round(resumed_ts - injected, 2), lost, world_before, after.world_size, healed,
+            fault.expected_category,
+        )
+
+
+def _delay(seen) -> float | None:
+    return None if seen is None else round(seen.incident.ts - seen.incident.first_ts, 3)

@@ -1,0 +1,173 @@
+"""The demo's script: set up, start the job, inject each fault, report, tear down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+
+from schemas import JobSpec, JobSubmitted
+from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
+from trainmedic.demo.faults import Fault, FaultResult, gpu_fault, hang_rank, kill_rank, link_flap, run_fault
+from trainmedic.demo.watch import Watcher
+from trainmedic.errors import TrainmedicError
+from trainmedic.settings import KafkaSettings, home
+
+JOB = "demo"
+# The demo's detector: the defaults, with a hang floor that fits a 0.25 s step.
+DETECTOR_CONFIG = {"hang": {"floor_s": 10.0}}
+STARTED = time.monotonic()
+
+
+def say(text: str) -> None:
+    print(f"[demo {time.monotonic() - STARTED:6.1f}s] {text}", flush=True)
+
+
+def faults(nodes: tuple[str, ...]) -> list[Fault]:
+    return [
+        Fault("kill", "process_exit", "restart", kill_rank(JOB, nodes[1]), lambda w: w),
+        Fault("xid79", "gpu_lost", "reconfigure", gpu_fault(nodes[-1], "xid=79,gpu=0"),
+              lambda w: w - w // len(nodes)),
+        Fault("hang", "hang", "restart", hang_rank(rank=0), lambda w: w),
+        Fault("flap", "link_flap", "reattempt", link_flap(nodes[0], "ib0", for_s=2.0), lambda w: w),
+    ]
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from trainmedic.broker import LocalBroker
+    from trainmedic.kafka import EventProducer, create_topics
+
+    if args.nodes < 2 or args.ranks_per_node < 1:
+        print("trainmedic demo: needs at least 2 nodes and 1 rank per node", file=sys.stderr)
+        return 2
+    layout = DemoLayout(home() / "demo")
+    broker = None
+    cluster = watcher = None
+    stop_progress = threading.Event()
+    try:
+        bootstrap = os.environ.get("TRAINMEDIC_KAFKA_BOOTSTRAP")
+        if not bootstrap:
+            broker = LocalBroker(home())
+            state, started = broker.start()
+            say(f"broker {'started' if started else 'already running'} at {state.bootstrap}")
+            bootstrap = state.bootstrap
+            if not started:
+                broker = None  # not ours to stop
+        prefix = f"demo-{uuid.uuid4().hex[:6]}."
+        settings = KafkaSettings.from_env(bootstrap=bootstrap, topic_prefix=prefix)
+        create_topics(settings)
+        nodes = tuple(f"node-{i}" for i in range(args.nodes))
+        cluster = LocalCluster(layout, bootstrap, prefix, nodes)
+        cluster.prepare(DETECTOR_CONFIG)
+        cluster.start_services()
+        say(f"starting detector, coordinator and {len(nodes)} nodes "
+            f"(topics {prefix}*, logs in {layout.logs})")
+        cluster.wait_ready()
+        say("services ready")
+
+        watcher = Watcher(settings, JOB, say)
+        watcher.start()
+        spec = demo_job(nodes, args)
+        with EventProducer(settings, client_id="trainmedic-demo") as producer:
+            producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
+        world = len(nodes) * args.ranks_per_node
+        say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
+        if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
+            raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
+        say(f"job {JOB} trains with world size {world}")
+        threading.Thread(target=progress, args=(watcher, cluster, stop_progress), daemon=True).start()
+
+        results: list[FaultResult] = []
+        for fault in faults(nodes):
+            if args.only and fault.name not in args.only:
+                continue
+            settle(watcher)
+            say(f"FAULT {fault.name}: injecting (expect {fault.expected_category} -> {fault.action})")
+            result = run_fault(fault, cluster, watcher, args.fault_timeout_s)
+            results.append(result)
+            say(f"FAULT {fault.name}: {'healed' if result.healed else 'NOT healed'} "
+                f"(resumed after {result.time_to_resume_s}s, {result.steps_lost} steps lost)")
+        stop_progress.set()
+        report(results, layout)
+        return 0 if results and all(r.healed for r in results) else 1
+    except (TrainmedicError, RuntimeError) as err:
+        say(f"failed: {err}")
+        return 1
+    finally:
+        stop_progress.set()
+        if watcher is not None:
+            watcher.stop()
+        if cluster is not None:
+            say("stopping the services and the job")
+            cluster.close()
+        if broker is not None:
+            broker.stop()
+            say("broker stopped")
+
+
+def demo_job(nodes: tuple[str, ...], args: argparse.Namespace) -> JobSpec:
+    n = len(nodes)
+    ranks = args.ranks_per_node
+    return JobSpec(
+        id=JOB, nodes=nodes, ranks_per_node=ranks, master_port=free_port(),
+        # Sizes in nodes -> FLOP/s: the job can shrink by a node and keep going.
+        throughput={size: 1.0e14 * size * ranks for size in range(max(1, n - 2), n + 1)},
+        # nice: on two cores the ranks must leave room for heartbeats and the broker.
+        command=("nice", "-n", "10", sys.executable, "-m", "recovery.worker.demo_train",
+                 "--steps", "1000000", "--step-s", str(args.step_s), "--report", "--timeout-s", "300"),
+        checkpoint_dir=str(home() / "demo" / "checkpoints"),
+        transition_s=30,
+    )
+
+
+def settle(watcher: Watcher, steps: int = 5) -> None:
+    """Let the job take a few steps at its current generation before the next fault."""
+    with watcher.lock:
+        target = watcher.timeline.current.last_step + steps
+        gen = watcher.timeline.generation
+    watcher.wait_for(lambda t: t.generation == gen and t.current.last_step >= target, 60)
+
+
+def progress(watcher: Watcher, cluster: LocalCluster, stop: threading.Event) -> None:
+    """Every few seconds: the job's step, loss, generation and world size."""
+    while not stop.wait(5.0):
+        with watcher.lock:
+            current, gen = watcher.timeline.current, watcher.timeline.generation
+        if current is None:
+            continue
+        say(f"step {current.last_step} loss {latest_loss(cluster) or '?'} | generation {gen}, "
+            f"world size {current.world_size}")
+
+
+def latest_loss(cluster: LocalCluster) -> str | None:
+    path = cluster.latest_rank_log(JOB)
+    if path is None:
+        return None
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - 2000))
+        found = re.findall(rb"step \d+ loss ([0-9.]+)", f.read())
+    return found[-1].decode() if found else None
+
+
+def report(results: list[FaultResult], layout: DemoLayout) -> None:
+    path = layout.root / "report.json"
+    path.write_text(json.dumps({"faults": [r.as_dict() for r in results]}, indent=2) + "\n")
+    header = ("fault", "category", "sev", "action", "detect s", "resume s", "lost", "world", "healed")
+    rows = [(r.name, r.category or "-", r.severity or "-", r.action or "-",
+             _num(r.detection_delay_s), _num(r.time_to_resume_s), _num(r.steps_lost),
+             f"{r.world_size_before}->{r.world_size_after or '?'}", "yes" if r.healed else "NO")
+            for r in results]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    print()
+    for row in (header, *rows):
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)))
+    print(f"\nreport: {path}")
+
+
+def _num(value) -> str:
+    return "-" if value is None else str(value)

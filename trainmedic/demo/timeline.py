@@ -1,0 +1,78 @@
+"""What the demo has seen so far, folded from the topics it watches. Pure: wall time passed in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from schemas import Incident, WorkerStepped
+from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
+
+
+@dataclass
+class Generation:
+    """One generation of the job as its ranks reported it."""
+
+    world_size: int
+    first_step: int
+    first_step_ts: float
+    last_step: int
+    last_step_ts: float
+
+
+@dataclass
+class SeenIncident:
+    incident: Incident
+    opened_wall: float
+    resolved_wall: float | None = None
+
+
+@dataclass
+class Timeline:
+    """Steps per generation, incidents and recovery plans of one job, in arrival order."""
+
+    job: str
+    generations: dict[int, Generation] = field(default_factory=dict)
+    incidents: dict[str, SeenIncident] = field(default_factory=dict)
+    planned: list[tuple[float, RecoveryPlanned]] = field(default_factory=list)
+    completed: list[tuple[float, RecoveryCompleted]] = field(default_factory=list)
+    failed: list[tuple[float, RecoveryFailed]] = field(default_factory=list)
+
+    def apply(self, event: object, wall: float) -> None:
+        if isinstance(event, WorkerStepped) and event.job == self.job:
+            gen = self.generations.get(event.generation)
+            if gen is None:
+                self.generations[event.generation] = Generation(
+                    event.world_size, event.step, event.ts, event.step, event.ts)
+            else:
+                gen.first_step = min(gen.first_step, event.step)
+                if event.step >= gen.last_step:
+                    gen.last_step, gen.last_step_ts = event.step, event.ts
+        elif isinstance(event, Incident):
+            seen = self.incidents.get(event.id)
+            if seen is None:
+                self.incidents[event.id] = seen = SeenIncident(event, wall)
+            if event.status == "resolved":
+                seen.incident, seen.resolved_wall = event, wall
+        elif isinstance(event, RecoveryPlanned) and event.job == self.job:
+            self.planned.append((wall, event))
+        elif isinstance(event, RecoveryCompleted) and event.job == self.job:
+            self.completed.append((wall, event))
+        elif isinstance(event, RecoveryFailed) and event.job == self.job:
+            self.failed.append((wall, event))
+
+    @property
+    def generation(self) -> int | None:
+        return max(self.generations) if self.generations else None
+
+    @property
+    def current(self) -> Generation | None:
+        return self.generations[self.generation] if self.generations else None
+
+    def incidents_since(self, wall: float) -> list[SeenIncident]:
+        return [s for s in self.incidents.values() if s.opened_wall >= wall]
+
+    def plan_for(self, incident_id: str) -> RecoveryPlanned | None:
+        return next((p for _, p in self.planned if p.incident_id == incident_id), None)
+
+    def completed_wall(self, plan_id: str) -> float | None:
+        return next((w for w, c in self.completed if c.plan_id == plan_id), None)

@@ -1,0 +1,73 @@
+"""A background reader of the demo's topics that keeps the timeline and narrates it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from schemas import Incident
+from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
+from trainmedic.demo.timeline import Timeline
+from trainmedic.kafka import EventConsumer
+from trainmedic.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+class Watcher:
+    """Reads worker telemetry and the incidents log into a `Timeline` under a lock."""
+
+    def __init__(self, settings: KafkaSettings, job: str, say: Callable[[str], None]) -> None:
+        self.timeline = Timeline(job)
+        self.lock = threading.Lock()
+        self._say = say
+        self._stop = threading.Event()
+        topics = [settings.topics.worker, settings.topics.incidents]
+        self._consumer = EventConsumer(settings, topics, f"demo-watch-{uuid.uuid4().hex[:8]}")
+        self._thread = threading.Thread(target=self._run, name="demo-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+    def wait_for(self, condition: Callable[[Timeline], object], timeout_s: float) -> object:
+        """Poll `condition(timeline)` until it is truthy (returned) or the timeout passes (None)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                found = condition(self.timeline)
+            if found:
+                return found
+            time.sleep(0.1)
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for record in self._consumer.poll(0.5):
+                wall = time.time()
+                with self.lock:
+                    self.timeline.apply(record.event, wall)
+                self._narrate(record.event)
+
+    def _narrate(self, event: object) -> None:
+        if isinstance(event, Incident):
+            where = f"node {event.node}" if event.node else f"job {event.job}"
+            if event.status == "open":
+                self._say(f"INCIDENT {event.severity} {event.category} on {where} -> {event.action} "
+                          f"(detected {event.ts - event.first_ts:.2f}s after the first evidence)")
+            else:
+                self._say(f"resolved {event.category} on {where}")
+        elif isinstance(event, RecoveryPlanned):
+            self._say(f"recovery: {event.kind} job {event.job} at generation {event.generation} on "
+                      f"{', '.join(event.nodes)}")
+        elif isinstance(event, RecoveryCompleted):
+            self._say(f"recovery: every command of generation {event.generation} acknowledged")
+        elif isinstance(event, RecoveryFailed):
+            self._say(f"recovery FAILED for job {event.job}: {event.reason}")
