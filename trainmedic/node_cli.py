@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     executor.add_argument("--freshness-s", type=float, default=60.0, help="oldest command accepted")
     executor.add_argument("--stop-grace-s", type=float, default=10.0, help="SIGTERM to SIGKILL")
     executor.add_argument("--insecure", action="store_true", help="accept unsigned commands")
+    executor.add_argument("--cold-start", action="store_true",
+                          help="start every rank as a new interpreter instead of forking it warm")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             node=node, state_dir=Path(args.state_dir) if args.state_dir else home() / "executor" / node,
             freshness_s=args.freshness_s, stop_grace_s=args.stop_grace_s,
             key=None if args.insecure else load_key(), insecure=args.insecure,
+            warm_start=not args.cold_start,
         )
         source = open_source(gpu_config, now)
         agent = open_agent(agent_config, now)

@@ -38,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between SIGTERM and SIGKILL when stopping ranks (default 10)")
     parser.add_argument("--insecure", action="store_true",
                         help="accept unsigned commands (no cluster key); for local experiments only")
+    parser.add_argument("--cold-start", action="store_true",
+                        help="start every rank as a new interpreter instead of forking it warm")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
 
 
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         config = ExecutorConfig(
             node=args.node, state_dir=args.state_dir or home() / "executor" / args.node,
             freshness_s=args.freshness_s, stop_grace_s=args.stop_grace_s, key=key,
-            insecure=args.insecure,
+            insecure=args.insecure, warm_start=not args.cold_start,
         )
         kafka = KafkaSettings.from_env(bootstrap=args.bootstrap)
     except ValidationError as err:

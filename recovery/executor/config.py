@@ -22,6 +22,8 @@ class ExecutorConfig(BaseModel):
     poll_s: float = Field(default=0.2, gt=0, le=5)
     key: SecretBytes | None = None
     insecure: bool = False
+    warm_start: bool = Field(default=True, description="fork ranks of this interpreter from a warm "
+                             "launcher that has torch imported (see forkserver.py)")
 
     @model_validator(mode="after")
     def _one_trust_mode(self) -> ExecutorConfig:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from recovery.executor import leftovers
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.decide import Apply, Refuse, Skip, Step, decide
+from recovery.executor.forkserver import WarmLauncher, become_subreaper
 from recovery.executor.ledger import Ledger
 from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
 from recovery.executor.supervisor import RankExit, Supervisor
@@ -48,6 +49,13 @@ class Executor:
         topic = self.kafka.topics.commands
         partition = partition_of(self.config.node, partition_count(self.kafka, topic))
         self._ledger = ledger = Ledger.open(self.config.ledger_path)
+        launcher = None
+        if self.config.warm_start:
+            if become_subreaper():
+                launcher = WarmLauncher()
+            else:
+                log.warning("cannot become a child subreaper here: every rank starts cold")
+        self.supervisor.use_launcher(launcher)
         for rank in leftovers.reclaim(self.config.state_dir / "ranks.json"):
             self._publish_exit(RankExit(rank["job"], rank["generation"], rank["rank"], rank["world_size"],
                                         rank["pid"], None, signal.SIGKILL))
@@ -78,6 +86,8 @@ class Executor:
             exits = self.supervisor.stop_all(self.config.stop_grace_s)
             reader.close()
             ledger.close()
+            if launcher is not None:
+                launcher.close()
             try:
                 for ended in exits:
                     self._publish_exit(ended)

@@ -1,5 +1,9 @@
 """Rank processes on this node: launch, signal, stop, and notice when they end.
 
+A rank whose command runs a module of this interpreter is forked by the warm launcher
+(forkserver.py) when there is one; any other command is started cold with Popen. Either
+way the rank is a child of this process, reaped here.
+
 Each rank runs in its own session, so its process group id is its pid and a signal to
 the group reaches everything the rank started. A rank that ended is first observed
 without being reaped (`waitid(WNOWAIT)`): its pid, and so its group id, cannot be reused
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from recovery.executor import leftovers
+from recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
 from schemas import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -47,23 +52,29 @@ class RankProcess:
     generation: int
     rank: int
     world_size: int
-    popen: subprocess.Popen
-    log_file: IO[bytes]
+    pid: int
+    popen: subprocess.Popen | None = None  # None for a rank forked warm
+    log_file: IO[bytes] | None = None
 
 
 class Supervisor:
     """Owns the rank processes of every job on this node; records them in `registry` when given."""
 
-    def __init__(self, registry: Path | None = None) -> None:
+    def __init__(self, registry: Path | None = None, launcher: WarmLauncher | None = None) -> None:
         self._ranks: dict[str, list[RankProcess]] = {}
         self._registry = registry
+        self._launcher = launcher
+
+    def use_launcher(self, launcher: WarmLauncher | None) -> None:
+        """Fork ranks warm through `launcher` from now on (None: start every rank cold)."""
+        self._launcher = launcher
 
     def _record(self) -> None:
         """Keep the registry of live ranks current (see leftovers.py)."""
         if self._registry is None:
             return
         leftovers.save(self._registry, [
-            {"pid": p.popen.pid, "start": leftovers.start_time(p.popen.pid), "job": p.job,
+            {"pid": p.pid, "start": leftovers.start_time(p.pid), "job": p.job,
              "generation": p.generation, "rank": p.rank, "world_size": p.world_size}
             for procs in self._ranks.values() for p in procs
         ])
@@ -76,32 +87,53 @@ class Supervisor:
         If one cannot start, the ones already started are killed and the error re-raised.
         """
         log_dir.mkdir(parents=True, exist_ok=True)
+        target = warm_target(spec.command) if self._launcher is not None else None
         started: list[RankProcess] = []
         try:
             for rank, env in zip(spec.ranks, envs, strict=True):
                 path = log_dir / f"g{generation}-rank{rank}.log"
-                log_file = path.open("ab")
-                try:
-                    popen = subprocess.Popen(
-                        list(spec.command), env=dict(env), stdin=subprocess.DEVNULL,
-                        stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                    )
-                except OSError:
-                    log_file.close()
-                    raise
-                started.append(RankProcess(job, generation, rank, spec.world_size, popen, log_file))
-                log.info("job %s g%d: rank %d started, pid %d, output in %s",
-                         job, generation, rank, popen.pid, path)
+                pid = self._start_warm(target, env, path) if target is not None else None
+                popen, log_file = None, None
+                if pid is None:
+                    popen, log_file = self._start_cold(spec.command, env, path)
+                    pid = popen.pid
+                proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_file)
+                started.append(proc)
+                log.info("job %s g%d: rank %d started%s, pid %d, output in %s", job, generation, rank,
+                         "" if proc.popen else " (warm fork)", proc.pid, path)
         except OSError:
             for proc in started:
-                _kill_group(proc.popen.pid, signal.SIGKILL)
-                while (status := _ended(proc.popen.pid)) is None:
+                _kill_group(proc.pid, signal.SIGKILL)
+                while (status := _ended(proc.pid)) is None:
                     time.sleep(0.01)
                 self._finish(proc, status)
             raise
         self._ranks.setdefault(job, []).extend(started)
         self._record()
-        return [proc.popen.pid for proc in started]
+        return [proc.pid for proc in started]
+
+    def _start_warm(self, target: WarmTarget, env: Mapping[str, str], path: Path) -> int | None:
+        """The pid of a rank forked by the warm launcher, or None to start it cold."""
+        try:
+            return self._launcher.launch(target, env, path)
+        except OSError as err:
+            log.warning("warm start failed (%s); starting the rank cold", err)
+            return None
+
+    @staticmethod
+    def _start_cold(
+        command: tuple[str, ...], env: Mapping[str, str], path: Path,
+    ) -> tuple[subprocess.Popen, IO[bytes]]:
+        log_file = path.open("ab")
+        try:
+            popen = subprocess.Popen(
+                list(command), env=dict(env), stdin=subprocess.DEVNULL,
+                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        except OSError:
+            log_file.close()
+            raise
+        return popen, log_file
 
     def alive(self, job: str) -> int:
         """How many rank processes of `job` are not yet known to have ended."""
@@ -109,13 +141,13 @@ class Supervisor:
 
     def pids(self, job: str) -> dict[int, int]:
         """rank -> pid of the live ranks of `job`."""
-        return {proc.rank: proc.popen.pid for proc in self._ranks.get(job, [])}
+        return {proc.rank: proc.pid for proc in self._ranks.get(job, [])}
 
     def signal(self, job: str, sig: signal.Signals) -> int:
         """Send `sig` to the group of every live rank of `job`; returns how many got it."""
         sent = 0
         for proc in self._ranks.get(job, []):
-            if _kill_group(proc.popen.pid, sig):
+            if _kill_group(proc.pid, sig):
                 sent += 1
         return sent
 
@@ -126,7 +158,7 @@ class Supervisor:
             if only_job is not None and job != only_job:
                 continue
             for proc in list(procs):
-                status = _ended(proc.popen.pid)
+                status = _ended(proc.pid)
                 if status is not None:
                     procs.remove(proc)
                     exits.append(self._finish(proc, status))
@@ -166,13 +198,17 @@ class Supervisor:
     @staticmethod
     def _finish(proc: RankProcess, status: int) -> RankExit:
         """Clean up after an ended rank whose pid is not yet reaped, then reap it."""
-        _kill_group(proc.popen.pid, signal.SIGKILL)  # whatever the rank left in its group
-        proc.popen.wait()
-        proc.log_file.close()
+        _kill_group(proc.pid, signal.SIGKILL)  # whatever the rank left in its group
+        if proc.popen is not None:
+            proc.popen.wait()
+        else:
+            os.waitpid(proc.pid, 0)
+        if proc.log_file is not None:
+            proc.log_file.close()
         code, sig = (status, None) if status >= 0 else (None, -status)
         log.info("job %s g%d: rank %d (pid %d) ended: %s", proc.job, proc.generation, proc.rank,
-                 proc.popen.pid, f"exit code {code}" if sig is None else f"signal {signal.Signals(sig).name}")
-        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.popen.pid, code, sig)
+                 proc.pid, f"exit code {code}" if sig is None else f"signal {signal.Signals(sig).name}")
+        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, code, sig)
 
 
 def _ended(pid: int) -> int | None:

@@ -1,0 +1,187 @@
+"""A warm launcher for rank processes: one interpreter that has already imported torch forks
+each rank, so a (re)start costs a fork instead of an interpreter start plus `import torch`
+per rank (2–4 s of CPU each; eight ranks on two cores wait ten seconds or more for it).
+
+Only commands of the form `[nice -n N] PYTHON -m MODULE ARGS...`, where PYTHON is this
+executor's own interpreter, are forked warm; anything else starts cold with a plain exec.
+
+The server speaks JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice"} in,
+{"pid"} or {"error"} out. Each rank is forked twice, so that it is re-parented to the
+executor (a child subreaper, see `become_subreaper`), which reaps it and reads its exit
+status as for a child of its own. The server preloads torch (and torch.distributed) plus
+the modules named in TRAINMEDIC_WARM_PRELOAD (comma-separated); it never imports the
+rank's own module, whose top level may do anything.
+
+What a warm rank inherits differs from a cold one in one way that matters: modules
+imported before the fork read their environment then (e.g. torch and OMP_NUM_THREADS=1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import json
+import logging
+import os
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PR_SET_CHILD_SUBREAPER = 36
+PRELOAD = ("torch", "torch.distributed")
+PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"
+
+
+@dataclass(frozen=True)
+class WarmTarget:
+    """A rank command the fork server can run: a module of this interpreter, at a niceness."""
+
+    module: str
+    args: tuple[str, ...]
+    nice: int = 0
+
+
+def warm_target(argv: Sequence[str], python: str = sys.executable) -> WarmTarget | None:
+    """The warm form of `argv`, or None when it must start cold."""
+    rest, nice = list(argv), 0
+    if rest[:2] == ["nice", "-n"] and len(rest) > 2 and rest[2].lstrip("-").isdigit():
+        nice, rest = int(rest[2]), rest[3:]
+    if len(rest) < 3 or rest[1] != "-m":
+        return None
+    exe = rest[0] if os.sep in rest[0] else shutil.which(rest[0])
+    if exe is None or os.path.abspath(exe) != os.path.abspath(python):
+        return None
+    return WarmTarget(rest[2], tuple(rest[3:]), nice)
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux). False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class WarmLauncher:
+    """The executor's handle on its fork server (started at once, so it warms up early)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "recovery.executor.forkserver"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=server_env, text=True, bufsize=1,
+        )
+        self._lock = threading.Lock()
+
+    def launch(self, target: WarmTarget, env: Mapping[str, str], log_path: Path) -> int:
+        """Fork a rank; returns its pid. Raises OSError when the server cannot."""
+        request = {"module": target.module, "args": list(target.args), "env": dict(env),
+                   "log": str(log_path), "nice": target.nice}
+        with self._lock:
+            if self._proc.poll() is not None:
+                raise OSError(f"the fork server exited with code {self._proc.returncode}")
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        if not line:
+            raise OSError("the fork server closed its output")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise OSError(f"the fork server could not start {target.module}: {answer['error']}")
+        return int(answer["pid"])
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def serve() -> None:
+    """The server's loop: preload, then one fork per request line, until stdin closes."""
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever a preloaded module prints must not corrupt the answers
+    extra = [name.strip() for name in os.environ.get(PRELOAD_ENV, "").split(",") if name.strip()]
+    for name in (*PRELOAD, *extra):
+        with contextlib.suppress(ImportError):  # a job without torch is still served
+            importlib.import_module(name)
+    for line in sys.stdin:
+        try:
+            answer = {"pid": _fork_rank(json.loads(line))}
+        except Exception as err:  # the answer says what failed; the server stays up
+            answer = {"error": f"{type(err).__name__}: {err}"}
+        answers.write(json.dumps(answer) + "\n")
+        answers.flush()
+
+
+def _fork_rank(request: dict) -> int:
+    """Fork twice; the grandchild runs the module and its pid comes back through a pipe."""
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the middle process: fork the rank, tell its pid, exit at once
+        os.close(read_end)
+        try:
+            rank = os.fork()
+            if rank == 0:
+                os.close(write_end)
+                _become_rank(request)  # never returns
+            os.write(write_end, str(rank).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        text = pipe.read()
+    os.waitpid(middle, 0)
+    if not text:
+        raise OSError("the rank could not be forked")
+    return int(text)
+
+
+def _become_rank(request: dict) -> None:
+    """In the forked rank: own session, output to its log, its environment, then run the module."""
+    code = 1
+    try:
+        os.setsid()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        if request.get("nice"):
+            os.nice(int(request["nice"]))
+        out = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = [request["module"], *request["args"]]
+        try:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+if __name__ == "__main__":
+    serve()
