@@ -1,0 +1,57 @@
+"""End to end: the demo's fault scenario on a real broker with real services and gloo ranks.
+
+Three nodes x two ranks: kill -9 of a rank, Xid 79 on a node, a hung rank and a link flap
+must each heal, the job must end on two nodes (world size 4), and no completed step may
+be lost (a replica survives every one of these faults).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.kafka
+
+
+def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, tmp_path: Path) -> None:
+    env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka_bootstrap, "TRAINMEDIC_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainmedic.cli", "demo", "--nodes", "3", "--ranks-per-node", "2"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    report_path = tmp_path / "demo" / "report.json"
+    assert report_path.exists(), done.stdout[-4000:] + done.stderr[-4000:]
+    faults = json.loads(report_path.read_text())["faults"]
+    summary = done.stdout[-3000:]
+    assert [f["name"] for f in faults] == ["kill", "xid79", "hang", "flap"], summary
+    assert [(f["category"], f["severity"], f["action"]) for f in faults] == [
+        ("process_exit", "SEV2", "restart"),
+        ("gpu_lost", "SEV1", "reconfigure"),
+        ("hang", "SEV2", "restart"),
+        ("link_flap", "SEV3", "reattempt"),
+    ], summary
+    assert all(f["healed"] for f in faults), summary
+    assert [f["steps_lost"] for f in faults] == [0, 0, 0, 0], summary
+    assert [(f["world_size_before"], f["world_size_after"]) for f in faults] == [
+        (6, 6), (6, 4), (4, 4), (4, 4)], summary
+    assert done.returncode == 0, summary
+    assert "stopping the services and the job" in done.stdout
+    assert processes_with_home(tmp_path) == []  # services, fork servers and ranks all ended
+
+
+def processes_with_home(home: Path) -> list[int]:
+    """Pids whose environment has TRAINMEDIC_HOME=home (every process the demo started has it)."""
+    marker = f"TRAINMEDIC_HOME={home}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
