@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
     "job": ("recovery.coordinator.job_cli", "submit a training job, or list jobs and where they run"),
     "incidents": ("ops.incident_log.cli", "list, show, follow or export incidents from the incidents log"),
+    "alerts": ("ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),
 }
 
 
