@@ -7,6 +7,7 @@ No consumer group, nothing committed: for tools that read a log (the incident lo
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +19,10 @@ from trainmedic.errors import KafkaError
 from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
+
+# Errors a broker gives for a topic created moments ago; they pass within seconds.
+_NOT_READY = frozenset({RdKafkaError.NOT_LEADER_FOR_PARTITION, RdKafkaError.LEADER_NOT_AVAILABLE,
+                        RdKafkaError.UNKNOWN_TOPIC_OR_PART})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,23 +58,39 @@ class TopicScan:
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
         }), logger=log)
-        try:
-            parts = self._partitions(client)
-            starts = self._starts(client, parts)
-            for part in parts:
-                low, high = client.get_watermark_offsets(part, timeout=self._timeout_s)
-                start = starts[(part.topic, part.partition)]
-                if high > (low if start == OFFSET_BEGINNING else start):
-                    self._ends[(part.topic, part.partition)] = high
-        except KafkaException as err:
-            client.close()
-            raise KafkaError(f"no Kafka broker answered at {self._settings.bootstrap} within "
-                             f"{self._timeout_s:g}s ({err.args[0].str()})", retryable=True) from None
-        except KafkaError:
-            client.close()
-            raise
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                starts = self._locate(client)
+                break
+            except KafkaException as err:
+                code = err.args[0]
+                if code.code() in _NOT_READY and time.monotonic() < deadline:
+                    time.sleep(0.2)  # a topic created moments ago has no leader yet
+                    continue
+                client.close()
+                if code.code() in (RdKafkaError._TRANSPORT, RdKafkaError._TIMED_OUT):
+                    raise KafkaError(f"no Kafka broker answered at {self._settings.bootstrap} within "
+                                     f"{self._timeout_s:g}s ({code.str()})", retryable=True) from None
+                raise KafkaError(f"cannot read {', '.join(self._topics)}: {code.str()}", code=code.name(),
+                                 retryable=code.retriable()) from None
+            except KafkaError:
+                client.close()
+                raise
         client.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
         return client
+
+    def _locate(self, client: Consumer) -> dict[tuple[str, int], int]:
+        """Each partition's start offset; records the end of those that hold something to read."""
+        parts = self._partitions(client)
+        starts = self._starts(client, parts)
+        self._ends = {}
+        for part in parts:
+            low, high = client.get_watermark_offsets(part, timeout=self._timeout_s)
+            start = starts[(part.topic, part.partition)]
+            if high > (low if start == OFFSET_BEGINNING else start):
+                self._ends[(part.topic, part.partition)] = high
+        return starts
 
     def _partitions(self, client: Consumer) -> list[TopicPartition]:
         meta = client.list_topics(timeout=self._timeout_s)
