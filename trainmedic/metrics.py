@@ -7,7 +7,6 @@ Names start with `trainmedic_`; docs/metrics.md describes each, and the Grafana 
 
 from __future__ import annotations
 
-import argparse
 import logging
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -62,12 +61,6 @@ def observe_incident(incident) -> None:
     INCIDENTS.labels(incident.category, str(incident.severity), str(incident.status)).inc()
     if incident.status == "open":
         DETECTION_DELAY.labels(str(incident.severity)).observe(max(0.0, incident.ts - incident.first_ts))
-
-
-def add_metrics_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics-port", type=int, metavar="PORT",
-                        help="serve Prometheus metrics on this port, all interfaces (off by default; "
-                        "see docs/metrics.md for the suggested ports)")
 
 
 def serve_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None:

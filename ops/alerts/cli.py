@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainmedic.metrics import add_metrics_argument
+from trainmedic.metrics_flag import add_metrics_argument
 
 CONFIG_FORMAT = """\
 config file (YAML; a section enables its sink; every key but alertmanager.url is optional):
