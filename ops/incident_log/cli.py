@@ -135,8 +135,8 @@ def _show(scan, settings, args: argparse.Namespace) -> int:
         while args.follow:
             fold_in(scan.poll())
             for changed in (r for r in rows() if r not in shown):
-                print("  ".join(changed), flush=True)
                 shown.append(changed)
+                print(table(shown).rsplit("\n", 1)[-1], flush=True)  # padded like the rows above
         return 0
     matches = find(log, args.id)
     if len(matches) != 1:
