@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-$(shell (cat requirements.lock pyproject.toml; ls -
 KAFKA_LIBS := .trainmedic/kafka/libs
 KAFKA_STAMP := $(KAFKA_LIBS)/.fetched-$(shell cksum < compose/pom.xml | cut -d' ' -f1)
 
-.PHONY: setup kafka test demo lint lock bench clean
+.PHONY: setup kafka alertmanager test demo lint lock bench clean
 
 setup: $(STAMP)
 
@@ -33,8 +33,18 @@ $(KAFKA_STAMP): compose/pom.xml
 	mvn --quiet --batch-mode -f compose/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
 	@touch $@
 
+# The alert bridge's tests run a real Alertmanager: Debian's prometheus-alertmanager, installed once.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+alertmanager:
+	@command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null || { \
+	  command -v apt-get >/dev/null || { echo "The alert tests need Alertmanager and apt-get is not available:" \
+	    "install Alertmanager 0.25+ as prometheus-alertmanager or alertmanager on PATH"; exit 1; }; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager \
+	  || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y --no-install-recommends prometheus-alertmanager; }; }
+
 # The README's test command. Starts (and stops) its own broker unless TRAINMEDIC_KAFKA_BOOTSTRAP names one.
-test: setup kafka
+test: setup kafka alertmanager
 	$(BIN)/python -m pytest
 
 # The README's main command.

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from producers.faults import LinkFlap, parse_fault
     from producers.loop import stop_on_signals
     from trainmedic.errors import ConfigError, TrainmedicError
+    from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings
 
     try:
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     try:
         with stop_on_signals(stop):
+            serve_metrics(args.metrics_port)
             run_agent(config, settings, agent, stop)
     except TrainmedicError as err:
         print(f"trainmedic agent: {err}", file=sys.stderr)

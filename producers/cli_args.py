@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from producers.faults import parse_duration
+from trainmedic.metrics_flag import add_metrics_argument
 
 
 def duration(text: str) -> float:
@@ -32,3 +33,4 @@ def add_delivery_arguments(parser: argparse.ArgumentParser) -> None:
                        "and counted (default %(default)s)")
     group.add_argument("--flush-timeout", type=duration, default=5.0, metavar="DURATION",
                        help="on SIGTERM/SIGINT, how long to try to deliver what is queued (default 5s)")
+    add_metrics_argument(parser)

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from producers.loop import stop_on_signals
     from producers.nvml import NvmlUnavailable
     from trainmedic.errors import ConfigError, TrainmedicError
+    from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings
 
     try:
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         with stop_on_signals(stop):
+            serve_metrics(args.metrics_port)
             run_gpu_producer(config, settings, source, stop)
     except TrainmedicError as err:
         print(f"trainmedic gpu: {err}", file=sys.stderr)

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import Message
 from pydantic import BaseModel
 
+from trainmedic import metrics
 from trainmedic.errors import DeliveryError, KafkaError
 from trainmedic.kafka import EventProducer
 
@@ -69,6 +70,7 @@ class Outbox:
             self._drop(1, str(err))
             return False
         self.sent += 1
+        metrics.EVENTS_SENT.labels(self._what).inc()
         return True
 
     def poll(self) -> None:
@@ -100,5 +102,6 @@ class Outbox:
         self._drop(count, why)
 
     def _drop(self, count: int, why: str) -> None:
+        metrics.EVENTS_DROPPED.labels(self._what).inc(count)
         if self.drops.drop(count):
             log.warning("%s: dropping events rather than waiting for Kafka: %s", self._what, why)

@@ -3,6 +3,7 @@
 Depends on nothing else in the project.
 """
 
+from schemas.alerts import AlertDelivered
 from schemas.base import CONTRACT_VERSION, Event, Model, NodeEvent
 from schemas.codec import InvalidEvent, decode, decode_telemetry, encode
 from schemas.commands import (
@@ -39,7 +40,7 @@ from schemas.telemetry import (
 from schemas.topics import DEFAULT_PREFIX, SPECS, Topics, TopicSpec, adapter
 
 __all__ = [
-    "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "ClusterNode",
+    "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "AlertDelivered", "ClusterNode",
     "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "GpuSample",
     "Incident", "IncidentLog", "IncidentStatus", "InvalidEvent", "JobSpec", "JobSubmitted", "LinkState",
     "Model", "NodeEvent", "NodeHeartbeat", "PlanRequest", "PlannedJob", "RecoveryCompleted",

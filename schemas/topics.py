@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, TypeAdapter
+from pydantic import TypeAdapter
 
+from schemas.alerts import AlertDelivered
 from schemas.commands import Command, CommandAcked
 from schemas.dlq import DeadLettered
 from schemas.jobs import JobSubmitted
@@ -45,7 +46,7 @@ SPECS: tuple[TopicSpec, ...] = (
     TopicSpec("jobs", "job", 1, FOREVER, JobSubmitted),
     TopicSpec("commands", "node", 12, FOREVER, Command),
     TopicSpec("acks", "node", 6, FOREVER, CommandAcked),
-    TopicSpec("alerts", "incident id", 3, 30 * DAY_MS, Annotated[dict, Field()]),
+    TopicSpec("alerts", "incident id", 3, 30 * DAY_MS, AlertDelivered),
     TopicSpec("dlq", "source topic", 3, 30 * DAY_MS, DeadLettered),
 )
 BY_SUFFIX = {spec.suffix: spec for spec in SPECS}

@@ -20,6 +20,7 @@ from schemas import DeadLettered, Incident, encode
 from schemas.codec import TELEMETRY
 from streams.core import Detector, DetectorConfig, DetectorState
 from streams.live import LiveConfig, LiveDetector
+from trainmedic import metrics
 from trainmedic.kafka import parse_message
 from trainmedic.settings import KafkaSettings
 
@@ -101,6 +102,7 @@ def build_app(
     async def publish(incidents: list[Incident]) -> None:
         for incident in incidents:
             stats.incidents += 1
+            metrics.observe_incident(incident)
             log.info("incident %s %s %s %s job=%s node=%s delay=%.2fs", incident.status, incident.id,
                      incident.category, incident.severity, incident.job, incident.node,
                      incident.ts - incident.first_ts)
@@ -116,11 +118,13 @@ def build_app(
                                    time.time(), TELEMETRY)
             if isinstance(parsed, DeadLettered):
                 stats.dead_lettered += 1
+                metrics.DEAD_LETTERS.labels("detector").inc()
                 log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset,
                             parsed.reason)
                 await sink(topics.dlq, msg.topic.encode(), encode(parsed))
                 continue
             stats.events += 1
+            metrics.DETECTOR_EVENTS.inc()
             try:
                 found = live.feed(parsed.event, (msg.topic, msg.partition), time.time())
             except Exception:  # a bug in the core must not stop the pipeline; the event is kept

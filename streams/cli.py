@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from trainmedic.metrics_flag import add_metrics_argument
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
@@ -27,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--web-port", type=int, default=None,
                         help="serve Faust's web views on this port (off by default)")
     parser.add_argument("--loglevel", default="info", choices=["debug", "info", "warn", "error"])
+    add_metrics_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from streams.core import DetectorConfig
     from streams.live import LiveConfig
     from trainmedic.errors import TrainmedicError
+    from trainmedic.kafka.lag import LagSampler
+    from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings, home
 
     try:
@@ -48,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
     datadir = args.datadir or str(home() / "detector")
     detector = build_app(settings, app_id=args.app_id, config=config, live_config=live,
                          datadir=datadir, web_port=args.web_port)
+    if serve_metrics(args.metrics_port) is not None:
+        topics = settings.topics
+        LagSampler(settings, args.app_id, [topics.gpu, topics.node, topics.worker]).start()
     return run_worker(detector.app, args.loglevel)
 
 

@@ -16,6 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
+from trainmedic.metrics_flag import add_metrics_argument
+
 log = logging.getLogger("trainmedic.coordinator")
 
 CONFIG_FORMAT = """\
@@ -42,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address of every node without one, e.g. 127.0.0.1 when all run locally")
     parser.add_argument("--insecure", action="store_true",
                         help="send unsigned commands (executors that check signatures refuse them)")
+    add_metrics_argument(parser)
 
 
 def load_config(path: Path | None, **overrides: object):
@@ -85,6 +88,7 @@ def signer():
 def run(args: argparse.Namespace) -> int:
     from recovery.coordinator.service import CoordinatorService
     from trainmedic.errors import ConfigError, TrainmedicError
+    from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings
 
     try:
@@ -100,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    serve_metrics(args.metrics_port)
     service = CoordinatorService(settings, config, sign=sign)
     try:
         service.run(stop)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from recovery.coordinator import observe
 from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.fold import apply
 from recovery.coordinator.narrate import cause, narrate
@@ -65,10 +66,12 @@ class CoordinatorService:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
         for record in self._reader.poll(wait):
+            observe.received(record.event)
             self._publish(cause(record.event), react(self.state, record.event, self._clock()))
         now = self._clock()
         if now >= self._next_tick:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))
+            observe.cluster(self.state)
             self._next_tick = now + self.state.config.tick_s
 
     def run(self, stop: threading.Event) -> None:
@@ -81,6 +84,7 @@ class CoordinatorService:
             return
         for line in narrate(trigger, outputs):
             log.info("%s", line)
+        observe.published(self.state, outputs)
         for event in outputs:
             suffix, key = route(event)
             if isinstance(event, Command):

@@ -23,6 +23,7 @@ import sys
 import threading
 
 from trainmedic.errors import TrainmedicError
+from trainmedic.metrics_flag import add_metrics_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold-start", action="store_true",
                         help="start every rank as a new interpreter instead of forking it warm")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    add_metrics_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from recovery.executor.config import ExecutorConfig
     from recovery.executor.service import Executor
     from recovery.signing import load_key
+    from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings, home
 
     log = logging.getLogger("trainmedic.executor")
@@ -75,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    serve_metrics(args.metrics_port)
     try:
         Executor(config, kafka).run(stop)
     except TrainmedicError as err:

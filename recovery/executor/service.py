@@ -22,6 +22,7 @@ from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_a
 from recovery.executor.supervisor import RankExit, Supervisor
 from recovery.worker.env import WorkerEnv
 from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
+from trainmedic import metrics
 from trainmedic.errors import KafkaError
 from trainmedic.kafka import EventProducer, Record
 from trainmedic.kafka.partition import PartitionReader, partition_count, partition_of
@@ -200,6 +201,7 @@ class Executor:
             exit_code=ended.exit_code, signal=ended.signal,
         )
         self.producer.send(self.kafka.topics.worker, event, key=ended.job)
+        metrics.RANK_EXITS.labels("clean" if ended.clean else "failed").inc()
 
     def _ack(self, command: Command, status: AckStatus, *, reason: str | None = None,
              elapsed_s: float | None = None) -> None:
@@ -208,3 +210,4 @@ class Executor:
             generation=command.generation, status=status, reason=reason, elapsed_s=elapsed_s,
         )
         self.producer.send(self.kafka.topics.acks, ack, key=self.config.node)
+        metrics.EXECUTOR_ACKS.labels(str(status)).inc()

@@ -1,0 +1,1 @@
+"""The alert bridge: incidents to Alertmanager, PagerDuty and webhooks, at least once, never lost."""

@@ -1,0 +1,146 @@
+"""Forward incidents to Alertmanager, PagerDuty and a JSON webhook (Slack-compatible).
+
+Reads the incidents topic in a consumer group. Each incident, when opened and when resolved,
+goes to the sinks its severity is routed to; the offset is committed only after every sink
+took it, so a sink that is down delays alerts and never loses them (retries back off
+exponentially; while more than backlog_max deliveries wait, consumption pauses). Open alerts
+are re-posted to Alertmanager every resend_s. Each outcome is recorded on the alerts topic.
+See docs/alerts.md.
+
+Secrets come from the environment, never from the config file:
+  TRAINMEDIC_PAGERDUTY_ROUTING_KEY or TRAINMEDIC_PAGERDUTY_ROUTING_KEY_FILE
+  TRAINMEDIC_WEBHOOK_URL or TRAINMEDIC_WEBHOOK_URL_FILE   (Slack webhook URLs are credentials)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from trainmedic.metrics_flag import add_metrics_argument
+
+CONFIG_FORMAT = """\
+config file (YAML; a section enables its sink; every key but alertmanager.url is optional):
+  alertmanager:
+    url: http://alertmanager:9093
+    severities: [SEV1, SEV2, SEV3, WARN]   # the default
+    resend_s: 60                            # re-post open alerts; they expire after 4 x resend_s
+  pagerduty:                                # routing key from the environment (see above)
+    url: https://events.pagerduty.com/v2/enqueue
+    severities: [SEV1, SEV2]                # the default
+  webhook:                                  # URL from the environment (see above)
+    severities: [SEV1, SEV2]                # the default
+  retry: {initial_s: 1, factor: 2, max_s: 60}
+  backlog_max: 10000                        # deliveries waiting before consumption pauses
+  timeout_s: 10                             # per HTTP request
+  group_id: trainmedic-alerts
+  generator_url: "http://grafana:3000/d/trainmedic/trainmedic?var-incident={id}"
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = CONFIG_FORMAT
+    parser.add_argument("--config", type=Path, metavar="FILE.yaml", help="sinks and routing (format below)")
+    parser.add_argument("--alertmanager", metavar="URL",
+                        help="Alertmanager base URL: enables that sink (with its defaults if no config file)")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    add_metrics_argument(parser)
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    """The value of env NAME, or the stripped contents of the file env NAME_FILE names."""
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE")
+    if not path:
+        return None
+    from trainmedic.errors import ConfigError
+
+    try:
+        return Path(path).read_text().strip()
+    except OSError as err:
+        raise ConfigError(f"{name}_FILE: cannot read {path}: {err.strerror or err}") from None
+
+
+def load_config(path: Path | None, env: Mapping[str, str] = os.environ, *, alertmanager: str | None = None):
+    """The validated config from the file, flags and secrets in `env`; ConfigError says what is wrong."""
+    import yaml
+    from pydantic import ValidationError
+
+    from ops.alerts.config import AlertBridgeConfig
+    from trainmedic.errors import ConfigError
+
+    values: dict = {}
+    if path is not None:
+        try:
+            values = yaml.safe_load(path.read_text()) or {}
+        except OSError as err:
+            raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings")
+    if alertmanager:
+        values["alertmanager"] = {**(values.get("alertmanager") or {}), "url": alertmanager}
+    for section, field, name in (("pagerduty", "routing_key", "TRAINMEDIC_PAGERDUTY_ROUTING_KEY"),
+                                 ("webhook", "url", "TRAINMEDIC_WEBHOOK_URL")):
+        if section not in values:
+            continue
+        sink = dict(values[section] or {})
+        if field in sink:
+            raise ConfigError(f"{section}.{field} is a secret: set {name} (or {name}_FILE) instead")
+        secret = _secret(env, name)
+        if secret is None:
+            raise ConfigError(f"the {section} sink needs {name} (or {name}_FILE)")
+        values[section] = {**sink, field: secret}
+    try:
+        return AlertBridgeConfig.model_validate(values)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        why = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{path or 'config'}: {where}: {why}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from ops.alerts.service import AlertBridge
+    from trainmedic.errors import ConfigError, TrainmedicError
+    from trainmedic.kafka.lag import LagSampler
+    from trainmedic.metrics import serve_metrics
+    from trainmedic.settings import KafkaSettings
+
+    log = logging.getLogger("trainmedic.alerts")
+    try:
+        config = load_config(args.config, alertmanager=args.alertmanager)
+        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+    except ConfigError as err:
+        print(f"trainmedic alerts: {err}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    sampler = None
+    if serve_metrics(args.metrics_port) is not None:
+        sampler = LagSampler(settings, config.group_id, [settings.topics.incidents]).start()
+    bridge = AlertBridge(settings, config)
+    try:
+        bridge.start()
+        while not stop.is_set():
+            bridge.step()
+    except TrainmedicError as err:
+        print(f"trainmedic alerts: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        bridge.close()
+    log.info("stopped; %d deliveries were waiting: they are retried on restart", bridge.book.backlog())
+    return 0

@@ -1,0 +1,79 @@
+"""The alert bridge's one validated config: its sinks, which severities each gets, retries, backlog.
+
+Secrets (the PagerDuty routing key, a webhook URL, which for Slack is a credential) are
+SecretStr: they never appear in reprs or logs.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+from schemas.incident import Severity
+
+ALL = (Severity.SEV1, Severity.SEV2, Severity.SEV3, Severity.WARN)
+PAGES = (Severity.SEV1, Severity.SEV2)
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RetryConfig(_Frozen):
+    """Exponential backoff between attempts at one delivery: initial_s, x factor, up to max_s."""
+
+    initial_s: float = Field(default=1.0, gt=0)
+    factor: float = Field(default=2.0, ge=1)
+    max_s: float = Field(default=60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RetryConfig:
+        if self.max_s < self.initial_s:
+            raise ValueError("retry.max_s must be at least retry.initial_s")
+        return self
+
+
+class AlertmanagerSink(_Frozen):
+    """Alertmanager API v2; open alerts are re-posted every resend_s and expire 4 x resend_s later."""
+
+    url: str = Field(min_length=1, description="base URL, e.g. http://alertmanager:9093")
+    severities: tuple[Severity, ...] = ALL
+    resend_s: float = Field(default=60.0, gt=0)
+
+
+class PagerDutySink(_Frozen):
+    """PagerDuty Events API v2."""
+
+    url: str = PAGERDUTY_URL
+    routing_key: SecretStr
+    severities: tuple[Severity, ...] = PAGES
+
+
+class WebhookSink(_Frozen):
+    """Any JSON webhook; the body has a Slack-compatible `text`."""
+
+    url: SecretStr
+    severities: tuple[Severity, ...] = PAGES
+
+
+class AlertBridgeConfig(_Frozen):
+    alertmanager: AlertmanagerSink | None = None
+    pagerduty: PagerDutySink | None = None
+    webhook: WebhookSink | None = None
+    retry: RetryConfig = RetryConfig()
+    backlog_max: int = Field(default=10_000, ge=1, description="deliveries held before consumption pauses")
+    timeout_s: float = Field(default=10.0, gt=0, description="per HTTP request")
+    group_id: str = Field(default="trainmedic-alerts", min_length=1)
+    generator_url: str = Field(default="http://localhost:3000/d/trainmedic/trainmedic?var-incident={id}",
+                               description="link back from an alert; {id} is the incident id")
+
+    @model_validator(mode="after")
+    def _some_sink(self) -> AlertBridgeConfig:
+        if not self.sinks():
+            raise ValueError("no sink configured: give at least one of alertmanager, pagerduty, webhook")
+        return self
+
+    def sinks(self) -> dict[str, AlertmanagerSink | PagerDutySink | WebhookSink]:
+        """The configured sinks by name, in a fixed order."""
+        named = {"alertmanager": self.alertmanager, "pagerduty": self.pagerduty, "webhook": self.webhook}
+        return {name: sink for name, sink in named.items() if sink is not None}

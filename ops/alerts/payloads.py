@@ -1,0 +1,88 @@
+"""What each sink is sent for an incident event, and which sinks get it. Pure: time is an argument."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ops.alerts.config import AlertBridgeConfig
+from schemas.incident import Incident, IncidentStatus, Severity
+
+PAGERDUTY_SEVERITY = {
+    Severity.SEV1: "critical", Severity.SEV2: "error", Severity.SEV3: "warning", Severity.WARN: "info",
+}
+ACTION_WORDS = {
+    "reconfigure": "node isolated, affected jobs re-planned without it",
+    "restart": "job workers restarted in place",
+    "reattempt": "job retried in place",
+    "alert": "no automatic action: look into it",
+}
+
+
+def route(incident: Incident, config: AlertBridgeConfig) -> list[str]:
+    """The sinks that get this incident, by its severity."""
+    return [name for name, sink in config.sinks().items() if incident.severity in sink.severities]
+
+
+def rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def summary(incident: Incident) -> str:
+    """One line: `[SEV1] node_lost on n02 (job llm): first evidence`."""
+    where = " ".join(part for part in (f"on {incident.node}" if incident.node else "",
+                                       f"(job {incident.job})" if incident.job else "") if part)
+    head = f"[{incident.severity}] {incident.category}{' ' + where if where else ''}"
+    first = incident.evidence[0] if incident.evidence else ""
+    return f"{head}: {first}" if first else head
+
+
+def alertmanager_alert(incident: Incident, now: float, resend_s: float, generator_url: str) -> dict[str, Any]:
+    """One PostableAlert. Open: ends 4 x resend_s from now unless re-posted (as Prometheus does);
+    resolved: ends at the resolution time."""
+    labels = {"alertname": f"trainmedic_{incident.category}", "severity": str(incident.severity),
+              "category": incident.category, "incident_id": incident.id}
+    labels.update({k: v for k, v in (("job", incident.job), ("node", incident.node)) if v})
+    resolved = incident.status is IncidentStatus.RESOLVED
+    return {
+        "labels": labels,
+        "annotations": {"summary": summary(incident), "evidence": "\n".join(incident.evidence),
+                        "action": f"{incident.action}: {ACTION_WORDS.get(str(incident.action), '')}"},
+        "startsAt": rfc3339(incident.first_ts),
+        "endsAt": rfc3339(incident.ts if resolved else now + 4 * resend_s),
+        "generatorURL": generator_url.format(id=incident.id),
+    }
+
+
+def pagerduty_event(incident: Incident, routing_key: str) -> dict[str, Any]:
+    """An Events API v2 trigger (open) or resolve, deduplicated by the incident id."""
+    resolved = incident.status is IncidentStatus.RESOLVED
+    event: dict[str, Any] = {"routing_key": routing_key, "event_action": "resolve" if resolved else "trigger",
+                             "dedup_key": incident.id}
+    if not resolved:
+        event["payload"] = {
+            "summary": summary(incident)[:1024], "source": incident.node or incident.job or "trainmedic",
+            "severity": PAGERDUTY_SEVERITY[incident.severity], "timestamp": rfc3339(incident.first_ts),
+            "component": incident.job, "class": incident.category, "group": incident.job,
+            "custom_details": details(incident),
+        }
+        event["client"] = "trainmedic"
+    return event
+
+
+def webhook_message(incident: Incident) -> dict[str, Any]:
+    """A JSON body with a Slack-compatible `text`, the dedup key and the whole incident."""
+    resolved = incident.status is IncidentStatus.RESOLVED
+    mark = "RESOLVED" if resolved else "FIRING"
+    lines = [f"*{mark}* {summary(incident)}", f"action: {incident.action}; incident {incident.id}"]
+    lines += [f"• {line}" for line in incident.evidence[:10]]
+    return {"text": "\n".join(lines), "dedup_key": f"{incident.id}:{incident.status}",
+            "status": "resolved" if resolved else "firing", "incident": details(incident)}
+
+
+def details(incident: Incident) -> dict[str, Any]:
+    return {"id": incident.id, "status": str(incident.status), "category": incident.category,
+            "severity": str(incident.severity), "action": str(incident.action), "job": incident.job,
+            "node": incident.node, "ranks": list(incident.ranks), "first_ts": incident.first_ts,
+            "ts": incident.ts, "detection_delay_s": round(incident.ts - incident.first_ts, 3),
+            "evidence": list(incident.evidence)}

@@ -1,0 +1,162 @@
+"""Read the incidents topic back: a table of incidents, one incident's details or its timeline, or
+the raw events as JSON lines.
+
+The whole topic is read from the beginning (or from --since, mapped to offsets by the broker's
+message times) and folded into each incident's lifecycle: opened with its evidence, escalated,
+the recovery plan issued, the commands acknowledged (plan completed or failed), resolved.
+Folding is independent of the order partitions are read in, so the same log always shows the
+same state. --follow keeps reading and prints what changes.
+
+  trainmedic incidents list --since 2h
+  trainmedic incidents timeline node_lost-3f2a            (an unambiguous id prefix is enough)
+  trainmedic incidents export --since 2024-05-01T12:00Z > incidents.jsonl
+  trainmedic incidents export --telemetry --since 30m > telemetry.jsonl && trainmedic replay telemetry.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    common.add_argument("--since", metavar="TIME",
+                        help="read from this time on: ISO (2024-05-01T12:00:00Z; no zone means UTC) or "
+                        "a span back from now (30s, 10m, 2h, 1d); default: the beginning of the topic")
+    common.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S,
+                        help="how long to wait for the broker before giving up (default %(default)s)")
+    follow = argparse.ArgumentParser(add_help=False)
+    follow.add_argument("--follow", action="store_true",
+                        help="keep reading and print what changes (Ctrl-C ends)")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = sub.add_parser("list", parents=[common, follow], help="one row per incident")
+    listing.add_argument("--status", choices=("open", "resolved"), help="only incidents in this status")
+    show = sub.add_parser("show", parents=[common], help="every field of one incident, with its evidence")
+    show.add_argument("id", metavar="ID", help="incident id, or an unambiguous prefix of one")
+    story = sub.add_parser("timeline", parents=[common, follow],
+                           help="one incident's story, times relative to its earliest evidence")
+    story.add_argument("id", metavar="ID", help="incident id, or an unambiguous prefix of one")
+    export = sub.add_parser("export", parents=[common, follow],
+                            help="the raw events as JSON lines, one per message, in log order per partition")
+    export.add_argument("--telemetry", action="store_true",
+                        help="export the telemetry topics instead (input for `trainmedic replay`)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    from ops.incident_log.render import parse_since
+    from trainmedic.errors import TrainmedicError
+    from trainmedic.kafka.scan import TopicScan
+    from trainmedic.settings import KafkaSettings
+
+    try:
+        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        start_ts = parse_since(args.since, time.time()) if args.since else None
+    except (TrainmedicError, ValueError) as err:
+        print(f"trainmedic incidents: {err}", file=sys.stderr)
+        return 2
+    topics = settings.topics
+    telemetry = args.action == "export" and args.telemetry
+    names = [topics.gpu, topics.node, topics.worker] if telemetry else [topics.incidents]
+    scan = TopicScan(settings, names, start_ts=start_ts, timeout_s=args.timeout_s)
+    try:
+        if args.action == "export":
+            return _export(scan, args.follow)
+        return _show(scan, settings, args)
+    except TrainmedicError as err:
+        print(f"trainmedic incidents: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:  # e.g. `| head`: the reader has all it wants
+        sys.stderr.close()
+        return 0
+    finally:
+        scan.close()
+
+
+def _export(scan, follow: bool) -> int:
+    """Each message value as one line, exactly as stored (values that are not one-line JSON skipped)."""
+    skipped = 0
+    for msg in _messages(scan, follow):
+        text = (msg.value or b"").decode("utf-8", "replace").strip()
+        if not text.startswith("{") or "\n" in text:
+            skipped += 1
+            print(f"skipped {msg.topic}[{msg.partition}]@{msg.offset}: not a one-line JSON object",
+                  file=sys.stderr)
+            continue
+        print(text, flush=follow)
+    if skipped:
+        print(f"{skipped} messages skipped", file=sys.stderr)
+    return 0
+
+
+def _messages(scan, follow: bool):
+    yield from scan.backlog()
+    while follow:
+        yield from scan.poll()
+
+
+def _show(scan, settings, args: argparse.Namespace) -> int:
+    import time
+
+    from ops.incident_log.fold import IncidentLog, apply
+    from ops.incident_log.render import details, row, story, table
+    from ops.incident_log.views import find, timeline, views
+    from schemas import DeadLettered
+    from trainmedic.kafka import parse_message
+
+    log = IncidentLog()
+
+    def fold_in(messages) -> None:
+        for msg in messages:
+            parsed = parse_message(settings.topics, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                                   time.time())
+            if isinstance(parsed, DeadLettered):
+                print(f"invalid event {msg.topic}[{msg.partition}]@{msg.offset} skipped: {parsed.reason}",
+                      file=sys.stderr)
+            else:
+                apply(log, parsed.event)
+
+    fold_in(scan.backlog())
+    if args.action == "list":
+        def rows() -> list[tuple[str, ...]]:
+            return [row(v) for v in views(log) if args.status in (None, v.status)]
+
+        shown = rows()
+        since = f" since {args.since}" if args.since else ""
+        print(table(shown) if shown else f"no incidents in the log{since}")
+        while args.follow:
+            fold_in(scan.poll())
+            for changed in (r for r in rows() if r not in shown):
+                shown.append(changed)
+                print(table(shown).rsplit("\n", 1)[-1], flush=True)  # padded like the rows above
+        return 0
+    matches = find(log, args.id)
+    if len(matches) != 1:
+        where = f" since {args.since}" if args.since else ""
+        why = (f"no incident {args.id!r} in the log{where}" if not matches else
+               f"{args.id!r} names {len(matches)} incidents: {', '.join(v.id for v in matches[:10])}")
+        print(f"trainmedic incidents: {why}", file=sys.stderr)
+        return 1
+    view = matches[0]
+    if args.action == "show":
+        print(details(view))
+        return 0
+    printed = timeline(view)
+    print(story(view, printed))
+    while args.follow:
+        fold_in(scan.poll())
+        view = next(v for v in find(log, view.id) if v.id == view.id)
+        entries = timeline(view)
+        for entry in entries:
+            if entry not in printed:
+                print(story(view, [entry]).split("\n", 1)[1], flush=True)
+        printed = entries
+    return 0

@@ -1,0 +1,64 @@
+"""The fold of the incidents topic: facts keyed by their identity, so any order gives the same state.
+
+Incidents are keyed by job or node and lifecycle events by job, so an incident and the plan
+that answers it can sit on different partitions and arrive in either order. Storing each fact
+under its own identity (and keeping, of two versions, the one that sorts first) makes the
+fold commutative and idempotent: folding twice, or in any interleaving, gives equal states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from schemas import encode
+from schemas.incident import Incident
+from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+
+Outcome = RecoveryCompleted | RecoveryFailed
+
+
+@dataclass
+class IncidentLog:
+    """Everything the log said about incidents and their recovery, by identity."""
+
+    incidents: dict[tuple[str, str], Incident] = field(default_factory=dict)  # (id, status)
+    plans: dict[tuple[str, str], RecoveryPlanned] = field(default_factory=dict)  # (plan_id, job)
+    outcomes: dict[tuple[str, str], Outcome] = field(default_factory=dict)  # (plan_id, job)
+    skips: dict[str, RecoverySkipped] = field(default_factory=dict)  # incident id
+
+    def statuses(self, incident_id: str) -> dict[str, Incident]:
+        """The open and resolved events of one incident, those that were seen."""
+        return {status: event for (iid, status), event in self.incidents.items() if iid == incident_id}
+
+
+def _first(known, new):
+    """Of two versions of one fact, the one that sorts first by (ts, bytes): independent of order."""
+    if known is None or (new.ts, encode(new)) < (known.ts, encode(known)):
+        return new
+    return known
+
+
+def apply(log: IncidentLog, event: object) -> IncidentLog:
+    """Fold one event into `log` (in place, returned). Events of other types change nothing."""
+    match event:
+        case Incident():
+            key = (event.id, str(event.status))
+            log.incidents[key] = _first(log.incidents.get(key), event)
+        case RecoveryPlanned():
+            key = (event.plan_id, event.job)
+            log.plans[key] = _first(log.plans.get(key), event)
+        case RecoveryCompleted() | RecoveryFailed():
+            key = (event.plan_id, event.job)
+            log.outcomes[key] = _first(log.outcomes.get(key), event)
+        case RecoverySkipped() if event.incident_id is not None:
+            log.skips[event.incident_id] = _first(log.skips.get(event.incident_id), event)
+    return log
+
+
+def fold(events: Iterable[object], log: IncidentLog | None = None) -> IncidentLog:
+    """The state after every event, starting from `log` (or empty)."""
+    log = log if log is not None else IncidentLog()
+    for event in events:
+        apply(log, event)
+    return log

@@ -1,0 +1,48 @@
+"""What the coordinator tells Prometheus: plans, commands, acks, outcomes, time to resume, and the
+cluster's health. Reads the state and the events; changes nothing."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from recovery.coordinator.state import ClusterState, JobState
+from schemas.commands import Command, CommandAcked
+from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from trainmedic import metrics
+
+
+def received(event: object) -> None:
+    if isinstance(event, CommandAcked):
+        metrics.COMMAND_ACKS.labels(str(event.status)).inc()
+
+
+def published(state: ClusterState, outputs: list) -> None:
+    """Count what a decision emitted; a completed plan that answered an incident gives a time to resume."""
+    for event in outputs:
+        match event:
+            case RecoveryPlanned():
+                metrics.RECOVERY_PLANS.labels(str(event.kind)).inc()
+            case Command():
+                metrics.COMMANDS_SENT.labels(str(event.action)).inc()
+            case RecoverySkipped():
+                metrics.RECOVERY_OUTCOMES.labels("skipped").inc()
+            case RecoveryFailed():
+                metrics.RECOVERY_OUTCOMES.labels("failed").inc()
+            case RecoveryCompleted():
+                metrics.RECOVERY_OUTCOMES.labels("completed").inc()
+                job = state.jobs.get(event.job)
+                plan = job.plan if job else None
+                incident = state.incidents.get(plan.incident_id) if plan and plan.incident_id else None
+                if plan is not None and plan.plan_id == event.plan_id and incident is not None:
+                    resumed_s = max(0.0, event.ts - incident.first_ts)
+                    metrics.TIME_TO_RESUME.labels(str(plan.kind)).observe(resumed_s)
+
+
+def cluster(state: ClusterState) -> None:
+    """Nodes healthy and isolated, jobs by state."""
+    isolated = sum(not node.healthy for node in state.nodes.values())
+    metrics.NODES.labels("healthy").set(len(state.nodes) - isolated)
+    metrics.NODES.labels("isolated").set(isolated)
+    jobs = Counter(job.state for job in state.jobs.values())
+    for job_state in JobState:
+        metrics.JOBS.labels(str(job_state)).set(jobs[job_state])

@@ -1,0 +1,103 @@
+"""Metrics endpoints of real service processes, scraped and parsed with prometheus_client's parser."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.ops.test_alerts import incident, produce
+from trainmedic.kafka.partition import partition_of
+from trainmedic.settings import KafkaSettings
+
+pytestmark = pytest.mark.kafka
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """Sample (name, sorted labels) -> value from the endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def scrape_until(port: int, proc: subprocess.Popen, done: Callable[[dict], bool], log: Path) -> dict:
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, f"the service exited:\n{log.read_text()}"
+        try:
+            samples = scrape(port)
+            if done(samples):
+                return samples
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"metrics never got there:\n{log.read_text()[-3000:]}"
+        time.sleep(0.3)
+
+
+def start(kafka: KafkaSettings, tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap,
+           "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix, "TRAINMEDIC_HOME": str(tmp_path)}
+    log = tmp_path / f"{args[0]}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "trainmedic.cli", *args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_gpu_producer_serves_events_sent(kafka: KafkaSettings, tmp_path: Path) -> None:
+    port = free_port()
+    proc, log = start(kafka, tmp_path, "gpu", "--source", "synthetic", "--nodes", "n1", "--gpus", "2",
+                      "--interval", "100ms", "--metrics-port", str(port))
+    try:
+        sent = ("trainmedic_producer_events_sent_total", (("what", "gpu samples"),))
+        samples = scrape_until(port, proc, lambda s: s.get(sent, 0) >= 4, log)
+    finally:
+        stop(proc)
+    assert samples[sent] % 2 == 0  # two GPUs a round
+    assert samples.get(("trainmedic_producer_events_dropped_total", (("what", "gpu samples"),)), 0) == 0
+
+
+def test_the_alert_bridge_serves_deliveries_backlog_open_incidents_and_lag(
+        kafka: KafkaSettings, group_id: str, tmp_path: Path, alertmanager: str) -> None:
+    produce(kafka, incident("sev1-m", "SEV1"))
+    config = tmp_path / "alerts.yaml"
+    config.write_text(f"group_id: {group_id}\nalertmanager: {{url: '{alertmanager}'}}\n")
+    port = free_port()
+    proc, log = start(kafka, tmp_path, "alerts", "--config", str(config), "--metrics-port", str(port))
+    # the partition the incident went to (keyed by job): its lag drops to 0 once delivered and committed
+    partition = str(partition_of("llm", 2))
+    lag = ("trainmedic_consumer_lag", (("group", group_id), ("partition", partition),
+                                       ("topic", kafka.topics.incidents)))
+    delivered = ("trainmedic_alerts_delivered_total", (("sink", "alertmanager"),))
+    try:
+        samples = scrape_until(port, proc, lambda s: s.get(delivered) == 1 and s.get(lag) == 0, log)
+    finally:
+        stop(proc)
+    assert samples[("trainmedic_alert_backlog", (("sink", "alertmanager"),))] == 0
+    assert samples[("trainmedic_open_incidents", (("severity", "SEV1"),))] == 1
+    assert samples.get(("trainmedic_alert_retries_total", (("sink", "alertmanager"),)), 0) == 0

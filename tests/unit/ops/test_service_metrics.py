@@ -1,0 +1,49 @@
+"""Services count what they do: the detector agent (in memory) and the coordinator core's outputs."""
+
+from __future__ import annotations
+
+import json
+
+from prometheus_client import REGISTRY
+
+from recovery.coordinator import observe
+from tests.unit.coordinator.world import Recorder, incident
+from tests.unit.test_detector_agent import run_agent
+from tests.unit.test_scenarios import SCENARIOS
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_the_detector_counts_events_dead_letters_incidents_and_detection_delay() -> None:
+    lines = [line for line in (SCENARIOS / "gpu_lost_xid79.jsonl").read_bytes().splitlines() if line]
+
+    def counts() -> tuple[float, ...]:
+        return (value("trainmedic_detector_events_total"),
+                value("trainmedic_dead_letters_total", service="detector"),
+                value("trainmedic_incidents_total", category="gpu_lost", severity="SEV1", status="open"),
+                value("trainmedic_detection_delay_seconds_count", severity="SEV1"))
+
+    before = counts()
+    run_agent([b"{not json", *sorted(lines, key=lambda line: json.loads(line)["ts"])])
+    after = counts()
+    assert [b - a for a, b in zip(before, after, strict=True)] == [len(lines), 1, 1, 1]
+
+
+def test_the_coordinator_counts_plans_commands_outcomes_and_time_to_resume() -> None:
+    rec = Recorder()
+    before = (value("trainmedic_recovery_plans_total", kind="reattempt"),
+              value("trainmedic_time_to_resume_seconds_count", kind="reattempt"),
+              value("trainmedic_time_to_resume_seconds_sum", kind="reattempt"))
+    rec.started(now=1.0)
+    out = rec.feed(incident("net-1", "SEV3", node="n1", ts=20.0), now=20.0)  # first_ts 19
+    observe.published(rec.state, out)
+    done = rec.ack(out, "done", now=21.0)
+    observe.published(rec.state, done)
+    after = (value("trainmedic_recovery_plans_total", kind="reattempt"),
+             value("trainmedic_time_to_resume_seconds_count", kind="reattempt"),
+             value("trainmedic_time_to_resume_seconds_sum", kind="reattempt"))
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 2.0]  # resumed 2 s after first_ts
+    observe.cluster(rec.state)
+    assert value("trainmedic_nodes", state="healthy") == 6 and value("trainmedic_jobs", state="running") == 1
