@@ -207,9 +207,23 @@ class Hook:
             self._thread.join(timeout_s)
             atexit.unregister(self.close)
             if self._thread.is_alive():
-                log.warning("trainmedic hook: the sender did not finish within %.1fs", timeout_s)
-                return
+                # Past the deadline: what is still queued is lost, and counted. The batch in the
+                # sender's hand goes to the sink without waiting, so the sender ends promptly.
+                left = self._discard_queued()
+                log.warning("trainmedic hook: the sender did not finish within %.1fs; %d events dropped",
+                            timeout_s, left)
+                self._thread.join(1.0)
         sink.flush(max(0.0, deadline - time.monotonic()))
+
+    def _discard_queued(self) -> int:
+        left = 0
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()
+                left += 1
+        if left:
+            self._sink.count_dropped(left, "the hook closed before they were sent")
+        return left
 
     def __enter__(self) -> Hook:
         return self

@@ -156,6 +156,19 @@ def test_a_step_never_waits_for_a_stuck_sender_drops_are_counted_and_the_queue_s
     assert len(sink.events) + h.dropped == 1000
 
 
+def test_a_close_past_its_deadline_counts_what_is_still_queued() -> None:
+    sink = ListSink()
+    sink.gate.clear()  # the sender is stuck in its first send when close begins
+    h = hook(sink, queue_size=10, batch_size=1)
+    for step in range(5):
+        h.step(step, 0.05)
+    threading.Timer(0.3, sink.gate.set).start()  # it comes back only after the deadline
+    h.close(timeout_s=0.1)
+    assert h.queued == 0
+    assert len(sink.events) + h.dropped == 5  # nothing went uncounted
+    assert h.dropped >= 4  # everything but the event in the sender's hand
+
+
 def test_an_invalid_value_is_dropped_and_counted_not_raised_in_the_step() -> None:
     sink = ListSink()
     h = hook(sink)
