@@ -68,22 +68,13 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
 
 def load_config(path: Path | None, env: Mapping[str, str] = os.environ, *, alertmanager: str | None = None):
     """The validated config from the file, flags and secrets in `env`; ConfigError says what is wrong."""
-    import yaml
     from pydantic import ValidationError
 
     from ops.alerts.config import AlertBridgeConfig
     from trainmedic.errors import ConfigError
+    from trainmedic.yaml_file import load_mapping
 
-    values: dict = {}
-    if path is not None:
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except OSError as err:
-            raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: expected a mapping of settings")
+    values = load_mapping(path) if path is not None else {}
     if alertmanager:
         values["alertmanager"] = {**(values.get("alertmanager") or {}), "url": alertmanager}
     for section, field, name in (("pagerduty", "routing_key", "TRAINMEDIC_PAGERDUTY_ROUTING_KEY"),

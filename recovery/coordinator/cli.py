@@ -49,23 +49,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_config(path: Path | None, **overrides: object):
     """The validated config from a YAML file and flags; ConfigError with one line on any problem."""
-    import yaml
     from pydantic import ValidationError
 
     from recovery.coordinator.config import CoordinatorConfig
     from recovery.planner.cli import describe
     from trainmedic.errors import ConfigError
+    from trainmedic.yaml_file import load_mapping
 
-    values: dict = {}
-    if path is not None:
-        try:
-            values = yaml.safe_load(path.read_text()) or {}
-        except OSError as err:
-            raise ConfigError(f"cannot read {path}: {err.strerror or err}") from None
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
-        if not isinstance(values, dict):
-            raise ConfigError(f"{path}: expected a mapping of settings")
+    values = load_mapping(path) if path is not None else {}
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return CoordinatorConfig.model_validate(values)

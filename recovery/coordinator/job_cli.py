@@ -43,20 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_spec(path: Path):
     """The JobSpec in `path`, or SpecError saying what is wrong and where."""
-    import yaml
     from pydantic import ValidationError
 
     from recovery.planner.cli import describe
     from schemas.jobs import JobSpec
+    from trainmedic.errors import ConfigError
+    from trainmedic.yaml_file import load_mapping
 
     try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise SpecError(f"cannot read {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise SpecError(f"{path}: not YAML: {' '.join(str(err).split())}") from None
-    if not isinstance(document, dict):
-        raise SpecError(f"{path}: expected a mapping with id, nodes, throughput and command")
+        document = load_mapping(path, "a mapping with id, nodes, throughput and command")
+    except ConfigError as err:
+        raise SpecError(str(err)) from None
     try:
         spec = JobSpec.model_validate(document)
     except ValidationError as err:
