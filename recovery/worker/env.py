@@ -1,7 +1,8 @@
 """The environment contract between the executor (which writes it) and a rank (which reads it).
 
 torch.distributed's own variables plus trainmedic's. Pure: no torch import, so the
-executor can use it too.
+executor can use it too. Under torchrun (no TRAINMEDIC_* variables) the generation is
+torchrun's restart count, so a restarted group is told apart from the one before.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class WorkerEnv:
             local_world_size=number("LOCAL_WORLD_SIZE", "1"),
             job=env.get("TRAINMEDIC_JOB", "job"),
             node=env.get("TRAINMEDIC_NODE", "localhost"),
-            generation=number("TRAINMEDIC_GENERATION", "0"),
+            generation=number("TRAINMEDIC_GENERATION", env.get("TORCHELASTIC_RESTART_COUNT", "0")),
             restore=restore,
             checkpoint_dir=env.get("TRAINMEDIC_CHECKPOINT_DIR") or None,
             snapshot_dir=env.get("TRAINMEDIC_SNAPSHOT_DIR") or None,

@@ -14,6 +14,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from trainmedic.demo.cluster import LocalCluster
 from trainmedic.demo.timeline import Timeline
@@ -78,13 +79,18 @@ def link_flap(node: str, link: str, for_s: float) -> Callable[[LocalCluster, Tim
 
 
 def hang_rank(rank: int, steps_ahead: int = 3) -> Callable[[LocalCluster, Timeline], None]:
-    """Arm the rank-fault file: `rank` stops stepping (process alive) a few steps from now."""
+    """Arm the demo's rank-fault file: `rank` stops stepping (process alive) a few steps from now."""
     def inject(cluster: LocalCluster, timeline: Timeline) -> None:
-        current = timeline.current
-        fault = {"fault": "hang", "rank": rank, "at_step": current.last_step + steps_ahead,
-                 "generation": timeline.generation}
-        cluster.layout.rank_faults.write_text(json.dumps([fault]))
+        arm_hang(cluster.layout.rank_faults, timeline, rank, steps_ahead)
     return inject
+
+
+def arm_hang(fault_file: Path, timeline: Timeline, rank: int, steps_ahead: int = 3) -> None:
+    """Write a fault file that hangs `rank` `steps_ahead` steps past the timeline's last step, in
+    its current generation only (so the restarted job does not hang again)."""
+    fault = {"fault": "hang", "rank": rank, "at_step": timeline.current.last_step + steps_ahead,
+             "generation": timeline.generation}
+    fault_file.write_text(json.dumps([fault]))
 
 
 def run_fault(fault: Fault, cluster: LocalCluster, watcher: Watcher, timeout_s: float) -> FaultResult:
@@ -121,10 +127,8 @@ def run_fault(fault: Fault, cluster: LocalCluster, watcher: Watcher, timeout_s: 
                 fault.expected_category)
         gen, resumed_ts = outcome
         after = timeline.generations[gen]
-        if fault.action == "reattempt":
-            lost = 0  # the same processes carry on; a re-run step is not a lost one
-        else:
-            lost = max(0, timeline.generations[before_gen].last_step + 1 - after.first_step)
+        # After a reattempt the same processes carry on: a re-run step is not a lost one.
+        lost = 0 if fault.action == "reattempt" else timeline.steps_lost(before_gen, gen)
         healed = (after.world_size == fault.world_after(world_before)
                   and seen.incident.category == fault.expected_category)
         return FaultResult(

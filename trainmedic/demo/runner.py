@@ -6,10 +6,13 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from schemas import JobSpec, JobSubmitted
 from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
@@ -39,16 +42,49 @@ def faults(nodes: tuple[str, ...]) -> list[Fault]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from trainmedic.broker import LocalBroker
-    from trainmedic.kafka import EventProducer, create_topics
-
     if args.nodes < 2 or args.ranks_per_node < 1:
         print("trainmedic demo: needs at least 2 nodes and 1 rank per node", file=sys.stderr)
         return 2
     layout = DemoLayout(home() / "demo")
+    stop_progress = threading.Event()
+    try:
+        with running_job(args, layout) as (cluster, watcher):
+            threading.Thread(target=progress, args=(watcher, cluster, stop_progress), daemon=True).start()
+            results: list[FaultResult] = []
+            for fault in faults(cluster.nodes):
+                if args.only and fault.name not in args.only:
+                    continue
+                settle(watcher)
+                say(f"FAULT {fault.name}: injecting (expect {fault.expected_category} -> {fault.action})")
+                result = run_fault(fault, cluster, watcher, args.fault_timeout_s)
+                results.append(result)
+                say(f"FAULT {fault.name}: {'healed' if result.healed else 'NOT healed'} "
+                    f"(resumed after {result.time_to_resume_s}s, {result.steps_lost} steps lost)")
+            stop_progress.set()
+            report(results, layout)
+            return 0 if results and all(r.healed for r in results) else 1
+    except (TrainmedicError, RuntimeError) as err:
+        say(f"failed: {err}")
+        return 1
+    finally:
+        stop_progress.set()
+
+
+@contextmanager
+def running_job(args: argparse.Namespace, layout: DemoLayout,
+                say: Callable[[str], None] = say) -> Iterator[tuple[LocalCluster, Watcher]]:
+    """The broker (unless TRAINMEDIC_KAFKA_BOOTSTRAP names one), the services and the demo job of
+    `args.nodes` x `args.ranks_per_node` ranks, trained past step 10; all stopped on exit.
+
+    `layout.root` is emptied first: snapshots or a ledger left by an earlier run would be
+    restored from, or replayed, by this one.
+    """
+    from trainmedic.broker import LocalBroker
+    from trainmedic.kafka import EventProducer, create_topics
+
+    shutil.rmtree(layout.root, ignore_errors=True)
     broker = None
     cluster = watcher = None
-    stop_progress = threading.Event()
     try:
         bootstrap = os.environ.get("TRAINMEDIC_KAFKA_BOOTSTRAP")
         if not bootstrap:
@@ -72,7 +108,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
         watcher = Watcher(settings, JOB, say)
         watcher.start()
-        spec = demo_job(nodes, args)
+        spec = demo_job(nodes, args, layout)
         with EventProducer(settings, client_id="trainmedic-demo") as producer:
             producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
         world = len(nodes) * args.ranks_per_node
@@ -80,26 +116,8 @@ def run_demo(args: argparse.Namespace) -> int:
         if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
             raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
         say(f"job {JOB} trains with world size {world}")
-        threading.Thread(target=progress, args=(watcher, cluster, stop_progress), daemon=True).start()
-
-        results: list[FaultResult] = []
-        for fault in faults(nodes):
-            if args.only and fault.name not in args.only:
-                continue
-            settle(watcher)
-            say(f"FAULT {fault.name}: injecting (expect {fault.expected_category} -> {fault.action})")
-            result = run_fault(fault, cluster, watcher, args.fault_timeout_s)
-            results.append(result)
-            say(f"FAULT {fault.name}: {'healed' if result.healed else 'NOT healed'} "
-                f"(resumed after {result.time_to_resume_s}s, {result.steps_lost} steps lost)")
-        stop_progress.set()
-        report(results, layout)
-        return 0 if results and all(r.healed for r in results) else 1
-    except (TrainmedicError, RuntimeError) as err:
-        say(f"failed: {err}")
-        return 1
+        yield cluster, watcher
     finally:
-        stop_progress.set()
         if watcher is not None:
             watcher.stop()
         if cluster is not None:
@@ -110,7 +128,7 @@ def run_demo(args: argparse.Namespace) -> int:
             say("broker stopped")
 
 
-def demo_job(nodes: tuple[str, ...], args: argparse.Namespace) -> JobSpec:
+def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayout) -> JobSpec:
     n = len(nodes)
     ranks = args.ranks_per_node
     return JobSpec(
@@ -120,7 +138,7 @@ def demo_job(nodes: tuple[str, ...], args: argparse.Namespace) -> JobSpec:
         # nice: on two cores the ranks must leave room for heartbeats and the broker.
         command=("nice", "-n", "10", sys.executable, "-m", "recovery.worker.demo_train",
                  "--steps", "1000000", "--step-s", str(args.step_s), "--report", "--timeout-s", "300"),
-        checkpoint_dir=str(home() / "demo" / "checkpoints"),
+        checkpoint_dir=str(layout.root / "checkpoints"),
         transition_s=30,
     )
 

@@ -39,14 +39,7 @@ class Timeline:
 
     def apply(self, event: object, wall: float) -> None:
         if isinstance(event, WorkerStepped) and event.job == self.job:
-            gen = self.generations.get(event.generation)
-            if gen is None:
-                self.generations[event.generation] = Generation(
-                    event.world_size, event.step, event.ts, event.step, event.ts)
-            else:
-                gen.first_step = min(gen.first_step, event.step)
-                if event.step >= gen.last_step:
-                    gen.last_step, gen.last_step_ts = event.step, event.ts
+            self.stepped(event.generation, event.world_size, event.step, event.ts)
         elif isinstance(event, Incident):
             seen = self.incidents.get(event.id)
             if seen is None:
@@ -59,6 +52,20 @@ class Timeline:
             self.completed.append((wall, event))
         elif isinstance(event, RecoveryFailed) and event.job == self.job:
             self.failed.append((wall, event))
+
+    def stepped(self, generation: int, world_size: int, step: int, ts: float) -> None:
+        """A rank of `generation` completed `step` at `ts` (from telemetry, or a rank's stdout)."""
+        gen = self.generations.get(generation)
+        if gen is None:
+            self.generations[generation] = Generation(world_size, step, ts, step, ts)
+        else:
+            gen.first_step = min(gen.first_step, step)
+            if step >= gen.last_step:
+                gen.last_step, gen.last_step_ts = step, ts
+
+    def steps_lost(self, before: int, after: int) -> int:
+        """Completed steps of generation `before` that generation `after` had to run again."""
+        return max(0, self.generations[before].last_step + 1 - self.generations[after].first_step)
 
     @property
     def generation(self) -> int | None:

@@ -25,3 +25,10 @@ def test_a_missing_variable_is_named():
 def test_defaults_without_trainmedic_variables():
     env = WorkerEnv.from_env({"MASTER_ADDR": "h", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "1"})
     assert env.restore.kind == "none" and env.generation == 0 and env.snapshot_dir is None
+
+
+def test_under_torchrun_the_generation_is_the_restart_count():
+    torchrun = {"MASTER_ADDR": "h", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "1",
+                "TORCHELASTIC_RESTART_COUNT": "2"}
+    assert WorkerEnv.from_env(torchrun).generation == 2
+    assert WorkerEnv.from_env({**torchrun, "TRAINMEDIC_GENERATION": "7"}).generation == 7
