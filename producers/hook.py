@@ -14,9 +14,10 @@ background thread batches into Kafka; when the queue is full the event is droppe
     hook.close()                        # also run at interpreter exit: flushes within flush_timeout_s
 
 Identity comes from RANK, WORLD_SIZE, LOCAL_RANK (as torchrun sets them), TRAINMEDIC_JOB,
-TRAINMEDIC_NODE (default: the host name) and TRAINMEDIC_GENERATION (default 0); Kafka from
-the usual TRAINMEDIC_KAFKA_* variables. Events also carry `local_rank` (an extra field) so
-that a GPU's faults can be matched to the rank that drives it.
+TRAINMEDIC_NODE (default: the host name) and TRAINMEDIC_GENERATION (default: torchrun's
+TORCHELASTIC_RESTART_COUNT, else 0); Kafka from the usual TRAINMEDIC_KAFKA_* variables.
+Events also carry `local_rank` (an extra field) so that a GPU's faults can be matched to
+the rank that drives it.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class WorkerIdentity:
         return cls(
             job=job, rank=_int(env, "RANK", "0"), world_size=_int(env, "WORLD_SIZE", "1"),
             node=env.get("TRAINMEDIC_NODE") or socket.gethostname(),
-            generation=_int(env, "TRAINMEDIC_GENERATION", "0"),
+            # Under torchrun, which knows no trainmedic generation, its restart count stands in.
+            generation=_int(env, "TRAINMEDIC_GENERATION", env.get("TORCHELASTIC_RESTART_COUNT", "0")),
             local_rank=None if local is None else _int(env, "LOCAL_RANK", local),
         )
 

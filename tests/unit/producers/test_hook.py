@@ -65,6 +65,12 @@ def test_identity_defaults_suit_a_single_process() -> None:
     assert identity.node  # the host name
 
 
+def test_under_torchrun_the_restart_count_is_the_generation() -> None:
+    env = {"TRAINMEDIC_JOB": "j", "TORCHELASTIC_RESTART_COUNT": "2"}
+    assert WorkerIdentity.from_env(env).generation == 2
+    assert WorkerIdentity.from_env({**env, "TRAINMEDIC_GENERATION": "5"}).generation == 5
+
+
 @pytest.mark.parametrize(("change", "says"), [
     ({"RANK": "five"}, "RANK='five' is not an integer"),
     ({"RANK": "16"}, "RANK 16 is not in 0..WORLD_SIZE-1 (16)"),
