@@ -107,7 +107,7 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None) -> flo
     validators = {name: adapter(spec.suffix) for name, spec in topics.all().items()}
     seen, start = 0, time.perf_counter()
     while seen < total:
-        for msg in client.consume(2000, 1.0):
+        for msg in client.consume(2000, 0.05):  # a long wait would count against the tail
             if msg.error():
                 continue
             event = decode(msg.value(), validators[msg.topic()])
@@ -249,7 +249,11 @@ def main() -> None:
     bootstrap = KafkaSettings.from_env().bootstrap
     for line in cluster_second(KafkaSettings().topics, JOBS, 0, 0.0):
         decode(line[2], TELEMETRY)  # the synthetic events are valid contract events
-    home = Path(tempfile.mkdtemp(prefix="bench-faust-"))
+    with tempfile.TemporaryDirectory(prefix="bench-faust-") as tmp:
+        measure(args, bootstrap, Path(tmp))
+
+
+def measure(args: argparse.Namespace, bootstrap: str, home: Path) -> None:
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(1/5/15 min), {os.cpu_count()} cores")
     if not args.skip_drain:
@@ -265,8 +269,11 @@ def main() -> None:
             took = drain(settings, total, live)
             print(f"(b) consumer + validation + core: {total / took:>9,.0f} events/s  ({took:5.2f} s)")
             startup, took, counted = faust_drain(settings, run, home, total)
-            print(f"(c) Faust worker (build_app):     {counted / took:>9,.0f} events/s  ({took:5.2f} s for "
-                  f"{counted:,}; first event {startup:.1f} s after ready)")
+            if took > 0:
+                print(f"(c) Faust worker (build_app):     {counted / took:>9,.0f} events/s  ({took:5.2f} s "
+                      f"for {counted:,}; first event {startup:.1f} s after ready)")
+            else:
+                print("(c) Faust worker (build_app): drained before it reported twice; pre-fill more")
         finally:
             delete_topics(bootstrap, run)
     best = None

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if args.output:
                 out.close()
-    except TrainmedicError as err:
+    except (TrainmedicError, OSError) as err:  # Kafka, or the output file
         print(f"trainmedic record: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -87,12 +87,16 @@ class Recorder:
     def connect(self, timeout_s: float = 10.0) -> None:
         """Assign every telemetry partition at its start offset; raises KafkaError if Kafka fails."""
         _rdkafka_log.setLevel(logging.DEBUG if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL)
-        client = self._client = Consumer(self._settings.client_config(**{
-            "group.id": f"trainmedic-record-{uuid.uuid4().hex[:12]}",  # librdkafka wants one; never joined
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-        }), logger=_rdkafka_log)
+        try:
+            client = self._client = Consumer(self._settings.client_config(**{
+                # librdkafka wants a group id; no group is joined, nothing committed
+                "group.id": f"trainmedic-record-{uuid.uuid4().hex[:12]}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+            }), logger=_rdkafka_log)
+        except KafkaException as err:
+            raise KafkaError(f"cannot create a Kafka consumer: {err}") from None
         topics = self._settings.topics
         names = [topics.gpu, topics.node, topics.worker]
         self.counts.written = dict.fromkeys(names, 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
 import schemas as s
 from schemas import encode
@@ -95,6 +96,9 @@ def test_records_to_now_exactly_what_was_produced_and_replays_alike(
     gpu = sum(isinstance(e, s.GpuSample) for e in events)
     assert f"{kafka.topics.gpu} {gpu:,}" in err.splitlines()[-1]
     assert "skipped 3 invalid" in err.splitlines()[-1]
+
+    groups = AdminClient({"bootstrap.servers": kafka.bootstrap}).list_consumer_groups().result(30)
+    assert not [g.group_id for g in groups.valid if g.group_id.startswith("trainmedic-record-")]
 
     incidents = tmp_path / "incidents.jsonl"
     assert main(["replay", str(out), "--output", str(incidents)]) == 0
