@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import zlib
 
 from schemas.codec import decode_telemetry
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerStepped
@@ -83,6 +84,11 @@ def main() -> None:
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")
     print(f"  state: {len(state.nodes)} nodes, {len(state.jobs)} jobs, "
           f"{len(state.incidents)} open incidents")
+    start = time.perf_counter()
+    snapshot = zlib.compress(state.to_json(), 1)
+    took = time.perf_counter() - start
+    print(f"  snapshot (as the live app saves it): {len(state.to_json()) / 1e6:.1f} MB of JSON, "
+          f"{len(snapshot) / 1e3:,.0f} kB zlib-compressed, {took:.2f} s to make")
     events, busy = validated(min(args.seconds, 10))
     print(f"JSON decode + core:   {events:>9,} events in {busy:6.2f} s = "
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")

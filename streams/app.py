@@ -9,8 +9,10 @@ Faust agent can skip the offset it died on.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -27,6 +29,9 @@ from trainmedic.settings import KafkaSettings
 log = logging.getLogger(__name__)
 
 STATE_KEY = "detector"
+# A snapshot is one changelog message: it must stay under Kafka's default 1 MB message size.
+MAX_SNAPSHOT_BYTES = 900_000
+SNAPSHOT_SHARE = 0.1  # at most this share of the time goes to snapshots of a large state
 Sink = Callable[[str, bytes, bytes], Awaitable[None]]
 
 
@@ -83,12 +88,14 @@ def build_app(
         async def sink(topic: str, key: bytes, value: bytes) -> None:
             await outputs[topic].send(key=key, value=value)
     # One key, one partition: the whole detector is one state (correlation joins node and
-    # job telemetry); use_partitioner lets the timer write it outside a stream event.
-    state_table = app.Table("detector-state", partitions=1, use_partitioner=True)
+    # job telemetry), as zlib-compressed JSON; use_partitioner lets the timer write it outside
+    # a stream event.
+    state_table = app.Table("detector-state", partitions=1, use_partitioner=True, value_type=bytes)
 
     live = LiveDetector(Detector(config), live_config or LiveConfig())
     stats = DetectorStats()
-    saved = {"clock": None, "at": 0.0, "restored": False}
+    saved = {"clock": None, "at": 0.0, "every": save_every_s, "restored": False, "declared": False,
+             "too_big": False}
 
     def restore() -> None:
         if saved["restored"]:
@@ -96,7 +103,8 @@ def build_app(
         saved["restored"] = True
         data = state_table.get(STATE_KEY)
         if data:
-            live.detector = Detector(live.detector.config, DetectorState.from_dict(data))
+            state = DetectorState.from_dict(json.loads(zlib.decompress(data)))
+            live.detector = Detector(live.detector.config, state)
             log.info("detector state restored (event time %.3f)", live.detector.state.clock)
 
     async def publish(incidents: list[Incident]) -> None:
@@ -133,7 +141,8 @@ def build_app(
                     ts=time.time(), reason="detector error (see the detector's log)", topic=msg.topic,
                     partition=msg.partition, offset=msg.offset, key=msg.key, value=msg.value)))
                 continue
-            await publish(found)
+            if found:
+                await publish(found)
 
     @app.timer(interval=tick_s)
     async def tick():
@@ -143,8 +152,22 @@ def build_app(
         await publish(live.tick(time.time()))
         now = time.monotonic()
         clock = live.detector.state.clock
-        if clock != saved["clock"] and now - saved["at"] >= save_every_s:
-            state_table[STATE_KEY] = live.detector.state.to_dict()
-            saved["clock"], saved["at"] = clock, now
+        if clock != saved["clock"] and now - saved["at"] >= saved["every"]:
+            if not saved["declared"]:  # the producer must know the changelog's partitions first
+                await state_table.changelog_topic.declare()
+                saved["declared"] = True
+            snapshot = zlib.compress(live.detector.state.to_json(), 1)
+            too_big = len(snapshot) > MAX_SNAPSHOT_BYTES
+            if too_big and not saved["too_big"]:
+                log.error("detector state is %d bytes compressed, over the %d a snapshot may take: "
+                          "not saved, a restart starts afresh (see docs/streams.md)",
+                          len(snapshot), MAX_SNAPSHOT_BYTES)
+            if not too_big:
+                state_table[STATE_KEY] = snapshot
+            elif STATE_KEY in state_table:
+                del state_table[STATE_KEY]  # restoring a stale snapshot would be worse than none
+            cost = time.monotonic() - now
+            saved.update(clock=clock, at=now, every=max(save_every_s, cost / SNAPSHOT_SHARE),
+                         too_big=too_big)
 
     return DetectorApp(app, live, stats, process, tick)

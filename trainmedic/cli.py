@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("trainmedic.demo", "run the local demo"),
     "detector": ("streams.cli", "run the detector: a Faust worker that turns telemetry into incidents"),
     "replay": ("streams.replay", "run the detector over a telemetry recording (JSON lines)"),
+    "record": ("streams.record", "record the telemetry topics to a JSON-lines file for replay"),
     "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
     "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
     "agent": ("producers.agent_cli", "publish this host's heartbeat with the state of its links"),

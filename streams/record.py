@@ -1,0 +1,151 @@
+"""Record the telemetry topics to a JSON-lines file that `trainmedic replay` reads.
+
+Every partition of telemetry.gpu, telemetry.node and telemetry.worker is assigned directly:
+no consumer group is joined and no offset is committed, so recording disturbs no one.
+The start is a time or an offset; times are Kafka message timestamps, i.e. when a message
+was produced, not the `ts` inside the event. The end is --until, --duration after the start
+(after now when starting at an offset), or by default the end offsets the partitions had
+when the command started. Each valid value is written unchanged, one per line; invalid ones
+are reported on stderr with topic, partition, offset and reason, and skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO, TextIO
+
+if TYPE_CHECKING:
+    from trainmedic.kafka.recorder import Counts, Recorder
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in '30s', '10m', '2h', '1.5d'; must be positive."""
+    match = _SPAN.match(text)
+    if not match or float(match[1]) <= 0:
+        raise ValueError(f"{text!r} is not a duration like 30s, 10m, 2h or 1d")
+    return float(match[1]) * _UNITS[match[2]]
+
+
+def parse_instant(text: str, now: float) -> float:
+    """Unix seconds of an ISO 8601 time (no offset means UTC) or of a span ago ('10m')."""
+    if _SPAN.match(text):
+        return now - parse_duration(text)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is neither an ISO 8601 time nor a span ago like 10m or 2h") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def parse_start_offset(text: str) -> str | int:
+    """'earliest', 'latest' or an offset N >= 0 (applied to every partition)."""
+    if text in ("earliest", "latest"):
+        return text
+    if text.isdigit():
+        return int(text)
+    raise ValueError(f"{text!r} is not earliest, latest or an offset >= 0")
+
+
+def _arg(parse, *extra):
+    def convert(text: str):
+        try:
+            return parse(text, *(f() for f in extra))
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    convert.__name__ = parse.__name__.removeprefix("parse_")  # argparse names it in errors
+    return convert
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    start = parser.add_argument_group("start (one is required)").add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-time", type=_arg(parse_instant, time.time), metavar="TIME",
+                       help="first message produced at or after TIME: ISO 8601 (no offset = UTC, "
+                            "e.g. 2025-05-01T12:00:00Z) or a span ago (30s, 10m, 2h, 1d)")
+    start.add_argument("--from-offset", type=_arg(parse_start_offset), metavar="OFFSET",
+                       help="earliest, latest, or an offset N in every partition")
+    end = parser.add_argument_group("end (default: the end of every partition when the command "
+                                    "starts)").add_mutually_exclusive_group()
+    end.add_argument("--until", type=_arg(parse_instant, time.time), metavar="TIME",
+                     help="stop before the first message produced at or after TIME (ISO 8601, "
+                          "or a span ago); a future TIME records live until then")
+    end.add_argument("--duration", type=_arg(parse_duration), metavar="SPAN",
+                     help="record SPAN (30s, 10m, 2h) of messages from --from-time, or from now "
+                          "with --from-offset")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="write the events here instead of standard output")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--timeout-s", type=float, default=10.0, metavar="S",
+                        help="how long to wait for the broker to answer (default 10)")
+    parser.add_argument("--progress-s", type=float, default=5.0, metavar="S",
+                        help="report progress on stderr every S seconds (default 5)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainmedic.errors import TrainmedicError
+    from trainmedic.kafka.recorder import Recorder
+    from trainmedic.settings import KafkaSettings
+
+    started = time.time()
+    start_ts = args.from_time
+    end_ts = args.until
+    if args.duration is not None:
+        end_ts = (start_ts if start_ts is not None else started) + args.duration
+    if start_ts is not None and start_ts > started:
+        print("trainmedic record: --from-time is in the future", file=sys.stderr)
+        return 2
+    if end_ts is not None and start_ts is not None and end_ts <= start_ts:
+        print("trainmedic record: the end must come after the start", file=sys.stderr)
+        return 2
+    try:
+        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+    except TrainmedicError as err:
+        print(f"trainmedic record: {err}", file=sys.stderr)
+        return 2
+    recorder = Recorder(settings, start_offset=args.from_offset, start_ts=start_ts, end_ts=end_ts)
+    try:
+        recorder.connect(args.timeout_s)
+        out = args.output.open("wb") if args.output else sys.stdout.buffer
+        try:
+            counts = copy(recorder, out, sys.stderr, args.progress_s)
+        finally:
+            if args.output:
+                out.close()
+    except (TrainmedicError, OSError) as err:  # Kafka, or the output file
+        print(f"trainmedic record: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"trainmedic record: interrupted; {recorder.counts.summary()}", file=sys.stderr)
+        return 130
+    finally:
+        recorder.close()
+    print(f"trainmedic record: {counts.summary()}", file=sys.stderr)
+    return 0
+
+
+def copy(recorder: Recorder, out: BinaryIO, errors: TextIO, progress_s: float) -> Counts:
+    """Write the recorder's events to `out` until it is done, reporting on `errors`."""
+    next_report = time.monotonic() + progress_s
+    for batch in recorder.batches():
+        for value in batch.values:
+            out.write(value if b"\n" not in value and b"\r" not in value else
+                      json.dumps(json.loads(value), separators=(",", ":")).encode())
+            out.write(b"\n")
+        for where, reason in batch.skipped:
+            print(f"skipped {where}: {reason}", file=errors)
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + progress_s
+            print(f"trainmedic record: {recorder.counts.total:,} events so far, "
+                  f"{recorder.counts.skipped:,} skipped; {recorder.progress()}", file=errors)
+    out.flush()
+    return recorder.counts
