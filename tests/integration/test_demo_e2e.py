@@ -2,7 +2,9 @@
 
 Three nodes x two ranks: kill -9 of a rank, Xid 79 on a node, a hung rank and a link flap
 must each heal, the job must end on two nodes (world size 4), and no completed step may
-be lost (a replica survives every one of these faults).
+be lost (a replica survives every one of these faults). The alert bridge runs beside it
+against a real Alertmanager: every incident's alert must appear within seconds, and clear
+once its incident resolved.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ import pytest
 pytestmark = pytest.mark.kafka
 
 
-def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, alertmanager: str,
+                                                 tmp_path: Path) -> None:
     env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka_bootstrap, "TRAINMEDIC_HOME": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "trainmedic.cli", "demo", "--nodes", "3", "--ranks-per-node", "2"],
+        [sys.executable, "-m", "trainmedic.cli", "demo", "--nodes", "3", "--ranks-per-node", "2",
+         "--alertmanager", alertmanager],
         env=env, capture_output=True, text=True, timeout=600,
     )
     report_path = tmp_path / "demo" / "report.json"
@@ -39,6 +43,9 @@ def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, tmp_path:
     assert [f["steps_lost"] for f in faults] == [0, 0, 0, 0], summary
     assert [(f["world_size_before"], f["world_size_after"]) for f in faults] == [
         (6, 6), (6, 4), (4, 4), (4, 4)], summary
+    assert all(f["alerted_after_s"] is not None and f["alerted_after_s"] < 10 for f in faults), summary
+    # The restarted and re-planned jobs step again, so those incidents resolve, and so do their alerts.
+    assert [f["alert_resolved"] for f in faults[:3]] == [True, True, True], summary
     assert done.returncode == 0, summary
     assert "stopping the services and the job" in done.stdout
     assert processes_with_home(tmp_path) == []  # services, fork servers and ranks all ended

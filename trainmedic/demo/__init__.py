@@ -11,6 +11,9 @@ ranks, and then injects, one after the other:
   a rank that stops stepping -> hang, SEV2: restart
   a link that flaps          -> link_flap, SEV3: reattempt in place
 
+With --alertmanager URL it also runs the alert bridge and reports, per fault, how soon the
+incident's alert appeared in Alertmanager and whether it cleared when the incident resolved.
+
 It narrates steps, incidents and recovery actions as they happen, prints a summary table,
 writes $TRAINMEDIC_HOME/demo/report.json, stops everything it started and exits 0 only if
 every fault healed.
@@ -29,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="length of one training step (default 0.25)")
     parser.add_argument("--fault-timeout-s", type=float, default=120.0,
                         help="how long to wait for the job to heal after each fault (default 120)")
+    parser.add_argument("--alertmanager", metavar="URL",
+                        help="also run the alert bridge to this Alertmanager and report when each "
+                        "incident's alert appeared and cleared")
     parser.add_argument("--only", action="append", default=[], metavar="FAULT",
                         help="run only these faults (kill, xid79, hang, flap); repeatable")
 

@@ -63,6 +63,7 @@ class LocalCluster:
     bootstrap: str
     prefix: str
     nodes: tuple[str, ...]
+    alertmanager: str | None = None  # when set, an alert bridge forwards incidents there
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
@@ -108,11 +109,14 @@ class LocalCluster:
                 "--sysfs", str(self.layout.sysfs(node)), "--state-dir", str(self.layout.executor_dir(node)),
                 "--stop-grace-s", "5",
             ])
+        if self.alertmanager:
+            self._start("alerts", [py, "-m", "trainmedic.cli", "alerts", "--alertmanager", self.alertmanager])
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Until the detector's worker is ready and every executor reads its commands."""
         marks = {"detector": "Worker ready", "coordinator": "rebuilt from",
-                 **{node: "commands from" for node in self.nodes}}
+                 **{node: "commands from" for node in self.nodes},
+                 **({"alerts": "alert bridge on"} if self.alertmanager else {})}
         deadline = time.monotonic() + timeout_s
         pending = dict(marks)
         while pending and time.monotonic() < deadline:

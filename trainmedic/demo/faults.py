@@ -36,6 +36,9 @@ class FaultResult:
     world_size_after: int | None
     healed: bool
     expected_category: str
+    incident_id: str | None = None
+    alerted_after_s: float | None = None  # from the incident to its alert in Alertmanager
+    alert_resolved: bool | None = None  # left Alertmanager's active alerts once the incident resolved
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -124,7 +127,7 @@ def run_fault(fault: Fault, cluster: LocalCluster, watcher: Watcher, timeout_s: 
             return FaultResult(
                 fault.name, seen and seen.incident.category, seen and str(seen.incident.severity),
                 seen and str(seen.incident.action), _delay(seen), None, None, world_before, None, False,
-                fault.expected_category)
+                fault.expected_category, seen and seen.incident.id)
         gen, resumed_ts = outcome
         after = timeline.generations[gen]
         # After a reattempt the same processes carry on: a re-run step is not a lost one.
@@ -134,7 +137,7 @@ def run_fault(fault: Fault, cluster: LocalCluster, watcher: Watcher, timeout_s: 
         return FaultResult(
             fault.name, seen.incident.category, str(seen.incident.severity), str(seen.incident.action),
             _delay(seen), round(resumed_ts - injected, 2), lost, world_before, after.world_size, healed,
-            fault.expected_category,
+            fault.expected_category, seen.incident.id,
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from schemas import JobSpec, JobSubmitted
+from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
 from trainmedic.demo.faults import Fault, FaultResult, gpu_fault, hang_rank, kill_rank, link_flap, run_fault
 from trainmedic.demo.watch import Watcher
@@ -48,8 +50,11 @@ def run_demo(args: argparse.Namespace) -> int:
     layout = DemoLayout(home() / "demo")
     stop_progress = threading.Event()
     try:
-        with running_job(args, layout) as (cluster, watcher):
+        with running_job(args, layout, alertmanager=args.alertmanager) as (cluster, watcher):
             threading.Thread(target=progress, args=(watcher, cluster, stop_progress), daemon=True).start()
+            alerts = AlertWatch(args.alertmanager) if args.alertmanager else None
+            if alerts is not None:
+                alerts.start()
             results: list[FaultResult] = []
             for fault in faults(cluster.nodes):
                 if args.only and fault.name not in args.only:
@@ -61,6 +66,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 say(f"FAULT {fault.name}: {'healed' if result.healed else 'NOT healed'} "
                     f"(resumed after {result.time_to_resume_s}s, {result.steps_lost} steps lost)")
             stop_progress.set()
+            if alerts is not None:
+                results = with_alerts(results, watcher, alerts)
+                alerts.stop()
             report(results, layout)
             return 0 if results and all(r.healed for r in results) else 1
     except (TrainmedicError, RuntimeError) as err:
@@ -71,13 +79,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def running_job(args: argparse.Namespace, layout: DemoLayout,
-                say: Callable[[str], None] = say) -> Iterator[tuple[LocalCluster, Watcher]]:
+def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str], None] = say,
+                alertmanager: str | None = None) -> Iterator[tuple[LocalCluster, Watcher]]:
     """The broker (unless TRAINMEDIC_KAFKA_BOOTSTRAP names one), the services and the demo job of
     `args.nodes` x `args.ranks_per_node` ranks, trained past step 10; all stopped on exit.
 
-    `layout.root` is emptied first: snapshots or a ledger left by an earlier run would be
-    restored from, or replayed, by this one.
+    With `alertmanager`, an alert bridge forwards the incidents there. `layout.root` is
+    emptied first: snapshots or a ledger left by an earlier run would be restored from, or
+    replayed, by this one.
     """
     from trainmedic.broker import LocalBroker
     from trainmedic.kafka import EventProducer, create_topics
@@ -98,7 +107,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout,
         settings = KafkaSettings.from_env(bootstrap=bootstrap, topic_prefix=prefix)
         create_topics(settings)
         nodes = tuple(f"node-{i}" for i in range(args.nodes))
-        cluster = LocalCluster(layout, bootstrap, prefix, nodes)
+        cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager)
         cluster.prepare(DETECTOR_CONFIG)
         cluster.start_services()
         say(f"starting detector, coordinator and {len(nodes)} nodes "
@@ -126,6 +135,32 @@ def running_job(args: argparse.Namespace, layout: DemoLayout,
         if broker is not None:
             broker.stop()
             say("broker stopped")
+
+
+def with_alerts(results: list[FaultResult], watcher: Watcher, alerts: AlertWatch,
+                wait_s: float = 20.0) -> list[FaultResult]:
+    """The results with when each incident's alert appeared, and whether it cleared once the
+    incident resolved (None when the incident had not resolved by the end)."""
+    def resolved_ids() -> set[str]:
+        with watcher.lock:
+            return {i for i, seen in watcher.timeline.incidents.items() if seen.resolved_wall is not None}
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and not resolved_ids() <= set(alerts.gone):
+        time.sleep(0.5)
+    with watcher.lock:
+        seen = dict(watcher.timeline.incidents)
+    out = []
+    for result in results:
+        incident = seen.get(result.incident_id or "")
+        first = alerts.first_seen.get(result.incident_id or "")
+        alerted = None if incident is None or first is None else round(first - incident.opened_wall, 2)
+        cleared = None if incident is None or incident.resolved_wall is None else (
+            result.incident_id in alerts.gone)
+        out.append(dataclasses.replace(result, alerted_after_s=alerted, alert_resolved=cleared))
+        say(f"alert for {result.name}: appeared {alerted}s after the incident, "
+            f"{'cleared' if cleared else 'still active' if cleared is False else 'incident still open'}")
+    return out
 
 
 def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayout) -> JobSpec:

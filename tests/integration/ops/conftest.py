@@ -1,68 +1,14 @@
-"""A real Alertmanager and a local HTTP endpoint that records what it is sent and can be 'down'."""
+"""A local HTTP endpoint that records what it is sent and can be 'down' (Alertmanager: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
-
-AM_CONFIG = """\
-route:
-  receiver: blackhole
-  group_wait: 1s
-receivers:
-  - name: blackhole
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path) -> Iterator[str]:
-    """The base URL of a real Alertmanager (Debian's prometheus-alertmanager) on a loopback port."""
-    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-    if binary is None:
-        pytest.fail("prometheus-alertmanager is not installed: run `make alertmanager` "
-                    "(apt-get install prometheus-alertmanager); these tests never skip")
-    (tmp_path / "am.yml").write_text(AM_CONFIG)
-    port = _free_port()
-    log = open(tmp_path / "alertmanager.log", "w")  # noqa: SIM115 - closed after the process
-    proc = subprocess.Popen([binary, f"--config.file={tmp_path / 'am.yml'}",
-                             f"--storage.path={tmp_path / 'am'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--cluster.listen-address="],
-                            stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, f"alertmanager exited: {(tmp_path / 'alertmanager.log').read_text()}"
-            assert time.monotonic() < deadline, "alertmanager did not get ready in 30s"
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
 
 
 @dataclass
