@@ -9,10 +9,8 @@ Faust agent can skip the offset it died on.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -20,18 +18,15 @@ import faust
 
 from schemas import DeadLettered, Incident, encode
 from schemas.codec import TELEMETRY
-from streams.core import Detector, DetectorConfig, DetectorState
+from streams.core import Detector, DetectorConfig
 from streams.live import LiveConfig, LiveDetector
+from streams.snapshots import Snapshots
 from trainmedic import metrics
 from trainmedic.kafka import parse_message
 from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
-STATE_KEY = "detector"
-# A snapshot is one changelog message: it must stay under Kafka's default 1 MB message size.
-MAX_SNAPSHOT_BYTES = 900_000
-SNAPSHOT_SHARE = 0.1  # at most this share of the time goes to snapshots of a large state
 Sink = Callable[[str, bytes, bytes], Awaitable[None]]
 
 
@@ -94,18 +89,7 @@ def build_app(
 
     live = LiveDetector(Detector(config), live_config or LiveConfig())
     stats = DetectorStats()
-    saved = {"clock": None, "at": 0.0, "every": save_every_s, "restored": False, "declared": False,
-             "too_big": False}
-
-    def restore() -> None:
-        if saved["restored"]:
-            return
-        saved["restored"] = True
-        data = state_table.get(STATE_KEY)
-        if data:
-            state = DetectorState.from_dict(json.loads(zlib.decompress(data)))
-            live.detector = Detector(live.detector.config, state)
-            log.info("detector state restored (event time %.3f)", live.detector.state.clock)
+    snapshots = Snapshots(state_table, save_every_s)
 
     async def publish(incidents: list[Incident]) -> None:
         for incident in incidents:
@@ -120,7 +104,7 @@ def build_app(
     @app.agent(telemetry)
     async def process(stream):
         async for event in stream.events():
-            restore()
+            snapshots.restore_once(live)
             msg = event.message
             parsed = parse_message(topics, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
                                    time.time(), TELEMETRY)
@@ -148,26 +132,8 @@ def build_app(
     async def tick():
         if not app.tables.recovery.completed.is_set():
             return  # the state table is still being read back from its changelog
-        restore()
+        snapshots.restore_once(live)
         await publish(live.tick(time.time()))
-        now = time.monotonic()
-        clock = live.detector.state.clock
-        if clock != saved["clock"] and now - saved["at"] >= saved["every"]:
-            if not saved["declared"]:  # the producer must know the changelog's partitions first
-                await state_table.changelog_topic.declare()
-                saved["declared"] = True
-            snapshot = zlib.compress(live.detector.state.to_json(), 1)
-            too_big = len(snapshot) > MAX_SNAPSHOT_BYTES
-            if too_big and not saved["too_big"]:
-                log.error("detector state is %d bytes compressed, over the %d a snapshot may take: "
-                          "not saved, a restart starts afresh (see docs/streams.md)",
-                          len(snapshot), MAX_SNAPSHOT_BYTES)
-            if not too_big:
-                state_table[STATE_KEY] = snapshot
-            elif STATE_KEY in state_table:
-                del state_table[STATE_KEY]  # restoring a stale snapshot would be worse than none
-            cost = time.monotonic() - now
-            saved.update(clock=clock, at=now, every=max(save_every_s, cost / SNAPSHOT_SHARE),
-                         too_big=too_big)
+        await snapshots.maybe_save(live, time.monotonic())
 
     return DetectorApp(app, live, stats, process, tick)

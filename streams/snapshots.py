@@ -1,0 +1,79 @@
+"""The detector's state in a changelog-backed Faust table: when to save it, how it is encoded,
+and what happens when it no longer fits in one Kafka message (docs/streams.md, "State")."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import zlib
+from dataclasses import dataclass
+
+from streams.core import Detector, DetectorState
+from streams.live import LiveDetector
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "detector"
+# A snapshot is one changelog message: it must stay under Kafka's default 1 MB message size.
+MAX_SNAPSHOT_BYTES = 900_000
+SNAPSHOT_SHARE = 0.1  # at most this share of the time goes to snapshots of a large state
+
+
+def encode_state(state: DetectorState) -> bytes:
+    return zlib.compress(state.to_json(), 1)
+
+
+def decode_state(data: bytes) -> DetectorState:
+    return DetectorState.from_dict(json.loads(zlib.decompress(data)))
+
+
+@dataclass
+class Snapshots:
+    """Saves the live detector's state to `table` (a Faust table) and restores it once."""
+
+    table: object
+    base_every_s: float = 1.0
+    restored: bool = False
+    declared: bool = False
+    too_big: bool = False
+    every_s: float = 0.0  # grows with the cost of a snapshot; starts at base_every_s
+    _clock: float | None = None
+    _at: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.every_s = self.base_every_s
+
+    def restore_once(self, live: LiveDetector) -> None:
+        """Before the first event or tick: carry on from the last saved state, if there is one."""
+        if self.restored:
+            return
+        self.restored = True
+        data = self.table.get(STATE_KEY)
+        if data:
+            live.detector = Detector(live.detector.config, decode_state(data))
+            log.info("detector state restored (event time %.3f)", live.detector.state.clock)
+
+    async def maybe_save(self, live: LiveDetector, now: float) -> None:
+        """Save when event time moved and the last save (at monotonic `now`) is old enough; a
+        large state is saved less often, so that snapshots take at most SNAPSHOT_SHARE of the time."""
+        clock = live.detector.state.clock
+        if clock == self._clock or now - self._at < self.every_s:
+            return
+        if not self.declared:  # the producer must know the changelog's partitions first
+            await self.table.changelog_topic.declare()
+            self.declared = True
+        began = time.monotonic()
+        snapshot = encode_state(live.detector.state)
+        too_big = len(snapshot) > MAX_SNAPSHOT_BYTES
+        if too_big and not self.too_big:
+            log.error("detector state is %d bytes compressed, over the %d a snapshot may take: "
+                      "not saved, a restart starts afresh (see docs/streams.md)",
+                      len(snapshot), MAX_SNAPSHOT_BYTES)
+        if not too_big:
+            self.table[STATE_KEY] = snapshot
+        elif STATE_KEY in self.table:
+            del self.table[STATE_KEY]  # restoring a stale snapshot would be worse than none
+        cost = time.monotonic() - began
+        self._clock, self._at, self.too_big = clock, now, too_big
+        self.every_s = max(self.base_every_s, cost / SNAPSHOT_SHARE)
