@@ -59,7 +59,11 @@ lock:
 	@test -x $(BIN)/uv || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet uv; }
 	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra test pyproject.toml -o requirements.lock
 
+# Every benchmark, each printing its numbers. Those that need Kafka use the local broker,
+# started here if it is not running (and left running: `trainmedic broker stop`), unless
+# TRAINMEDIC_KAFKA_BOOTSTRAP names another.
 bench: setup kafka
+	@[ -n "$$TRAINMEDIC_KAFKA_BOOTSTRAP" ] || $(BIN)/trainmedic broker start >/dev/null
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
