@@ -4,7 +4,8 @@ Drain: fresh telemetry topics are pre-filled with --seconds of a synthetic clust
 nodes x 8 GPUs, four 4,096-rank jobs, one gpu_sample per GPU, one heartbeat per node and one
 worker_step per rank each second: ~34.8k events/s), then drained by (a) a bare
 confluent-kafka consumer with pydantic validation, (b) the same plus LiveDetector and the
-detection core, (c) one worker of the real `streams.app.build_app` app (a subprocess).
+detection core, (c) one worker of the real `streams.app.build_app` app (a subprocess), (d) one
+Faust worker whose agent only counts the events (Faust's own ceiling on this machine).
 Sustained: for each --rates R, a cluster of about R/17 nodes is produced live at 1 Hz for
 --run-s seconds into fresh topics with a fresh worker; lag = events produced but not yet
 processed, in seconds of input. The highest R with lag < 1 s is the worker's sustained rate.
@@ -120,13 +121,15 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None) -> flo
 
 
 class Worker:
-    """`python bench/detector_faust.py --worker`: the detector app plus a twice-a-second report."""
+    """`python bench/detector_faust.py --worker`: the detector app (or, with `noop`, an agent that
+    only counts) plus a twice-a-second report."""
 
-    def __init__(self, settings: KafkaSettings, run: str, home: Path) -> None:
+    def __init__(self, settings: KafkaSettings, run: str, home: Path, noop: bool = False) -> None:
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
                "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(home)}
-        self.log = home / f"{run}.log"
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", run], env=env,
+        self.log = home / f"{run}{'-noop' if noop else ''}.log"
+        mode = "--noop-worker" if noop else "--worker"
+        self.proc = subprocess.Popen([sys.executable, __file__, mode, run], env=env,
                                      stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True)
         self.reports: list[dict] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -173,9 +176,37 @@ def run_worker(app_id: str) -> None:
     run_faust(app, "warning")
 
 
-def faust_drain(settings: KafkaSettings, run: str, home: Path, total: int) -> tuple[float, float, float]:
+def run_noop_worker(app_id: str) -> None:
+    """A Faust app with the detector's topic settings whose agent only counts what it reads."""
+    import faust
+
+    from streams.cli import run_worker as run_faust
+
+    settings = KafkaSettings.from_env()
+    topics = settings.topics
+    app = faust.App(app_id, broker=f"kafka://{settings.bootstrap}", store="memory://", web_enabled=False,
+                    topic_disable_leader=True, datadir=os.environ["TRAINMEDIC_HOME"],
+                    broker_max_poll_records=2000, stream_buffer_maxsize=16384)
+    telemetry = app.topic(topics.gpu, topics.node, topics.worker, value_serializer="raw",
+                          key_serializer="raw")
+    count = {"events": 0}
+
+    @app.agent(telemetry)
+    async def process(stream):
+        async for _ in stream.events():
+            count["events"] += 1
+
+    @app.timer(interval=0.5)
+    async def report():
+        print(json.dumps({"wall": time.time(), "events": count["events"]}), flush=True)
+
+    run_faust(app, "warning")
+
+
+def faust_drain(settings: KafkaSettings, run: str, home: Path, total: int,
+                noop: bool = False) -> tuple[float, float, float]:
     """(ready -> first event, steady drain s after the first report with events, events in it)."""
-    worker = Worker(settings, run, home)
+    worker = Worker(settings, run, home, noop)
     try:
         ready = worker.wait(lambda r: True)
         first = worker.wait(lambda r: r["events"] > 0)
@@ -242,9 +273,13 @@ def main() -> None:
     parser.add_argument("--run-s", type=int, default=20, help="seconds each rate is produced")
     parser.add_argument("--skip-drain", action="store_true", help="only the sustained rates")
     parser.add_argument("--worker", metavar="APP_ID", help=argparse.SUPPRESS)
+    parser.add_argument("--noop-worker", metavar="APP_ID", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         run_worker(args.worker)
+        return
+    if args.noop_worker:
+        run_noop_worker(args.noop_worker)
         return
     bootstrap = KafkaSettings.from_env().bootstrap
     for line in cluster_second(KafkaSettings().topics, JOBS, 0, 0.0):
@@ -274,6 +309,12 @@ def measure(args: argparse.Namespace, bootstrap: str, home: Path) -> None:
                       f"for {counted:,}; first event {startup:.1f} s after ready)")
             else:
                 print("(c) Faust worker (build_app): drained before it reported twice; pre-fill more")
+            startup, took, counted = faust_drain(settings, run + "-noop", home, total, noop=True)
+            if took > 0:
+                print(f"(d) Faust worker, no-op agent:    {counted / took:>9,.0f} events/s  ({took:5.2f} s "
+                      f"for {counted:,}): Faust's own ceiling here")
+            else:
+                print("(d) Faust worker, no-op agent: drained before it reported twice; pre-fill more")
         finally:
             delete_topics(bootstrap, run)
     best = None
