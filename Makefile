@@ -9,8 +9,6 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # The editable install maps the top-level packages it saw: a new package means a new stamp.
 STAMP  := $(VENV)/.installed-$(shell (cat requirements.lock pyproject.toml; ls -d */__init__.py) | cksum | cut -d' ' -f1)
-KAFKA_LIBS := .trainmedic/kafka/libs
-KAFKA_STAMP := $(KAFKA_LIBS)/.fetched-$(shell cksum < compose/pom.xml | cut -d' ' -f1)
 
 .PHONY: setup kafka alertmanager test demo lint lock bench clean
 
@@ -24,14 +22,10 @@ $(STAMP): requirements.lock pyproject.toml
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
-kafka: $(KAFKA_STAMP)
-
-$(KAFKA_STAMP): compose/pom.xml
+# The pinned Kafka jars (compose/pom.xml), copied once from Maven Central (cached in ~/.m2).
+kafka: setup
 	@command -v java >/dev/null || { echo "Java 17+ is needed to run Kafka: install a JDK (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
-	@command -v mvn >/dev/null || { echo "Maven is needed to fetch the Kafka jars: install it (e.g. apt-get install maven)"; exit 1; }
-	@rm -rf $(KAFKA_LIBS)
-	mvn --quiet --batch-mode -f compose/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
-	@touch $@
+	@$(BIN)/trainmedic broker fetch >/dev/null
 
 # The alert bridge's tests run a real Alertmanager: Debian's prometheus-alertmanager, installed once.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)

@@ -18,7 +18,8 @@ from trainmedic.settings import home
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["start", "stop", "status"])
+    parser.add_argument("action", choices=["start", "stop", "status", "fetch"],
+                        help="fetch: only copy the pinned Kafka jars from Maven (start does it when missing)")
     parser.add_argument(
         "--port", type=int, default=int(os.environ.get("TRAINMEDIC_BROKER_PORT", DEFAULT_PORT)),
         help=f"client port (controller: port + 1); env TRAINMEDIC_BROKER_PORT, default {DEFAULT_PORT}",
@@ -39,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(f"broker already running (pid {state.pid})", file=sys.stderr)
             print(state.bootstrap)
+        elif args.action == "fetch":
+            broker.fetch_jars()
+            print(broker.libs)
         elif args.action == "stop":
             print("broker stopped" if broker.stop() else "broker was not running")
         else:
