@@ -101,3 +101,44 @@ def test_the_alert_bridge_serves_deliveries_backlog_open_incidents_and_lag(
     assert samples[("trainmedic_alert_backlog", (("sink", "alertmanager"),))] == 0
     assert samples[("trainmedic_open_incidents", (("severity", "SEV1"),))] == 1
     assert samples.get(("trainmedic_alert_retries_total", (("sink", "alertmanager"),)), 0) == 0
+
+
+def test_the_detector_serves_events_incidents_and_detection_delay(kafka: KafkaSettings,
+                                                                  tmp_path: Path) -> None:
+    from tests.integration.streams.test_detector_live import publish
+    from tests.unit.test_scenarios import load
+
+    events = sorted(load("gpu_lost_xid79")[0], key=lambda e: e.ts)
+    port = free_port()
+    proc, log = start(kafka, tmp_path, "detector", "--app-id", f"metrics-{tmp_path.name}",
+                      "--metrics-port", str(port))
+    opened = ("trainmedic_incidents_total",
+              (("category", "gpu_lost"), ("severity", "SEV1"), ("status", "open")))
+    try:
+        publish(kafka, events)
+        samples = scrape_until(port, proc, lambda s: s.get(opened, 0) >= 1
+                               and s.get(("trainmedic_detector_events_total", ()), 0) >= len(events), log)
+    finally:
+        stop(proc)
+    assert samples[("trainmedic_detector_events_total", ())] == len(events)
+    assert samples[("trainmedic_detection_delay_seconds_count", (("severity", "SEV1"),))] >= 1
+    assert samples.get(("trainmedic_dead_letters_total", (("service", "detector"),)), 0) == 0
+
+
+def test_the_coordinator_serves_plans_commands_and_jobs(kafka: KafkaSettings, tmp_path: Path) -> None:
+    from schemas import JobSpec, JobSubmitted
+    from trainmedic.kafka import EventProducer
+
+    spec = JobSpec(id="llm", nodes=("n1", "n2"), throughput={1: 1e14, 2: 1.9e14}, command=("python", "t.py"))
+    port = free_port()
+    proc, log = start(kafka, tmp_path, "coordinator", "--insecure", "--default-address", "127.0.0.1",
+                      "--metrics-port", str(port))
+    started = ("trainmedic_commands_sent_total", (("action", "start"),))
+    try:
+        with EventProducer(kafka) as producer:
+            producer.send(kafka.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
+        samples = scrape_until(port, proc, lambda s: s.get(started, 0) >= 2, log)
+    finally:
+        stop(proc)
+    assert samples[started] == 2  # one start per node, nothing re-sent yet
+    assert samples[("trainmedic_recovery_plans_total", (("kind", "start"),))] == 1
