@@ -18,6 +18,7 @@ import socket
 import sys
 
 from producers.cli_args import duration, names
+from trainmedic.metrics_flag import add_metrics_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=duration, default=1.0, metavar="DURATION",
                         help="heartbeat and GPU sampling interval (default 1s)")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    add_metrics_argument(parser)
     gpu = parser.add_argument_group("GPU producer")
     gpu.add_argument("--gpu-source", choices=("nvml", "dcgm", "synthetic"), default="nvml")
     gpu.add_argument("--gpus", type=int, default=8, help="synthetic GPUs on this node (default 8)")
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from recovery.executor.service import Executor
     from recovery.signing import load_key
     from trainmedic.errors import TrainmedicError
+    from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings, home
 
     log = logging.getLogger("trainmedic.node")
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.insecure:
         log.warning("INSECURE: unsigned commands will be applied on node %s", node)
+    serve_metrics(args.metrics_port)  # the three parts' metrics, on one endpoint
 
     stop = threading.Event()
     failures: list[BaseException] = []

@@ -142,3 +142,18 @@ def test_the_coordinator_serves_plans_commands_and_jobs(kafka: KafkaSettings, tm
         stop(proc)
     assert samples[started] == 2  # one start per node, nothing re-sent yet
     assert samples[("trainmedic_recovery_plans_total", (("kind", "start"),))] == 1
+
+
+def test_a_node_serves_its_agent_gpu_producer_and_executor_on_one_endpoint(kafka: KafkaSettings,
+                                                                           tmp_path: Path) -> None:
+    port = free_port()
+    proc, log = start(kafka, tmp_path, "node", "--node", "n1", "--gpu-source", "synthetic", "--gpus", "2",
+                      "--interval", "100ms", "--insecure", "--state-dir", str(tmp_path / "executor"),
+                      "--metrics-port", str(port))
+    gpu = ("trainmedic_producer_events_sent_total", (("what", "gpu samples"),))
+    beats = ("trainmedic_producer_events_sent_total", (("what", "heartbeats"),))
+    try:
+        samples = scrape_until(port, proc, lambda s: s.get(gpu, 0) >= 4 and s.get(beats, 0) >= 2, log)
+    finally:
+        stop(proc)
+    assert samples[gpu] >= 2 * samples[beats] - 2  # two GPUs sampled per heartbeat, give or take a round
