@@ -106,7 +106,7 @@ def test_the_alert_bridge_serves_deliveries_backlog_open_incidents_and_lag(
 def test_the_detector_serves_events_incidents_and_detection_delay(kafka: KafkaSettings,
                                                                   tmp_path: Path) -> None:
     from tests.integration.streams.test_detector_live import publish
-    from tests.unit.test_scenarios import load
+    from tests.unit.streams.test_scenarios import load
 
     events = sorted(load("gpu_lost_xid79")[0], key=lambda e: e.ts)
     port = free_port()

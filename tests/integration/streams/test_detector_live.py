@@ -16,7 +16,7 @@ import pytest
 
 import schemas as s
 from streams.replay import replay
-from tests.unit.test_scenarios import load
+from tests.unit.streams.test_scenarios import load
 from trainmedic.kafka import EventConsumer, EventProducer
 from trainmedic.settings import KafkaSettings
 

@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 import schemas as s
 from schemas import encode
 from streams.replay import replay
-from tests.unit.test_scenarios import load
+from tests.unit.streams.test_scenarios import load
 from trainmedic.cli import main
 from trainmedic.kafka.recorder import Recorder
 from trainmedic.settings import KafkaSettings

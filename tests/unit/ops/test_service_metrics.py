@@ -8,8 +8,8 @@ from prometheus_client import REGISTRY
 
 from recovery.coordinator import observe
 from tests.unit.coordinator.world import Recorder, incident
-from tests.unit.test_detector_agent import run_agent
-from tests.unit.test_scenarios import SCENARIOS
+from tests.unit.streams.test_detector_agent import run_agent
+from tests.unit.streams.test_scenarios import SCENARIOS
 
 
 def value(name: str, **labels: str) -> float:

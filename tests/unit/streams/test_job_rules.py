@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.core import CorrelationConfig, Detector, DetectorConfig, HangConfig
-from tests.unit.events import (
+from tests.unit.streams.events import (
     error,
     exited,
     healthy,

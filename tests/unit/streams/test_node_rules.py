@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from streams.core import Detector, DetectorConfig, GpuConfig, HeartbeatConfig
-from tests.unit.events import error, gpu, hb, healthy, opened, run, start, steps
+from tests.unit.streams.events import error, gpu, hb, healthy, opened, run, start, steps
 
 
 def _counter_series(values, field="ecc_dbe"):

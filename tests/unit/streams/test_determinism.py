@@ -13,7 +13,7 @@ from streams.core import Detector, DetectorState
 from streams.core.ids import incident_id
 from streams.replay import read_events, replay
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SAMPLE = ["node_lost_gloo", "gpu_lost_xid79", "hang_rank", "escalation_sev2_same_node",
           "straggler", "thermal", "link_flap", "network_conn_refused"]
 

@@ -7,7 +7,7 @@ from schemas.incident import Incident
 from streams.replay import replay
 from trainmedic.cli import main
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def test_replay_writes_incidents_as_json_lines_and_reports_bad_lines(tmp_path, capsys):

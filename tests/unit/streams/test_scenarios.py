@@ -11,7 +11,7 @@ import pytest
 
 from streams.replay import read_events, replay
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 NAMES = sorted(p.name.removesuffix(".expected.json") for p in SCENARIOS.glob("*.expected.json"))
 FIELDS = ("status", "category", "severity", "action", "node", "job")
 

@@ -10,7 +10,7 @@ import schemas as s
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
 from streams.replay import replay
-from tests.unit.test_scenarios import NAMES, load
+from tests.unit.streams.test_scenarios import NAMES, load
 
 PARTITIONS = 3
 
