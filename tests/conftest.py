@@ -42,9 +42,10 @@ def kafka_bootstrap() -> Iterator[str]:
         yield os.environ["TRAINMEDIC_KAFKA_BOOTSTRAP"]
         return
     if _docker_answers():
-        from testcontainers.kafka import KafkaContainer
+        from testcontainers.community.kafka import KafkaContainer
 
-        with KafkaContainer("apache/kafka:3.9.1").with_kraft() as container:
+        # testcontainers' KafkaContainer drives Confluent's image; 7.9 ships Apache Kafka 3.9.
+        with KafkaContainer("confluentinc/cp-kafka:7.9.0").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
     from trainmedic.broker import LocalBroker
