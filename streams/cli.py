@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.core import DetectorConfig
     from streams.live import LiveConfig
     from trainmedic.errors import TrainmedicError
+    from trainmedic.kafka import wait_for_topics
     from trainmedic.kafka.lag import LagSampler
     from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings, home
@@ -50,11 +51,16 @@ def run(args: argparse.Namespace) -> int:
     except (TrainmedicError, ValidationError, ValueError, OSError) as err:
         print(f"trainmedic detector: {err}", file=sys.stderr)
         return 2
+    topics = settings.topics
+    try:
+        wait_for_topics(settings, [topics.gpu, topics.node, topics.worker, topics.incidents, topics.dlq])
+    except TrainmedicError as err:
+        print(f"trainmedic detector: {err}", file=sys.stderr)
+        return 1
     datadir = args.datadir or str(home() / "detector")
     detector = build_app(settings, app_id=args.app_id, config=config, live_config=live,
                          datadir=datadir, web_port=args.web_port)
     if serve_metrics(args.metrics_port) is not None:
-        topics = settings.topics
         LagSampler(settings, args.app_id, [topics.gpu, topics.node, topics.worker]).start()
     return run_worker(detector.app, args.loglevel)
 

@@ -33,6 +33,9 @@ class LiveConfig(BaseModel):
                           "no longer holds the watermark back")
     max_buffered: int = Field(default=500_000, ge=1, description="events held before the oldest "
                               "are released regardless")
+    release_every_s: float = Field(default=0.01, ge=0, description="wall time between watermark "
+                                   "updates on arrival (ticks always update): the watermark spans "
+                                   "every partition, too costly to recompute per event")
 
 
 @dataclass
@@ -52,6 +55,7 @@ class LiveDetector:
     _seq: itertools.count = field(default_factory=itertools.count)
     _sources: dict[object, _Source] = field(default_factory=dict)
     _watermark: float = float("-inf")
+    _released_at: float = float("-inf")  # wall time of the last watermark update
 
     def feed(self, event: BaseModel, source: object, wall: float) -> list[Incident]:
         """Take one event that arrived from `source` (e.g. a topic partition) at `wall`."""
@@ -62,6 +66,9 @@ class LiveDetector:
         else:
             seen.max_ts = max(seen.max_ts, event.ts)
             seen.last_wall = wall
+        config = self.config
+        if wall - self._released_at < config.release_every_s and len(self._heap) <= config.max_buffered:
+            return []  # a later arrival or the next tick releases it, in the same order
         return self._release(wall)
 
     def tick(self, wall: float) -> list[Incident]:
@@ -77,6 +84,7 @@ class LiveDetector:
         return self._watermark
 
     def _release(self, wall: float) -> list[Incident]:
+        self._released_at = wall
         mark = self._compute_watermark(wall)
         if mark is None:
             return []

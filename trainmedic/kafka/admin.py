@@ -40,6 +40,31 @@ def wait_for_broker(settings: KafkaSettings, timeout_s: float = 60.0) -> None:
                 raise
 
 
+def wait_for_topics(settings: KafkaSettings, names: list[str], timeout_s: float = 30.0) -> dict[str, int]:
+    """Partition counts of `names` once every one has leaders; raises KafkaError after `timeout_s`.
+
+    A topic created a moment ago may not be in the broker's metadata yet, and a consumer group
+    that joins then is assigned nothing of it until its next metadata refresh (minutes)."""
+    admin = _admin(settings)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            meta = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
+        except KafkaException as err:
+            raise KafkaError(f"no metadata from {settings.bootstrap}: {err.args[0].str()}",
+                             code=err.args[0].name(), retryable=True) from None
+        ready = {name: len(t.partitions) for name, t in meta.topics.items()
+                 if name in names and t.error is None and t.partitions
+                 and all(p.leader >= 0 for p in t.partitions.values())}
+        if len(ready) == len(set(names)):
+            return ready
+        if time.monotonic() >= deadline:
+            missing = sorted(set(names) - set(ready))
+            raise KafkaError(f"topics {', '.join(missing)} do not exist (or have no leader); "
+                             "create them with `trainmedic topics create`")
+        time.sleep(0.2)
+
+
 def create_topics(
     settings: KafkaSettings, *, partitions: int | None = None, replication_factor: int = -1,
     timeout_s: float = 30.0,

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from schemas import DeadLettered
 from trainmedic.errors import KafkaError
+from trainmedic.kafka.admin import wait_for_topics
 from trainmedic.kafka.consumer import Record, parse_message
 from trainmedic.settings import KafkaSettings
 
@@ -38,29 +39,8 @@ def partition_of(key: str, partitions: int) -> int:
 
 
 def partition_count(settings: KafkaSettings, topic: str, timeout_s: float = 10.0) -> int:
-    """How many partitions `topic` has; raises KafkaError when it does not exist.
-
-    A topic created a moment ago may not have leaders yet: its metadata is asked for again
-    until `timeout_s` has passed.
-    """
-    consumer = Consumer(settings.client_config(**{"group.id": "trainmedic-metadata"}), logger=log)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                meta = consumer.list_topics(topic, timeout=max(1.0, deadline - time.monotonic()))
-            except KafkaException as err:
-                raise KafkaError(f"no metadata for {topic}: {err.args[0].str()}", retryable=True) from None
-            found = meta.topics.get(topic)
-            if found is not None and found.error is None and found.partitions:
-                return len(found.partitions)
-            if time.monotonic() >= deadline:
-                why = f" ({found.error.str()})" if found is not None and found.error is not None else ""
-                raise KafkaError(f"topic {topic} does not exist{why}; "
-                                 "create it with `trainmedic topics create`")
-            time.sleep(0.2)
-    finally:
-        consumer.close()
+    """How many partitions `topic` has, once it has leaders; raises KafkaError when it does not exist."""
+    return wait_for_topics(settings, [topic], timeout_s)[topic]
 
 
 class PartitionReader:

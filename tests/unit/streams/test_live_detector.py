@@ -91,3 +91,13 @@ def test_the_watermark_never_goes_back() -> None:
     assert live.watermark == 9.5
     live.feed(s.NodeHeartbeat(ts=3.0, node="b", interval=1.0), ("node", 1), 0.1)
     assert live.watermark == 9.5
+
+
+def test_arrivals_update_the_watermark_at_most_every_release_interval() -> None:
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.0, release_every_s=0.01))
+    live.feed(s.NodeHeartbeat(ts=1.0, node="a", interval=1.0), ("node", 0), 100.000)
+    assert live.watermark == 1.0
+    live.feed(s.NodeHeartbeat(ts=2.0, node="a", interval=1.0), ("node", 0), 100.005)
+    assert (live.watermark, live.buffered) == (1.0, 1)  # held: too soon after the last update
+    live.tick(100.006)  # a tick always updates
+    assert (live.watermark, live.buffered) == (2.0, 0)
