@@ -43,6 +43,7 @@ from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import arm_hang, run_fault
 from trainmedic.demo.runner import faults, running_job, settle
 from trainmedic.demo.timeline import Timeline
+from trainmedic.demo.watch import wait_for
 from trainmedic.settings import home
 
 FAULTS = ("kill", "hang")  # the demo's names for the two faults compared here
@@ -125,17 +126,12 @@ class TorchrunJob:
 
     def wait_for(self, condition: Callable[[Timeline], object], timeout_s: float) -> object:
         """Poll `condition(timeline)` until it is truthy (returned) or the timeout passes (None)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self.lock:
-                found = condition(self.timeline)
-            if found:
-                return found
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"torchrun exited with {self.proc.returncode} "
-                                   f"(log in {self.root / 'torchrun.log'})")
-            time.sleep(0.1)
-        return None
+        return wait_for(self.lock, self.timeline, condition, timeout_s, check=self._check_alive)
+
+    def _check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"torchrun exited with {self.proc.returncode} "
+                               f"(log in {self.root / 'torchrun.log'})")
 
     def worker_pid(self, rank: int) -> int:
         """The pid of the worker with RANK=`rank`: a child of torchrun's agent (found through /proc)."""

@@ -83,3 +83,4 @@ class Timeline:
 
     def completed_wall(self, plan_id: str) -> float | None:
         return next((w for w, c in self.completed if c.plan_id == plan_id), None)
+

@@ -39,14 +39,7 @@ class Watcher:
 
     def wait_for(self, condition: Callable[[Timeline], object], timeout_s: float) -> object:
         """Poll `condition(timeline)` until it is truthy (returned) or the timeout passes (None)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self.lock:
-                found = condition(self.timeline)
-            if found:
-                return found
-            time.sleep(0.1)
-        return None
+        return wait_for(self.lock, self.timeline, condition, timeout_s)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -71,3 +64,18 @@ class Watcher:
             self._say(f"recovery: every command of generation {event.generation} acknowledged")
         elif isinstance(event, RecoveryFailed):
             self._say(f"recovery FAILED for job {event.job}: {event.reason}")
+
+
+def wait_for(lock, timeline: Timeline, condition: Callable[[Timeline], object], timeout_s: float,
+             check: Callable[[], None] = lambda: None) -> object:
+    """Poll `condition(timeline)` under `lock` until it is truthy (returned) or `timeout_s` passes
+    (None); `check` may raise to give up early (e.g. the process feeding the timeline died)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with lock:
+            found = condition(timeline)
+        if found:
+            return found
+        check()
+        time.sleep(0.1)
+    return None
