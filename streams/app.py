@@ -105,9 +105,9 @@ def build_app(
     async def process(stream):
         async for event in stream.events():
             snapshots.restore_once(live)
-            msg = event.message
+            msg, wall = event.message, time.time()
             parsed = parse_message(topics, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                                   time.time(), TELEMETRY)
+                                   wall, TELEMETRY)
             if isinstance(parsed, DeadLettered):
                 stats.dead_lettered += 1
                 metrics.DEAD_LETTERS.labels("detector").inc()
@@ -118,7 +118,7 @@ def build_app(
             stats.events += 1
             metrics.DETECTOR_EVENTS.inc()
             try:
-                found = live.feed(parsed.event, (msg.topic, msg.partition), time.time())
+                found = live.feed(parsed.event, (msg.topic, msg.partition), wall)
             except Exception:  # a bug in the core must not stop the pipeline; the event is kept
                 log.exception("detector failed on %s[%d]@%d", msg.topic, msg.partition, msg.offset)
                 await sink(topics.dlq, msg.topic.encode(), encode(DeadLettered.of(
