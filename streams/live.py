@@ -79,6 +79,17 @@ class LiveDetector:
     def buffered(self) -> int:
         return len(self._heap)
 
+    def held(self) -> list[BaseModel]:
+        """The events held for ordering, in the order they will be released."""
+        return [event for _, _, event in sorted(self._heap, key=lambda entry: entry[:2])]
+
+    def resume(self, watermark: float, held: list[BaseModel]) -> None:
+        """Carry on from a checkpoint: the watermark it had reached and the events it held.
+        Partitions are learned again from arrivals: their wall times mean nothing after a restart."""
+        self._watermark = watermark
+        for event in held:
+            heapq.heappush(self._heap, (event.ts, next(self._seq), event))
+
     @property
     def watermark(self) -> float:
         return self._watermark

@@ -1,5 +1,6 @@
-"""The detector's state in a changelog-backed Faust table: when to save it, how it is encoded,
-and what happens when it no longer fits in one Kafka message (docs/streams.md, "State")."""
+"""The detector's state in a changelog-backed Faust table (the Faust engine): when to save it,
+how it is encoded, and what happens when it no longer fits in one Kafka message
+(docs/streams.md, "State"). `Cadence` is shared with the consumer engine's checkpoints."""
 
 from __future__ import annotations
 
@@ -29,6 +30,27 @@ def decode_state(data: bytes) -> DetectorState:
 
 
 @dataclass
+class Cadence:
+    """When to save: event time moved and the last save is `every_s` old. `every_s` grows with
+    the cost of a save, so that saving a large state takes at most SNAPSHOT_SHARE of the time."""
+
+    base_every_s: float = 1.0
+    every_s: float = 0.0
+    _clock: float | None = None
+    _at: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.every_s = self.base_every_s
+
+    def due(self, clock: float, now: float) -> bool:
+        return clock != self._clock and now - self._at >= self.every_s
+
+    def saved(self, clock: float, now: float, cost_s: float) -> None:
+        self._clock, self._at = clock, now
+        self.every_s = max(self.base_every_s, cost_s / SNAPSHOT_SHARE)
+
+
+@dataclass
 class Snapshots:
     """Saves the live detector's state to `table` (a Faust table) and restores it once."""
 
@@ -37,12 +59,9 @@ class Snapshots:
     restored: bool = False
     declared: bool = False
     too_big: bool = False
-    every_s: float = 0.0  # grows with the cost of a snapshot; starts at base_every_s
-    _clock: float | None = None
-    _at: float = float("-inf")
 
     def __post_init__(self) -> None:
-        self.every_s = self.base_every_s
+        self.cadence = Cadence(self.base_every_s)
 
     def restore_once(self, live: LiveDetector) -> None:
         """Before the first event or tick: carry on from the last saved state, if there is one."""
@@ -55,10 +74,9 @@ class Snapshots:
             log.info("detector state restored (event time %.3f)", live.detector.state.clock)
 
     async def maybe_save(self, live: LiveDetector, now: float) -> None:
-        """Save when event time moved and the last save (at monotonic `now`) is old enough; a
-        large state is saved less often, so that snapshots take at most SNAPSHOT_SHARE of the time."""
+        """Save when the cadence says so (`now` is monotonic)."""
         clock = live.detector.state.clock
-        if clock == self._clock or now - self._at < self.every_s:
+        if not self.cadence.due(clock, now):
             return
         if not self.declared:  # the producer must know the changelog's partitions first
             await self.table.changelog_topic.declare()
@@ -74,6 +92,5 @@ class Snapshots:
             self.table[STATE_KEY] = snapshot
         elif STATE_KEY in self.table:
             del self.table[STATE_KEY]  # restoring a stale snapshot would be worse than none
-        cost = time.monotonic() - began
-        self._clock, self._at, self.too_big = clock, now, too_big
-        self.every_s = max(self.base_every_s, cost / SNAPSHOT_SHARE)
+        self.too_big = too_big
+        self.cadence.saved(clock, now, time.monotonic() - began)

@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
     "demo": ("trainmedic.demo", "run the local demo"),
-    "detector": ("streams.cli", "run the detector: a Faust worker that turns telemetry into incidents"),
+    "detector": ("streams.cli", "run the detector: telemetry in, incidents out"),
     "replay": ("streams.replay", "run the detector over a telemetry recording (JSON lines)"),
     "record": ("streams.record", "record the telemetry topics to a JSON-lines file for replay"),
     "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),

@@ -98,6 +98,7 @@ class LocalCluster:
     def start_services(self) -> None:
         py = sys.executable
         self._start("detector", [py, "-m", "streams", "--app-id", f"{self.prefix}detector",
+                                 "--start", "earliest",  # the run's own topics: all of them is this run
                                  "--config", str(self.layout.root / "detector.json")])
         self._start("coordinator", [py, "-m", "recovery", "--config",
                                     str(self.layout.root / "coordinator.yaml")])
@@ -113,8 +114,8 @@ class LocalCluster:
             self._start("alerts", [py, "-m", "trainmedic.cli", "alerts", "--alertmanager", self.alertmanager])
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
-        """Until the detector's worker is ready and every executor reads its commands."""
-        marks = {"detector": "Worker ready", "coordinator": "rebuilt from",
+        """Until the detector reads the telemetry and every executor reads its commands."""
+        marks = {"detector": "detector ready", "coordinator": "rebuilt from",
                  **{node: "commands from" for node in self.nodes},
                  **({"alerts": "alert bridge on"} if self.alertmanager else {})}
         deadline = time.monotonic() + timeout_s

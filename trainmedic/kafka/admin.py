@@ -73,7 +73,6 @@ def create_topics(
 
     `partitions` overrides each topic's default; replication -1 takes the broker's default.
     """
-    admin = _admin(settings)
     existing = list_topics(settings, timeout_s)
     wanted = settings.topics.all()
     result = {name: "exists" for name in wanted if name in existing}
@@ -84,6 +83,21 @@ def create_topics(
         )
         for name, spec in wanted.items() if name not in existing
     ]
+    result.update(_create(_admin(settings), new, timeout_s))
+    return result
+
+
+def ensure_topic(settings: KafkaSettings, name: str, *, partitions: int, config: dict[str, str],
+                 timeout_s: float = 30.0) -> str:
+    """Create one topic (not a contract topic: e.g. a service's own state) unless it exists."""
+    if name in list_topics(settings, timeout_s):
+        return "exists"
+    topic = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config)
+    return _create(_admin(settings), [topic], timeout_s)[name]
+
+
+def _create(admin: AdminClient, new: list[NewTopic], timeout_s: float) -> dict[str, str]:
+    result: dict[str, str] = {}
     if not new:
         return result
     for name, future in admin.create_topics(new, request_timeout=timeout_s).items():

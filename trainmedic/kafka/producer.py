@@ -53,12 +53,13 @@ class EventProducer:
         return self._client
 
     def send(
-        self, topic: str, event: BaseModel | bytes, key: str | None = None, *,
+        self, topic: str, event: BaseModel | bytes | None, key: str | None = None, *,
         block_s: float = 5.0, on_delivery: DeliveryCallback | None = None,
     ) -> None:
-        """Queue one event for `topic`; raises if an earlier delivery failed or the queue stays full."""
+        """Queue one event for `topic` (None: a tombstone for `key`, on a compacted topic); raises if
+        an earlier delivery failed or the queue stays full."""
         self.raise_failures()
-        value = event if isinstance(event, bytes) else encode(event)
+        value = event if event is None or isinstance(event, bytes) else encode(event)
         deadline = time.monotonic() + block_s
 
         def delivered(err: RdKafkaError | None, msg: Message) -> None:

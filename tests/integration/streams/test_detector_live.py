@@ -1,4 +1,4 @@
-"""The live detector (a real Faust worker on a real broker) agrees with `trainmedic replay`."""
+"""The live detector, both engines on a real broker, agrees with `trainmedic replay` and resumes."""
 
 from __future__ import annotations
 
@@ -24,9 +24,18 @@ pytestmark = pytest.mark.kafka
 RECORDING = "node_lost_gloo"
 
 
+ENGINES = {"consumer": ["--start", "earliest"], "faust": ["--engine", "faust"]}
+READY = {"consumer": "detector ready", "faust": "Worker ready"}
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def engine(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def detector(kafka: KafkaSettings, tmp_path: Path) -> Iterator[callable]:
-    """Starts `python -m streams` workers on this test's topics; stops them after."""
+def detector(kafka: KafkaSettings, tmp_path: Path, engine: str) -> Iterator[callable]:
+    """Starts `python -m streams` processes of one engine on this test's topics; stops them after."""
     procs: list[subprocess.Popen] = []
     app_id = f"detector-{uuid.uuid4().hex[:8]}"
 
@@ -34,7 +43,8 @@ def detector(kafka: KafkaSettings, tmp_path: Path) -> Iterator[callable]:
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap,
                "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix, "TRAINMEDIC_HOME": str(tmp_path)}
         log = open(tmp_path / f"detector-{len(procs)}.log", "w")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, "-m", "streams", "--app-id", app_id], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "streams", "--app-id", app_id, *ENGINES[engine]],
+                                env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc
@@ -82,16 +92,25 @@ def test_live_incidents_equal_replay(kafka: KafkaSettings, group_id: str, detect
     assert any(k[1] == "open" and k[2] == "node_lost" for k in expected)
 
     detector()
+    with EventProducer(kafka) as producer:
+        producer.send(kafka.topics.gpu, b"{not json", key="node-00")
     publish(kafka, sorted(events, key=lambda e: e.ts))
     seen = incidents_until(kafka, group_id, set(expected))
     got = [key(i) for i in seen if i.ts <= last_ts]
     logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("detector-*.log"))
     assert got == expected, logs
+    letters, deadline = [], time.monotonic() + 30
+    with EventConsumer(kafka, [kafka.topics.dlq], group_id + "-dlq") as consumer:
+        while not letters and time.monotonic() < deadline:
+            letters += [r.event for r in consumer.poll(0.5)]
+    assert [(letter.source_topic, letter.raw_value()) for letter in letters] == [
+        (kafka.topics.gpu, b"{not json")]
 
 
-def test_a_restarted_worker_resumes_from_its_state(
-    kafka: KafkaSettings, group_id: str, detector, tmp_path: Path,
+def test_a_restarted_detector_resumes_from_its_state(
+    kafka: KafkaSettings, group_id: str, detector, tmp_path: Path, engine: str,
 ) -> None:
+    """Faust is stopped with SIGTERM; the consumer engine is killed (-9): its checkpoint holds."""
     events = sorted(load(RECORDING)[0], key=lambda e: e.ts)
     last_ts = events[-1].ts
     expected = {key(i) for i in replay(events) if i.ts <= last_ts}
@@ -101,10 +120,14 @@ def test_a_restarted_worker_resumes_from_its_state(
 
     first = detector()
     publish(kafka, before)
-    _wait_for_log(tmp_path / "detector-0.log", "Worker ready")
+    _wait_for_log(tmp_path / "detector-0.log", READY[engine])
     time.sleep(3)  # let it process and save its state (every second)
-    first.send_signal(signal.SIGTERM)
-    assert first.wait(60) == 0
+    if engine == "faust":
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(60) == 0
+    else:
+        first.kill()
+        first.wait(10)
 
     detector()
     publish(kafka, after)

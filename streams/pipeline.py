@@ -1,0 +1,84 @@
+"""What the live detector does with one Kafka message or one tick, whatever reads the topics.
+
+`Pipeline` validates a telemetry message (an invalid one becomes a dead letter with the
+reason), feeds it to `LiveDetector` and turns what the core decides into messages to send:
+incidents keyed by job (or node), dead letters keyed by their source topic. It never raises on
+input: an event the core fails on is logged and dead-lettered. Both engines (`streams/service.py`
+and the Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from schemas import DeadLettered, Incident, Topics, encode
+from schemas.codec import TELEMETRY
+from streams.live import LiveDetector
+from trainmedic import metrics
+from trainmedic.kafka import parse_message
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One message the detector sends."""
+
+    topic: str
+    key: bytes
+    value: bytes
+
+
+@dataclass
+class DetectorStats:
+    """What the running detector has done, for logs and metrics."""
+
+    events: int = 0
+    dead_lettered: int = 0
+    incidents: int = 0
+
+
+@dataclass
+class Pipeline:
+    """Telemetry messages and ticks in, `Output`s out."""
+
+    topics: Topics
+    live: LiveDetector
+    stats: DetectorStats = field(default_factory=DetectorStats)
+
+    def on_message(self, topic: str, partition: int, offset: int, key: bytes | None,
+                   value: bytes | None, wall: float) -> list[Output]:
+        parsed = parse_message(self.topics, topic, partition, offset, key, value, wall, TELEMETRY)
+        if isinstance(parsed, DeadLettered):
+            self.stats.dead_lettered += 1
+            metrics.DEAD_LETTERS.labels("detector").inc()
+            log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, parsed.reason)
+            return [Output(self.topics.dlq, topic.encode(), encode(parsed))]
+        self.stats.events += 1
+        metrics.DETECTOR_EVENTS.inc()
+        try:
+            found = self.live.feed(parsed.event, (topic, partition), wall)
+        except Exception:  # a bug in the core must not stop the pipeline; the event is kept
+            log.exception("detector failed on %s[%d]@%d", topic, partition, offset)
+            return [Output(self.topics.dlq, topic.encode(), encode(DeadLettered.of(
+                ts=time.time(), reason="detector error (see the detector's log)", topic=topic,
+                partition=partition, offset=offset, key=key, value=value)))]
+        return self._publish(found) if found else []
+
+    def on_tick(self, wall: float) -> list[Output]:
+        """Time passed with no event: release what is due, fire deadlines."""
+        return self._publish(self.live.tick(wall))
+
+    def _publish(self, incidents: list[Incident]) -> list[Output]:
+        out = []
+        for incident in incidents:
+            self.stats.incidents += 1
+            metrics.observe_incident(incident)
+            log.info("incident %s %s %s %s job=%s node=%s delay=%.2fs", incident.status, incident.id,
+                     incident.category, incident.severity, incident.job, incident.node,
+                     incident.ts - incident.first_ts)
+            key = (incident.job or incident.node or incident.id).encode()
+            out.append(Output(self.topics.incidents, key, encode(incident)))
+        return out

@@ -1,0 +1,66 @@
+"""Pipeline: what both engines do with a message or a tick, without Kafka."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import schemas as s
+from streams.core import Detector
+from streams.live import LiveConfig, LiveDetector
+from streams.pipeline import Pipeline
+from tests.unit.streams.test_scenarios import SCENARIOS
+
+TOPICS = s.Topics("mem.")
+
+
+def pipeline() -> Pipeline:
+    return Pipeline(TOPICS, LiveDetector(Detector(), LiveConfig(lateness_s=0.0)))
+
+
+def test_a_recording_through_the_pipeline_opens_its_incident_keyed_by_job() -> None:
+    lines = [line for line in (SCENARIOS / "gpu_lost_xid79.jsonl").read_bytes().splitlines() if line]
+    run, out = pipeline(), []
+    for offset, line in enumerate(sorted(lines, key=lambda line: json.loads(line)["ts"])):
+        out += run.on_message(TOPICS.gpu, 0, offset, b"k", line, wall=json.loads(line)["ts"])
+    out += run.on_tick(wall=1e12)
+    incidents = [(o.key, s.decode(o.value, s.adapter("incidents")))
+                 for o in out if o.topic == TOPICS.incidents]
+    key, first = incidents[0]
+    assert (first.category, first.severity, first.node, first.status) == (
+        "gpu_lost", "SEV1", "node-01", "open")
+    assert key == b"job-a"
+    assert run.stats.incidents == len(incidents) and run.stats.dead_lettered == 0
+
+
+def test_malformed_values_become_dead_letters_with_the_reason() -> None:
+    run = pipeline()
+    beat = s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))
+    out = []
+    bad = json.dumps({"type": "gpu_sample", "ts": 2}).encode()
+    for offset, value in enumerate([b"{not json", beat, bad]):
+        out += run.on_message(TOPICS.gpu, 3, offset, b"n", value, wall=1.0)
+    letters = [s.decode(o.value, s.adapter("dlq")) for o in out if o.topic == TOPICS.dlq]
+    assert [(letter.partition, letter.offset) for letter in letters] == [(3, 0), (3, 2)]
+    assert "Invalid JSON" in letters[0].reason and "node: Field required" in letters[1].reason
+    assert all(o.key == TOPICS.gpu.encode() for o in out)
+    assert run.stats.events == 1 and run.stats.dead_lettered == 2
+
+
+def test_an_event_the_core_fails_on_is_dead_lettered_and_the_next_one_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = pipeline()
+    beat = s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))
+
+    def broken(*_args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(run.live, "feed", broken)
+    out = run.on_message(TOPICS.node, 0, 7, b"n", beat, wall=1.0)
+    assert [o.topic for o in out] == [TOPICS.dlq]
+    letter = s.decode(out[0].value, s.adapter("dlq"))
+    assert "detector error" in letter.reason and letter.raw_value() == beat
+    monkeypatch.undo()
+    assert run.on_message(TOPICS.node, 0, 8, b"n", beat, wall=1.0) == []
