@@ -171,6 +171,7 @@ class DetectorService:
                 send(pipeline.on_tick(wall))
                 last_tick = now
             self._out.client.poll(0)
+            self._checkpoints.client.poll(0)  # a checkpoint is not waited for: the last one holds
             self._checkpoint(now)
             if now - last_commit >= 1.0:
                 self._commit()
@@ -205,7 +206,6 @@ class DetectorService:
         else:
             self._checkpoints.send(topic, data, key=key)
             self._too_big = False
-        self._checkpoints.flush()
         self._commit()
         self._cadence.saved(clock, now, time.monotonic() - began)
 

@@ -39,9 +39,9 @@ def parse_message(
     key: bytes | None, value: bytes | None, now: float, validator: TypeAdapter | None = None,
 ) -> Record | DeadLettered:
     """Validate one message against its topic's contract (or `validator`). Never raises."""
-    spec = topics.spec_of(topic)
     try:
         if validator is None:
+            spec = topics.spec_of(topic)
             if spec is None:
                 raise InvalidEvent(f"no contract for topic {topic!r}")
             validator = adapter(spec.suffix)

@@ -1,16 +1,17 @@
-"""Throughput of one Faust detector worker on Kafka, next to a bare consumer (the ceiling).
+"""Throughput of one live detector on Kafka, both engines, next to a bare consumer (the ceiling).
 
 Drain: fresh telemetry topics are pre-filled with --seconds of a synthetic cluster (2,048
 nodes x 8 GPUs, four 4,096-rank jobs, one gpu_sample per GPU, one heartbeat per node and one
 worker_step per rank each second: ~34.8k events/s), then drained by (a) a bare
 confluent-kafka consumer with pydantic validation, (b) the same plus LiveDetector and the
-detection core, (c) one worker of the real `streams.app.build_app` app (a subprocess), (d) one
+detection core, (c) the detector's consumer engine (`streams.service`, a subprocess, with its
+producer and checkpoints), (d) one worker of the Faust engine (`streams.app.build_app`), (e) one
 Faust worker whose agent only counts the events (Faust's own ceiling on this machine).
-Sustained: for each --rates R, a cluster of about R/17 nodes is produced live at 1 Hz for
---run-s seconds into fresh topics with a fresh worker; lag = events produced but not yet
-processed, in seconds of input. The highest R with lag < 1 s is the worker's sustained rate.
+Sustained: for each engine and each --rates R, a cluster of about R/17 nodes is produced live
+at 1 Hz for --run-s seconds into fresh topics with a fresh detector; lag = events produced but
+not yet processed, in seconds of input. The highest R with lag < 1 s is its sustained rate.
 
-    python bench/detector_faust.py [--seconds 6] [--rates 2500,5000,10000,20000,35000] [--run-s 20]
+    python bench/detector_live.py [--seconds 6] [--rates 2500,...] [--run-s 20] [--engines consumer,faust]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -121,15 +123,14 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None) -> flo
 
 
 class Worker:
-    """`python bench/detector_faust.py --worker`: the detector app (or, with `noop`, an agent that
-    only counts) plus a twice-a-second report."""
+    """`python bench/detector_live.py --worker MODE APP_ID`: a detector of one engine (or, with
+    `noop`, a Faust agent that only counts) plus a twice-a-second report on stdout."""
 
-    def __init__(self, settings: KafkaSettings, run: str, home: Path, noop: bool = False) -> None:
+    def __init__(self, settings: KafkaSettings, run: str, home: Path, mode: str) -> None:
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
                "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(home)}
-        self.log = home / f"{run}{'-noop' if noop else ''}.log"
-        mode = "--noop-worker" if noop else "--worker"
-        self.proc = subprocess.Popen([sys.executable, __file__, mode, run], env=env,
+        self.log = home / f"{run}-{mode}.log"
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", mode, f"{run}-{mode}"], env=env,
                                      stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True)
         self.reports: list[dict] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -158,7 +159,34 @@ class Worker:
             self.proc.wait()
 
 
-def run_worker(app_id: str) -> None:
+def report(events: int, assigned: int, buffered: int) -> None:
+    print(json.dumps({"wall": time.time(), "events": events, "assigned": assigned, "buffered": buffered}),
+          flush=True)
+
+
+def run_consumer_worker(app_id: str) -> None:
+    """The consumer engine as `trainmedic detector` runs it, from the earliest offsets."""
+    import logging
+
+    from streams.pipeline import Pipeline
+    from streams.service import DetectorService, ServiceConfig
+
+    logging.basicConfig(level=logging.WARNING)
+    settings = KafkaSettings.from_env()
+    pipeline = Pipeline(settings.topics, LiveDetector(Detector()))
+    service = DetectorService(settings, pipeline, ServiceConfig(app_id=app_id, start="earliest"))
+    stop = threading.Event()
+
+    def reports() -> None:
+        while not stop.wait(0.5):
+            report(pipeline.stats.events, len(service.offsets), pipeline.live.buffered)
+
+    threading.Thread(target=reports, daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    service.run(stop.is_set)
+
+
+def run_faust_worker(app_id: str) -> None:
     from streams.app import build_app
     from streams.cli import run_worker as run_faust
 
@@ -168,10 +196,8 @@ def run_worker(app_id: str) -> None:
     telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
 
     @app.timer(interval=0.5)
-    async def report():
-        assigned = sum(tp.topic in telemetry for tp in app.consumer.assignment())
-        print(json.dumps({"wall": time.time(), "events": stats.events, "assigned": assigned,
-                          "buffered": live.buffered}), flush=True)
+    async def reports():
+        report(stats.events, sum(tp.topic in telemetry for tp in app.consumer.assignment()), live.buffered)
 
     run_faust(app, "warning")
 
@@ -197,16 +223,16 @@ def run_noop_worker(app_id: str) -> None:
             count["events"] += 1
 
     @app.timer(interval=0.5)
-    async def report():
-        print(json.dumps({"wall": time.time(), "events": count["events"]}), flush=True)
+    async def reports():
+        report(count["events"], 0, 0)
 
     run_faust(app, "warning")
 
 
-def faust_drain(settings: KafkaSettings, run: str, home: Path, total: int,
-                noop: bool = False) -> tuple[float, float, float]:
+def worker_drain(settings: KafkaSettings, run: str, home: Path, total: int,
+                 mode: str) -> tuple[float, float, float]:
     """(ready -> first event, steady drain s after the first report with events, events in it)."""
-    worker = Worker(settings, run, home, noop)
+    worker = Worker(settings, run, home, mode)
     try:
         ready = worker.wait(lambda r: True)
         first = worker.wait(lambda r: r["events"] > 0)
@@ -216,12 +242,12 @@ def faust_drain(settings: KafkaSettings, run: str, home: Path, total: int,
     return first["wall"] - ready["wall"], done["wall"] - first["wall"], total - first["events"]
 
 
-def sustained(bootstrap: str, rate: int, run_s: int, home: Path) -> dict:
+def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path) -> dict:
     """Produce a cluster of ~rate/17 nodes at 1 Hz live; the worker's lag, in seconds of input."""
     run = f"bench-{uuid.uuid4().hex[:8]}"
     settings = fresh_topics(bootstrap, run)
     nodes = max(JOBS, round(rate / EVENTS_PER_NODE / JOBS) * JOBS)
-    worker = Worker(settings, f"{run}-detector", home)
+    worker = Worker(settings, run, home, mode)
     out, produced, sent = producer(settings), 0, []
     try:
         worker.wait(lambda r: r["assigned"] == TELEMETRY_PARTITIONS)
@@ -265,26 +291,32 @@ def delete_topics(bootstrap: str, run: str) -> None:
             future.result()
 
 
+WORKERS = {"consumer": run_consumer_worker, "faust": run_faust_worker, "noop": run_noop_worker}
+DRAINERS = (
+    ("consumer", "(c) detector, consumer engine:    ", "trainmedic detector"),
+    ("faust", "(d) detector, Faust engine:       ", "trainmedic detector --engine faust"),
+    ("noop", "(e) Faust worker, no-op agent:    ", "Faust's own ceiling here"),
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=6, help="simulated seconds pre-filled for the drain")
     parser.add_argument("--nodes", type=int, default=2048, help="nodes of the drained cluster (x4)")
-    parser.add_argument("--rates", default="2500,5000,10000,20000,35000", help="events/s to sustain")
+    parser.add_argument("--rates", default="2500,5000,10000,20000,35000,50000", help="events/s to sustain")
     parser.add_argument("--run-s", type=int, default=20, help="seconds each rate is produced")
+    parser.add_argument("--engines", default="consumer,faust", help="engines to measure sustained rates of")
     parser.add_argument("--skip-drain", action="store_true", help="only the sustained rates")
-    parser.add_argument("--worker", metavar="APP_ID", help=argparse.SUPPRESS)
-    parser.add_argument("--noop-worker", metavar="APP_ID", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=2, metavar=("MODE", "APP_ID"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run_worker(args.worker)
-        return
-    if args.noop_worker:
-        run_noop_worker(args.noop_worker)
+        mode, app_id = args.worker
+        WORKERS[mode](app_id)
         return
     bootstrap = KafkaSettings.from_env().bootstrap
     for line in cluster_second(KafkaSettings().topics, JOBS, 0, 0.0):
         decode(line[2], TELEMETRY)  # the synthetic events are valid contract events
-    with tempfile.TemporaryDirectory(prefix="bench-faust-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-detector-") as tmp:
         measure(args, bootstrap, Path(tmp))
 
 
@@ -303,31 +335,28 @@ def measure(args: argparse.Namespace, bootstrap: str, home: Path) -> None:
             live = LiveDetector(Detector())
             took = drain(settings, total, live)
             print(f"(b) consumer + validation + core: {total / took:>9,.0f} events/s  ({took:5.2f} s)")
-            startup, took, counted = faust_drain(settings, run, home, total)
-            if took > 0:
-                print(f"(c) Faust worker (build_app):     {counted / took:>9,.0f} events/s  ({took:5.2f} s "
-                      f"for {counted:,}; first event {startup:.1f} s after ready)")
-            else:
-                print("(c) Faust worker (build_app): drained before it reported twice; pre-fill more")
-            startup, took, counted = faust_drain(settings, run + "-noop", home, total, noop=True)
-            if took > 0:
-                print(f"(d) Faust worker, no-op agent:    {counted / took:>9,.0f} events/s  ({took:5.2f} s "
-                      f"for {counted:,}): Faust's own ceiling here")
-            else:
-                print("(d) Faust worker, no-op agent: drained before it reported twice; pre-fill more")
+            for mode, label, what in DRAINERS:
+                startup, took, counted = worker_drain(settings, run, home, total, mode)
+                if took > 0:
+                    print(f"{label}{counted / took:>9,.0f} events/s  ({took:5.2f} s for {counted:,}; first "
+                          f"event {startup:.1f} s after ready): {what}")
+                else:
+                    print(f"{label}drained before it reported twice; pre-fill more")
         finally:
             delete_topics(bootstrap, run)
-    best = None
-    for rate in (int(r) for r in args.rates.split(",") if r):
-        got = sustained(bootstrap, rate, args.run_s, home)
-        after = "not within 60 s" if got["catch_up_s"] is None else f"{got['catch_up_s']:.1f} s"
-        print(f"sustained {rate:>6,}/s: {got['nodes']:>5} nodes, produced {got['rate']:>7,.0f} events/s "
-              f"for {args.run_s} s, max lag {got['max_lag_s']:6.2f} s, caught up {after} after")
-        if got["max_lag_s"] >= 1.0:
-            break  # higher rates lag more
-        best = got["rate"]
-    print("highest sustained rate with lag < 1 s: "
-          + ("none measured" if best is None else f"{best:,.0f} events/s"))
+    for engine in (e for e in args.engines.split(",") if e):
+        best = None
+        for rate in (int(r) for r in args.rates.split(",") if r):
+            got = sustained(bootstrap, engine, rate, args.run_s, home)
+            after = "not within 60 s" if got["catch_up_s"] is None else f"{got['catch_up_s']:.1f} s"
+            print(f"{engine:>8} sustained {rate:>6,}/s: {got['nodes']:>5} nodes, "
+                  f"produced {got['rate']:>7,.0f} events/s for {args.run_s} s, "
+                  f"max lag {got['max_lag_s']:6.2f} s, caught up {after} after")
+            if got["max_lag_s"] >= 1.0:
+                break  # higher rates lag more
+            best = got["rate"]
+        print(f"{engine:>8}: highest sustained rate with lag < 1 s: "
+              + ("none measured" if best is None else f"{best:,.0f} events/s"))
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
 
