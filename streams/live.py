@@ -44,22 +44,43 @@ class _Source:
     last_wall: float
 
 
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An event held for ordering, with where it came from (`origin`, e.g. topic, partition, offset)."""
+
+    event: BaseModel
+    origin: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """An event the core raised on: it is not applied; the caller dead-letters it."""
+
+    event: BaseModel
+    origin: object
+    error: str
+
+
 @dataclass
 class LiveDetector:
-    """Feeds `detector` in event-time order; `feed` per event, `tick` on a timer."""
+    """Feeds `detector` in event-time order; `feed` per event, `tick` on a timer.
+
+    Sources are `(topic, partition)` tuples. An event the core raises on is logged, skipped and
+    kept in `failed` for the caller to take with `take_failures()`; the others go on."""
 
     detector: Detector
     config: LiveConfig = field(default_factory=LiveConfig)
     forced: int = 0  # events released early because the buffer was full
+    failed: list[Failure] = field(default_factory=list)
     _heap: list = field(default_factory=list)
     _seq: itertools.count = field(default_factory=itertools.count)
-    _sources: dict[object, _Source] = field(default_factory=dict)
+    _sources: dict[tuple, _Source] = field(default_factory=dict)
     _watermark: float = float("-inf")
     _released_at: float = float("-inf")  # wall time of the last watermark update
 
-    def feed(self, event: BaseModel, source: object, wall: float) -> list[Incident]:
-        """Take one event that arrived from `source` (e.g. a topic partition) at `wall`."""
-        heapq.heappush(self._heap, (event.ts, next(self._seq), event))
+    def feed(self, event: BaseModel, source: tuple, wall: float, origin: object = None) -> list[Incident]:
+        """Take one event that arrived from `source` (a topic partition) at `wall`."""
+        heapq.heappush(self._heap, (event.ts, next(self._seq), event, origin))
         seen = self._sources.get(source)
         if seen is None:
             self._sources[source] = _Source(event.ts, wall)
@@ -75,24 +96,39 @@ class LiveDetector:
         """Let time pass with no event: releases what is due and fires deadlines."""
         return self._release(wall)
 
+    def take_failures(self) -> list[Failure]:
+        failed, self.failed = self.failed, []
+        return failed
+
     @property
     def buffered(self) -> int:
         return len(self._heap)
 
-    def held(self) -> list[BaseModel]:
-        """The events held for ordering, in the order they will be released."""
-        return [event for _, _, event in sorted(self._heap, key=lambda entry: entry[:2])]
-
-    def resume(self, watermark: float, held: list[BaseModel]) -> None:
-        """Carry on from a checkpoint: the watermark it had reached and the events it held.
-        Partitions are learned again from arrivals: their wall times mean nothing after a restart."""
-        self._watermark = watermark
-        for event in held:
-            heapq.heappush(self._heap, (event.ts, next(self._seq), event))
-
     @property
     def watermark(self) -> float:
         return self._watermark
+
+    def held(self) -> list[Held]:
+        """The events held for ordering, in the order they will be released."""
+        return [Held(event, origin) for _, _, event, origin in sorted(self._heap, key=lambda e: e[:2])]
+
+    def sources(self, wall: float) -> dict[tuple, tuple[float, float]]:
+        """Per source: the newest event time seen, and the wall time it has been quiet at `wall`."""
+        return {source: (seen.max_ts, max(0.0, wall - seen.last_wall))
+                for source, seen in self._sources.items()}
+
+    def resume(self, watermark: float, held: list[Held], sources: dict[tuple, tuple[float, float]],
+               wall: float) -> None:
+        """Carry on from a checkpoint: the watermark it had reached, the events it held, and its
+        sources as `sources()` gave them. The time the detector was down does not count as quiet:
+        a source that had just delivered still holds the watermark back until it delivers again
+        (or `idle_s` passes), so a backlog read a partition at a time after a restart is released
+        in the order it would have been."""
+        self._watermark = watermark
+        for item in held:
+            heapq.heappush(self._heap, (item.event.ts, next(self._seq), item.event, item.origin))
+        for source, (max_ts, quiet_s) in sources.items():
+            self._sources[source] = _Source(max_ts, wall - quiet_s)
 
     def _release(self, wall: float) -> list[Incident]:
         self._released_at = wall
@@ -101,15 +137,26 @@ class LiveDetector:
             return []
         self._watermark = max(self._watermark, mark)
         incidents: list[Incident] = []
-        heap, observe = self._heap, self.detector.observe
+        heap = self._heap
         while heap and heap[0][0] <= self._watermark:
-            incidents += observe(heapq.heappop(heap)[2])
+            self._observe(heapq.heappop(heap), incidents)
         while len(heap) > self.config.max_buffered:
             self.forced += 1
-            incidents += observe(heapq.heappop(heap)[2])
+            self._observe(heapq.heappop(heap), incidents)
         if self._watermark > self.detector.state.clock:
-            incidents += self.detector.advance(self._watermark)
+            try:
+                incidents += self.detector.advance(self._watermark)
+            except Exception:  # a core bug: logged; the next tick tries again
+                log.exception("detector failed to advance to %.3f", self._watermark)
         return incidents
+
+    def _observe(self, entry: tuple, incidents: list[Incident]) -> None:
+        _, _, event, origin = entry
+        try:
+            incidents.extend(self.detector.observe(event))
+        except Exception as err:  # a core bug must not stop the others; the caller keeps the event
+            log.exception("detector failed on %s from %s", type(event).__name__, origin)
+            self.failed.append(Failure(event, origin, f"{type(err).__name__}: {err}"))
 
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:

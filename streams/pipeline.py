@@ -3,14 +3,13 @@
 `Pipeline` validates a telemetry message (an invalid one becomes a dead letter with the
 reason), feeds it to `LiveDetector` and turns what the core decides into messages to send:
 incidents keyed by job (or node), dead letters keyed by their source topic. It never raises on
-input: an event the core fails on is logged and dead-lettered. Both engines (`streams/service.py`
+input: an event the core fails on is logged, dead-lettered and skipped. Both engines (`streams/service.py`
 and the Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
 from schemas import DeadLettered, Incident, Topics, encode
@@ -58,21 +57,32 @@ class Pipeline:
             log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, parsed.reason)
             return [Output(self.topics.dlq, topic.encode(), encode(parsed))]
         self.stats.events += 1
-        try:
-            found = self.live.feed(parsed.event, (topic, partition), wall)
-        except Exception:  # a bug in the core must not stop the pipeline; the event is kept
-            log.exception("detector failed on %s[%d]@%d", topic, partition, offset)
-            return [Output(self.topics.dlq, topic.encode(), encode(DeadLettered.of(
-                ts=time.time(), reason="detector error (see the detector's log)", topic=topic,
-                partition=partition, offset=offset, key=key, value=value)))]
-        return self._publish(found) if found else []
+        found = self.live.feed(parsed.event, (topic, partition), wall,
+                               origin=(topic, partition, offset, parsed.key))
+        out = self._publish(found) if found else []
+        if self.live.failed:
+            out += self._failures(wall)
+        return out
 
     def on_tick(self, wall: float) -> list[Output]:
         """Time passed with no event: release what is due, fire deadlines. Also brings the events
         counter up to date (a Prometheus counter per event costs more than the event's rules)."""
         metrics.DETECTOR_EVENTS.inc(self.stats.events - self._counted)
         self._counted = self.stats.events
-        return self._publish(self.live.tick(wall))
+        return self._publish(self.live.tick(wall)) + self._failures(wall)
+
+    def _failures(self, wall: float) -> list[Output]:
+        """Events the core raised on (a bug, logged by LiveDetector): kept on the dlq, re-encoded."""
+        out = []
+        for failure in self.live.take_failures():
+            topic, partition, offset, key = failure.origin
+            self.stats.dead_lettered += 1
+            metrics.DEAD_LETTERS.labels("detector").inc()
+            out.append(Output(self.topics.dlq, topic.encode(), encode(DeadLettered.of(
+                ts=wall, reason=f"detector error ({failure.error}; see the detector's log)", topic=topic,
+                partition=partition, offset=offset, key=None if key is None else key.encode(),
+                value=encode(failure.event)))))
+        return out
 
     def _publish(self, incidents: list[Incident]) -> list[Output]:
         out = []

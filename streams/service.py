@@ -14,16 +14,24 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from streams.checkpoint import Checkpoint, CheckpointError, Offsets, decode_checkpoint, encode_checkpoint
+from streams.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    NewerCheckpoint,
+    Offsets,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 from streams.core import Detector
-from streams.pipeline import Pipeline
+from streams.pipeline import Output, Pipeline
 from streams.snapshots import Cadence
-from trainmedic.errors import KafkaError
+from trainmedic.errors import DeliveryError, KafkaError
 from trainmedic.kafka import EventProducer, wait_for_topics
 from trainmedic.kafka.admin import ensure_topic
 from trainmedic.settings import KafkaSettings
@@ -36,8 +44,11 @@ CHECKPOINT_TOPIC_CONFIG = {
     "max.message.bytes": str(64 * 1024 * 1024),
     "segment.ms": str(3_600_000),  # so that compaction can drop old checkpoints within hours
 }
+COMMIT_EVERY_S = 1.0
+PARTITIONS_EVERY_S = 30.0  # how often to look for partitions added to the telemetry topics
+WARN_EVERY_S = 30.0  # the same consumer error is logged at most this often
 
-# Where to start a partition the checkpoint does not cover: "earliest", "latest" or Unix seconds.
+# Where to start a partition no checkpoint covers: "earliest", "latest" or Unix seconds.
 Start = str | float
 
 
@@ -60,11 +71,13 @@ class DetectorService:
 
     def __init__(self, settings: KafkaSettings, pipeline: Pipeline, config: ServiceConfig) -> None:
         self.settings, self.pipeline, self.config = settings, pipeline, config
-        self.offsets: Offsets = {}
+        self.offsets: Offsets = {}  # next offset to read, per telemetry partition
         self._cadence = Cadence(config.checkpoint_every_s)
         self._too_big = False
+        self._warned: dict[str, float] = {}
         self._consumer = Consumer(settings.client_config(**{
             "group.id": config.app_id, "enable.auto.commit": False, "enable.partition.eof": False,
+            "auto.offset.reset": "earliest",  # an offset retention removed: lose no more than it did
         }), logger=log)
         self._out = EventProducer(settings, client_id=f"{config.app_id}-out")
         self._checkpoints = EventProducer(settings, client_id=f"{config.app_id}-checkpoints", config={
@@ -72,43 +85,50 @@ class DetectorService:
         })
 
     def run(self, stopping: Callable[[], bool]) -> None:
-        try:
-            self._start()
-            self._loop(stopping)
-            self._checkpoint(time.monotonic(), force=True)
-        finally:
-            self._consumer.close()
-            self._out.close()
-            self._checkpoints.close()
+        with ExitStack() as closing:
+            closing.callback(self._checkpoints.close)
+            closing.callback(self._out.close)
+            closing.callback(self._consumer.close)
+            try:
+                self._start()
+                self._loop(stopping)
+                self._checkpoint(time.monotonic(), force=True)
+            except KafkaException as err:  # e.g. a metadata request that timed out
+                raise KafkaError(f"detector: {err.args[0].str()}", code=err.args[0].name()) from None
 
     def _start(self) -> None:
-        topics = self.settings.topics
-        telemetry = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
-        ensure_topic(self.settings, self.config.checkpoint_topic, partitions=1,
-                     config=CHECKPOINT_TOPIC_CONFIG)
-        wait_for_topics(self.settings, [self.config.checkpoint_topic])
         saved = self._read_checkpoint()
         if saved is not None:
             live = self.pipeline.live
             live.detector = Detector(live.detector.config, saved.state)
-            live.resume(saved.watermark, saved.held)
+            live.resume(saved.watermark, saved.held, saved.sources, time.time())
             log.info("detector state restored from %s (event time %.3f, %d events held)",
                      self.config.checkpoint_topic, saved.state.clock, len(saved.held))
-        partitions = [(name, p) for name, count in telemetry.items() for p in range(count)]
+        partitions = self._partitions()
         fresh = [tp for tp in partitions if saved is None or tp not in saved.offsets]
-        self.offsets = {tp: saved.offsets[tp] for tp in partitions if tp not in fresh}
-        self.offsets.update(self._start_offsets(fresh))
+        # With a checkpoint, a partition it does not know was added since: all of it is unread.
+        start = self.config.start if saved is None else "earliest"
+        if saved is not None:
+            self.offsets = self._clamped({tp: saved.offsets[tp] for tp in partitions if tp not in fresh})
+        self.offsets.update(self._start_offsets(fresh, start))
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in self.offsets.items()])
-        where = f"{len(fresh)} from {self.config.start!r}" if fresh else "none new"
-        log.info("detector ready: reading %d partitions of %d topics (%d from the checkpoint, %s)",
-                 len(partitions), len(telemetry), len(partitions) - len(fresh), where)
+        log.info("detector ready: reading %d partitions of 3 topics (%d from the checkpoint, %d from %r)",
+                 len(partitions), len(partitions) - len(fresh), len(fresh), start)
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        topics = self.settings.topics
+        counts = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
+        return [(name, p) for name, count in counts.items() for p in range(count)]
 
     def _read_checkpoint(self) -> Checkpoint | None:
-        where = TopicPartition(self.config.checkpoint_topic, 0)
+        topic = self.config.checkpoint_topic
+        ensure_topic(self.settings, topic, partitions=1, config=CHECKPOINT_TOPIC_CONFIG)
+        wait_for_topics(self.settings, [topic])
+        where = TopicPartition(topic, 0)
         low, high = self._consumer.get_watermark_offsets(where, timeout=10)
         if high <= low:
             return None
-        self._consumer.assign([TopicPartition(where.topic, 0, high - 1)])
+        self._consumer.assign([TopicPartition(topic, 0, high - 1)])
         deadline = time.monotonic() + 30
         try:
             while time.monotonic() < deadline:
@@ -122,37 +142,50 @@ class DetectorService:
                     log.warning("the last checkpoint was deleted (state too big): starting afresh")
                     return None
                 return decode_checkpoint(msg.value())
+        except NewerCheckpoint as err:
+            raise KafkaError(f"{err}: run that version, or delete topic {topic} to start afresh") from None
         except CheckpointError as err:
-            log.error("%s: starting afresh", err)
+            log.error("%s: starting afresh, as on a first start", err)
             return None
         finally:
             self._consumer.unassign()
-        raise KafkaError(f"could not read the last checkpoint from {where.topic} within 30 s")
+        raise KafkaError(f"could not read the last checkpoint from {topic} within 30 s")
 
-    def _start_offsets(self, partitions: list[tuple[str, int]]) -> Offsets:
-        """Explicit offsets (not logical ones), so that 'ready' means nothing later is missed."""
-        start, out = self.config.start, {}
-        if isinstance(start, float):
-            found = self._consumer.offsets_for_times(
-                [TopicPartition(t, p, int(start * 1000)) for t, p in partitions], timeout=10)
-            ends = {tp: None for tp in partitions}
-            for tp in found:
-                ends[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
-            for tp, offset in ends.items():
-                out[tp] = offset if offset is not None else self._watermarks(tp)[1]
-            return out
-        for tp in partitions:
+    def _clamped(self, offsets: Offsets) -> Offsets:
+        """Saved offsets inside what each partition holds now (retention may have removed some)."""
+        out = {}
+        for tp, offset in offsets.items():
             low, high = self._watermarks(tp)
-            out[tp] = low if start == "earliest" else high
+            out[tp] = min(max(offset, low), high)
+            if out[tp] != offset:
+                log.warning("%s[%d]: the checkpoint's offset %d is gone (the partition holds %d..%d): "
+                            "reading from %d", *tp, offset, low, high, out[tp])
+        return out
+
+    def _start_offsets(self, partitions: list[tuple[str, int]], start: Start) -> Offsets:
+        """Explicit offsets (not logical ones), so that 'ready' means nothing later is missed."""
+        if not partitions:
+            return {}
+        if isinstance(start, str):
+            return {tp: self._watermarks(tp)[0 if start == "earliest" else 1] for tp in partitions}
+        found = self._consumer.offsets_for_times(
+            [TopicPartition(t, p, int(start * 1000)) for t, p in partitions], timeout=10)
+        out = {}
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaError(f"no offset for time {start} in {tp.topic}[{tp.partition}]: "
+                                 f"{tp.error.str()}")
+            # -1: nothing produced at or after that time
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else self._watermarks(
+                (tp.topic, tp.partition))[1]
         return out
 
     def _watermarks(self, tp: tuple[str, int]) -> tuple[int, int]:
         return self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
 
     def _loop(self, stopping: Callable[[], bool]) -> None:
-        pipeline, config, send = self.pipeline, self.config, self._send
-        offsets = self.offsets
-        last_tick = last_commit = last_report = time.monotonic()
+        pipeline, config, send, offsets = self.pipeline, self.config, self._send, self.offsets
+        last_tick = last_commit = last_report = last_scan = time.monotonic()
         reported = 0
         while not stopping():
             messages = self._consumer.consume(config.batch, config.tick_s)
@@ -173,9 +206,12 @@ class DetectorService:
             self._out.client.poll(0)
             self._checkpoints.client.poll(0)  # a checkpoint is not waited for: the last one holds
             self._checkpoint(now)
-            if now - last_commit >= 1.0:
+            if now - last_commit >= COMMIT_EVERY_S:
                 self._commit()
                 last_commit = now
+            if now - last_scan >= PARTITIONS_EVERY_S:
+                self._add_new_partitions()
+                last_scan = now
             if now - last_report >= config.report_every_s:
                 stats = pipeline.stats
                 log.info("%d events in the last %.0f s (%.0f/s), %d incidents and %d dead letters in all; "
@@ -184,9 +220,19 @@ class DetectorService:
                          stats.dead_lettered, pipeline.live.buffered, pipeline.live.detector.state.clock)
                 reported, last_report = stats.events, now
 
-    def _send(self, outs) -> None:
+    def _send(self, outs: list[Output]) -> None:
         for out in outs:
             self._out.send(out.topic, out.value, key=out.key.decode())
+
+    def _add_new_partitions(self) -> None:
+        """Partitions added to a telemetry topic while it runs: read from their beginning."""
+        new = [tp for tp in self._partitions() if tp not in self.offsets]
+        if new:
+            start = self._start_offsets(new, "earliest")
+            self.offsets.update(start)
+            self._consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in start.items()])
+            log.info("reading %d partitions added since the start: %s", len(new),
+                     ", ".join(f"{t}[{p}]" for t, p in new))
 
     def _checkpoint(self, now: float, force: bool = False) -> None:
         live = self.pipeline.live
@@ -194,8 +240,14 @@ class DetectorService:
         if not force and not self._cadence.due(clock, now):
             return
         began = time.monotonic()
-        self._out.flush()  # every incident the checkpoint has decided is delivered before it
-        data = encode_checkpoint(live, self.offsets)
+        try:
+            self._out.flush(5.0)  # every incident the checkpoint has decided is delivered before it
+        except DeliveryError as err:
+            if not err.retryable:
+                raise
+            self._warn("flush", f"checkpoint postponed: {err} (is the broker up?)")
+            return
+        data = encode_checkpoint(live, self.offsets, time.time())
         topic, key = self.config.checkpoint_topic, self.config.app_id
         if len(data) > MAX_CHECKPOINT_BYTES:
             if not self._too_big:
@@ -206,7 +258,6 @@ class DetectorService:
         else:
             self._checkpoints.send(topic, data, key=key)
             self._too_big = False
-        self._commit()
         self._cadence.saved(clock, now, time.monotonic() - began)
 
     def _commit(self) -> None:
@@ -216,10 +267,15 @@ class DetectorService:
             self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in self.offsets.items()],
                                   asynchronous=True)
         except KafkaException as err:  # only lag monitoring reads these
-            log.info("offsets not committed: %s", err.args[0].str())
+            self._warn("commit", f"offsets not committed: {err.args[0].str()}")
 
-    @staticmethod
-    def _on_error(err: RdKafkaError) -> None:
+    def _on_error(self, err: RdKafkaError) -> None:
         if err.fatal():
             raise KafkaError(f"consumer failed: {err.str()}", code=err.name())
-        log.warning("consumer: %s (retrying)", err.str())
+        self._warn(err.name(), f"consumer: {err.str()} (retrying)")
+
+    def _warn(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(kind, float("-inf")) >= WARN_EVERY_S:
+            self._warned[kind] = now
+            log.warning(message)

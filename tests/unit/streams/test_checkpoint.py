@@ -7,7 +7,7 @@ import zlib
 import pytest
 
 import schemas as s
-from streams.checkpoint import CheckpointError, decode_checkpoint, encode_checkpoint
+from streams.checkpoint import CheckpointError, NewerCheckpoint, decode_checkpoint, encode_checkpoint
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
 from tests.unit.streams.test_live_detector import source_of
@@ -29,39 +29,97 @@ def arrivals(name: str) -> list[tuple[float, tuple[str, int], s.Event]]:
 def run(live: LiveDetector, items) -> list[tuple]:
     found = []
     for wall, source, event in items:
-        found += live.feed(event, source, wall)
-    return [(i.id, i.status, i.category, i.severity, i.node, i.job, i.ts) for i in found]
+        found += live.feed(event, source, wall, origin=(*source, 0, None))
+    return keys(found)
 
 
-def restored(live: LiveDetector) -> LiveDetector:
-    """A detector started afresh from `live`'s checkpoint, as the service does it."""
-    saved = decode_checkpoint(encode_checkpoint(live, {("worker", 0): 17}))
+def keys(incidents: list[s.Incident]) -> list[tuple]:
+    return [(i.id, i.status, i.category, i.severity, i.node, i.job, i.ts) for i in incidents]
+
+
+def restored(live: LiveDetector, wall: float, resumed: float | None = None) -> LiveDetector:
+    """A detector started afresh (at `resumed`) from `live`'s checkpoint taken at `wall`."""
+    saved = decode_checkpoint(encode_checkpoint(live, {("worker", 0): 17}, wall))
     assert saved.offsets == {("worker", 0): 17}
     fresh = LiveDetector(Detector(live.detector.config, saved.state), CONFIG)
-    fresh.resume(saved.watermark, saved.held)
+    fresh.resume(saved.watermark, saved.held, saved.sources, wall if resumed is None else resumed)
     return fresh
 
 
-@pytest.mark.parametrize("name", ["node_lost_gloo", "gpu_lost_xid79", "hang_rank", "nccl_error_timeout"])
+NAMES = ["node_lost_gloo", "gpu_lost_xid79", "hang_rank", "nccl_error_timeout"]
+
+
+def cuts(items: list) -> list[int]:
+    return [len(items) // 3, len(items) // 2, 2 * len(items) // 3]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_a_detector_restored_from_a_checkpoint_decides_as_if_it_never_stopped(name: str) -> None:
     items = arrivals(name)
     expected = run(LiveDetector(Detector(), CONFIG), items)
     assert expected, "the scenario opens an incident"
-    for cut in (len(items) // 3, len(items) // 2, 2 * len(items) // 3):
+    for cut in cuts(items):
         first = LiveDetector(Detector(), CONFIG)
         before = run(first, items[:cut])
         assert first.buffered > 0, "the checkpoint is taken with events held"
-        assert before + run(restored(first), items[cut:]) == expected
+        assert before + run(restored(first, items[cut - 1][0]), items[cut:]) == expected
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_restored_detector_catches_up_on_a_backlog_read_partition_by_partition(name: str) -> None:
+    """After a restart the rest arrives at once, a partition at a time (as fetches deliver a
+    backlog): the restored detector holds each partition back as the one that never stopped does."""
+    items = arrivals(name)
+    for cut in cuts(items):
+        backlog: dict[tuple, list] = {}
+        for _, source, event in items[cut:]:
+            backlog.setdefault(source, []).append(event)
+        wall = items[cut - 1][0] + 0.1
+        chunked = [(wall, source, event) for source, events in sorted(backlog.items())
+                   for event in events]
+        going, first = LiveDetector(Detector(), CONFIG), LiveDetector(Detector(), CONFIG)
+        run(going, items[:cut])
+        run(first, items[:cut])
+        again = restored(first, items[cut - 1][0], resumed=wall)
+        assert run(again, chunked) == run(going, chunked)
+        assert keys(again.tick(wall + 120)) == keys(going.tick(wall + 120))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_restored_detector_notices_the_silence_that_follows(name: str) -> None:
+    items = arrivals(name)
+    for cut in cuts(items):
+        going, first = LiveDetector(Detector(), CONFIG), LiveDetector(Detector(), CONFIG)
+        run(going, items[:cut])
+        run(first, items[:cut])
+        wall = items[cut - 1][0]
+        again = restored(first, wall)
+        for t in range(1, 480):  # two minutes of ticks, nothing arrives
+            assert keys(again.tick(wall + t / 4)) == keys(going.tick(wall + t / 4))
+        assert again.buffered == going.buffered == 0
 
 
 def test_a_checkpoint_with_nothing_seen_yet_round_trips() -> None:
-    saved = decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {}))
-    assert saved.offsets == {} and saved.held == [] and saved.watermark == float("-inf")
+    saved = decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {}, 0.0))
+    assert saved.offsets == {} and saved.held == [] and saved.sources == {}
+    assert saved.watermark == float("-inf")
     assert saved.state.to_dict() == Detector().state.to_dict()
 
 
-def test_a_checkpoint_of_another_version_or_no_checkpoint_at_all_is_refused() -> None:
+def test_held_events_keep_where_they_came_from() -> None:
+    live = LiveDetector(Detector(), CONFIG)
+    beat = s.NodeHeartbeat(ts=5.0, node="n1", interval=1.0)
+    live.feed(beat, ("node", 2), wall=5.0, origin=("node", 2, 41, "n1"))
+    [held] = decode_checkpoint(encode_checkpoint(live, {}, 5.0)).held
+    assert (held.event, held.origin) == (beat, ("node", 2, 41, "n1"))
+
+
+def test_a_checkpoint_it_cannot_use_is_refused_with_the_reason() -> None:
     with pytest.raises(CheckpointError, match="not a detector checkpoint"):
         decode_checkpoint(b"garbage")
-    with pytest.raises(CheckpointError, match="version 99"):
+    with pytest.raises(CheckpointError, match="format None"):
+        decode_checkpoint(zlib.compress(b'{"x":1}'))
+    with pytest.raises(CheckpointError, match="unreadable: KeyError"):
+        decode_checkpoint(zlib.compress(b'{"v":1}'))
+    with pytest.raises(NewerCheckpoint, match="format 99 was written by a newer trainmedic"):
         decode_checkpoint(zlib.compress(b'{"v":99}'))

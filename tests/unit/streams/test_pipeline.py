@@ -48,19 +48,26 @@ def test_malformed_values_become_dead_letters_with_the_reason() -> None:
     assert run.stats.events == 1 and run.stats.dead_lettered == 2
 
 
-def test_an_event_the_core_fails_on_is_dead_lettered_and_the_next_one_is_taken(
+def test_an_event_the_core_fails_on_is_dead_lettered_and_the_others_are_taken(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = pipeline()
     beat = s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))
+    observe = run.live.detector.observe
 
-    def broken(*_args):
-        raise RuntimeError("a bug")
+    def broken(event):
+        if event.node == "bad":
+            raise RuntimeError("a bug")
+        return observe(event)
 
-    monkeypatch.setattr(run.live, "feed", broken)
+    monkeypatch.setattr(run.live.detector, "observe", broken)
+    bad = s.encode(s.NodeHeartbeat(ts=2.0, node="bad", interval=1.0))
     out = run.on_message(TOPICS.node, 0, 7, b"n", beat, wall=1.0)
+    out += run.on_message(TOPICS.node, 0, 8, b"bad", bad, wall=2.0)
     assert [o.topic for o in out] == [TOPICS.dlq]
     letter = s.decode(out[0].value, s.adapter("dlq"))
-    assert "detector error" in letter.reason and letter.raw_value() == beat
-    monkeypatch.undo()
-    assert run.on_message(TOPICS.node, 0, 8, b"n", beat, wall=1.0) == []
+    assert "detector error (RuntimeError: a bug" in letter.reason
+    assert (letter.source_topic, letter.partition, letter.offset, letter.key) == (TOPICS.node, 0, 8, "bad")
+    assert s.decode(letter.raw_value(), s.adapter("telemetry.node")).node == "bad"
+    assert run.on_message(TOPICS.node, 0, 9, b"n", beat, wall=3.0) == []
+    assert run.stats.dead_lettered == 1 and set(run.live.detector.state.nodes) == {"n"}
