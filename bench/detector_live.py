@@ -169,8 +169,9 @@ def run_consumer_worker(app_id: str) -> None:
     import logging
 
     from streams.pipeline import Pipeline
-    from streams.service import DetectorService, ServiceConfig
+    from streams.service import DetectorService, ServiceConfig, tune_gc
 
+    tune_gc()
     logging.basicConfig(level=logging.WARNING)
     settings = KafkaSettings.from_env()
     pipeline = Pipeline(settings.topics, LiveDetector(Detector()))

@@ -92,9 +92,10 @@ def _run_consumer(args: argparse.Namespace, settings, config, live_config) -> in
     from streams.core import Detector
     from streams.live import LiveDetector
     from streams.pipeline import Pipeline
-    from streams.service import DetectorService, ServiceConfig
+    from streams.service import DetectorService, ServiceConfig, tune_gc
     from trainmedic.errors import TrainmedicError
 
+    tune_gc()
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger().setLevel(args.loglevel.upper())
     pipeline = Pipeline(settings.topics, LiveDetector(Detector(config), live_config))

@@ -46,10 +46,12 @@ class _Source:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """An event held for ordering, with where it came from (`origin`, e.g. topic, partition, offset)."""
+    """An event held for ordering, with where it came from (`origin`, whatever the caller passed)
+    and its place among events of the same `ts` (`seq`)."""
 
     event: BaseModel
-    origin: object = None
+    origin: object
+    seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +111,8 @@ class LiveDetector:
         return self._watermark
 
     def held(self) -> list[Held]:
-        """The events held for ordering, in the order they will be released."""
-        return [Held(event, origin) for _, _, event, origin in sorted(self._heap, key=lambda e: e[:2])]
+        """The events held for ordering (in no particular order: `seq` orders those of equal `ts`)."""
+        return [Held(event, origin, seq) for _, seq, event, origin in self._heap]
 
     def sources(self, wall: float) -> dict[tuple, tuple[float, float]]:
         """Per source: the newest event time seen, and the wall time it has been quiet at `wall`."""
@@ -125,8 +127,9 @@ class LiveDetector:
         (or `idle_s` passes), so a backlog read a partition at a time after a restart is released
         in the order it would have been."""
         self._watermark = watermark
-        for item in held:
-            heapq.heappush(self._heap, (item.event.ts, next(self._seq), item.event, item.origin))
+        self._heap += [(item.event.ts, item.seq, item.event, item.origin) for item in held]
+        heapq.heapify(self._heap)
+        self._seq = itertools.count(max((entry[1] for entry in self._heap), default=-1) + 1)
         for source, (max_ts, quiet_s) in sources.items():
             self._sources[source] = _Source(max_ts, wall - quiet_s)
 

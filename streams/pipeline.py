@@ -1,10 +1,11 @@
 """What the live detector does with one Kafka message or one tick, whatever reads the topics.
 
 `Pipeline` validates a telemetry message (an invalid one becomes a dead letter with the
-reason), feeds it to `LiveDetector` and turns what the core decides into messages to send:
-incidents keyed by job (or node), dead letters keyed by their source topic. It never raises on
-input: an event the core fails on is logged, dead-lettered and skipped. Both engines (`streams/service.py`
-and the Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
+reason), feeds it to `LiveDetector` with its origin `(topic, partition, offset, key, value)`
+and turns what the core decides into messages to send: incidents keyed by job (or node), dead
+letters keyed by their source topic. It never raises on input: an event the core fails on is
+logged, dead-lettered as it arrived, and skipped. Both engines (`streams/service.py` and the
+Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Pipeline:
             return [Output(self.topics.dlq, topic.encode(), encode(parsed))]
         self.stats.events += 1
         found = self.live.feed(parsed.event, (topic, partition), wall,
-                               origin=(topic, partition, offset, parsed.key))
+                               origin=(topic, partition, offset, parsed.key, value))
         out = self._publish(found) if found else []
         if self.live.failed:
             out += self._failures(wall)
@@ -72,16 +73,16 @@ class Pipeline:
         return self._publish(self.live.tick(wall)) + self._failures(wall)
 
     def _failures(self, wall: float) -> list[Output]:
-        """Events the core raised on (a bug, logged by LiveDetector): kept on the dlq, re-encoded."""
+        """Events the core raised on (a bug, logged by LiveDetector): kept on the dlq as they came."""
         out = []
         for failure in self.live.take_failures():
-            topic, partition, offset, key = failure.origin
+            topic, partition, offset, key, value = failure.origin
             self.stats.dead_lettered += 1
             metrics.DEAD_LETTERS.labels("detector").inc()
             out.append(Output(self.topics.dlq, topic.encode(), encode(DeadLettered.of(
                 ts=wall, reason=f"detector error ({failure.error}; see the detector's log)", topic=topic,
                 partition=partition, offset=offset, key=None if key is None else key.encode(),
-                value=encode(failure.event)))))
+                value=value))))
         return out
 
     def _publish(self, incidents: list[Incident]) -> list[Output]:

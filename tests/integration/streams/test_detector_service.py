@@ -1,0 +1,100 @@
+"""The consumer engine in this process, on a real broker: where it starts reading, and partitions
+that appear or lose data under it."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
+
+import schemas as s
+from streams.checkpoint import encode_checkpoint
+from streams.core import Detector
+from streams.live import LiveDetector
+from streams.pipeline import Pipeline
+from streams.service import CHECKPOINT_TOPIC_CONFIG, DetectorService, ServiceConfig
+from trainmedic.kafka.admin import ensure_topic
+from trainmedic.settings import KafkaSettings
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def service(kafka: KafkaSettings) -> Iterator[Callable[..., DetectorService]]:
+    """Runs DetectorService in a thread; stops it (last checkpoint, clean close) after the test."""
+    stop, threads, errors = threading.Event(), [], []
+
+    def start(**config) -> DetectorService:
+        pipeline = Pipeline(kafka.topics, LiveDetector(Detector()))
+        svc = DetectorService(kafka, pipeline, ServiceConfig(**config))
+
+        def run() -> None:
+            try:
+                svc.run(stop.is_set)
+            except Exception as err:  # noqa: BLE001 - reported by the test
+                errors.append(err)
+
+        threads.append(threading.Thread(target=run, daemon=True))
+        threads[-1].start()
+        return svc
+
+    yield start
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+
+
+def beats(kafka: KafkaSettings, partition: int, count: int) -> None:
+    out = Producer(kafka.client_config())
+    for n in range(count):
+        value = s.encode(s.NodeHeartbeat(ts=1000.0 + n, node=f"node-{partition}", interval=1.0))
+        out.produce(kafka.topics.node, value, f"node-{partition}", partition=partition)
+    assert out.flush(30) == 0
+
+
+def until(check: Callable[[], bool], give_up_s: float = 60) -> None:
+    deadline = time.monotonic() + give_up_s
+    while not check():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.1)
+
+
+def test_partitions_added_while_it_runs_are_read_from_their_beginning(kafka: KafkaSettings, service) -> None:
+    svc = service(app_id=f"svc-{uuid.uuid4().hex[:8]}", start="earliest", partitions_every_s=0.5)
+    until(lambda: len(svc.offsets) == 6)  # the fixture's topics have 2 partitions each
+    admin = AdminClient(kafka.client_config())
+    for future in admin.create_partitions([NewPartitions(kafka.topics.node, 3)]).values():
+        future.result()
+    beats(kafka, partition=2, count=5)
+    until(lambda: svc.offsets.get((kafka.topics.node, 2)) == 5)
+    assert svc.pipeline.stats.events == 5
+
+
+def test_a_checkpoint_offset_that_retention_removed_resumes_at_what_is_left(
+    kafka: KafkaSettings, service, caplog: pytest.LogCaptureFixture,
+) -> None:
+    app_id = f"svc-{uuid.uuid4().hex[:8]}"
+    beats(kafka, partition=0, count=10)
+    admin = AdminClient(kafka.client_config())
+    for future in admin.delete_records([TopicPartition(kafka.topics.node, 0, 6)]).values():
+        future.result()
+    # A checkpoint that had read up to offset 2 of node[0] and knew no other partition.
+    ensure_topic(kafka, f"{app_id}-checkpoints", partitions=1, config=CHECKPOINT_TOPIC_CONFIG)
+    saved = encode_checkpoint(LiveDetector(Detector()), {(kafka.topics.node, 0): 2}, time.time())
+    out = Producer(kafka.client_config())
+    out.produce(f"{app_id}-checkpoints", saved, app_id)
+    assert out.flush(30) == 0
+
+    svc = service(app_id=app_id)  # the default start, latest, applies to a first start only
+    until(lambda: svc.pipeline.stats.events == 4)  # offsets 6..9
+    assert svc.offsets[(kafka.topics.node, 0)] == 10
+    assert "the checkpoint's offset 2 is gone (the partition holds 6..10): reading from 6" in caplog.text
+    assert {tp: o for tp, o in svc.offsets.items() if tp != (kafka.topics.node, 0)} == {
+        (topic, p): 0 for topic in (kafka.topics.gpu, kafka.topics.node, kafka.topics.worker) for p in (0, 1)
+        if (topic, p) != (kafka.topics.node, 0)}
