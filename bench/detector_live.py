@@ -270,7 +270,8 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path) -> d
         produce_s = produce_end - start
         out.flush(60)
         try:
-            caught_up = worker.wait(lambda r: r["events"] >= produced, give_up_s=60)["wall"] - produce_end
+            done = worker.wait(lambda r: r["events"] >= produced, give_up_s=60)["wall"]
+            caught_up = max(0.0, done - produce_end)  # a report can come before the last flush returns
         except RuntimeError:
             caught_up = None
     finally:
