@@ -61,7 +61,7 @@ def core_alone(seconds: int) -> tuple[int, float, Detector]:
 
 
 def live_path(seconds: int) -> tuple[int, float]:
-    """The core behind LiveDetector, as the Faust app feeds it: 30 partitions, arrival = ts."""
+    """The core behind LiveDetector, as the detector feeds it: 30 partitions, arrival = ts."""
     live, events, busy = LiveDetector(Detector()), 0, 0.0
     for t in range(seconds):
         batch = second(t)

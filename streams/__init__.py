@@ -1,1 +1,2 @@
-"""Stream processing: the pure detection core (`streams.core`) and what runs it (replay, Faust)."""
+"""Stream processing: the pure detection core (`streams.core`) and what runs it (replay, the
+live detector's two engines)."""

@@ -7,12 +7,12 @@ from it re-reads exactly the messages after those offsets: no event is lost or a
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
 ids.
 
-Format: one line of JSON (version, offsets, watermark, sources, and in one flat list
-per held event its seq, origin and length), then the state as JSON, then the held events' message values
-exactly as they arrived, back to back. Held events are not re-encoded and nothing is
-compressed here: at 35k events/s the detector holds ~40k of them, and re-encoding them and
-zlib over the lot cost 0.7 s of the loop's thread per checkpoint. The producer compresses
-(lz4) on librdkafka's own thread.
+Format: one line of JSON (version, offsets, watermark, sources, the state's length, and in one
+flat list per held event its seq, topic, partition, offset, key and length), then the state as
+JSON, then the held events' message values exactly as they arrived, back to back. Held events
+are not re-encoded and nothing is compressed here: at 35k events/s the detector holds ~40k of
+them, and re-encoding them and zlib over the lot cost 0.7 s of the loop's thread per
+checkpoint. The producer compresses (lz4) on librdkafka's own thread.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import json
 import math
 from dataclasses import dataclass
 
+from schemas import encode
 from schemas.codec import TELEMETRY
 from streams.core import DetectorState
 from streams.live import Held, LiveDetector
 
 VERSION = 1
+_NO_ORIGIN = (None, None, None, None)  # topic, partition, offset, key of an event fed without one
 HELD_FIELDS = 6  # per held event in the head's flat list: seq, topic, partition, offset, key, length
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
 
@@ -43,12 +45,14 @@ class Checkpoint:
     offsets: Offsets
     state: DetectorState
     watermark: float
-    held: list[Held]  # origins are (topic, partition, offset, key, value), as the pipeline gives them
+    held: list[Held]  # origins as the pipeline gives them: (topic, partition, offset, key, value)
     sources: dict[tuple, tuple[float, float]]  # (topic, partition) -> (newest ts, quiet for s)
 
 
 def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float) -> bytes:
-    held = live.held()
+    """`live`'s held events must have the pipeline's origins, or None (then they are re-encoded)."""
+    held = [item if item.origin is not None else Held(item.event, (*_NO_ORIGIN, encode(item.event)), item.seq)
+            for item in live.held()]
     state = live.detector.state.to_json()
     head = json.dumps({
         "v": VERSION,
@@ -69,10 +73,10 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
         version = head.get("v")
     except (ValueError, AttributeError) as err:
         raise CheckpointError(f"not a detector checkpoint: {err}") from None
-    if isinstance(version, int) and version > VERSION:
+    if type(version) is int and version > VERSION:
         raise NewerCheckpoint(f"checkpoint format {version} was written by a newer trainmedic "
                               f"(this one reads {VERSION})")
-    if version != VERSION:
+    if type(version) is not int or version != VERSION:
         raise CheckpointError(f"checkpoint format {version!r}; this detector reads {VERSION}")
     try:
         at = head["state"]
@@ -83,7 +87,8 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
             seq, topic, partition, offset, key, length = flat[i:i + HELD_FIELDS]
             value = rest[at:at + length]
             at += length
-            held.append(Held(TELEMETRY.validate_json(value), (topic, partition, offset, key, value), seq))
+            origin = None if topic is None else (topic, partition, offset, key, value)
+            held.append(Held(TELEMETRY.validate_json(value), origin, seq))
         if at != len(rest):
             raise ValueError(f"{len(rest) - at} bytes past the last held event")
         watermark = head["watermark"]
@@ -95,5 +100,5 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
             sources={(topic, partition): (max_ts, quiet_s)
                      for topic, partition, max_ts, quiet_s in head["sources"]},
         )
-    except (KeyError, TypeError, ValueError) as err:  # pydantic's ValidationError is a ValueError
+    except Exception as err:  # whatever a damaged or foreign checkpoint makes the decoding raise
         raise CheckpointError(f"checkpoint unreadable: {type(err).__name__}: {err}") from None

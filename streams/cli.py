@@ -2,9 +2,10 @@
 
 It reads the telemetry topics, decides within seconds what broke and how badly (TAXONOMY.md),
 and writes `incident` events to the incidents topic; values that do not validate go to the
-dlq topic with the reason. It checkpoints its state with the offsets it has read to the
-compacted topic <app-id>-checkpoints, so a restarted detector (even after kill -9) resumes
-exactly where the checkpoint was taken. Run one detector per cluster (see docs/streams.md).
+dlq topic with the reason. The default engine checkpoints its state with the offsets it has
+read to the compacted topic <app-id>-checkpoints, so a restarted detector (even after kill -9)
+resumes exactly where the checkpoint was taken. Run one detector per cluster (see
+docs/streams.md).
 
 Engines: `consumer` (default) is a plain Kafka consumer loop; `faust` runs the same pipeline
 as a Faust app, with its state in a changelog-backed table. Faust's per-message path is
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--app-id", default="trainmedic-detector",
                         help="consumer group, and the prefix of the detector's own topics")
     parser.add_argument("--start", type=_start, default="latest", metavar="WHERE",
-                        help="consumer engine, first start (no checkpoint yet): where to begin reading: "
+                        help="consumer engine, with no checkpoint (or one it cannot read): where to begin: "
                         "earliest, latest (default), an ISO 8601 time or a span ago like 10m")
     parser.add_argument("--config", type=Path, metavar="FILE",
                         help="detector configuration as JSON, nested by section (see docs/detection.md)")

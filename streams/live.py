@@ -46,8 +46,9 @@ class _Source:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """An event held for ordering, with where it came from (`origin`, whatever the caller passed)
-    and its place among events of the same `ts` (`seq`)."""
+    """An event held for ordering, with where it came from (`origin`: what the caller passed to
+    `feed`, the pipeline's `(topic, partition, offset, key, value)`) and its place among events of
+    the same `ts` (`seq`)."""
 
     event: BaseModel
     origin: object
@@ -79,6 +80,7 @@ class LiveDetector:
     _sources: dict[tuple, _Source] = field(default_factory=dict)
     _watermark: float = float("-inf")
     _released_at: float = float("-inf")  # wall time of the last watermark update
+    _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
 
     def feed(self, event: BaseModel, source: tuple, wall: float, origin: object = None) -> list[Incident]:
         """Take one event that arrived from `source` (a topic partition) at `wall`."""
@@ -149,8 +151,10 @@ class LiveDetector:
         if self._watermark > self.detector.state.clock:
             try:
                 incidents += self.detector.advance(self._watermark)
-            except Exception:  # a core bug: logged; the next tick tries again
-                log.exception("detector failed to advance to %.3f", self._watermark)
+            except Exception:  # a core bug: the next tick tries again; logged once a minute
+                if wall - self._advance_failed_at >= 60.0:
+                    self._advance_failed_at = wall
+                    log.exception("detector failed to advance to %.3f", self._watermark)
         return incidents
 
     def _observe(self, entry: tuple, incidents: list[Incident]) -> None:

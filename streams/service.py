@@ -32,7 +32,7 @@ from streams.checkpoint import (
 from streams.core import Detector
 from streams.pipeline import Output, Pipeline
 from streams.snapshots import Cadence
-from trainmedic.errors import DeliveryError, KafkaError
+from trainmedic.errors import KafkaError
 from trainmedic.kafka import EventProducer, wait_for_topics
 from trainmedic.kafka.admin import ensure_topic
 from trainmedic.settings import KafkaSettings
@@ -42,10 +42,11 @@ log = logging.getLogger(__name__)
 MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024  # before compression: the topic's limit holds whatever lz4 does
 CHECKPOINT_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
-    "max.message.bytes": str(64 * 1024 * 1024),
+    "max.message.bytes": str(MAX_CHECKPOINT_BYTES),
     "segment.ms": str(3_600_000),  # so that compaction can drop old checkpoints within hours
 }
 COMMIT_EVERY_S = 1.0
+FLUSH_WAIT_S = 5.0  # how long a checkpoint waits for the incidents before it to be acknowledged
 WARN_EVERY_S = 30.0  # the same consumer error is logged at most this often
 
 # Python's default (700 allocations) runs a collection every few hundred events over the
@@ -103,18 +104,14 @@ class DetectorService:
             try:
                 self._start()
                 self._loop(stopping)
-                self._checkpoint(time.monotonic(), force=True)
+                if not self._checkpoint(time.monotonic(), force=True):
+                    log.warning("the last checkpoint could not be written: a restart resumes from the one "
+                                "before, and decides again what came after it")
             except KafkaException as err:  # e.g. a metadata request that timed out
                 raise KafkaError(f"detector: {err.args[0].str()}", code=err.args[0].name()) from None
 
     def _start(self) -> None:
         saved = self._read_checkpoint()
-        if saved is not None:
-            live = self.pipeline.live
-            live.detector = Detector(live.detector.config, saved.state)
-            live.resume(saved.watermark, saved.held, saved.sources, time.time())
-            log.info("detector state restored from %s (event time %.3f, %d events held)",
-                     self.config.checkpoint_topic, saved.state.clock, len(saved.held))
         partitions = self._partitions()
         fresh = [tp for tp in partitions if saved is None or tp not in saved.offsets]
         # With a checkpoint, a partition it does not know was added since: all of it is unread.
@@ -122,6 +119,12 @@ class DetectorService:
         if saved is not None:
             self.offsets = self._clamped({tp: saved.offsets[tp] for tp in partitions if tp not in fresh})
         self.offsets.update(self._start_offsets(fresh, start))
+        if saved is not None:  # last, so that the start-up itself does not count as quiet
+            live = self.pipeline.live
+            live.detector = Detector(live.detector.config, saved.state)
+            live.resume(saved.watermark, saved.held, saved.sources, time.time())
+            log.info("detector state restored from %s (event time %.3f, %d events held)",
+                     self.config.checkpoint_topic, saved.state.clock, len(saved.held))
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in self.offsets.items()])
         log.info("detector ready: reading %d partitions of 3 topics (%d from the checkpoint, %d from %r)",
                  len(partitions), len(partitions) - len(fresh), len(fresh), start)
@@ -203,7 +206,7 @@ class DetectorService:
             # Xid's detection held up by 0.25 s. The first message is taken as it comes, then what
             # is already fetched.
             first = self._consumer.poll(config.tick_s)
-            messages = [] if first is None else [first, *self._consumer.consume(config.batch, 0)]
+            messages = [] if first is None else [first, *self._consumer.consume(config.batch - 1, 0)]
             wall = time.time()
             for msg in messages:
                 if msg.error():
@@ -256,19 +259,22 @@ class DetectorService:
             log.info("reading %d partitions added since the start: %s", len(new),
                      ", ".join(f"{t}[{p}]" for t, p in new))
 
-    def _checkpoint(self, now: float, force: bool = False) -> None:
+    def _checkpoint(self, now: float, force: bool = False) -> bool:
+        """Write one if due (or `force`d); whether one was written."""
         live = self.pipeline.live
         clock = live.detector.state.clock
         if not force and not self._cadence.due(clock, now):
-            return
+            return False
         began = time.monotonic()
-        try:
-            self._out.flush(5.0)  # every incident the checkpoint has decided is delivered before it
-        except DeliveryError as err:
-            if not err.retryable:
-                raise
-            self._warn("flush", f"checkpoint postponed: {err} (is the broker up?)")
-            return
+        # Every incident the checkpoint has decided is delivered before it; a delivery the producer
+        # gave up on is raised (the incident would be lost), one still in flight postpones.
+        unsent = self._out.client.flush(FLUSH_WAIT_S)
+        self._out.raise_failures()
+        if unsent:
+            self._cadence.postponed(now)
+            self._warn("flush", f"checkpoint postponed: {unsent} incidents or dead letters not yet "
+                       f"acknowledged after {FLUSH_WAIT_S:.0f} s (is the broker up?)")
+            return False
         data = encode_checkpoint(live, self.offsets, time.time())
         topic, key = self.config.checkpoint_topic, self.config.app_id
         if len(data) > MAX_CHECKPOINT_BYTES:
@@ -281,6 +287,7 @@ class DetectorService:
             self._checkpoints.send(topic, data, key=key)
             self._too_big = False
         self._cadence.saved(clock, now, time.monotonic() - began)
+        return True
 
     def _commit(self) -> None:
         if not self.offsets:

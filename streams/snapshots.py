@@ -49,6 +49,12 @@ class Cadence:
         self._clock, self._at = clock, now
         self.every_s = max(self.base_every_s, cost_s / SNAPSHOT_SHARE)
 
+    def postponed(self, now: float) -> None:
+        """Not saved this time (e.g. the broker is away): try again later, twice as long each time
+        (up to a minute), so that waiting for the broker does not stall the caller's loop."""
+        self._at = now
+        self.every_s = min(60.0, self.every_s * 2)
+
 
 @dataclass
 class Snapshots:

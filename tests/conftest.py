@@ -61,13 +61,18 @@ def kafka_bootstrap() -> Iterator[str]:
 
 
 @pytest.fixture
-def kafka(kafka_bootstrap: str) -> KafkaSettings:
-    """Settings for a real broker with a topic prefix of this test's own, topics created."""
-    from trainmedic.kafka import create_topics
+def kafka(kafka_bootstrap: str) -> Iterator[KafkaSettings]:
+    """Settings for a real broker with a topic prefix of this test's own, topics created; every
+    topic under the prefix is deleted after the test (services' own topics too, when their app
+    id starts with the prefix), so that a long-lived local broker does not pile them up."""
+    from trainmedic.kafka import create_topics, list_topics
+    from trainmedic.kafka.admin import delete_topics
 
     settings = KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.")
     create_topics(settings, partitions=2)
-    return settings
+    yield settings
+    ours = [name for name in list_topics(settings) if name.startswith(settings.topic_prefix)]
+    delete_topics(settings, ours)
 
 
 @pytest.fixture

@@ -87,6 +87,20 @@ def create_topics(
     return result
 
 
+def delete_topics(settings: KafkaSettings, names: list[str], timeout_s: float = 30.0) -> None:
+    """Delete these topics (ones already gone are fine)."""
+    if not names:
+        return
+    admin = _admin(settings)  # kept alive until the futures are done: a destroyed client fails them
+    for name, future in admin.delete_topics(names, operation_timeout=timeout_s).items():
+        try:
+            future.result()
+        except KafkaException as err:
+            code = err.args[0]
+            if code.code() != code.UNKNOWN_TOPIC_OR_PART:
+                raise KafkaError(f"cannot delete topic {name}: {code.str()}", code=code.name()) from None
+
+
 def ensure_topic(settings: KafkaSettings, name: str, *, partitions: int, config: dict[str, str],
                  timeout_s: float = 30.0) -> str:
     """Create one topic (not a contract topic: e.g. a service's own state) unless it exists."""

@@ -7,13 +7,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 import schemas as s
+from streams.checkpoint import decode_checkpoint
 from streams.replay import replay
 from tests.unit.streams.test_scenarios import load
 from trainmedic.kafka import EventConsumer, EventProducer
@@ -37,18 +38,18 @@ def engine(request: pytest.FixtureRequest) -> str:
 def detector(kafka: KafkaSettings, tmp_path: Path, engine: str) -> Iterator[callable]:
     """Starts `python -m streams` processes of one engine on this test's topics; stops them after."""
     procs: list[subprocess.Popen] = []
-    app_id = f"detector-{uuid.uuid4().hex[:8]}"
+    app_id = f"{kafka.topic_prefix}detector"  # its own topics go with the test's
 
-    def start() -> subprocess.Popen:
+    def start(*extra: str) -> subprocess.Popen:
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap,
                "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix, "TRAINMEDIC_HOME": str(tmp_path)}
         log = open(tmp_path / f"detector-{len(procs)}.log", "w")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, "-m", "streams", "--app-id", app_id, *ENGINES[engine]],
-                                env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        command = [sys.executable, "-m", "streams", "--app-id", app_id, *ENGINES[engine], *extra]
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc
 
+    start.app_id = app_id
     yield start
     for proc in procs:
         if proc.poll() is None:
@@ -110,31 +111,63 @@ def test_live_incidents_equal_replay(kafka: KafkaSettings, group_id: str, detect
 def test_a_restarted_detector_resumes_from_its_state(
     kafka: KafkaSettings, group_id: str, detector, tmp_path: Path, engine: str,
 ) -> None:
-    """Faust is stopped with SIGTERM; the consumer engine is killed (-9): its checkpoint holds."""
+    """The consumer engine is killed (-9) right after a checkpoint and restarted at the latest
+    offsets: the fault's incident (its very id) needs what came before the kill, which only the
+    checkpoint holds. Faust is stopped with SIGTERM and resumes from its table: the same fault
+    is found, but its state and offsets are saved apart (docs/streams.md), so not always with
+    the same evidence and id."""
     events = sorted(load(RECORDING)[0], key=lambda e: e.ts)
     last_ts = events[-1].ts
     expected = {key(i) for i in replay(events) if i.ts <= last_ts}
     fault_ts = min(i.first_ts for i in replay(events))
-    before = [e for e in events if e.ts < fault_ts - 5]
-    after = [e for e in events if e.ts >= fault_ts - 5]
+    cut = fault_ts - (1 if engine == "consumer" else 5)
+    before, after = [e for e in events if e.ts < cut], [e for e in events if e.ts >= cut]
+    if engine == "consumer":
+        assert not expected <= {key(i) for i in replay(after)}, "the split must make the checkpoint matter"
 
     first = detector()
     publish(kafka, before)
     _wait_for_log(tmp_path / "detector-0.log", READY[engine])
-    time.sleep(3)  # let it process and save its state (every second)
     if engine == "faust":
+        time.sleep(3)  # let it process and save its state (every second)
         first.send_signal(signal.SIGTERM)
         assert first.wait(60) == 0
-    else:
+    else:  # before 2 s of quiet would move event time on
+        _wait_for_checkpoint(kafka, f"{detector.app_id}-checkpoints", len(before))
         first.kill()
         first.wait(10)
 
-    detector()
+    detector(*(["--start", "latest"] if engine == "consumer" else []))
+    _wait_for_log(tmp_path / "detector-1.log", READY[engine])
     publish(kafka, after)
-    seen = incidents_until(kafka, group_id, expected)
-    assert expected <= {key(i) for i in seen}
-    restored = (tmp_path / "detector-1.log").read_text()
-    assert "detector state restored" in restored
+    restored = (tmp_path / "detector-1.log")
+    if engine == "consumer":
+        assert expected <= {key(i) for i in incidents_until(kafka, group_id, expected)}
+    else:  # its table holds the state without offsets or held events: the same fault, maybe another id
+        want = {k[1:] for k in expected}
+        seen: set = set()
+        with EventConsumer(kafka, [kafka.topics.incidents], group_id) as consumer:
+            deadline = time.monotonic() + 120
+            while not want <= seen and time.monotonic() < deadline:
+                seen |= {key(r.event)[1:] for r in consumer.poll(0.5)}
+        assert want <= seen, restored.read_text()[-3000:]
+    assert "detector state restored" in restored.read_text()
+
+
+def _wait_for_checkpoint(kafka: KafkaSettings, topic: str, events: int, give_up_s: float = 30) -> None:
+    """Until a checkpoint on `topic` has read `events` messages (the topics were fresh)."""
+    reader = Consumer(kafka.client_config(**{"group.id": "unused", "enable.auto.commit": False}))
+    reader.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    deadline = time.monotonic() + give_up_s
+    try:
+        while time.monotonic() < deadline:
+            msg = reader.poll(0.1)
+            if (msg is not None and not msg.error() and msg.value()
+                    and sum(decode_checkpoint(msg.value()).offsets.values()) == events):
+                return
+    finally:
+        reader.close()
+    raise AssertionError(f"no checkpoint covered the first {events} events within {give_up_s} s")
 
 
 def _wait_for_log(path: Path, text: str, give_up_s: float = 90) -> None:

@@ -63,24 +63,28 @@ def test_a_detector_restored_from_a_checkpoint_decides_as_if_it_never_stopped(na
         assert before + run(restored(first, items[cut - 1][0]), items[cut:]) == expected
 
 
+DOWNTIME_S = 60.0  # between the checkpoint and the restart: longer than any idle or lateness setting
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_a_restored_detector_catches_up_on_a_backlog_read_partition_by_partition(name: str) -> None:
-    """After a restart the rest arrives at once, a partition at a time (as fetches deliver a
-    backlog): the restored detector holds each partition back as the one that never stopped does."""
+    """After a minute down, the rest arrives at once, a partition at a time (as fetches deliver a
+    backlog): the restored detector decides as one that never stopped and got the same backlog
+    (the time it was down does not count as quiet)."""
     items = arrivals(name)
     for cut in cuts(items):
         backlog: dict[tuple, list] = {}
         for _, source, event in items[cut:]:
             backlog.setdefault(source, []).append(event)
-        wall = items[cut - 1][0] + 0.1
-        chunked = [(wall, source, event) for source, events in sorted(backlog.items())
-                   for event in events]
+        chunked = [(source, event) for source, events in sorted(backlog.items()) for event in events]
         going, first = LiveDetector(Detector(), CONFIG), LiveDetector(Detector(), CONFIG)
         run(going, items[:cut])
         run(first, items[:cut])
-        again = restored(first, items[cut - 1][0], resumed=wall)
-        assert run(again, chunked) == run(going, chunked)
-        assert keys(again.tick(wall + 120)) == keys(going.tick(wall + 120))
+        saved_at = items[cut - 1][0]
+        again = restored(first, saved_at, resumed=saved_at + DOWNTIME_S)
+        got = run(again, [(saved_at + DOWNTIME_S + 0.1, source, event) for source, event in chunked])
+        assert got == run(going, [(saved_at + 0.1, source, event) for source, event in chunked])
+        assert keys(again.tick(saved_at + DOWNTIME_S + 120)) == keys(going.tick(saved_at + 120))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -90,11 +94,19 @@ def test_a_restored_detector_notices_the_silence_that_follows(name: str) -> None
         going, first = LiveDetector(Detector(), CONFIG), LiveDetector(Detector(), CONFIG)
         run(going, items[:cut])
         run(first, items[:cut])
-        wall = items[cut - 1][0]
-        again = restored(first, wall)
-        for t in range(1, 480):  # two minutes of ticks, nothing arrives
-            assert keys(again.tick(wall + t / 4)) == keys(going.tick(wall + t / 4))
+        saved_at = items[cut - 1][0]
+        again = restored(first, saved_at, resumed=saved_at + DOWNTIME_S)
+        for t in range(1, 480):  # two minutes of ticks after the restart, nothing arrives
+            assert keys(again.tick(saved_at + DOWNTIME_S + t / 4)) == keys(going.tick(saved_at + t / 4))
         assert again.buffered == going.buffered == 0
+
+
+def test_held_events_fed_without_an_origin_are_saved_re_encoded() -> None:
+    live = LiveDetector(Detector(), CONFIG)
+    beat = s.NodeHeartbeat(ts=5.0, node="n1", interval=1.0)
+    live.feed(beat, ("node", 0), wall=5.0)
+    [held] = decode_checkpoint(encode_checkpoint(live, {}, 5.0)).held
+    assert (held.event, held.origin) == (beat, None)
 
 
 def test_a_checkpoint_with_nothing_seen_yet_round_trips() -> None:
@@ -121,5 +133,12 @@ def test_a_checkpoint_it_cannot_use_is_refused_with_the_reason() -> None:
         decode_checkpoint(b'{"x":1}\n')
     with pytest.raises(CheckpointError, match="unreadable: KeyError"):
         decode_checkpoint(b'{"v":1}\n')
+    with pytest.raises(CheckpointError, match="format True"):
+        decode_checkpoint(b'{"v":true}\n')
+    good = encode_checkpoint(LiveDetector(Detector()), {}, 0.0)
+    head, _, rest = good.partition(b"\n")
+    damaged = rest.replace(b'"nodes":{}', b'"nodes":[]')
+    with pytest.raises(CheckpointError, match="unreadable: AttributeError"):
+        decode_checkpoint(head + b"\n" + damaged)  # same length: only the shape of `nodes` is wrong
     with pytest.raises(NewerCheckpoint, match="format 99 was written by a newer trainmedic"):
         decode_checkpoint(b'{"v":99}\n')
