@@ -9,7 +9,7 @@ docs/streams.md).
 
 Engines: `consumer` (default) is a plain Kafka consumer loop; `faust` runs the same pipeline
 as a Faust app, with its state in a changelog-backed table. Faust's per-message path is
-several times slower: it drains 7-10k events/s where the consumer engine drains 56-83k on
+several times slower: it drains 7-10k events/s where the consumer engine drains 56-114k on
 two cores (docs/streams.md).
 """
 

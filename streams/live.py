@@ -100,6 +100,13 @@ class LiveDetector:
         """Let time pass with no event: releases what is due and fires deadlines."""
         return self._release(wall)
 
+    def expect(self, sources: list[tuple], wall: float) -> None:
+        """Sources known to have events on their way (e.g. a backlog at start): each holds the
+        watermark back until it delivers or has been quiet for `idle_s`. Without this, the first
+        partition a backlog arrives from would race ahead of the others, unseen as yet."""
+        for source in sources:
+            self._sources.setdefault(source, _Source(float("-inf"), wall))
+
     def take_failures(self) -> list[Failure]:
         failed, self.failed = self.failed, []
         return failed

@@ -125,9 +125,15 @@ class DetectorService:
             live.resume(saved.watermark, saved.held, saved.sources, time.time())
             log.info("detector state restored from %s (event time %.3f, %d events held)",
                      self.config.checkpoint_topic, saved.state.clock, len(saved.held))
+        self._expect_backlog(self.offsets)
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in self.offsets.items()])
         log.info("detector ready: reading %d partitions of 3 topics (%d from the checkpoint, %d from %r)",
                  len(partitions), len(partitions) - len(fresh), len(fresh), start)
+
+    def _expect_backlog(self, offsets: Offsets) -> None:
+        """Partitions with messages before their end hold event time back until they deliver."""
+        behind = [tp for tp, offset in offsets.items() if offset < self._watermarks(tp)[1]]
+        self.pipeline.live.expect(behind, time.time())
 
     def _partitions(self) -> list[tuple[str, int]]:
         topics = self.settings.topics
@@ -250,6 +256,7 @@ class DetectorService:
             new = [(name, p) for name in (topics.gpu, topics.node, topics.worker) if name in meta
                    for p in meta[name].partitions if (name, p) not in self.offsets]
             start = self._start_offsets(new, "earliest")
+            self._expect_backlog(start)
         except KafkaException as err:
             self._warn("partitions", f"could not look for new partitions: {err.args[0].str()} (retrying)")
             return

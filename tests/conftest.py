@@ -72,7 +72,7 @@ def kafka(kafka_bootstrap: str) -> Iterator[KafkaSettings]:
     create_topics(settings, partitions=2)
     yield settings
     ours = [name for name in list_topics(settings) if name.startswith(settings.topic_prefix)]
-    delete_topics(settings, ours)
+    delete_topics(settings, ours, wait=False)
 
 
 @pytest.fixture

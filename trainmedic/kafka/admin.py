@@ -87,12 +87,16 @@ def create_topics(
     return result
 
 
-def delete_topics(settings: KafkaSettings, names: list[str], timeout_s: float = 30.0) -> None:
-    """Delete these topics (ones already gone are fine)."""
+def delete_topics(settings: KafkaSettings, names: list[str], timeout_s: float = 30.0, *,
+                  wait: bool = True) -> None:
+    """Delete these topics (ones already gone are fine); `wait=False` returns once the controller
+    took the request, before the partitions are gone."""
     if not names:
         return
     admin = _admin(settings)  # kept alive until the futures are done: a destroyed client fails them
-    for name, future in admin.delete_topics(names, operation_timeout=timeout_s).items():
+    futures = admin.delete_topics(names, operation_timeout=timeout_s if wait else 0,
+                                  request_timeout=timeout_s)
+    for name, future in futures.items():
         try:
             future.result()
         except KafkaException as err:

@@ -101,3 +101,24 @@ def test_arrivals_update_the_watermark_at_most_every_release_interval() -> None:
     assert (live.watermark, live.buffered) == (1.0, 1)  # held: too soon after the last update
     live.tick(100.006)  # a tick always updates
     assert (live.watermark, live.buffered) == (2.0, 0)
+
+
+@pytest.mark.parametrize("name", ["node_lost_gloo", "gpu_lost_xid79", "hang_rank", "nccl_error_timeout"])
+def test_a_backlog_read_a_partition_at_a_time_gives_the_incidents_of_replay(name: str) -> None:
+    """At start the detector may read a backlog: the whole of one partition, then the next. The
+    partitions it expects hold event time back until each has delivered."""
+    events, _, _ = load(name)
+    last_ts = max(e.ts for e in events)
+    backlog: dict[tuple, list] = {}
+    for event in sorted(events, key=lambda e: e.ts):
+        backlog.setdefault(source_of(event), []).append(event)
+    config = LiveConfig()
+    live = LiveDetector(Detector(), config)
+    live.expect(list(backlog), wall=0.0)
+    incidents, wall = [], 0.1
+    for source, arrived in sorted(backlog.items()):
+        for event in arrived:
+            wall += 20e-6  # as fast as the detector takes them: watermark updates every 10 ms
+            incidents += live.feed(event, source, wall)
+    incidents += live.tick(wall + config.idle_s + 0.01)  # then everything is quiet
+    assert until(incidents, last_ts) == until(replay(events), last_ts)
