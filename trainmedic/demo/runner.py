@@ -89,7 +89,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
     replayed, by this one.
     """
     from trainmedic.broker import LocalBroker
-    from trainmedic.kafka import EventProducer, create_topics
+    from trainmedic.kafka import EventProducer, create_topics, wait_for_topics
 
     shutil.rmtree(layout.root, ignore_errors=True)
     broker = None
@@ -105,7 +105,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
                 broker = None  # not ours to stop
         prefix = f"demo-{uuid.uuid4().hex[:6]}."
         settings = KafkaSettings.from_env(bootstrap=bootstrap, topic_prefix=prefix)
-        create_topics(settings)
+        wait_for_topics(settings, list(create_topics(settings)))  # leaders, before services look
         nodes = tuple(f"node-{i}" for i in range(args.nodes))
         cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager)
         cluster.prepare(DETECTOR_CONFIG)

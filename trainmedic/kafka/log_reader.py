@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from schemas import DeadLettered
 from trainmedic.errors import KafkaError
+from trainmedic.kafka.admin import wait_for_topics
 from trainmedic.kafka.consumer import Record, parse_message
 from trainmedic.kafka.producer import EventProducer
 from trainmedic.settings import KafkaSettings
@@ -39,6 +40,9 @@ class LogReader:
         self.skipped = 0
 
     def _open(self, timeout_s: float) -> Consumer:
+        # A topic created a moment ago (or on a broker still busy starting) may not have a leader
+        # yet: wait for it a while rather than call it missing.
+        wait_for_topics(self._settings, list(self._topics), min(timeout_s, 30.0))
         client = Consumer(self._settings.client_config(**{
             "group.id": f"trainmedic-log-{uuid.uuid4().hex[:12]}",  # required, never committed
             "enable.auto.commit": False,
