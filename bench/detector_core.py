@@ -15,8 +15,9 @@ import json
 import time
 import zlib
 
-from schemas.codec import decode_telemetry
+from schemas.codec import decode_telemetry, encode
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerStepped
+from streams.checkpoint import decode_checkpoint, encode_checkpoint
 from streams.core import Detector
 from streams.live import LiveDetector
 
@@ -60,19 +61,21 @@ def core_alone(seconds: int) -> tuple[int, float, Detector]:
     return events, busy, detector
 
 
-def live_path(seconds: int) -> tuple[int, float]:
-    """The core behind LiveDetector, as the detector feeds it: 30 partitions, arrival = ts."""
+def live_path(seconds: int) -> tuple[int, float, LiveDetector]:
+    """The core behind LiveDetector, as the detector feeds it: 30 partitions, arrival = ts, each
+    event with its origin and message value (made before the clock starts)."""
     live, events, busy = LiveDetector(Detector()), 0, 0.0
     for t in range(seconds):
         batch = second(t)
         sources = [(type(e).__name__, hash(getattr(e, "job", None) or e.node) % 10) for e in batch]
+        origins = [(*source, 0, None, encode(e)) for e, source in zip(batch, sources, strict=True)]
         feed = live.feed
         start = time.perf_counter()
-        for event, source in zip(batch, sources, strict=True):
-            feed(event, source, event.ts)
+        for event, source, origin in zip(batch, sources, origins, strict=True):
+            feed(event, source, event.ts, origin)
         busy += time.perf_counter() - start
         events += len(batch)
-    return events, busy
+    return events, busy, live
 
 
 def validated(seconds: int) -> tuple[int, float]:
@@ -103,11 +106,19 @@ def main() -> None:
     start = time.perf_counter()
     snapshot = zlib.compress(state.to_json(), 1)
     took = time.perf_counter() - start
-    print(f"  snapshot (as the live app saves it): {len(state.to_json()) / 1e6:.1f} MB of JSON, "
+    print(f"  snapshot (the Faust engine's): {len(state.to_json()) / 1e6:.1f} MB of JSON, "
           f"{len(snapshot) / 1e3:,.0f} kB zlib-compressed, {took:.2f} s to make")
-    events, busy = live_path(min(args.seconds, 10))
+    events, busy, live = live_path(min(args.seconds, 10))
     print(f"LiveDetector + core:  {events:>9,} events in {busy:6.2f} s = "
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")
+    start = time.perf_counter()
+    checkpoint = encode_checkpoint(live, {}, wall=time.time())
+    made = time.perf_counter() - start
+    start = time.perf_counter()
+    decode_checkpoint(checkpoint)
+    read = time.perf_counter() - start
+    print(f"  checkpoint (the consumer engine's), {live.buffered:,} events held: "
+          f"{len(checkpoint) / 1e6:.1f} MB, {made:.2f} s to make, {read:.2f} s to read back")
     events, busy = validated(min(args.seconds, 10))
     print(f"JSON decode + core:   {events:>9,} events in {busy:6.2f} s = "
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")

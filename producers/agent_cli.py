@@ -43,10 +43,10 @@ def run(args: argparse.Namespace) -> int:
     from producers.agent import open_agent, run_agent
     from producers.config import Delivery, HostAgentConfig
     from producers.faults import LinkFlap, parse_fault
-    from producers.loop import stop_on_signals
     from trainmedic.errors import ConfigError, TrainmedicError
     from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings
+    from trainmedic.signals import stop_on_signals
 
     try:
         faults = [parse_fault(spec) for spec in args.inject]

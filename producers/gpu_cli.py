@@ -51,11 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from producers.config import Delivery, GpuProducerConfig
     from producers.faults import GpuFault, parse_fault
     from producers.gpu_producer import open_source, run_gpu_producer
-    from producers.loop import stop_on_signals
     from producers.nvml import NvmlUnavailable
     from trainmedic.errors import ConfigError, TrainmedicError
     from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings
+    from trainmedic.signals import stop_on_signals
 
     try:
         faults = [parse_fault(spec) for spec in args.inject]

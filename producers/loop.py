@@ -1,13 +1,11 @@
-"""The sampling loop: a fixed-rate tick that never drifts, never piles up, and stops on a signal."""
+"""The sampling loop: a fixed-rate tick that never drifts, never piles up, and stops when told."""
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +31,3 @@ def run_every(
         if missed:
             log.warning("a round took longer than the %.3gs interval: %d rounds skipped", interval_s, missed)
         stop.wait(max(0.0, deadline - monotonic()))
-
-
-@contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT set `stop` (so the loop ends and flushes) instead of killing."""
-
-    def handler(signum: int, _frame: object) -> None:
-        log.info("%s: stopping", signal.Signals(signum).name)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

@@ -90,12 +90,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_consumer(args: argparse.Namespace, settings, config, live_config) -> int:
-    from producers.loop import stop_on_signals
     from streams.core import Detector
     from streams.live import LiveDetector
     from streams.pipeline import Pipeline
     from streams.service import DetectorService, ServiceConfig, tune_gc
     from trainmedic.errors import TrainmedicError
+    from trainmedic.signals import stop_on_signals
 
     tune_gc()
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")

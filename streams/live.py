@@ -149,12 +149,16 @@ class LiveDetector:
             return []
         self._watermark = max(self._watermark, mark)
         incidents: list[Incident] = []
-        heap = self._heap
-        while heap and heap[0][0] <= self._watermark:
-            self._observe(heapq.heappop(heap), incidents)
-        while len(heap) > self.config.max_buffered:
-            self.forced += 1
-            self._observe(heapq.heappop(heap), incidents)
+        heap, observe, mark = self._heap, self.detector.observe, self._watermark
+        while heap and (heap[0][0] <= mark or len(heap) > self.config.max_buffered):
+            if heap[0][0] > mark:
+                self.forced += 1  # released early: the buffer is full
+            entry = heapq.heappop(heap)
+            try:
+                incidents += observe(entry[2])
+            except Exception as err:  # a core bug must not stop the others; the caller keeps the event
+                log.exception("detector failed on %s from %s", type(entry[2]).__name__, entry[3])
+                self.failed.append(Failure(entry[2], entry[3], f"{type(err).__name__}: {err}"))
         if self._watermark > self.detector.state.clock:
             try:
                 incidents += self.detector.advance(self._watermark)
@@ -163,14 +167,6 @@ class LiveDetector:
                     self._advance_failed_at = wall
                     log.exception("detector failed to advance to %.3f", self._watermark)
         return incidents
-
-    def _observe(self, entry: tuple, incidents: list[Incident]) -> None:
-        _, _, event, origin = entry
-        try:
-            incidents.extend(self.detector.observe(event))
-        except Exception as err:  # a core bug must not stop the others; the caller keeps the event
-            log.exception("detector failed on %s from %s", type(event).__name__, origin)
-            self.failed.append(Failure(event, origin, f"{type(err).__name__}: {err}"))
 
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:

@@ -57,13 +57,13 @@ def run(args: argparse.Namespace) -> int:
     from producers.agent import open_agent, run_agent
     from producers.config import GpuProducerConfig, HostAgentConfig
     from producers.gpu_producer import open_source, run_gpu_producer
-    from producers.loop import stop_on_signals
     from recovery.executor.config import ExecutorConfig
     from recovery.executor.service import Executor
     from recovery.signing import load_key
     from trainmedic.errors import TrainmedicError
     from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings, home
+    from trainmedic.signals import stop_on_signals
 
     log = logging.getLogger("trainmedic.node")
     node = args.node or socket.gethostname()

@@ -99,7 +99,6 @@ def load_config(path: Path | None, env: Mapping[str, str] = os.environ, *, alert
 
 def run(args: argparse.Namespace) -> int:
     import logging
-    import signal
     import threading
 
     from ops.alerts.service import AlertBridge
@@ -107,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from trainmedic.kafka.lag import LagSampler
     from trainmedic.metrics import serve_metrics
     from trainmedic.settings import KafkaSettings
+    from trainmedic.signals import stop_on_signals
 
     log = logging.getLogger("trainmedic.alerts")
     try:
@@ -116,16 +116,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainmedic alerts: {err}", file=sys.stderr)
         return 2
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     sampler = None
     if serve_metrics(args.metrics_port) is not None:
         sampler = LagSampler(settings, config.group_id, [settings.topics.incidents]).start()
     bridge = AlertBridge(settings, config)
     try:
-        bridge.start()
-        while not stop.is_set():
-            bridge.step()
+        with stop_on_signals(stop):
+            bridge.start()
+            while not stop.is_set():
+                bridge.step()
     except TrainmedicError as err:
         print(f"trainmedic alerts: {err}", file=sys.stderr)
         return 1

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 from pathlib import Path
 
 from trainmedic.metrics_flag import add_metrics_argument
+from trainmedic.signals import stop_on_signals
 
 log = logging.getLogger("trainmedic.coordinator")
 
@@ -93,12 +93,11 @@ def run(args: argparse.Namespace) -> int:
         log.warning("--insecure: commands are sent UNSIGNED; anyone who can write to %s can restart "
                     "workers, and executors that check signatures will refuse them", settings.topics.commands)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     serve_metrics(args.metrics_port)
     service = CoordinatorService(settings, config, sign=sign)
     try:
-        service.run(stop)
+        with stop_on_signals(stop):
+            service.run(stop)
     except TrainmedicError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 1

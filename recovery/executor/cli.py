@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
 
 from trainmedic.errors import TrainmedicError
 from trainmedic.metrics_flag import add_metrics_argument
+from trainmedic.signals import stop_on_signals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,11 +76,10 @@ def run(args: argparse.Namespace) -> int:
         log.warning("INSECURE: unsigned commands will be applied; anyone who can write to %s "
                     "can start and stop processes on this node", kafka.topics.commands)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     serve_metrics(args.metrics_port)
     try:
-        Executor(config, kafka).run(stop)
+        with stop_on_signals(stop):
+            Executor(config, kafka).run(stop)
     except TrainmedicError as err:
         print(f"trainmedic executor: {err}", file=sys.stderr)
         return 1

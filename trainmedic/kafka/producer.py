@@ -53,7 +53,7 @@ class EventProducer:
         return self._client
 
     def send(
-        self, topic: str, event: BaseModel | bytes | None, key: str | None = None, *,
+        self, topic: str, event: BaseModel | bytes | None, key: str | bytes | None = None, *,
         block_s: float = 5.0, on_delivery: DeliveryCallback | None = None,
     ) -> None:
         """Queue one event for `topic` (None: a tombstone for `key`, on a compacted topic); raises if
