@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 # The editable install maps the top-level packages it saw: a new package means a new stamp.
 STAMP  := $(VENV)/.installed-$(shell (cat requirements.lock pyproject.toml; ls -d */__init__.py) | cksum | cut -d' ' -f1)
 
-.PHONY: setup kafka alertmanager test demo lint lock bench clean
+.PHONY: setup kafka alertmanager unit test demo lint lock bench clean
 
 setup: $(STAMP)
 
@@ -37,16 +37,23 @@ alertmanager:
 	  || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	       apt-get install -y --no-install-recommends prometheus-alertmanager; }; }
 
-# The README's test command. Starts (and stops) its own broker unless TRAINMEDIC_KAFKA_BOOTSTRAP names one.
+# The fast tier: pure cores, the layering check, no broker (seconds).
+unit: setup
+	$(BIN)/python -m pytest tests/unit
+
+# The README's test command: the unit tier first, then everything against a real broker, which it
+# starts (and stops) itself unless TRAINMEDIC_KAFKA_BOOTSTRAP names one.
 test: setup kafka alertmanager
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest tests/unit tests/integration
 
 # The README's main command.
 demo: setup kafka
 	$(BIN)/trainmedic demo
 
+# Style, and the layering contract of pyproject.toml (every import points down).
 lint: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 # Re-resolve the pinned dependency set after changing pyproject.toml.
 lock:
@@ -62,4 +69,4 @@ bench: setup kafka
 
 clean:
 	-$(BIN)/trainmedic broker stop
-	rm -rf $(VENV) .trainmedic .pytest_cache .hypothesis .ruff_cache
+	rm -rf $(VENV) .trainmedic .pytest_cache .hypothesis .ruff_cache .import_linter_cache

@@ -31,12 +31,12 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from bus.admin import create_topics
+from bus.settings import KafkaSettings
 from schemas.codec import TELEMETRY, decode
 from schemas.topics import BY_SUFFIX, adapter
 from streams.core import Detector
 from streams.live import LiveDetector
-from trainmedic.kafka import create_topics
-from trainmedic.settings import KafkaSettings
 
 GPUS, JOBS = 8, 4
 TELEMETRY_PARTITIONS = sum(BY_SUFFIX[name].partitions for name in ("telemetry.gpu", "telemetry.node",
@@ -168,9 +168,9 @@ def run_consumer_worker(app_id: str) -> None:
     """The consumer engine as `trainmedic detector` runs it, from the earliest offsets."""
     import logging
 
+    from bus.signals import stop_on_signals
     from streams.pipeline import Pipeline
     from streams.service import DetectorService, ServiceConfig, tune_gc
-    from trainmedic.signals import stop_on_signals
 
     tune_gc()
     logging.basicConfig(level=logging.WARNING)

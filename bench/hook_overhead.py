@@ -59,9 +59,9 @@ def main() -> None:
 
     import os
 
-    from trainmedic.errors import KafkaError
-    from trainmedic.kafka import create_topics
-    from trainmedic.settings import KafkaSettings
+    from bus.admin import create_topics
+    from bus.errors import KafkaError
+    from bus.settings import KafkaSettings
 
     env = {**os.environ, "TRAINMEDIC_JOB": "bench", "TRAINMEDIC_TOPIC_PREFIX": "bench.", "RANK": "0",
            "WORLD_SIZE": "1"}

@@ -41,9 +41,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
+    from bus.admin import create_topics
+    from bus.settings import KafkaSettings
     from producers.service import open_outbox
-    from trainmedic.kafka import create_topics
-    from trainmedic.settings import KafkaSettings
 
     nodes = [f"n{i:03d}" for i in range(args.nodes)]
     settings = KafkaSettings.from_env(topic_prefix="bench.")

@@ -1,6 +1,6 @@
 """Recovery from a killed and from a hung rank: trainmedic side by side with torchrun --max-restarts.
 
-Both sides run the same job (recovery.worker.demo_train, gloo on CPU, the same world size
+Both sides run the same job (trainmedic.demo.train, gloo on CPU, the same world size
 and step time) on this machine, one after the other, with the same two faults:
 
   killed rank  kill -9 of one rank's process (the demo's: node-1's last rank; torchrun: the same rank)
@@ -39,12 +39,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bus.settings import home
 from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import arm_hang, run_fault
 from trainmedic.demo.runner import faults, running_job, settle
 from trainmedic.demo.timeline import Timeline
 from trainmedic.demo.watch import wait_for
-from trainmedic.settings import home
 
 FAULTS = ("kill", "hang")  # the demo's names for the two faults compared here
 STEP_LINE = re.compile(r"^step (\d+) loss \S+ gen (\d+) rank \d+ t ([0-9.]+)$")
@@ -83,7 +83,7 @@ def trainmedic_side(args: argparse.Namespace, root: Path) -> tuple[dict[str, Rec
 
 
 class TorchrunJob:
-    """demo_train under `torchrun --standalone --max-restarts 3`, its step lines folded into a Timeline.
+    """The demo job under `torchrun --standalone --max-restarts 3`, its step lines folded into a Timeline.
 
     Offers what the demo's Watcher offers (`timeline`, `lock`, `wait_for`), so the demo's
     `settle` and the same measurements apply.
@@ -115,7 +115,7 @@ class TorchrunJob:
         # nice, like the demo's ranks; torch.distributed.run is the torchrun command.
         argv = ["nice", "-n", "10", sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nnodes", "1", "--nproc-per-node", str(self.world_size), "--max-restarts", "3",
-                "-m", "recovery.worker.demo_train", "--steps", "1000000", "--step-s", str(self.args.step_s),
+                "-m", "trainmedic.demo.train", "--steps", "1000000", "--step-s", str(self.args.step_s),
                 "--snapshot-every", "0", "--checkpoint-every", "1", "--timeout-s", str(self.args.timeout_s),
                 "--fault-file", str(self.fault_file)]
         # Its own session, so that everything it starts can be ended as one process group.

@@ -7,6 +7,8 @@ import logging
 import threading
 from pathlib import Path
 
+from bus.errors import ConfigError
+from bus.settings import KafkaSettings
 from producers.config import HostAgentConfig
 from producers.control import ControlFile
 from producers.faults import Fault, LinkFlap
@@ -14,8 +16,6 @@ from producers.links import discover_links, missing_links, read_links
 from producers.outbox import Outbox
 from producers.service import apply_control, open_outbox, serve
 from schemas import LinkState, NodeHeartbeat
-from trainmedic.errors import ConfigError
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

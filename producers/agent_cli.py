@@ -40,13 +40,13 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from bus.errors import ConfigError, TrainmedicError
+    from bus.metrics import serve_metrics
+    from bus.settings import KafkaSettings
+    from bus.signals import stop_on_signals
     from producers.agent import open_agent, run_agent
     from producers.config import Delivery, HostAgentConfig
     from producers.faults import LinkFlap, parse_fault
-    from trainmedic.errors import ConfigError, TrainmedicError
-    from trainmedic.metrics import serve_metrics
-    from trainmedic.settings import KafkaSettings
-    from trainmedic.signals import stop_on_signals
 
     try:
         faults = [parse_fault(spec) for spec in args.inject]

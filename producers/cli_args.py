@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from bus.metrics_flag import add_metrics_argument
 from producers.faults import parse_duration
-from trainmedic.metrics_flag import add_metrics_argument
 
 
 def duration(text: str) -> float:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from bus.errors import ConfigError
 from producers.faults import GpuFault, LinkFlap
-from trainmedic.errors import ConfigError
 
 GpuSourceName = Literal["nvml", "dcgm", "synthetic"]
 

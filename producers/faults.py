@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from trainmedic.errors import ConfigError
+from bus.errors import ConfigError
 
 
 class FaultSpecError(ConfigError):

@@ -48,14 +48,14 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from bus.errors import ConfigError, TrainmedicError
+    from bus.metrics import serve_metrics
+    from bus.settings import KafkaSettings
+    from bus.signals import stop_on_signals
     from producers.config import Delivery, GpuProducerConfig
     from producers.faults import GpuFault, parse_fault
     from producers.gpu_producer import open_source, run_gpu_producer
     from producers.nvml import NvmlUnavailable
-    from trainmedic.errors import ConfigError, TrainmedicError
-    from trainmedic.metrics import serve_metrics
-    from trainmedic.settings import KafkaSettings
-    from trainmedic.signals import stop_on_signals
 
     try:
         faults = [parse_fault(spec) for spec in args.inject]

@@ -6,6 +6,8 @@ import logging
 import threading
 from typing import Any, Protocol
 
+from bus.errors import ConfigError
+from bus.settings import KafkaSettings
 from producers.config import GpuProducerConfig
 from producers.control import ControlFile
 from producers.dcgm_scraper import DcgmScraper
@@ -15,8 +17,6 @@ from producers.outbox import Outbox
 from producers.service import apply_control, open_outbox, serve
 from producers.synthetic import SyntheticGpus
 from schemas import GpuSample
-from trainmedic.errors import ConfigError
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

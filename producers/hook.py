@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
-from trainmedic.errors import ConfigError
+from bus.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +151,9 @@ class Hook:
         if identity is None:
             log.info("trainmedic hook: TRAINMEDIC_JOB is not set, so this rank reports nothing")
             return cls(None, None, "", config=config)
+        from bus.producer import EventProducer
+        from bus.settings import KafkaSettings
         from producers.outbox import Outbox
-        from trainmedic.kafka import EventProducer
-        from trainmedic.settings import KafkaSettings
 
         settings = KafkaSettings.from_env(env)
         producer = EventProducer(

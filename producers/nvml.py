@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bus.errors import TrainmedicError
 from producers.throttle import throttle_reasons
 from schemas import GpuSample
-from trainmedic.errors import TrainmedicError
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import Message
 from pydantic import BaseModel
 
-from trainmedic import metrics
-from trainmedic.errors import DeliveryError, KafkaError
-from trainmedic.kafka import EventProducer
+from bus.errors import DeliveryError, KafkaError
+from bus.producer import EventProducer
+from producers import metrics
 
 log = logging.getLogger(__name__)
 

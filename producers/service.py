@@ -7,14 +7,14 @@ import logging
 import threading
 from collections.abc import Callable
 
+from bus.errors import ConfigError
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from producers.config import Delivery
 from producers.control import ControlFile
 from producers.faults import Fault, FaultSpecError, parse_fault
 from producers.loop import run_every
 from producers.outbox import Outbox
-from trainmedic.errors import ConfigError
-from trainmedic.kafka import EventProducer
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

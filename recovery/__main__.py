@@ -1,7 +1,8 @@
-"""`python -m recovery`: the recovery coordinator, as `trainmedic coordinator`."""
+"""`python -m recovery`: `trainmedic coordinator`, for hosts without the entry point."""
 
 import sys
 
-from trainmedic.cli import main
+from bus.entry import run_command
+from recovery.coordinator import cli
 
-sys.exit(main(["coordinator", *sys.argv[1:]]))
+sys.exit(run_command(cli, "python -m recovery"))

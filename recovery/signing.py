@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from bus.errors import ConfigError
 from schemas import Command
-from trainmedic.errors import ConfigError
 
 KEY_FILE_ENV = "TRAINMEDIC_CLUSTER_KEY_FILE"
 KEY_ENV = "TRAINMEDIC_CLUSTER_KEY"

@@ -1,10 +1,8 @@
-"""`python -m streams`: the detector service, as `trainmedic detector`."""
+"""`python -m streams`: `trainmedic detector`, for hosts without the entry point."""
 
-import argparse
 import sys
 
+from bus.entry import run_command
 from streams import cli
 
-parser = argparse.ArgumentParser(prog="python -m streams", description=cli.__doc__)
-cli.add_arguments(parser)
-sys.exit(cli.run(parser.parse_args()))
+sys.exit(run_command(cli, "python -m streams"))

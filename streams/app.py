@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import faust
 
+from bus.settings import KafkaSettings
 from streams.core import Detector, DetectorConfig
 from streams.live import LiveConfig, LiveDetector
 from streams.pipeline import DetectorStats, Pipeline
 from streams.snapshots import Snapshots
-from trainmedic.settings import KafkaSettings
 
 Sink = Callable[[str, bytes, bytes], Awaitable[None]]
 

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from trainmedic.metrics_flag import add_metrics_argument
+from bus.metrics_flag import add_metrics_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,13 +61,13 @@ def _start(text: str) -> str | float:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from bus.admin import wait_for_topics
+    from bus.errors import TrainmedicError
+    from bus.lag import LagSampler
+    from bus.metrics import serve_metrics
+    from bus.settings import KafkaSettings
     from streams.core import DetectorConfig
     from streams.live import LiveConfig
-    from trainmedic.errors import TrainmedicError
-    from trainmedic.kafka import wait_for_topics
-    from trainmedic.kafka.lag import LagSampler
-    from trainmedic.metrics import serve_metrics
-    from trainmedic.settings import KafkaSettings
 
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
@@ -90,12 +90,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_consumer(args: argparse.Namespace, settings, config, live_config) -> int:
+    from bus.errors import TrainmedicError
+    from bus.signals import stop_on_signals
     from streams.core import Detector
     from streams.live import LiveDetector
     from streams.pipeline import Pipeline
     from streams.service import DetectorService, ServiceConfig, tune_gc
-    from trainmedic.errors import TrainmedicError
-    from trainmedic.signals import stop_on_signals
 
     tune_gc()
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
@@ -116,8 +116,8 @@ def _run_consumer(args: argparse.Namespace, settings, config, live_config) -> in
 
 
 def _run_faust(args: argparse.Namespace, settings, config, live_config) -> int:
+    from bus.settings import home
     from streams.app import build_app
-    from trainmedic.settings import home
 
     datadir = args.datadir or str(home() / "detector")
     detector = build_app(settings, app_id=args.app_id, config=config, live_config=live_config,

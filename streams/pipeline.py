@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from bus.consumer import parse_message
+from bus.metrics import DEAD_LETTERS
 from schemas import DeadLettered, Incident, Topics, encode
 from schemas.codec import TELEMETRY
+from streams import metrics
 from streams.live import LiveDetector
-from trainmedic import metrics
-from trainmedic.kafka import parse_message
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class Pipeline:
         parsed = parse_message(self.topics, topic, partition, offset, key, value, wall, TELEMETRY)
         if isinstance(parsed, DeadLettered):
             self.stats.dead_lettered += 1
-            metrics.DEAD_LETTERS.labels("detector").inc()
+            DEAD_LETTERS.labels("detector").inc()
             log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, parsed.reason)
             return [Output(self.topics.dlq, topic.encode(), encode(parsed))]
         self.stats.events += 1
@@ -78,7 +79,7 @@ class Pipeline:
         for failure in self.live.take_failures():
             topic, partition, offset, key, value = failure.origin
             self.stats.dead_lettered += 1
-            metrics.DEAD_LETTERS.labels("detector").inc()
+            DEAD_LETTERS.labels("detector").inc()
             out.append(Output(self.topics.dlq, topic.encode(), encode(DeadLettered.of(
                 ts=wall, reason=f"detector error ({failure.error}; see the detector's log)", topic=topic,
                 partition=partition, offset=offset, key=None if key is None else key.encode(),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 if TYPE_CHECKING:
-    from trainmedic.kafka.recorder import Counts, Recorder
+    from bus.recorder import Counts, Recorder
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
@@ -92,9 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.errors import TrainmedicError
-    from trainmedic.kafka.recorder import Recorder
-    from trainmedic.settings import KafkaSettings
+    from bus.errors import TrainmedicError
+    from bus.recorder import Recorder
+    from bus.settings import KafkaSettings
 
     started = time.time()
     start_ts = args.from_time

@@ -21,6 +21,10 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
+from bus.admin import ensure_topic, wait_for_topics
+from bus.errors import KafkaError
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from streams.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -32,10 +36,6 @@ from streams.checkpoint import (
 from streams.core import Detector
 from streams.pipeline import Output, Pipeline
 from streams.snapshots import Cadence
-from trainmedic.errors import KafkaError
-from trainmedic.kafka import EventProducer, wait_for_topics
-from trainmedic.kafka.admin import ensure_topic
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.settings import KafkaSettings
+from bus.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,8 +48,8 @@ def kafka_bootstrap() -> Iterator[str]:
         with KafkaContainer("confluentinc/cp-kafka:7.9.0").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
+    from bus.settings import home
     from trainmedic.broker import LocalBroker
-    from trainmedic.settings import home
 
     broker = LocalBroker(home(), port=int(os.environ.get("TRAINMEDIC_BROKER_PORT", "9092")))
     state, started = broker.start()
@@ -65,8 +65,7 @@ def kafka(kafka_bootstrap: str) -> Iterator[KafkaSettings]:
     """Settings for a real broker with a topic prefix of this test's own, topics created; every
     topic under the prefix is deleted after the test (services' own topics too, when their app
     id starts with the prefix), so that a long-lived local broker does not pile them up."""
-    from trainmedic.kafka import create_topics, list_topics
-    from trainmedic.kafka.admin import delete_topics
+    from bus.admin import create_topics, delete_topics, list_topics
 
     settings = KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.")
     create_topics(settings, partitions=2)

@@ -21,7 +21,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainmedic.errors import BrokerError
+from bus.errors import BrokerError
 
 log = logging.getLogger(__name__)
 

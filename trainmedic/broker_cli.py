@@ -12,9 +12,9 @@ import os
 import sys
 import time
 
+from bus.errors import BrokerError
+from bus.settings import home
 from trainmedic.broker import DEFAULT_PORT, LocalBroker
-from trainmedic.errors import BrokerError
-from trainmedic.settings import home
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

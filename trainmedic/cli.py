@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
+
+from bus.entry import configure_logging
 
 # name -> (module, one-line help). The order is the order of `trainmedic --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -54,10 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-    )
+    configure_logging(args.verbose)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -17,8 +17,8 @@ import argparse
 import socket
 import sys
 
+from bus.metrics_flag import add_metrics_argument
 from producers.cli_args import duration, names
-from trainmedic.metrics_flag import add_metrics_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,16 +54,16 @@ def run(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
+    from bus.errors import TrainmedicError
+    from bus.metrics import serve_metrics
+    from bus.settings import KafkaSettings, home
+    from bus.signals import stop_on_signals
     from producers.agent import open_agent, run_agent
     from producers.config import GpuProducerConfig, HostAgentConfig
     from producers.gpu_producer import open_source, run_gpu_producer
     from recovery.executor.config import ExecutorConfig
     from recovery.executor.service import Executor
     from recovery.signing import load_key
-    from trainmedic.errors import TrainmedicError
-    from trainmedic.metrics import serve_metrics
-    from trainmedic.settings import KafkaSettings, home
-    from trainmedic.signals import stop_on_signals
 
     log = logging.getLogger("trainmedic.node")
     node = args.node or socket.gethostname()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainmedic.errors import TrainmedicError
-from trainmedic.settings import KafkaSettings
+from bus.errors import TrainmedicError
+from bus.settings import KafkaSettings
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
                 keep = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms // 86_400_000}d"
                 print(f"{name:32} key={spec.key:16} partitions={spec.partitions:<3} retention={keep}")
             return 0
-        from trainmedic.kafka import create_topics
+        from bus.admin import create_topics
 
         result = create_topics(settings, partitions=args.partitions,
                                replication_factor=args.replication_factor)

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainmedic.metrics_flag import add_metrics_argument
+from bus.metrics_flag import add_metrics_argument
 
 CONFIG_FORMAT = """\
 config file (YAML; a section enables its sink; every key but alertmanager.url is optional):
@@ -58,7 +58,7 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
     path = env.get(f"{name}_FILE")
     if not path:
         return None
-    from trainmedic.errors import ConfigError
+    from bus.errors import ConfigError
 
     try:
         return Path(path).read_text().strip()
@@ -70,9 +70,9 @@ def load_config(path: Path | None, env: Mapping[str, str] = os.environ, *, alert
     """The validated config from the file, flags and secrets in `env`; ConfigError says what is wrong."""
     from pydantic import ValidationError
 
+    from bus.errors import ConfigError
+    from bus.yaml_file import load_mapping
     from ops.alerts.config import AlertBridgeConfig
-    from trainmedic.errors import ConfigError
-    from trainmedic.yaml_file import load_mapping
 
     values = load_mapping(path) if path is not None else {}
     if alertmanager:
@@ -101,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import threading
 
+    from bus.errors import ConfigError, TrainmedicError
+    from bus.lag import LagSampler
+    from bus.metrics import serve_metrics
+    from bus.settings import KafkaSettings
+    from bus.signals import stop_on_signals
     from ops.alerts.service import AlertBridge
-    from trainmedic.errors import ConfigError, TrainmedicError
-    from trainmedic.kafka.lag import LagSampler
-    from trainmedic.metrics import serve_metrics
-    from trainmedic.settings import KafkaSettings
-    from trainmedic.signals import stop_on_signals
 
     log = logging.getLogger("trainmedic.alerts")
     try:

@@ -17,18 +17,19 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from ops.alerts import payloads
+from bus import metrics as bus_metrics
+from bus.consumer import parse_message
+from bus.errors import KafkaError
+from bus.producer import EventProducer
+from bus.scan import TopicScan
+from bus.settings import KafkaSettings
+from ops.alerts import metrics, payloads
 from ops.alerts.config import AlertBridgeConfig
 from ops.alerts.delivery import Delivery, DeliveryBook
 from ops.alerts.http import Outcome, Result, post_json
 from ops.incident_log.fold import IncidentLog, apply
 from ops.incident_log.views import views
 from schemas import AlertDelivered, DeadLettered, Incident, IncidentStatus
-from trainmedic import metrics
-from trainmedic.errors import KafkaError
-from trainmedic.kafka import EventProducer, parse_message
-from trainmedic.kafka.scan import TopicScan
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger("trainmedic.alerts")
 
@@ -108,7 +109,7 @@ class AlertBridge:
         position = (msg.topic(), msg.partition(), msg.offset())
         parsed = parse_message(self.settings.topics, *position, msg.key(), msg.value(), self._clock())
         if isinstance(parsed, DeadLettered):
-            metrics.DEAD_LETTERS.labels("alerts").inc()
+            bus_metrics.DEAD_LETTERS.labels("alerts").inc()
             log.warning("dead-lettered %s[%d]@%d: %s", *position, parsed.reason)
             self._producer.send(self.settings.topics.dlq, parsed, key=parsed.source_topic)
             self.book.admit(None, position, [])

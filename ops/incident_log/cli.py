@@ -50,10 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import time
 
+    from bus.errors import TrainmedicError
+    from bus.scan import TopicScan
+    from bus.settings import KafkaSettings
     from ops.incident_log.render import parse_since
-    from trainmedic.errors import TrainmedicError
-    from trainmedic.kafka.scan import TopicScan
-    from trainmedic.settings import KafkaSettings
 
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
@@ -106,11 +106,11 @@ def _messages(scan, follow: bool):
 def _show(scan, settings, args: argparse.Namespace) -> int:
     import time
 
+    from bus.consumer import parse_message
     from ops.incident_log.fold import IncidentLog, apply
     from ops.incident_log.render import details, row, story, table
     from ops.incident_log.views import find, timeline, views
     from schemas import DeadLettered
-    from trainmedic.kafka import parse_message
 
     log = IncidentLog()
 

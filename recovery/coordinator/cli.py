@@ -15,8 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-from trainmedic.metrics_flag import add_metrics_argument
-from trainmedic.signals import stop_on_signals
+from bus.metrics_flag import add_metrics_argument
+from bus.signals import stop_on_signals
 
 log = logging.getLogger("trainmedic.coordinator")
 
@@ -51,10 +51,10 @@ def load_config(path: Path | None, **overrides: object):
     """The validated config from a YAML file and flags; ConfigError with one line on any problem."""
     from pydantic import ValidationError
 
+    from bus.errors import ConfigError
+    from bus.yaml_file import load_mapping
     from recovery.coordinator.config import CoordinatorConfig
     from recovery.planner.cli import describe
-    from trainmedic.errors import ConfigError
-    from trainmedic.yaml_file import load_mapping
 
     values = load_mapping(path) if path is not None else {}
     values.update({k: v for k, v in overrides.items() if v is not None})
@@ -66,8 +66,8 @@ def load_config(path: Path | None, **overrides: object):
 
 def signer():
     """Signs each command with the cluster key (TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY)."""
+    from bus.errors import ConfigError
     from recovery.signing import load_key, sign
-    from trainmedic.errors import ConfigError
 
     key = load_key()
     if key is None:
@@ -77,10 +77,10 @@ def signer():
 
 
 def run(args: argparse.Namespace) -> int:
+    from bus.errors import ConfigError, TrainmedicError
+    from bus.metrics import serve_metrics
+    from bus.settings import KafkaSettings
     from recovery.coordinator.service import CoordinatorService
-    from trainmedic.errors import ConfigError, TrainmedicError
-    from trainmedic.metrics import serve_metrics
-    from trainmedic.settings import KafkaSettings
 
     try:
         config = load_config(args.config, default_address=args.default_address)

@@ -45,10 +45,10 @@ def load_spec(path: Path):
     """The JobSpec in `path`, or SpecError saying what is wrong and where."""
     from pydantic import ValidationError
 
+    from bus.errors import ConfigError
+    from bus.yaml_file import load_mapping
     from recovery.planner.cli import describe
     from schemas.jobs import JobSpec
-    from trainmedic.errors import ConfigError
-    from trainmedic.yaml_file import load_mapping
 
     try:
         document = load_mapping(path, "a mapping with id, nodes, throughput and command")
@@ -67,8 +67,8 @@ def load_spec(path: Path):
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.errors import TrainmedicError
-    from trainmedic.settings import KafkaSettings
+    from bus.errors import TrainmedicError
+    from bus.settings import KafkaSettings
 
     try:
         if args.action == "submit":
@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def submit(settings, spec) -> int:
+    from bus.producer import EventProducer
     from schemas.jobs import JobSubmitted
-    from trainmedic.kafka import EventProducer
 
     with EventProducer(settings, client_id="trainmedic-job") as producer:
         producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
@@ -95,8 +95,8 @@ def submit(settings, spec) -> int:
 
 
 def list_jobs(settings) -> int:
+    from bus.log_reader import LogReader
     from recovery.coordinator import ClusterState, CoordinatorConfig, apply
-    from trainmedic.kafka.log_reader import LogReader
 
     topics = settings.topics
     reader = LogReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks])

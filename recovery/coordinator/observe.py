@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from recovery.coordinator import metrics
 from recovery.coordinator.state import ClusterState, JobState
 from schemas.commands import Command, CommandAcked
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
-from trainmedic import metrics
 
 
 def received(event: object) -> None:

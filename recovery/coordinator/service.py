@@ -12,6 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from bus.log_reader import LogReader
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from recovery.coordinator import observe
 from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.fold import apply
@@ -20,9 +23,6 @@ from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, react, settle, tick
 from schemas.commands import Command
-from trainmedic.kafka import EventProducer
-from trainmedic.kafka.log_reader import LogReader
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger("trainmedic.coordinator")
 

@@ -21,9 +21,9 @@ import os
 import sys
 import threading
 
-from trainmedic.errors import TrainmedicError
-from trainmedic.metrics_flag import add_metrics_argument
-from trainmedic.signals import stop_on_signals
+from bus.errors import TrainmedicError
+from bus.metrics_flag import add_metrics_argument
+from bus.signals import stop_on_signals
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,11 +50,11 @@ def run(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
+    from bus.metrics import serve_metrics
+    from bus.settings import KafkaSettings, home
     from recovery.executor.config import ExecutorConfig
     from recovery.executor.service import Executor
     from recovery.signing import load_key
-    from trainmedic.metrics import serve_metrics
-    from trainmedic.settings import KafkaSettings, home
 
     log = logging.getLogger("trainmedic.executor")
     try:

@@ -13,7 +13,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from recovery.executor import leftovers
+from bus.consumer import Record
+from bus.errors import KafkaError
+from bus.partition import PartitionReader, partition_count, partition_of
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
+from recovery.executor import leftovers, metrics
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.decide import Apply, Refuse, Skip, Step, decide
 from recovery.executor.forkserver import WarmLauncher, become_subreaper
@@ -22,11 +27,6 @@ from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_a
 from recovery.executor.supervisor import RankExit, Supervisor
 from recovery.worker.env import WorkerEnv
 from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
-from trainmedic import metrics
-from trainmedic.errors import KafkaError
-from trainmedic.kafka import EventProducer, Record
-from trainmedic.kafka.partition import PartitionReader, partition_count, partition_of
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

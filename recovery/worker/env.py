@@ -13,10 +13,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from bus.errors import ConfigError
 from schemas import RestoreSource
-from trainmedic.errors import ConfigError
-
-REATTEMPT_SIGNAL_NAME = "SIGUSR1"  # what the executor sends for `reattempt`
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,9 +36,6 @@ class Deadlines:
         self._armed[slot] = when
         heapq.heappush(self._heap, (when, kind, key))
 
-    def next_due(self) -> float | None:
-        return self._heap[0][0] if self._heap else None
-
     def pop_before(self, now: float) -> tuple[float, Timer, str] | None:
         """The earliest live entry strictly before `now`, removed; None when there is none.
         Strictly: an event stamped exactly at a deadline is seen before the deadline fires."""

@@ -83,10 +83,6 @@ class Detector:
         self._jobs.drain()
         return self._book.take()
 
-    def next_deadline(self) -> float | None:
-        """The earliest time `advance` could decide something (for the live app's timer)."""
-        return self._timers.next_due()
-
     def _advance(self, now: float) -> None:
         pop, fire = self._timers.pop_before, self._fire
         while (due := pop(now)) is not None:

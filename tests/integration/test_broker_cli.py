@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 import schemas as s
-from trainmedic.kafka import EventConsumer, EventProducer, create_topics
-from trainmedic.settings import KafkaSettings
+from bus.admin import create_topics
+from bus.consumer import EventConsumer
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
+from bus.log_reader import LogReader
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
 from recovery.coordinator.service import CoordinatorService
 from schemas import Command, CommandAcked, Incident
 from trainmedic.cli import main
-from trainmedic.kafka import EventProducer
-from trainmedic.kafka.log_reader import LogReader
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -9,10 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas as s
+from bus.admin import list_topics
+from bus.consumer import EventConsumer, Record
+from bus.errors import DeliveryError, KafkaError
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from tests.unit.test_schemas import EXAMPLES
-from trainmedic.errors import DeliveryError, KafkaError
-from trainmedic.kafka import EventConsumer, EventProducer, Record, list_topics
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

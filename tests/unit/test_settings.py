@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainmedic.errors import ConfigError
-from trainmedic.settings import KafkaSettings
+from bus.errors import ConfigError
+from bus.settings import KafkaSettings
 
 
 def test_defaults() -> None:

@@ -15,13 +15,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from bus.errors import TrainmedicError
+from bus.settings import KafkaSettings, home
 from schemas import JobSpec, JobSubmitted
 from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
 from trainmedic.demo.faults import Fault, FaultResult, gpu_fault, hang_rank, kill_rank, link_flap, run_fault
 from trainmedic.demo.watch import Watcher
-from trainmedic.errors import TrainmedicError
-from trainmedic.settings import KafkaSettings, home
 
 JOB = "demo"
 # The demo's detector: the defaults, with a hang floor that fits a 0.25 s step.
@@ -88,8 +88,9 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
     emptied first: snapshots or a ledger left by an earlier run would be restored from, or
     replayed, by this one.
     """
+    from bus.admin import create_topics, wait_for_topics
+    from bus.producer import EventProducer
     from trainmedic.broker import LocalBroker
-    from trainmedic.kafka import EventProducer, create_topics, wait_for_topics
 
     shutil.rmtree(layout.root, ignore_errors=True)
     broker = None
@@ -171,7 +172,7 @@ def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayou
         # Sizes in nodes -> FLOP/s: the job can shrink by a node and keep going.
         throughput={size: 1.0e14 * size * ranks for size in range(max(1, n - 2), n + 1)},
         # nice: on two cores the ranks must leave room for heartbeats and the broker.
-        command=("nice", "-n", "10", sys.executable, "-m", "recovery.worker.demo_train",
+        command=("nice", "-n", "10", sys.executable, "-m", "trainmedic.demo.train",
                  "--steps", "1000000", "--step-s", str(args.step_s), "--report", "--timeout-s", "300"),
         checkpoint_dir=str(layout.root / "checkpoints"),
         transition_s=30,

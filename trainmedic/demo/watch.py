@@ -8,11 +8,11 @@ import time
 import uuid
 from collections.abc import Callable
 
+from bus.consumer import EventConsumer
+from bus.settings import KafkaSettings
 from schemas import Incident
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
 from trainmedic.demo.timeline import Timeline
-from trainmedic.kafka import EventConsumer
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
+from bus.consumer import EventConsumer
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.service import Executor
 from recovery.signing import sign
 from schemas import Command
-from trainmedic.kafka import EventConsumer, EventProducer
-from trainmedic.settings import KafkaSettings
 
 KEY = b"test-cluster-key"
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from trainmedic.kafka import EventProducer
-from trainmedic.kafka.partition import partition_count, partition_of
+from bus.partition import partition_count, partition_of
+from bus.producer import EventProducer
 
 
 @pytest.mark.kafka

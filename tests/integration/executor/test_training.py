@@ -45,7 +45,7 @@ def test_kill_restart_from_replica_reattempt_and_stop(start_executor, send, even
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ex = start_executor("n1").executor
     logs = tmp_path / "n1" / "logs" / job
-    argv = (sys.executable, "-m", "recovery.worker.demo_train", "--steps", "100000", "--step-s", "0.05",
+    argv = (sys.executable, "-m", "trainmedic.demo.train", "--steps", "100000", "--step-s", "0.05",
             "--timeout-s", "20")
 
     def command(id_: str, action: CommandAction, generation: int, restore=NO_RESTORE) -> Command:

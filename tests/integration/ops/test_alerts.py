@@ -11,12 +11,12 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from bus.log_reader import LogReader
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from ops.alerts.config import AlertBridgeConfig, RetryConfig
 from ops.alerts.service import AlertBridge
 from schemas import Incident, IncidentStatus
-from trainmedic.kafka import EventProducer
-from trainmedic.kafka.log_reader import LogReader
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 FAST = RetryConfig(initial_s=0.05, factor=2, max_s=0.2)

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Producer
 
+from bus.settings import KafkaSettings
 from schemas import encode
 from tests.unit.ops.incident_log import key_of, recorded
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

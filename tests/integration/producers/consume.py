@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from trainmedic.kafka import EventConsumer, Record
-from trainmedic.settings import KafkaSettings
+from bus.consumer import EventConsumer, Record
+from bus.settings import KafkaSettings
 
 
 def consume_until(

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bus.settings import KafkaSettings
 from producers.config import GpuProducerConfig
 from producers.faults import XidFault
 from producers.gpu_producer import GpuProducer, open_source, run_gpu_producer
@@ -14,7 +15,6 @@ from producers.outbox import Outbox
 from producers.service import open_outbox
 from schemas import GpuSample
 from tests.integration.producers.consume import consume_until
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 T0 = 1_700_000_000.0

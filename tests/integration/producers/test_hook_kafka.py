@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from bus.settings import KafkaSettings
 from producers.hook import Hook, HookConfig
 from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 from tests.integration.producers.consume import consume_until
-from trainmedic.settings import KafkaSettings
 
 
 @pytest.mark.kafka

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 
+from bus.settings import KafkaSettings
 from schemas import GpuSample, WorkerFailed, WorkerStarted
 from tests.integration.producers.consume import consume_until
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -14,11 +14,12 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 import schemas as s
+from bus.consumer import EventConsumer
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from streams.checkpoint import decode_checkpoint
 from streams.replay import replay
 from tests.unit.streams.test_scenarios import load
-from trainmedic.kafka import EventConsumer, EventProducer
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -13,13 +13,13 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 import schemas as s
+from bus.admin import ensure_topic
+from bus.settings import KafkaSettings
 from streams.checkpoint import encode_checkpoint
 from streams.core import Detector
 from streams.live import LiveDetector
 from streams.pipeline import Pipeline
 from streams.service import CHECKPOINT_TOPIC_CONFIG, DetectorService, ServiceConfig
-from trainmedic.kafka.admin import ensure_topic
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -13,12 +13,12 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 import schemas as s
+from bus.recorder import Recorder
+from bus.settings import KafkaSettings
 from schemas import encode
 from streams.replay import replay
 from tests.unit.streams.test_scenarios import load
 from trainmedic.cli import main
-from trainmedic.kafka.recorder import Recorder
-from trainmedic.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

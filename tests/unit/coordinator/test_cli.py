@@ -74,4 +74,4 @@ def test_a_bad_coordinator_config_is_exit_2(tmp_path, capsys) -> None:
 def test_python_dash_m_recovery_is_the_coordinator() -> None:
     out = subprocess.run([sys.executable, "-m", "recovery", "--help"], capture_output=True, text=True,
                          check=True)
-    assert "usage: trainmedic coordinator" in out.stdout and "--insecure" in out.stdout
+    assert "usage: python -m recovery" in out.stdout and "--insecure" in out.stdout

@@ -2,10 +2,10 @@ from pathlib import Path
 
 import pytest
 
+from bus.errors import ConfigError
 from recovery.signing import canonical, load_key, sign, verify
 from schemas import Command, CommandAction, WorkerSpec, decode
 from schemas.topics import adapter
-from trainmedic.errors import ConfigError
 
 KEY = b"cluster-secret"
 

@@ -15,8 +15,13 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
+import bus.metrics
+import ops.alerts.metrics
+import producers.metrics
+import recovery.coordinator.metrics
+import recovery.executor.metrics
+import streams.metrics
 from tests.conftest import ROOT
-from trainmedic import metrics
 
 GRAFANA = ROOT / "compose" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "trainmedic.json"
@@ -27,9 +32,11 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 
 
 def exported() -> tuple[set[str], set[str]]:
-    """Sample names and label names of every metric in trainmedic.metrics."""
+    """Sample names and label names of every metric the services define."""
     samples, labels = set(), {"le"}
-    for metric in vars(metrics).values():
+    modules = (bus.metrics, streams.metrics, recovery.coordinator.metrics, recovery.executor.metrics,
+               producers.metrics, ops.alerts.metrics)
+    for metric in (value for module in modules for value in vars(module).values()):
         if isinstance(metric, MetricWrapperBase):
             for family in metric.describe():
                 samples |= {family.name + suffix for suffix in SUFFIXES[family.type]}

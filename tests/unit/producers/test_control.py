@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from bus.errors import ConfigError
 from producers.control import ControlFile
 from producers.faults import Fault, XidFault
 from producers.service import apply_control
-from trainmedic.errors import ConfigError
 
 
 def append(path: Path, text: str) -> None:

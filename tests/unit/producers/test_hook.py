@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from bus.errors import ConfigError
 from producers.hook import Hook, HookConfig, WorkerIdentity
 from producers.outbox import DropLedger
 from schemas import WorkerFailed, WorkerStarted, WorkerStepped, adapter, encode
-from trainmedic.errors import ConfigError
 
 ENV = {"TRAINMEDIC_JOB": "llama-70b", "RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1",
        "TRAINMEDIC_NODE": "n02", "TRAINMEDIC_GENERATION": "3"}

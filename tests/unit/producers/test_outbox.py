@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from bus.errors import DeliveryError, KafkaError
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from producers.outbox import DropLedger, Outbox
 from schemas import GpuSample
-from trainmedic.errors import DeliveryError, KafkaError
-from trainmedic.kafka import EventProducer
-from trainmedic.settings import KafkaSettings
 
 SAMPLE = GpuSample(ts=1.0, node="n01", gpu=0)
 

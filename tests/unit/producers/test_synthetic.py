@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from bus.errors import ConfigError
 from producers.faults import parse_fault
 from producers.synthetic import SyntheticGpus
 from schemas import GpuSample, adapter, encode
-from trainmedic.errors import ConfigError
 
 T0 = 1_700_000_000.0
 

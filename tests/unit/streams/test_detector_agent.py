@@ -6,10 +6,10 @@ import asyncio
 import json
 
 import schemas as s
+from bus.settings import KafkaSettings
 from streams.app import build_app
 from streams.live import LiveConfig
 from tests.unit.streams.test_scenarios import SCENARIOS
-from trainmedic.settings import KafkaSettings
 
 SETTINGS = KafkaSettings(bootstrap="127.0.0.1:1", topic_prefix="mem.")
 

@@ -1,8 +1,8 @@
 import pytest
 
+from bus.errors import ConfigError
 from recovery.worker.env import WorkerEnv
 from schemas import RestoreSource
-from trainmedic.errors import ConfigError
 
 
 def test_the_env_contract_round_trips():

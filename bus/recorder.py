@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
+from bus.consumer import parse_message
+from bus.errors import KafkaError
+from bus.settings import KafkaSettings
 from schemas import DeadLettered
-from trainmedic.errors import KafkaError
-from trainmedic.kafka.consumer import parse_message
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 # librdkafka repeats every failed connection attempt; the recorder reports errors itself.

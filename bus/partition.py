@@ -12,11 +12,11 @@ import zlib
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
+from bus.admin import wait_for_topics
+from bus.consumer import Record, parse_message
+from bus.errors import KafkaError
+from bus.settings import KafkaSettings
 from schemas import DeadLettered
-from trainmedic.errors import KafkaError
-from trainmedic.kafka.admin import wait_for_topics
-from trainmedic.kafka.consumer import Record, parse_message
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ to `--step-s` seconds to look like real work. Prints one line per step:
 Faults for rehearsals come from a control file (see recovery.worker.faults): hang, kill -9,
 crash. SIGUSR1 (the executor's `reattempt`) re-syncs from rank 0 and re-runs the step.
 
-    python -m recovery.worker.demo_train --steps 200 --step-s 0.1
+    python -m trainmedic.demo.train --steps 200 --step-s 0.1
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The `--metrics-port` flag of every long-running service.
 
-Apart from trainmedic.metrics so that building the parsers (`trainmedic --help`) does not
+Apart from bus.metrics so that building the parsers (`trainmedic --help`) does not
 import prometheus_client.
 """
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from bus.errors import ConfigError
 from schemas import DEFAULT_PREFIX, Topics
-from trainmedic.errors import ConfigError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # librdkafka keys whose values are secrets: kept out of logs and reprs.

@@ -15,10 +15,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 from pydantic import TypeAdapter
 
+from bus.errors import KafkaError
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings
 from schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
-from trainmedic.errors import KafkaError
-from trainmedic.kafka.producer import EventProducer
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

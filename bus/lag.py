@@ -11,8 +11,8 @@ import threading
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from trainmedic import metrics
-from trainmedic.settings import KafkaSettings
+from bus import metrics
+from bus.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

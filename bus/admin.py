@@ -7,8 +7,8 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from trainmedic.errors import KafkaError
-from trainmedic.settings import KafkaSettings
+from bus.errors import KafkaError
+from bus.settings import KafkaSettings
 
 
 def _admin(settings: KafkaSettings) -> AdminClient:

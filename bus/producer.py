@@ -10,9 +10,9 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, Message, Producer
 from pydantic import BaseModel
 
+from bus.errors import DeliveryError, KafkaError
+from bus.settings import KafkaSettings
 from schemas import encode
-from trainmedic.errors import DeliveryError, KafkaError
-from trainmedic.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from trainmedic.errors import KafkaError
-from trainmedic.settings import KafkaSettings
+from bus.errors import KafkaError
+from bus.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

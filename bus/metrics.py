@@ -1,0 +1,32 @@
+"""Metrics every consumer shares, and how a service serves its metrics.
+
+Each service defines its own metrics next to itself (`streams/metrics.py`,
+`recovery/coordinator/metrics.py`, `recovery/executor/metrics.py`, `producers/metrics.py`,
+`ops/alerts/metrics.py`); names start with `trainmedic_`, docs/metrics.md describes each, and
+the Grafana dashboard (compose/grafana/dashboards/) may use only those. A service serves them
+when started with `--metrics-port PORT` (off by default).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter, Gauge, start_http_server
+
+log = logging.getLogger(__name__)
+
+DEAD_LETTERS = Counter("trainmedic_dead_letters", "Messages sent to the dlq because they did not validate",
+                       ["service"])
+CONSUMER_LAG = Gauge("trainmedic_consumer_lag", "Messages a consumer group has not committed yet "
+                     "(high watermark - committed offset), sampled every few seconds",
+                     ["group", "topic", "partition"])
+
+
+def serve_metrics(port: int | None, addr: str = "0.0.0.0") -> int | None:
+    """Start the metrics endpoint in a background thread when `port` is set; the port it listens on."""
+    if port is None:
+        return None
+    server, _ = start_http_server(port, addr=addr)
+    bound = server.server_port
+    log.info("Prometheus metrics on http://%s:%d/metrics", addr, bound)
+    return bound

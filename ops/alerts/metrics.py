@@ -1,0 +1,12 @@
+"""The alert bridge's metrics (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+ALERTS_DELIVERED = Counter("trainmedic_alerts_delivered", "Incident events a sink accepted", ["sink"])
+ALERTS_REJECTED = Counter("trainmedic_alerts_rejected",
+                          "Incident events a sink refused as malformed (4xx), not retried", ["sink"])
+ALERT_RETRIES = Counter("trainmedic_alert_retries", "Failed attempts that will be retried", ["sink"])
+ALERT_BACKLOG = Gauge("trainmedic_alert_backlog", "Incident events waiting for delivery to a sink", ["sink"])
+OPEN_INCIDENTS = Gauge("trainmedic_open_incidents", "Incidents open in the log, by severity", ["severity"])

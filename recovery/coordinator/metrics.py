@@ -1,0 +1,18 @@
+"""The coordinator's metrics (docs/metrics.md); `observe.py` updates them from outside the core."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_RESUME_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+
+RECOVERY_PLANS = Counter("trainmedic_recovery_plans", "Plans the coordinator issued, one per job", ["kind"])
+RECOVERY_OUTCOMES = Counter("trainmedic_recovery_outcomes", "Plans that completed or failed, and incidents "
+                            "the coordinator skipped", ["outcome"])
+COMMANDS_SENT = Counter("trainmedic_commands_sent", "Commands sent, re-sends included", ["action"])
+COMMAND_ACKS = Counter("trainmedic_command_acks", "Acks the coordinator received, by status", ["status"])
+TIME_TO_RESUME = Histogram("trainmedic_time_to_resume_seconds",
+                           "From an incident's earliest evidence to its recovery plan completed",
+                           ["kind"], buckets=_RESUME_BUCKETS)
+NODES = Gauge("trainmedic_nodes", "Nodes the coordinator knows, healthy or isolated", ["state"])
+JOBS = Gauge("trainmedic_jobs", "Jobs the coordinator knows, by state", ["state"])

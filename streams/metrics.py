@@ -1,0 +1,21 @@
+"""The detector's metrics (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+_DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
+
+DETECTOR_EVENTS = Counter("trainmedic_detector_events", "Telemetry events the detector decided on")
+INCIDENTS = Counter("trainmedic_incidents", "Incident events published (opened, resolved)",
+                    ["category", "severity", "status"])
+DETECTION_DELAY = Histogram("trainmedic_detection_delay_seconds",
+                            "Event time from an incident's earliest evidence to its opening (ts - first_ts)",
+                            ["severity"], buckets=_DELAY_BUCKETS)
+
+
+def observe_incident(incident) -> None:
+    """Count one published incident event; an opening also records its detection delay."""
+    INCIDENTS.labels(incident.category, str(incident.severity), str(incident.status)).inc()
+    if incident.status == "open":
+        DETECTION_DELAY.labels(str(incident.severity)).observe(max(0.0, incident.ts - incident.first_ts))
