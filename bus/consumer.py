@@ -8,52 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
-from pydantic import TypeAdapter
 
 from bus.errors import KafkaError
+from bus.message import Record, parse_message
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
-from schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
+from schemas import DeadLettered
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One valid event and where it came from."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: str | None
-    event: Any
-
-
-def parse_message(
-    topics: Topics, topic: str, partition: int, offset: int,
-    key: bytes | None, value: bytes | None, now: float, validator: TypeAdapter | None = None,
-) -> Record | DeadLettered:
-    """Validate one message against its topic's contract (or `validator`). Never raises."""
-    try:
-        if validator is None:
-            spec = topics.spec_of(topic)
-            if spec is None:
-                raise InvalidEvent(f"no contract for topic {topic!r}")
-            validator = adapter(spec.suffix)
-        event = decode(value, validator)
-        text_key = None if key is None else key.decode("utf-8")
-    except (InvalidEvent, UnicodeDecodeError) as err:
-        reason = str(err) if isinstance(err, InvalidEvent) else f"key is not UTF-8: {err}"
-        return DeadLettered.of(
-            ts=now, reason=reason, topic=topic, partition=partition, offset=offset,
-            key=key, value=value,
-        )
-    return Record(topic, partition, offset, text_key, event)
 
 
 class EventConsumer:

@@ -14,8 +14,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from confluent_kafka import KafkaError as RdKafkaError
 
 from bus.admin import wait_for_topics
-from bus.consumer import Record, parse_message
 from bus.errors import KafkaError
+from bus.message import Record, parse_message
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from schemas import DeadLettered

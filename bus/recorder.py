@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from bus.consumer import parse_message
 from bus.errors import KafkaError
+from bus.message import parse_message
 from bus.settings import KafkaSettings
 from schemas import DeadLettered
 

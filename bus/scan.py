@@ -10,12 +10,12 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from bus.errors import KafkaError
+from bus.message import RawMessage
 from bus.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -23,18 +23,6 @@ log = logging.getLogger(__name__)
 # Errors a broker gives for a topic created moments ago; they pass within seconds.
 _NOT_READY = frozenset({RdKafkaError.NOT_LEADER_FOR_PARTITION, RdKafkaError.LEADER_NOT_AVAILABLE,
                         RdKafkaError.UNKNOWN_TOPIC_OR_PART})
-
-
-@dataclass(frozen=True, slots=True)
-class RawMessage:
-    """One message as stored: where it is, its broker timestamp (ms), key and exact value."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
 
 
 class TopicScan:
@@ -151,8 +139,7 @@ class TopicScan:
                 if err.code() != RdKafkaError._PARTITION_EOF:
                     log.warning("reading: %s (retrying)", err.str())
                 continue
-            out.append(RawMessage(msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1],
-                                  msg.key(), msg.value()))
+            out.append(RawMessage.of(msg))
         return out
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from bus.consumer import parse_message
+from bus.message import parse_message
 from bus.metrics import DEAD_LETTERS
 from schemas import DeadLettered, Incident, Topics, encode
 from schemas.codec import TELEMETRY

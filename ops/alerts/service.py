@@ -18,8 +18,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from bus import metrics as bus_metrics
-from bus.consumer import parse_message
 from bus.errors import KafkaError
+from bus.message import parse_message
 from bus.producer import EventProducer
 from bus.scan import TopicScan
 from bus.settings import KafkaSettings

@@ -106,7 +106,7 @@ def _messages(scan, follow: bool):
 def _show(scan, settings, args: argparse.Namespace) -> int:
     import time
 
-    from bus.consumer import parse_message
+    from bus.message import parse_message
     from ops.incident_log.fold import IncidentLog, apply
     from ops.incident_log.render import details, row, story, table
     from ops.incident_log.views import find, timeline, views

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from bus.consumer import Record
 from bus.errors import KafkaError
+from bus.message import Record
 from bus.partition import PartitionReader, partition_count, partition_of
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings

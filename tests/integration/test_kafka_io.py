@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 import schemas as s
 from bus.admin import list_topics
-from bus.consumer import EventConsumer, Record
+from bus.consumer import EventConsumer
 from bus.errors import DeliveryError, KafkaError
+from bus.message import Record
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from tests.unit.test_schemas import EXAMPLES

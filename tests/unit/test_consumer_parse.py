@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import schemas as s
-from bus.consumer import Record, parse_message
+from bus.message import Record, parse_message
 
 TOPICS = s.Topics("t.")
 

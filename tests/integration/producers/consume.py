@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from bus.consumer import EventConsumer, Record
+from bus.consumer import EventConsumer
+from bus.message import Record
 from bus.settings import KafkaSettings
 
 

@@ -1,0 +1,68 @@
+"""What a Kafka message is once read: its raw form with where it came from, and validating it.
+
+`RawMessage` is a message exactly as stored; `Record` a valid contract event with its origin;
+`parse_message` turns the one into the other, or into a `DeadLettered` with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """One message as stored: where it is, its broker timestamp (ms), key and exact value."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+
+    @classmethod
+    def of(cls, msg: Any) -> RawMessage:
+        """From a confluent_kafka Message that carries no error."""
+        return cls(msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1], msg.key(), msg.value())
+
+    @property
+    def where(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One valid event and where it came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    event: Any
+
+
+def parse_message(
+    topics: Topics, topic: str, partition: int, offset: int,
+    key: bytes | None, value: bytes | None, now: float, validator: TypeAdapter | None = None,
+) -> Record | DeadLettered:
+    """Validate one message against its topic's contract (or `validator`). Never raises."""
+    try:
+        if validator is None:
+            spec = topics.spec_of(topic)
+            if spec is None:
+                raise InvalidEvent(f"no contract for topic {topic!r}")
+            validator = adapter(spec.suffix)
+        event = decode(value, validator)
+        text_key = None if key is None else key.decode("utf-8")
+    except (InvalidEvent, UnicodeDecodeError) as err:
+        reason = str(err) if isinstance(err, InvalidEvent) else f"key is not UTF-8: {err}"
+        return DeadLettered.of(
+            ts=now, reason=reason, topic=topic, partition=partition, offset=offset,
+            key=key, value=value,
+        )
+    return Record(topic, partition, offset, text_key, event)
