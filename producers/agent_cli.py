@@ -16,13 +16,14 @@ import argparse
 import socket
 import sys
 
-from producers.cli_args import add_delivery_arguments, duration, names
+from bus.timespan import duration_arg
+from producers.cli_args import add_delivery_arguments, names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--node", help="this node's name (default: this host's name)")
-    parser.add_argument("--interval", type=duration, default=1.0, metavar="DURATION",
+    parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
                         help="time between heartbeats, promised in each (default 1s)")
     parser.add_argument("--links", type=names, default=(), metavar="L1,L2",
                         help="the links to report, e.g. eth0,ib0,mlx5_0:1 (default: every non-loopback, "

@@ -5,15 +5,7 @@ from __future__ import annotations
 import argparse
 
 from bus.metrics_flag import add_metrics_argument
-from producers.faults import parse_duration
-
-
-def duration(text: str) -> float:
-    """An argparse type: `1s`, `500ms`, `2m` or plain seconds."""
-    try:
-        return parse_duration(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+from bus.timespan import duration_arg
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -31,6 +23,6 @@ def add_delivery_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-buffered", type=int, default=10_000, metavar="N",
                        help="messages held locally while Kafka is away; past that, new ones are dropped "
                        "and counted (default %(default)s)")
-    group.add_argument("--flush-timeout", type=duration, default=5.0, metavar="DURATION",
+    group.add_argument("--flush-timeout", type=duration_arg, default=5.0, metavar="DURATION",
                        help="on SIGTERM/SIGINT, how long to try to deliver what is queued (default 5s)")
     add_metrics_argument(parser)

@@ -10,16 +10,16 @@ A fault is a frozen value. `at` is measured from the start of the producer that 
     lost           the GPU stops reporting                   keys: node, gpu, at
     flap=LINK      a NIC goes down for `for` (default 3s)    keys: node, at, for
 
-Durations are `30s`, `500ms`, `2m` or plain seconds.
+Durations are plain seconds or carry a unit: `500ms`, `30s`, `2m`, `1h` (bus.timespan).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from bus.errors import ConfigError
+from bus.timespan import parse_duration
 
 
 class FaultSpecError(ConfigError):
@@ -106,16 +106,6 @@ KINDS: dict[str, _Kind] = {
     "lost": _Kind(_GPU_KEYS, None),
     "flap": _Kind(frozenset({"node", "at", "for"}), "a link name, e.g. eth0"),
 }
-_DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(ms|s|m)?$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from `30s`, `500ms`, `2m` or a plain number of seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (e.g. 30s, 500ms, 2m)")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
 def parse_fault(spec: str) -> Fault:

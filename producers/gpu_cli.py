@@ -19,7 +19,8 @@ import argparse
 import socket
 import sys
 
-from producers.cli_args import add_delivery_arguments, duration, names
+from bus.timespan import duration_arg
+from producers.cli_args import add_delivery_arguments, names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", choices=("nvml", "dcgm", "synthetic"), default="nvml",
                         help="where samples come from (default: nvml)")
     parser.add_argument("--node", help="the node name on the samples (default: this host's name)")
-    parser.add_argument("--interval", type=duration, default=1.0, metavar="DURATION",
+    parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
                         help="time between samples of a GPU, e.g. 1s or 250ms (default 1s)")
     dcgm = parser.add_argument_group("dcgm-exporter (--source dcgm)")
     dcgm.add_argument("--dcgm-url", metavar="URL", help="e.g. http://localhost:9400/metrics")

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _start(text: str) -> str | float:
-    from streams.record import parse_instant
+    from bus.timespan import parse_instant
 
     if text in ("earliest", "latest"):
         return text

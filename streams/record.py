@@ -13,39 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
+from bus.timespan import duration_arg, instant_arg
+
 if TYPE_CHECKING:
     from bus.recorder import Counts, Recorder
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_SPAN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in '30s', '10m', '2h', '1.5d'; must be positive."""
-    match = _SPAN.match(text)
-    if not match or float(match[1]) <= 0:
-        raise ValueError(f"{text!r} is not a duration like 30s, 10m, 2h or 1d")
-    return float(match[1]) * _UNITS[match[2]]
-
-
-def parse_instant(text: str, now: float) -> float:
-    """Unix seconds of an ISO 8601 time (no offset means UTC) or of a span ago ('10m')."""
-    if _SPAN.match(text):
-        return now - parse_duration(text)
-    try:
-        moment = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is neither an ISO 8601 time nor a span ago like 10m or 2h") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def parse_start_offset(text: str) -> str | int:
@@ -57,29 +33,27 @@ def parse_start_offset(text: str) -> str | int:
     raise ValueError(f"{text!r} is not earliest, latest or an offset >= 0")
 
 
-def _arg(parse, *extra):
-    def convert(text: str):
-        try:
-            return parse(text, *(f() for f in extra))
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-    convert.__name__ = parse.__name__.removeprefix("parse_")  # argparse names it in errors
-    return convert
+def start_offset_arg(text: str) -> str | int:
+    """An argparse type: `parse_start_offset`."""
+    try:
+        return parse_start_offset(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     start = parser.add_argument_group("start (one is required)").add_mutually_exclusive_group(required=True)
-    start.add_argument("--from-time", type=_arg(parse_instant, time.time), metavar="TIME",
+    start.add_argument("--from-time", type=instant_arg(time.time), metavar="TIME",
                        help="first message produced at or after TIME: ISO 8601 (no offset = UTC, "
                             "e.g. 2025-05-01T12:00:00Z) or a span ago (30s, 10m, 2h, 1d)")
-    start.add_argument("--from-offset", type=_arg(parse_start_offset), metavar="OFFSET",
+    start.add_argument("--from-offset", type=start_offset_arg, metavar="OFFSET",
                        help="earliest, latest, or an offset N in every partition")
     end = parser.add_argument_group("end (default: the end of every partition when the command "
                                     "starts)").add_mutually_exclusive_group()
-    end.add_argument("--until", type=_arg(parse_instant, time.time), metavar="TIME",
+    end.add_argument("--until", type=instant_arg(time.time), metavar="TIME",
                      help="stop before the first message produced at or after TIME (ISO 8601, "
                           "or a span ago); a future TIME records live until then")
-    end.add_argument("--duration", type=_arg(parse_duration), metavar="SPAN",
+    end.add_argument("--duration", type=duration_arg, metavar="SPAN",
                      help="record SPAN (30s, 10m, 2h) of messages from --from-time, or from now "
                           "with --from-offset")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE",
@@ -96,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from bus.recorder import Recorder
     from bus.settings import KafkaSettings
 
+    if args.duration == 0:
+        print("trainmedic record: --duration must be longer than 0s", file=sys.stderr)
+        return 2
     started = time.time()
     start_ts = args.from_time
     end_ts = args.until

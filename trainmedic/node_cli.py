@@ -18,13 +18,14 @@ import socket
 import sys
 
 from bus.metrics_flag import add_metrics_argument
-from producers.cli_args import duration, names
+from bus.timespan import duration_arg
+from producers.cli_args import names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--node", help="this node's name (default: this host's name)")
-    parser.add_argument("--interval", type=duration, default=1.0, metavar="DURATION",
+    parser.add_argument("--interval", type=duration_arg, default=1.0, metavar="DURATION",
                         help="heartbeat and GPU sampling interval (default 1s)")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
     add_metrics_argument(parser)

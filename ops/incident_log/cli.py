@@ -53,11 +53,11 @@ def run(args: argparse.Namespace) -> int:
     from bus.errors import TrainmedicError
     from bus.scan import TopicScan
     from bus.settings import KafkaSettings
-    from ops.incident_log.render import parse_since
+    from bus.timespan import parse_instant
 
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
-        start_ts = parse_since(args.since, time.time()) if args.since else None
+        start_ts = parse_instant(args.since, time.time()) if args.since else None
     except (TrainmedicError, ValueError) as err:
         print(f"trainmedic incidents: {err}", file=sys.stderr)
         return 2

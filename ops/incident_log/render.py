@@ -1,30 +1,13 @@
-"""Text for people: the incident table, one incident's fields, its timeline; and `--since` times."""
+"""Text for people: the incident table, one incident's fields, its timeline."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 from ops.incident_log.views import Entry, IncidentView
 
 COLUMNS = ("ID", "STATUS", "SEV", "CATEGORY", "JOB", "NODE", "OPENED (UTC)", "DELAY", "RESOLVED IN",
            "RECOVERY")
-_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_since(text: str, now: float) -> float:
-    """Unix seconds from an ISO time (naive means UTC) or a span back from `now` (`10m`, `2h`, `1d`)."""
-    text = text.strip()
-    match = _RELATIVE.match(text)
-    if match:
-        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is neither an ISO time (2024-05-01T12:00:00Z) nor a span (10m, 2h, 1d)") \
-            from None
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def iso(ts: float | None) -> str:
