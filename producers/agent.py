@@ -11,7 +11,7 @@ from bus.errors import ConfigError
 from bus.settings import KafkaSettings
 from producers.config import HostAgentConfig
 from producers.control import ControlFile
-from producers.faults import Fault, LinkFlap
+from producers.faults import HardwareFault, LinkFlap
 from producers.links import discover_links, missing_links, read_links
 from producers.outbox import Outbox
 from producers.service import apply_control, open_outbox, serve
@@ -77,7 +77,7 @@ def run_agent(
                          what="heartbeats")
     control = ControlFile.at_end(config.control) if config.control else None
 
-    def inject(fault: Fault, now: float) -> None:
+    def inject(fault: HardwareFault, now: float) -> None:
         if not isinstance(fault, LinkFlap):
             raise ConfigError("the host agent injects link flaps only (flap=LINK,at=...,for=...)")
         agent.inject(fault, now)

@@ -86,7 +86,8 @@ class LinkFlap:
         return self.at_s <= elapsed_s < self.at_s + self.for_s
 
 
-Fault = XidFault | EccFault | NvlinkFault | ThermalFault | GpuLostFault | LinkFlap
+# A synthetic hardware fault the producers inject: one of a GPU's, or a NIC's link flap.
+HardwareFault = XidFault | EccFault | NvlinkFault | ThermalFault | GpuLostFault | LinkFlap
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ KINDS: dict[str, _Kind] = {
 }
 
 
-def parse_fault(spec: str) -> Fault:
+def parse_fault(spec: str) -> HardwareFault:
     """One fault from its spec; raises FaultSpecError saying what is wrong and what is allowed."""
     try:
         return _parse(spec)
@@ -116,7 +117,7 @@ def parse_fault(spec: str) -> Fault:
         raise FaultSpecError(f"bad fault {spec!r}: {err}") from None
 
 
-def _parse(spec: str) -> Fault:
+def _parse(spec: str) -> HardwareFault:
     parts = [p.strip() for p in spec.split(",")]
     if not parts[0]:
         raise ValueError(f"empty; start with one of {', '.join(KINDS)}")
@@ -142,7 +143,7 @@ def _parse(spec: str) -> Fault:
     return _build(kind, value.strip(), keys)
 
 
-def _build(kind: str, value: str, keys: dict[str, str]) -> Fault:
+def _build(kind: str, value: str, keys: dict[str, str]) -> HardwareFault:
     at_s = parse_duration(keys["at"]) if "at" in keys else 0.0
     node = keys.get("node")
     if kind == "flap":

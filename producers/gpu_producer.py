@@ -11,7 +11,7 @@ from bus.settings import KafkaSettings
 from producers.config import GpuProducerConfig
 from producers.control import ControlFile
 from producers.dcgm_scraper import DcgmScraper
-from producers.faults import Fault, GpuFault
+from producers.faults import GpuFault, HardwareFault
 from producers.nvml import NvmlGpus
 from producers.outbox import Outbox
 from producers.service import apply_control, open_outbox, serve
@@ -58,7 +58,7 @@ class GpuProducer:
             self.outbox.send(self.topic, sample, key=sample.node)
         self.outbox.poll()
 
-    def _inject(self, fault: Fault, now: float) -> None:
+    def _inject(self, fault: HardwareFault, now: float) -> None:
         if not isinstance(self.source, SyntheticGpus) or not isinstance(fault, GpuFault):
             raise ConfigError("only GPU faults (xid, ecc, nvlink, thermal, lost) on synthetic GPUs")
         self.source.inject(fault, now)

@@ -12,7 +12,7 @@ from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from producers.config import Delivery
 from producers.control import ControlFile
-from producers.faults import Fault, FaultSpecError, parse_fault
+from producers.faults import FaultSpecError, HardwareFault, parse_fault
 from producers.loop import run_every
 from producers.outbox import Outbox
 
@@ -25,7 +25,8 @@ def open_outbox(settings: KafkaSettings, delivery: Delivery, *, client_id: str, 
     return Outbox(producer, what=what)
 
 
-def apply_control(control: ControlFile | None, inject: Callable[[Fault, float], None], now: float) -> None:
+def apply_control(control: ControlFile | None, inject: Callable[[HardwareFault, float], None],
+                  now: float) -> None:
     """Parse and inject the fault lines appended to the control file; a bad line is logged and skipped."""
     if control is None:
         return

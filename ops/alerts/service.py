@@ -27,7 +27,7 @@ from ops.alerts import metrics, payloads
 from ops.alerts.config import AlertBridgeConfig
 from ops.alerts.delivery import Delivery, DeliveryBook
 from ops.alerts.http import Outcome, Result, post_json
-from ops.incident_log.fold import IncidentLog, apply
+from ops.incident_log.fold import IncidentHistory, apply
 from ops.incident_log.views import views
 from schemas import AlertDelivered, DeadLettered, Incident, IncidentStatus
 
@@ -56,7 +56,7 @@ class AlertBridge:
 
     def start(self, timeout_s: float = 30.0) -> None:
         topic = self.settings.topics.incidents
-        log_state = IncidentLog()
+        log_state = IncidentHistory()
         with TopicScan(self.settings, [topic], timeout_s=timeout_s) as scan:
             for msg in scan.backlog():
                 parsed = parse_message(self.settings.topics, msg.topic, msg.partition, msg.offset, msg.key,

@@ -107,12 +107,12 @@ def _show(scan, settings, args: argparse.Namespace) -> int:
     import time
 
     from bus.message import parse_message
-    from ops.incident_log.fold import IncidentLog, apply
+    from ops.incident_log.fold import IncidentHistory, apply
     from ops.incident_log.render import details, row, story, table
     from ops.incident_log.views import find, timeline, views
     from schemas import DeadLettered
 
-    log = IncidentLog()
+    log = IncidentHistory()
 
     def fold_in(messages) -> None:
         for msg in messages:

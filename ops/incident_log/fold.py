@@ -19,8 +19,8 @@ Outcome = RecoveryCompleted | RecoveryFailed
 
 
 @dataclass
-class IncidentLog:
-    """Everything the log said about incidents and their recovery, by identity."""
+class IncidentHistory:
+    """Everything the incidents topic said about incidents and their recovery, by identity."""
 
     incidents: dict[tuple[str, str], Incident] = field(default_factory=dict)  # (id, status)
     plans: dict[tuple[str, str], RecoveryPlanned] = field(default_factory=dict)  # (plan_id, job)
@@ -39,26 +39,26 @@ def _first(known, new):
     return known
 
 
-def apply(log: IncidentLog, event: object) -> IncidentLog:
-    """Fold one event into `log` (in place, returned). Events of other types change nothing."""
+def apply(history: IncidentHistory, event: object) -> IncidentHistory:
+    """Fold one event into `history` (in place, returned). Events of other types change nothing."""
     match event:
         case Incident():
             key = (event.id, str(event.status))
-            log.incidents[key] = _first(log.incidents.get(key), event)
+            history.incidents[key] = _first(history.incidents.get(key), event)
         case RecoveryPlanned():
             key = (event.plan_id, event.job)
-            log.plans[key] = _first(log.plans.get(key), event)
+            history.plans[key] = _first(history.plans.get(key), event)
         case RecoveryCompleted() | RecoveryFailed():
             key = (event.plan_id, event.job)
-            log.outcomes[key] = _first(log.outcomes.get(key), event)
+            history.outcomes[key] = _first(history.outcomes.get(key), event)
         case RecoverySkipped() if event.incident_id is not None:
-            log.skips[event.incident_id] = _first(log.skips.get(event.incident_id), event)
-    return log
+            history.skips[event.incident_id] = _first(history.skips.get(event.incident_id), event)
+    return history
 
 
-def fold(events: Iterable[object], log: IncidentLog | None = None) -> IncidentLog:
-    """The state after every event, starting from `log` (or empty)."""
-    log = log if log is not None else IncidentLog()
+def fold(events: Iterable[object], history: IncidentHistory | None = None) -> IncidentHistory:
+    """The state after every event, starting from `history` (or empty)."""
+    history = history if history is not None else IncidentHistory()
     for event in events:
-        apply(log, event)
-    return log
+        apply(history, event)
+    return history

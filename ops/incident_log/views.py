@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ops.incident_log.fold import IncidentLog
+from ops.incident_log.fold import IncidentHistory
 from schemas.incident import Incident, IncidentStatus
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
 
@@ -60,38 +60,40 @@ class IncidentView:
         return min(done) - self.incident.first_ts if done else None
 
 
-def _view(log: IncidentLog, iid: str, escalations: dict[str, str]) -> IncidentView:
-    seen = log.statuses(iid)
+def _view(history: IncidentHistory, iid: str, escalations: dict[str, str]) -> IncidentView:
+    seen = history.statuses(iid)
     opened, resolved = seen.get(IncidentStatus.OPEN), seen.get(IncidentStatus.RESOLVED)
-    plans = tuple(sorted((p for p in log.plans.values() if p.incident_id == iid),
+    plans = tuple(sorted((p for p in history.plans.values() if p.incident_id == iid),
                          key=lambda p: (p.ts, p.plan_id, p.job)))
-    outcomes = tuple(sorted((log.outcomes[(p.plan_id, p.job)] for p in plans
-                             if (p.plan_id, p.job) in log.outcomes), key=lambda o: (o.ts, o.plan_id, o.job)))
+    outcomes = tuple(sorted((history.outcomes[(p.plan_id, p.job)] for p in plans
+                             if (p.plan_id, p.job) in history.outcomes),
+                            key=lambda o: (o.ts, o.plan_id, o.job)))
     return IncidentView(incident=resolved or opened, opened=opened, resolved=resolved, plans=plans,
-                        outcomes=outcomes, skipped=log.skips.get(iid), escalated_from=escalations.get(iid))
+                        outcomes=outcomes, skipped=history.skips.get(iid),
+                        escalated_from=escalations.get(iid))
 
 
-def _escalations(log: IncidentLog) -> dict[str, str]:
+def _escalations(history: IncidentHistory) -> dict[str, str]:
     """Escalated incident id -> the incident whose plan failed into it."""
     out = {}
-    for (plan_id, job), outcome in log.outcomes.items():
-        plan = log.plans.get((plan_id, job))
+    for (plan_id, job), outcome in history.outcomes.items():
+        plan = history.plans.get((plan_id, job))
         if isinstance(outcome, RecoveryFailed) and outcome.escalation and plan and plan.incident_id:
             out[outcome.escalation] = plan.incident_id
     return out
 
 
-def views(log: IncidentLog) -> list[IncidentView]:
-    """Every incident the log holds an incident event for, by earliest evidence (then id)."""
-    escalations = _escalations(log)
-    ids = {iid for iid, _ in log.incidents}
-    found = [_view(log, iid, escalations) for iid in ids]
+def views(history: IncidentHistory) -> list[IncidentView]:
+    """Every incident the history holds an incident event for, by earliest evidence (then id)."""
+    escalations = _escalations(history)
+    ids = {iid for iid, _ in history.incidents}
+    found = [_view(history, iid, escalations) for iid in ids]
     return sorted(found, key=lambda v: (v.incident.first_ts, v.id))
 
 
-def find(log: IncidentLog, prefix: str) -> list[IncidentView]:
+def find(history: IncidentHistory, prefix: str) -> list[IncidentView]:
     """The incidents whose id is `prefix` exactly, else those whose id starts with it."""
-    every = views(log)
+    every = views(history)
     exact = [v for v in every if v.id == prefix]
     return exact or [v for v in every if v.id.startswith(prefix)]
 

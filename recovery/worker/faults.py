@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 FAULTS_ENV = "TRAINMEDIC_DEMO_FAULTS"
 
 
-class Fault(BaseModel):
-    """One armed fault."""
+class RankFault(BaseModel):
+    """One fault armed for a rank of a training job (the control file's JSON object)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -35,10 +35,10 @@ class Fault(BaseModel):
     generation: int | None = Field(default=None, ge=0)
 
 
-_FAULTS = TypeAdapter(Fault | list[Fault])
+_FAULTS = TypeAdapter(RankFault | list[RankFault])
 
 
-def read_faults(path: Path | None) -> list[Fault]:
+def read_faults(path: Path | None) -> list[RankFault]:
     """The faults in the control file; none when it is absent, empty or not valid (a rehearsal
     typo must not kill the training job)."""
     if path is None:
@@ -51,7 +51,7 @@ def read_faults(path: Path | None) -> list[Fault]:
     return parsed if isinstance(parsed, list) else [parsed]
 
 
-def due(faults: list[Fault], *, rank: int, step: int, generation: int) -> Fault | None:
+def due(faults: list[RankFault], *, rank: int, step: int, generation: int) -> RankFault | None:
     """The first fault that applies to this rank at this step and generation."""
     for fault in faults:
         if fault.rank == rank and step >= fault.at_step and fault.generation in (None, generation):
@@ -59,7 +59,7 @@ def due(faults: list[Fault], *, rank: int, step: int, generation: int) -> Fault 
     return None
 
 
-def inject(fault: Fault, *, step: int) -> None:
+def inject(fault: RankFault, *, step: int) -> None:
     """Carry the fault out. `hang` never returns (SIGTERM/SIGKILL still end the process)."""
     print(f"FAULT {fault.fault} injected at step {step}", flush=True)
     if fault.fault == "kill":

@@ -14,11 +14,11 @@ from bisect import insort
 
 from streams.core.config import DetectorConfig
 from streams.core.incidents import IncidentBook
-from streams.core.state import Clue, DetectorState, Group, JobState, NodeState, OpenIncident
+from streams.core.state import Clue, DetectorState, Group, JobWatch, NodeState, OpenIncident
 from streams.core.taxonomy import CATEGORIES, Resolves
 
 
-def add_clue(job: JobState, clue: Clue, hold_s: float, max_lines: int) -> float | None:
+def add_clue(job: JobWatch, clue: Clue, hold_s: float, max_lines: int) -> float | None:
     """Put evidence into the job's group; return the release time if it became earlier."""
     group = job.group
     if group is None:
@@ -54,7 +54,7 @@ def affected(state: DetectorState, node: NodeState) -> tuple[str | None, list[in
     return None, [], jobs, lines
 
 
-def overdue_until(state: DetectorState, cfg: DetectorConfig, job: JobState, now: float
+def overdue_until(state: DetectorState, cfg: DetectorConfig, job: JobWatch, now: float
                   ) -> float | None:
     """If a node of the job has missed its promised heartbeat, or one of its GPUs its sample,
     but neither is declared lost yet: the latest time at which that will be decided. Else None.
@@ -106,7 +106,7 @@ def own_generation(state: DetectorState, book: IncidentBook, rec: OpenIncident) 
             job.open_ids.append(rec.id)
 
 
-def decide(book: IncidentBook, name: str, job: JobState, ts: float) -> OpenIncident:
+def decide(book: IncidentBook, name: str, job: JobWatch, ts: float) -> OpenIncident:
     """Turn the job's group into one incident: the best clue is the root cause."""
     group = job.group
     job.group = None

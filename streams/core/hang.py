@@ -7,10 +7,10 @@ collective), so the job's progress (its highest step) is what is timed, once per
 from __future__ import annotations
 
 from streams.core.config import HangConfig
-from streams.core.state import JobState
+from streams.core.state import JobWatch
 
 
-def record_step_time(job: JobState, step_time: float, cfg: HangConfig) -> None:
+def record_step_time(job: JobWatch, step_time: float, cfg: HangConfig) -> None:
     """Learn from one job step (called when the job's highest step advances). The first
     `warmup_steps` steps (compile, data loader warm-up) are not typical and are skipped."""
     job.steps_seen += 1
@@ -24,14 +24,14 @@ def record_step_time(job: JobState, step_time: float, cfg: HangConfig) -> None:
         job.threshold = max(cfg.floor_s, cfg.factor * median(times))
 
 
-def describe_threshold(job: JobState, cfg: HangConfig) -> str:
+def describe_threshold(job: JobWatch, cfg: HangConfig) -> str:
     if len(job.step_times) < cfg.min_samples:
         return f"warm-up threshold {cfg.warmup_s:g}s"
     return (f"threshold {job.threshold:.1f}s = max(floor {cfg.floor_s:g}s, "
             f"{cfg.factor:g} x median step {median(job.step_times):.2f}s)")
 
 
-def stopped_first(job: JobState) -> tuple[list[int], int, int]:
+def stopped_first(job: JobWatch) -> tuple[list[int], int, int]:
     """(ranks at the lowest step, that step, the highest step any rank reached). When every
     rank stopped at the same step the first list holds them all."""
     low = min(rank.step for rank in job.ranks.values())

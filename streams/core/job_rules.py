@@ -10,7 +10,7 @@ from streams.core.deadlines import Deadlines, Timer
 from streams.core.hang import describe_threshold, record_step_time, stopped_first
 from streams.core.incidents import IncidentBook
 from streams.core.node_rules import NodeRules
-from streams.core.state import Clue, DetectorState, JobState, OpenIncident, RankState
+from streams.core.state import Clue, DetectorState, JobWatch, OpenIncident, RankState
 from streams.core.straggler import rank_medians, record_rank_step
 from streams.core.taxonomy import (
     CATEGORIES,
@@ -173,13 +173,13 @@ class JobRules:
 
     # -- membership and generations ----------------------------------------------------
 
-    def _worker(self, ev: WorkerEvent) -> tuple[JobState, RankState] | None:
+    def _worker(self, ev: WorkerEvent) -> tuple[JobWatch, RankState] | None:
         """The job and rank of a worker event, placing the rank on its node; None for an
         event of an older generation (a fenced-off process)."""
         self.nodes.seen(ev.node, ev.ts)
         job = self.state.jobs.get(ev.job)
         if job is None:
-            job = self.state.jobs[ev.job] = JobState(gen=ev.generation, last_progress=ev.ts,
+            job = self.state.jobs[ev.job] = JobWatch(gen=ev.generation, last_progress=ev.ts,
                                                      threshold=self.config.hang.warmup_s)
             self.timers.arm(Timer.HANG, ev.job, ev.ts + job.threshold)
         elif ev.generation != job.gen:
@@ -191,7 +191,7 @@ class JobRules:
             rank = self._place(ev.job, job, ev, rank)
         return job, rank
 
-    def _place(self, name: str, job: JobState, ev: WorkerEvent, rank: RankState | None
+    def _place(self, name: str, job: JobWatch, ev: WorkerEvent, rank: RankState | None
                ) -> RankState:
         if rank is None:
             rank = job.ranks[ev.rank] = RankState(ev.node)
@@ -217,14 +217,14 @@ class JobRules:
             if not ranks:
                 del node.jobs[name]
 
-    def _leave(self, name: str, job: JobState, rank_no: int, ts: float) -> None:
+    def _leave(self, name: str, job: JobWatch, rank_no: int, ts: float) -> None:
         rank = job.ranks.pop(rank_no)
         self._unlist(name, rank.node, rank_no)
         self._clear_straggler(rank, ts, "rank exited")
         if not job.ranks:
             self._end(name, job, ts)
 
-    def _end(self, name: str, job: JobState, ts: float) -> None:
+    def _end(self, name: str, job: JobWatch, ts: float) -> None:
         """Every rank exited: decide what is pending, clear what the job's steps would."""
         if job.group is not None:
             decide(self.book, name, job, job.group.release)
@@ -236,7 +236,7 @@ class JobRules:
                     self.book.resolve(rec, ts, f"job {name} ended")
         del self.state.jobs[name]
 
-    def _new_generation(self, name: str, job: JobState, ev: WorkerEvent) -> None:
+    def _new_generation(self, name: str, job: JobWatch, ev: WorkerEvent) -> None:
         """The job was restarted: its ranks, progress and stragglers start afresh."""
         if job.group is not None:
             decide(self.book, name, job, min(job.group.release, ev.ts))
@@ -258,7 +258,7 @@ class JobRules:
 
     # -- correlation -------------------------------------------------------------------
 
-    def _clue(self, name: str, job: JobState, category: str, specificity: int, hold: Hold,
+    def _clue(self, name: str, job: JobWatch, category: str, specificity: int, hold: Hold,
               ev: WorkerEvent, text: str) -> None:
         clue = Clue(specificity, ev.ts, ev.rank, ev.node, category,
                     f"{ev.ts:.3f} rank {ev.rank} on {ev.node}: {text}")
@@ -273,7 +273,7 @@ class JobRules:
         if release is not None:
             self.timers.arm(Timer.RELEASE, name, release)
 
-    def _progress(self, name: str, job: JobState, ev: WorkerStepped) -> None:
+    def _progress(self, name: str, job: JobWatch, ev: WorkerStepped) -> None:
         """The job steps: resolve what its recovery clears."""
         for iid in list(job.open_ids):
             rec = self.book.get(iid)

@@ -78,7 +78,10 @@ class Group:
 
 
 @dataclass(slots=True)
-class JobState:
+class JobWatch:
+    """What the detector follows of one job at its current generation: its ranks, step
+    progress and hang threshold, and the failure evidence waiting for correlation."""
+
     gen: int
     last_progress: float
     ranks: dict[int, RankState] = field(default_factory=dict)
@@ -115,7 +118,7 @@ class OpenIncident:
 class DetectorState:
     clock: float = 0.0
     nodes: dict[str, NodeState] = field(default_factory=dict)
-    jobs: dict[str, JobState] = field(default_factory=dict)
+    jobs: dict[str, JobWatch] = field(default_factory=dict)
     incidents: dict[str, OpenIncident] = field(default_factory=dict)
     sev3_history: dict[str, list[float]] = field(default_factory=dict)  # "category|job" -> ts
     sev2_history: dict[str, list[float]] = field(default_factory=dict)  # node -> ts
@@ -164,11 +167,11 @@ def _node(d: dict[str, Any]) -> NodeState:
     })
 
 
-def _job(d: dict[str, Any]) -> JobState:
+def _job(d: dict[str, Any]) -> JobWatch:
     group = d["group"]
     if group is not None:
         group = Group(**{**group, "best": Clue(*group["best"])})
-    return JobState(**{
+    return JobWatch(**{
         **d,
         "ranks": {int(k): RankState(**v) for k, v in d["ranks"].items()},
         "group": group,

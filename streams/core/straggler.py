@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streams.core.config import StragglerConfig
 from streams.core.hang import median
-from streams.core.state import JobState
+from streams.core.state import JobWatch
 
 
 def record_rank_step(times: list[float], step_time: float, cfg: StragglerConfig) -> None:
@@ -13,7 +13,7 @@ def record_rank_step(times: list[float], step_time: float, cfg: StragglerConfig)
         del times[0]
 
 
-def rank_medians(job: JobState, cfg: StragglerConfig) -> tuple[dict[int, float], float] | None:
+def rank_medians(job: JobWatch, cfg: StragglerConfig) -> tuple[dict[int, float], float] | None:
     """(median step time of every rank with a full window, the median of those) or None when
     too few ranks have a full window to compare. Medians ignore an occasional slow step."""
     medians = {r: median(rank.times) for r, rank in job.ranks.items()

@@ -45,8 +45,8 @@ class FaultResult:
 
 
 @dataclass(frozen=True)
-class Fault:
-    """A fault to inject and the outcome that means the job healed."""
+class DemoFault:
+    """A fault the demo injects into its local cluster, and the outcome that means the job healed."""
 
     name: str
     expected_category: str
@@ -96,7 +96,7 @@ def arm_hang(fault_file: Path, timeline: Timeline, rank: int, steps_ahead: int =
     fault_file.write_text(json.dumps([fault]))
 
 
-def run_fault(fault: Fault, cluster: LocalCluster, watcher: Watcher, timeout_s: float) -> FaultResult:
+def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout_s: float) -> FaultResult:
     """Inject `fault`, wait until the job steps again as expected, and measure."""
     with watcher.lock:
         before_gen = watcher.timeline.generation

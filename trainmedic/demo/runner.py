@@ -20,7 +20,15 @@ from bus.settings import KafkaSettings, home
 from schemas import JobSpec, JobSubmitted
 from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
-from trainmedic.demo.faults import Fault, FaultResult, gpu_fault, hang_rank, kill_rank, link_flap, run_fault
+from trainmedic.demo.faults import (
+    DemoFault,
+    FaultResult,
+    gpu_fault,
+    hang_rank,
+    kill_rank,
+    link_flap,
+    run_fault,
+)
 from trainmedic.demo.watch import Watcher
 
 JOB = "demo"
@@ -33,13 +41,13 @@ def say(text: str) -> None:
     print(f"[demo {time.monotonic() - STARTED:6.1f}s] {text}", flush=True)
 
 
-def faults(nodes: tuple[str, ...]) -> list[Fault]:
+def faults(nodes: tuple[str, ...]) -> list[DemoFault]:
     return [
-        Fault("kill", "process_exit", "restart", kill_rank(JOB, nodes[1]), lambda w: w),
-        Fault("xid79", "gpu_lost", "reconfigure", gpu_fault(nodes[-1], "xid=79,gpu=0"),
+        DemoFault("kill", "process_exit", "restart", kill_rank(JOB, nodes[1]), lambda w: w),
+        DemoFault("xid79", "gpu_lost", "reconfigure", gpu_fault(nodes[-1], "xid=79,gpu=0"),
               lambda w: w - w // len(nodes)),
-        Fault("hang", "hang", "restart", hang_rank(rank=0), lambda w: w),
-        Fault("flap", "link_flap", "reattempt", link_flap(nodes[0], "ib0", for_s=2.0), lambda w: w),
+        DemoFault("hang", "hang", "restart", hang_rank(rank=0), lambda w: w),
+        DemoFault("flap", "link_flap", "reattempt", link_flap(nodes[0], "ib0", for_s=2.0), lambda w: w),
     ]
 
 

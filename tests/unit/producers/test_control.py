@@ -9,7 +9,7 @@ import pytest
 
 from bus.errors import ConfigError
 from producers.control import ControlFile
-from producers.faults import Fault, XidFault
+from producers.faults import HardwareFault, XidFault
 from producers.service import apply_control
 
 
@@ -44,9 +44,9 @@ def test_good_lines_are_injected_bad_ones_logged_and_skipped(
     path = tmp_path / "ctl"
     control = ControlFile.at_end(path)
     append(path, "xid=79,gpu=3\nxid=banana\nxid=48,node=n09\nxid=13\n")
-    injected: list[tuple[Fault, float]] = []
+    injected: list[tuple[HardwareFault, float]] = []
 
-    def inject(fault: Fault, now: float) -> None:
+    def inject(fault: HardwareFault, now: float) -> None:
         if isinstance(fault, XidFault) and fault.node == "n09":
             raise ConfigError("no node n09")
         injected.append((fault, now))
