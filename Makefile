@@ -2,7 +2,7 @@
 # work on a fresh clone. Dependencies come from requirements.lock through uv, whose cache
 # (~/.cache/uv) makes repeated set-ups of the multi-GB torch build take seconds. Bytecode is
 # compiled at install: where PYTHONDONTWRITEBYTECODE is set, every rank would otherwise
-# compile torch from source at each start (3.6 s instead of 2.4 s per `import torch`).
+# compile torch from source at each start, a slower `import torch` (docs/demo.md has the times).
 
 PYTHON ?= python3
 VENV   := .venv

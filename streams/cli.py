@@ -9,8 +9,8 @@ docs/streams.md).
 
 Engines: `consumer` (default) is a plain Kafka consumer loop; `faust` runs the same pipeline
 as a Faust app, with its state in a changelog-backed table. Faust's per-message path is
-several times slower: it drains 7-10k events/s where the consumer engine drains 56-114k on
-two cores (docs/streams.md).
+several times slower (docs/streams.md, "Throughput", has the rates `bench/detector_live.py`
+measures).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """A warm launcher for rank processes: one interpreter that has already imported torch forks
 each rank, so a (re)start costs a fork instead of an interpreter start plus `import torch`
-per rank (2–4 s of CPU each; eight ranks on two cores wait ten seconds or more for it).
+per rank, CPU-bound work that ranks restarting together queue for (docs/executor.md, "Warm
+rank start", has the times).
 
 Only commands of the form `[nice -n N] PYTHON -m MODULE ARGS...`, where PYTHON is this
 executor's own interpreter, are forked warm; anything else starts cold with a plain exec.
