@@ -17,6 +17,11 @@ def _admin(settings: KafkaSettings) -> AdminClient:
 
 def list_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
     """Names of the broker's topics; raises KafkaError when the broker does not answer."""
+    return set(describe_topics(settings, timeout_s))
+
+
+def describe_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> dict[str, int]:
+    """The broker's topics and their partition counts; raises KafkaError when the broker does not answer."""
     try:
         meta = _admin(settings).list_topics(timeout=timeout_s)
     except KafkaException as err:
@@ -25,7 +30,7 @@ def list_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
             f"({err.args[0].str()}); start one with `trainmedic broker start`",
             code=err.args[0].name(), retryable=True,
         ) from None
-    return set(meta.topics)
+    return {name: len(topic.partitions) for name, topic in meta.topics.items() if topic.error is None}
 
 
 def wait_for_broker(settings: KafkaSettings, timeout_s: float = 60.0) -> None:

@@ -50,6 +50,8 @@ SPECS: tuple[TopicSpec, ...] = (
     TopicSpec("dlq", "source topic", 3, 30 * DAY_MS, DeadLettered),
 )
 BY_SUFFIX = {spec.suffix: spec for spec in SPECS}
+# Services whose default names (consumer group, app id, their own topics) derive from the prefix.
+OWNING_ROLES = ("detector", "alerts")
 
 
 class Topics:
@@ -71,6 +73,18 @@ class Topics:
 
     def all(self) -> dict[str, TopicSpec]:
         return {self.prefix + spec.suffix: spec for spec in SPECS}
+
+    def owned(self, role: str) -> str:
+        """The default name (consumer group, app id, client id, stem of its own topics) that a
+        deployment's `role` owns: under the prefix, so two deployments on one Kafka cluster never
+        share one. `Topics("acme.").owned("detector") == "acme.detector"`."""
+        return self.prefix + role
+
+    def internal(self, names: set[str]) -> list[str]:
+        """Of a broker's topic `names`, those a service of this deployment made for itself under a
+        default name (the detector's checkpoints, a Faust engine's changelogs)."""
+        stems = tuple(self.owned(role) + "-" for role in OWNING_ROLES)
+        return sorted(name for name in names if name.startswith(stems))
 
     gpu = property(lambda self: self.name("telemetry.gpu"))
     node = property(lambda self: self.name("telemetry.node"))

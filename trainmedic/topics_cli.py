@@ -1,4 +1,10 @@
-"""Create every trainmedic topic that is missing, with its partitions, retention and cleanup policy."""
+"""Create every trainmedic topic that is missing, or list the deployment's topics as the broker has them.
+
+`list` shows each contract topic under the prefix (TRAINMEDIC_TOPIC_PREFIX) with its key,
+partitions and retention, and whether it exists on the broker; then the topics the
+deployment's services made for themselves under their default names (`<prefix>detector-…`:
+the detector's checkpoints, a Faust engine's internal topics).
+"""
 
 from __future__ import annotations
 
@@ -16,19 +22,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument("--partitions", type=int, help="override every topic's default partition count")
     create.add_argument("--replication-factor", type=int, default=-1,
                         help="replicas per partition (default: the broker's default)")
-    sub.add_parser("list", help="print each topic with its key, partitions and retention")
+    listing = sub.add_parser("list", help="print each of the deployment's topics: key, partitions, "
+                             "retention, and whether it exists on the broker")
+    listing.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        settings = KafkaSettings.from_env(bootstrap=getattr(args, "bootstrap", None))
-        if args.action == "list":
-            for name, spec in settings.topics.all().items():
-                keep = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms // 86_400_000}d"
-                print(f"{name:32} key={spec.key:16} partitions={spec.partitions:<3} retention={keep}")
-            return 0
-        from bus.admin import create_topics
+    from bus.admin import create_topics, describe_topics
 
+    try:
+        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        if args.action == "list":
+            print_topics(settings, describe_topics(settings))
+            return 0
         result = create_topics(settings, partitions=args.partitions,
                                replication_factor=args.replication_factor)
     except TrainmedicError as err:
@@ -37,3 +43,14 @@ def run(args: argparse.Namespace) -> int:
     for name, outcome in result.items():
         print(f"{outcome:8} {name}")
     return 0
+
+
+def print_topics(settings: KafkaSettings, on_broker: dict[str, int]) -> None:
+    """One line per topic; `on_broker` maps the broker's topic names to their partition counts."""
+    topics = settings.topics
+    for name, spec in topics.all().items():
+        keep = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms // 86_400_000}d"
+        state = f"created, {on_broker[name]} partitions" if name in on_broker else "missing"
+        print(f"{name:40} key={spec.key:16} partitions={spec.partitions:<3} retention={keep:8} {state}")
+    for name in topics.internal(set(on_broker)):
+        print(f"{name:40} internal{'':58} created, {on_broker[name]} partitions")
