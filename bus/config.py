@@ -31,8 +31,7 @@ from bus.errors import ConfigError
 from bus.yaml_file import load_mapping
 
 _METAVARS = {int: "N", float: "NUMBER", Path: "PATH", str: "TEXT"}
-_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
-          "off": False}
+_BOOLS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
 
 
 @dataclass(frozen=True)
@@ -51,16 +50,9 @@ class Section:
 class _Option:
     section: Section
     path: tuple[str, ...]  # ("delivery", "max_buffered")
-    flag: str
+    flag: str  # "--max-buffered"
+    env: str  # "TRAINMEDIC_GPU_MAX_BUFFERED", also its argparse dest
     info: FieldInfo
-
-    @property
-    def env(self) -> str:
-        return f"TRAINMEDIC_{self.section.env}_{self.path[-1].upper()}"
-
-    @property
-    def dest(self) -> str:
-        return f"{self.section.env}:{'.'.join(self.path)}"
 
 
 class Options:
@@ -72,7 +64,7 @@ class Options:
         shared = Counter(path[-1] for _, path, _ in leaves)
         self._options = [
             _Option(s, path, "--" + (s.prefix if shared[path[-1]] > 1 else "") + path[-1].replace("_", "-"),
-                    info)
+                    f"TRAINMEDIC_{s.env}_{path[-1].upper()}", info)
             for s, path, info in leaves
         ]
 
@@ -81,7 +73,7 @@ class Options:
                             help="settings as YAML, keyed by field name; variables and flags win")
         groups = {s: parser.add_argument_group(s.title) if s.title else parser for s in self._sections}
         for opt in self._options:
-            groups[opt.section].add_argument(opt.flag, dest=opt.dest, default=argparse.SUPPRESS,
+            groups[opt.section].add_argument(opt.flag, dest=opt.env, default=argparse.SUPPRESS,
                                              help=_help(opt), **_kind(opt))
 
     def build(self, section: Section, args: argparse.Namespace, env: Mapping[str, str] = os.environ,
@@ -97,7 +89,7 @@ class Options:
             raise ConfigError(f"{file}: {section.key or 'the file'} must map settings; not settings: "
                               f"{', '.join(section.skip)}")
         ours = [opt for opt in self._options if opt.section == section]
-        where = {opt.path: _yaml_key(file, section, opt.path) for opt in ours if _holds(values, opt.path)}
+        where = {opt.path: _yaml_key(file, section, opt.path) for opt in ours if opt.path[0] in values}
         for opt in ours:
             found = _given(opt, args, env)
             if found is not None:
@@ -127,14 +119,6 @@ def _yaml_key(file: Path | None, section: Section, path: tuple[str, ...]) -> str
     return f"{file}: {'.'.join(filter(None, (section.key, *path)))}"
 
 
-def _holds(mapping: dict, path: tuple[str, ...]) -> bool:
-    for part in path:
-        if not isinstance(mapping, dict) or part not in mapping:
-            return False
-        mapping = mapping[part]
-    return True
-
-
 def _fields(model: type[BaseModel], skip: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], FieldInfo]]:
     for name, info in model.model_fields.items():
         if name in skip:
@@ -155,9 +139,7 @@ def _plain(annotation: Any) -> Any:
 
 def _items(annotation: Any) -> Any:
     """The item type of `tuple[X, ...]` (of Annotated items, their type); None for anything else."""
-    if get_origin(annotation) is not tuple:
-        return None
-    item = get_args(annotation)[0]
+    item = get_args(annotation)[0] if get_origin(annotation) is tuple else None
     return getattr(item, "__origin__", item)
 
 
@@ -187,12 +169,10 @@ def _help(opt: _Option) -> str:
 
 def _given(opt: _Option, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Any, str] | None:
     """The value of `opt`'s flag, else of its variable, with where it came from."""
-    if hasattr(args, opt.dest):
-        value = getattr(args, opt.dest)
+    if hasattr(args, opt.env):
+        value = getattr(args, opt.env)
         return (_split(opt, value, opt.flag) if isinstance(value, str) else value), opt.flag
-    if opt.env in env:
-        return _split(opt, env[opt.env], opt.env), opt.env
-    return None
+    return (_split(opt, env[opt.env], opt.env), opt.env) if opt.env in env else None
 
 
 def _split(opt: _Option, text: str, where: str) -> Any:
