@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pynvml
 import pytest
 
-from trainmedic.cli import main
+from trainmedic.cli import build_parser, main
 
 
 def test_without_a_driver_the_gpu_producer_lists_the_other_sources(
@@ -57,3 +58,42 @@ def test_options_come_from_variables_and_the_config_file_and_flags_win(
     assert "TRAINMEDIC_GPU_MAX_BUFFERED: Input should be" in capsys.readouterr().err
     assert main(["gpu", "--config", str(config), "--max-buffered", "-7"]) == 2
     assert "--max-buffered: Input should be" in capsys.readouterr().err
+
+
+def flags(command: str) -> set[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {flag for action in sub.choices[command]._actions for flag in action.option_strings}
+
+
+def test_node_spells_each_option_as_the_single_services_do() -> None:
+    node = flags("node")
+    for command, prefix in (("gpu", "--gpu-"), ("agent", "--agent-"), ("executor", "--")):
+        for flag in flags(command) - {"-h", "--help", "--node", "--synthetic-nodes"}:
+            assert flag in node or prefix + flag.removeprefix("--") in node, (command, flag)
+    assert {"--source", "--gpus-per-node", "--gpu-control", "--agent-control"} <= node
+    assert "--gpu-source" not in node and "--interval-s" not in node
+
+
+def test_node_builds_its_three_configs_from_the_demos_flags(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    from trainmedic import node_cli
+
+    monkeypatch.setenv("TRAINMEDIC_CLUSTER_KEY", "k")
+    monkeypatch.setenv("TRAINMEDIC_GPU_SEED", "7")
+    config = tmp_path / "node.yaml"
+    config.write_text("agent: {interval_s: 0.5}\nexecutor: {stop_grace_s: 3}\n")
+    args = build_parser().parse_args([
+        "node", "--node", "n01", "--source", "synthetic", "--gpus-per-node", "2", "--gpu-control", "g",
+        "--agent-control", "a", "--links", "ib0", "--state-dir", "s", "--stop-grace-s", "5",
+        "--config", str(config),
+    ])
+    executor = node_cli.executor_cli.build_config(node_cli.OPTIONS, node_cli.EXECUTOR, args)
+    gpu = node_cli.OPTIONS.build(node_cli.GPU, args, node=lambda _: executor.node)
+    agent = node_cli.OPTIONS.build(node_cli.AGENT, args, node=lambda _: executor.node)
+    assert (executor.node, executor.stop_grace_s, executor.key_bytes, str(executor.state_dir)) == (
+        "n01", 5.0, b"k", "s")
+    assert (gpu.node, gpu.source, gpu.gpus_per_node, gpu.seed, str(gpu.control)) == (
+        "n01", "synthetic", 2, 7, "g")
+    assert (agent.node, agent.links, agent.interval_s, str(agent.control)) == ("n01", ("ib0",), 0.5, "a")
