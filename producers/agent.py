@@ -66,7 +66,7 @@ def open_agent(config: HostAgentConfig, now: float) -> HostAgent:
     if missing:
         log.warning("links %s are not in %s: they are reported down", ", ".join(missing), config.sysfs)
     return HostAgent(config.node, links, sysfs=config.sysfs, interval_s=config.interval_s, start=now,
-                     flaps=config.flaps)
+                     flaps=config.inject)
 
 
 def run_agent(

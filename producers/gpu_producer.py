@@ -33,7 +33,7 @@ def open_source(config: GpuProducerConfig, now: float, nvml: Any = None) -> GpuS
     """The configured source, ready to sample; NVML raises NvmlUnavailable when no driver answers."""
     if config.source == "synthetic":
         return SyntheticGpus(config.nodes, config.gpus_per_node, start=now, seed=config.seed,
-                             faults=config.faults)
+                             faults=config.inject)
     if config.source == "dcgm":
         return DcgmScraper(str(config.dcgm_url), config.node)  # the config requires a URL for dcgm
     source = NvmlGpus(config.node, nvml)

@@ -9,66 +9,61 @@ with the torch.distributed environment, stops ranks with SIGTERM then SIGKILL, s
 SIGUSR1 for `reattempt`, and reports every rank exit on telemetry.worker. On SIGTERM or
 Ctrl-C it stops its ranks and exits. Rank output goes to STATE_DIR/logs/JOB/.
 
-Environment: TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY (the cluster key),
-TRAINMEDIC_NODE (default --node), TRAINMEDIC_KAFKA_BOOTSTRAP, TRAINMEDIC_TOPIC_PREFIX,
-TRAINMEDIC_KAFKA_CONFIG, TRAINMEDIC_HOME. See docs/executor.md.
+Every option can also be set by its variable (TRAINMEDIC_EXECUTOR_*, e.g.
+TRAINMEDIC_EXECUTOR_NODE) or in the --config YAML file (keys: the option's name with
+underscores). Environment besides: TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY (the
+cluster key), TRAINMEDIC_KAFKA_BOOTSTRAP, TRAINMEDIC_TOPIC_PREFIX, TRAINMEDIC_KAFKA_CONFIG,
+TRAINMEDIC_HOME. See docs/executor.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 
+from bus.config import Options, Section
 from bus.errors import TrainmedicError
 from bus.metrics_flag import add_metrics_argument
 from bus.signals import stop_on_signals
+from recovery.executor.config import ExecutorConfig
+
+# The key is loaded from the environment (a secret, never a flag); the poll is an internal tick.
+EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("key", "poll_s"))
+OPTIONS = Options(EXECUTOR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    node = os.environ.get("TRAINMEDIC_NODE")
-    parser.add_argument("--node", default=node, required=node is None,
-                        help="this node's name, as commands address it (env TRAINMEDIC_NODE)")
-    parser.add_argument("--state-dir", help="ledger, rank logs and snapshots "
-                        "(default $TRAINMEDIC_HOME/executor/NODE)")
-    parser.add_argument("--freshness-s", type=float, default=60.0,
-                        help="refuse commands whose ts is further than this from now (default 60)")
-    parser.add_argument("--stop-grace-s", type=float, default=10.0,
-                        help="seconds between SIGTERM and SIGKILL when stopping ranks (default 10)")
-    parser.add_argument("--insecure", action="store_true",
-                        help="accept unsigned commands (no cluster key); for local experiments only")
-    parser.add_argument("--cold-start", action="store_true",
-                        help="start every rank as a new interpreter instead of forking it warm")
+    OPTIONS.add_to(parser)
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
     add_metrics_argument(parser)
+
+
+def build_config(options: Options, section: Section, args: argparse.Namespace, **computed) -> ExecutorConfig:
+    """The executor's config: the cluster key loaded unless insecure, the state dir under TRAINMEDIC_HOME
+    unless given."""
+    from bus.settings import home
+    from recovery.signing import load_key
+
+    return options.build(
+        section, args, **computed,
+        state_dir=lambda values: home() / "executor" / str(values.get("node")),
+        key=lambda values: None if values.get("insecure") is True else load_key(),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from pydantic import ValidationError
-
     from bus.metrics import serve_metrics
-    from bus.settings import KafkaSettings, home
-    from recovery.executor.config import ExecutorConfig
+    from bus.settings import KafkaSettings
     from recovery.executor.service import Executor
-    from recovery.signing import load_key
 
     log = logging.getLogger("trainmedic.executor")
     try:
-        key = None if args.insecure else load_key()
-        config = ExecutorConfig(
-            node=args.node, state_dir=args.state_dir or home() / "executor" / args.node,
-            freshness_s=args.freshness_s, stop_grace_s=args.stop_grace_s, key=key,
-            insecure=args.insecure, warm_start=not args.cold_start,
-        )
+        config = build_config(OPTIONS, EXECUTOR, args)
         kafka = KafkaSettings.from_env(bootstrap=args.bootstrap)
-    except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        print(f"trainmedic executor: {first['msg'].removeprefix('Value error, ')}", file=sys.stderr)
-        return 2
     except TrainmedicError as err:
         print(f"trainmedic executor: {err}", file=sys.stderr)
         return 2

@@ -15,15 +15,20 @@ class ExecutorConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    node: str = Field(min_length=1)
-    state_dir: Path
-    freshness_s: float = Field(default=DEFAULT_FRESHNESS_S, gt=0)
-    stop_grace_s: float = Field(default=DEFAULT_STOP_GRACE_S, gt=0)
-    poll_s: float = Field(default=0.2, gt=0, le=5)
-    key: SecretBytes | None = None
-    insecure: bool = False
-    warm_start: bool = Field(default=True, description="fork ranks of this interpreter from a warm "
-                             "launcher that has torch imported (see forkserver.py)")
+    node: str = Field(min_length=1, description="this node's name, as commands address it")
+    state_dir: Path = Field(description="ledger, rank logs and snapshots "
+                            "(default $TRAINMEDIC_HOME/executor/NODE)")
+    freshness_s: float = Field(default=DEFAULT_FRESHNESS_S, gt=0,
+                               description="refuse commands whose ts is further than this from now")
+    stop_grace_s: float = Field(default=DEFAULT_STOP_GRACE_S, gt=0,
+                                description="seconds between SIGTERM and SIGKILL when stopping ranks")
+    poll_s: float = Field(default=0.2, gt=0, le=5, description="longest wait for a command in one poll")
+    key: SecretBytes | None = Field(default=None, description="the cluster key; loaded from "
+                                    "TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY, never a flag")
+    insecure: bool = Field(default=False, description="accept unsigned commands (no cluster key); "
+                           "for local experiments only")
+    warm_start: bool = Field(default=True, description="fork ranks from a warm launcher that has torch "
+                             "imported (--no-warm-start: every rank a new interpreter)")
 
     @model_validator(mode="after")
     def _one_trust_mode(self) -> ExecutorConfig:

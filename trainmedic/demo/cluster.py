@@ -104,8 +104,8 @@ class LocalCluster:
                                     str(self.layout.root / "coordinator.yaml")])
         for node in self.nodes:
             self._start(node, [
-                py, "-m", "trainmedic.cli", "node", "--node", node, "--gpu-source", "synthetic",
-                "--gpus", "2", "--gpu-control", str(self.layout.gpu_control(node)),
+                py, "-m", "trainmedic.cli", "node", "--node", node, "--source", "synthetic",
+                "--gpus-per-node", "2", "--gpu-control", str(self.layout.gpu_control(node)),
                 "--agent-control", str(self.layout.agent_control(node)), "--links", "ib0",
                 "--sysfs", str(self.layout.sysfs(node)), "--state-dir", str(self.layout.executor_dir(node)),
                 "--stop-grace-s", "5",

@@ -71,8 +71,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 def test_the_gpu_producer_serves_events_sent(kafka: KafkaSettings, tmp_path: Path) -> None:
     port = free_port()
-    proc, log = start(kafka, tmp_path, "gpu", "--source", "synthetic", "--nodes", "n1", "--gpus", "2",
-                      "--interval", "100ms", "--metrics-port", str(port))
+    proc, log = start(kafka, tmp_path, "gpu", "--source", "synthetic", "--synthetic-nodes", "n1",
+                      "--gpus-per-node", "2", "--interval-s", "0.1", "--metrics-port", str(port))
     try:
         sent = ("trainmedic_producer_events_sent_total", (("what", "gpu samples"),))
         samples = scrape_until(port, proc, lambda s: s.get(sent, 0) >= 4, log)
@@ -147,8 +147,9 @@ def test_the_coordinator_serves_plans_commands_and_jobs(kafka: KafkaSettings, tm
 def test_a_node_serves_its_agent_gpu_producer_and_executor_on_one_endpoint(kafka: KafkaSettings,
                                                                            tmp_path: Path) -> None:
     port = free_port()
-    proc, log = start(kafka, tmp_path, "node", "--node", "n1", "--gpu-source", "synthetic", "--gpus", "2",
-                      "--interval", "100ms", "--insecure", "--state-dir", str(tmp_path / "executor"),
+    proc, log = start(kafka, tmp_path, "node", "--node", "n1", "--source", "synthetic",
+                      "--gpus-per-node", "2", "--gpu-interval-s", "0.1", "--agent-interval-s", "0.1",
+                      "--insecure", "--state-dir", str(tmp_path / "executor"),
                       "--metrics-port", str(port))
     gpu = ("trainmedic_producer_events_sent_total", (("what", "gpu samples"),))
     beats = ("trainmedic_producer_events_sent_total", (("what", "heartbeats"),))

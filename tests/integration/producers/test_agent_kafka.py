@@ -23,7 +23,7 @@ def test_heartbeats_carry_the_links_and_a_flap_shows_as_down_then_up(
     kafka: KafkaSettings, group_id: str, tmp_path: Path,
 ) -> None:
     config = HostAgentConfig(node="n07", interval_s=0.05, sysfs=cluster_node(tmp_path), links=("eth0", "ib0"),
-                             flaps=(LinkFlap(link="eth0", at_s=0.0, for_s=0.5),))
+                             inject=(LinkFlap(link="eth0", at_s=0.0, for_s=0.5),))
     stop = threading.Event()
     start = time.time()
     agent = open_agent(config, start)

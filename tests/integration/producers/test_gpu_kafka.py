@@ -25,7 +25,7 @@ def test_every_sample_arrives_valid_keyed_by_node_with_its_xid_once(
 ) -> None:
     config = GpuProducerConfig(
         node="n01", source="synthetic", synthetic_nodes=("n01", "n02"), gpus_per_node=2,
-        faults=(XidFault(code=79, node="n02", gpu=1, at_s=1.0),),
+        inject=(XidFault(code=79, node="n02", gpu=1, at_s=1.0),),
     )
     source = open_source(config, T0)
     outbox = open_outbox(kafka, config.delivery, client_id="test", what="gpu samples")

@@ -25,8 +25,8 @@ def env_for(kafka: KafkaSettings, **extra: str) -> dict[str, str]:
 
 def test_sigterm_stops_the_gpu_producer_after_a_flush(kafka: KafkaSettings, group_id: str) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "producers", "--source", "synthetic", "--nodes", "n01", "--gpus", "2",
-         "--interval", "50ms"],
+        [sys.executable, "-m", "producers", "--source", "synthetic", "--synthetic-nodes", "n01",
+         "--gpus-per-node", "2", "--interval-s", "0.05"],
         env=env_for(kafka), stderr=subprocess.PIPE, text=True,
     )
     try:

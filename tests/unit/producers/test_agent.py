@@ -24,7 +24,7 @@ def flap(spec: str) -> LinkFlap:
 
 def agent(root: Path, *flaps: str) -> HostAgent:
     config = HostAgentConfig(node="n01", interval_s=0.5, sysfs=cluster_node(root),
-                             flaps=tuple(flap(f) for f in flaps))
+                             inject=tuple(flap(f) for f in flaps))
     return open_agent(config, T0)
 
 
