@@ -16,6 +16,8 @@ from confluent_kafka.admin import AdminClient
 from bus.errors import KafkaError
 from bus.settings import KafkaSettings
 
+__all__ = ["NOT_READY", "admin", "broker_error", "consumer", "not_ready", "producer"]
+
 log = logging.getLogger(__name__)
 
 # Errors a broker gives for a topic created moments ago (or while it is still starting): they

@@ -15,9 +15,9 @@ import logging
 import time
 import uuid
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
@@ -30,7 +30,12 @@ from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from schemas import DeadLettered
 
+__all__ = ["EARLIEST", "END_GRACE_S", "LATEST", "NOW", "At", "End", "Item", "Marks", "Start", "TopicReader",
+           "Where", "end_due", "end_offsets", "locate", "offsets_at", "partition_count", "partition_of",
+           "start_offsets", "watermarks"]
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 # librdkafka repeats every failed connection attempt; a reader reports errors itself.
 _rdkafka_log = logging.getLogger(f"{__name__}.librdkafka")
 
@@ -206,6 +211,7 @@ class TopicReader:
             "group.id": f"{self._name}-{uuid.uuid4().hex[:12]}",  # librdkafka wants one; never joined
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",  # an offset retention removes mid-read: lose no more than it did
             # tells where a partition ends when its last offsets hold no message (e.g. compacted)
             "enable.partition.eof": True,
         }, logger=_rdkafka_log)
@@ -223,7 +229,7 @@ class TopicReader:
                   ", ".join(f"{t}[{p}] from {part.next}" for (t, p), part in self._parts.items()))
         return self
 
-    def _retrying(self, call):
+    def _retrying(self, call: Callable[[float], T]) -> T:
         """`call(timeout_s)` again while the broker says it is not ready, up to the reader's timeout."""
         deadline = time.monotonic() + self._timeout_s
         while True:
