@@ -7,12 +7,9 @@ import time
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bus.clients import admin as _admin
 from bus.errors import KafkaError
 from bus.settings import KafkaSettings
-
-
-def _admin(settings: KafkaSettings) -> AdminClient:
-    return AdminClient(settings.client_config())
 
 
 def list_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> set[str]:

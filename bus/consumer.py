@@ -12,6 +12,7 @@ import time
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
+from bus import clients
 from bus.errors import KafkaError
 from bus.message import Record, parse_message
 from bus.producer import EventProducer
@@ -29,15 +30,16 @@ class EventConsumer:
         dlq: EventProducer | None = None, from_beginning: bool = True,
         config: dict[str, object] | None = None,
     ) -> None:
+        self._settings = settings
         self._topics = settings.topics
         self._subscription = list(topics)
-        self._config = settings.client_config(**{
+        self._config = {
             "group.id": group_id,
             "auto.offset.reset": "earliest" if from_beginning else "latest",
             "enable.auto.commit": True,
             "enable.auto.offset.store": False,
             **(config or {}),
-        })
+        }
         self._dlq = dlq
         self._client: Consumer | None = None
         self._to_store: list[TopicPartition] = []
@@ -46,10 +48,7 @@ class EventConsumer:
     @property
     def client(self) -> Consumer:
         if self._client is None:
-            try:
-                self._client = Consumer(self._config, logger=log)
-            except KafkaException as err:
-                raise KafkaError(f"cannot create a Kafka consumer: {err}") from None
+            self._client = clients.consumer(self._settings, self._config, logger=log)
             self._client.subscribe(self._subscription)
         return self._client
 

@@ -11,7 +11,7 @@ import threading
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from bus import metrics
+from bus import clients, metrics
 from bus.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,8 @@ class LagSampler:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        client = Consumer(self._settings.client_config(**{"group.id": self._group,
-                                                          "enable.auto.commit": False}), logger=log)
+        client = clients.consumer(self._settings, {"group.id": self._group, "enable.auto.commit": False},
+                                  logger=log)
         try:
             while not self._stop.is_set():
                 try:

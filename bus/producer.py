@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, Message, Producer
 from pydantic import BaseModel
 
+from bus import clients
 from bus.errors import DeliveryError, KafkaError
 from bus.settings import KafkaSettings
 from schemas import encode
@@ -31,7 +32,8 @@ class EventProducer:
         self, settings: KafkaSettings, *, client_id: str = "trainmedic",
         max_buffered: int = 100_000, config: dict[str, object] | None = None,
     ) -> None:
-        self._config = settings.client_config(**{
+        self._settings = settings
+        self._config = {
             "client.id": client_id,
             "enable.idempotence": True,
             "acks": "all",
@@ -39,17 +41,14 @@ class EventProducer:
             "compression.type": "lz4",
             "queue.buffering.max.messages": max_buffered,
             **(config or {}),
-        })
+        }
         self._client: Producer | None = None
         self._failures: list[DeliveryError] = []
 
     @property
     def client(self) -> Producer:
         if self._client is None:
-            try:
-                self._client = Producer(self._config, logger=log)
-            except KafkaException as err:
-                raise KafkaError(f"cannot create a Kafka producer: {err}") from None
+            self._client = clients.producer(self._settings, self._config, logger=log)
         return self._client
 
     def send(
@@ -79,7 +78,7 @@ class EventProducer:
                 if time.monotonic() >= deadline:
                     raise KafkaError(
                         f"producer queue full for {block_s:.1f}s: is the broker at "
-                        f"{self._config['bootstrap.servers']} reachable?",
+                        f"{self._settings.bootstrap} reachable?",
                         code="_QUEUE_FULL", retryable=True,
                     ) from None
                 self.client.poll(0.05)

@@ -15,13 +15,15 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 from bus.timespan import duration_arg, instant_arg
 
 if TYPE_CHECKING:
-    from bus.recorder import Counts, Recorder
+    from bus.reader import TopicReader
+    from schemas import Topics
 
 
 def parse_start_offset(text: str) -> str | int:
@@ -65,9 +67,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report progress on stderr every S seconds (default 5)")
 
 
+@dataclass
+class Counts:
+    """What a recording wrote, per topic, and what it skipped."""
+
+    written: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.written.values())
+
+    def summary(self) -> str:
+        per_topic = ", ".join(f"{topic} {count:,}" for topic, count in self.written.items())
+        return f"wrote {self.total:,} events ({per_topic}); skipped {self.skipped:,} invalid"
+
+
 def run(args: argparse.Namespace) -> int:
     from bus.errors import TrainmedicError
-    from bus.recorder import Recorder
+    from bus.reader import NOW, At, TopicReader
     from bus.settings import KafkaSettings
 
     if args.duration == 0:
@@ -89,12 +107,17 @@ def run(args: argparse.Namespace) -> int:
     except TrainmedicError as err:
         print(f"trainmedic record: {err}", file=sys.stderr)
         return 2
-    recorder = Recorder(settings, start_offset=args.from_offset, start_ts=start_ts, end_ts=end_ts)
+    topics = settings.topics
+    names = [topics.gpu, topics.node, topics.worker]
+    reader = TopicReader(settings, names, start=args.from_offset if start_ts is None else At(start_ts),
+                         end=NOW if end_ts is None else At(end_ts), name="trainmedic-record",
+                         timeout_s=args.timeout_s)
+    counts = Counts(written=dict.fromkeys(names, 0))
     try:
-        recorder.connect(args.timeout_s)
+        reader.open()
         out = args.output.open("wb") if args.output else sys.stdout.buffer
         try:
-            counts = copy(recorder, out, sys.stderr, args.progress_s)
+            copy(reader, topics, counts, out, sys.stderr, args.progress_s)
         finally:
             if args.output:
                 out.close()
@@ -102,27 +125,37 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainmedic record: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"trainmedic record: interrupted; {recorder.counts.summary()}", file=sys.stderr)
+        print(f"trainmedic record: interrupted; {counts.summary()}", file=sys.stderr)
         return 130
     finally:
-        recorder.close()
+        reader.close()
     print(f"trainmedic record: {counts.summary()}", file=sys.stderr)
     return 0
 
 
-def copy(recorder: Recorder, out: BinaryIO, errors: TextIO, progress_s: float) -> Counts:
-    """Write the recorder's events to `out` until it is done, reporting on `errors`."""
+def copy(reader: TopicReader, topics: Topics, counts: Counts, out: BinaryIO, errors: TextIO,
+         progress_s: float) -> None:
+    """Write each valid value the reader gives to `out`, unchanged, until it is done; report invalid
+    ones and progress on `errors`."""
+    from bus.message import parse_message
+    from schemas import DeadLettered
+
     next_report = time.monotonic() + progress_s
-    for batch in recorder.batches():
-        for value in batch.values:
+    for batch in reader.batches():
+        for msg in batch:
+            parsed = parse_message(topics, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
+                                   time.time())
+            if isinstance(parsed, DeadLettered):
+                counts.skipped += 1
+                print(f"skipped {msg.topic}[{msg.partition}]@{msg.offset}: {parsed.reason}", file=errors)
+                continue
+            counts.written[msg.topic] += 1
+            value = msg.value
             out.write(value if b"\n" not in value and b"\r" not in value else
                       json.dumps(json.loads(value), separators=(",", ":")).encode())
             out.write(b"\n")
-        for where, reason in batch.skipped:
-            print(f"skipped {where}: {reason}", file=errors)
         if time.monotonic() >= next_report:
             next_report = time.monotonic() + progress_s
-            print(f"trainmedic record: {recorder.counts.total:,} events so far, "
-                  f"{recorder.counts.skipped:,} skipped; {recorder.progress()}", file=errors)
+            print(f"trainmedic record: {counts.total:,} events so far, {counts.skipped:,} skipped; "
+                  f"{reader.progress()}", file=errors)
     out.flush()
-    return recorder.counts

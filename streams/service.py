@@ -18,12 +18,14 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException, TopicPartition
 
+from bus import clients
 from bus.admin import ensure_topic, wait_for_topics
 from bus.errors import KafkaError
 from bus.producer import EventProducer
+from bus.reader import At, locate, watermarks
 from bus.settings import KafkaSettings
 from streams.checkpoint import (
     Checkpoint,
@@ -87,10 +89,10 @@ class DetectorService:
         self._cadence = Cadence(config.checkpoint_every_s)
         self._too_big = False
         self._warned: dict[str, float] = {}
-        self._consumer = Consumer(settings.client_config(**{
+        self._consumer = clients.consumer(settings, {
             "group.id": config.app_id, "enable.auto.commit": False, "enable.partition.eof": False,
             "auto.offset.reset": "earliest",  # an offset retention removed: lose no more than it did
-        }), logger=log)
+        }, logger=log)
         self._out = EventProducer(settings, client_id=f"{config.app_id}-out")
         self._checkpoints = EventProducer(settings, client_id=f"{config.app_id}-checkpoints", config={
             "message.max.bytes": MAX_CHECKPOINT_BYTES + 1024 * 1024, "compression.type": "lz4",
@@ -116,8 +118,9 @@ class DetectorService:
         fresh = [tp for tp in partitions if saved is None or tp not in saved.offsets]
         # With a checkpoint, a partition it does not know was added since: all of it is unread.
         start = self.config.start if saved is None else "earliest"
-        if saved is not None:
-            self.offsets = self._clamped({tp: saved.offsets[tp] for tp in partitions if tp not in fresh})
+        if saved is not None:  # inside what each partition holds now (retention may have removed some)
+            known = [tp for tp in partitions if tp not in fresh]
+            self.offsets = self._start_offsets(known, {tp: saved.offsets[tp] for tp in known})
         self.offsets.update(self._start_offsets(fresh, start))
         if saved is not None:  # last, so that the start-up itself does not count as quiet
             live = self.pipeline.live
@@ -132,7 +135,8 @@ class DetectorService:
 
     def _expect_backlog(self, offsets: Offsets) -> None:
         """Partitions with messages before their end hold event time back until they deliver."""
-        behind = [tp for tp, offset in offsets.items() if offset < self._watermarks(tp)[1]]
+        marks = watermarks(self._consumer, list(offsets), timeout_s=10)
+        behind = [tp for tp, offset in offsets.items() if offset < marks[tp][1]]
         self.pipeline.live.expect(behind, time.time())
 
     def _partitions(self) -> list[tuple[str, int]]:
@@ -171,37 +175,11 @@ class DetectorService:
             self._consumer.unassign()
         raise KafkaError(f"could not read the last checkpoint from {topic} within 30 s")
 
-    def _clamped(self, offsets: Offsets) -> Offsets:
-        """Saved offsets inside what each partition holds now (retention may have removed some)."""
-        out = {}
-        for tp, offset in offsets.items():
-            low, high = self._watermarks(tp)
-            out[tp] = min(max(offset, low), high)
-            if out[tp] != offset:
-                log.warning("%s[%d]: the checkpoint's offset %d is gone (the partition holds %d..%d): "
-                            "reading from %d", *tp, offset, low, high, out[tp])
-        return out
-
-    def _start_offsets(self, partitions: list[tuple[str, int]], start: Start) -> Offsets:
-        """Explicit offsets (not logical ones), so that 'ready' means nothing later is missed."""
-        if not partitions:
-            return {}
-        if isinstance(start, str):
-            return {tp: self._watermarks(tp)[0 if start == "earliest" else 1] for tp in partitions}
-        found = self._consumer.offsets_for_times(
-            [TopicPartition(t, p, int(start * 1000)) for t, p in partitions], timeout=10)
-        out = {}
-        for tp in found:
-            if tp.error is not None:
-                raise KafkaError(f"no offset for time {start} in {tp.topic}[{tp.partition}]: "
-                                 f"{tp.error.str()}")
-            # -1: nothing produced at or after that time
-            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else self._watermarks(
-                (tp.topic, tp.partition))[1]
-        return out
-
-    def _watermarks(self, tp: tuple[str, int]) -> tuple[int, int]:
-        return self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+    def _start_offsets(self, partitions: list[tuple[str, int]], start: Start | Offsets) -> Offsets:
+        """Explicit offsets (not logical ones), so that 'ready' means nothing later is missed;
+        saved ones kept inside what each partition holds, with a warning where they are gone."""
+        return locate(self._consumer, partitions, At(start) if isinstance(start, float | int) else start,
+                      timeout_s=10)
 
     def _loop(self, stopping: Callable[[], bool]) -> None:
         pipeline, config, send, offsets = self.pipeline, self.config, self._send, self.offsets

@@ -17,11 +17,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
+from bus import clients
 from bus import metrics as bus_metrics
 from bus.errors import KafkaError
 from bus.message import parse_message
 from bus.producer import EventProducer
-from bus.scan import TopicScan
+from bus.reader import TopicReader
 from bus.settings import KafkaSettings
 from ops.alerts import metrics, payloads
 from ops.alerts.config import AlertBridgeConfig
@@ -57,17 +58,17 @@ class AlertBridge:
     def start(self, timeout_s: float = 30.0) -> None:
         topic = self.settings.topics.incidents
         log_state = IncidentHistory()
-        with TopicScan(self.settings, [topic], timeout_s=timeout_s) as scan:
-            for msg in scan.backlog():
-                parsed = parse_message(self.settings.topics, msg.topic, msg.partition, msg.offset, msg.key,
-                                       msg.value, self._clock())
-                if not isinstance(parsed, DeadLettered):
-                    apply(log_state, parsed.event)
+        with TopicReader(self.settings, [topic], validate=True, name="trainmedic-alerts",
+                         timeout_s=timeout_s) as reader:
+            for batch in reader.batches():
+                for item in batch:
+                    if not isinstance(item, DeadLettered):
+                        apply(log_state, item.event)
         self.open = {v.id: v.incident for v in views(log_state) if v.status == "open"}
-        self._consumer = Consumer(self.settings.client_config(**{
+        self._consumer = clients.consumer(self.settings, {
             "group.id": self.config.group_id, "auto.offset.reset": "earliest",
             "enable.auto.commit": True, "enable.auto.offset.store": False,
-        }), logger=log)
+        }, logger=log)
         self._consumer.subscribe([topic])
         log.info("alert bridge on %s (group %s): sinks %s; %d incidents open in the log", topic,
                  self.config.group_id, ", ".join(f"{name} {'/'.join(s.severities)}"

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from bus.errors import TrainmedicError
-    from bus.scan import TopicScan
+    from bus.reader import EARLIEST, At, TopicReader
     from bus.settings import KafkaSettings
     from bus.timespan import parse_instant
 
@@ -64,27 +64,29 @@ def run(args: argparse.Namespace) -> int:
     topics = settings.topics
     telemetry = args.action == "export" and args.telemetry
     names = [topics.gpu, topics.node, topics.worker] if telemetry else [topics.incidents]
-    scan = TopicScan(settings, names, start_ts=start_ts, timeout_s=args.timeout_s)
+    export = args.action == "export"
+    reader = TopicReader(settings, names, start=EARLIEST if start_ts is None else At(start_ts),
+                       validate=not export, name="trainmedic-incidents", timeout_s=args.timeout_s)
     try:
-        if args.action == "export":
-            return _export(scan, args.follow)
-        return _show(scan, settings, args)
+        if export:
+            return _export(reader, args.follow)
+        return _show(reader, args)
     except TrainmedicError as err:
         print(f"trainmedic incidents: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
-    except BrokenPipeError:  # e.g. `| head`: the reader has all it wants
+    except BrokenPipeError:  # e.g. `| head`: what reads the output has all it wants
         sys.stderr.close()
         return 0
     finally:
-        scan.close()
+        reader.close()
 
 
-def _export(scan, follow: bool) -> int:
+def _export(reader, follow: bool) -> int:
     """Each message value as one line, exactly as stored (values that are not one-line JSON skipped)."""
     skipped = 0
-    for msg in _messages(scan, follow):
+    for msg in _messages(reader, follow):
         text = (msg.value or b"").decode("utf-8", "replace").strip()
         if not text.startswith("{") or "\n" in text:
             skipped += 1
@@ -97,16 +99,15 @@ def _export(scan, follow: bool) -> int:
     return 0
 
 
-def _messages(scan, follow: bool):
-    yield from scan.backlog()
+def _messages(reader, follow: bool):
+    """The backlog, then (following) what arrives."""
+    for batch in reader.batches():
+        yield from batch
     while follow:
-        yield from scan.poll()
+        yield from reader.poll()
 
 
-def _show(scan, settings, args: argparse.Namespace) -> int:
-    import time
-
-    from bus.message import parse_message
+def _show(reader, args: argparse.Namespace) -> int:
     from ops.incident_log.fold import IncidentHistory, apply
     from ops.incident_log.render import details, row, story, table
     from ops.incident_log.views import find, timeline, views
@@ -114,17 +115,16 @@ def _show(scan, settings, args: argparse.Namespace) -> int:
 
     log = IncidentHistory()
 
-    def fold_in(messages) -> None:
-        for msg in messages:
-            parsed = parse_message(settings.topics, msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                                   time.time())
-            if isinstance(parsed, DeadLettered):
-                print(f"invalid event {msg.topic}[{msg.partition}]@{msg.offset} skipped: {parsed.reason}",
-                      file=sys.stderr)
+    def fold_in(items) -> None:
+        for item in items:
+            if isinstance(item, DeadLettered):
+                print(f"invalid event {item.source_topic}[{item.partition}]@{item.offset} skipped: "
+                      f"{item.reason}", file=sys.stderr)
             else:
-                apply(log, parsed.event)
+                apply(log, item.event)
 
-    fold_in(scan.backlog())
+    for batch in reader.batches():
+        fold_in(batch)
     if args.action == "list":
         def rows() -> list[tuple[str, ...]]:
             return [row(v) for v in views(log) if args.status in (None, v.status)]
@@ -133,7 +133,7 @@ def _show(scan, settings, args: argparse.Namespace) -> int:
         since = f" since {args.since}" if args.since else ""
         print(table(shown) if shown else f"no incidents in the log{since}")
         while args.follow:
-            fold_in(scan.poll())
+            fold_in(reader.poll())
             for changed in (r for r in rows() if r not in shown):
                 shown.append(changed)
                 print(table(shown).rsplit("\n", 1)[-1], flush=True)  # padded like the rows above
@@ -152,7 +152,7 @@ def _show(scan, settings, args: argparse.Namespace) -> int:
     printed = timeline(view)
     print(story(view, printed))
     while args.follow:
-        fold_in(scan.poll())
+        fold_in(reader.poll())
         view = next(v for v in find(log, view.id) if v.id == view.id)
         entries = timeline(view)
         for entry in entries:

@@ -95,15 +95,14 @@ def submit(settings, spec) -> int:
 
 
 def list_jobs(settings) -> int:
-    from bus.log_reader import LogReader
+    from bus.reader import NOW, TopicReader
     from recovery.coordinator import ClusterState, CoordinatorConfig, apply
+    from recovery.coordinator.service import valid
 
     topics = settings.topics
-    reader = LogReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks])
-    try:
-        records = reader.catch_up()
-    finally:
-        reader.close()
+    with TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks], end=NOW,
+                     validate=True, name="trainmedic-job", timeout_s=30.0) as reader:
+        records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
     state = ClusterState.initial(CoordinatorConfig())
     for record in sorted(records, key=lambda r: r.topic != topics.jobs):
         apply(state, record.event)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from bus.log_reader import LogReader
+from bus.message import Record
 from bus.producer import EventProducer
+from bus.reader import TopicReader
 from bus.settings import KafkaSettings
 from recovery.coordinator import observe
 from recovery.coordinator.config import CoordinatorConfig
@@ -22,11 +23,24 @@ from recovery.coordinator.narrate import cause, narrate
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, react, settle, tick
+from schemas import DeadLettered
 from schemas.commands import Command
 
 log = logging.getLogger("trainmedic.coordinator")
 
 Signer = Callable[[Command], Command]
+
+
+def valid(items: Iterable[Record | DeadLettered]) -> list[Record]:
+    """The valid events; invalid ones are skipped with a warning (the reader dead-letters them)."""
+    records = []
+    for item in items:
+        if isinstance(item, DeadLettered):
+            log.warning("invalid event %s[%d]@%d skipped: %s", item.source_topic, item.partition, item.offset,
+                        item.reason)
+        else:
+            records.append(item)
+    return records
 
 
 class CoordinatorService:
@@ -43,13 +57,15 @@ class CoordinatorService:
         self._sign = sign
         self._clock = clock
         self._producer = EventProducer(settings, client_id="trainmedic-coordinator")
-        self._reader = LogReader(settings, [self._topics.jobs, self._topics.incidents, self._topics.commands,
-                                            self._topics.acks], dlq=self._producer)
+        topics = self._topics
+        self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks],
+                                   validate=True, dlq=self._producer, name="trainmedic-coordinator",
+                                   timeout_s=30.0)
         self._next_tick = 0.0
 
     def start(self) -> None:
         """Fold the whole log (jobs first: every other event names a job), then catch up."""
-        records = self._reader.catch_up()
+        records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         for record in records:
             apply(self.state, record.event)
@@ -65,7 +81,7 @@ class CoordinatorService:
     def step(self, timeout_s: float = 1.0) -> None:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
-        for record in self._reader.poll(wait):
+        for record in valid(self._reader.poll(wait)):
             observe.received(record.event)
             self._publish(cause(record.event), react(self.state, record.event, self._clock()))
         now = self._clock()

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from bus.errors import KafkaError
 from bus.message import Record
-from bus.partition import PartitionReader, partition_count, partition_of
 from bus.producer import EventProducer
+from bus.reader import At, Start, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings
 from recovery.executor import leftovers, metrics
 from recovery.executor.config import ExecutorConfig
@@ -63,16 +63,17 @@ class Executor:
         for job, generation in ledger.state.generations.items():
             self.groups[job] = LocalGroup(job, generation, GroupState.STOPPED)
         position = ledger.state.positions.get((topic, partition))
-        reader = PartitionReader(
-            self.kafka, topic, partition, offset=position, start_ts=self.clock() - self.config.freshness_s,
-            client_id=f"trainmedic-executor-{self.config.node}",
-        )
+        # Where the ledger left off; on a first start, the commands still fresh enough to apply.
+        start: Start = ({(topic, partition): position} if position is not None
+                        else At(self.clock() - self.config.freshness_s))
+        reader = TopicReader(self.kafka, partitions=[(topic, partition)], start=start, validate=True,
+                             name=f"trainmedic-executor-{self.config.node}", timeout_s=15.0)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
                  self.config.node, topic, partition,
                  "insecure (unsigned commands accepted)" if self.config.insecure else "signed commands only",
                  self.config.state_dir)
         try:
-            reader.client  # noqa: B018 -- assign now, so `ready` means "reading"
+            reader.open()  # assign now, so that `ready` means "reading"
             self.ready.set()
             while not stop.is_set():
                 try:
@@ -97,8 +98,8 @@ class Executor:
                 log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
             log.info("executor for node %s stopped", self.config.node)
 
-    def _serve_once(self, reader: PartitionReader) -> None:
-        for item in reader.poll(self.config.poll_s):
+    def _serve_once(self, reader: TopicReader) -> None:
+        for item in reader.poll(self.config.poll_s, max_messages=100):
             self._handle(item)
         for ended in self.supervisor.reap():
             self._on_exit(ended)

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from bus.log_reader import LogReader
 from bus.producer import EventProducer
+from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
 from recovery.coordinator.service import CoordinatorService
@@ -38,11 +38,8 @@ def sign(command: Command) -> Command:
 
 
 def read(kafka: KafkaSettings, suffix: str) -> list:
-    reader = LogReader(kafka, [kafka.topics.name(suffix)])
-    try:
-        return [r.event for r in reader.catch_up()]
-    finally:
-        reader.close()
+    with TopicReader(kafka, [kafka.topics.name(suffix)], end=NOW, validate=True) as reader:
+        return [r.event for batch in reader.batches() for r in batch]
 
 
 def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> None:

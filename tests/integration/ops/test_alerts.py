@@ -11,8 +11,8 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from bus.log_reader import LogReader
 from bus.producer import EventProducer
+from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from ops.alerts.config import AlertBridgeConfig, RetryConfig
 from ops.alerts.service import AlertBridge
@@ -78,11 +78,8 @@ def test_an_alert_appears_in_alertmanager_and_resolves(kafka: KafkaSettings, gro
         step_until(bridge, lambda: not active_alerts(alertmanager))
     finally:
         bridge.close()
-    audit = LogReader(kafka, [kafka.topics.alerts])
-    try:
-        records = [r.event for r in audit.catch_up()]
-    finally:
-        audit.close()
+    with TopicReader(kafka, [kafka.topics.alerts], end=NOW, validate=True) as audit:
+        records = [r.event for batch in audit.batches() for r in batch]
     assert [(r.incident_id, r.sink, r.status, r.outcome) for r in records] == [
         ("node_lost-1", "alertmanager", "open", "delivered"),
         ("node_lost-1", "alertmanager", "resolved", "delivered")]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bus.partition import partition_of
+from bus.reader import partition_of
 from bus.settings import KafkaSettings
 from tests.integration.ops.test_alerts import incident, produce
 

@@ -101,4 +101,4 @@ def test_a_checkpoint_offset_that_retention_removed_resumes_at_what_is_left(
     svc = service(app_id=app_id)  # the default start, latest, applies to a first start only
     until(lambda: svc.pipeline.stats.events == 4 + 3)  # node[0] offsets 6..9, node[1] 0..2
     assert svc.offsets[(kafka.topics.node, 0)] == 10 and svc.offsets[(kafka.topics.node, 1)] == 3
-    assert "the checkpoint's offset 2 is gone (the partition holds 6..10): reading from 6" in caplog.text
+    assert "node[0]: offset 2 is gone (the partition holds 6..10): reading from 6" in caplog.text

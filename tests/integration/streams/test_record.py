@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 import schemas as s
-from bus.recorder import Recorder
+from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from schemas import encode
 from streams.replay import replay
@@ -110,13 +110,11 @@ def test_to_now_stops_at_the_ends_of_when_it_started(kafka: KafkaSettings) -> No
     events = load(RECORDING)[0]
     before, after = events[:500], events[500:700]
     produce(kafka, as_values(kafka, before))
-    recorder = Recorder(kafka, start_offset="earliest")
-    try:
-        recorder.connect()
+    topics = kafka.topics
+    with TopicReader(kafka, [topics.gpu, topics.node, topics.worker], end=NOW) as reader:
+        reader.open()
         produce(kafka, as_values(kafka, after))
-        got = [value for batch in recorder.batches() for value in batch.values]
-    finally:
-        recorder.close()
+        got = [msg.value for batch in reader.batches() for msg in batch]
     assert sorted(got) == sorted(encode(e) for e in before)
 
 

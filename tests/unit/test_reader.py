@@ -1,0 +1,62 @@
+"""Where a topic reader starts and stops, from watermarks and offsets-by-time: no broker needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.reader import END_GRACE_S, NOW, At, end_due, end_offsets, partition_of, start_offsets
+
+A, B = ("t", 0), ("t", 1)
+MARKS = {A: (5, 10), B: (0, 0)}  # A holds 5..9; B is empty
+
+
+def test_earliest_and_latest_are_concrete_offsets() -> None:
+    assert start_offsets("earliest", MARKS) == {A: 5, B: 0}
+    assert start_offsets("latest", MARKS) == {A: 10, B: 0}
+
+
+def test_one_offset_for_every_partition_is_kept_inside_what_each_holds() -> None:
+    assert start_offsets(7, MARKS) == {A: 7, B: 0}
+    assert start_offsets(2, MARKS) == {A: 5, B: 0}
+    assert start_offsets(99, MARKS) == {A: 10, B: 0}
+
+
+def test_offsets_per_partition_are_kept_inside_what_each_holds() -> None:
+    assert start_offsets({A: 8, B: 0}, MARKS) == {A: 8, B: 0}
+    assert start_offsets({A: 1, B: 3}, MARKS) == {A: 5, B: 0}  # retention removed 1; 3 is past the end
+
+
+def test_a_start_time_with_nothing_at_or_after_it_starts_at_the_end() -> None:
+    assert start_offsets(At(100.0), MARKS, {A: 7, B: -1}) == {A: 7, B: 0}
+    assert start_offsets(At(100.0), MARKS, {A: -1, B: -1}) == {A: 10, B: 0}
+
+
+def test_no_end_and_the_end_of_now() -> None:
+    assert end_offsets(None, MARKS) == {A: None, B: None}
+    assert end_offsets(NOW, MARKS) == {A: 10, B: 0}
+
+
+def test_an_end_time_is_unknown_until_due_then_the_first_offset_at_or_after_it() -> None:
+    end = At(1000.0)
+    assert end_offsets(end, MARKS) == {A: None, B: None}
+    assert end_offsets(end, MARKS, {A: 6, B: -1}) == {A: 6, B: 0}
+    assert end_offsets(end, MARKS, {A: -1, B: -1}) == {A: 10, B: 0}
+
+
+def test_an_end_time_is_due_only_after_the_grace_for_messages_in_flight() -> None:
+    end = At(1000.0)
+    assert not end_due(end, 1000.0)
+    assert not end_due(end, 1000.0 + END_GRACE_S - 0.1)
+    assert end_due(end, 1000.0 + END_GRACE_S)
+    assert not end_due(NOW, 1e12) and not end_due(None, 1e12)
+
+
+def test_at_is_in_milliseconds_for_the_broker() -> None:
+    assert At(1.2345).ms == 1234
+
+
+def test_partition_of_is_crc32_modulo_the_count() -> None:
+    assert partition_of("n1", 1) == 0
+    assert {partition_of(f"node-{i}", 4) for i in range(40)} == {0, 1, 2, 3}
+    with pytest.raises(ValueError):
+        partition_of("n1", 0)
