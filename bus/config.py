@@ -5,8 +5,13 @@ Field `freshness_s` of the section named EXECUTOR is the flag `--freshness-s`, t
 TRAINMEDIC_EXECUTOR_FRESHNESS_S and the key `freshness_s` of the `--config FILE.yaml` mapping
 (under `executor:` where a command has several sections). A field that holds a model
 (`delivery`) is a nested mapping in YAML; its fields are flags and variables of their own
-(`--max-buffered`). Where two sections of one command share a field name, each flag carries
-its section's prefix (`--gpu-control`, `--agent-control`); the variables keep their section.
+(`--max-buffered`). A field a section lists as `file_only` (a list of nodes, a nested tuning
+table) is a YAML key and no flag. A field holding an optional model may name one of its keys
+as its `shorthand`: its flag and variable give that key (`--alertmanager URL` sets
+`alertmanager.url`, keeping the file's other keys of that mapping; `json_schema_extra=
+{"shorthand": "url"}`). Where two sections of one command share a field name, each flag
+carries its section's prefix (`--gpu-control`, `--agent-control`); the variables keep their
+section.
 
 Precedence: flag > environment > YAML > a value the command computes > the field's default.
 Values are validated by the model; the first error becomes one ConfigError naming where the
@@ -43,6 +48,7 @@ class Section:
     key: str | None = None  # its mapping in the YAML file; None: the file's top level
     prefix: str = ""  # spelled before the flags of fields another section shares, e.g. "gpu-"
     skip: tuple[str, ...] = ()  # fields that are no option: the command computes or loads them
+    file_only: tuple[str, ...] = ()  # fields set only in the YAML file: structures no flag spells
     title: str | None = None  # its heading in --help
 
 
@@ -60,7 +66,7 @@ class Options:
 
     def __init__(self, *sections: Section) -> None:
         self._sections = sections
-        leaves = [(s, path, info) for s in sections for path, info in _fields(s.model, s.skip)]
+        leaves = [(s, path, info) for s in sections for path, info in _fields(s.model, s.skip + s.file_only)]
         shared = Counter(path[-1] for _, path, _ in leaves)
         self._options = [
             _Option(s, path, "--" + (s.prefix if shared[path[-1]] > 1 else "") + path[-1].replace("_", "-"),
@@ -76,10 +82,12 @@ class Options:
             groups[opt.section].add_argument(opt.flag, dest=opt.env, default=argparse.SUPPRESS,
                                              help=_help(opt), **_kind(opt))
 
-    def build(self, section: Section, args: argparse.Namespace, env: Mapping[str, str] = os.environ,
+    def build(self, section: Section, args: argparse.Namespace, env: Mapping[str, str] = os.environ, *,
+              secrets: Callable[[dict[str, Any]], None] | None = None,
               **computed: Callable[[dict[str, Any]], Any]) -> Any:
         """`section`'s model from the YAML file, variables and flags; `computed` fills in what none of
-        them gave, in order, each from the values so far."""
+        them gave, in order, each from the values so far; then `secrets` puts into the values, in
+        place, the credentials that only the environment may give (it may raise ConfigError)."""
         file = getattr(args, "config", None)
         document = load_mapping(file) if file else {}
         if section.key and not set(document) <= {s.key for s in self._sections}:
@@ -97,10 +105,17 @@ class Options:
                 for part in opt.path[:-1]:
                     target[part] = target[part] if isinstance(target.get(part), dict) else {}
                     target = target[part]
-                target[opt.path[-1]], where[opt.path] = found
+                value, where[opt.path] = found
+                key = _shorthand(opt)
+                if key:
+                    mapping = target.get(opt.path[-1])
+                    value = {**(mapping if isinstance(mapping, dict) else {}), key: value}
+                target[opt.path[-1]] = value
         for name, compute in computed.items():
             if name not in values:
                 values[name] = compute(values)
+        if secrets is not None:
+            secrets(values)
         try:
             return section.model.model_validate(values)
         except ValidationError as err:
@@ -143,7 +158,17 @@ def _items(annotation: Any) -> Any:
     return getattr(item, "__origin__", item)
 
 
+def _shorthand(opt: _Option) -> str | None:
+    """The key of the field's mapping that its flag and variable give, if it names one."""
+    extra = opt.info.json_schema_extra
+    key = extra.get("shorthand") if isinstance(extra, dict) else None
+    return key if isinstance(key, str) else None
+
+
 def _kind(opt: _Option) -> dict[str, Any]:
+    key = _shorthand(opt)
+    if key:
+        return {"metavar": key.upper()}
     annotation = _plain(opt.info.annotation)
     if annotation is bool:
         return {"action": argparse.BooleanOptionalAction}

@@ -4,8 +4,13 @@ It reads the telemetry topics, decides within seconds what broke and how badly (
 and writes `incident` events to the incidents topic; values that do not validate go to the
 dlq topic with the reason. The default engine checkpoints its state with the offsets it has
 read to the compacted topic <app-id>-checkpoints, so a restarted detector (even after kill -9)
-resumes exactly where the checkpoint was taken. Run one detector per cluster (see
-docs/streams.md).
+resumes exactly where the checkpoint was taken. The app id (consumer group, Faust app id,
+stem of its own topics) defaults to <topic prefix>detector, so two deployments on one Kafka
+cluster never share one. Run one detector per cluster (see docs/streams.md).
+
+Every option can also be set by its variable (TRAINMEDIC_DETECTOR_*, e.g.
+TRAINMEDIC_DETECTOR_APP_ID, TRAINMEDIC_DETECTOR_LATENESS_S) or in the --config file (format
+below), which also holds the detection core's tuning (docs/detection.md).
 
 Engines: `consumer` (default) is a plain Kafka consumer loop; `faust` runs the same pipeline
 as a Faust app, with its state in a changelog-backed table. Faust's per-message path is
@@ -16,66 +21,63 @@ measures).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import os
 import sys
 import threading
 import time
-from pathlib import Path
+from collections.abc import Mapping
 
+from bus.config import Options, Section
 from bus.metrics_flag import add_metrics_argument
+from streams.config import CORE_SECTIONS, DetectorServiceConfig
+
+CONFIG_FORMAT = """\
+config file (YAML or JSON; every key optional; the flags' names with underscores):
+  app_id: acme.detector     # default: the topic prefix + detector
+  start: latest
+  live: {lateness_s: 0.5, idle_s: 2}
+  hang: {floor_s: 30}       # the detection core's sections (YAML only): heartbeat, gpu, hang,
+  escalation: {sev2_count: 3}   # straggler, correlation, link, escalation (docs/detection.md)
+"""
+
+# The detection core's tuning tables are YAML keys, not flags.
+DETECTOR = Section(DetectorServiceConfig, env="DETECTOR", file_only=CORE_SECTIONS)
+OPTIONS = Options(DETECTOR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = CONFIG_FORMAT
+    OPTIONS.add_to(parser)
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
-    parser.add_argument("--engine", choices=["consumer", "faust"], default="consumer",
-                        help="consumer: a plain Kafka consumer loop (default); faust: a Faust worker")
-    parser.add_argument("--app-id", default="trainmedic-detector",
-                        help="consumer group, and the prefix of the detector's own topics")
-    parser.add_argument("--start", type=_start, default="latest", metavar="WHERE",
-                        help="consumer engine, with no checkpoint (or one it cannot read): where to begin: "
-                        "earliest, latest (default), an ISO 8601 time or a span ago like 10m")
-    parser.add_argument("--config", type=Path, metavar="FILE",
-                        help="detector configuration as JSON, nested by section (see docs/detection.md)")
-    parser.add_argument("--lateness-s", type=float, default=0.5,
-                        help="event time the detector waits for late events from other topics")
-    parser.add_argument("--datadir", default=None, help="faust engine: Faust's local data directory "
-                        "(default: $TRAINMEDIC_HOME/detector)")
-    parser.add_argument("--web-port", type=int, default=None,
-                        help="faust engine: serve Faust's web views on this port (off by default)")
-    parser.add_argument("--loglevel", default="info", choices=["debug", "info", "warn", "error"])
     add_metrics_argument(parser)
 
 
-def _start(text: str) -> str | float:
-    from bus.timespan import parse_instant
+def build_config(args: argparse.Namespace, settings, env: Mapping[str, str] = os.environ
+                 ) -> DetectorServiceConfig:
+    """The detector's config from flags, TRAINMEDIC_DETECTOR_* variables and the file; the app id under
+    the topic prefix and Faust's data under TRAINMEDIC_HOME unless given."""
+    from bus.settings import home
 
-    if text in ("earliest", "latest"):
-        return text
-    try:
-        return parse_instant(text, time.time())
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    return OPTIONS.build(DETECTOR, args, env, app_id=lambda _: settings.topics.owned("detector"),
+                         datadir=lambda _: home(env) / "detector")
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
     from bus.admin import wait_for_topics
     from bus.errors import TrainmedicError
     from bus.lag import LagSampler
     from bus.metrics import serve_metrics
     from bus.settings import KafkaSettings
-    from streams.core import DetectorConfig
-    from streams.live import LiveConfig
 
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
-        config = DetectorConfig.from_dict(json.loads(args.config.read_text())) if args.config else None
-        live = LiveConfig(lateness_s=args.lateness_s)
-    except (TrainmedicError, ValidationError, ValueError, OSError) as err:
+        options = build_config(args, settings)
+    except TrainmedicError as err:
         print(f"trainmedic detector: {err}", file=sys.stderr)
         return 2
+    config, live = options.detection, options.live
     topics = settings.topics
     try:
         wait_for_topics(settings, [topics.gpu, topics.node, topics.worker, topics.incidents, topics.dlq])
@@ -83,13 +85,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainmedic detector: {err}", file=sys.stderr)
         return 1
     if serve_metrics(args.metrics_port) is not None:
-        LagSampler(settings, args.app_id, [topics.gpu, topics.node, topics.worker]).start()
-    if args.engine == "faust":
-        return _run_faust(args, settings, config, live)
-    return _run_consumer(args, settings, config, live)
+        LagSampler(settings, options.app_id, [topics.gpu, topics.node, topics.worker]).start()
+    if options.engine == "faust":
+        return _run_faust(options, settings, config, live)
+    return _run_consumer(options, settings, config, live)
 
 
-def _run_consumer(args: argparse.Namespace, settings, config, live_config) -> int:
+def _run_consumer(options: DetectorServiceConfig, settings, config, live_config) -> int:
     from bus.errors import TrainmedicError
     from bus.signals import stop_on_signals
     from streams.core import Detector
@@ -99,9 +101,10 @@ def _run_consumer(args: argparse.Namespace, settings, config, live_config) -> in
 
     tune_gc()
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    logging.getLogger().setLevel(args.loglevel.upper())
+    logging.getLogger().setLevel(options.loglevel.upper())
     pipeline = Pipeline(settings.topics, LiveDetector(Detector(config), live_config))
-    service = DetectorService(settings, pipeline, ServiceConfig(app_id=args.app_id, start=args.start))
+    service = DetectorService(settings, pipeline, ServiceConfig(app_id=options.app_id,
+                                                                 start=options.start_at(time.time())))
     stop = threading.Event()
     try:
         with stop_on_signals(stop):
@@ -115,14 +118,13 @@ def _run_consumer(args: argparse.Namespace, settings, config, live_config) -> in
     return 0
 
 
-def _run_faust(args: argparse.Namespace, settings, config, live_config) -> int:
-    from bus.settings import home
+def _run_faust(options: DetectorServiceConfig, settings, config, live_config) -> int:
     from streams.app import build_app
 
-    datadir = args.datadir or str(home() / "detector")
-    detector = build_app(settings, app_id=args.app_id, config=config, live_config=live_config,
-                         datadir=datadir, web_port=args.web_port)
-    return run_worker(detector.app, args.loglevel)
+    datadir = str(options.datadir)
+    detector = build_app(settings, app_id=options.app_id, config=config, live_config=live_config,
+                         datadir=datadir, web_port=options.web_port)
+    return run_worker(detector.app, options.loglevel)
 
 
 def run_worker(app, loglevel: str) -> int:

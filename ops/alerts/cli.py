@@ -7,7 +7,10 @@ exponentially; while more than backlog_max deliveries wait, consumption pauses).
 are re-posted to Alertmanager every resend_s. Each outcome is recorded on the alerts topic.
 See docs/alerts.md.
 
-Secrets come from the environment, never from the config file:
+Every option can also be set by its variable (TRAINMEDIC_ALERTS_*, e.g.
+TRAINMEDIC_ALERTS_ALERTMANAGER, TRAINMEDIC_ALERTS_GROUP_ID) or in the --config YAML file
+(format below). The consumer group defaults to <topic prefix>alerts, so two deployments on one
+Kafka cluster never share one. Secrets come from the environment, never from the file or a flag:
   TRAINMEDIC_PAGERDUTY_ROUTING_KEY or TRAINMEDIC_PAGERDUTY_ROUTING_KEY_FILE
   TRAINMEDIC_WEBHOOK_URL or TRAINMEDIC_WEBHOOK_URL_FILE   (Slack webhook URLs are credentials)
 """
@@ -19,8 +22,13 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from bus.config import Options, Section
+from bus.errors import ConfigError
 from bus.metrics_flag import add_metrics_argument
+from bus.settings import KafkaSettings
+from ops.alerts.config import AlertBridgeConfig
 
 CONFIG_FORMAT = """\
 config file (YAML; a section enables its sink; every key but alertmanager.url is optional):
@@ -36,17 +44,22 @@ config file (YAML; a section enables its sink; every key but alertmanager.url is
   retry: {initial_s: 1, factor: 2, max_s: 60}
   backlog_max: 10000                        # deliveries waiting before consumption pauses
   timeout_s: 10                             # per HTTP request
-  group_id: trainmedic-alerts
+  group_id: acme.alerts                     # default: the topic prefix + alerts
   generator_url: "http://grafana:3000/d/trainmedic/trainmedic?var-incident={id}"
 """
+
+# The PagerDuty and webhook sections carry credentials: YAML for their routing, the secret from
+# the environment (SECRETS), never a flag.
+ALERTS = Section(AlertBridgeConfig, env="ALERTS", file_only=("pagerduty", "webhook"))
+OPTIONS = Options(ALERTS)
+SECRETS = (("pagerduty", "routing_key", "TRAINMEDIC_PAGERDUTY_ROUTING_KEY"),
+           ("webhook", "url", "TRAINMEDIC_WEBHOOK_URL"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = CONFIG_FORMAT
-    parser.add_argument("--config", type=Path, metavar="FILE.yaml", help="sinks and routing (format below)")
-    parser.add_argument("--alertmanager", metavar="URL",
-                        help="Alertmanager base URL: enables that sink (with its defaults if no config file)")
+    OPTIONS.add_to(parser)
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
     add_metrics_argument(parser)
 
@@ -58,29 +71,17 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
     path = env.get(f"{name}_FILE")
     if not path:
         return None
-    from bus.errors import ConfigError
-
     try:
         return Path(path).read_text().strip()
     except OSError as err:
         raise ConfigError(f"{name}_FILE: cannot read {path}: {err.strerror or err}") from None
 
 
-def load_config(path: Path | None, env: Mapping[str, str] = os.environ, *, alertmanager: str | None = None):
-    """The validated config from the file, flags and secrets in `env`; ConfigError says what is wrong."""
-    from pydantic import ValidationError
-
-    from bus.errors import ConfigError
-    from bus.yaml_file import load_mapping
-    from ops.alerts.config import AlertBridgeConfig
-
-    values = load_mapping(path) if path is not None else {}
-    if alertmanager:
-        values["alertmanager"] = {**(values.get("alertmanager") or {}), "url": alertmanager}
-    for section, field, name in (("pagerduty", "routing_key", "TRAINMEDIC_PAGERDUTY_ROUTING_KEY"),
-                                 ("webhook", "url", "TRAINMEDIC_WEBHOOK_URL")):
-        if section not in values:
-            continue
+def _put_secrets(values: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Each enabled sink's credential from the environment; refused in the file."""
+    for section, field, name in SECRETS:
+        if section not in values or not isinstance(values[section] or {}, dict):
+            continue  # absent, or not a mapping: validation says so
         sink = dict(values[section] or {})
         if field in sink:
             raise ConfigError(f"{section}.{field} is a secret: set {name} (or {name}_FILE) instead")
@@ -88,30 +89,30 @@ def load_config(path: Path | None, env: Mapping[str, str] = os.environ, *, alert
         if secret is None:
             raise ConfigError(f"the {section} sink needs {name} (or {name}_FILE)")
         values[section] = {**sink, field: secret}
-    try:
-        return AlertBridgeConfig.model_validate(values)
-    except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "config"
-        why = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{path or 'config'}: {where}: {why}") from None
+
+
+def build_config(args: argparse.Namespace, settings: KafkaSettings,
+                 env: Mapping[str, str] = os.environ) -> AlertBridgeConfig:
+    """The validated config from flags, TRAINMEDIC_ALERTS_* variables, the file and the secrets in
+    `env`; the group under the topic prefix unless given. ConfigError says what is wrong."""
+    return OPTIONS.build(ALERTS, args, env, secrets=lambda values: _put_secrets(values, env),
+                         group_id=lambda _: settings.topics.owned("alerts"))
 
 
 def run(args: argparse.Namespace) -> int:
     import logging
     import threading
 
-    from bus.errors import ConfigError, TrainmedicError
+    from bus.errors import TrainmedicError
     from bus.lag import LagSampler
     from bus.metrics import serve_metrics
-    from bus.settings import KafkaSettings
     from bus.signals import stop_on_signals
     from ops.alerts.service import AlertBridge
 
     log = logging.getLogger("trainmedic.alerts")
     try:
-        config = load_config(args.config, alertmanager=args.alertmanager)
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        config = build_config(args, settings)
     except ConfigError as err:
         print(f"trainmedic alerts: {err}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """The alert bridge's one validated config: its sinks, which severities each gets, retries, backlog.
 
 Secrets (the PagerDuty routing key, a webhook URL, which for Slack is a credential) are
-SecretStr: they never appear in reprs or logs.
+SecretStr: they never appear in reprs or logs. The fields are `trainmedic alerts`' flags,
+TRAINMEDIC_ALERTS_* variables and YAML keys (bus.config); the PagerDuty and webhook sections
+are YAML only, their secrets from the environment only.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ class _Frozen(BaseModel):
 class RetryConfig(_Frozen):
     """Exponential backoff between attempts at one delivery: initial_s, x factor, up to max_s."""
 
-    initial_s: float = Field(default=1.0, gt=0)
-    factor: float = Field(default=2.0, ge=1)
-    max_s: float = Field(default=60.0, gt=0)
+    initial_s: float = Field(default=1.0, gt=0, description="retry: the first wait after a failed delivery")
+    factor: float = Field(default=2.0, ge=1, description="retry: each wait is the one before times this")
+    max_s: float = Field(default=60.0, gt=0, description="retry: the longest wait")
 
     @model_validator(mode="after")
     def _ordered(self) -> RetryConfig:
@@ -57,13 +59,19 @@ class WebhookSink(_Frozen):
 
 
 class AlertBridgeConfig(_Frozen):
-    alertmanager: AlertmanagerSink | None = None
+    """The sinks (at least one) and how the bridge reads and delivers. `group_id` has no default: the
+    command derives it from the topic prefix (`<prefix>alerts`)."""
+
+    alertmanager: AlertmanagerSink | None = Field(None, json_schema_extra={"shorthand": "url"},
+                                                  description="Alertmanager base URL: enables that sink "
+                                                  "(its other settings from the file, else defaults)")
     pagerduty: PagerDutySink | None = None
     webhook: WebhookSink | None = None
     retry: RetryConfig = RetryConfig()
     backlog_max: int = Field(default=10_000, ge=1, description="deliveries held before consumption pauses")
     timeout_s: float = Field(default=10.0, gt=0, description="per HTTP request")
-    group_id: str = Field(default="trainmedic-alerts", min_length=1)
+    group_id: str = Field(min_length=1, description="the consumer group on the incidents topic "
+                          "(default: <topic prefix>alerts)")
     generator_url: str = Field(default="http://localhost:3000/d/trainmedic/trainmedic?var-incident={id}",
                                description="link back from an alert; {id} is the incident id")
 

@@ -5,6 +5,11 @@ A new job is started on its nodes; an open incident is answered by its severity 
 reattempt in place, SEV2: restart in place at the next generation, SEV1: isolate the node
 and re-plan the cluster); commands that go unanswered are re-sent, and failed ones escalate.
 Run one coordinator per cluster (see docs/coordinator.md for fail-over).
+
+Every option can also be set by its variable (TRAINMEDIC_COORDINATOR_*, e.g.
+TRAINMEDIC_COORDINATOR_ACK_TIMEOUT_S) or in the --config YAML file (keys: the option's name
+with underscores; the cluster's `nodes:` only there). The cluster key comes from
+TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY, never a flag.
 """
 
 from __future__ import annotations
@@ -13,15 +18,16 @@ import argparse
 import logging
 import sys
 import threading
-from pathlib import Path
 
+from bus.config import Options, Section
 from bus.metrics_flag import add_metrics_argument
 from bus.signals import stop_on_signals
+from recovery.coordinator.config import CoordinatorConfig
 
 log = logging.getLogger("trainmedic.coordinator")
 
 CONFIG_FORMAT = """\
-config file (YAML, every key optional):
+config file (YAML, every key optional; the flags' names with underscores):
   ack_timeout_s: 30        # per send, for a command's first answer
   done_timeout_s: 600      # from accepted to done
   max_retries: 2           # re-sends of an unanswered command
@@ -30,38 +36,21 @@ config file (YAML, every key optional):
   transition_s: 60         # planner default for jobs without one
   tick_s: 1
   default_address: null    # address of nodes without one (default: the node id is its host name)
-  nodes:                   # the cluster; nodes only named by jobs sit on no switch
+  insecure: false
+  nodes:                   # the cluster (YAML only); nodes only named by jobs sit on no switch
     - {id: n01, switch: leaf-1, address: 10.0.0.1, gpus: 8}
 """
+
+COORDINATOR = Section(CoordinatorConfig, env="COORDINATOR", file_only=("nodes",))
+OPTIONS = Options(COORDINATOR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = CONFIG_FORMAT
-    parser.add_argument("--config", type=Path, metavar="FILE.yaml", help="coordinator configuration")
+    OPTIONS.add_to(parser)
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
-    parser.add_argument("--default-address", metavar="HOST",
-                        help="address of every node without one, e.g. 127.0.0.1 when all run locally")
-    parser.add_argument("--insecure", action="store_true",
-                        help="send unsigned commands (executors that check signatures refuse them)")
     add_metrics_argument(parser)
-
-
-def load_config(path: Path | None, **overrides: object):
-    """The validated config from a YAML file and flags; ConfigError with one line on any problem."""
-    from pydantic import ValidationError
-
-    from bus.errors import ConfigError
-    from bus.yaml_file import load_mapping
-    from recovery.coordinator.config import CoordinatorConfig
-    from recovery.planner.cli import describe
-
-    values = load_mapping(path) if path is not None else {}
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return CoordinatorConfig.model_validate(values)
-    except ValidationError as err:
-        raise ConfigError(f"{path or 'config'}: {describe(err)}") from None
 
 
 def signer():
@@ -83,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
     from recovery.coordinator.service import CoordinatorService
 
     try:
-        config = load_config(args.config, default_address=args.default_address)
+        config = OPTIONS.build(COORDINATOR, args)
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
-        sign = (lambda command: command) if args.insecure else signer()
+        sign = (lambda command: command) if config.insecure else signer()
     except ConfigError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 2
-    if args.insecure:
+    if config.insecure:
         log.warning("--insecure: commands are sent UNSIGNED; anyone who can write to %s can restart "
                     "workers, and executors that check signatures will refuse them", settings.topics.commands)
     stop = threading.Event()

@@ -1,4 +1,8 @@
-"""The coordinator's one configuration object: deadlines, retries, the MTBF prior, the cluster."""
+"""The coordinator's one configuration object: deadlines, retries, the MTBF prior, the cluster.
+
+Its fields are `trainmedic coordinator`'s flags, TRAINMEDIC_COORDINATOR_* variables and YAML
+keys (bus.config); the node list is YAML only.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +35,13 @@ class CoordinatorConfig(BaseModel):
     mtbf_prior_weight: float = Field(default=1.0, gt=0, description="how many failures the prior counts as")
     transition_s: float = Field(default=60.0, ge=0, description="planner default for jobs without one")
     tick_s: float = Field(default=1.0, gt=0, description="how often deadlines are checked")
-    default_address: str | None = Field(default=None, min_length=1)
-    nodes: tuple[NodeConfig, ...] = ()
+    default_address: str | None = Field(default=None, min_length=1, description="address of every node "
+                                        "without one, e.g. 127.0.0.1 when all run locally (default: "
+                                        "the node id is its host name)")
+    insecure: bool = Field(default=False, description="send unsigned commands (executors that check "
+                           "signatures refuse them); without it the cluster key is required")
+    nodes: tuple[NodeConfig, ...] = Field(default=(), description="the cluster: each node's id, switch, "
+                                          "address and GPUs (YAML only)")
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorConfig:

@@ -87,7 +87,7 @@ def submit(settings, spec) -> int:
     from bus.producer import EventProducer
     from schemas.jobs import JobSubmitted
 
-    with EventProducer(settings, client_id="trainmedic-job") as producer:
+    with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
         producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
     print(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks; "
           f"the coordinator starts it at generation 0")

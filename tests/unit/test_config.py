@@ -154,3 +154,58 @@ def test_sections_share_a_command_and_clashing_fields_take_their_prefix(tmp_path
         build(["--timeout-s", "1"], {}, options, pump)
     with pytest.raises(ConfigError, match="the sections are pump, valve"):
         build(["--config", yaml(tmp_path, "pipe: {}\n")], {}, options, pump)
+
+
+class Sink(BaseModel):
+    model_config = FROZEN
+    url: str = Field(min_length=1)
+    token: str
+    retries: int = 3
+
+
+class Station(BaseModel):
+    model_config = FROZEN
+    name: str = "s"
+    sink: Sink | None = Field(None, description="the sink's URL", json_schema_extra={"shorthand": "url"})
+    pumps: tuple[Pump, ...] = ()
+
+
+STATION = Section(Station, env="STATION", file_only=("pumps",))
+STATION_OPTIONS = Options(STATION)
+
+
+def token(values: dict) -> None:
+    if isinstance(values.get("sink"), dict):
+        values["sink"] = {**values["sink"], "token": "t0k"}
+
+
+def test_a_file_only_field_is_a_yaml_key_and_no_flag(tmp_path: Path) -> None:
+    path = yaml(tmp_path, "pumps:\n  - {name: a}\n  - {name: b, mode: fast}\n")
+    station = build(["--config", path], {}, STATION_OPTIONS, STATION)
+    assert station.pumps == (Pump(name="a"), Pump(name="b", mode="fast"))
+    with pytest.raises(SystemExit):
+        build(["--pumps", "x"], {}, STATION_OPTIONS, STATION)
+    with pytest.raises(ConfigError, match=r"pump.yaml: pumps.1.mode: Input should be 'fast' or 'slow'"):
+        build(["--config", yaml(tmp_path, "pumps: [{name: a}, {name: b, mode: quick}]\n")], {},
+              STATION_OPTIONS, STATION)
+
+
+def test_a_shorthand_flag_sets_one_key_and_keeps_the_files_others(tmp_path: Path) -> None:
+    path = yaml(tmp_path, "sink: {url: http://file, retries: 5}\n")
+    given = build(["--config", path, "--sink", "http://flag"], {}, STATION_OPTIONS, STATION, secrets=token)
+    assert given.sink == Sink(url="http://flag", token="t0k", retries=5)
+    from_env = build([], {"TRAINMEDIC_STATION_SINK": "http://env"}, STATION_OPTIONS, STATION, secrets=token)
+    assert from_env.sink == Sink(url="http://env", token="t0k")
+    with pytest.raises(ConfigError, match="^--sink: String should have at least 1 character"):
+        build(["--sink", ""], {}, STATION_OPTIONS, STATION, secrets=token)
+
+
+def test_secrets_are_put_in_after_everything_else_and_may_refuse(tmp_path: Path) -> None:
+    def refuse(values: dict) -> None:
+        raise ConfigError("sink.token is a secret")
+
+    assert build(["--sink", "http://x"], {}, STATION_OPTIONS, STATION, secrets=token).sink.token == "t0k"
+    with pytest.raises(ConfigError, match="sink.token is a secret"):
+        build(["--sink", "http://x"], {}, STATION_OPTIONS, STATION, secrets=refuse)
+    with pytest.raises(ConfigError, match="^--sink: Field required"):
+        build(["--sink", "http://x"], {}, STATION_OPTIONS, STATION)

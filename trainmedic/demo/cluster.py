@@ -97,7 +97,7 @@ class LocalCluster:
 
     def start_services(self) -> None:
         py = sys.executable
-        self._start("detector", [py, "-m", "streams", "--app-id", f"{self.prefix}detector",
+        self._start("detector", [py, "-m", "streams",  # app id: <prefix>detector, this run's own
                                  "--start", "earliest",  # the run's own topics: all of them is this run
                                  "--config", str(self.layout.root / "detector.json")])
         self._start("coordinator", [py, "-m", "recovery", "--config",

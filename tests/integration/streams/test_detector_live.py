@@ -39,13 +39,13 @@ def engine(request: pytest.FixtureRequest) -> str:
 def detector(kafka: KafkaSettings, tmp_path: Path, engine: str) -> Iterator[callable]:
     """Starts `python -m streams` processes of one engine on this test's topics; stops them after."""
     procs: list[subprocess.Popen] = []
-    app_id = f"{kafka.topic_prefix}detector"  # its own topics go with the test's
+    app_id = f"{kafka.topic_prefix}detector"  # the default: its own topics go with the test's prefix
 
     def start(*extra: str) -> subprocess.Popen:
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap,
                "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix, "TRAINMEDIC_HOME": str(tmp_path)}
         log = open(tmp_path / f"detector-{len(procs)}.log", "w")  # noqa: SIM115 - closed with the process
-        command = [sys.executable, "-m", "streams", "--app-id", app_id, *ENGINES[engine], *extra]
+        command = [sys.executable, "-m", "streams", *ENGINES[engine], *extra]
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc

@@ -75,3 +75,72 @@ def test_python_dash_m_recovery_is_the_coordinator() -> None:
     out = subprocess.run([sys.executable, "-m", "recovery", "--help"], capture_output=True, text=True,
                          check=True)
     assert "usage: python -m recovery" in out.stdout and "--insecure" in out.stdout
+
+
+def coordinator_config(argv: list[str], env: dict[str, str] | None = None):
+    import argparse
+
+    from recovery.coordinator.cli import COORDINATOR, OPTIONS, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return OPTIONS.build(COORDINATOR, parser.parse_args(argv), env=env or {})
+
+
+def test_the_coordinator_options_are_flags_variables_and_yaml_keys(tmp_path) -> None:
+    from recovery.coordinator.config import CoordinatorConfig, NodeConfig
+
+    config = tmp_path / "c.yaml"
+    config.write_text("ack_timeout_s: 20\nmax_retries: 5\ntick_s: 2\n"
+                      "nodes:\n  - {id: n01, switch: leaf-1, address: 10.0.0.1, gpus: 4}\n")
+    env = {"TRAINMEDIC_COORDINATOR_ACK_TIMEOUT_S": "10", "TRAINMEDIC_COORDINATOR_MAX_RETRIES": "3",
+           "TRAINMEDIC_COORDINATOR_INSECURE": "yes"}
+    argv = ["--config", str(config), "--ack-timeout-s", "5", "--default-address", "127.0.0.1"]
+    assert coordinator_config(argv, env) == CoordinatorConfig(
+        ack_timeout_s=5, max_retries=3, tick_s=2, default_address="127.0.0.1", insecure=True,
+        nodes=(NodeConfig(id="n01", switch="leaf-1", address="10.0.0.1", gpus=4),))
+    assert coordinator_config([]) == CoordinatorConfig()
+    assert coordinator_config(["--insecure"]).insecure
+
+
+def test_the_node_list_is_yaml_only(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        coordinator_config(["--nodes", "n01"])
+    config = tmp_path / "c.yaml"
+    config.write_text("nodes:\n  - {id: n01, gpus: 0}\n")
+    assert main(["coordinator", "--config", str(config), "--insecure"]) == 2
+    assert f"{config}: nodes.0.gpus: Input should be greater than or equal to 1" in capsys.readouterr().err
+
+
+def test_a_bad_coordinator_variable_is_one_line_naming_it(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TRAINMEDIC_COORDINATOR_TICK_S", "often")
+    assert main(["coordinator", "--insecure", "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainmedic coordinator: TRAINMEDIC_COORDINATOR_TICK_S: Input should be a valid")
+    assert err.count("\n") == 1
+
+
+def test_the_job_cli_client_id_is_under_the_prefix(monkeypatch) -> None:
+    from recovery.coordinator import job_cli
+
+    seen = {}
+
+    class Producer:
+        def __init__(self, settings, client_id):
+            seen["client_id"] = client_id
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def send(self, *args, **kwargs):
+            pass
+
+    monkeypatch.setattr("bus.producer.EventProducer", Producer)
+    from bus.settings import KafkaSettings
+
+    spec = job_cli.load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
+    job_cli.submit(KafkaSettings(topic_prefix="acme."), spec)
+    assert seen["client_id"] == "acme.job"

@@ -13,7 +13,7 @@ from schemas import Incident
 
 CONFIG = AlertBridgeConfig.model_validate({
     "alertmanager": {"url": "http://am:9093"}, "pagerduty": {"routing_key": "k"},
-    "webhook": {"url": "https://hooks.example/T0/B0/xyz"},
+    "webhook": {"url": "https://hooks.example/T0/B0/xyz"}, "group_id": "trainmedic.alerts",
 })
 
 
@@ -41,7 +41,7 @@ def test_routing_is_configurable_per_sink() -> None:
 
 def test_a_config_without_sinks_or_with_inverted_backoff_is_refused() -> None:
     with pytest.raises(ValidationError, match="no sink configured"):
-        AlertBridgeConfig()
+        AlertBridgeConfig(group_id="g")
     with pytest.raises(ValidationError, match="max_s must be at least"):
         RetryConfig(initial_s=10, max_s=1)
 

@@ -1,0 +1,83 @@
+"""The detector service's one config object: how `trainmedic detector` runs (engine, app id,
+where it starts, event-time lateness) and the detection core's tuning.
+
+Its fields are the command's flags, TRAINMEDIC_DETECTOR_* variables and `--config` YAML keys
+(bus.config). The core's sections (`heartbeat:`, `hang:`, ... of streams.core.DetectorConfig)
+are YAML only, at the top of the file as before; JSON is YAML, so a JSON file of them reads too.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from bus.timespan import parse_instant
+from streams.core import (
+    CorrelationConfig,
+    DetectorConfig,
+    EscalationConfig,
+    GpuConfig,
+    HangConfig,
+    HeartbeatConfig,
+    LinkConfig,
+    StragglerConfig,
+)
+from streams.live import LiveConfig
+
+# DetectorConfig's sections, top-level keys of the file and no flags: tuning tables, not options.
+CORE_SECTIONS = ("heartbeat", "gpu", "hang", "straggler", "correlation", "link", "escalation")
+ENDS = ("earliest", "latest")
+
+
+class DetectorServiceConfig(BaseModel):
+    """Validated when built, the core's cross-section rules included. `app_id` has no default here:
+    the command derives it from the topic prefix (`<prefix>detector`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    app_id: str = Field(min_length=1, description="consumer group, Faust app id and stem of the "
+                        "detector's own topics, <app-id>-checkpoints (default: <topic prefix>detector)")
+    engine: Literal["consumer", "faust"] = Field("consumer", description="consumer: a plain Kafka "
+                                                 "consumer loop; faust: a Faust worker")
+    start: str = Field("latest", description="consumer engine, with no checkpoint (or one it cannot "
+                       "read): where to begin: earliest, latest, an ISO 8601 time or a span ago like 10m")
+    live: LiveConfig = LiveConfig()
+    datadir: Path = Field(description="faust engine: Faust's local data directory "
+                          "(default: $TRAINMEDIC_HOME/detector)")
+    web_port: int | None = Field(None, ge=1, le=65535, description="faust engine: serve Faust's web "
+                                 "views on this port (off by default)")
+    loglevel: Literal["debug", "info", "warn", "error"] = Field("info", description="log level")
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
+    gpu: GpuConfig = Field(default_factory=GpuConfig)
+    hang: HangConfig = Field(default_factory=HangConfig)
+    straggler: StragglerConfig = Field(default_factory=StragglerConfig)
+    correlation: CorrelationConfig = Field(default_factory=CorrelationConfig)
+    link: LinkConfig = Field(default_factory=LinkConfig)
+    escalation: EscalationConfig = Field(default_factory=EscalationConfig)
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _when(cls, value: Any) -> Any:
+        if isinstance(value, date):  # YAML reads an unquoted ISO time as a datetime
+            value = value.isoformat()
+        if isinstance(value, str) and value.strip() not in ENDS:
+            parse_instant(value, 0.0)  # its form only; the span is taken from now at start
+        return value.strip() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _core_rules(self) -> DetectorServiceConfig:
+        self.detection  # noqa: B018 - DetectorConfig checks the rules across its sections when built
+        return self
+
+    @property
+    def detection(self) -> DetectorConfig:
+        """The detection core's config, from the sections."""
+        return DetectorConfig(**{name: getattr(self, name) for name in CORE_SECTIONS})
+
+    def start_at(self, now: float) -> str | float:
+        """Where a first start begins: `earliest`, `latest` or Unix seconds (a span counts back
+        from `now`)."""
+        return self.start if self.start in ENDS else parse_instant(self.start, now)
