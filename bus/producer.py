@@ -29,12 +29,12 @@ class EventProducer:
     """
 
     def __init__(
-        self, settings: KafkaSettings, *, client_id: str = "trainmedic",
+        self, settings: KafkaSettings, *, client_id: str | None = None,
         max_buffered: int = 100_000, config: dict[str, object] | None = None,
     ) -> None:
         self._settings = settings
         self._config = {
-            "client.id": client_id,
+            "client.id": client_id or settings.topics.owned("producer"),
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,

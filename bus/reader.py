@@ -185,7 +185,7 @@ class TopicReader:
     def __init__(
         self, settings: KafkaSettings, topics: list[str] | None = None, *,
         partitions: list[Where] | None = None, start: Start = EARLIEST, end: End = None,
-        validate: bool = False, dlq: EventProducer | None = None, name: str = "trainmedic-read",
+        validate: bool = False, dlq: EventProducer | None = None, name: str | None = None,
         timeout_s: float = 10.0,
     ) -> None:
         if (topics is None) == (partitions is None):
@@ -197,7 +197,7 @@ class TopicReader:
         self._end = end
         self._validate = validate
         self._dlq = dlq
-        self._name = name
+        self._name = name or settings.topics.owned("read")  # under the prefix: the deployment's own
         self._timeout_s = timeout_s
         self._client: Consumer | None = None
         self._parts: dict[Where, _Partition] = {}

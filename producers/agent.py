@@ -73,7 +73,7 @@ def run_agent(
     config: HostAgentConfig, settings: KafkaSettings, agent: HostAgent, stop: threading.Event,
 ) -> Outbox:
     """Beat into Kafka until `stop` is set, then flush. Returns the outbox (its counts)."""
-    outbox = open_outbox(settings, config.delivery, client_id=f"trainmedic-agent-{config.node}",
+    outbox = open_outbox(settings, config.delivery, client_id=settings.topics.owned(f"agent-{config.node}"),
                          what="heartbeats")
     control = ControlFile.at_end(config.control) if config.control else None
 

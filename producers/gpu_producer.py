@@ -68,7 +68,7 @@ def run_gpu_producer(
     config: GpuProducerConfig, settings: KafkaSettings, source: GpuSource, stop: threading.Event,
 ) -> Outbox:
     """Sample `source` into Kafka until `stop` is set, then flush. Returns the outbox (its counts)."""
-    outbox = open_outbox(settings, config.delivery, client_id=f"trainmedic-gpu-{config.node}",
+    outbox = open_outbox(settings, config.delivery, client_id=settings.topics.owned(f"gpu-{config.node}"),
                          what="gpu samples")
     control = ControlFile.at_end(config.control) if config.control else None
     producer = GpuProducer(source, outbox, settings.topics.gpu, control)

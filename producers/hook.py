@@ -157,7 +157,7 @@ class Hook:
 
         settings = KafkaSettings.from_env(env)
         producer = EventProducer(
-            settings, client_id=f"trainmedic-hook-{identity.job}-{identity.rank}",
+            settings, client_id=settings.topics.owned(f"hook-{identity.job}-{identity.rank}"),
             max_buffered=config.max_buffered, config={"queue.buffering.max.kbytes": 16_384},
         )
         return cls(identity, Outbox(producer, what=f"hook of rank {identity.rank}"),

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     topics = settings.topics
     names = [topics.gpu, topics.node, topics.worker]
     reader = TopicReader(settings, names, start=args.from_offset if start_ts is None else At(start_ts),
-                         end=NOW if end_ts is None else At(end_ts), name="trainmedic-record",
+                         end=NOW if end_ts is None else At(end_ts), name=settings.topics.owned("record"),
                          timeout_s=args.timeout_s)
     counts = Counts(written=dict.fromkeys(names, 0))
     try:

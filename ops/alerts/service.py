@@ -49,7 +49,7 @@ class AlertBridge:
         self.open: dict[str, Incident] = {}
         self._post = post
         self._clock = clock
-        self._producer = EventProducer(settings, client_id="trainmedic-alerts")
+        self._producer = EventProducer(settings, client_id=settings.topics.owned("alerts"))
         self._consumer: Consumer | None = None
         self._stored: dict[tuple[str, int], int] = {}
         self._paused = False
@@ -58,7 +58,7 @@ class AlertBridge:
     def start(self, timeout_s: float = 30.0) -> None:
         topic = self.settings.topics.incidents
         log_state = IncidentHistory()
-        with TopicReader(self.settings, [topic], validate=True, name="trainmedic-alerts",
+        with TopicReader(self.settings, [topic], validate=True, name=self.settings.topics.owned("alerts"),
                          timeout_s=timeout_s) as reader:
             for batch in reader.batches():
                 for item in batch:

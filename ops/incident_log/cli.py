@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     names = [topics.gpu, topics.node, topics.worker] if telemetry else [topics.incidents]
     export = args.action == "export"
     reader = TopicReader(settings, names, start=EARLIEST if start_ts is None else At(start_ts),
-                       validate=not export, name="trainmedic-incidents", timeout_s=args.timeout_s)
+                       validate=not export, name=settings.topics.owned("incidents"), timeout_s=args.timeout_s)
     try:
         if export:
             return _export(reader, args.follow)

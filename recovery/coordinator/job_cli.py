@@ -101,7 +101,7 @@ def list_jobs(settings) -> int:
 
     topics = settings.topics
     with TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks], end=NOW,
-                     validate=True, name="trainmedic-job", timeout_s=30.0) as reader:
+                     validate=True, name=settings.topics.owned("job"), timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
     state = ClusterState.initial(CoordinatorConfig())
     for record in sorted(records, key=lambda r: r.topic != topics.jobs):

@@ -56,11 +56,10 @@ class CoordinatorService:
         self._topics = settings.topics
         self._sign = sign
         self._clock = clock
-        self._producer = EventProducer(settings, client_id="trainmedic-coordinator")
-        topics = self._topics
+        topics, name = self._topics, settings.topics.owned("coordinator")
+        self._producer = EventProducer(settings, client_id=name)
         self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks],
-                                   validate=True, dlq=self._producer, name="trainmedic-coordinator",
-                                   timeout_s=30.0)
+                                   validate=True, dlq=self._producer, name=name, timeout_s=30.0)
         self._next_tick = 0.0
 
     def start(self) -> None:

@@ -42,7 +42,7 @@ class Executor:
         self.clock = clock
         self.supervisor = Supervisor(config.state_dir / "ranks.json")
         self.groups: dict[str, LocalGroup] = {}
-        self.producer = EventProducer(kafka, client_id=f"trainmedic-executor-{config.node}")
+        self.producer = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
         self._ledger: Ledger | None = None
         self.ready = threading.Event()  # set once reading from the partition
 
@@ -67,7 +67,7 @@ class Executor:
         start: Start = ({(topic, partition): position} if position is not None
                         else At(self.clock() - self.config.freshness_s))
         reader = TopicReader(self.kafka, partitions=[(topic, partition)], start=start, validate=True,
-                             name=f"trainmedic-executor-{self.config.node}", timeout_s=15.0)
+                             name=self.kafka.topics.owned(f"executor-{self.config.node}"), timeout_s=15.0)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
                  self.config.node, topic, partition,
                  "insecure (unsigned commands accepted)" if self.config.insecure else "signed commands only",

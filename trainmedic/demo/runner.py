@@ -127,7 +127,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
         watcher = Watcher(settings, JOB, say)
         watcher.start()
         spec = demo_job(nodes, args, layout)
-        with EventProducer(settings, client_id="trainmedic-demo") as producer:
+        with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
             producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
         world = len(nodes) * args.ranks_per_node
         say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")

@@ -1,0 +1,83 @@
+"""Two deployments on one Kafka cluster stay apart: with default flags, each detector owns the
+names under its own prefix (app id, consumer group, checkpoint topic) and finds exactly its own
+fault, never resuming the other's checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import schemas as s
+from bus.admin import create_topics, delete_topics, list_topics
+from bus.settings import KafkaSettings
+from streams.replay import replay
+from tests.integration.streams.test_detector_live import incidents_until, key, publish
+from tests.unit.streams.test_scenarios import load
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def other(kafka: KafkaSettings) -> Iterator[KafkaSettings]:
+    """A second deployment on the same broker: its own prefix, its topics created."""
+    settings = KafkaSettings(bootstrap=kafka.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.")
+    create_topics(settings, partitions=2)
+    yield settings
+    ours = [name for name in list_topics(settings) if name.startswith(settings.topic_prefix)]
+    delete_topics(settings, ours, wait=False)
+
+
+def run_detector(settings: KafkaSettings, log: Path, until: callable) -> None:
+    """`python -m streams --start earliest` with default flags under `settings`' prefix, until
+    `until()` holds; then SIGTERM (it writes its last checkpoint)."""
+    env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
+           "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(log.parent)}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "streams", "--start", "earliest"], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+        try:
+            until()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def expected(recording: str) -> tuple[list[s.Event], set[tuple]]:
+    events = sorted(load(recording)[0], key=lambda e: e.ts)
+    return events, {key(i) for i in replay(events) if i.ts <= events[-1].ts}
+
+
+def test_two_deployments_each_find_exactly_their_own_fault(
+    kafka: KafkaSettings, other: KafkaSettings, group_id: str, tmp_path: Path,
+) -> None:
+    deployments = [(kafka, "gpu_lost_xid79"), (other, "node_lost_gloo")]
+    found: list[set[tuple]] = []
+    for n, (settings, recording) in enumerate(deployments):
+        events, want = expected(recording)
+        publish(settings, events)
+        seen: list[s.Incident] = []
+
+        def until(settings=settings, want=want, seen=seen, n=n) -> None:
+            seen += incidents_until(settings, f"{group_id}-{n}", want, give_up_s=90)
+            time.sleep(1)  # a checkpoint after the fault, for the next detector to trip over
+
+        run_detector(settings, tmp_path / f"detector-{n}.log", until)
+        got = {key(i) for i in seen}
+        assert want <= got, (tmp_path / f"detector-{n}.log").read_text()[-3000:]
+        found.append(got)
+    assert found[0].isdisjoint(found[1])
+    for (settings, _), got in zip(deployments, found, strict=True):
+        assert settings.topics.owned("detector") + "-checkpoints" in list_topics(settings)
+        assert {k[2] for k in got} == {k[2] for k in expected(dict(deployments)[settings])[1]}
