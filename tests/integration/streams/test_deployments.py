@@ -78,6 +78,6 @@ def test_two_deployments_each_find_exactly_their_own_fault(
         assert want <= got, (tmp_path / f"detector-{n}.log").read_text()[-3000:]
         found.append(got)
     assert found[0].isdisjoint(found[1])
-    for (settings, _), got in zip(deployments, found, strict=True):
+    for (settings, recording), got in zip(deployments, found, strict=True):
         assert settings.topics.owned("detector") + "-checkpoints" in list_topics(settings)
-        assert {k[2] for k in got} == {k[2] for k in expected(dict(deployments)[settings])[1]}
+        assert {k[2] for k in got} == {k[2] for k in expected(recording)[1]}
