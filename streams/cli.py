@@ -2,13 +2,13 @@
 
 It reads the telemetry topics, decides within seconds what broke and how badly (TAXONOMY.md),
 and writes `incident` events to the incidents topic; values that do not validate go to the
-dlq topic with the reason. The default engine checkpoints its state with the offsets it has
-read to the compacted topic <app-id>-checkpoints, so a restarted detector (even after kill -9)
-resumes exactly where the checkpoint was taken. Run one detector per cluster (see
+dlq topic with the reason. Both engines checkpoint its state with the offsets it has read to
+the compacted topic <app-id>-checkpoints, so a restarted detector (even after kill -9) resumes
+exactly where the checkpoint was taken. Run one detector per cluster (see
 docs/streams.md).
 
 Engines: `consumer` (default) is a plain Kafka consumer loop; `faust` runs the same pipeline
-as a Faust app, with its state in a changelog-backed table. Faust's per-message path is
+and the same checkpoints as a Faust app. Faust's per-message path is
 several times slower: it drains 7-10k events/s where the consumer engine drains 56-114k on
 two cores (docs/streams.md).
 """
