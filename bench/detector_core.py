@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import zlib
 
+from bus.message import RawMessage
 from schemas.codec import decode_telemetry, encode
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerStepped
 from streams.checkpoint import decode_checkpoint, encode_checkpoint
@@ -68,7 +68,8 @@ def live_path(seconds: int) -> tuple[int, float, LiveDetector]:
     for t in range(seconds):
         batch = second(t)
         sources = [(type(e).__name__, hash(getattr(e, "job", None) or e.node) % 10) for e in batch]
-        origins = [(*source, 0, None, encode(e)) for e, source in zip(batch, sources, strict=True)]
+        origins = [RawMessage(*source, 0, 0, e.node.encode(), encode(e))
+                   for e, source in zip(batch, sources, strict=True)]
         feed = live.feed
         start = time.perf_counter()
         for event, source, origin in zip(batch, sources, origins, strict=True):
@@ -103,11 +104,6 @@ def main() -> None:
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")
     print(f"  state: {len(state.nodes)} nodes, {len(state.jobs)} jobs, "
           f"{len(state.incidents)} open incidents")
-    start = time.perf_counter()
-    snapshot = zlib.compress(state.to_json(), 1)
-    took = time.perf_counter() - start
-    print(f"  snapshot (the Faust engine's): {len(state.to_json()) / 1e6:.1f} MB of JSON, "
-          f"{len(snapshot) / 1e3:,.0f} kB zlib-compressed, {took:.2f} s to make")
     events, busy, live = live_path(min(args.seconds, 10))
     print(f"LiveDetector + core:  {events:>9,} events in {busy:6.2f} s = "
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")
@@ -117,7 +113,7 @@ def main() -> None:
     start = time.perf_counter()
     decode_checkpoint(checkpoint)
     read = time.perf_counter() - start
-    print(f"  checkpoint (the consumer engine's), {live.buffered:,} events held: "
+    print(f"  checkpoint, {live.buffered:,} events held: "
           f"{len(checkpoint) / 1e6:.1f} MB, {made:.2f} s to make, {read:.2f} s to read back")
     events, busy = validated(min(args.seconds, 10))
     print(f"JSON decode + core:   {events:>9,} events in {busy:6.2f} s = "

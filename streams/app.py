@@ -2,24 +2,34 @@
 
 One agent reads the three telemetry topics as raw bytes and hands each message to `Pipeline`
 (validation, dead letters, `LiveDetector`, incidents). A timer moves event time on while the
-streams are quiet and saves the detector's state to a changelog-backed table, from which a
-restarted worker resumes. Faust's per-message path is slower than the plain consumer loop
-(docs/streams.md, "Throughput"): `trainmedic detector --engine faust` selects this one.
+streams are quiet and saves the same checkpoint as the consumer engine (`streams/checkpoint.py`:
+state, held events, partitions' progress and offsets, taken together) to `<app-id>-checkpoints`.
+When partitions are assigned, the first time after the last checkpoint is read and restored,
+the checkpoint's offsets are committed for the group `<app-id>` just before Faust seeks its
+partitions to the committed offsets, so a restarted worker reads on exactly where its state
+stops. Faust's per-message path is slower than the plain consumer loop (docs/streams.md,
+"Throughput"): `trainmedic detector --engine faust` selects this one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import faust
 
+from bus.message import RawMessage
 from bus.settings import KafkaSettings
+from streams.checkpoint import Offsets
 from streams.core import Detector, DetectorConfig
+from streams.faust_checkpoints import FaustCheckpoints
 from streams.live import LiveConfig, LiveDetector
-from streams.pipeline import DetectorStats, Pipeline
-from streams.snapshots import Snapshots
+from streams.pipeline import DetectorStats, Output, Pipeline
+
+log = logging.getLogger(__name__)
 
 Sink = Callable[[str, bytes, bytes], Awaitable[None]]
 
@@ -31,19 +41,20 @@ class DetectorApp:
     app: faust.App
     live: LiveDetector
     stats: DetectorStats
+    offsets: Offsets  # next offset to read, per telemetry partition, as the live state reflects
     process: faust.types.AgentT
     tick: object
 
 
 def build_app(
-    settings: KafkaSettings, *, app_id: str = "trainmedic-detector", config: DetectorConfig | None = None,
+    settings: KafkaSettings, *, app_id: str, config: DetectorConfig | None = None,
     live_config: LiveConfig | None = None, tick_s: float = 0.25, save_every_s: float = 1.0,
     datadir: str | None = None, web_port: int | None = None, sink: Sink | None = None,
 ) -> DetectorApp:
     """A detector app for `settings` (nothing connects until a worker starts it).
 
     `sink(topic, key, value)` sends what the detector decides; by default to Kafka through
-    Faust's producer (tests in memory pass one that records)."""
+    Faust's producer (tests in memory pass one that records, and nothing is checkpointed)."""
     topics = settings.topics
     app = faust.App(
         app_id,
@@ -61,37 +72,44 @@ def build_app(
     telemetry = app.topic(
         topics.gpu, topics.node, topics.worker, value_serializer="raw", key_serializer="raw",
     )
+    live = LiveDetector(Detector(config), live_config or LiveConfig())
+    pipeline = Pipeline(topics, live)
+    offsets: Offsets = {}
+    # The agent and the timer take turns: a checkpoint sees no message half handled.
+    turn = asyncio.Lock()
+    checkpoints = None
     if sink is None:
         outputs = {name: app.topic(name, value_serializer="raw", key_serializer="raw")
                    for name in (topics.incidents, topics.dlq)}
 
         async def sink(topic: str, key: bytes, value: bytes) -> None:
-            await outputs[topic].send(key=key, value=value)
-    # One key, one partition: the whole detector is one state (correlation joins node and
-    # job telemetry), as zlib-compressed JSON; use_partitioner lets the timer write it outside
-    # a stream event.
-    state_table = app.Table("detector-state", partitions=1, use_partitioner=True, value_type=bytes)
+            checkpoints.sent(await outputs[topic].send(key=key, value=value))
 
-    live = LiveDetector(Detector(config), live_config or LiveConfig())
-    pipeline = Pipeline(topics, live)
-    snapshots = Snapshots(state_table, save_every_s)
+        checkpoints = FaustCheckpoints(app, settings, app_id, live, offsets, every_s=save_every_s)
+        app.on_rebalance_complete.connect(checkpoints.on_rebalance_complete)
+
+    async def send(outs: list[Output]) -> None:
+        for out in outs:
+            await sink(out.topic, out.key, out.value)
 
     @app.agent(telemetry)
     async def process(stream):
         async for event in stream.events():
-            snapshots.restore_once(live)
             msg = event.message
-            for out in pipeline.on_message(msg.topic, msg.partition, msg.offset, msg.key, msg.value,
-                                           time.time()):
-                await sink(out.topic, out.key, out.value)
+            async with turn:
+                outs = pipeline.on_message(RawMessage(
+                    msg.topic, msg.partition, msg.offset, int(msg.timestamp * 1000), msg.key, msg.value,
+                ), time.time())
+                offsets[(msg.topic, msg.partition)] = msg.offset + 1
+                await send(outs)
 
     @app.timer(interval=tick_s)
     async def tick():
-        if not app.tables.recovery.completed.is_set():
-            return  # the state table is still being read back from its changelog
-        snapshots.restore_once(live)
-        for out in pipeline.on_tick(time.time()):
-            await sink(out.topic, out.key, out.value)
-        await snapshots.maybe_save(live, time.monotonic())
+        if checkpoints is not None and not checkpoints.restored:
+            return  # the checkpoint is read when partitions are first assigned
+        async with turn:
+            await send(pipeline.on_tick(time.time()))
+        if checkpoints is not None:
+            await checkpoints.maybe_save(time.monotonic(), turn)
 
-    return DetectorApp(app, live, pipeline.stats, process, tick)
+    return DetectorApp(app, live, pipeline.stats, offsets, process, tick)

@@ -1,34 +1,38 @@
-"""The consumer engine's checkpoint: everything a restarted detector needs, in one message.
+"""The detector's checkpoint, the one both engines save and restore: everything a restart needs.
 
 The detector's state, the watermark, the events `LiveDetector` still holds for ordering (with
-where each came from), the newest event time of each partition and the next offset of every
-telemetry partition are taken at the same moment and saved together. A detector restored
+the message each came from), the newest event time of each partition and the next offset of
+every telemetry partition are taken at the same moment and saved together. A detector restored
 from it re-reads exactly the messages after those offsets: no event is lost or applied twice,
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
-ids.
+ids. `streams/checkpoint_topic.py` keeps checkpoints on Kafka; `Cadence` says when to take one.
 
-Format: one line of JSON (version, offsets, watermark, sources, the state's length, and in one
-flat list per held event its seq, topic, partition, offset, key and length), then the state as
-JSON, then the held events' message values exactly as they arrived, back to back. Held events
-are not re-encoded and nothing is compressed here: at 35k events/s the detector holds ~35k of
-them, and re-encoding them and zlib over the lot cost 0.7 s of the loop's thread per
-checkpoint with 68k held. The producer compresses (lz4) on librdkafka's own thread.
+Format 2: one line of JSON (version, offsets, watermark, sources, the state's length, and in
+one flat list per held event its seq, topic, partition, offset, timestamp_ms, key length (-1:
+no key) and value length), then the state as JSON, then each held event's key and value bytes
+exactly as they arrived, back to back. Held events are not re-encoded and nothing is compressed
+here: at 35k events/s the detector holds ~35k of them, and re-encoding them and zlib over the
+lot cost 0.7 s of the loop's thread per checkpoint with 68k held. The producer compresses (lz4)
+on librdkafka's own thread. Older formats are upgraded when read (`UPCASTERS`); a newer one is
+refused (`NewerCheckpoint`): a rollback must not overwrite what it cannot read.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from bus.message import RawMessage
 from schemas import encode
 from schemas.codec import TELEMETRY
-from streams.core import DetectorState
+from streams.core import Detector, DetectorState
 from streams.live import Held, LiveDetector
 
-VERSION = 1
-_NO_ORIGIN = (None, None, None, None)  # topic, partition, offset, key of an event fed without one
-HELD_FIELDS = 6  # per held event in the head's flat list: seq, topic, partition, offset, key, length
+VERSION = 2
+HELD_FIELDS = 7  # per held event in the head's flat list: seq, topic, partition, offset, ts_ms, key, value
+SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
 
 
@@ -45,14 +49,33 @@ class Checkpoint:
     offsets: Offsets
     state: DetectorState
     watermark: float
-    held: list[Held]  # origins as the pipeline gives them: (topic, partition, offset, key, value)
+    held: list[Held]  # each with its message (or None: fed without one)
     sources: dict[tuple, tuple[float, float]]  # (topic, partition) -> (newest ts, quiet for s)
+
+    def restore(self, live: LiveDetector, wall: float) -> None:
+        """Carry `live` on from here (its config stays): the same state, the same held events."""
+        live.detector = Detector(live.detector.config, self.state)
+        live.resume(self.watermark, self.held, self.sources, wall)
 
 
 def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float) -> bytes:
-    """`live`'s held events must have the pipeline's origins, or None (then they are re-encoded)."""
-    held = [item if item.origin is not None else Held(item.event, (*_NO_ORIGIN, encode(item.event)), item.seq)
-            for item in live.held()]
+    """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint."""
+    flat: list = []
+    tail: list[bytes] = []
+    for item in live.held():
+        origin = item.origin
+        if origin is None:  # fed without its message: the event re-encoded stands for it
+            flat += [item.seq, None, None, None, None, -1]
+            value = encode(item.event)
+        else:
+            key = origin.key
+            flat += [item.seq, origin.topic, origin.partition, origin.offset, origin.timestamp_ms,
+                     -1 if key is None else len(key)]
+            value = origin.value
+            if key:
+                tail.append(key)
+        flat.append(len(value))
+        tail.append(value)
     state = live.detector.state.to_json()
     head = json.dumps({
         "v": VERSION,
@@ -60,45 +83,103 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float) -> byte
         "watermark": live.watermark if math.isfinite(live.watermark) else None,
         "sources": [[*source, max_ts, quiet_s] for source, (max_ts, quiet_s) in live.sources(wall).items()],
         "state": len(state),
-        "held": [field for item in held for field in (item.seq, *item.origin[:4], len(item.origin[4]))],
+        "held": flat,
     }, separators=(",", ":")).encode()
-    return b"".join([head, b"\n", state, *(item.origin[4] for item in held)])
+    return b"".join([head, b"\n", state, *tail])
+
+
+def _v1_to_v2(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 1 (before 2): per held event seq, topic, partition, offset, key as text, value length;
+    no keys in the body and no broker timestamps (-1 here: not known)."""
+    at = head["state"]
+    parts, flat = [body[:at]], []
+    old = head["held"]
+    for i in range(0, len(old), 6):
+        seq, topic, partition, offset, key, length = old[i:i + 6]
+        raw_key = None if key is None else key.encode()
+        flat += [seq, topic, partition, offset, None if topic is None else -1,
+                 -1 if raw_key is None else len(raw_key), length]
+        parts += [raw_key or b"", body[at:at + length]]
+        at += length
+    parts.append(body[at:])  # whatever follows is left for the reader to refuse
+    return {**head, "v": 2, "held": flat}, b"".join(parts)
+
+
+# Format n -> n + 1, applied in turn until the format is VERSION.
+UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {1: _v1_to_v2}
 
 
 def decode_checkpoint(data: bytes) -> Checkpoint:
     """Raises CheckpointError (NewerCheckpoint for a newer format) for anything it cannot use."""
     try:
-        line, _, rest = data.partition(b"\n")
+        line, _, body = data.partition(b"\n")
         head = json.loads(line)
         version = head.get("v")
     except (ValueError, AttributeError) as err:
         raise CheckpointError(f"not a detector checkpoint: {err}") from None
     if type(version) is int and version > VERSION:
         raise NewerCheckpoint(f"checkpoint format {version} was written by a newer trainmedic "
-                              f"(this one reads {VERSION})")
-    if type(version) is not int or version != VERSION:
-        raise CheckpointError(f"checkpoint format {version!r}; this detector reads {VERSION}")
+                              f"(this one reads up to {VERSION})")
+    if type(version) is not int or (version != VERSION and version not in UPCASTERS):
+        raise CheckpointError(f"checkpoint format {version!r}; this detector reads 1 to {VERSION}")
     try:
-        at = head["state"]
-        state = DetectorState.from_dict(json.loads(rest[:at]))
-        held = []
-        flat = head["held"]
-        for i in range(0, len(flat), HELD_FIELDS):
-            seq, topic, partition, offset, key, length = flat[i:i + HELD_FIELDS]
-            value = rest[at:at + length]
-            at += length
-            origin = None if topic is None else (topic, partition, offset, key, value)
-            held.append(Held(TELEMETRY.validate_json(value), origin, seq))
-        if at != len(rest):
-            raise ValueError(f"{len(rest) - at} bytes past the last held event")
-        watermark = head["watermark"]
-        return Checkpoint(
-            offsets={(topic, partition): offset for topic, partition, offset in head["offsets"]},
-            state=state,
-            watermark=float("-inf") if watermark is None else watermark,
-            held=held,
-            sources={(topic, partition): (max_ts, quiet_s)
-                     for topic, partition, max_ts, quiet_s in head["sources"]},
-        )
+        while head["v"] != VERSION:
+            head, body = UPCASTERS[head["v"]](head, body)
+        return _decode(head, body)
     except Exception as err:  # whatever a damaged or foreign checkpoint makes the decoding raise
         raise CheckpointError(f"checkpoint unreadable: {type(err).__name__}: {err}") from None
+
+
+def _decode(head: dict, body: bytes) -> Checkpoint:
+    at = head["state"]
+    state = DetectorState.from_dict(json.loads(body[:at]))
+    held = []
+    flat = head["held"]
+    for i in range(0, len(flat), HELD_FIELDS):
+        seq, topic, partition, offset, timestamp_ms, key_length, length = flat[i:i + HELD_FIELDS]
+        key = None
+        if key_length >= 0:
+            key = body[at:at + key_length]
+            at += key_length
+        value = body[at:at + length]
+        at += length
+        origin = None if topic is None else RawMessage(topic, partition, offset, timestamp_ms, key, value)
+        held.append(Held(TELEMETRY.validate_json(value), origin, seq))
+    if at != len(body):
+        raise ValueError(f"{len(body) - at} bytes past the last held event")
+    watermark = head["watermark"]
+    return Checkpoint(
+        offsets={(topic, partition): offset for topic, partition, offset in head["offsets"]},
+        state=state,
+        watermark=float("-inf") if watermark is None else watermark,
+        held=held,
+        sources={(topic, partition): (max_ts, quiet_s)
+                 for topic, partition, max_ts, quiet_s in head["sources"]},
+    )
+
+
+@dataclass
+class Cadence:
+    """When to save: event time moved and the last save is `every_s` old. `every_s` grows with
+    the cost of a save, so that saving a large state takes at most SAVE_SHARE of the time."""
+
+    base_every_s: float = 1.0
+    every_s: float = 0.0
+    _clock: float | None = None
+    _at: float = float("-inf")
+
+    def __post_init__(self) -> None:
+        self.every_s = self.base_every_s
+
+    def due(self, clock: float, now: float) -> bool:
+        return clock != self._clock and now - self._at >= self.every_s
+
+    def saved(self, clock: float, now: float, cost_s: float) -> None:
+        self._clock, self._at = clock, now
+        self.every_s = max(self.base_every_s, cost_s / SAVE_SHARE)
+
+    def postponed(self, now: float) -> None:
+        """Not saved this time (e.g. the broker is away): try again later, twice as long each time
+        (up to a minute), so that waiting for the broker does not stall the caller's loop."""
+        self._at = now
+        self.every_s = min(60.0, self.every_s * 2)

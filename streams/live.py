@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
+from bus.message import RawMessage
 from schemas import Incident
 from streams.core import Detector
 
@@ -46,21 +47,22 @@ class _Source:
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """An event held for ordering, with where it came from (`origin`: what the caller passed to
-    `feed`, the pipeline's `(topic, partition, offset, key, value)`) and its place among events of
-    the same `ts` (`seq`)."""
+    """An event held for ordering, with the message it came from (`origin`, as the caller passed
+    it to `feed`; None for an event fed without one) and its place among events of the same `ts`
+    (`seq`)."""
 
     event: BaseModel
-    origin: object
+    origin: RawMessage | None
     seq: int
 
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """An event the core raised on: it is not applied; the caller dead-letters it."""
+    """An event the core raised on: it is not applied; the caller dead-letters it (`origin` as
+    in `Held`)."""
 
     event: BaseModel
-    origin: object
+    origin: RawMessage | None
     error: str
 
 
@@ -82,8 +84,9 @@ class LiveDetector:
     _released_at: float = float("-inf")  # wall time of the last watermark update
     _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
 
-    def feed(self, event: BaseModel, source: tuple, wall: float, origin: object = None) -> list[Incident]:
-        """Take one event that arrived from `source` (a topic partition) at `wall`."""
+    def feed(self, event: BaseModel, source: tuple, wall: float,
+             origin: RawMessage | None = None) -> list[Incident]:
+        """Take one event that arrived from `source` (a topic partition) at `wall`, in `origin`."""
         heapq.heappush(self._heap, (event.ts, next(self._seq), event, origin))
         seen = self._sources.get(source)
         if seen is None:

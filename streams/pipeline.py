@@ -1,9 +1,9 @@
 """What the live detector does with one Kafka message or one tick, whatever reads the topics.
 
-`Pipeline` validates a telemetry message (an invalid one becomes a dead letter with the
-reason), feeds it to `LiveDetector` with its origin `(topic, partition, offset, key, value)`
-and turns what the core decides into messages to send: incidents keyed by job (or node), dead
-letters keyed by their source topic. It never raises on input: an event the core fails on is
+`Pipeline` validates a telemetry message, a `RawMessage` (an invalid one becomes a dead letter
+with the reason), feeds it to `LiveDetector` with the message as its origin and turns what the
+core decides into messages to send: incidents keyed by job (or node), dead letters keyed by
+their source topic. It never raises on input: an event the core fails on is
 logged, dead-lettered as it arrived, and skipped. Both engines (`streams/service.py` and the
 Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from bus.message import parse_message
+from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS
 from schemas import DeadLettered, Incident, Topics, encode
 from schemas.codec import TELEMETRY
@@ -50,17 +50,18 @@ class Pipeline:
     stats: DetectorStats = field(default_factory=DetectorStats)
     _counted: int = 0  # events already added to the metric
 
-    def on_message(self, topic: str, partition: int, offset: int, key: bytes | None,
-                   value: bytes | None, wall: float) -> list[Output]:
-        parsed = parse_message(self.topics, topic, partition, offset, key, value, wall, TELEMETRY)
+    def on_message(self, message: RawMessage, wall: float) -> list[Output]:
+        topic = message.topic
+        parsed = parse_message(self.topics, topic, message.partition, message.offset, message.key,
+                               message.value, wall, TELEMETRY)
         if isinstance(parsed, DeadLettered):
             self.stats.dead_lettered += 1
             DEAD_LETTERS.labels("detector").inc()
-            log.warning("dead-lettered %s[%d]@%d: %s", topic, partition, offset, parsed.reason)
+            log.warning("dead-lettered %s[%d]@%d: %s", topic, message.partition, message.offset,
+                        parsed.reason)
             return [Output(self.topics.dlq, topic.encode(), encode(parsed))]
         self.stats.events += 1
-        found = self.live.feed(parsed.event, (topic, partition), wall,
-                               origin=(topic, partition, offset, parsed.key, value))
+        found = self.live.feed(parsed.event, (topic, message.partition), wall, origin=message)
         out = self._publish(found) if found else []
         if self.live.failed:
             out += self._failures(wall)
@@ -74,16 +75,17 @@ class Pipeline:
         return self._publish(self.live.tick(wall)) + self._failures(wall)
 
     def _failures(self, wall: float) -> list[Output]:
-        """Events the core raised on (a bug, logged by LiveDetector): kept on the dlq as they came."""
+        """Events the core raised on (a bug, logged by LiveDetector): kept on the dlq as they came
+        (one fed without its message, re-encoded, from topic "" at offset -1)."""
         out = []
         for failure in self.live.take_failures():
-            topic, partition, offset, key, value = failure.origin
+            origin = failure.origin or RawMessage("", -1, -1, -1, None, encode(failure.event))
             self.stats.dead_lettered += 1
             DEAD_LETTERS.labels("detector").inc()
-            out.append(Output(self.topics.dlq, topic.encode(), encode(DeadLettered.of(
-                ts=wall, reason=f"detector error ({failure.error}; see the detector's log)", topic=topic,
-                partition=partition, offset=offset, key=None if key is None else key.encode(),
-                value=value))))
+            out.append(Output(self.topics.dlq, origin.topic.encode(), encode(DeadLettered.of(
+                ts=wall, reason=f"detector error ({failure.error}; see the detector's log)",
+                topic=origin.topic, partition=origin.partition, offset=origin.offset, key=origin.key,
+                value=origin.value))))
         return out
 
     def _publish(self, incidents: list[Incident]) -> list[Output]:

@@ -3,8 +3,9 @@
 It assigns itself every partition of the three telemetry topics (one detector sees all
 telemetry: correlation joins node and job state), reads them in batches, and sends incidents
 and dead letters with an idempotent producer. A tick moves event time on while the topics are
-quiet. Checkpoints (`streams/checkpoint.py`) go to a compacted topic of its own,
-`<app-id>-checkpoints`: state, held events and offsets together, so a restart resumes exactly.
+quiet. Checkpoints (`streams/checkpoint.py`, the same as the Faust engine's) go to a compacted
+topic of its own, `<app-id>-checkpoints` (`streams/checkpoint_topic.py`): state, held events and
+offsets together, so a restart resumes exactly.
 Offsets are also committed to the consumer group `<app-id>`, only so that lag can be watched.
 Faust's per-message path is several times slower (docs/streams.md, "Throughput").
 """
@@ -22,31 +23,18 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 
 from bus import clients
-from bus.admin import ensure_topic, wait_for_topics
+from bus.admin import wait_for_topics
 from bus.errors import KafkaError
+from bus.message import RawMessage
 from bus.producer import EventProducer
 from bus.reader import At, locate, watermarks
 from bus.settings import KafkaSettings
-from streams.checkpoint import (
-    Checkpoint,
-    CheckpointError,
-    NewerCheckpoint,
-    Offsets,
-    decode_checkpoint,
-    encode_checkpoint,
-)
-from streams.core import Detector
+from streams.checkpoint import Cadence, Offsets, encode_checkpoint
+from streams.checkpoint_topic import CheckpointTopic
 from streams.pipeline import Output, Pipeline
-from streams.snapshots import Cadence
 
 log = logging.getLogger(__name__)
 
-MAX_CHECKPOINT_BYTES = 64 * 1024 * 1024  # before compression: the topic's limit holds whatever lz4 does
-CHECKPOINT_TOPIC_CONFIG = {
-    "cleanup.policy": "compact",
-    "max.message.bytes": str(MAX_CHECKPOINT_BYTES),
-    "segment.ms": str(3_600_000),  # so that compaction can drop old checkpoints within hours
-}
 COMMIT_EVERY_S = 1.0
 FLUSH_WAIT_S = 5.0  # how long a checkpoint waits for the incidents before it to be acknowledged
 WARN_EVERY_S = 30.0  # the same consumer error is logged at most this often
@@ -67,17 +55,13 @@ def tune_gc() -> None:
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    app_id: str = "trainmedic-detector"
+    app_id: str  # consumer group and stem of its own topics; the CLI's default is `<prefix>detector`
     start: Start = "latest"
     tick_s: float = 0.25
     checkpoint_every_s: float = 1.0
     batch: int = 2000
     report_every_s: float = 60.0
     partitions_every_s: float = 30.0  # how often to look for partitions added to the telemetry topics
-
-    @property
-    def checkpoint_topic(self) -> str:
-        return f"{self.app_id}-checkpoints"
 
 
 class DetectorService:
@@ -87,16 +71,13 @@ class DetectorService:
         self.settings, self.pipeline, self.config = settings, pipeline, config
         self.offsets: Offsets = {}  # next offset to read, per telemetry partition
         self._cadence = Cadence(config.checkpoint_every_s)
-        self._too_big = False
         self._warned: dict[str, float] = {}
         self._consumer = clients.consumer(settings, {
             "group.id": config.app_id, "enable.auto.commit": False, "enable.partition.eof": False,
             "auto.offset.reset": "earliest",  # an offset retention removed: lose no more than it did
         }, logger=log)
         self._out = EventProducer(settings, client_id=f"{config.app_id}-out")
-        self._checkpoints = EventProducer(settings, client_id=f"{config.app_id}-checkpoints", config={
-            "message.max.bytes": MAX_CHECKPOINT_BYTES + 1024 * 1024, "compression.type": "lz4",
-        })
+        self._checkpoints = CheckpointTopic(settings, config.app_id)
 
     def run(self, stopping: Callable[[], bool]) -> None:
         with ExitStack() as closing:
@@ -113,7 +94,7 @@ class DetectorService:
                 raise KafkaError(f"detector: {err.args[0].str()}", code=err.args[0].name()) from None
 
     def _start(self) -> None:
-        saved = self._read_checkpoint()
+        saved = self._checkpoints.read_last()
         partitions = self._partitions()
         fresh = [tp for tp in partitions if saved is None or tp not in saved.offsets]
         # With a checkpoint, a partition it does not know was added since: all of it is unread.
@@ -123,11 +104,9 @@ class DetectorService:
             self.offsets = self._start_offsets(known, {tp: saved.offsets[tp] for tp in known})
         self.offsets.update(self._start_offsets(fresh, start))
         if saved is not None:  # last, so that the start-up itself does not count as quiet
-            live = self.pipeline.live
-            live.detector = Detector(live.detector.config, saved.state)
-            live.resume(saved.watermark, saved.held, saved.sources, time.time())
+            saved.restore(self.pipeline.live, time.time())
             log.info("detector state restored from %s (event time %.3f, %d events held)",
-                     self.config.checkpoint_topic, saved.state.clock, len(saved.held))
+                     self._checkpoints.topic, saved.state.clock, len(saved.held))
         self._expect_backlog(self.offsets)
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in self.offsets.items()])
         log.info("detector ready: reading %d partitions of 3 topics (%d from the checkpoint, %d from %r)",
@@ -143,37 +122,6 @@ class DetectorService:
         topics = self.settings.topics
         counts = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
         return [(name, p) for name, count in counts.items() for p in range(count)]
-
-    def _read_checkpoint(self) -> Checkpoint | None:
-        topic = self.config.checkpoint_topic
-        ensure_topic(self.settings, topic, partitions=1, config=CHECKPOINT_TOPIC_CONFIG)
-        wait_for_topics(self.settings, [topic])
-        where = TopicPartition(topic, 0)
-        low, high = self._consumer.get_watermark_offsets(where, timeout=10)
-        if high <= low:
-            return None
-        self._consumer.assign([TopicPartition(topic, 0, high - 1)])
-        deadline = time.monotonic() + 30
-        try:
-            while time.monotonic() < deadline:
-                msg = self._consumer.poll(0.5)
-                if msg is None:
-                    continue
-                if msg.error():
-                    self._on_error(msg.error())
-                    continue
-                if msg.value() is None:
-                    log.warning("the last checkpoint was deleted (state too big): starting afresh")
-                    return None
-                return decode_checkpoint(msg.value())
-        except NewerCheckpoint as err:
-            raise KafkaError(f"{err}: run that version, or delete topic {topic} to start afresh") from None
-        except CheckpointError as err:
-            log.error("%s: starting afresh, as on a first start", err)
-            return None
-        finally:
-            self._consumer.unassign()
-        raise KafkaError(f"could not read the last checkpoint from {topic} within 30 s")
 
     def _start_offsets(self, partitions: list[tuple[str, int]], start: Start | Offsets) -> Offsets:
         """Explicit offsets (not logical ones), so that 'ready' means nothing later is missed;
@@ -196,17 +144,17 @@ class DetectorService:
                 if msg.error():
                     self._on_error(msg.error())
                     continue
-                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-                outs = pipeline.on_message(topic, partition, offset, msg.key(), msg.value(), wall)
+                message = RawMessage.of(msg)
+                outs = pipeline.on_message(message, wall)
                 if outs:
                     send(outs)
-                offsets[(topic, partition)] = offset + 1
+                offsets[(message.topic, message.partition)] = message.offset + 1
             now = time.monotonic()
             if now - last_tick >= config.tick_s:
                 send(pipeline.on_tick(wall))
                 last_tick = now
             self._out.client.poll(0)
-            self._checkpoints.client.poll(0)  # a checkpoint is not waited for: the last one holds
+            self._checkpoints.poll()  # a checkpoint is not waited for: the last one holds
             self._checkpoint(now)
             if now - last_commit >= COMMIT_EVERY_S:
                 self._commit()
@@ -260,17 +208,7 @@ class DetectorService:
             self._warn("flush", f"checkpoint postponed: {unsent} incidents or dead letters not yet "
                        f"acknowledged after {FLUSH_WAIT_S:.0f} s (is the broker up?)")
             return False
-        data = encode_checkpoint(live, self.offsets, time.time())
-        topic, key = self.config.checkpoint_topic, self.config.app_id
-        if len(data) > MAX_CHECKPOINT_BYTES:
-            if not self._too_big:
-                log.error("detector checkpoint is %d bytes, over the %d allowed: not saved, "
-                          "a restart starts afresh (see docs/streams.md)", len(data), MAX_CHECKPOINT_BYTES)
-                self._checkpoints.send(topic, None, key=key)  # a stale checkpoint is worse than none
-            self._too_big = True
-        else:
-            self._checkpoints.send(topic, data, key=key)
-            self._too_big = False
+        self._checkpoints.write(encode_checkpoint(live, self.offsets, time.time()))
         self._cadence.saved(clock, now, time.monotonic() - began)
         return True
 

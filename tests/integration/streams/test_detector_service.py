@@ -16,10 +16,11 @@ import schemas as s
 from bus.admin import ensure_topic
 from bus.settings import KafkaSettings
 from streams.checkpoint import encode_checkpoint
+from streams.checkpoint_topic import CHECKPOINT_TOPIC_CONFIG
 from streams.core import Detector
 from streams.live import LiveDetector
 from streams.pipeline import Pipeline
-from streams.service import CHECKPOINT_TOPIC_CONFIG, DetectorService, ServiceConfig
+from streams.service import DetectorService, ServiceConfig
 
 pytestmark = pytest.mark.kafka
 

@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from recovery.coordinator import observe
 from tests.unit.coordinator.world import Recorder, incident
-from tests.unit.streams.test_pipeline import TOPICS, pipeline
+from tests.unit.streams.test_pipeline import TOPICS, message, pipeline
 from tests.unit.streams.test_scenarios import SCENARIOS
 
 
@@ -28,7 +28,7 @@ def test_the_detector_counts_events_dead_letters_incidents_and_detection_delay()
     before = counts()
     run = pipeline()
     for offset, line in enumerate([b"{not json", *sorted(lines, key=lambda line: json.loads(line)["ts"])]):
-        run.on_message(TOPICS.gpu, 0, offset, b"k", line, wall=1e9 + offset)
+        run.on_message(message(TOPICS.gpu, 0, offset, b"k", line), wall=1e9 + offset)
     run.on_tick(wall=1e9 + len(lines) + 1)  # events are counted on ticks
     after = counts()
     assert [b - a for a, b in zip(before, after, strict=True)] == [len(lines), 1, 1, 1]

@@ -1,11 +1,19 @@
-"""Checkpoints: state, held events and offsets together, so a restart resumes exactly."""
+"""Checkpoints: state, held events and offsets together, so a restart resumes exactly; older
+formats upgraded, newer ones refused."""
 
 from __future__ import annotations
 
 import pytest
 
 import schemas as s
-from streams.checkpoint import CheckpointError, NewerCheckpoint, decode_checkpoint, encode_checkpoint
+from bus.message import RawMessage
+from streams.checkpoint import (
+    VERSION,
+    CheckpointError,
+    NewerCheckpoint,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
 from tests.unit.streams.test_live_detector import source_of
@@ -27,7 +35,9 @@ def arrivals(name: str) -> list[tuple[float, tuple[str, int], s.Event]]:
 def run(live: LiveDetector, items) -> list[tuple]:
     found = []
     for wall, source, event in items:
-        found += live.feed(event, source, wall, origin=(*source, 0, None, s.encode(event)))
+        origin = RawMessage(*source, 0, int(wall * 1000), getattr(event, "job", event.node).encode(),
+                            s.encode(event))
+        found += live.feed(event, source, wall, origin=origin)
     return keys(found)
 
 
@@ -39,8 +49,9 @@ def restored(live: LiveDetector, wall: float, resumed: float | None = None) -> L
     """A detector started afresh (at `resumed`) from `live`'s checkpoint taken at `wall`."""
     saved = decode_checkpoint(encode_checkpoint(live, {("worker", 0): 17}, wall))
     assert saved.offsets == {("worker", 0): 17}
-    fresh = LiveDetector(Detector(live.detector.config, saved.state), CONFIG)
-    fresh.resume(saved.watermark, saved.held, saved.sources, wall if resumed is None else resumed)
+    assert sorted(saved.held, key=lambda h: h.seq) == sorted(live.held(), key=lambda h: h.seq)
+    fresh = LiveDetector(Detector(), CONFIG)
+    saved.restore(fresh, wall if resumed is None else resumed)
     return fresh
 
 
@@ -120,10 +131,14 @@ def test_held_events_keep_where_they_came_from() -> None:
     live = LiveDetector(Detector(), CONFIG)
     raw = b'{"type": "node_heartbeat", "ts": 5, "node": "n1", "interval": 1, "extra": NaN}'
     beat = s.decode(raw, s.adapter("telemetry.node"))
-    live.feed(beat, ("node", 2), wall=5.0, origin=("node", 2, 41, "n1", raw))
-    [held] = decode_checkpoint(encode_checkpoint(live, {}, 5.0)).held
-    assert held.origin == ("node", 2, 41, "n1", raw)  # as it arrived, byte for byte
-    assert held.event.node == "n1" and held.seq == 0
+    message = RawMessage("node", 2, 41, 1_700_000_005_000, b"n1", raw)
+    live.feed(beat, ("node", 2), wall=5.0, origin=message)
+    live.feed(beat, ("node", 2), wall=5.0, origin=RawMessage("node", 2, 42, 1, None, raw))
+    live.feed(beat, ("node", 2), wall=5.0, origin=RawMessage("node", 2, 43, 1, b"\xff\x00", raw))
+    held = sorted(decode_checkpoint(encode_checkpoint(live, {}, 5.0)).held, key=lambda h: h.seq)
+    assert [h.origin for h in held] == [message, RawMessage("node", 2, 42, 1, None, raw),
+                                        RawMessage("node", 2, 43, 1, b"\xff\x00", raw)]  # byte for byte
+    assert held[0].event.node == "n1" and held[0].seq == 0
 
 
 def test_a_checkpoint_it_cannot_use_is_refused_with_the_reason() -> None:
@@ -140,5 +155,47 @@ def test_a_checkpoint_it_cannot_use_is_refused_with_the_reason() -> None:
     damaged = rest.replace(b'"nodes":{}', b'"nodes":[]')
     with pytest.raises(CheckpointError, match="unreadable: AttributeError"):
         decode_checkpoint(head + b"\n" + damaged)  # same length: only the shape of `nodes` is wrong
+    with pytest.raises(CheckpointError, match="format 0; this detector reads 1 to"):
+        decode_checkpoint(b'{"v":0}\n')
     with pytest.raises(NewerCheckpoint, match="format 99 was written by a newer trainmedic"):
         decode_checkpoint(b'{"v":99}\n')
+    with pytest.raises(NewerCheckpoint, match=f"format {VERSION + 1} was written by a newer"):
+        decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {}, 0.0).replace(
+            f'"v":{VERSION}'.encode(), f'"v":{VERSION + 1}'.encode(), 1))
+
+
+# Written by trainmedic's format-1 encoder (before typed origins): node[0] read up to offset 7 and
+# node[2] up to 42; one heartbeat applied (n0), two held: n1 as it arrived from node[2]@41 with
+# key "n1", and n2 fed without its message (re-encoded).
+V1 = (
+    b'{"v":1,"offsets":[["node",0,7],["node",2,42]],"watermark":4.5,"sources":[["node",0,2.0,4.0],'
+    b'["node",2,5.0,1.0],["node",1,5.0,1.0]],"state":183,"held":[1,"node",2,41,"n1",78,2,null,null,'
+    b'null,null,78]}\n{"clock":4.5,"nodes":{"n0":{"last_seen":2.0,"interval":1.0,"lost_since":null,'
+    b'"hw_id":null,"jobs":{},"gpus":{},"nics":{}}},"jobs":{},"incidents":{},"sev3_history":{},'
+    b'"sev2_history":{}}{"type": "node_heartbeat", "ts": 5, "node": "n1", "interval": 1, "extra": NaN}'
+    b'{"v":1,"ts":5.0,"node":"n2","type":"node_heartbeat","interval":1.0,"links":[]}'
+)
+
+
+def test_a_format_1_checkpoint_is_upgraded_when_read() -> None:
+    saved = decode_checkpoint(V1)
+    assert saved.offsets == {("node", 0): 7, ("node", 2): 42}
+    assert saved.watermark == 4.5 and saved.state.clock == 4.5 and set(saved.state.nodes) == {"n0"}
+    assert saved.sources == {("node", 0): (2.0, 4.0), ("node", 2): (5.0, 1.0), ("node", 1): (5.0, 1.0)}
+    first, second = sorted(saved.held, key=lambda h: h.seq)
+    raw = b'{"type": "node_heartbeat", "ts": 5, "node": "n1", "interval": 1, "extra": NaN}'
+    assert first.seq == 1 and first.origin == RawMessage("node", 2, 41, -1, b"n1", raw)  # no timestamp in 1
+    assert first.event.node == "n1"
+    assert second.seq == 2 and second.origin is None and second.event.node == "n2"
+
+
+def test_a_format_1_checkpoint_restores_a_detector_that_decides_on() -> None:
+    """Restored from format 1, then saved in the current format and read back: the same detector."""
+    live = LiveDetector(Detector(), CONFIG)
+    decode_checkpoint(V1).restore(live, wall=6.0)
+    again = decode_checkpoint(encode_checkpoint(live, {("node", 2): 42}, 6.0))
+    assert again.state.to_dict() == decode_checkpoint(V1).state.to_dict()
+    assert sorted((h.seq, h.origin) for h in again.held if h.origin) == [
+        (h.seq, h.origin) for h in decode_checkpoint(V1).held if h.origin]  # (the event has a NaN)
+    live.tick(6.0 + 5.0)  # every partition quiet: the held heartbeats are applied
+    assert set(live.detector.state.nodes) == {"n0", "n1", "n2"} and live.buffered == 0

@@ -1,14 +1,24 @@
-"""The Faust agent in memory (`test_context`): telemetry in, incidents and dead letters out."""
+"""The Faust agent in memory (`test_context`): telemetry in, incidents and dead letters out; and
+its checkpoints, restored on the first rebalance and saved after what was sent before them."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
+from unittest.mock import patch
+
+import pytest
+from faust.types import TP
 
 import schemas as s
+from bus.message import RawMessage
 from bus.settings import KafkaSettings
 from streams.app import build_app
-from streams.live import LiveConfig
+from streams.checkpoint import decode_checkpoint, encode_checkpoint
+from streams.core import Detector
+from streams.faust_checkpoints import FaustCheckpoints
+from streams.live import LiveConfig, LiveDetector
 from tests.unit.streams.test_scenarios import SCENARIOS
 
 SETTINGS = KafkaSettings(bootstrap="127.0.0.1:1", topic_prefix="mem.")
@@ -50,3 +60,109 @@ def test_malformed_values_go_to_the_dlq_and_the_agent_keeps_going() -> None:
     assert "Invalid JSON" in letters[0].reason
     assert "node: Field required" in letters[1].reason
     assert letters[1].raw_value() == b'{"type": "gpu_sample", "ts": 2}'
+
+
+def test_the_agent_keeps_the_offsets_its_state_reflects() -> None:
+    detector = build_app(SETTINGS, app_id="agent-offsets", live_config=LiveConfig(lateness_s=10.0),
+                         sink=_discard)
+    beat = s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))
+
+    async def go() -> None:
+        async with detector.process.test_context() as agent:
+            for _ in range(3):
+                await agent.put(key=b"n", value=beat, partition=2)
+
+    asyncio.run(go())
+    [(where, offset)] = detector.offsets.items()
+    assert where[1] == 2 and offset == 3  # the next to read
+    [held] = [h for h in detector.live.held() if h.origin.offset == 2]
+    assert (held.origin.partition, held.origin.key, held.origin.value) == (2, b"n", beat)
+
+
+async def _discard(topic: str, key: bytes, value: bytes) -> None:
+    return None
+
+
+class Checkpoints:
+    """The checkpoint topic, in memory."""
+
+    topic = "cp-test-checkpoints"
+
+    def __init__(self, last=None) -> None:
+        self.last, self.written = last, []
+
+    def read_last(self):
+        return self.last
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def poll(self) -> None:
+        pass
+
+
+class Consumer:
+    def __init__(self, assignment) -> None:
+        self._assignment, self.committed = assignment, []
+
+    def assignment(self):
+        return self._assignment
+
+    async def _commit(self, offsets) -> bool:
+        self.committed.append(dict(offsets))
+        return True
+
+
+def faust_checkpoints(last=None, assignment=()) -> FaustCheckpoints:
+    app = SimpleNamespace(consumer=Consumer(set(assignment)))
+    saving = FaustCheckpoints(app, SETTINGS, "cp-test", LiveDetector(Detector(), LiveConfig()), {})
+    saving.topic = Checkpoints(last)
+    return saving
+
+
+def test_the_first_rebalance_restores_the_checkpoint_and_commits_its_offsets() -> None:
+    topics = SETTINGS.topics
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=10.0))
+    beat = s.NodeHeartbeat(ts=5.0, node="n", interval=1.0)
+    live.feed(beat, (topics.node, 0), 5.0, RawMessage(topics.node, 0, 6, 1, b"n", s.encode(beat)))
+    saved = decode_checkpoint(encode_checkpoint(live, {(topics.node, 0): 7}, 5.0))
+    assigned = [TP(topics.node, 0), TP(topics.node, 1), TP("elsewhere", 0)]
+    restoring = faust_checkpoints(saved, assigned)
+    asyncio.run(restoring.on_rebalance_complete())
+    assert restoring.restored and [h.origin for h in restoring.live.held()] == [h.origin for h in live.held()]
+    # a telemetry partition the checkpoint does not know is read from its start; other topics are Faust's
+    assert restoring.app.consumer.committed == [{TP(topics.node, 0): 7, TP(topics.node, 1): 0}]
+    restoring.offsets[(topics.node, 0)] = 9
+    asyncio.run(restoring.on_rebalance_complete())  # a later rebalance: where the live state is
+    assert restoring.app.consumer.committed[-1] == {TP(topics.node, 0): 9, TP(topics.node, 1): 0}
+
+
+def test_with_no_checkpoint_faust_s_own_offsets_apply() -> None:
+    fresh = faust_checkpoints(None, [TP(SETTINGS.topics.node, 0)])
+    asyncio.run(fresh.on_rebalance_complete())
+    assert fresh.restored and fresh.app.consumer.committed == []
+
+
+def test_a_checkpoint_waits_for_the_sends_before_it() -> None:
+    saving = faust_checkpoints()
+    saving.live.feed(s.NodeHeartbeat(ts=5.0, node="n", interval=1.0), ("node", 0), 5.0)
+
+    async def go() -> None:
+        turn = asyncio.Lock()
+        delivery = asyncio.get_running_loop().create_future()
+        saving.sent(delivery)
+        with patch("streams.faust_checkpoints.FLUSH_WAIT_S", 0.01):
+            await saving.maybe_save(100.0, turn)
+        assert saving.topic.written == [] and saving.pending == [delivery]  # postponed
+        delivery.set_result(None)
+        await saving.maybe_save(100.0 + saving.cadence.every_s, turn)
+        assert len(saving.topic.written) == 1 and saving.pending == []
+        failed = asyncio.get_running_loop().create_future()
+        failed.set_exception(RuntimeError("delivery failed"))
+        saving.sent(failed)
+        saving.live.tick(200.0)  # event time moves on: due again
+        with pytest.raises(RuntimeError, match="delivery failed"):
+            await saving.maybe_save(200.0, turn)
+        assert len(saving.topic.written) == 1
+
+    asyncio.run(go())

@@ -12,9 +12,9 @@ import pytest
 
 from bus.errors import ConfigError
 from bus.settings import KafkaSettings
+from streams.checkpoint_topic import CheckpointTopic
 from streams.cli import add_arguments, build_config
 from streams.core import DetectorConfig, HangConfig
-from streams.service import ServiceConfig
 from trainmedic.cli import main
 
 ACME = KafkaSettings(topic_prefix="acme.")
@@ -37,7 +37,7 @@ def test_the_app_id_and_its_topics_derive_from_the_topic_prefix(monkeypatch: pyt
     monkeypatch.setenv("TRAINMEDIC_TOPIC_PREFIX", "acme.")
     got = config([], settings=KafkaSettings.from_env())
     assert got.app_id == "acme.detector"
-    assert ServiceConfig(app_id=got.app_id).checkpoint_topic == "acme.detector-checkpoints"
+    assert CheckpointTopic(KafkaSettings(), got.app_id).topic == "acme.detector-checkpoints"
     assert config([], settings=KafkaSettings()).app_id == "trainmedic.detector"
 
 

@@ -7,12 +7,17 @@ import json
 import pytest
 
 import schemas as s
+from bus.message import RawMessage
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
 from streams.pipeline import Pipeline
 from tests.unit.streams.test_scenarios import SCENARIOS
 
 TOPICS = s.Topics("mem.")
+
+
+def message(topic: str, partition: int, offset: int, key: bytes, value: bytes) -> RawMessage:
+    return RawMessage(topic, partition, offset, 1_700_000_000_000, key, value)
 
 
 def pipeline() -> Pipeline:
@@ -23,7 +28,7 @@ def test_a_recording_through_the_pipeline_opens_its_incident_keyed_by_job() -> N
     lines = [line for line in (SCENARIOS / "gpu_lost_xid79.jsonl").read_bytes().splitlines() if line]
     run, out = pipeline(), []
     for offset, line in enumerate(sorted(lines, key=lambda line: json.loads(line)["ts"])):
-        out += run.on_message(TOPICS.gpu, 0, offset, b"k", line, wall=json.loads(line)["ts"])
+        out += run.on_message(message(TOPICS.gpu, 0, offset, b"k", line), wall=json.loads(line)["ts"])
     out += run.on_tick(wall=1e12)
     incidents = [(o.key, s.decode(o.value, s.adapter("incidents")))
                  for o in out if o.topic == TOPICS.incidents]
@@ -40,7 +45,7 @@ def test_malformed_values_become_dead_letters_with_the_reason() -> None:
     out = []
     bad = json.dumps({"type": "gpu_sample", "ts": 2}).encode()
     for offset, value in enumerate([b"{not json", beat, bad]):
-        out += run.on_message(TOPICS.gpu, 3, offset, b"n", value, wall=1.0)
+        out += run.on_message(message(TOPICS.gpu, 3, offset, b"n", value), wall=1.0)
     letters = [s.decode(o.value, s.adapter("dlq")) for o in out if o.topic == TOPICS.dlq]
     assert [(letter.partition, letter.offset) for letter in letters] == [(3, 0), (3, 2)]
     assert "Invalid JSON" in letters[0].reason and "node: Field required" in letters[1].reason
@@ -62,12 +67,37 @@ def test_an_event_the_core_fails_on_is_dead_lettered_and_the_others_are_taken(
 
     monkeypatch.setattr(run.live.detector, "observe", broken)
     bad = s.encode(s.NodeHeartbeat(ts=2.0, node="bad", interval=1.0))
-    out = run.on_message(TOPICS.node, 0, 7, b"n", beat, wall=1.0)
-    out += run.on_message(TOPICS.node, 0, 8, b"bad", bad, wall=2.0)
+    out = run.on_message(message(TOPICS.node, 0, 7, b"n", beat), wall=1.0)
+    out += run.on_message(message(TOPICS.node, 0, 8, b"bad", bad), wall=2.0)
     assert [o.topic for o in out] == [TOPICS.dlq]
     letter = s.decode(out[0].value, s.adapter("dlq"))
     assert "detector error (RuntimeError: a bug" in letter.reason
     assert (letter.source_topic, letter.partition, letter.offset, letter.key) == (TOPICS.node, 0, 8, "bad")
     assert s.decode(letter.raw_value(), s.adapter("telemetry.node")).node == "bad"
-    assert run.on_message(TOPICS.node, 0, 9, b"n", beat, wall=3.0) == []
+    assert run.on_message(message(TOPICS.node, 0, 9, b"n", beat), wall=3.0) == []
     assert run.stats.dead_lettered == 1 and set(run.live.detector.state.nodes) == {"n"}
+
+
+def test_a_held_event_keeps_the_message_it_came_from() -> None:
+    run = Pipeline(TOPICS, LiveDetector(Detector(), LiveConfig(lateness_s=10.0)))
+    sent = message(TOPICS.node, 2, 41, b"n", s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0)))
+    assert run.on_message(sent, wall=1.0) == []
+    [held] = run.live.held()
+    assert held.origin is sent
+
+
+def test_an_event_fed_without_its_message_is_dead_lettered_re_encoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = pipeline()
+
+    def broken(event):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(run.live.detector, "observe", broken)
+    beat = s.NodeHeartbeat(ts=1.0, node="n", interval=1.0)
+    run.live.feed(beat, (TOPICS.node, 0), wall=1.0)
+    [out] = run.on_tick(wall=2.0)
+    letter = s.decode(out.value, s.adapter("dlq"))
+    assert (letter.source_topic, letter.partition, letter.offset, letter.key) == ("", -1, -1, None)
+    assert s.decode(letter.raw_value(), s.adapter("telemetry.node")) == beat
