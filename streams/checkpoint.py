@@ -7,14 +7,16 @@ from it re-reads exactly the messages after those offsets: no event is lost or a
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
 ids. `streams/checkpoint_topic.py` keeps checkpoints on Kafka; `Cadence` says when to take one.
 
-Format 2: one line of JSON (version, offsets, watermark, sources, the state's length, and in
+Format 2: one line of JSON (version, owner, offsets, watermark, sources, the state's length, and in
 one flat list per held event its seq, topic, partition, offset, timestamp_ms, key length (-1:
 no key) and value length), then the state as JSON, then each held event's key and value bytes
 exactly as they arrived, back to back. Held events are not re-encoded and nothing is compressed
 here: at 35k events/s the detector holds ~35k of them, and re-encoding them and zlib over the
 lot cost 0.7 s of the loop's thread per checkpoint with 68k held. The producer compresses (lz4)
 on librdkafka's own thread. Older formats are upgraded when read (`UPCASTERS`); a newer one is
-refused (`NewerCheckpoint`): a rollback must not overwrite what it cannot read.
+refused (`NewerCheckpoint`): a rollback must not overwrite what it cannot read. A checkpoint
+names its owner, the deployment's topic prefix and telemetry topics; a detector never resumes
+another's (`foreign`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,16 @@ class NewerCheckpoint(CheckpointError):
 
 
 @dataclass(frozen=True)
+class Owner:
+    """Whose checkpoint it is: the deployment's topic prefix and the telemetry topics it reads."""
+
+    prefix: str
+    topics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Checkpoint:
+    owner: Owner | None  # None: written before checkpoints named one (format 1)
     offsets: Offsets
     state: DetectorState
     watermark: float
@@ -58,8 +69,17 @@ class Checkpoint:
         live.resume(self.watermark, self.held, self.sources, wall)
 
 
-def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float) -> bytes:
-    """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint."""
+def foreign(checkpoint: Checkpoint, owner: Owner) -> str | None:
+    """Why `checkpoint` is not `owner`'s to resume (another prefix, other topics), or None."""
+    if checkpoint.owner is not None and checkpoint.owner != owner:
+        return (f"it belongs to topic prefix {checkpoint.owner.prefix!r} "
+                f"(topics {', '.join(checkpoint.owner.topics)})")
+    other = sorted({topic for topic, _ in checkpoint.offsets} - set(owner.topics))
+    return f"it read topics {', '.join(other)}" if other else None
+
+
+def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: Owner | None = None) -> bytes:
+    """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint of `owner`."""
     flat: list = []
     tail: list[bytes] = []
     for item in live.held():
@@ -79,6 +99,7 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float) -> byte
     state = live.detector.state.to_json()
     head = json.dumps({
         "v": VERSION,
+        "owner": None if owner is None else {"prefix": owner.prefix, "topics": list(owner.topics)},
         "offsets": [[topic, partition, offset] for (topic, partition), offset in sorted(offsets.items())],
         "watermark": live.watermark if math.isfinite(live.watermark) else None,
         "sources": [[*source, max_ts, quiet_s] for source, (max_ts, quiet_s) in live.sources(wall).items()],
@@ -148,7 +169,9 @@ def _decode(head: dict, body: bytes) -> Checkpoint:
     if at != len(body):
         raise ValueError(f"{len(body) - at} bytes past the last held event")
     watermark = head["watermark"]
+    owner = head.get("owner")
     return Checkpoint(
+        owner=None if owner is None else Owner(owner["prefix"], tuple(owner["topics"])),
         offsets={(topic, partition): offset for topic, partition, offset in head["offsets"]},
         state=state,
         watermark=float("-inf") if watermark is None else watermark,

@@ -13,11 +13,12 @@ import time
 
 from confluent_kafka import Consumer, TopicPartition
 
+from bus import clients
 from bus.admin import ensure_topic, wait_for_topics
 from bus.errors import KafkaError
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
-from streams.checkpoint import Checkpoint, CheckpointError, NewerCheckpoint, decode_checkpoint
+from streams.checkpoint import Checkpoint, CheckpointError, NewerCheckpoint, Owner, decode_checkpoint, foreign
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ class CheckpointTopic:
     def __init__(self, settings: KafkaSettings, app_id: str) -> None:
         self.settings, self.app_id = settings, app_id
         self.topic = f"{app_id}-checkpoints"
+        topics = settings.topics
+        self.owner = Owner(settings.topic_prefix, (topics.gpu, topics.node, topics.worker))
         self.too_big = False  # the last checkpoint offered was over the limit
         self._producer: EventProducer | None = None
 
@@ -44,9 +47,9 @@ class CheckpointTopic:
         be used (logged). Raises KafkaError for one written by a newer trainmedic."""
         ensure_topic(self.settings, self.topic, partitions=1, config=CHECKPOINT_TOPIC_CONFIG)
         wait_for_topics(self.settings, [self.topic])
-        consumer = Consumer(self.settings.client_config(**{
+        consumer = clients.consumer(self.settings, {
             "group.id": f"{self.app_id}-checkpoint-reader", "enable.auto.commit": False,
-        }), logger=log)
+        }, logger=log)
         try:
             data = self._last_value(consumer)
         finally:
@@ -57,13 +60,20 @@ class CheckpointTopic:
             log.warning("the last checkpoint was deleted (state too big): starting afresh")
             return None
         try:
-            return decode_checkpoint(data)
+            saved = decode_checkpoint(data)
         except NewerCheckpoint as err:
             raise KafkaError(f"{err}: run that version, or delete topic {self.topic} "
                              "to start afresh") from None
         except CheckpointError as err:
             log.error("%s: starting afresh, as on a first start", err)
             return None
+        why = foreign(saved, self.owner)
+        if why is not None:
+            log.error("the last checkpoint on %s is another deployment's (%s): not resumed, starting as "
+                      "configured. Two deployments share the app id %r: give each its own --app-id",
+                      self.topic, why, self.app_id)
+            return None
+        return saved
 
     def _last_value(self, consumer: Consumer) -> bytes | None:
         """The last message's value (b"" for a tombstone), None for an empty topic."""

@@ -208,7 +208,7 @@ class DetectorService:
             self._warn("flush", f"checkpoint postponed: {unsent} incidents or dead letters not yet "
                        f"acknowledged after {FLUSH_WAIT_S:.0f} s (is the broker up?)")
             return False
-        self._checkpoints.write(encode_checkpoint(live, self.offsets, time.time()))
+        self._checkpoints.write(encode_checkpoint(live, self.offsets, time.time(), self._checkpoints.owner))
         self._cadence.saved(clock, now, time.monotonic() - began)
         return True
 

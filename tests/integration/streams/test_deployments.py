@@ -35,13 +35,13 @@ def other(kafka: KafkaSettings) -> Iterator[KafkaSettings]:
     delete_topics(settings, ours, wait=False)
 
 
-def run_detector(settings: KafkaSettings, log: Path, until: callable) -> None:
-    """`python -m streams --start earliest` with default flags under `settings`' prefix, until
-    `until()` holds; then SIGTERM (it writes its last checkpoint)."""
+def run_detector(settings: KafkaSettings, log: Path, until: callable, *flags: str) -> None:
+    """`python -m streams --start earliest` with default flags (or `flags`) under `settings`' prefix,
+    until `until()` holds; then SIGTERM (it writes its last checkpoint)."""
     env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
            "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(log.parent)}
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "streams", "--start", "earliest"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "streams", "--start", "earliest", *flags], env=env,
                                 stdout=out, stderr=subprocess.STDOUT)
         try:
             until()
@@ -59,9 +59,13 @@ def expected(recording: str) -> tuple[list[s.Event], set[tuple]]:
     return events, {key(i) for i in replay(events) if i.ts <= events[-1].ts}
 
 
+@pytest.mark.parametrize("app_id", [None, "shared"], ids=["default-flags", "one-app-id"])
 def test_two_deployments_each_find_exactly_their_own_fault(
-    kafka: KafkaSettings, other: KafkaSettings, group_id: str, tmp_path: Path,
+    kafka: KafkaSettings, other: KafkaSettings, group_id: str, tmp_path: Path, app_id: str | None,
 ) -> None:
+    """With default flags each owns its names; made to share one app id, the second refuses the
+    first's checkpoint (it names its owner), says so, and starts as configured."""
+    flags = () if app_id is None else ("--app-id", f"{kafka.topic_prefix}{app_id}")
     deployments = [(kafka, "gpu_lost_xid79"), (other, "node_lost_gloo")]
     found: list[set[tuple]] = []
     for n, (settings, recording) in enumerate(deployments):
@@ -73,11 +77,14 @@ def test_two_deployments_each_find_exactly_their_own_fault(
             seen += incidents_until(settings, f"{group_id}-{n}", want, give_up_s=90)
             time.sleep(1)  # a checkpoint after the fault, for the next detector to trip over
 
-        run_detector(settings, tmp_path / f"detector-{n}.log", until)
+        run_detector(settings, tmp_path / f"detector-{n}.log", until, *flags)
         got = {key(i) for i in seen}
         assert want <= got, (tmp_path / f"detector-{n}.log").read_text()[-3000:]
         found.append(got)
     assert found[0].isdisjoint(found[1])
     for (settings, recording), got in zip(deployments, found, strict=True):
-        assert settings.topics.owned("detector") + "-checkpoints" in list_topics(settings)
         assert {k[2] for k in got} == {k[2] for k in expected(recording)[1]}
+        if app_id is None:
+            assert settings.topics.owned("detector") + "-checkpoints" in list_topics(settings)
+    refused = "is another deployment's" in (tmp_path / "detector-1.log").read_text()
+    assert refused == (app_id is not None)

@@ -199,3 +199,17 @@ def test_a_format_1_checkpoint_restores_a_detector_that_decides_on() -> None:
         (h.seq, h.origin) for h in decode_checkpoint(V1).held if h.origin]  # (the event has a NaN)
     live.tick(6.0 + 5.0)  # every partition quiet: the held heartbeats are applied
     assert set(live.detector.state.nodes) == {"n0", "n1", "n2"} and live.buffered == 0
+
+
+def test_a_checkpoint_names_its_owner_and_another_deployments_is_foreign() -> None:
+    from streams.checkpoint import Owner, foreign
+
+    ours, theirs = Owner("a.", ("a.gpu", "a.node", "a.worker")), Owner("b.", ("b.gpu", "b.node", "b.worker"))
+    saved = decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {("a.node", 0): 3}, 1.0, ours))
+    assert saved.owner == ours
+    assert foreign(saved, ours) is None
+    assert "'a.'" in foreign(saved, theirs)
+    unnamed = decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {("a.node", 0): 3}, 1.0))
+    assert unnamed.owner is None  # as format 1 wrote them: judged by the topics it read
+    assert foreign(unnamed, ours) is None
+    assert foreign(unnamed, theirs) == "it read topics a.node"
