@@ -11,9 +11,9 @@ Format 2: one line of JSON (version, owner, offsets, watermark, sources, the sta
 one flat list per held event its seq, topic, partition, offset, timestamp_ms, key length (-1:
 no key) and value length), then the state as JSON, then each held event's key and value bytes
 exactly as they arrived, back to back. Held events are not re-encoded and nothing is compressed
-here: at 35k events/s the detector holds ~35k of them, and re-encoding them and zlib over the
-lot cost 0.7 s of the loop's thread per checkpoint with 68k held. The producer compresses (lz4)
-on librdkafka's own thread. Older formats are upgraded when read (`UPCASTERS`); a newer one is
+here: at a large cluster's rate the detector holds tens of thousands of them, and re-encoding
+them plus zlib stalled the loop's thread (docs/streams.md, "State", has the cost). The
+producer compresses (lz4) on librdkafka's own thread. Older formats are upgraded when read (`UPCASTERS`); a newer one is
 refused (`NewerCheckpoint`): a rollback must not overwrite what it cannot read. A checkpoint
 names its owner, the deployment's topic prefix and telemetry topics; a detector never resumes
 another's (`foreign`).

@@ -40,7 +40,7 @@ FLUSH_WAIT_S = 5.0  # how long a checkpoint waits for the incidents before it to
 WARN_EVERY_S = 30.0  # the same consumer error is logged at most this often
 
 # Python's default (700 allocations) runs a collection every few hundred events over the
-# detector's ~560k objects: 52-62k events/s drained, against 73-84k with these.
+# detector's hundreds of thousands of objects; these drain markedly more (docs/streams.md has the rates).
 GC_THRESHOLDS = (100_000, 50, 100)
 
 # Where to start a partition no checkpoint covers: "earliest", "latest" or Unix seconds.
