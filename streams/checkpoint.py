@@ -12,11 +12,11 @@ one flat list per held event its seq, topic, partition, offset, timestamp_ms, ke
 no key) and value length), then the state as JSON, then each held event's key and value bytes
 exactly as they arrived, back to back. Held events are not re-encoded and nothing is compressed
 here: at a large cluster's rate the detector holds tens of thousands of them, and re-encoding
-them plus zlib stalled the loop's thread (docs/streams.md, "State", has the cost). The
-producer compresses (lz4) on librdkafka's own thread. Older formats are upgraded when read (`UPCASTERS`); a newer one is
-refused (`NewerCheckpoint`): a rollback must not overwrite what it cannot read. A checkpoint
-names its owner, the deployment's topic prefix and telemetry topics; a detector never resumes
-another's (`foreign`).
+them plus zlib stalled the loop's thread (docs/streams.md, "State", has the cost). The producer
+compresses (lz4) on librdkafka's own thread. Older formats are upgraded when read
+(`UPCASTERS`); a newer one is refused (`NewerCheckpoint`): a rollback must not overwrite what
+it cannot read. A checkpoint names its owner, the deployment's topic prefix and telemetry
+topics; a detector never resumes another's (`foreign`).
 """
 
 from __future__ import annotations
