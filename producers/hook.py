@@ -112,8 +112,8 @@ class Sink(Protocol):
     def count_dropped(self, count: int, why: str) -> None: ...
 
 
-# What the training thread enqueues: (event type, ts, step or error text, step_time).
-_Item = tuple[str, float, Any, float]
+# What the training thread enqueues: (event type, ts, step or error text, step_time, restore warning).
+_Item = tuple[str, float, Any, float, str | None]
 
 
 class Hook:
@@ -179,11 +179,12 @@ class Hook:
 
     def started(self) -> None:
         """The rank has joined its process group (worker_start)."""
-        self._put(("worker_start", self._clock(), None, 0.0))
+        self._put(("worker_start", self._clock(), None, 0.0, None))
 
-    def step(self, step: int, step_time: float) -> None:
-        """Step `step` finished and took `step_time` seconds (worker_step). Never blocks."""
-        self._put(("worker_step", self._clock(), step, step_time))
+    def step(self, step: int, step_time: float, restore_warning: str | None = None) -> None:
+        """Step `step` finished and took `step_time` seconds (worker_step). Never blocks.
+        `restore_warning`: the restore before this step fell back from its replica (see the schema)."""
+        self._put(("worker_step", self._clock(), step, step_time, restore_warning))
 
     def error(self, exc: BaseException) -> None:
         """Report an exception that escaped the training step (worker_error), once per exception."""
@@ -191,7 +192,7 @@ class Hook:
             return
         self._last_error = exc
         text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-        self._put(("worker_error", self._clock(), text, 0.0))
+        self._put(("worker_error", self._clock(), text, 0.0, None))
 
     def capture(self) -> _Capture:
         """A context manager and decorator: an Exception escaping it is reported, then re-raised."""
@@ -283,10 +284,11 @@ class Hook:
 
         from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
-        kind, ts, value, step_time = item
+        kind, ts, value, step_time, warning = item
         try:
             if kind == "worker_step":
-                return WorkerStepped(ts=ts, step=value, step_time=step_time, **self._common)
+                extra = {} if warning is None else {"restore_warning": warning}
+                return WorkerStepped(ts=ts, step=value, step_time=step_time, **extra, **self._common)
             if kind == "worker_error":
                 return WorkerFailed(ts=ts, error=value, **self._common)
             return WorkerStarted(ts=ts, **self._common)

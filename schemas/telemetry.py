@@ -59,11 +59,14 @@ class WorkerStarted(WorkerEvent):
 
 
 class WorkerStepped(WorkerEvent):
-    """The rank finished a training step."""
+    """The rank finished a training step. `restore_warning` (optional, on the first step after a
+    restore) says that the restore could not use the replica its source named and fell back to an
+    older state (a checkpoint, or nothing): steps were lost."""
 
     type: Literal["worker_step"] = "worker_step"
     step: int = Field(ge=0)
     step_time: float = Field(ge=0)
+    restore_warning: str | None = None
 
 
 class WorkerFailed(WorkerEvent):

@@ -19,6 +19,7 @@ import argparse
 import sys
 
 DEFAULT_TIMEOUT_S = 10.0
+RESTORE_WINDOW_S = 300.0  # a rank restores before its first step: well within this of its plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if export:
             return _export(reader, args.follow)
-        return _show(reader, args)
+        return _show(reader, args, settings)
     except TrainmedicError as err:
         print(f"trainmedic incidents: {err}", file=sys.stderr)
         return 1
@@ -107,7 +108,25 @@ def _messages(reader, follow: bool):
         yield from reader.poll()
 
 
-def _show(reader, args: argparse.Namespace) -> int:
+def _restore_reports(settings, view, timeout_s: float) -> list:
+    """The worker telemetry around the incident's plans, where a rank that restored reports a
+    fallback from its replica: from the first plan to RESTORE_WINDOW_S after the last."""
+    import time
+
+    from bus.reader import NOW, At, TopicReader
+    from schemas import DeadLettered
+
+    first, last = view.plans[0].ts, view.plans[-1].ts + RESTORE_WINDOW_S
+    end = NOW if last >= time.time() else At(last)
+    items: list = []
+    with TopicReader(settings, [settings.topics.worker], start=At(first - 1.0), end=end, validate=True,
+                     name=settings.topics.owned("incidents"), timeout_s=timeout_s) as reader:
+        for batch in reader.batches():
+            items += [item for item in batch if not isinstance(item, DeadLettered)]  # not this log's
+    return items
+
+
+def _show(reader, args: argparse.Namespace, settings) -> int:
     from ops.incident_log.fold import IncidentHistory, apply
     from ops.incident_log.render import details, row, story, table
     from ops.incident_log.views import find, timeline, views
@@ -146,6 +165,9 @@ def _show(reader, args: argparse.Namespace) -> int:
         print(f"trainmedic incidents: {why}", file=sys.stderr)
         return 1
     view = matches[0]
+    if view.plans:
+        fold_in(_restore_reports(settings, view, args.timeout_s))
+        view = next(v for v in find(log, view.id) if v.id == view.id)
     if args.action == "show":
         print(details(view))
         return 0

@@ -1,5 +1,8 @@
 """The fold of the incidents topic: facts keyed by their identity, so any order gives the same state.
 
+From telemetry.worker it keeps only the steps that report a restore fallback (`restore_warning`):
+a recovery that lost steps belongs in the incident's story.
+
 Incidents are keyed by job or node and lifecycle events by job, so an incident and the plan
 that answers it can sit on different partitions and arrive in either order. Storing each fact
 under its own identity (and keeping, of two versions, the one that sorts first) makes the
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from schemas import encode
 from schemas.incident import Incident
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from schemas.telemetry import WorkerStepped
 
 Outcome = RecoveryCompleted | RecoveryFailed
 
@@ -26,6 +30,8 @@ class IncidentHistory:
     plans: dict[tuple[str, str], RecoveryPlanned] = field(default_factory=dict)  # (plan_id, job)
     outcomes: dict[tuple[str, str], Outcome] = field(default_factory=dict)  # (plan_id, job)
     skips: dict[str, RecoverySkipped] = field(default_factory=dict)  # incident id
+    # worker steps that say their restore fell back from its replica: (job, generation, rank)
+    restore_warnings: dict[tuple[str, int, int], WorkerStepped] = field(default_factory=dict)
 
     def statuses(self, incident_id: str) -> dict[str, Incident]:
         """The open and resolved events of one incident, those that were seen."""
@@ -53,6 +59,9 @@ def apply(history: IncidentHistory, event: object) -> IncidentHistory:
             history.outcomes[key] = _first(history.outcomes.get(key), event)
         case RecoverySkipped() if event.incident_id is not None:
             history.skips[event.incident_id] = _first(history.skips.get(event.incident_id), event)
+        case WorkerStepped() if event.restore_warning:
+            key = (event.job, event.generation, event.rank)
+            history.restore_warnings[key] = _first(history.restore_warnings.get(key), event)
     return history
 
 

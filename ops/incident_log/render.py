@@ -69,6 +69,10 @@ def details(view: IncidentView) -> str:
                   f"[{' '.join(p.previous)}] → [{' '.join(p.nodes)}] at {iso(p.ts)}" for p in view.plans]
     if view.skipped:
         lines.append(f"no action: {view.skipped.reason}")
+    if view.restore_warnings:
+        lines.append("RESTORE FELL BACK (steps lost):")
+        lines += [f"  - {w.job} generation {w.generation} rank {w.rank} on {w.node}: {w.restore_warning}"
+                  for w in view.restore_warnings]
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ops.incident_log.fold import IncidentHistory
 from schemas.incident import Incident, IncidentStatus
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from schemas.telemetry import WorkerStepped
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class IncidentView:
     outcomes: tuple[RecoveryCompleted | RecoveryFailed, ...]
     skipped: RecoverySkipped | None
     escalated_from: str | None  # the incident whose failed recovery raised this one
+    restore_warnings: tuple[WorkerStepped, ...] = ()  # ranks of its plans' generations that lost steps
 
     @property
     def id(self) -> str:
@@ -68,9 +70,12 @@ def _view(history: IncidentHistory, iid: str, escalations: dict[str, str]) -> In
     outcomes = tuple(sorted((history.outcomes[(p.plan_id, p.job)] for p in plans
                              if (p.plan_id, p.job) in history.outcomes),
                             key=lambda o: (o.ts, o.plan_id, o.job)))
+    generations = {(p.job, p.generation) for p in plans}
+    warnings = tuple(sorted((w for (job, gen, _), w in history.restore_warnings.items()
+                             if (job, gen) in generations), key=lambda w: (w.ts, w.rank)))
     return IncidentView(incident=resolved or opened, opened=opened, resolved=resolved, plans=plans,
                         outcomes=outcomes, skipped=history.skips.get(iid),
-                        escalated_from=escalations.get(iid))
+                        escalated_from=escalations.get(iid), restore_warnings=warnings)
 
 
 def _escalations(history: IncidentHistory) -> dict[str, str]:
@@ -112,7 +117,8 @@ def _nodes(nodes: tuple[str, ...]) -> str:
 
 
 def timeline(view: IncidentView) -> list[Entry]:
-    """The ordered story: detected, opened (and why it escalated), plans, outcomes, resolved."""
+    """The ordered story: detected, opened (and why it escalated), plans, outcomes, restores that fell
+    back from their replica (steps lost), resolved."""
     inc = view.incident
     entries = [Entry(inc.first_ts, "detected", "earliest evidence")]
     if view.opened is not None:
@@ -135,6 +141,9 @@ def timeline(view: IncidentView) -> list[Entry]:
         else:
             then = f" → escalated to {out.escalation}" if out.escalation else ""
             entries.append(Entry(out.ts, "recovery failed", f"plan {out.plan_id}: {out.reason}{then}"))
+    for w in view.restore_warnings:
+        entries.append(Entry(w.ts, "RESTORE FELL BACK", f"{w.job} generation {w.generation} rank {w.rank} "
+                                                        f"on {w.node}: {w.restore_warning}"))
     if view.resolved is not None:
         known = set(view.opened.evidence) if view.opened else set()
         for line in view.resolved.evidence:
@@ -142,5 +151,6 @@ def timeline(view: IncidentView) -> list[Entry]:
                 entries.append(Entry(view.resolved.ts, "evidence", line))
         entries.append(Entry(view.resolved.ts, "resolved", f"after {view.time_to_resolve_s:.3f}s"))
     order = {w: i for i, w in enumerate(("detected", "opened", "escalated", "evidence", "no action",
-                                         "plan issued", "recovered", "recovery failed", "resolved"))}
+                                         "plan issued", "recovered", "recovery failed",
+                                         "RESTORE FELL BACK", "resolved"))}
     return sorted(entries, key=lambda e: (e.ts, order[e.what]))

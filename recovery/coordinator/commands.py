@@ -53,9 +53,10 @@ def first_rank(spec: JobSpec, nodes: tuple[str, ...], node: str) -> int:
     return nodes.index(node) * spec.ranks_per_node
 
 
-def replica(spec: JobSpec, nodes: tuple[str, ...], source: str) -> RestoreSource:
-    """State from the ranks on `source` in the new layout."""
-    return RestoreSource(kind="replica", node=source, rank=first_rank(spec, nodes, source))
+def replica(spec: JobSpec, previous: tuple[str, ...], source: str) -> RestoreSource:
+    """State from the snapshots on `source`, named by the rank it ran in `previous`, the layout
+    before the plan: a re-plan renumbers the survivors, but their snapshots keep the old rank."""
+    return RestoreSource(kind="replica", node=source, rank=first_rank(spec, previous, source))
 
 
 def checkpoint(spec: JobSpec) -> RestoreSource:
@@ -63,6 +64,12 @@ def checkpoint(spec: JobSpec) -> RestoreSource:
     if spec.checkpoint_dir is None:
         return RestoreSource(kind="none")
     return RestoreSource(kind="checkpoint", path=spec.checkpoint_dir)
+
+
+def _own_state(spec: JobSpec, plan: RecoveryPlanned, node: str) -> RestoreSource:
+    """A node the plan names no source for keeps its own state: its snapshots, under the rank it
+    ran before the plan; a node new to the job has none, so the checkpoint."""
+    return replica(spec, plan.previous, node) if node in plan.previous else checkpoint(spec)
 
 
 def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
@@ -79,8 +86,7 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
         worker = None
         if step.action is not CommandAction.STOP:
             i = index[step.node]
-            own = RestoreSource(kind="replica", node=step.node, rank=i * rpn)
-            restore = plan.restore.get(step.node, own)
+            restore = plan.restore.get(step.node) or _own_state(spec, plan, step.node)
             worker = WorkerSpec(
                 ranks=tuple(range(i * rpn, (i + 1) * rpn)), world_size=len(plan.nodes) * rpn,
                 master_addr=master, master_port=spec.master_port, restore=restore,

@@ -138,7 +138,7 @@ def _reconfigure(state: ClusterState, incident: Incident, now: float) -> list:
         for node in nodes:
             source = result.restore.get(node)
             if source is not None:
-                restore[node] = (replica(job.spec, nodes, source.node) if source.kind == "replica"
+                restore[node] = (replica(job.spec, job.nodes, source.node) if source.kind == "replica"
                                  else checkpoint(job.spec))
         plan = RecoveryPlanned(
             ts=now, plan_id=incident_plan_id(incident.id), incident_id=incident.id, job=job.spec.id,

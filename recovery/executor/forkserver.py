@@ -15,10 +15,14 @@ rank's own module, whose top level may do anything.
 
 What a warm rank inherits differs from a cold one in one way that matters: modules
 imported before the fork read their environment then (e.g. torch and OMP_NUM_THREADS=1).
+A warm rank ends with `os._exit`, after doing what interpreter exit would: its atexit handlers
+run (the in-band hook flushes and closes there) and its output is flushed, whether the module
+returned, raised SystemExit or raised anything else.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import importlib
@@ -173,15 +177,33 @@ def _become_rank(request: dict) -> None:
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            code = _exit_code(stop)
     except BaseException:
         traceback.print_exc()
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _finish_like_an_interpreter()
         finally:
             os._exit(code)
+
+
+def _exit_code(stop: SystemExit) -> int:
+    """The status a cold interpreter exits with for `stop`; a message is printed, as it would be."""
+    if stop.code is None or isinstance(stop.code, int):
+        return stop.code or 0
+    print(stop.code, file=sys.stderr)
+    return 1
+
+
+def _finish_like_an_interpreter() -> None:
+    """What interpreter exit does and `os._exit` skips: the atexit handlers (the in-band hook's flush,
+    which publishes the rank's last steps and its worker_error, and logging's), then stdout and
+    stderr. Without them a warm rank's error never reached Kafka and its fault was blamed on the node."""
+    try:
+        atexit._run_exitfuncs()  # reports, never raises, a failing handler, as interpreter exit does
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 `replica`: ranks on the restore source's node offer the newest node-local snapshot of
 the named rank (any rank's, when none is named); a checkpoint is the fallback.
+A restore that named a replica and got none is a fallback, loud: `fallback_warning`.
 `checkpoint`: ranks offer the newest file in the checkpoint directory (or
 `restore.path`). `none`: start fresh, no collective. The chosen rank loads its file and
 broadcasts model state, optimizer state and step to every rank.
@@ -16,6 +17,7 @@ from typing import Any
 
 from recovery.worker import state_files
 from recovery.worker.env import WorkerEnv
+from schemas import RestoreSource
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,18 @@ def choose(offers: list[Offer]) -> Offer | None:
     if not offers:
         return None
     return max(offers, key=lambda o: (o.step, o.kind == REPLICA, -o.rank))
+
+
+def fallback_warning(source: RestoreSource, chosen: Offer | None) -> str | None:
+    """What to say when a restore named a replica and none offered its state, else None: the job
+    went back to a checkpoint, or to step 0, and lost every step since."""
+    if source.kind != REPLICA or (chosen is not None and chosen.kind == REPLICA):
+        return None
+    named = f"rank {source.rank}" if source.rank is not None else "any rank"
+    where = source.node or "its node"
+    used = ("started fresh at step 0" if chosen is None
+            else f"restored step {chosen.step} from the checkpoint {chosen.path}")
+    return f"no replica snapshot of {named} on {where}: {used}; the steps after it are lost"
 
 
 def restore_state(env: WorkerEnv, model: Any, optimizer: Any, device: Any = None) -> tuple[int, Offer | None]:

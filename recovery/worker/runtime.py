@@ -30,7 +30,7 @@ import torch.distributed as dist
 from producers.hook import Hook
 from recovery.worker import state_files
 from recovery.worker.env import WorkerEnv
-from recovery.worker.restore import Offer, restore_state
+from recovery.worker.restore import Offer, fallback_warning, restore_state
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ class Runtime:
     checkpoint_every: int = 0
     device: torch.device | None = None
     restored_from: Offer | None = None
+    restore_warning: str | None = None  # set by a restore that fell back from the named replica
+    _warning_due: bool = field(default=False, repr=False)
     _reattempt: bool = field(default=False, repr=False)
 
     @property
@@ -70,6 +72,11 @@ class Runtime:
         """
         step, self.restored_from = restore_state(self.env, model, optimizer, self.device)
         source = self.restored_from
+        self.restore_warning = fallback_warning(self.env.restore, source)
+        self._warning_due = self.restore_warning is not None
+        if self.restore_warning:
+            log.warning("rank %d g%d: RESTORE FELL BACK: %s", self.rank, self.env.generation,
+                        self.restore_warning)
         log.info("rank %d g%d: resuming at step %d (%s)", self.rank, self.env.generation, step,
                  "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}")
         return step
@@ -92,9 +99,11 @@ class Runtime:
                                      state_files.CHECKPOINTS_KEPT)
 
     def step_done(self, step: int, step_time_s: float) -> None:
-        """Report a finished step through the hook (never blocks)."""
+        """Report a finished step through the hook (never blocks); the first one after a restore
+        that fell back carries the warning."""
         if self.hook is not None:
-            self.hook.step(step, step_time_s)
+            warning, self._warning_due = (self.restore_warning if self._warning_due else None), False
+            self.hook.step(step, step_time_s, restore_warning=warning)
 
     def report_error(self, err: BaseException) -> None:
         """Report an exception that escaped the training step."""

@@ -39,6 +39,7 @@ class FaultResult:
     incident_id: str | None = None
     alerted_after_s: float | None = None  # from the incident to its alert in Alertmanager
     alert_resolved: bool | None = None  # left Alertmanager's active alerts once the incident resolved
+    restore_warnings: tuple[str, ...] = ()  # ranks of the new generation whose restore fell back
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -138,6 +139,7 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
             fault.name, seen.incident.category, str(seen.incident.severity), str(seen.incident.action),
             _delay(seen), round(resumed_ts - injected, 2), lost, world_before, after.world_size, healed,
             fault.expected_category, seen.incident.id,
+            restore_warnings=() if gen == before_gen else tuple(timeline.restore_warnings.get(gen, ())),
         )
 
 

@@ -44,7 +44,9 @@ def say(text: str) -> None:
 def faults(nodes: tuple[str, ...]) -> list[DemoFault]:
     return [
         DemoFault("kill", "process_exit", "restart", kill_rank(JOB, nodes[1]), lambda w: w),
-        DemoFault("xid79", "gpu_lost", "reconfigure", gpu_fault(nodes[-1], "xid=79,gpu=0"),
+        # A node in the middle, so the survivors after it are renumbered and must still restore
+        # from the snapshots they wrote under their old ranks.
+        DemoFault("xid79", "gpu_lost", "reconfigure", gpu_fault(nodes[1], "xid=79,gpu=0"),
               lambda w: w - w // len(nodes)),
         DemoFault("hang", "hang", "restart", hang_rank(rank=0), lambda w: w),
         DemoFault("flap", "link_flap", "reattempt", link_flap(nodes[0], "ib0", for_s=2.0), lambda w: w),
@@ -228,6 +230,9 @@ def report(results: list[FaultResult], layout: DemoLayout) -> None:
     print()
     for row in (header, *rows):
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)))
+    for r in results:
+        for warning in r.restore_warnings:
+            print(f"WARNING: {r.name}: RESTORE FELL BACK from the replica, steps lost: {warning}")
     print(f"\nreport: {path}")
 
 

@@ -36,10 +36,15 @@ class Timeline:
     planned: list[tuple[float, RecoveryPlanned]] = field(default_factory=list)
     completed: list[tuple[float, RecoveryCompleted]] = field(default_factory=list)
     failed: list[tuple[float, RecoveryFailed]] = field(default_factory=list)
+    # generation -> "rank R on NODE: warning" for each rank whose restore fell back from its replica
+    restore_warnings: dict[int, list[str]] = field(default_factory=dict)
 
     def apply(self, event: object, wall: float) -> None:
         if isinstance(event, WorkerStepped) and event.job == self.job:
             self.stepped(event.generation, event.world_size, event.step, event.ts)
+            if event.restore_warning:
+                self.restore_warnings.setdefault(event.generation, []).append(
+                    f"rank {event.rank} on {event.node}: {event.restore_warning}")
         elif isinstance(event, Incident):
             seen = self.incidents.get(event.id)
             if seen is None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from bus.consumer import EventConsumer
 from bus.settings import KafkaSettings
-from schemas import Incident
+from schemas import Incident, WorkerStepped
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
 from trainmedic.demo.timeline import Timeline
 
@@ -50,7 +50,10 @@ class Watcher:
                 self._narrate(record.event)
 
     def _narrate(self, event: object) -> None:
-        if isinstance(event, Incident):
+        if isinstance(event, WorkerStepped) and event.restore_warning and event.job == self.timeline.job:
+            self._say(f"WARNING: RESTORE FELL BACK at generation {event.generation}, rank {event.rank} on "
+                      f"{event.node}: {event.restore_warning}")
+        elif isinstance(event, Incident):
             where = f"node {event.node}" if event.node else f"job {event.job}"
             if event.status == "open":
                 self._say(f"INCIDENT {event.severity} {event.category} on {where} -> {event.action} "

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ops.incident_log import fold, timeline, views
+from ops.incident_log.render import details
 from ops.incident_log.views import find
-from schemas import RecoveryFailed
+from schemas import RecoveryFailed, WorkerStepped
 from tests.unit.ops.incident_log import key_of, recorded
 
 
@@ -70,6 +71,26 @@ def test_the_timeline_is_the_story_in_order() -> None:
     assert "escalated" in [e.what for e in timeline(escalated)]
     stamps = [e.ts for e in timeline(find(log, "hang-2")[0])]
     assert stamps == sorted(stamps)
+
+
+def test_a_restore_that_fell_back_is_in_the_story_of_the_incident_whose_plan_it_restored() -> None:
+    events = recorded()
+    [plan] = [e for e in events if e.type == "recovery_planned" and e.incident_id == "xid-3"]
+    warning = "no replica snapshot of rank 4 on n3: restored step 65 from the checkpoint /ckpt/x.pt"
+    common = {"node": "n3", "job": plan.job, "world_size": 6, "step": 65, "step_time": 0.1}
+    steps = [WorkerStepped(ts=plan.ts + 3, rank=2, generation=plan.generation, restore_warning=warning,
+                           **common),
+             WorkerStepped(ts=plan.ts + 4, rank=2, generation=plan.generation, **common),  # no warning
+             WorkerStepped(ts=plan.ts + 3, rank=2, generation=plan.generation + 5, restore_warning=warning,
+                           **common)]  # a later generation: another plan's
+    log = fold([*events, *steps])
+    story = timeline(find(log, "xid-3")[0])
+    [fell_back] = [e for e in story if e.what == "RESTORE FELL BACK"]
+    assert fell_back.ts == plan.ts + 3 and warning in fell_back.detail and "rank 2" in fell_back.detail
+    assert [e.what for e in story].index("plan issued") < [e.what for e in story].index("RESTORE FELL BACK")
+    assert "RESTORE FELL BACK" not in [e.what for e in timeline(find(log, "net-1")[0])]
+    assert warning in details(find(log, "xid-3")[0])
+    assert fold([*reversed(steps), *events]) == log
 
 
 def test_find_takes_an_unambiguous_prefix() -> None:

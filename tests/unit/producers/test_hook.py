@@ -94,6 +94,18 @@ def test_without_a_job_the_hook_does_nothing_and_says_so(caplog: pytest.LogCaptu
     assert (noop.dropped, noop.queued) == (0, 0)
 
 
+def test_a_restore_warning_rides_on_its_step() -> None:
+    sink = ListSink()
+    h = hook(sink)
+    h.step(7, 0.05, restore_warning="no replica snapshot of rank 4 on n3")
+    h.step(8, 0.05)
+    h.close()
+    warned, plain = sink.events
+    assert (warned.step, warned.restore_warning) == (7, "no replica snapshot of rank 4 on n3")
+    assert plain.restore_warning is None
+    assert adapter("telemetry.worker").validate_json(encode(warned)) == warned
+
+
 def test_start_steps_and_an_error_become_contract_events() -> None:
     sink = ListSink()
     h = hook(sink)

@@ -2,7 +2,7 @@ import torch
 
 from recovery.worker import state_files
 from recovery.worker.env import WorkerEnv
-from recovery.worker.restore import CHECKPOINT, REPLICA, Offer, choose, local_offers
+from recovery.worker.restore import CHECKPOINT, REPLICA, Offer, choose, fallback_warning, local_offers
 from schemas import RestoreSource
 
 
@@ -35,3 +35,14 @@ def test_offers_follow_the_restore_source(tmp_path):
     elsewhere = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n9")))
     assert [o.kind for o in elsewhere] == [CHECKPOINT]
     assert local_offers(env(tmp_path, RestoreSource(kind="none"))) == []
+
+
+def test_a_restore_that_named_a_replica_and_got_none_is_a_fallback_warning():
+    replica = RestoreSource(kind="replica", node="n3", rank=4)
+    assert fallback_warning(replica, Offer(0, 9, REPLICA, "snap")) is None
+    assert fallback_warning(RestoreSource(kind="checkpoint"), Offer(0, 9, CHECKPOINT, "c")) is None
+    assert fallback_warning(RestoreSource(kind="none"), None) is None
+    lost = fallback_warning(replica, Offer(2, 65, CHECKPOINT, "/ckpt/step000000065.pt"))
+    assert lost == ("no replica snapshot of rank 4 on n3: restored step 65 from the checkpoint "
+                    "/ckpt/step000000065.pt; the steps after it are lost")
+    assert "started fresh at step 0" in fallback_warning(replica, None)

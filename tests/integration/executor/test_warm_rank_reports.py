@@ -1,0 +1,69 @@
+"""A rank forked by the warm launcher publishes what its in-band hook queued, however it ends.
+
+The fork server ends a rank with `os._exit`, which skips atexit, where the hook flushes: a warm
+rank's worker_error never reached Kafka, so its crash was blamed on its node (issue 17).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bus.settings import KafkaSettings
+from recovery.executor.forkserver import WarmLauncher, become_subreaper
+from recovery.executor.supervisor import Supervisor
+from schemas import WorkerSpec
+
+from .conftest import Events
+
+
+@pytest.fixture
+def warm() -> Iterator[Supervisor]:
+    assert become_subreaper(), "Linux lets a process become a child subreaper"
+    launcher = WarmLauncher()
+    sup = Supervisor(launcher=launcher)
+    yield sup
+    sup.stop_all(grace_s=0.1)
+    launcher.close()
+
+
+def exit_of(sup: Supervisor, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if exits := sup.reap():
+            return exits[0]
+        time.sleep(0.02)
+    raise AssertionError("the rank did not end")
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(("end", "code", "expected"), [
+    ("raise", 1, ("worker_error", "RuntimeError: boom in a warm rank")),
+    ("exit", 3, ("worker_error", "ValueError: bad batch in a warm rank")),
+    ("return", 0, ("worker_step", None)),
+])
+def test_a_warm_rank_publishes_its_last_reports_however_it_ends(
+        warm: Supervisor, kafka: KafkaSettings, tmp_path: Path, end: str, code: int, expected) -> None:
+    job = f"warm-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PROBE_END": end, "TRAINMEDIC_JOB": job, "TRAINMEDIC_NODE": "n1",
+           "RANK": "0", "WORLD_SIZE": "1", "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap,
+           "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix}
+    spec = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1,
+                      command=(sys.executable, "-m", "tests.integration.executor.reporting_rank"))
+    events = Events(kafka, [kafka.topics.worker])
+    try:
+        pid = warm.launch(job, 0, spec, [env], tmp_path)[0]
+        ended = exit_of(warm)
+        assert (ended.pid, ended.exit_code) == (pid, code), (tmp_path / "g0-rank0.log").read_text()
+        kind, error = expected
+        found = events.wait_for(lambda e: e.job == job and e.type == kind, timeout_s=20)
+        assert getattr(found, "error", None) == error
+        assert found.pid == pid  # reported by the forked rank itself
+    finally:
+        events.close()
