@@ -15,7 +15,7 @@ import schemas as s
 from bus.message import RawMessage
 from bus.settings import KafkaSettings
 from streams.app import build_app
-from streams.checkpoint import decode_checkpoint, encode_checkpoint
+from streams.checkpoint import Owner, decode_checkpoint, encode_checkpoint
 from streams.core import Detector
 from streams.faust_checkpoints import FaustCheckpoints
 from streams.live import LiveConfig, LiveDetector
@@ -87,6 +87,7 @@ class Checkpoints:
     """The checkpoint topic, in memory."""
 
     topic = "cp-test-checkpoints"
+    owner = Owner(SETTINGS.topic_prefix, (SETTINGS.topics.gpu, SETTINGS.topics.node, SETTINGS.topics.worker))
 
     def __init__(self, last=None) -> None:
         self.last, self.written = last, []
