@@ -43,6 +43,9 @@ class RecoveryPlanned(Event):
     previous: tuple[str, ...] = ()
     restore: dict[str, RestoreSource] = {}
     horizon_s: float | None = Field(default=None, description="the planner's horizon (MTBF estimate)")
+    isolated: dict[str, str] | None = Field(default=None, description="nodes this decision takes out of "
+                                            "service, each with the incident that blamed it; absent "
+                                            "(None) in logs written before isolations were decisions")
 
 
 class RecoveryCompleted(Event):
@@ -68,13 +71,15 @@ class RecoveryFailed(Event):
 
 
 class RecoverySkipped(Event):
-    """The coordinator looked at an incident (or a new job) and had nothing to do, and why."""
+    """The coordinator looked at an incident (or a new job) and had nothing to do, or chose not to
+    act (a limit was reached), and why. `isolated` as in `RecoveryPlanned`."""
 
     type: Literal["recovery_skipped"] = "recovery_skipped"
     incident_id: str | None = None
     job: str | None = None
     node: str | None = None
     reason: str
+    isolated: dict[str, str] | None = None
 
 
 Lifecycle = RecoveryPlanned | RecoveryCompleted | RecoveryFailed | RecoverySkipped

@@ -38,6 +38,21 @@ class CoordinatorConfig(BaseModel):
     default_address: str | None = Field(default=None, min_length=1, description="address of every node "
                                         "without one, e.g. 127.0.0.1 when all run locally (default: "
                                         "the node id is its host name)")
+    isolation_cap: float = Field(default=0.1, gt=0, le=1, description="the share of the cluster's nodes "
+                                 "the coordinator may isolate on its own per isolation window (at least "
+                                 "one node); beyond it nodes stay in service and a person decides")
+    isolation_window_s: float = Field(default=600.0, gt=0, description="the rolling window of the "
+                                      "isolation cap")
+    group_window_s: float = Field(default=2.0, ge=0, description="SEV1 incidents within this of the first "
+                                  "are planned together: one re-plan, one restart per job")
+    restart_backoff_s: tuple[float, ...] = Field(default=(30.0, 120.0, 600.0), min_length=1,
+                                                 description="wait before a job's 2nd, 3rd, ... restart "
+                                                 "within the restart window, after the previous one (the "
+                                                 "first goes at once; the last wait repeats)")
+    max_restarts: int = Field(default=4, ge=0, description="restarts of a job within the restart window "
+                              "before the coordinator gives up on it (recovery_failed and an alert)")
+    restart_window_s: float = Field(default=3600.0, gt=0, description="the rolling window that restarts "
+                                    "count in")
     insecure: bool = Field(default=False, description="send unsigned commands (executors that check "
                            "signatures refuse them); without it the cluster key is required")
     nodes: tuple[NodeConfig, ...] = Field(default=(), description="the cluster: each node's id, switch, "
@@ -50,6 +65,8 @@ class CoordinatorConfig(BaseModel):
                              f"({self.done_timeout_s}): an accepted command cannot be faster than its ack")
         if self.tick_s > self.ack_timeout_s:
             raise ValueError(f"tick_s ({self.tick_s}) must not exceed ack_timeout_s ({self.ack_timeout_s})")
+        if any(delay < 0 for delay in self.restart_backoff_s):
+            raise ValueError(f"restart_backoff_s must not be negative: {self.restart_backoff_s}")
         seen: set[str] = set()
         for node in self.nodes:
             if node.id in seen:

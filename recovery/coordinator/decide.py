@@ -6,15 +6,18 @@ start, an open incident by its severity (TAXONOMY.md), and an ack with the plan'
 
 from __future__ import annotations
 
+from recovery.coordinator.blame import blames_node, cannot_run
 from recovery.coordinator.commands import (
     checkpoint,
     commands_for,
+    digest,
     escalation_id,
     incident_plan_id,
     replica,
     start_plan_id,
 )
-from recovery.coordinator.planning import plan_request
+from recovery.coordinator.isolation import decide_isolations, skip
+from recovery.coordinator.limits import exhausted, restart_due
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
 from schemas.commands import CommandAcked, CommandAction
 from schemas.incident import Action, Incident, IncidentStatus, Severity
@@ -69,44 +72,91 @@ def start_job(state: ClusterState, job_id: str, now: float) -> list:
 
 
 def on_incident(state: ClusterState, incident: Incident, now: float) -> list:
-    """SEV3 reattempts, SEV2 restarts in place, SEV1 isolates and re-plans; WARN is for the alert sinks."""
-    if (incident.status is not IncidentStatus.OPEN or incident.severity is Severity.WARN
-            or incident.id in state.handled):
-        return []
+    """SEV3 reattempts; a SEV1 that blames its node isolates it (grouped and capped,
+    `isolation.py`); a SEV2, or a SEV1 that follows the job, restarts the job, backing off
+    between restarts and giving up at the limit. An incident not yet due waits (no output):
+    `tick` decides it when it is. WARN and `alert` incidents are for the alert sinks."""
+    if incident.id not in state.pending:
+        return []  # decided already, resolved, or not the coordinator's to act on
     if incident.severity is Severity.SEV1:
-        return _reconfigure(state, incident, now)
-    if incident.job is not None:
-        jobs = [state.jobs[incident.job]] if incident.job in state.jobs else []
-    else:
-        jobs = [job] if incident.node and (job := state.job_on(incident.node)) else []
-    if not jobs:
+        if incident.node is None:
+            return [skip(incident, now, "a SEV1 incident that names no node: nothing to isolate")]
+        if blames_node(state, incident):
+            return decide_isolations(state, now)
+    job = _job_of(state, incident)
+    if job is None:
         where = f"job {incident.job}" if incident.job else f"node {incident.node}"
-        return [_skip(incident, now, f"no running job known for {where}")]
-    plan = _reattempt if incident.severity is Severity.SEV3 else _restart
-    return [out for job in jobs for out in plan(state, incident, job, now)]
+        return [skip(incident, now, f"no running job known for {where}")]
+    if incident.severity is Severity.SEV3:
+        return _reattempt(state, incident, job, now)
+    return _restart_limited(state, incident, job, now)
 
 
-def _skip(incident: Incident, now: float, reason: str, job: str | None = None) -> RecoverySkipped:
-    return RecoverySkipped(ts=now, incident_id=incident.id, job=job or incident.job, node=incident.node,
-                           reason=reason)
+def _job_of(state: ClusterState, incident: Incident) -> Job | None:
+    if incident.job is not None:
+        return state.jobs.get(incident.job)
+    return state.job_on(incident.node) if incident.node else None
 
 
 def _reattempt(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
     if job.state is not JobState.RUNNING:
-        return [_skip(incident, now, f"job {job.spec.id} is {job.state}: a reattempt would not help",
-                      job.spec.id)]
+        return [skip(incident, now, f"job {job.spec.id} is {job.state}: a reattempt would not help",
+                     job.spec.id)]
     plan = RecoveryPlanned(ts=now, plan_id=incident_plan_id(incident.id), incident_id=incident.id,
                            job=job.spec.id, kind=RecoveryKind.REATTEMPT, generation=job.generation,
-                           nodes=job.nodes, previous=job.nodes)
+                           nodes=job.nodes, previous=job.nodes, isolated={})
     return [plan, *commands_for(state, plan, now)]
+
+
+def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
+    """The job is blamed: restart it unless a restart was just planned, the backoff has not run
+    out, or the restarts are spent. Other incidents of the job waiting now are answered with it."""
+    name, plan = job.spec.id, job.plan
+    moving = plan is not None and plan.kind in (RecoveryKind.RESTART, RecoveryKind.RECONFIGURE)
+    if job.state.in_flight and moving and now - plan.ts <= state.config.group_window_s:
+        return [skip(incident, now, f"planned together with plan {plan.plan_id} ({plan.kind} of {name} "
+                                    f"{now - plan.ts:g} s ago)", name)]
+    if not job.nodes:
+        return [skip(incident, now, f"job {name} is {job.state} and runs on no node", name)]
+    if exhausted(state, job, now) or gave_up_id(job) in state.incidents:
+        return _give_up(state, incident, job, now)
+    if restart_due(state, job, now) > now:
+        return []  # backing off: tick decides it when the wait is over
+    out = _restart(state, incident, job, now)
+    together = sorted((state.incidents[i] for i in state.pending if i != incident.id),
+                      key=lambda i: (i.ts, i.id))
+    out += [skip(other, now, f"planned together with incident {incident.id} (restart of {name})", name)
+            for other in together if other.severity is not Severity.SEV3 and _job_of(state, other) is job
+            and not (other.severity is Severity.SEV1 and blames_node(state, other))]
+    return out
+
+
+def _give_up(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
+    """Restarts spent: `recovery_failed` and an alert for a person, once; later incidents are skipped."""
+    config, name = state.config, job.spec.id
+    spent = (f"{config.max_restarts} restarts of {name} within {config.restart_window_s:g} s did not cure "
+             f"it: the failure follows the job; the coordinator stops retrying it, a person decides")
+    alert_id = gave_up_id(job)
+    out: list = [skip(incident, now, spent, name)]
+    if alert_id in state.incidents:
+        return out
+    if job.plan is not None:
+        out.append(RecoveryFailed(ts=now, plan_id=job.plan.plan_id, job=name, generation=job.generation,
+                                  reason=spent, escalation=alert_id))
+    out.append(Incident(ts=now, id=alert_id, status=IncidentStatus.OPEN, category="recovery_failed",
+                        severity=Severity.SEV1, action=Action.ALERT, job=name, first_ts=incident.first_ts,
+                        evidence=(spent, f"last: {incident.severity} {incident.category} ({incident.id})")))
+    return out
+
+
+def gave_up_id(job: Job) -> str:
+    """The alert raised when the coordinator gave up on the job at its generation."""
+    return f"esc-{digest('gave_up', job.spec.id, job.generation)}"
 
 
 def _restart(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
     """Every node restarts at generation + 1; the failed ones restore from a survivor, else all
     from the checkpoint."""
-    if not job.nodes:
-        return [_skip(incident, now, f"job {job.spec.id} is {job.state} and runs on no node",
-                      job.spec.id)]
     spec, nodes = job.spec, job.nodes
     failed = {incident.node} | {nodes[r // spec.ranks_per_node] for r in incident.ranks
                                 if r // spec.ranks_per_node < len(nodes)}
@@ -117,38 +167,8 @@ def _restart(state: ClusterState, incident: Incident, job: Job, now: float) -> l
         restore = dict.fromkeys(nodes, checkpoint(spec))
     plan = RecoveryPlanned(ts=now, plan_id=incident_plan_id(incident.id), incident_id=incident.id,
                            job=spec.id, kind=RecoveryKind.RESTART, generation=job.generation + 1,
-                           nodes=nodes, previous=nodes, restore=restore)
+                           nodes=nodes, previous=nodes, restore=restore, isolated={})
     return [plan, *commands_for(state, plan, now)]
-
-
-def _reconfigure(state: ClusterState, incident: Incident, now: float) -> list:
-    """The node is already isolated (the fold did it); every job whose nodes change gets a plan."""
-    from recovery.planner.plan import plan as solve
-
-    if incident.node is None:
-        return [_skip(incident, now, "a SEV1 incident that names no node: nothing to isolate")]
-    request = plan_request(state, now)
-    result = solve(request)
-    out: list = []
-    for job in state.jobs.values():
-        nodes = result.allocations.get(job.spec.id, ())
-        if nodes == job.nodes:
-            continue
-        restore = {}
-        for node in nodes:
-            source = result.restore.get(node)
-            if source is not None:
-                restore[node] = (replica(job.spec, job.nodes, source.node) if source.kind == "replica"
-                                 else checkpoint(job.spec))
-        plan = RecoveryPlanned(
-            ts=now, plan_id=incident_plan_id(incident.id), incident_id=incident.id, job=job.spec.id,
-            kind=RecoveryKind.RECONFIGURE, generation=0 if job.generation is None else job.generation + 1,
-            nodes=nodes, previous=job.nodes, restore=restore, horizon_s=request.horizon_s,
-        )
-        out += [plan, *commands_for(state, plan, now)]
-    if not out:
-        return [_skip(incident, now, f"node {incident.node} isolated; no job needed new nodes")]
-    return out
 
 
 def on_ack(state: ClusterState, ack: CommandAcked, now: float) -> list:
@@ -171,19 +191,31 @@ def completion(state: ClusterState, job: Job, now: float) -> list:
 
 
 def fail_plan(state: ClusterState, job: Job, records: list[CommandRecord], now: float) -> list:
-    """The plan failed; each failed command escalates its node, except refusals (not the node's fault)."""
+    """The plan failed; each failed command escalates, except refusals (not the node's fault). A
+    command that cannot run, or one error on several nodes, blames the job (SEV2, no node);
+    otherwise a start, restart or stop that failed blames its node (SEV1)."""
+    reasons: dict[str | None, set[str]] = {}
+    for record in records:
+        if record.status is CommandStatus.FAILED:
+            reasons.setdefault(record.reason, set()).add(record.command.node)
     incidents = []
     for record in records:
         if record.status is CommandStatus.REFUSED:
             continue
         command = record.command
         severity, action, category = ESCALATION[command.action]
+        node, why = command.node, describe(record, state.config.max_retries)
+        if command.action is not CommandAction.STOP and record.status is CommandStatus.FAILED and (
+                cannot_run(record.reason) or len(reasons[record.reason]) > 1):
+            severity, action, node = Severity.SEV2, Action.RESTART, None
+            why += (" — the job's command cannot run: a job error, not the node's"
+                    if cannot_run(record.reason)
+                    else f" — the same error on {len(reasons[record.reason])} nodes: the job's, not a node's")
         incidents.append(Incident(
             ts=now, id=escalation_id(command.id), status=IncidentStatus.OPEN, category=category,
-            severity=severity, action=action, job=command.job, node=command.node,
-            ranks=command.worker.ranks if command.worker else (), first_ts=now,
-            evidence=(f"{command.action} of generation {command.generation} on {command.node}: "
-                      f"{describe(record, state.config.max_retries)}",),
+            severity=severity, action=action, job=command.job, node=node,
+            ranks=command.worker.ranks if command.worker and node else (), first_ts=now,
+            evidence=(f"{command.action} of generation {command.generation} on {command.node}: {why}",),
         ))
     first = records[0]
     failed = RecoveryFailed(

@@ -22,7 +22,7 @@ from recovery.coordinator.state import (
     move,
 )
 from schemas.commands import Command, CommandAcked
-from schemas.incident import Incident, IncidentStatus, Severity
+from schemas.incident import Action, Incident, IncidentStatus, Severity
 from schemas.jobs import JobSubmitted
 from schemas.recovery import (
     RecoveryCompleted,
@@ -78,13 +78,41 @@ def _incident(state: ClusterState, incident: Incident) -> None:
         return  # resolved is final
     state.incidents[incident.id] = incident
     if incident.status is not IncidentStatus.OPEN:
+        state.pending.discard(incident.id)
         return
     if incident.severity in (Severity.SEV1, Severity.SEV2):
         state.failures.add(incident.id)
     if incident.node is not None:
-        node = state.node(incident.node)
-        if incident.severity is Severity.SEV1 and node.isolated_by is None:
-            node.isolated_by = incident.id
+        state.node(incident.node)
+    if (incident.severity is not Severity.WARN and incident.action is not Action.ALERT
+            and incident.id not in state.handled):
+        state.pending.add(incident.id)
+    _isolate_legacy(state, incident.id)
+
+
+def _decided(state: ClusterState, incident_id: str | None, answer: str,
+             isolated: dict[str, str] | None, ts: float, legacy: bool) -> None:
+    """An incident was answered; the nodes the answer isolates leave service (the fold isolates
+    only what a decision on the log says, so the cap counts decisions, not incidents)."""
+    if incident_id is not None:
+        state.handled.setdefault(incident_id, answer)
+        state.pending.discard(incident_id)
+        if legacy:
+            state.legacy.add(incident_id)
+            _isolate_legacy(state, incident_id)
+    for node_id, blamed in (isolated or {}).items():
+        node = state.node(node_id)
+        if node.isolated_by is None:
+            node.isolated_by, node.isolated_ts = blamed, ts
+
+
+def _isolate_legacy(state: ClusterState, incident_id: str) -> None:
+    """Upcast a log written before decisions named the nodes they isolate: there, an answered
+    SEV1 incident isolated its node."""
+    incident = state.incidents.get(incident_id)
+    if (incident_id in state.legacy and incident is not None and incident.severity is Severity.SEV1
+            and incident.node is not None):
+        _decided(state, None, "", {incident.node: incident.id}, incident.ts, legacy=False)
 
 
 def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
@@ -93,12 +121,16 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
     state.plans.add((plan.plan_id, plan.job))
     if plan.incident_id is not None:
         state.handled[plan.incident_id] = plan.plan_id
+    _decided(state, plan.incident_id, plan.plan_id, plan.isolated, plan.ts,
+             legacy=plan.isolated is None and plan.kind is RecoveryKind.RECONFIGURE)
     for node in plan.nodes:
         state.node(node)
     job = state.jobs.get(plan.job)
     if job is None:
         log.warning("plan %s names job %s, which was never submitted: ignored", plan.plan_id, plan.job)
         return
+    if plan.kind is RecoveryKind.RESTART:
+        job.restarts = tuple(sorted((*job.restarts, plan.ts)))
     if job.generation is not None and plan.generation < job.generation:
         return  # superseded before it was read
     if plan.kind is RecoveryKind.START:
@@ -114,7 +146,9 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
 
 def _outcome(state: ClusterState, event: RecoveryCompleted | RecoveryFailed) -> None:
     job = state.jobs.get(event.job)
-    if job is None or job.plan is None or job.plan.plan_id != event.plan_id or not job.state.in_flight:
+    gave_up = isinstance(event, RecoveryFailed) and job is not None and job.state is JobState.RUNNING
+    if (job is None or job.plan is None or job.plan.plan_id != event.plan_id
+            or not (job.state.in_flight or gave_up)):
         return  # an older plan's outcome, or one already folded
     if isinstance(event, RecoveryFailed):
         target = JobState.FAILED
@@ -125,7 +159,7 @@ def _outcome(state: ClusterState, event: RecoveryCompleted | RecoveryFailed) -> 
 
 def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
     if event.incident_id is not None:
-        state.handled.setdefault(event.incident_id, "skipped")
+        _decided(state, event.incident_id, "skipped", event.isolated, event.ts, legacy=event.isolated is None)
     elif event.job in state.jobs:
         state.jobs[event.job].not_started = event.reason
 

@@ -19,10 +19,12 @@ def estimate_mtbf(state: ClusterState, now: float) -> float:
         config.mtbf_prior_weight + len(state.failures))
 
 
-def plan_request(state: ClusterState, now: float) -> PlanRequest:
-    """Every known node with its health, every job in submission order, horizon = MTBF."""
+def plan_request(state: ClusterState, now: float, isolating: frozenset[str] = frozenset()) -> PlanRequest:
+    """Every known node with its health (`isolating`: nodes this decision takes out), every job in
+    submission order, horizon = MTBF."""
     nodes = tuple(
-        ClusterNode(id=node.id, healthy=node.healthy, switch=node.switch, gpus=node.gpus)
+        ClusterNode(id=node.id, healthy=node.healthy and node.id not in isolating, switch=node.switch,
+                    gpus=node.gpus)
         for node in sorted(state.nodes.values(), key=lambda n: n.id)
     )
     jobs = tuple(

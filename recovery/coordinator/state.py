@@ -26,7 +26,7 @@ class JobState(StrEnum):
 
     SUBMITTED → STARTING (start plan at generation 0) or RECOVERING (a re-plan places it)
     STARTING, RECOVERING → RUNNING (plan completed), RECOVERING or STOPPING (a newer plan), FAILED
-    RUNNING → RECOVERING, STOPPING
+    RUNNING → RECOVERING, STOPPING, FAILED (the coordinator gave up on it)
     STOPPING (a plan took all its nodes) → QUEUED (stops done), RECOVERING, FAILED
     QUEUED → RECOVERING (a re-plan gives it nodes)
     FAILED → RECOVERING, STOPPING (a newer plan)
@@ -52,7 +52,7 @@ JOB_MOVES: dict[JobState, frozenset[JobState]] = {
                                   JobState.FAILED}),
     JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.STOPPING,
                                     JobState.FAILED}),
-    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.STOPPING}),
+    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.STOPPING, JobState.FAILED}),
     JobState.STOPPING: frozenset({JobState.QUEUED, JobState.RECOVERING, JobState.FAILED}),
     JobState.QUEUED: frozenset({JobState.RECOVERING}),
     JobState.FAILED: frozenset({JobState.RECOVERING, JobState.STOPPING}),
@@ -100,13 +100,14 @@ def move(table: dict[S, frozenset[S]], current: S, target: S, what: str) -> S:
 
 @dataclass
 class Node:
-    """One machine; isolated (unhealthy) from the first open SEV1 incident that names it."""
+    """One machine; isolated (unhealthy) once a decision on the log takes it out of service."""
 
     id: str
     address: str
     switch: str | None = None
     gpus: int = 8
-    isolated_by: str | None = None
+    isolated_by: str | None = None  # the incident that blamed it
+    isolated_ts: float | None = None  # when it was decided: isolations count against the cap
 
     @property
     def healthy(self) -> bool:
@@ -132,6 +133,7 @@ class Job:
     plan: RecoveryPlanned | None = None
     steps: dict[str, Step] = field(default_factory=dict)  # command id -> step, of `plan`
     not_started: str | None = None  # why its first start was skipped
+    restarts: tuple[float, ...] = ()  # when each restart (a plan that blames the job) was decided
 
 
 @dataclass
@@ -158,6 +160,8 @@ class ClusterState:
     commands: dict[str, CommandRecord] = field(default_factory=dict)
     early_acks: dict[str, list] = field(default_factory=dict)  # acks of commands not seen yet
     failures: set[str] = field(default_factory=set)  # SEV1/SEV2 incident ids, for the MTBF
+    pending: set[str] = field(default_factory=set)  # open incidents not decided yet (waiting, or new)
+    legacy: set[str] = field(default_factory=set)  # incidents answered by events older than `isolated`
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
 
     @classmethod

@@ -6,20 +6,38 @@ go (one decision must see the previous one), and return it all for publishing in
 
 from __future__ import annotations
 
+from recovery.coordinator.blame import blames_node
 from recovery.coordinator.commands import commands_for
 from recovery.coordinator.decide import completion, decide, fail_plan, on_incident, start_job
 from recovery.coordinator.fold import apply
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
-from schemas.incident import IncidentStatus, Severity
+from schemas.incident import Severity
 
 
 def tick(state: ClusterState, now: float) -> list:
     """For every plan in flight: issue missing commands, re-send unanswered ones, fail it when a
-    command failed or ran out of time, and complete it when all are done."""
+    command failed or ran out of time, and complete it when all are done. Then decide the
+    incidents whose wait is over (a group of SEV1s, a job's backoff)."""
     out: list = []
     for job in state.jobs.values():
         if job.state.in_flight:
             out += _check(state, job, now)
+    return out + due(state, now)
+
+
+def due(state: ClusterState, now: float) -> list:
+    """Waiting incidents decided now: the node SEV1s as one group, and per job its oldest incident
+    (which answers the job's others too), so one tick makes at most one plan per job."""
+    out: list = []
+    decided: set[str | None] = set()
+    for incident in sorted((state.incidents[i] for i in state.pending), key=lambda i: (i.ts, i.id)):
+        group = "node SEV1s" if incident.severity is Severity.SEV1 and blames_node(state, incident) else (
+            incident.job or (job.spec.id if incident.node and (job := state.job_on(incident.node))
+                             else incident.id))
+        if group in decided:
+            continue
+        decided.add(group)
+        out += on_incident(state, incident, now)
     return out
 
 
@@ -80,9 +98,6 @@ def catch_up(state: ClusterState, now: float) -> list:
     for job in list(state.jobs.values()):
         if job.state is JobState.SUBMITTED:
             out += settle(state, start_job(state, job.spec.id, now), now)
-    pending = [i for i in state.incidents.values()
-               if i.status is IncidentStatus.OPEN and i.severity is not Severity.WARN
-               and i.id not in state.handled]
-    for incident in sorted(pending, key=lambda i: (i.ts, i.id)):
+    for incident in sorted((state.incidents[i] for i in state.pending), key=lambda i: (i.ts, i.id)):
         out += settle(state, on_incident(state, incident, now), now)
     return out + settle(state, tick(state, now), now)

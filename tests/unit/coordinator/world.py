@@ -5,11 +5,20 @@ from __future__ import annotations
 from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, react, settle, tick
 from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
 
-# Two leaves of three nodes; n1-n3 run the job, n4-n6 are spares.
+# Two leaves of three nodes; n1-n3 run the job, n4-n6 are spares. The blast-radius limits are
+# opened wide (every SEV1 decided at once, every node may go): these tests are about other
+# things; test_limits.py and test_blame.py test the limits with their defaults.
 CONFIG = CoordinatorConfig(
     ack_timeout_s=10, done_timeout_s=100, max_retries=2, mtbf_prior_s=3600,
+    group_window_s=0, isolation_cap=1.0, max_restarts=100, restart_backoff_s=(0,),
     nodes=tuple(NodeConfig(id=f"n{i}", switch="leaf-1" if i <= 3 else "leaf-2") for i in range(1, 7)),
 )
+
+
+# The same cluster with the blast-radius limits at their defaults: at most max(1, 10 % of 6) = 1
+# isolation per 10 min, SEV1s grouped over 2 s, restarts backing off 30 s, 2 min, 10 min, 4 at most.
+LIMITED = CoordinatorConfig(ack_timeout_s=10, done_timeout_s=100, max_retries=2, mtbf_prior_s=3600,
+                            nodes=CONFIG.nodes)
 
 
 def submitted(job: str = "llm", nodes=("n1", "n2", "n3"), ts: float = 0.0, **spec) -> JobSubmitted:
@@ -19,9 +28,9 @@ def submitted(job: str = "llm", nodes=("n1", "n2", "n3"), ts: float = 0.0, **spe
 
 
 def incident(id: str, severity: str, *, node: str | None = None, job: str | None = "llm",
-             ranks=(), ts: float = 50.0, status: str = "open") -> Incident:
+             ranks=(), ts: float = 50.0, status: str = "open", category: str = "test") -> Incident:
     action = {"SEV1": "reconfigure", "SEV2": "restart", "SEV3": "reattempt", "WARN": "alert"}[severity]
-    return Incident(ts=ts, id=id, status=status, category="test", severity=severity, action=action,
+    return Incident(ts=ts, id=id, status=status, category=category, severity=severity, action=action,
                     job=job, node=node, ranks=ranks, first_ts=ts - 1)
 
 

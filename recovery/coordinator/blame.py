@@ -1,0 +1,39 @@
+"""Whom a failure blames: the node (isolate it) or the job (restart it, back off, give up).
+
+A node is blamed with hardware evidence, or when its failures correlate with it and not with
+the job; a failure that follows the job (a software category escalated by repetition, a
+command that cannot run, the same error on several nodes) is the job's (TAXONOMY.md).
+"""
+
+from __future__ import annotations
+
+from recovery.coordinator.state import ClusterState
+from schemas.incident import Incident, Severity
+
+# Categories whose evidence is the program's behaviour, not the hardware's: a SEV1 in one of
+# them was escalated by repetition (the detector's "SEV2 twice on a node"), and repetition on
+# one job's node is what a deterministic bug looks like too.
+FOLLOWS_THE_JOB = frozenset({"process_exit", "cuda_error", "hang", "nccl_error", "software_error",
+                             "link_flap", "network"})
+
+# An executor's OSError when it launches a rank, as `str(err)`: the command itself cannot run
+# (a typo, a missing file, a script without its execute bit). Any node would say the same.
+CANNOT_RUN = ("[Errno 2]", "No such file or directory", "[Errno 13]", "Permission denied",
+              "[Errno 8]", "Exec format error", "[Errno 20]", "Not a directory")
+
+
+def cannot_run(reason: str | None) -> bool:
+    """An ack's reason says the job's command cannot be run at all."""
+    return reason is not None and any(text in reason for text in CANNOT_RUN)
+
+
+def blames_node(state: ClusterState, incident: Incident) -> bool:
+    """A SEV1 that names a node isolates it unless its failure follows the job: a software
+    category counts against the node only when the node failed that way for another job too."""
+    if incident.node is None or incident.severity is not Severity.SEV1:
+        return False
+    if incident.category not in FOLLOWS_THE_JOB or incident.job is None:
+        return True
+    return any(other.node == incident.node and other.job not in (None, incident.job)
+               and other.severity in (Severity.SEV1, Severity.SEV2) and other.category in FOLLOWS_THE_JOB
+               for other in state.incidents.values())

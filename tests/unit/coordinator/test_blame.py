@@ -1,0 +1,80 @@
+"""Blame the right thing: a failure that follows the job backs off, then stops and alerts; it
+never isolates a node. A node is blamed with hardware evidence or failures across jobs."""
+
+from __future__ import annotations
+
+from recovery.coordinator import JobState, catch_up
+from tests.unit.coordinator.test_limits import refold, unhealthy
+from tests.unit.coordinator.world import LIMITED, Recorder, incident, of_type, submitted
+
+
+def value_error(id: str, ts: float, severity: str = "SEV1"):
+    """The detector's view of a ValueError on rank 0 (node n1): SEV2, escalated to SEV1 on a repeat."""
+    return incident(id, severity, node="n1", job="llm", ranks=(0,), ts=ts, category="software_error")
+
+
+def restarts(out: list) -> list:
+    return [p for p in of_type(out, "recovery_planned") if p.kind == "restart"]
+
+
+def test_the_same_value_error_every_generation_backs_off_then_gives_up_and_isolates_nothing() -> None:
+    rec = Recorder(LIMITED)
+    rec.started()
+    [first] = restarts(rec.feed(value_error("g0", 100.0, "SEV2"), now=100.0))  # the first: at once
+    rec.ack(of_type(rec.log, "command")[-3:], "done", now=101.0)
+    times = [100.0]
+    for n, (ts, wait) in enumerate(((110.0, 30.0), (140.0, 120.0), (260.0, 600.0))):
+        assert rec.feed(value_error(f"g{n + 1}", ts), now=ts) == []  # SEV2 twice on n1: a SEV1, not n1's
+        due = times[-1] + wait
+        assert rec.tick(now=due - 0.5) == []  # backing off
+        [plan] = restarts(rec.tick(now=due))
+        assert (plan.generation, plan.nodes) == (n + 2, ("n1", "n2", "n3"))
+        rec.ack(of_type(rec.log, "command")[-3:], "done", now=due + 1)
+        times.append(due)
+    assert times == [100.0, 130.0, 250.0, 850.0] and first.generation == 1
+    out = rec.feed(value_error("g4", 900.0), now=900.0)  # the 5th: restarts spent
+    [failed] = of_type(out, "recovery_failed")
+    [alert] = of_type(out, "incident")
+    assert (alert.category, alert.severity, alert.action, alert.job) == (
+        "recovery_failed", "SEV1", "alert", "llm")
+    assert failed.escalation == alert.id and "follows the job" in failed.reason
+    assert rec.state.jobs["llm"].state is JobState.FAILED
+    [skip] = rec.feed(value_error("g5", 5000.0), now=5000.0)  # given up stays given up
+    assert skip.type == "recovery_skipped" and of_type(rec.log, "incident").count(alert) == 1
+    assert unhealthy(rec) == []
+    assert refold(rec) == rec.state
+    assert catch_up(refold(rec, sorted(rec.log, key=lambda e: e.type != "job_submitted")), 5000.0) == []
+
+
+def test_a_start_that_cannot_run_its_command_is_the_jobs_error() -> None:
+    rec = Recorder(LIMITED)
+    commands = of_type(rec.feed(submitted(), now=1.0), "command")
+    rec.ack([c for c in commands if c.node != "n2"], "done", now=2.0)
+    out = rec.ack([c for c in commands if c.node == "n2"], "failed", now=2.0,
+                  reason="[Errno 2] No such file or directory: 'pyhton'")
+    [failed] = of_type(out, "recovery_failed")
+    [escalation] = of_type(out, "incident")
+    assert (escalation.category, escalation.severity, escalation.node, escalation.job) == (
+        "start_failed", "SEV2", None, "llm")
+    assert "job error" in escalation.evidence[0]
+    assert unhealthy(rec) == []
+    [plan] = restarts(out)  # the job restarts where it was, and from here on backs off as any job error
+    assert plan.nodes == ("n1", "n2", "n3")
+
+
+def test_a_software_failure_on_one_node_across_two_jobs_blames_the_node() -> None:
+    rec = Recorder(LIMITED)
+    rec.started()
+    other = incident("other", "SEV2", node="n1", job="other-job", ts=90.0, category="software_error")
+    rec.feed(other, now=90.0)
+    rec.feed(value_error("g0", 100.0), now=100.0)
+    rec.tick(now=102.0)
+    assert unhealthy(rec) == ["n1"]
+
+
+def test_hardware_evidence_blames_the_node() -> None:
+    rec = Recorder(LIMITED)
+    rec.started()
+    rec.feed(incident("xid", "SEV1", node="n2", ts=100.0, category="gpu_lost"), now=100.0)
+    assert unhealthy(rec) == [] and of_type(rec.tick(now=102.0), "recovery_planned")
+    assert unhealthy(rec) == ["n2"]
