@@ -1,7 +1,8 @@
 """Coordinator timings on a synthetic cluster: a SEV1 decision, a rebuild fold, a tick.
 
 NODES nodes on leaves of 32, JOBS jobs of equal size (8 ranks per node) with a few spares;
-one SEV1 incident on a node of the first job. Run: .venv/bin/python bench/coordinator.py
+one SEV1 incident on a node of the first job, decided when its group window has passed (react,
+then the tick that decides it). Run: .venv/bin/python bench/coordinator.py
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, apply, react, tick
+from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, apply, react, settle, tick
 from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
 
 JOBS, LEAF, SPARES = 32, 32, 32
@@ -49,14 +50,19 @@ def main() -> None:
         print(f"{nodes} nodes, {JOBS} jobs")
         state, log = timed("build: submit, start and ack every job", lambda n=nodes: cluster(n))
         for i, node in enumerate(("n00003", "n00004")):  # the first call also imports numpy, networkx
-            sev1 = Incident(ts=100.0 + i, id=f"inc-{i}", status="open", category="gpu_lost", severity="SEV1",
-                            action="reconfigure", job="job-00", node=node, first_ts=99.0)
-            out = timed(f"SEV1 #{i + 1}: isolate, plan, commands (react)",
-                        lambda s=state, e=sev1, t=100.0 + i: react(s, e, t))
+            sev1 = Incident(ts=100.0 + 10 * i, id=f"inc-{i}", status="open", category="gpu_lost",
+                            severity="SEV1", action="reconfigure", job="job-00", node=node,
+                            first_ts=99.0 + 10 * i)
+            due = sev1.ts + state.config.group_window_s  # node SEV1s wait for their group
+
+            def decide(s=state, e=sev1, t=due):
+                return react(s, e, e.ts) + settle(s, tick(s, t), t)
+
+            out = timed(f"SEV1 #{i + 1}: isolate, plan, commands", decide)
             print(f"    {sum(e.type == 'command' for e in out)} commands, "
                   f"{sum(e.type == 'recovery_planned' for e in out)} jobs re-planned")
             log += [sev1, *out]
-        timed("tick with that plan in flight", lambda s=state: tick(s, 102.0))
+        timed("tick with that plan in flight", lambda s=state: tick(s, 113.0))
 
         def rebuild(events=log, config=state.config):
             fresh = ClusterState.initial(config)

@@ -35,6 +35,12 @@ config file (YAML, every key optional; the flags' names with underscores):
   mtbf_prior_weight: 1     # how many failures the prior counts as
   transition_s: 60         # planner default for jobs without one
   tick_s: 1
+  isolation_cap: 0.1       # share of the nodes isolated automatically per window (at least one)
+  isolation_window_s: 600
+  group_window_s: 2        # SEV1s this close are planned together
+  restart_backoff_s: [30, 120, 600]  # before a 2nd, 3rd, ... restart (flag repeated; variable "30;120;600")
+  max_restarts: 4          # per restart window, then recovery_failed and an alert
+  restart_window_s: 3600
   default_address: null    # address of nodes without one (default: the node id is its host name)
   insecure: false
   nodes:                   # the cluster (YAML only); nodes only named by jobs sit on no switch

@@ -101,6 +101,12 @@ def test_the_coordinator_options_are_flags_variables_and_yaml_keys(tmp_path) -> 
         nodes=(NodeConfig(id="n01", switch="leaf-1", address="10.0.0.1", gpus=4),))
     assert coordinator_config([]) == CoordinatorConfig()
     assert coordinator_config(["--insecure"]).insecure
+    limits = coordinator_config(["--restart-backoff-s", "10", "--restart-backoff-s", "60",
+                                 "--group-window-s", "5"],
+                                {"TRAINMEDIC_COORDINATOR_ISOLATION_CAP": "0.25",
+                                 "TRAINMEDIC_COORDINATOR_MAX_RESTARTS": "2"})
+    assert (limits.restart_backoff_s, limits.group_window_s, limits.isolation_cap, limits.max_restarts) == (
+        (10.0, 60.0), 5.0, 0.25, 2)
 
 
 def test_the_node_list_is_yaml_only(tmp_path, capsys) -> None:
