@@ -22,6 +22,16 @@ CANNOT_RUN = ("[Errno 2]", "No such file or directory", "[Errno 13]", "Permissio
               "[Errno 8]", "Exec format error", "[Errno 20]", "Not a directory")
 
 
+# Failure signatures: what makes two failures "the same" for backoff. A command that cannot
+# start fails its start and then its restarts: one signature.
+SIGNATURES = {"start_failed": "launch_failed", "restart_failed": "launch_failed"}
+
+
+def signature(incident: Incident | None) -> str | None:
+    """What a failure looks like, for counting repeats; None for an incident not known."""
+    return None if incident is None else SIGNATURES.get(incident.category, incident.category)
+
+
 def cannot_run(reason: str | None) -> bool:
     """An ack's reason says the job's command cannot be run at all."""
     return reason is not None and any(text in reason for text in CANNOT_RUN)

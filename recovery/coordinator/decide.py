@@ -6,7 +6,7 @@ start, an open incident by its severity (TAXONOMY.md), and an ack with the plan'
 
 from __future__ import annotations
 
-from recovery.coordinator.blame import blames_node, cannot_run
+from recovery.coordinator.blame import blames_node, cannot_run, signature
 from recovery.coordinator.commands import (
     checkpoint,
     commands_for,
@@ -118,9 +118,10 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
                                     f"{now - plan.ts:g} s ago)", name)]
     if not job.nodes:
         return [skip(incident, now, f"job {name} is {job.state} and runs on no node", name)]
-    if exhausted(state, job, now) or gave_up_id(job) in state.incidents:
+    failure = signature(incident)
+    if exhausted(state, job, failure, now) or gave_up_id(job) in state.incidents:
         return _give_up(state, incident, job, now)
-    if restart_due(state, job, now) > now:
+    if restart_due(state, job, failure, now) > now:
         return []  # backing off: tick decides it when the wait is over
     out = _restart(state, incident, job, now)
     together = sorted((state.incidents[i] for i in state.pending if i != incident.id),
@@ -134,8 +135,9 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
 def _give_up(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
     """Restarts spent: `recovery_failed` and an alert for a person, once; later incidents are skipped."""
     config, name = state.config, job.spec.id
-    spent = (f"{config.max_restarts} restarts of {name} within {config.restart_window_s:g} s did not cure "
-             f"it: the failure follows the job; the coordinator stops retrying it, a person decides")
+    spent = (f"{config.max_restarts} restarts of {name} for {signature(incident)} within "
+             f"{config.restart_window_s:g} s did not cure it: the failure follows the job; the "
+             f"coordinator stops retrying it, a person decides")
     alert_id = gave_up_id(job)
     out: list = [skip(incident, now, spent, name)]
     if alert_id in state.incidents:

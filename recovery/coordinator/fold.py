@@ -129,8 +129,8 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
     if job is None:
         log.warning("plan %s names job %s, which was never submitted: ignored", plan.plan_id, plan.job)
         return
-    if plan.kind is RecoveryKind.RESTART:
-        job.restarts = tuple(sorted((*job.restarts, plan.ts)))
+    if plan.kind is RecoveryKind.RESTART and plan.incident_id is not None:
+        job.restarts = tuple(sorted((*job.restarts, (plan.ts, plan.incident_id))))
     if job.generation is not None and plan.generation < job.generation:
         return  # superseded before it was read
     if plan.kind is RecoveryKind.START:

@@ -1,16 +1,17 @@
 """The blast-radius limits, computed from the state and `now`: the isolation cap and restart backoff.
 
 Isolation: at most max(1, `isolation_cap` × nodes) nodes per rolling `isolation_window_s`
-(Kubernetes' node lifecycle controller, Cluster API's maxUnhealthy). Restarts of a job: the
-first within `restart_window_s` goes at once, the n-th waits `restart_backoff_s[n - 2]` after the
-previous one (the last wait repeats), and after
-`max_restarts` the coordinator gives up on the job.
+(Kubernetes' node lifecycle controller, Cluster API's maxUnhealthy). Restarts of a job for one
+failure signature (a failure that keeps coming back, `blame.signature`): the first within
+`restart_window_s` goes at once, the n-th waits `restart_backoff_s[n - 2]` after the previous
+one (the last wait repeats), and after `max_restarts` the coordinator gives up on the job.
 """
 
 from __future__ import annotations
 
 import math
 
+from recovery.coordinator.blame import signature
 from recovery.coordinator.state import ClusterState, Job
 
 
@@ -27,19 +28,22 @@ def isolations_left(state: ClusterState, now: float) -> int:
     return max(0, isolation_cap(state) - recent)
 
 
-def recent_restarts(state: ClusterState, job: Job, now: float) -> tuple[float, ...]:
+def recent_restarts(state: ClusterState, job: Job, failure: str, now: float) -> tuple[float, ...]:
+    """When the job restarted within the window for a failure with signature `failure` (a restart
+    whose incident is not known yet counts: the limits err on the side of doing less)."""
     since = now - state.config.restart_window_s
-    return tuple(ts for ts in job.restarts if ts > since)
+    return tuple(ts for ts, incident_id in job.restarts
+                 if ts > since and signature(state.incidents.get(incident_id)) in (failure, None))
 
 
-def exhausted(state: ClusterState, job: Job, now: float) -> bool:
-    """The job has had `max_restarts` restarts within the window: the coordinator gives up."""
-    return len(recent_restarts(state, job, now)) >= state.config.max_restarts
+def exhausted(state: ClusterState, job: Job, failure: str, now: float) -> bool:
+    """The job has had `max_restarts` restarts for this failure within the window: give up."""
+    return len(recent_restarts(state, job, failure, now)) >= state.config.max_restarts
 
 
-def restart_due(state: ClusterState, job: Job, now: float) -> float:
-    """When the job's next restart may go out: its backoff after the previous restart."""
-    recent = recent_restarts(state, job, now)
+def restart_due(state: ClusterState, job: Job, failure: str, now: float) -> float:
+    """When the job's next restart for this failure may go out: its backoff after the previous one."""
+    recent = recent_restarts(state, job, failure, now)
     if not recent:
         return now
     backoff = state.config.restart_backoff_s

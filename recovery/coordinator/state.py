@@ -133,7 +133,7 @@ class Job:
     plan: RecoveryPlanned | None = None
     steps: dict[str, Step] = field(default_factory=dict)  # command id -> step, of `plan`
     not_started: str | None = None  # why its first start was skipped
-    restarts: tuple[float, ...] = ()  # when each restart (a plan that blames the job) was decided
+    restarts: tuple[tuple[float, str], ...] = ()  # (when, incident) of each restart that blamed the job
 
 
 @dataclass

@@ -78,3 +78,12 @@ def test_hardware_evidence_blames_the_node() -> None:
     rec.feed(incident("xid", "SEV1", node="n2", ts=100.0, category="gpu_lost"), now=100.0)
     assert unhealthy(rec) == [] and of_type(rec.tick(now=102.0), "recovery_planned")
     assert unhealthy(rec) == ["n2"]
+
+
+def test_different_failures_do_not_back_off_each_other() -> None:
+    rec = Recorder(LIMITED)
+    rec.started()
+    kill = incident("kill", "SEV2", node="n1", ts=100.0, category="process_exit")
+    assert restarts(rec.feed(kill, now=100.0))
+    rec.ack(of_type(rec.log, "command")[-3:], "done", now=101.0)
+    assert restarts(rec.feed(incident("hang", "SEV2", node="n2", ts=110.0, category="hang"), now=110.0))
