@@ -16,7 +16,7 @@ from recovery.coordinator.commands import (
     replica,
     start_plan_id,
 )
-from recovery.coordinator.isolation import decide_isolations, skip
+from recovery.coordinator.isolation import decide_isolations, node_group, skip
 from recovery.coordinator.limits import exhausted, restart_due
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
 from schemas.commands import CommandAcked, CommandAction
@@ -118,6 +118,8 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
                                     f"{now - plan.ts:g} s ago)", name)]
     if not job.nodes:
         return [skip(incident, now, f"job {name} is {job.state} and runs on no node", name)]
+    if any(waiting.node in job.nodes for waiting in node_group(state)):
+        return []  # a node fault of the job waits for its group: that re-plan restarts the job too
     failure = signature(incident)
     if exhausted(state, job, failure, now) or gave_up_id(job) in state.incidents:
         return _give_up(state, incident, job, now)

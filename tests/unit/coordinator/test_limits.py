@@ -111,3 +111,15 @@ def test_a_log_from_before_isolations_were_decisions_still_isolates_its_nodes() 
               else e for e in rec.log]
     for events in (legacy, sorted(legacy, key=lambda e: e.type == "incident")):  # either order
         assert not refold(rec, events).nodes["n2"].healthy
+
+
+def test_a_job_fault_that_comes_with_a_node_fault_is_answered_by_its_re_plan() -> None:
+    rec = Recorder(LIMITED)
+    rec.started()
+    assert rec.feed(lost("xid", "n2", ts=100.0, category="gpu_lost"), now=100.0) == []
+    peer = incident("peer-exit", "SEV2", node="n1", ts=100.5, category="process_exit")
+    assert rec.feed(peer, now=100.5) == []
+    [plan] = of_type(rec.tick(now=102.0), "recovery_planned")
+    [skip] = of_type(rec.tick(now=103.0), "recovery_skipped")
+    assert (plan.kind, skip.incident_id) == ("reconfigure", "peer-exit") and plan.plan_id in skip.reason
+    assert len(of_type(rec.log, "recovery_planned")) == 2  # the start and the one re-plan
