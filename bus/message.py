@@ -39,13 +39,20 @@ class RawMessage:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One valid event and where it came from."""
+    """One valid event, where it came from, and its exact bytes (for the dlq if applying it fails)."""
 
     topic: str
     partition: int
     offset: int
     key: str | None
     event: Any
+    value: bytes | None = None
+
+    def rejected(self, reason: str, now: float) -> DeadLettered:
+        """This record as a dead letter: valid, but the consumer could not apply it, and why."""
+        return DeadLettered.of(ts=now, reason=reason, topic=self.topic, partition=self.partition,
+                               offset=self.offset, key=None if self.key is None else self.key.encode(),
+                               value=self.value)
 
 
 def parse_message(
@@ -67,4 +74,4 @@ def parse_message(
             ts=now, reason=reason, topic=topic, partition=partition, offset=offset,
             key=key, value=value,
         )
-    return Record(topic, partition, offset, text_key, event)
+    return Record(topic, partition, offset, text_key, event, value)

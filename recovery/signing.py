@@ -40,10 +40,11 @@ def sign(command: Command, key: bytes) -> Command:
 
 
 def verify(command: Command, key: bytes) -> bool:
-    """True when `command` carries a valid signature made with `key` (constant-time compare)."""
+    """True when `command` carries a valid signature made with `key` (constant-time compare). Any
+    text is only a wrong signature: bytes are compared, since compare_digest raises on non-ASCII str."""
     if not command.signature:
         return False
-    return hmac.compare_digest(command.signature, signature_of(command, key))
+    return hmac.compare_digest(command.signature.encode("utf-8"), signature_of(command, key).encode("ascii"))
 
 
 def load_key(env: Mapping[str, str] = os.environ) -> bytes | None:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from schemas.base import Event
+from schemas.bounds import MAX_ID, Id, Text
 from schemas.incident import IncidentStatus, Severity
 
 
@@ -15,11 +16,11 @@ class AlertDelivered(Event):
     endpoint as malformed (never retried). `payload` is what was posted, secrets removed."""
 
     type: Literal["alert_delivered"] = "alert_delivered"
-    incident_id: str = Field(min_length=1)
+    incident_id: Id
     status: IncidentStatus
     severity: Severity
-    sink: str = Field(min_length=1)
+    sink: str = Field(min_length=1, max_length=MAX_ID)
     outcome: Literal["delivered", "rejected"]
     attempts: int = Field(ge=1)
-    detail: str | None = None
+    detail: Text | None = None
     payload: Any = None

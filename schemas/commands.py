@@ -11,6 +11,18 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from schemas.base import Model, NodeEvent
+from schemas.bounds import (
+    MAX_ID,
+    MAX_INT,
+    MAX_ITEMS,
+    MAX_SMALL_ITEMS,
+    Count,
+    Id,
+    Name,
+    ProcessText,
+    Seconds,
+    Text,
+)
 
 
 class CommandAction(StrEnum):
@@ -24,9 +36,9 @@ class RestoreSource(Model):
     """Where a restarting rank takes its state from: a live replica, a checkpoint, or nothing."""
 
     kind: Literal["replica", "checkpoint", "none"] = "none"
-    rank: int | None = Field(default=None, ge=0)
-    node: str | None = None
-    path: str | None = None
+    rank: Count | None = None
+    node: Name | None = None
+    path: ProcessText | None = None
 
 
 class WorkerSpec(Model):
@@ -37,13 +49,14 @@ class WorkerSpec(Model):
     `restore` naming the node itself means the ranks keep their own state.
     """
 
-    ranks: tuple[int, ...]
-    world_size: int = Field(ge=1)
-    master_addr: str
+    ranks: tuple[Count, ...] = Field(max_length=MAX_ITEMS)
+    world_size: int = Field(ge=1, le=MAX_INT)
+    master_addr: ProcessText
     master_port: int = Field(ge=1, le=65535)
     restore: RestoreSource = RestoreSource()
-    command: tuple[str, ...] = Field(default=(), description="argv that launches one rank")
-    checkpoint_dir: str | None = None
+    command: tuple[ProcessText, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS,
+                                             description="argv that launches one rank")
+    checkpoint_dir: ProcessText | None = None
 
     @model_validator(mode="after")
     def _ranks_fit(self) -> WorkerSpec:
@@ -58,14 +71,14 @@ class Command(NodeEvent):
     """A signed instruction to the executor on `node`; `generation` is the fencing token."""
 
     type: Literal["command"] = "command"
-    id: str = Field(min_length=1)
-    plan_id: str | None = None
-    incident_id: str | None = None
-    job: str = Field(min_length=1)
-    generation: int = Field(ge=0)
+    id: Id
+    plan_id: Id | None = None
+    incident_id: Id | None = None
+    job: Id
+    generation: Count
     action: CommandAction
     worker: WorkerSpec | None = None
-    signature: str | None = None
+    signature: str | None = Field(default=None, max_length=MAX_ID)
 
 
 class AckStatus(StrEnum):
@@ -79,9 +92,9 @@ class CommandAcked(NodeEvent):
     """An executor's answer to one command; `reason` says why it failed or was refused."""
 
     type: Literal["ack"] = "ack"
-    command_id: str = Field(min_length=1)
-    job: str
-    generation: int = Field(ge=0)
+    command_id: Id
+    job: str = Field(max_length=MAX_ID)
+    generation: Count
     status: AckStatus
-    reason: str | None = None
-    elapsed_s: float | None = Field(default=None, ge=0)
+    reason: Text | None = None
+    elapsed_s: Seconds | None = None

@@ -5,11 +5,15 @@ from __future__ import annotations
 import base64
 from typing import Literal
 
+from pydantic import ConfigDict
+
 from schemas.base import Event
 
 
 class DeadLettered(Event):
-    """A message some consumer could not use. `value_b64` holds its exact bytes."""
+    """A message some consumer could not use. `value_b64` holds its exact bytes (of any size)."""
+
+    model_config = ConfigDict(str_max_length=None)
 
     type: Literal["dead_letter"] = "dead_letter"
     reason: str

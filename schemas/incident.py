@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from schemas.base import Event
+from schemas.bounds import MAX_ITEMS, MAX_SMALL_ITEMS, Count, Id, Name, Text, Timestamp
 
 
 class Severity(StrEnum):
@@ -37,13 +38,13 @@ class Incident(Event):
     """A detected fault, opened or resolved. `ts - first_ts` is the detection delay."""
 
     type: Literal["incident"] = "incident"
-    id: str = Field(min_length=1)
+    id: Id
     status: IncidentStatus
-    category: str = Field(min_length=1)
+    category: Id
     severity: Severity
     action: Action
-    job: str | None = None
-    node: str | None = None
-    ranks: tuple[int, ...] = ()
-    first_ts: float
-    evidence: tuple[str, ...] = ()
+    job: Id | None = None
+    node: Name | None = None
+    ranks: tuple[Count, ...] = Field(default=(), max_length=MAX_ITEMS)
+    first_ts: Timestamp
+    evidence: tuple[Text, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS)

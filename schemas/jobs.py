@@ -11,20 +11,23 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from schemas.base import Event, Model
+from schemas.bounds import MAX_ITEMS, MAX_SMALL_ITEMS, Flops, Id, Name, ProcessText, Seconds, Weight
 
 
 class JobSpec(Model):
     """What a user asks to run: sizes it can run at, where, and how to launch a rank."""
 
-    id: str = Field(min_length=1)
-    weight: float = Field(default=1.0, gt=0)
-    throughput: dict[int, float] = Field(description="nodes -> achieved FLOP/s at that size")
-    nodes: tuple[str, ...] = ()
-    ranks_per_node: int = Field(default=1, ge=1)
+    id: Id
+    weight: Weight = 1.0
+    throughput: dict[int, Flops] = Field(max_length=MAX_ITEMS,
+                                         description="nodes -> achieved FLOP/s at that size")
+    nodes: tuple[Name, ...] = Field(default=(), max_length=MAX_ITEMS)
+    ranks_per_node: int = Field(default=1, ge=1, le=MAX_SMALL_ITEMS)
     master_port: int = Field(default=29500, ge=1, le=65535, description="rendezvous port on rank 0's node")
-    command: tuple[str, ...] = Field(min_length=1, description="argv that launches one rank")
-    checkpoint_dir: str | None = None
-    transition_s: float | None = Field(default=None, ge=0)
+    command: tuple[ProcessText, ...] = Field(min_length=1, max_length=MAX_SMALL_ITEMS,
+                                             description="argv that launches one rank")
+    checkpoint_dir: ProcessText | None = None
+    transition_s: Seconds | None = None
 
     @field_validator("throughput")
     @classmethod
@@ -34,6 +37,8 @@ class JobSpec(Model):
         for size, flops in table.items():
             if size <= 0:
                 raise ValueError(f"throughput size {size} must be a positive node count")
+            if size > MAX_ITEMS:
+                raise ValueError(f"throughput size {size} is more nodes than a cluster has ({MAX_ITEMS})")
             if flops < 0:
                 raise ValueError(f"throughput at size {size} must not be negative")
         return table

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from schemas.base import Event
+from schemas.bounds import MAX_ITEMS, Count, Id, Name, Seconds, Text
 from schemas.commands import RestoreSource
 from schemas.incident import Incident
 
@@ -34,40 +35,41 @@ class RecoveryPlanned(Event):
     """
 
     type: Literal["recovery_planned"] = "recovery_planned"
-    plan_id: str = Field(min_length=1)
-    incident_id: str | None = None
-    job: str = Field(min_length=1)
+    plan_id: Id
+    incident_id: Id | None = None
+    job: Id
     kind: RecoveryKind
-    generation: int = Field(ge=0)
-    nodes: tuple[str, ...]
-    previous: tuple[str, ...] = ()
-    restore: dict[str, RestoreSource] = {}
-    horizon_s: float | None = Field(default=None, description="the planner's horizon (MTBF estimate)")
-    isolated: dict[str, str] | None = Field(default=None, description="nodes this decision takes out of "
-                                            "service, each with the incident that blamed it; absent "
-                                            "(None) in logs written before isolations were decisions")
+    generation: Count
+    nodes: tuple[Name, ...] = Field(max_length=MAX_ITEMS)
+    previous: tuple[Name, ...] = Field(default=(), max_length=MAX_ITEMS)
+    restore: dict[Name, RestoreSource] = Field(default={}, max_length=MAX_ITEMS)
+    horizon_s: Seconds | None = Field(default=None, description="the planner's horizon (MTBF estimate)")
+    isolated: dict[Name, Id] | None = Field(default=None, max_length=MAX_ITEMS, description="nodes this "
+                                            "decision takes out of service, each with the incident that "
+                                            "blamed it; absent (None) in logs written before isolations "
+                                            "were decisions")
 
 
 class RecoveryCompleted(Event):
     """Every command of a job's plan was acknowledged done (commands to isolated nodes aside)."""
 
     type: Literal["recovery_completed"] = "recovery_completed"
-    plan_id: str = Field(min_length=1)
-    job: str = Field(min_length=1)
-    generation: int = Field(ge=0)
+    plan_id: Id
+    job: Id
+    generation: Count
 
 
 class RecoveryFailed(Event):
     """A job's plan cannot complete; `escalation` is the incident it escalated to, if any."""
 
     type: Literal["recovery_failed"] = "recovery_failed"
-    plan_id: str = Field(min_length=1)
-    job: str = Field(min_length=1)
-    generation: int = Field(ge=0)
-    reason: str
-    command_id: str | None = None
-    node: str | None = None
-    escalation: str | None = None
+    plan_id: Id
+    job: Id
+    generation: Count
+    reason: Text
+    command_id: Id | None = None
+    node: Name | None = None
+    escalation: Id | None = None
 
 
 class RecoverySkipped(Event):
@@ -75,11 +77,11 @@ class RecoverySkipped(Event):
     act (a limit was reached), and why. `isolated` as in `RecoveryPlanned`."""
 
     type: Literal["recovery_skipped"] = "recovery_skipped"
-    incident_id: str | None = None
-    job: str | None = None
-    node: str | None = None
-    reason: str
-    isolated: dict[str, str] | None = None
+    incident_id: Id | None = None
+    job: Id | None = None
+    node: Name | None = None
+    reason: Text
+    isolated: dict[Name, Id] | None = Field(default=None, max_length=MAX_ITEMS)
 
 
 Lifecycle = RecoveryPlanned | RecoveryCompleted | RecoveryFailed | RecoverySkipped

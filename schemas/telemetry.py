@@ -7,30 +7,44 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from schemas.base import Model, NodeEvent
+from schemas.bounds import (
+    MAX_ID,
+    MAX_INT,
+    MAX_SMALL_ITEMS,
+    MAX_TS,
+    Count,
+    Finite,
+    Id,
+    Int64,
+    Name,
+    Seconds,
+    Text,
+)
 
 
 class GpuSample(NodeEvent):
     """One sample of one GPU. Counters are cumulative since driver load."""
 
     type: Literal["gpu_sample"] = "gpu_sample"
-    gpu: int = Field(ge=0)
-    uuid: str | None = None
-    util: float | None = None
-    mem_used_mb: float | None = None
-    mem_total_mb: float | None = None
-    temp_c: float | None = None
-    power_w: float | None = None
-    ecc_sbe: int | None = Field(default=None, ge=0)
-    ecc_dbe: int | None = Field(default=None, ge=0)
-    nvlink_errors: int | None = Field(default=None, ge=0)
-    xids: tuple[int, ...] = ()
-    throttle: tuple[str, ...] = ()
+    gpu: Count
+    uuid: str | None = Field(default=None, max_length=MAX_ID)
+    util: Finite | None = None
+    mem_used_mb: Finite | None = None
+    mem_total_mb: Finite | None = None
+    temp_c: Finite | None = None
+    power_w: Finite | None = None
+    ecc_sbe: Count | None = None
+    ecc_dbe: Count | None = None
+    nvlink_errors: Count | None = None
+    xids: tuple[Int64, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS)
+    throttle: tuple[Annotated[str, Field(max_length=MAX_ID)], ...] = Field(default=(),
+                                                                      max_length=MAX_SMALL_ITEMS)
 
 
 class LinkState(Model):
     """State of one data-plane NIC."""
 
-    name: str
+    name: Name
     up: bool
 
 
@@ -38,18 +52,18 @@ class NodeHeartbeat(NodeEvent):
     """A host says it is alive and promises the next heartbeat within `interval` seconds."""
 
     type: Literal["node_heartbeat"] = "node_heartbeat"
-    interval: float = Field(gt=0)
-    links: tuple[LinkState, ...] = ()
+    interval: float = Field(gt=0, le=MAX_TS)
+    links: tuple[LinkState, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS)
 
 
 class WorkerEvent(NodeEvent):
     """An event about one rank of a job; `node` is the host the rank runs on."""
 
-    job: str = Field(min_length=1)
-    rank: int = Field(ge=0)
-    world_size: int = Field(ge=1)
-    generation: int = Field(default=0, ge=0)
-    pid: int | None = None
+    job: Id
+    rank: Count
+    world_size: int = Field(ge=1, le=MAX_INT)
+    generation: Count = 0
+    pid: Int64 | None = None
 
 
 class WorkerStarted(WorkerEvent):
@@ -64,24 +78,24 @@ class WorkerStepped(WorkerEvent):
     older state (a checkpoint, or nothing): steps were lost."""
 
     type: Literal["worker_step"] = "worker_step"
-    step: int = Field(ge=0)
-    step_time: float = Field(ge=0)
-    restore_warning: str | None = None
+    step: Count
+    step_time: Seconds
+    restore_warning: Text | None = None
 
 
 class WorkerFailed(WorkerEvent):
     """An exception escaped the training step: `error` is "ExceptionType: message"."""
 
     type: Literal["worker_error"] = "worker_error"
-    error: str
+    error: Text
 
 
 class WorkerExited(WorkerEvent):
     """The rank process ended (reported by the executor that supervises it)."""
 
     type: Literal["worker_exit"] = "worker_exit"
-    exit_code: int | None = None
-    signal: int | None = None
+    exit_code: Int64 | None = None
+    signal: Int64 | None = None
 
 
 WorkerTelemetry = Annotated[

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from bus import clients
 from bus import metrics as bus_metrics
 from bus.errors import KafkaError
-from bus.message import parse_message
+from bus.message import RawMessage, parse_message
 from bus.producer import EventProducer
 from bus.reader import TopicReader
 from bus.settings import KafkaSettings
@@ -63,7 +63,7 @@ class AlertBridge:
             for batch in reader.batches():
                 for item in batch:
                     if not isinstance(item, DeadLettered):
-                        apply(log_state, item.event)
+                        apply(log_state, item.event)  # a pure fold of valid events: it does not raise
         self.open = {v.id: v.incident for v in views(log_state) if v.status == "open"}
         self._consumer = clients.consumer(self.settings, {
             "group.id": self.config.group_id, "auto.offset.reset": "earliest",
@@ -107,23 +107,35 @@ class AlertBridge:
             if err.code() != RdKafkaError._PARTITION_EOF:
                 log.warning("consumer: %s (retrying)", err.str())
             return
-        position = (msg.topic(), msg.partition(), msg.offset())
-        parsed = parse_message(self.settings.topics, *position, msg.key(), msg.value(), self._clock())
-        if isinstance(parsed, DeadLettered):
+        letter = self.admit(RawMessage.of(msg))
+        if letter is not None:
             bus_metrics.DEAD_LETTERS.labels("alerts").inc()
-            log.warning("dead-lettered %s[%d]@%d: %s", *position, parsed.reason)
-            self._producer.send(self.settings.topics.dlq, parsed, key=parsed.source_topic)
-            self.book.admit(None, position, [])
-            return
-        incident = parsed.event if isinstance(parsed.event, Incident) else None
-        if incident is None:  # a lifecycle event: nothing to alert on
-            self.book.admit(None, position, [])
-            return
+            log.warning("dead-lettered %s[%d]@%d: %s", letter.source_topic, letter.partition, letter.offset,
+                        letter.reason)
+            self._producer.send(self.settings.topics.dlq, letter, key=letter.source_topic)
+
+    def admit(self, msg: RawMessage) -> DeadLettered | None:
+        """Queue one message's deliveries; a value that does not validate, or whose payloads cannot be
+        built, is returned as a dead letter instead (and its offset still moves on)."""
+        position = (msg.topic, msg.partition, msg.offset)
+        parsed = parse_message(self.settings.topics, *position, msg.key, msg.value, self._clock())
+        if not isinstance(parsed, DeadLettered) and isinstance(parsed.event, Incident):
+            incident, sinks = parsed.event, payloads.route(parsed.event, self.config)
+            try:
+                for sink in sinks:  # built now, so that a payload that cannot be built is never queued
+                    self._request(sink, [incident], self._clock())
+            except Exception as err:
+                parsed = parsed.rejected(f"alert payload cannot be built: {type(err).__name__}: {err}",
+                                         self._clock())
+        if isinstance(parsed, DeadLettered) or not isinstance(parsed.event, Incident):
+            self.book.admit(None, position, [])  # a lifecycle event: nothing to alert on
+            return parsed if isinstance(parsed, DeadLettered) else None
         if incident.status is IncidentStatus.OPEN:
             self.open[incident.id] = incident
         else:
             self.open.pop(incident.id, None)
-        self.book.admit(incident, position, payloads.route(incident, self.config))
+        self.book.admit(incident, position, sinks)
+        return None
 
     def _deliver(self) -> None:
         for _ in range(MAX_ATTEMPTS_PER_STEP):

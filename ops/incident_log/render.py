@@ -11,9 +11,14 @@ COLUMNS = ("ID", "STATUS", "SEV", "CATEGORY", "JOB", "NODE", "OPENED (UTC)", "DE
 
 
 def iso(ts: float | None) -> str:
+    """The time as UTC text; one no date can show (the contract keeps them out) as the number."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).isoformat(sep=" ", timespec="milliseconds").removesuffix("+00:00")
+    try:
+        when = datetime.fromtimestamp(ts, UTC)
+    except (OverflowError, OSError, ValueError):
+        return repr(ts)
+    return when.isoformat(sep=" ", timespec="milliseconds").removesuffix("+00:00")
 
 
 def span(seconds: float | None) -> str:

@@ -116,8 +116,19 @@ def _isolate_legacy(state: ClusterState, incident_id: str) -> None:
 
 
 def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
+    """A plan the job's state table forbids raises IllegalTransition before anything changes."""
     if (plan.plan_id, plan.job) in state.plans:
         return
+    job = state.jobs.get(plan.job)
+    applies = job is not None and (job.generation is None or plan.generation >= job.generation)
+    if applies:
+        if plan.kind is RecoveryKind.START:
+            target = JobState.STARTING
+        elif not plan.nodes:
+            target = JobState.STOPPING
+        else:
+            target = JobState.RECOVERING
+        target = move(JOB_MOVES, job.state, target, f"job {job.spec.id} (plan {plan.plan_id})")
     state.plans.add((plan.plan_id, plan.job))
     if plan.incident_id is not None:
         state.handled[plan.incident_id] = plan.plan_id
@@ -125,21 +136,14 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
              legacy=plan.isolated is None and plan.kind is RecoveryKind.RECONFIGURE)
     for node in plan.nodes:
         state.node(node)
-    job = state.jobs.get(plan.job)
     if job is None:
         log.warning("plan %s names job %s, which was never submitted: ignored", plan.plan_id, plan.job)
         return
     if plan.kind is RecoveryKind.RESTART and plan.incident_id is not None:
         job.restarts = tuple(sorted((*job.restarts, (plan.ts, plan.incident_id))))
-    if job.generation is not None and plan.generation < job.generation:
+    if not applies:
         return  # superseded before it was read
-    if plan.kind is RecoveryKind.START:
-        target = JobState.STARTING
-    elif not plan.nodes:
-        target = JobState.STOPPING
-    else:
-        target = JobState.RECOVERING
-    job.state = move(JOB_MOVES, job.state, target, f"job {job.spec.id} (plan {plan.plan_id})")
+    job.state = target
     job.generation, job.nodes, job.plan = plan.generation, plan.nodes, plan
     job.steps = plan_steps(plan)
 

@@ -18,11 +18,11 @@ from bus.reader import TopicReader
 from bus.settings import KafkaSettings
 from recovery.coordinator import observe
 from recovery.coordinator.config import CoordinatorConfig
-from recovery.coordinator.fold import apply
+from recovery.coordinator.intake import rebuild, receive
 from recovery.coordinator.narrate import cause, narrate
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
-from recovery.coordinator.timers import catch_up, react, settle, tick
+from recovery.coordinator.timers import catch_up, settle, tick
 from schemas import DeadLettered
 from schemas.commands import Command
 
@@ -47,7 +47,9 @@ class CoordinatorService:
     """One active coordinator. `start()` rebuilds and catches up; `step()` handles what arrives.
 
     A failed delivery raises: the service stops rather than run on a state the log does not
-    hold; restarted, it rebuilds from the log and decides again what was lost.
+    hold; restarted, it rebuilds from the log and decides again what was lost. A record that
+    fails to validate or to apply never stops it: it goes to the dlq (when read live) and the
+    service reads on.
     """
 
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
@@ -66,8 +68,8 @@ class CoordinatorService:
         """Fold the whole log (jobs first: every other event names a job), then catch up."""
         records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
         records.sort(key=lambda r: r.topic != self._topics.jobs)
-        for record in records:
-            apply(self.state, record.event)
+        for record, reason in rebuild(self.state, records):  # dead-lettered when first read live
+            log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, reason)
         jobs = self.state.jobs.values()
         log.info("rebuilt from %d events: %d jobs (%d running), %d incidents, %d commands, %d nodes isolated",
                  len(records), len(jobs), sum(j.state is JobState.RUNNING for j in jobs),
@@ -82,7 +84,12 @@ class CoordinatorService:
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
         for record in valid(self._reader.poll(wait)):
             observe.received(record.event)
-            self._publish(cause(record.event), react(self.state, record.event, self._clock()))
+            outputs = receive(self.state, record, self._clock())
+            if isinstance(outputs, str):
+                self._producer.send(self._topics.dlq, record.rejected(outputs, self._clock()),
+                                    key=record.topic)
+                continue
+            self._publish(cause(record.event), outputs)
         now = self._clock()
         if now >= self._next_tick:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))

@@ -29,6 +29,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import runpy
 import shutil
 import signal
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 PR_SET_CHILD_SUBREAPER = 36
 PRELOAD = ("torch", "torch.distributed")
 PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"
+NICENESS = re.compile(r"-?[0-9]{1,6}", re.ASCII)  # the kernel clamps what is out of range
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,12 @@ class WarmTarget:
 
 
 def warm_target(argv: Sequence[str], python: str = sys.executable) -> WarmTarget | None:
-    """The warm form of `argv`, or None when it must start cold."""
+    """The warm form of `argv`, or None when it must start cold. Only an ASCII niceness in nice's
+    form is read here (`str.isdigit` also takes `²`, which `int` refuses); any other is `nice`'s to judge."""
     rest, nice = list(argv), 0
-    if rest[:2] == ["nice", "-n"] and len(rest) > 2 and rest[2].lstrip("-").isdigit():
+    if rest[:2] == ["nice", "-n"] and len(rest) > 2:
+        if not NICENESS.fullmatch(rest[2]):
+            return None
         nice, rest = int(rest[2]), rest[3:]
     if len(rest) < 3 or rest[1] != "-m":
         return None

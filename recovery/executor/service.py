@@ -2,6 +2,11 @@
 
 Thin: every decision is `decide`, every state move is the `GroupState` table; this file
 only moves data between Kafka, the ledger and the supervisor.
+
+Ranks outlive everything but a stop command and the executor's own shutdown: a command that
+fails to validate, decide or apply is dead-lettered and read past (its position is in the
+ledger, so a restart does not meet it again), and a Kafka error, a delivery that timed out
+included, is logged and counted while the ranks keep training.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+
+from pydantic import BaseModel
 
 from bus.errors import KafkaError
 from bus.message import Record
@@ -62,12 +69,7 @@ class Executor:
                                         rank["pid"], None, signal.SIGKILL))
         for job, generation in ledger.state.generations.items():
             self.groups[job] = LocalGroup(job, generation, GroupState.STOPPED)
-        position = ledger.state.positions.get((topic, partition))
-        # Where the ledger left off; on a first start, the commands still fresh enough to apply.
-        start: Start = ({(topic, partition): position} if position is not None
-                        else At(self.clock() - self.config.freshness_s))
-        reader = TopicReader(self.kafka, partitions=[(topic, partition)], start=start, validate=True,
-                             name=self.kafka.topics.owned(f"executor-{self.config.node}"), timeout_s=15.0)
+        reader = self._reader(topic, partition)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
                  self.config.node, topic, partition,
                  "insecure (unsigned commands accepted)" if self.config.insecure else "signed commands only",
@@ -79,10 +81,12 @@ class Executor:
                 try:
                     self._serve_once(reader)
                 except KafkaError as err:
-                    if not err.retryable:
-                        raise
                     # Ranks keep training while Kafka is away; a lost ack is logged, never re-applied.
-                    log.error("Kafka: %s; retrying in 1s", err)
+                    # A reader that failed for good is opened again where the ledger left off.
+                    log.error("Kafka: %s; %s in 1s", err, "retrying" if err.retryable else "reopening")
+                    if not err.retryable:
+                        reader.close()
+                        reader = self._reader(topic, partition)
                     stop.wait(1.0)
         finally:
             exits = self.supervisor.stop_all(self.config.stop_grace_s)
@@ -98,21 +102,45 @@ class Executor:
                 log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
             log.info("executor for node %s stopped", self.config.node)
 
+    def _reader(self, topic: str, partition: int) -> TopicReader:
+        """A reader of this node's partition from where the ledger left off; on a first start, from
+        the commands still fresh enough to apply."""
+        position = self._ledger.state.positions.get((topic, partition))
+        start: Start = ({(topic, partition): position} if position is not None
+                        else At(self.clock() - self.config.freshness_s))
+        return TopicReader(self.kafka, partitions=[(topic, partition)], start=start, validate=True,
+                           name=self.kafka.topics.owned(f"executor-{self.config.node}"), timeout_s=15.0)
+
     def _serve_once(self, reader: TopicReader) -> None:
         for item in reader.poll(self.config.poll_s, max_messages=100):
             self._handle(item)
         for ended in self.supervisor.reap():
             self._on_exit(ended)
-        self.producer.flush()
+        self._flush()
 
     def _handle(self, item: Record | DeadLettered) -> None:
-        ledger = self._ledger
+        """Decide and apply one command; one that raises is dead-lettered and read past."""
         if isinstance(item, DeadLettered):
             log.warning("invalid command at %s[%d]@%d: %s", item.source_topic, item.partition,
                         item.offset, item.reason)
-            self.producer.send(self.kafka.topics.dlq, item, key=item.source_topic)
-            ledger.record(topic=item.source_topic, partition=item.partition, offset=item.offset)
+            self._dead_letter(item)
             return
+        try:
+            self._command(item)
+        except Exception as err:  # a bug or a value nobody foresaw: never a reason to stop the ranks
+            metrics.POISON.inc()
+            log.exception("command at %s[%d]@%d failed: dead-lettered, read past", item.topic, item.partition,
+                          item.offset)
+            self._dead_letter(item.rejected(f"executor error: {type(err).__name__}: {err}", self.clock()))
+
+    def _dead_letter(self, letter: DeadLettered) -> None:
+        ledger, where = self._ledger, (letter.source_topic, letter.partition)
+        if ledger.state.positions.get(where, 0) <= letter.offset:
+            ledger.record(topic=letter.source_topic, partition=letter.partition, offset=letter.offset)
+        self._send(self.kafka.topics.dlq, letter, key=letter.source_topic)
+
+    def _command(self, item: Record) -> None:
+        ledger = self._ledger
         command: Command = item.event
         where = {"topic": item.topic, "partition": item.partition, "offset": item.offset}
         if command.node != self.config.node:  # another node whose key shares our partition
@@ -142,13 +170,13 @@ class Executor:
         log.info("command %s: %s job %s g%d: %s", command.id, command.action, command.job,
                  command.generation, decision.note)
         self._ack(command, AckStatus.ACCEPTED)
-        self.producer.flush()
+        self._flush()
         started = time.monotonic()
         group = fenced_at(group or LocalGroup(command.job, command.generation), command.generation)
         try:
             for step in decision.steps:
                 group = self._run_step(step, command, group)
-        except (OSError, RuntimeError) as err:
+        except (OSError, RuntimeError, ValueError, TypeError) as err:  # e.g. an argv execve refuses
             self.groups[command.job] = group
             log.error("command %s failed: %s", command.id, err)
             self._ack(command, AckStatus.FAILED, reason=str(err), elapsed_s=time.monotonic() - started)
@@ -201,7 +229,7 @@ class Executor:
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
             exit_code=ended.exit_code, signal=ended.signal,
         )
-        self.producer.send(self.kafka.topics.worker, event, key=ended.job)
+        self._send(self.kafka.topics.worker, event, key=ended.job)
         metrics.RANK_EXITS.labels("clean" if ended.clean else "failed").inc()
 
     def _ack(self, command: Command, status: AckStatus, *, reason: str | None = None,
@@ -210,5 +238,21 @@ class Executor:
             ts=self.clock(), node=self.config.node, command_id=command.id, job=command.job,
             generation=command.generation, status=status, reason=reason, elapsed_s=elapsed_s,
         )
-        self.producer.send(self.kafka.topics.acks, ack, key=self.config.node)
+        self._send(self.kafka.topics.acks, ack, key=self.config.node)
         metrics.EXECUTOR_ACKS.labels(str(status)).inc()
+
+    def _send(self, topic: str, event: BaseModel, key: str) -> None:
+        """Send, or log and count why not: a failed delivery (an earlier one timed out, the queue is
+        full) is never a reason to stop applying commands or to stop the ranks."""
+        try:
+            self.producer.send(topic, event, key=key, block_s=1.0)
+        except KafkaError as err:
+            metrics.SEND_FAILURES.inc()
+            log.error("not delivered to Kafka (%s): %s", topic, err)
+
+    def _flush(self) -> None:
+        try:
+            self.producer.flush(timeout_s=10.0)
+        except KafkaError as err:
+            metrics.SEND_FAILURES.inc()
+            log.error("Kafka delivery failed: %s", err)

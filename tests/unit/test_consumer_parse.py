@@ -14,7 +14,7 @@ TOPICS = s.Topics("t.")
 def test_a_valid_value_becomes_a_record() -> None:
     value = s.encode(s.NodeHeartbeat(ts=1, node="n", interval=1))
     got = parse_message(TOPICS, TOPICS.node, 3, 7, b"n", value, now=50.0)
-    assert got == Record(TOPICS.node, 3, 7, "n", s.NodeHeartbeat(ts=1, node="n", interval=1))
+    assert got == Record(TOPICS.node, 3, 7, "n", s.NodeHeartbeat(ts=1, node="n", interval=1), value)
 
 
 def test_an_invalid_value_becomes_a_dead_letter_with_its_origin() -> None:

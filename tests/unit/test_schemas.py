@@ -164,10 +164,12 @@ def test_json_schema_export_describes_each_topic(tmp_path) -> None:
 
 
 finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)
-names = st.text(min_size=1, max_size=20)
+# Host names keep to letters, digits and `._-:`; ids are any text without a NUL byte.
+hosts = st.text(alphabet="abcXYZ019._-:", min_size=1, max_size=20)
+names = st.text(alphabet=st.characters(blacklist_characters="\x00"), min_size=1, max_size=20)
 
 
-@given(ts=finite, node=names, gpu=st.integers(0, 1024), util=st.none() | finite,
+@given(ts=finite, node=hosts, gpu=st.integers(0, 1024), util=st.none() | finite,
        dbe=st.none() | st.integers(0, 2**40), xids=st.lists(st.integers(0, 200), max_size=4),
        throttle=st.lists(st.text(max_size=12), max_size=3))
 def test_any_valid_gpu_sample_round_trips(ts, node, gpu, util, dbe, xids, throttle) -> None:
@@ -175,7 +177,7 @@ def test_any_valid_gpu_sample_round_trips(ts, node, gpu, util, dbe, xids, thrott
     assert s.decode(s.encode(event), s.adapter("telemetry.gpu")) == event
 
 
-@given(ts=finite, node=names, job=names, rank=st.integers(0, 10**5), step=st.integers(0, 10**9),
+@given(ts=finite, node=hosts, job=names, rank=st.integers(0, 10**5), step=st.integers(0, 10**9),
        step_time=st.floats(0, 1e4, allow_nan=False), error=st.text(max_size=200))
 def test_any_valid_worker_event_round_trips(ts, node, job, rank, step, step_time, error) -> None:
     for event in (

@@ -1,0 +1,43 @@
+"""Records into the coordinator's state, one at a time, never raising: what cannot be applied is
+refused with the reason, for the dlq, and the next record goes on.
+
+A record can be valid and still not apply: a `recovery_planned` whose move the job's state
+table forbids (a corrupt or foreign log) raises IllegalTransition in the fold. The topics are
+kept forever, so a coordinator that raised on it would raise again on every restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from bus.message import Record
+from recovery.coordinator.fold import apply
+from recovery.coordinator.state import ClusterState
+from recovery.coordinator.timers import react
+
+log = logging.getLogger(__name__)
+
+
+def rebuild(state: ClusterState, records: Iterable[Record]) -> list[tuple[Record, str]]:
+    """Fold every record into `state`; returns those that did not apply, with the reason."""
+    refused = []
+    for record in records:
+        try:
+            apply(state, record.event)
+        except Exception as err:  # a bug or a corrupt log: one record, never the whole rebuild
+            refused.append((record, _reason(err)))
+    return refused
+
+
+def receive(state: ClusterState, record: Record, now: float) -> list | str:
+    """What to publish for one live record (`react`), or the reason it could not be applied."""
+    try:
+        return react(state, record.event, now)
+    except Exception as err:
+        log.exception("%s[%d]@%d could not be applied", record.topic, record.partition, record.offset)
+        return _reason(err)
+
+
+def _reason(err: Exception) -> str:
+    return f"coordinator could not apply it: {type(err).__name__}: {err}"

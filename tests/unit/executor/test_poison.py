@@ -1,0 +1,85 @@
+"""Issue 12: no command, and no Kafka error, makes the executor raise or stop its ranks.
+
+The executor here is the real one with real rank processes (`sleep`), a real ledger and a real
+librdkafka producer that talks to no broker, so its deliveries time out as they would after a
+long outage (`message.timeout.ms` shortened from 5 min to 0.1 s).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bus.message import Record, parse_message
+from bus.settings import KafkaSettings
+from recovery.executor.config import ExecutorConfig
+from recovery.executor.decide import Refuse, decide
+from recovery.executor.forkserver import warm_target
+from recovery.executor.ledger import Ledger
+from recovery.executor.service import Executor
+from schemas import Command, CommandAction, WorkerSpec
+
+NODE = "n1"
+
+
+@pytest.fixture
+def executor(tmp_path: Path) -> Iterator[Executor]:
+    kafka = KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1",
+                                    "TRAINMEDIC_KAFKA_CONFIG": json.dumps({"message.timeout.ms": 100})})
+    config = ExecutorConfig(node=NODE, state_dir=tmp_path, insecure=True, warm_start=False, stop_grace_s=0.2)
+    ex = Executor(config, kafka)
+    ex._ledger = Ledger.open(config.ledger_path)
+    yield ex
+    ex.supervisor.stop_all(0.2)
+    ex._ledger.close()
+
+
+def command(cid: str, action=CommandAction.START, argv=("sleep", "30"), generation=0, **changes) -> Command:
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("true",))
+    worker = worker.model_copy(update={"command": argv})  # as a reader without the bounds would pass it
+    return Command(ts=time.time(), node=NODE, id=cid, job="j", generation=generation, action=action,
+                   worker=None if action is CommandAction.STOP else worker, **changes)
+
+
+def record(cmd: Command, offset: int) -> Record:
+    return Record("t.commands", 0, offset, NODE, cmd, cmd.model_dump_json().encode())
+
+
+def test_a_non_ascii_signature_is_refused_not_raised() -> None:
+    forged = command("c1", signature="é")
+    decision = decide(forged, node=NODE, key=b"k", now=forged.ts, freshness_s=60, group=None, applied=())
+    assert decision == Refuse("bad signature: not signed with the cluster key")
+
+
+def test_a_niceness_int_cannot_read_starts_cold_instead_of_raising() -> None:
+    assert warm_target(["nice", "-n", "²", "python", "-m", "train"]) is None
+    assert warm_target(["nice", "-n", "5", "/no/python", "-m", "train"]) is None
+
+
+def test_an_argv_execve_refuses_fails_the_command_and_the_executor_reads_on(executor: Executor) -> None:
+    executor._handle(record(command("c1", argv=("sleep\x00", "30")), offset=0))
+    assert executor._ledger.state.positions[("t.commands", 0)] == 1 and "c1" in executor._ledger.state.applied
+    executor._handle(record(command("c2", generation=1), offset=1))  # the next command still runs
+    assert executor.supervisor.alive("j") == 1
+
+
+def test_a_delivery_timeout_stops_no_rank(executor: Executor) -> None:
+    executor._handle(record(command("c1"), offset=0))
+    assert executor.supervisor.alive("j") == 1
+    time.sleep(0.5)  # the acks of c1 time out: librdkafka reports them as not retriable
+    executor._flush()
+    executor._handle(record(command("c2", action=CommandAction.REATTEMPT), offset=1))
+    assert executor.supervisor.alive("j") == 1
+    assert executor._ledger.state.positions[("t.commands", 0)] == 2
+
+
+def test_a_command_that_raises_while_decided_is_dead_lettered_and_read_past(executor: Executor) -> None:
+    raw = command("c1", signature="é").model_dump_json().encode()
+    parsed = parse_message(executor.kafka.topics, executor.kafka.topics.commands, 0, 5, b"n1", raw, 0.0)
+    broken = Record(parsed.topic, parsed.partition, parsed.offset, parsed.key, object(), raw)
+    executor._handle(broken)
+    assert executor._ledger.state.positions[(executor.kafka.topics.commands, 0)] == 6

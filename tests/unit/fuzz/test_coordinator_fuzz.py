@@ -1,0 +1,72 @@
+"""The coordinator under 100,000 hostile records: none raises, each is dead-lettered or refused, and the
+state is the one the good records alone give."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from hypothesis import given
+
+from bus.message import parse_message
+from recovery.coordinator import ClusterState
+from recovery.coordinator.intake import receive
+from recovery.coordinator.routing import route
+from schemas import DeadLettered, Topics, encode
+from tests.unit.coordinator.world import CONFIG, Recorder, incident
+from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
+
+TOPICS = Topics("f.")
+
+
+def recorded() -> list[tuple[str, bytes, float]]:
+    """A job started, a SEV3 retried, a SEV2 restarted, a SEV1 re-planned: (topic, value, ts)."""
+    rec = Recorder()
+    rec.started(now=1.0)
+    rec.ack(rec.feed(incident("net-1", "SEV3", node="n1", ts=20.0), now=20.0), "done", now=21.0)
+    rec.ack(rec.feed(incident("hang-2", "SEV2", node="n2", ts=30.0), now=30.0), "done", now=31.0)
+    rec.feed(incident("xid-3", "SEV1", node="n3", ts=60.0), now=60.0)
+    return [(TOPICS.name(route(e)[0]), encode(e), e.ts) for e in rec.log]
+
+
+GOOD = recorded()
+TEMPLATES = [json.loads(value) for _, value, _ in GOOD]
+START = next(json.loads(v) for _, v, _ in GOOD if b'"recovery_planned"' in v)
+RIVAL = json.dumps({**START, "plan_id": "another-start", "generation": 10**6}).encode()  # valid; cannot apply
+
+
+def run(items: list[tuple[bool, tuple[str, bytes | None, float]]]) -> tuple[ClusterState, int]:
+    state, rejected = ClusterState.initial(CONFIG), 0
+    for offset, (is_good, (topic, value, now)) in enumerate(items):
+        parsed = parse_message(TOPICS, topic, 0, offset, b"k", value, now=now)
+        answer = parsed.reason if isinstance(parsed, DeadLettered) else receive(state, parsed, now)
+        if isinstance(answer, str):
+            assert not is_good, answer
+            rejected += 1
+        else:
+            assert is_good, value
+    return state, rejected
+
+
+CLEAN, _ = run([(True, item) for item in GOOD])
+TALLY = Tally()
+
+
+@FUZZ
+@given(seed=seeds, pool=atoms)
+def test_hostile_records_are_refused_and_the_good_ones_still_fold(seed: int, pool: list) -> None:
+    rng = random.Random(seed)
+    topics = [TOPICS.jobs, TOPICS.incidents, TOPICS.commands, TOPICS.acks]
+    bad = [(rng.choice(topics), value, 100.0) for value in batch(rng, TEMPLATES, pool)]
+    items = [*interleave(rng, GOOD, bad), *[(False, (TOPICS.incidents, RIVAL, 100.0))] * 3]
+    state, rejected = run(items)
+    assert rejected == len(bad) + 3
+    assert state == CLEAN
+    TALLY.thrown += len(bad) + 3
+
+
+def test_the_coordinator_took_100k_hostile_records() -> None:
+    if not TALLY.thrown:  # run alone: throw them now
+        test_hostile_records_are_refused_and_the_good_ones_still_fold()
+    print(f"coordinator: {TALLY.thrown:,} hostile records, none raised")
+    assert TALLY.thrown >= EXAMPLES * PER_EXAMPLE >= 100_000
