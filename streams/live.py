@@ -46,6 +46,13 @@ class LiveConfig(BaseModel):
     release_every_s: float = Field(default=0.01, ge=0, description="wall time between watermark "
                                    "updates on arrival (ticks always update): the watermark spans "
                                    "every partition, too costly to recompute per event")
+    blind_s: float = Field(default=3.0, gt=0, description="reads unconfirmed for longer than this "
+                           "(broker down or frozen) are a blind spell: afterwards event time waits "
+                           "rejoin_s for the producers")
+    rejoin_s: float = Field(default=10.0, ge=0, description="after a blind spell: how long event time "
+                            "stays where it was while the producers reconnect (librdkafka backs off up "
+                            "to 10 s) and send what they held; nodes share partitions, so one node's "
+                            "late backlog lands behind another's fresh data")
     stall_s: float = Field(default=1.0, gt=0, description="wall time between two calls (events or "
                            "ticks) beyond which the detector itself was paused: that time is not "
                            "read time, event time does not move on with it")
@@ -96,6 +103,8 @@ class LiveDetector:
     _released_at: float = float("-inf")  # wall time of the last watermark update
     _called_at: float = float("-inf")  # wall time of the last feed or tick
     _caught_up_at: float = float("inf")  # everything the broker held then was read (inf: not watched)
+    _held_until: float = float("-inf")  # in or after a blind spell: wall time until which event time
+    _held_at: float = float("-inf")  # ... stays at this watermark (inf: until the spell is over)
     _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
 
     def feed(self, event: BaseModel, source: tuple, wall: float,
@@ -132,12 +141,19 @@ class LiveDetector:
     def caught_up(self, wall: float) -> None:
         """The engine had read, by now, every message the broker held at wall time `wall` (e.g. the
         partitions' end offsets asked for at `wall`). The time since the previous such moment, if
-        longer than `stall_s`, was blind: partitions did not go idle in it."""
+        longer than `blind_s`, was a blind spell: partitions did not go idle in it, and event time
+        stays where it is for `rejoin_s` from now while the producers deliver what they held."""
         last = self._caught_up_at
         if last == float("inf") or wall <= last:
             return
-        if last != float("-inf") and wall - last > self.config.stall_s:
-            self._shift_quiet(last, wall)
+        if last != float("-inf") and wall - last > self.config.blind_s:
+            rejoin = self.config.rejoin_s
+            self._shift_quiet(last, wall + max(0.0, rejoin - self.config.idle_s))
+            if self._held_until != float("inf"):  # no release noticed the spell
+                self._held_at = self._watermark
+            self._held_until = wall + rejoin
+            log.warning("reads complete again after %.1f s: event time waits %.0f s for the producers' "
+                        "backlog", wall - last, rejoin)
         self._caught_up_at = wall
 
     @property
@@ -146,6 +162,8 @@ class LiveDetector:
         not watched)."""
         if self._caught_up_at == float("inf"):
             return None
+        if self._caught_up_at == float("-inf"):
+            return 0.0 if self._called_at == float("-inf") else float("inf")
         return max(0.0, self._called_at - self._caught_up_at)
 
     def _stalled(self, wall: float) -> None:
@@ -208,6 +226,11 @@ class LiveDetector:
         mark = self._compute_watermark(wall)
         if mark is None:
             return []
+        if (wall - self._caught_up_at > self.config.blind_s and self._caught_up_at != float("-inf")
+                and self._held_until < wall):  # a blind spell: event time stays until it is over
+            self._held_until, self._held_at = float("inf"), self._watermark
+        if wall < self._held_until:  # blind, or rejoining after a blind spell
+            mark = min(mark, self._held_at)
         self._watermark = max(self._watermark, mark)
         incidents: list[Incident] = []
         heap, observe, mark = self._heap, self.detector.observe, self._watermark
@@ -232,14 +255,15 @@ class LiveDetector:
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:
             return None
-        active = [s.max_ts for s in self._sources.values() if wall - s.last_wall < self.config.idle_s]
+        # Quiet counts only as far as reads are known complete: unread data is not silence.
+        read_until = min(wall, self._caught_up_at)
+        active = [s.max_ts for s in self._sources.values() if read_until - s.last_wall < self.config.idle_s]
         if active:
             return min(active) - self.config.lateness_s
         # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
         # far as reads are known complete (not at all while the detector is blind).
         newest = max(self._sources.values(), key=lambda s: s.max_ts)
         last_wall = max(s.last_wall for s in self._sources.values())
-        read_until = min(wall, self._caught_up_at)
         if read_until <= last_wall:
             return None
         return newest.max_ts + (read_until - last_wall) - self.config.lateness_s

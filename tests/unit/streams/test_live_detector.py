@@ -144,10 +144,12 @@ def test_blind_is_not_dead_event_time_stops_where_reads_were_last_complete() -> 
     assert out == [] and live.watermark < 110.0
     assert live.blind_for is not None and live.blind_for > 25
     _beats(live, ["a", "b", "c"], 110.0, 115, 1039.0)  # reads again: decisions from the data
-    for n in range(1, 12):  # confirmed, but nothing new: event time moves on with the wall clock
-        live.caught_up(1043.0 + n * 0.25)
+    for n in range(1, 45):  # confirmed again, nothing new: the partitions hold event time while
+        live.caught_up(1043.0 + n * 0.25)  # producers rejoin (rejoin_s), then it moves with the wall
         out += live.tick(1043.0 + n * 0.25)
-    assert out == [] and live.watermark == pytest.approx(114.0 + 2.5 - 0.5)
+        if n == 32:  # held where it was when reads came back
+            assert live.watermark <= 114.0 - 0.5
+    assert out == [] and live.watermark == pytest.approx(114.0 + 2.75 - 0.5)
 
 
 def test_with_reads_confirmed_a_silent_node_is_still_lost_in_time() -> None:
@@ -190,3 +192,31 @@ def test_a_trickle_of_old_timestamps_does_not_hold_the_watermark() -> None:
         out += live.tick(wall)
     assert live.watermark > 100.0
     assert [i.category for i in out if i.category == "gpu_lost"] == ["gpu_lost"]
+
+
+def test_after_a_blind_spell_a_late_backlog_behind_fresh_data_is_not_silence() -> None:
+    """Nodes share partitions: after an outage one node's producer may deliver its fresh data
+    before another's backlog lands in the same partition. Event time waits rejoin_s."""
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0, rejoin_s=10.0))
+    live.watch_reads()
+    out = []
+    _beats(live, ["a", "b", "c"], 100.0, 105, 1000.0)
+    live.caught_up(1004.0)
+    for n in range(1, 80):  # 20 s: the broker is down
+        out += live.tick(1004.0 + n * 0.25)
+    wall = 1024.0
+    live.caught_up(wall)
+    for t in range(25):  # a's and c's producers deliver what they held and go on; b's is 5 s late
+        for k, node in ((0, "a"), (0, "c")):
+            beat = s.NodeHeartbeat(ts=105.0 + t, node=node, interval=1.0)
+            out += live.feed(beat, ("node", k), wall + 0.01 * t)
+    for n in range(1, 21):
+        out += live.tick(wall + n * 0.25)
+        live.caught_up(wall + n * 0.25)
+    for t in range(25):
+        out += live.feed(s.NodeHeartbeat(ts=105.0 + t, node="b", interval=1.0), ("node", 0), wall + 5.3)
+    for n in range(22, 42):
+        out += live.tick(wall + n * 0.25)
+        live.caught_up(wall + n * 0.25)
+    assert out == []
+    assert live.watermark > 120.0
