@@ -46,6 +46,9 @@ class LiveConfig(BaseModel):
     release_every_s: float = Field(default=0.01, ge=0, description="wall time between watermark "
                                    "updates on arrival (ticks always update): the watermark spans "
                                    "every partition, too costly to recompute per event")
+    max_skew_s: float = Field(default=300.0, gt=0, description="an event whose ts is further than "
+                              "this from the time its message was stamped (the broker's timestamp) "
+                              "is dead-lettered and used at the stamped time, never at its own")
     blind_s: float = Field(default=3.0, gt=0, description="reads unconfirmed for longer than this "
                            "(broker down or frozen) are a blind spell: afterwards event time waits "
                            "rejoin_s for the producers")
