@@ -19,6 +19,7 @@ from streams.core import (
     CorrelationConfig,
     DetectorConfig,
     EscalationConfig,
+    GapConfig,
     GpuConfig,
     HangConfig,
     HeartbeatConfig,
@@ -28,7 +29,7 @@ from streams.core import (
 from streams.live import LiveConfig
 
 # DetectorConfig's sections, top-level keys of the file and no flags: tuning tables, not options.
-CORE_SECTIONS = ("heartbeat", "gpu", "hang", "straggler", "correlation", "link", "escalation")
+CORE_SECTIONS = ("heartbeat", "gpu", "hang", "straggler", "correlation", "link", "escalation", "gap")
 ENDS = ("earliest", "latest")
 
 
@@ -57,6 +58,7 @@ class DetectorServiceConfig(BaseModel):
     correlation: CorrelationConfig = Field(default_factory=CorrelationConfig)
     link: LinkConfig = Field(default_factory=LinkConfig)
     escalation: EscalationConfig = Field(default_factory=EscalationConfig)
+    gap: GapConfig = Field(default_factory=GapConfig)
 
     @field_validator("start", mode="before")
     @classmethod

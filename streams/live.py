@@ -3,9 +3,18 @@
 Kafka orders events within a partition only; the telemetry of one moment arrives spread over
 three topics and many partitions. `LiveDetector` holds events in a buffer and releases them
 in `ts` order up to a watermark: the slowest active partition's newest event time, minus an
-allowed lateness. A partition that delivered nothing for `idle_s` (wall time) stops holding
-the watermark back; when every partition is idle, event time moves on with wall time, which
-is how a silent node is noticed when nothing else arrives. Wall time is passed in.
+allowed lateness. A partition whose event time has not moved on for `idle_s` (wall time; a
+trickle of old timestamps does not count) stops holding the watermark back; when every partition
+is idle, event time moves on with wall time, which is how a silent node is noticed when nothing
+else arrives.
+
+Blind is not dead: event time moves on with the wall clock only while the detector is known to
+have read everything there is. An engine that can tell (`watch_reads`) reports each moment up to
+which it had read all the broker held (`caught_up`); wall time past the last such moment never
+becomes event time, so a broker that is down or frozen, fetches that fail or a restart catching
+up stop event time instead of making every node look silent. A pause of the detector itself
+longer than `stall_s` between two calls counts the same. Time without reads does not make a
+partition idle either. Wall time is passed in.
 """
 
 from __future__ import annotations
@@ -37,6 +46,19 @@ class LiveConfig(BaseModel):
     release_every_s: float = Field(default=0.01, ge=0, description="wall time between watermark "
                                    "updates on arrival (ticks always update): the watermark spans "
                                    "every partition, too costly to recompute per event")
+    max_skew_s: float = Field(default=300.0, gt=0, description="an event whose ts is further than "
+                              "this from the time its message was stamped (the broker's timestamp) "
+                              "is dead-lettered and used at the stamped time, never at its own")
+    blind_s: float = Field(default=3.0, gt=0, description="reads unconfirmed for longer than this "
+                           "(broker down or frozen) are a blind spell: afterwards event time waits "
+                           "rejoin_s for the producers")
+    rejoin_s: float = Field(default=10.0, ge=0, description="after a blind spell: how long event time "
+                            "stays where it was while the producers reconnect (librdkafka backs off up "
+                            "to 10 s) and send what they held; nodes share partitions, so one node's "
+                            "late backlog lands behind another's fresh data")
+    stall_s: float = Field(default=1.0, gt=0, description="wall time between two calls (events or "
+                           "ticks) beyond which the detector itself was paused: that time is not "
+                           "read time, event time does not move on with it")
 
 
 @dataclass
@@ -82,17 +104,25 @@ class LiveDetector:
     _sources: dict[tuple, _Source] = field(default_factory=dict)
     _watermark: float = float("-inf")
     _released_at: float = float("-inf")  # wall time of the last watermark update
+    _called_at: float = float("-inf")  # wall time of the last feed or tick
+    _caught_up_at: float = float("inf")  # everything the broker held then was read (inf: not watched)
+    _held_until: float = float("-inf")  # in or after a blind spell: wall time until which event time
+    _held_at: float = float("-inf")  # ... stays at this watermark (inf: until the spell is over)
     _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
 
     def feed(self, event: BaseModel, source: tuple, wall: float,
              origin: RawMessage | None = None) -> list[Incident]:
         """Take one event that arrived from `source` (a topic partition) at `wall`, in `origin`."""
-        heapq.heappush(self._heap, (event.ts, next(self._seq), event, origin))
+        ts = event.ts
+        heapq.heappush(self._heap, (ts, next(self._seq), event, origin))
+        if wall - self._called_at > self.config.stall_s:
+            self._stalled(wall)
+        self._called_at = wall
         seen = self._sources.get(source)
         if seen is None:
-            self._sources[source] = _Source(event.ts, wall)
-        else:
-            seen.max_ts = max(seen.max_ts, event.ts)
+            self._sources[source] = _Source(ts, wall)
+        elif ts > seen.max_ts:  # only progress in event time keeps a partition active
+            seen.max_ts = ts
             seen.last_wall = wall
         config = self.config
         if wall - self._released_at < config.release_every_s and len(self._heap) <= config.max_buffered:
@@ -101,7 +131,56 @@ class LiveDetector:
 
     def tick(self, wall: float) -> list[Incident]:
         """Let time pass with no event: releases what is due and fires deadlines."""
+        if wall - self._called_at > self.config.stall_s:
+            self._stalled(wall)
+        self._called_at = wall
         return self._release(wall)
+
+    def watch_reads(self) -> None:
+        """From now on, event time moves on with the wall clock only up to the last `caught_up`."""
+        if self._caught_up_at == float("inf"):
+            self._caught_up_at = float("-inf")
+
+    def caught_up(self, wall: float) -> None:
+        """The engine had read, by now, every message the broker held at wall time `wall` (e.g. the
+        partitions' end offsets asked for at `wall`). The time since the previous such moment, if
+        longer than `blind_s`, was a blind spell: partitions did not go idle in it, and event time
+        stays where it is for `rejoin_s` from now while the producers deliver what they held."""
+        last = self._caught_up_at
+        if last == float("inf") or wall <= last:
+            return
+        if last != float("-inf") and wall - last > self.config.blind_s:
+            rejoin = self.config.rejoin_s
+            self._shift_quiet(last, wall + max(0.0, rejoin - self.config.idle_s))
+            if self._held_until != float("inf"):  # no release noticed the spell
+                self._held_at = self._watermark
+            self._held_until = wall + rejoin
+            log.warning("reads complete again after %.1f s: event time waits %.0f s for the producers' "
+                        "backlog", wall - last, rejoin)
+        self._caught_up_at = wall
+
+    @property
+    def blind_for(self) -> float | None:
+        """Wall seconds since reads were last known complete, as of the last call (None when
+        not watched)."""
+        if self._caught_up_at == float("inf"):
+            return None
+        if self._caught_up_at == float("-inf"):
+            return 0.0 if self._called_at == float("-inf") else float("inf")
+        return max(0.0, self._called_at - self._caught_up_at)
+
+    def _stalled(self, wall: float) -> None:
+        """The detector was not running between the last call and `wall`: that time was neither
+        read nor quiet."""
+        if self._called_at != float("-inf"):
+            self._shift_quiet(self._called_at, wall)
+            if self._caught_up_at != float("inf"):
+                self._caught_up_at = min(self._caught_up_at, self._called_at)
+
+    def _shift_quiet(self, start: float, end: float) -> None:
+        """Wall time between `start` and `end` was blind: it does not count as a source's quiet."""
+        for seen in self._sources.values():
+            seen.last_wall += max(0.0, end - max(seen.last_wall, start))
 
     def expect(self, sources: list[tuple], wall: float) -> None:
         """Sources known to have events on their way (e.g. a backlog at start): each holds the
@@ -150,6 +229,11 @@ class LiveDetector:
         mark = self._compute_watermark(wall)
         if mark is None:
             return []
+        if (wall - self._caught_up_at > self.config.blind_s and self._caught_up_at != float("-inf")
+                and self._held_until < wall):  # a blind spell: event time stays until it is over
+            self._held_until, self._held_at = float("inf"), self._watermark
+        if wall < self._held_until:  # blind, or rejoining after a blind spell
+            mark = min(mark, self._held_at)
         self._watermark = max(self._watermark, mark)
         incidents: list[Incident] = []
         heap, observe, mark = self._heap, self.detector.observe, self._watermark
@@ -174,10 +258,15 @@ class LiveDetector:
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:
             return None
-        active = [s.max_ts for s in self._sources.values() if wall - s.last_wall < self.config.idle_s]
+        # Quiet counts only as far as reads are known complete: unread data is not silence.
+        read_until = min(wall, self._caught_up_at)
+        active = [s.max_ts for s in self._sources.values() if read_until - s.last_wall < self.config.idle_s]
         if active:
             return min(active) - self.config.lateness_s
-        # Everything is quiet: event time goes on from the newest event, at wall-clock pace.
+        # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
+        # far as reads are known complete (not at all while the detector is blind).
         newest = max(self._sources.values(), key=lambda s: s.max_ts)
         last_wall = max(s.last_wall for s in self._sources.values())
-        return newest.max_ts + (wall - last_wall) - self.config.lateness_s
+        if read_until <= last_wall:
+            return None
+        return newest.max_ts + (read_until - last_wall) - self.config.lateness_s

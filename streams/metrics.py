@@ -9,6 +9,9 @@ _DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 DETECTOR_EVENTS = Counter("trainmedic_detector_events", "Telemetry events the detector decided on")
 INCIDENTS = Counter("trainmedic_incidents", "Incident events published (opened, resolved)",
                     ["category", "severity", "status"])
+CLOCK_SKEWED = Counter("trainmedic_detector_clock_skewed",
+                       "Events whose ts was further than max_skew_s from their message's timestamp: "
+                       "dead-lettered, used at the message's timestamp", ["direction"])
 DETECTION_DELAY = Histogram("trainmedic_detection_delay_seconds",
                             "Event time from an incident's earliest evidence to its opening (ts - first_ts)",
                             ["severity"], buckets=_DELAY_BUCKETS)

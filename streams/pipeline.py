@@ -61,8 +61,13 @@ class Pipeline:
                         parsed.reason)
             return [Output(self.topics.dlq, topic.encode(), encode(parsed))]
         self.stats.events += 1
-        found = self.live.feed(parsed.event, (topic, message.partition), wall, origin=message)
-        out = self._publish(found) if found else []
+        event, out = parsed.event, []
+        stamp = message.timestamp_ms
+        if stamp > 0 and abs(event.ts - stamp / 1000) > self.live.config.max_skew_s:
+            event, out = self._skewed(message, event, stamp / 1000, wall)
+        found = self.live.feed(event, (topic, message.partition), wall, origin=message)
+        if found:
+            out += self._publish(found)
         if self.live.failed:
             out += self._failures(wall)
         return out
@@ -73,6 +78,24 @@ class Pipeline:
         metrics.DETECTOR_EVENTS.inc(self.stats.events - self._counted)
         self._counted = self.stats.events
         return self._publish(self.live.tick(wall)) + self._failures(wall)
+
+    def _skewed(self, message: RawMessage, event, stamped: float, wall: float) -> tuple[object, list[Output]]:
+        """An event whose own clock is off by more than max_skew_s: its ts never enters event time.
+        The message goes to the dlq with the reason; the event is used at the time its message was
+        stamped, so a node with a bad clock still counts as alive."""
+        skew = event.ts - stamped
+        direction = "ahead" if skew > 0 else "behind"
+        metrics.CLOCK_SKEWED.labels(direction).inc()
+        self.stats.dead_lettered += 1
+        DEAD_LETTERS.labels("detector").inc()
+        reason = (f"ts {event.ts:.3f} is {abs(skew):.1f} s {direction} of the message's timestamp "
+                  f"{stamped:.3f} (max_skew_s {self.live.config.max_skew_s:g}); used at the timestamp")
+        log.warning("clock skew %s[%d]@%d node=%s: %s", message.topic, message.partition, message.offset,
+                    getattr(event, "node", None), reason)
+        letter = DeadLettered.of(ts=wall, reason=reason, topic=message.topic, partition=message.partition,
+                                 offset=message.offset, key=message.key, value=message.value)
+        return (event.model_copy(update={"ts": stamped}),
+                [Output(self.topics.dlq, message.topic.encode(), encode(letter))])
 
     def _failures(self, wall: float) -> list[Output]:
         """Events the core raised on (a bug, logged by LiveDetector): kept on the dlq as they came

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from bus import clients
 from bus.admin import wait_for_topics
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 COMMIT_EVERY_S = 1.0
 FLUSH_WAIT_S = 5.0  # how long a checkpoint waits for the incidents before it to be acknowledged
 WARN_EVERY_S = 30.0  # the same consumer error is logged at most this often
+RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
+BLIND_WARN_S = 5.0  # reads unconfirmed for longer than this are logged (at most every WARN_EVERY_S)
 
 # Python's default (700 allocations) runs a collection every few hundred events over the
 # detector's hundreds of thousands of objects; these drain markedly more (docs/streams.md has the rates).
@@ -62,6 +65,56 @@ class ServiceConfig:
     batch: int = 2000
     report_every_s: float = 60.0
     partitions_every_s: float = 30.0  # how often to look for partitions added to the telemetry topics
+    read_check_every_s: float = 0.25  # how often to ask for the end offsets (are reads complete?)
+    read_check_timeout_s: float = 5.0
+
+
+class ReadCheck:
+    """Whether the detector has read everything there is: it asks the broker for the telemetry
+    partitions' end offsets (one ListOffsets request, answered in the background) and, once the
+    offsets read reach them, reads were complete as of when it asked. No answer (broker down or
+    frozen, a request that failed) or offsets short of the ends (fetches failing, a backlog after
+    a restart or a pause) confirms nothing: `LiveDetector` then does not let the wall clock
+    become event time."""
+
+    def __init__(self, settings: KafkaSettings, every_s: float, timeout_s: float) -> None:
+        self._settings = settings
+        self._admin = clients.admin(settings)
+        self.every_s, self.timeout_s = every_s, timeout_s
+        self._streak = 0  # failed requests in a row
+        self.error: str | None = None  # the last failure
+        self._asked_at = float("-inf")  # wall time of the request in flight (or the last one)
+        self._futures: dict | None = None
+        self._ends: dict[tuple[str, int], int] | None = None  # the last answer, not yet reached
+        self._ends_at = float("-inf")
+        self.failures = 0
+
+    def poll(self, offsets: Offsets, wall: float) -> float | None:
+        """The wall time up to which reads are now known complete, if newly known; else None."""
+        if self._futures is not None and all(f.done() for f in self._futures.values()):
+            try:
+                ends = {(tp.topic, tp.partition): f.result().offset for tp, f in self._futures.items()}
+                if min(ends.values(), default=0) < 0:  # what a request that timed out answers
+                    raise KafkaException(RdKafkaError(RdKafkaError._TIMED_OUT, "no end offsets in time"))
+                self._ends, self._ends_at, self._streak, self.error = ends, self._asked_at, 0, None
+            except KafkaException as err:
+                self.failures += 1
+                self._streak += 1
+                self.error = err.args[0].str()
+                if self._streak % RENEW_AFTER == 0:
+                    # librdkafka's admin client can keep a restarted broker's old leader epoch
+                    # (FENCED_LEADER_EPOCH on every request): a new client asks afresh.
+                    self._admin = clients.admin(self._settings)
+            self._futures = None
+        confirmed = None
+        if self._ends is not None and all(offsets.get(tp, 0) >= end for tp, end in self._ends.items()):
+            confirmed, self._ends = self._ends_at, None
+        if self._futures is None and wall - self._asked_at >= self.every_s and offsets:
+            self._asked_at = wall
+            self._futures = self._admin.list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in offsets},
+                request_timeout=self.timeout_s)
+        return confirmed
 
 
 class DetectorService:
@@ -78,6 +131,7 @@ class DetectorService:
         }, logger=log)
         self._out = EventProducer(settings, client_id=f"{config.app_id}-out")
         self._checkpoints = CheckpointTopic(settings, config.app_id)
+        self._reads = ReadCheck(settings, config.read_check_every_s, config.read_check_timeout_s)
 
     def run(self, stopping: Callable[[], bool]) -> None:
         with ExitStack() as closing:
@@ -108,6 +162,7 @@ class DetectorService:
             log.info("detector state restored from %s (event time %.3f, %d events held)",
                      self._checkpoints.topic, saved.state.clock, len(saved.held))
         self._expect_backlog(self.offsets)
+        self.pipeline.live.watch_reads()
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in self.offsets.items()])
         log.info("detector ready: reading %d partitions of 3 topics (%d from the checkpoint, %d from %r)",
                  len(partitions), len(partitions) - len(fresh), len(fresh), start)
@@ -150,6 +205,9 @@ class DetectorService:
                     send(outs)
                 offsets[(message.topic, message.partition)] = message.offset + 1
             now = time.monotonic()
+            complete = self._reads.poll(offsets, wall)
+            if complete is not None:
+                pipeline.live.caught_up(complete)
             if now - last_tick >= config.tick_s:
                 send(pipeline.on_tick(wall))
                 last_tick = now
@@ -169,6 +227,12 @@ class DetectorService:
                          (stats.events - reported) / (now - last_report), stats.incidents,
                          stats.dead_lettered, pipeline.live.buffered, pipeline.live.detector.state.clock)
                 reported, last_report = stats.events, now
+            blind = pipeline.live.blind_for
+            if blind is not None and blind > BLIND_WARN_S:
+                self._warn("blind", ("reads not yet known complete" if blind == float("inf") else
+                                     f"reads not known complete for {blind:.0f} s")
+                           + " (broker unreachable or slow, or a backlog): event time waits for the data"
+                           + (f"; last end-offset request: {self._reads.error}" if self._reads.error else ""))
 
     def _send(self, outs: list[Output]) -> None:
         for out in outs:

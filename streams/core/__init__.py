@@ -4,6 +4,7 @@ from streams.core.config import (
     CorrelationConfig,
     DetectorConfig,
     EscalationConfig,
+    GapConfig,
     GpuConfig,
     HangConfig,
     HeartbeatConfig,
@@ -15,5 +16,5 @@ from streams.core.state import DetectorState
 
 __all__ = [
     "CorrelationConfig", "Detector", "DetectorConfig", "DetectorState", "EscalationConfig",
-    "GpuConfig", "HangConfig", "HeartbeatConfig", "LinkConfig", "StragglerConfig",
+    "GapConfig", "GpuConfig", "HangConfig", "HeartbeatConfig", "LinkConfig", "StragglerConfig",
 ]

@@ -139,10 +139,35 @@ class EscalationConfig:
             raise ValueError("EscalationConfig counts must be >= 2")
 
 
+@dataclass(frozen=True)
+class GapConfig:
+    """Many nodes quiet at once is a telemetry gap (the telemetry stopped reaching the detector),
+    not many lost nodes: one WARN `telemetry_gap`, no `node_lost`. When a node's heartbeat
+    timeout passes, the nodes quiet then (silent for `quiet_missed` of their intervals or more)
+    are counted; more than max(`min_nodes`, `share` of the nodes that report) is a gap.
+    docs/detection.md, "Telemetry gaps", explains the defaults."""
+
+    share: float = 0.2
+    min_nodes: int = 2
+    quiet_missed: float = 1.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.share < 1:
+            raise ValueError("GapConfig.share must be in [0, 1)")
+        if self.min_nodes < 1:
+            raise ValueError("GapConfig.min_nodes must be >= 1")
+        if self.quiet_missed < 1:
+            raise ValueError("GapConfig.quiet_missed must be >= 1 interval")
+
+    def is_gap(self, quiet: int, nodes: int) -> bool:
+        """Whether `quiet` nodes silent at once, out of `nodes`, is a gap in the telemetry."""
+        return quiet > max(self.min_nodes, self.share * nodes)
+
+
 _SECTIONS = {
     "heartbeat": HeartbeatConfig, "gpu": GpuConfig, "hang": HangConfig,
     "straggler": StragglerConfig, "correlation": CorrelationConfig, "link": LinkConfig,
-    "escalation": EscalationConfig,
+    "escalation": EscalationConfig, "gap": GapConfig,
 }
 
 
@@ -157,6 +182,7 @@ class DetectorConfig:
     correlation: CorrelationConfig = field(default_factory=CorrelationConfig)
     link: LinkConfig = field(default_factory=LinkConfig)
     escalation: EscalationConfig = field(default_factory=EscalationConfig)
+    gap: GapConfig = field(default_factory=GapConfig)
 
     def __post_init__(self) -> None:
         if self.correlation.symptom_hold_s >= self.hang.floor_s:

@@ -65,7 +65,9 @@ def overdue_until(state: DetectorState, cfg: DetectorConfig, job: JobWatch, now:
         node = state.nodes.get(name)
         if node is None or node.interval is None or node.lost_since is not None:
             continue
-        if now - node.last_seen > node.interval:
+        if node.gap_id is not None:  # its telemetry is missing, its ranks' steps too: wait
+            candidate = now + cfg.heartbeat.timeout_s(node.interval)
+        elif now - node.last_seen > node.interval:
             candidate = node.last_seen + cfg.heartbeat.timeout_s(node.interval)
         else:  # a silent GPU is decided at the first heartbeat after silence_s
             quiet = [gpu.last_ts for gpu in node.gpus.values()

@@ -29,6 +29,8 @@ class NodeRules:
             node.last_seen = ts
             if node.lost_since is not None:
                 self._back(name, node, ts)
+            elif node.gap_id is not None:
+                self._out_of_gap(name, node, ts)
         return node
 
     # -- events ------------------------------------------------------------------------
@@ -81,15 +83,78 @@ class NodeRules:
             return
         timeout = self.config.heartbeat.timeout_s(node.interval)
         due = node.last_seen + timeout
+        if node.gap_id is not None and node.gap_until is not None:
+            due = max(due, node.gap_until)
         if due > when:
             self.timers.arm(Timer.NODE_LOST, name, due)
             return
+        quiet = self.quiet(when)
+        if self.config.gap.is_gap(len(quiet), self._reporting()):
+            self._gap(quiet, when)  # a node in the gap is looked at again when telemetry flows
+            return
+        rec = self.book.get(node.gap_id)
+        node.gap_id = node.gap_until = None
+        if rec is not None:  # the telemetry flows again, but not from this node
+            self._leave_gap(rec, when, f"{name} still silent while the others report")
         node.lost_since = when
         line = (f"{when:.3f} no telemetry since {node.last_seen:.3f} "
                 f"(heartbeat every {node.interval:g}s, timeout {timeout:g}s)")
         self.hardware(name, node, "node_lost", when, "silent", line,
                       root_ts=node.last_seen,
                       first_ts=node.last_seen + min(node.interval, timeout))
+
+    def quiet(self, when: float) -> list[str]:
+        """The reporting nodes silent at `when` for `gap.quiet_missed` of their intervals or more."""
+        missed = self.config.gap.quiet_missed
+        return [name for name, node in self.state.nodes.items()
+                if node.interval is not None and node.lost_since is None
+                and when - node.last_seen >= missed * node.interval]
+
+    def _reporting(self) -> int:
+        return sum(1 for node in self.state.nodes.values()
+                   if node.interval is not None and node.lost_since is None)
+
+    # -- telemetry gaps ----------------------------------------------------------------
+
+    def _gap(self, quiet: list[str], when: float) -> None:
+        """Open the telemetry gap (or add to the open one): no node of it is lost as yet."""
+        nodes = self.state.nodes
+        open_ids = {nodes[name].gap_id for name in quiet} - {None}
+        rec = next((r for r in map(self.book.get, sorted(open_ids)) if r is not None), None)
+        joining = sorted(name for name in quiet if nodes[name].gap_id is None
+                         or self.book.get(nodes[name].gap_id) is None)
+        if not joining:
+            return
+        since = min(nodes[name].last_seen for name in joining)
+        line = (f"{when:.3f} {len(quiet)} of {self._reporting()} nodes silent at once since "
+                f"{since:.3f}: {', '.join(joining)}")
+        if rec is None:
+            rec = self.book.open("telemetry_gap", key="gap", root_ts=since, ts=when,
+                                 first_ts=since, evidence=[line])
+        else:
+            self.book.note(rec, [line])
+        for name in joining:
+            nodes[name].gap_id = rec.id
+
+    def _out_of_gap(self, name: str, node: NodeState, ts: float) -> None:
+        """A node of the gap reports again: telemetry flows, so the nodes of the gap still silent
+        get one heartbeat timeout from now to report before they are judged one by one."""
+        rec = self.book.get(node.gap_id)
+        node.gap_id = node.gap_until = None
+        for gpu in node.gpus.values():
+            gpu.last_ts = ts
+        if rec is None:
+            return
+        for other, peer in self.state.nodes.items():
+            if peer.gap_id == rec.id and peer.interval is not None and peer.gap_until is None:
+                peer.gap_until = ts + self.config.heartbeat.timeout_s(peer.interval)
+                self.timers.arm(Timer.NODE_LOST, other, peer.gap_until)
+        self._leave_gap(rec, ts, f"{name} reports again")
+
+    def _leave_gap(self, rec, ts: float, why: str) -> None:
+        self.book.note(rec, [f"{ts:.3f} {why}"])
+        if not any(node.gap_id == rec.id for node in self.state.nodes.values()):
+            self.book.resolve(rec, ts, "every node of the gap reports again or is judged on its own")
 
     def check_link_stable(self, key: str, when: float) -> None:
         name, nic_name = key.split(NIC_KEY_SEP)

@@ -86,6 +86,8 @@ CATEGORIES: dict[str, Category] = {c.name: c for c in (
              "one rank's median step time is much slower than its peers'"),
     Category("thermal", _W, 13, Hold.NONE, _OWN, True,
              "hardware thermal throttling or an over-temperature GPU, sustained"),
+    Category("telemetry_gap", _W, 14, Hold.NONE, _HB, False,
+             "a large share of the nodes silent at once: the telemetry stopped, not the nodes"),
 )}
 
 # A rank's exit after its own error is fallout of that error: it ranks below every symptom.

@@ -179,6 +179,24 @@ def node_lost_shared_node(rng):
 
 
 @scenario
+def telemetry_gap_all_nodes(rng):
+    """Every node goes quiet at the same moment for 20 s (the broker was down, the producers
+    dropped what they could not send), then reports again and the job steps on. One
+    telemetry_gap, resolved when the telemetry flows again; no node_lost, no hang."""
+    c, job = base(rng, 90)
+    for n in range(c.nodes):
+        c.dead[f"node-0{n}"] = (30.2, 50.2)
+    c.heartbeats(0, 90)
+    c.gpu_samples(0, 90)
+    job.start(0.5)
+    job.run(1, 90)
+    return {"events": c.events, "incidents": [
+        expect("open", "telemetry_gap", "WARN", None, None, 30.2, 6.0),
+        expect("resolved", "telemetry_gap", "WARN", None, None),
+    ]}
+
+
+@scenario
 def gpu_lost_xid79(rng):
     """GPU 0 of node-01 falls off the bus: its rank sees a CUDA error first, the Xid 79
     arrives with the next sample, peers report NCCL errors. One gpu_lost; resolved once the

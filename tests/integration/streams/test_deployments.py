@@ -39,7 +39,9 @@ def run_detector(settings: KafkaSettings, log: Path, until: callable, *flags: st
     """`python -m streams --start earliest` with default flags (or `flags`) under `settings`' prefix,
     until `until()` holds; then SIGTERM (it writes its last checkpoint)."""
     env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
-           "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(log.parent)}
+           "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(log.parent),
+           # the recordings are from 2023 and produced now: their clocks are not what is tested
+           "TRAINMEDIC_DETECTOR_MAX_SKEW_S": "1e10"}
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streams", "--start", "earliest", *flags], env=env,
                                 stdout=out, stderr=subprocess.STDOUT)

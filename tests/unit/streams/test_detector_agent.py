@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from types import SimpleNamespace
 from unittest.mock import patch
 
@@ -53,7 +54,7 @@ def test_a_recording_put_through_the_agent_opens_its_incident() -> None:
 
 
 def test_malformed_values_go_to_the_dlq_and_the_agent_keeps_going() -> None:
-    beat = s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))
+    beat = s.encode(s.NodeHeartbeat(ts=time.time(), node="n", interval=1.0))  # stamped now, in memory
     sent = run_agent([b"{not json", beat, json.dumps({"type": "gpu_sample", "ts": 2}).encode(), beat])
     letters = [s.decode(v, s.adapter("dlq")) for t, _, v in sent if t == SETTINGS.topics.dlq]
     assert len(letters) == 2

@@ -120,5 +120,103 @@ def test_a_backlog_read_a_partition_at_a_time_gives_the_incidents_of_replay(name
         for event in arrived:
             wall += 20e-6  # as fast as the detector takes them: watermark updates every 10 ms
             incidents += live.feed(event, source, wall)
-    incidents += live.tick(wall + config.idle_s + 0.01)  # then everything is quiet
+    for n in range(1, 10):  # then everything is quiet (ticks every 0.25 s, as engines do)
+        incidents += live.tick(wall + n * 0.25)
     assert until(incidents, last_ts) == until(replay(events), last_ts)
+
+
+def _beats(live: LiveDetector, nodes: list[str], t0: float, t1: int, wall0: float) -> None:
+    for t in range(t1 - int(t0)):
+        for n, node in enumerate(nodes):
+            live.feed(s.NodeHeartbeat(ts=t0 + t, node=node, interval=1.0), ("node", n), wall0 + t)
+
+
+def test_blind_is_not_dead_event_time_stops_where_reads_were_last_complete() -> None:
+    """The engine watches its reads; while it cannot confirm them (broker down, frozen) the
+    wall clock is not event time, and nothing is decided from the silence."""
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0))
+    live.watch_reads()
+    _beats(live, ["a", "b", "c"], 100.0, 110, 1000.0)
+    live.caught_up(1009.0)
+    out = []
+    for n in range(1, 120):  # 30 s of ticks with no confirmation: blind
+        out += live.tick(1009.0 + n * 0.25)
+    assert out == [] and live.watermark < 110.0
+    assert live.blind_for is not None and live.blind_for > 25
+    _beats(live, ["a", "b", "c"], 110.0, 115, 1039.0)  # reads again: decisions from the data
+    for n in range(1, 45):  # confirmed again, nothing new: the partitions hold event time while
+        live.caught_up(1043.0 + n * 0.25)  # producers rejoin (rejoin_s), then it moves with the wall
+        out += live.tick(1043.0 + n * 0.25)
+        if n == 32:  # held where it was when reads came back
+            assert live.watermark <= 114.0 - 0.5
+    assert out == [] and live.watermark == pytest.approx(114.0 + 2.75 - 0.5)
+
+
+def test_with_reads_confirmed_a_silent_node_is_still_lost_in_time() -> None:
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0))
+    live.watch_reads()
+    _beats(live, ["a", "b", "c"], 100.0, 105, 1000.0)
+    out = []
+    for n in range(1, 40):  # a and b go on, c is silent; reads confirmed every 0.5 s
+        wall = 1004.0 + n * 0.25
+        if n % 4 == 0:
+            for k, node in enumerate(["a", "b"]):
+                out += live.feed(s.NodeHeartbeat(ts=wall - 900.0, node=node, interval=1.0), ("node", k), wall)
+        if n % 2 == 0:
+            live.caught_up(wall - 0.1)
+        out += live.tick(wall)
+    lost = [i for i in out if i.status == "open"]
+    assert [(i.category, i.node) for i in lost] == [("node_lost", "c")]
+    assert lost[0].ts - lost[0].first_ts <= 6.0
+
+
+def test_a_stalled_detector_does_not_turn_its_pause_into_event_time() -> None:
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0))
+    _beats(live, ["a", "b", "c"], 100.0, 105, 1000.0)
+    for n in range(1, 5):
+        live.tick(1004.0 + n * 0.25)
+    mark = live.watermark
+    out = live.tick(1025.0)  # SIGSTOP for 20 s, then a tick
+    assert out == [] and live.watermark == mark
+
+
+def test_a_trickle_of_old_timestamps_does_not_hold_the_watermark() -> None:
+    """A partition that delivers but never moves on in event time goes idle after idle_s."""
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0))
+    out = []
+    for n in range(40):
+        wall = 1000.0 + n * 0.25
+        out += live.feed(s.NodeHeartbeat(ts=1.0, node="old", interval=1.0), ("node", 1), wall)
+        out += live.feed(s.GpuSample(ts=100.0 + n * 0.25, node="a", gpu=0, xids=(79,) if n == 20 else ()),
+                         ("gpu", 0), wall)
+        out += live.tick(wall)
+    assert live.watermark > 100.0
+    assert [i.category for i in out if i.category == "gpu_lost"] == ["gpu_lost"]
+
+
+def test_after_a_blind_spell_a_late_backlog_behind_fresh_data_is_not_silence() -> None:
+    """Nodes share partitions: after an outage one node's producer may deliver its fresh data
+    before another's backlog lands in the same partition. Event time waits rejoin_s."""
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0, rejoin_s=10.0))
+    live.watch_reads()
+    out = []
+    _beats(live, ["a", "b", "c"], 100.0, 105, 1000.0)
+    live.caught_up(1004.0)
+    for n in range(1, 80):  # 20 s: the broker is down
+        out += live.tick(1004.0 + n * 0.25)
+    wall = 1024.0
+    live.caught_up(wall)
+    for t in range(25):  # a's and c's producers deliver what they held and go on; b's is 5 s late
+        for k, node in ((0, "a"), (0, "c")):
+            beat = s.NodeHeartbeat(ts=105.0 + t, node=node, interval=1.0)
+            out += live.feed(beat, ("node", k), wall + 0.01 * t)
+    for n in range(1, 21):
+        out += live.tick(wall + n * 0.25)
+        live.caught_up(wall + n * 0.25)
+    for t in range(25):
+        out += live.feed(s.NodeHeartbeat(ts=105.0 + t, node="b", interval=1.0), ("node", 0), wall + 5.3)
+    for n in range(22, 42):
+        out += live.tick(wall + n * 0.25)
+        live.caught_up(wall + n * 0.25)
+    assert out == []
+    assert live.watermark > 120.0

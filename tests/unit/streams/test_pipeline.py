@@ -17,7 +17,7 @@ TOPICS = s.Topics("mem.")
 
 
 def message(topic: str, partition: int, offset: int, key: bytes, value: bytes) -> RawMessage:
-    return RawMessage(topic, partition, offset, 1_700_000_000_000, key, value)
+    return RawMessage(topic, partition, offset, -1, key, value)  # no timestamp: clocks unchecked
 
 
 def pipeline() -> Pipeline:
@@ -101,3 +101,21 @@ def test_an_event_fed_without_its_message_is_dead_lettered_re_encoded(
     letter = s.decode(out.value, s.adapter("dlq"))
     assert (letter.source_topic, letter.partition, letter.offset, letter.key) == ("", -1, -1, None)
     assert s.decode(letter.raw_value(), s.adapter("telemetry.node")) == beat
+
+
+def test_an_event_whose_clock_is_off_is_dead_lettered_and_used_at_its_message_time() -> None:
+    """ts = now + 3600 (or 1) must not move event time: the dlq says why, the node still counts."""
+    run = Pipeline(TOPICS, LiveDetector(Detector(), LiveConfig(lateness_s=0.0, max_skew_s=60.0)))
+    now = 1_800_000_000.0
+    out = []
+    for n, ts in enumerate([now, now + 3600.0, 1.0, now + 3.0]):
+        beat = s.encode(s.NodeHeartbeat(ts=ts, node=f"n{n}", interval=1.0))
+        out += run.on_message(RawMessage(TOPICS.node, 0, n, int((now + n) * 1000), b"n", beat), wall=now + n)
+    out += run.on_tick(wall=now + 3.5)
+    letters = [s.decode(o.value, s.adapter("dlq")) for o in out if o.topic == TOPICS.dlq]
+    assert [(letter.offset, "ahead" in letter.reason, "behind" in letter.reason) for letter in letters] == [
+        (1, True, False), (2, False, True)]
+    assert "max_skew_s 60" in letters[0].reason and "\n" not in letters[0].reason
+    assert run.live.watermark < now + 10  # an hour ahead never became event time
+    state = run.live.detector.state
+    assert state.nodes["n1"].last_seen == now + 1 and state.nodes["n2"].last_seen == now + 2

@@ -9,7 +9,7 @@ TAXONOMY_MD = {  # category -> severity, as the table in TAXONOMY.md says
     "node_lost": "SEV1", "gpu_lost": "SEV1", "gpu_ecc": "SEV1", "nvlink": "SEV1",
     "gpu_driver": "SEV1", "process_exit": "SEV2", "cuda_error": "SEV2", "hang": "SEV2",
     "nccl_error": "SEV2", "software_error": "SEV2", "link_flap": "SEV3", "network": "SEV3",
-    "straggler": "WARN", "thermal": "WARN",
+    "straggler": "WARN", "thermal": "WARN", "telemetry_gap": "WARN",
 }
 
 
