@@ -162,7 +162,8 @@ def test_a_checkpoint_waits_for_the_sends_before_it() -> None:
         failed = asyncio.get_running_loop().create_future()
         failed.set_exception(RuntimeError("delivery failed"))
         saving.sent(failed)
-        saving.live.tick(200.0)  # event time moves on: due again
+        saving.live.feed(s.NodeHeartbeat(ts=10.0, node="n", interval=1.0), ("node", 0), 5.1)
+        saving.live.tick(5.2)  # event time moves on with the data: due again
         with pytest.raises(RuntimeError, match="delivery failed"):
             await saving.maybe_save(200.0, turn)
         assert len(saving.topic.written) == 1
