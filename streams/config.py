@@ -8,6 +8,7 @@ are YAML only, at the top of the file as before; JSON is YAML, so a JSON file of
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +30,7 @@ from streams.core import (
 from streams.live import LiveConfig
 
 # DetectorConfig's sections, top-level keys of the file and no flags: tuning tables, not options.
-CORE_SECTIONS = ("heartbeat", "gpu", "hang", "straggler", "correlation", "link", "escalation", "gap")
+CORE_SECTIONS = tuple(part.name for part in fields(DetectorConfig))
 ENDS = ("earliest", "latest")
 
 

@@ -164,13 +164,6 @@ class GapConfig:
         return quiet > max(self.min_nodes, self.share * nodes)
 
 
-_SECTIONS = {
-    "heartbeat": HeartbeatConfig, "gpu": GpuConfig, "hang": HangConfig,
-    "straggler": StragglerConfig, "correlation": CorrelationConfig, "link": LinkConfig,
-    "escalation": EscalationConfig, "gap": GapConfig,
-}
-
-
 @dataclass(frozen=True)
 class DetectorConfig:
     """Everything the detection core can be tuned by."""
@@ -194,12 +187,13 @@ class DetectorConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DetectorConfig:
         """Build from nested plain data (JSON/YAML); unknown sections or keys are errors."""
-        unknown = set(data) - set(_SECTIONS)
+        sections = {part.name: part.default_factory for part in fields(cls)}  # name -> its config class
+        unknown = set(data) - set(sections)
         if unknown:
             raise ValueError(f"unknown config sections: {', '.join(sorted(unknown))}")
         parts = {}
         for name, section in data.items():
-            kind = _SECTIONS[name]
+            kind = sections[name]
             bad = set(section) - {f.name for f in fields(kind)}
             if bad:
                 raise ValueError(f"unknown keys in {name}: {', '.join(sorted(bad))}")

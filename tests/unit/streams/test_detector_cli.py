@@ -112,3 +112,10 @@ def test_the_command_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -
     assert main(["detector", "--start", "yesterday", "--bootstrap", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("trainmedic detector: --start: 'yesterday' is not a time") and err.count("\n") == 1
+
+
+def test_every_section_of_the_core_is_a_section_of_the_service_config() -> None:
+    from streams.config import CORE_SECTIONS, DetectorServiceConfig
+
+    assert set(CORE_SECTIONS) <= set(DetectorServiceConfig.model_fields)
+    assert len(CORE_SECTIONS) == len(DetectorConfig.__dataclass_fields__)
