@@ -11,7 +11,7 @@ Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS
@@ -65,6 +65,8 @@ class Pipeline:
         stamp = message.timestamp_ms
         if stamp > 0 and abs(event.ts - stamp / 1000) > self.live.config.max_skew_s:
             event, out = self._skewed(message, event, stamp / 1000, wall)
+            # the origin carries the event as fed, so a checkpoint restores it at its stamp too
+            message = replace(message, value=encode(event))
         found = self.live.feed(event, (topic, message.partition), wall, origin=message)
         if found:
             out += self._publish(found)

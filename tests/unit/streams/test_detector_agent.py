@@ -66,7 +66,7 @@ def test_malformed_values_go_to_the_dlq_and_the_agent_keeps_going() -> None:
 def test_the_agent_keeps_the_offsets_its_state_reflects() -> None:
     detector = build_app(SETTINGS, app_id="agent-offsets", live_config=LiveConfig(lateness_s=10.0),
                          sink=_discard)
-    beat = s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))
+    beat = s.encode(s.NodeHeartbeat(ts=time.time(), node="n", interval=1.0))  # test_context stamps now
 
     async def go() -> None:
         async with detector.process.test_context() as agent:

@@ -119,3 +119,16 @@ def test_an_event_whose_clock_is_off_is_dead_lettered_and_used_at_its_message_ti
     assert run.live.watermark < now + 10  # an hour ahead never became event time
     state = run.live.detector.state
     assert state.nodes["n1"].last_seen == now + 1 and state.nodes["n2"].last_seen == now + 2
+
+
+def test_a_skewed_event_held_in_a_checkpoint_comes_back_at_its_message_time() -> None:
+    from streams.checkpoint import decode_checkpoint, encode_checkpoint
+
+    run = Pipeline(TOPICS, LiveDetector(Detector(), LiveConfig(lateness_s=5.0)))
+    now = 1_700_000_000.0
+    beat = s.NodeHeartbeat(ts=now + 3600, node="n1", interval=1.0)  # an hour ahead
+    run.on_message(RawMessage(TOPICS.node, 0, 0, int(now * 1000), b"n1", s.encode(beat)), wall=now)
+    [held] = run.live.held()
+    assert held.event.ts == now
+    [restored] = decode_checkpoint(encode_checkpoint(run.live, {(TOPICS.node, 0): 1}, now)).held
+    assert restored.event.ts == now  # not its own clock: that never becomes event time
