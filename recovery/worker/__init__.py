@@ -4,8 +4,9 @@
     rt = init_from_env(timeout_s=60)
     start = rt.restore(model, optimizer)
     for step in range(start, total):
-        ...train one step...
-        rt.maybe_checkpoint(step + 1, model, optimizer)
+        ...one step, up to its collective...
+        with rt.finishing_step():  # a SIGTERM here waits for the snapshot
+            rt.maybe_checkpoint(step + 1, model, optimizer)
 
 Heavy imports (torch) happen in `recovery.worker.runtime`, imported on first use.
 """

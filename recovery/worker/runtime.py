@@ -9,6 +9,11 @@ Reattempt: the executor sends SIGUSR1. The handler only sets a flag; `agree_reat
 (one 1-element all-reduce, called by every rank at the top of each step) makes all ranks
 see it at the same step, and `resync` re-broadcasts rank 0's state before the step is
 run again.
+
+Stop: the executor stops ranks with SIGTERM. One that arrives inside `with rt.finishing_step():`
+(what follows a step's collective: its snapshot and its report) is held until the block
+ends, so a step that one rank completed is in every rank's snapshot. Anywhere else (in a
+collective, hung) the rank dies at once, as with no handler. Either way it ends by SIGTERM.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -56,6 +62,8 @@ class Runtime:
     restore_warning: str | None = None  # set by a restore that fell back from the named replica
     _warning_due: bool = field(default=False, repr=False)
     _reattempt: bool = field(default=False, repr=False)
+    _finishing: bool = field(default=False, repr=False)
+    _stop_held: bool = field(default=False, repr=False)
 
     @property
     def rank(self) -> int:
@@ -124,6 +132,24 @@ class Runtime:
         model.load_state_dict(box[0]["model"])
         optimizer.load_state_dict(box[0]["optimizer"])
 
+    @contextmanager
+    def finishing_step(self) -> Iterator[None]:
+        """The rest of a step once its collective is done (snapshot, report): a SIGTERM inside is
+        held until the block ends, then ends the rank, so no rank saves less than another ran."""
+        self._finishing = True
+        try:
+            yield
+        finally:
+            self._finishing = False
+            if self._stop_held:
+                log.info("rank %d g%d: stopping, the step's state saved", self.rank, self.env.generation)
+                _die_by_sigterm()
+
+    def install_signal_handlers(self) -> None:
+        """SIGUSR1: reattempt at the next step; SIGTERM: stop (held while finishing a step). Main thread."""
+        signal.signal(signal.SIGUSR1, self._on_reattempt)
+        signal.signal(signal.SIGTERM, self._on_stop)
+
     def close(self) -> None:
         if self.hook is not None:
             self.hook.close()
@@ -133,6 +159,17 @@ class Runtime:
     def _on_reattempt(self, signum: int, frame: Any) -> None:
         self._reattempt = True
 
+    def _on_stop(self, signum: int, frame: Any) -> None:
+        if not self._finishing:
+            _die_by_sigterm()
+        self._stop_held = True
+
+
+def _die_by_sigterm() -> None:
+    """End the process the way an unhandled SIGTERM does, so the executor sees signal 15."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
 
 def init_from_env(
     *, timeout_s: float = 60.0, hook: Hook | None = None, snapshot_every: int = 1, checkpoint_every: int = 0,
@@ -140,8 +177,9 @@ def init_from_env(
 ) -> Runtime:
     """Join the job's process group as the executor's environment says (gloo on CPU, NCCL with CUDA).
 
-    `timeout_s` bounds rendezvous and every collective. Installs the SIGUSR1 (reattempt)
-    handler when called from the main thread, and reports `worker_start` through `hook`.
+    `timeout_s` bounds rendezvous and every collective. Installs the SIGUSR1 (reattempt) and
+    SIGTERM (stop after the step) handlers when called from the main thread, and reports
+    `worker_start` through `hook`.
     """
     contract = WorkerEnv.from_env(env)
     began = time.monotonic()
@@ -159,7 +197,7 @@ def init_from_env(
     runtime = Runtime(contract, hook=hook, snapshot_every=snapshot_every,
                       checkpoint_every=checkpoint_every, device=device)
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGUSR1, runtime._on_reattempt)
+        runtime.install_signal_handlers()
     if hook is not None:
         hook.started()
     return runtime

@@ -127,11 +127,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"reattempt: re-synced from rank 0, re-running step {step}", flush=True)
             began = time.monotonic()
             loss = train_step(rt, model, optimizer, step)
-            time.sleep(max(0.0, args.step_s - (time.monotonic() - began)))
-            rt.maybe_checkpoint(step + 1, model, optimizer)
-            rt.step_done(step, time.monotonic() - began)
-            print(f"step {step} loss {loss:.4f} gen {rt.env.generation} rank {rt.rank} t {time.time():.3f}",
-                  flush=True)
+            with rt.finishing_step():  # a stop now waits for the snapshot: no rank runs a step others lose
+                time.sleep(max(0.0, args.step_s - (time.monotonic() - began)))
+                rt.maybe_checkpoint(step + 1, model, optimizer)
+                rt.step_done(step, time.monotonic() - began)
+                print(f"step {step} loss {loss:.4f} gen {rt.env.generation} rank {rt.rank} "
+                      f"t {time.time():.3f}", flush=True)
             step += 1
     except Exception as err:
         rt.report_error(err)
