@@ -68,7 +68,8 @@ class WorkerSpec(Model):
 
 
 class Command(NodeEvent):
-    """A signed instruction to the executor on `node`; `generation` is the fencing token."""
+    """A signed instruction to the executor on `node`. Two fencing tokens: `generation` (of the
+    job) and `epoch` (of the coordinator that sent it; none from one without a lease)."""
 
     type: Literal["command"] = "command"
     id: Id
@@ -78,6 +79,7 @@ class Command(NodeEvent):
     generation: Count
     action: CommandAction
     worker: WorkerSpec | None = None
+    epoch: Count | None = None
     signature: str | None = Field(default=None, max_length=MAX_ID)
 
 

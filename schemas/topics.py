@@ -51,7 +51,7 @@ SPECS: tuple[TopicSpec, ...] = (
 )
 BY_SUFFIX = {spec.suffix: spec for spec in SPECS}
 # Services whose default names (consumer group, app id, their own topics) derive from the prefix.
-OWNING_ROLES = ("detector", "alerts")
+OWNING_ROLES = ("detector", "alerts", "coordinator")
 
 
 class Topics:

@@ -4,7 +4,8 @@ Reads the jobs, incidents, commands and acks topics from the beginning, then fol
 A new job is started on its nodes; an open incident is answered by its severity (SEV3:
 reattempt in place, SEV2: restart in place at the next generation, SEV1: isolate the node
 and re-plan the cluster); commands that go unanswered are re-sent, and failed ones escalate.
-Run one coordinator per cluster (see docs/coordinator.md for fail-over).
+Run two or more for fail-over: one holds the lease and acts, the others wait to take over
+within seconds of its death (see docs/coordinator.md).
 
 Every option can also be set by its variable (TRAINMEDIC_COORDINATOR_*, e.g.
 TRAINMEDIC_COORDINATOR_ACK_TIMEOUT_S) or in the --config YAML file (keys: the option's name
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from bus.errors import ConfigError, TrainmedicError
     from bus.metrics import serve_metrics
     from bus.settings import KafkaSettings
-    from recovery.coordinator.service import CoordinatorService
+    from recovery.coordinator.service import lead
 
     try:
         config = OPTIONS.build(COORDINATOR, args)
@@ -89,14 +90,11 @@ def run(args: argparse.Namespace) -> int:
                     "workers, and executors that check signatures will refuse them", settings.topics.commands)
     stop = threading.Event()
     serve_metrics(args.metrics_port)
-    service = CoordinatorService(settings, config, sign=sign)
     try:
         with stop_on_signals(stop):
-            service.run(stop)
+            lead(settings, config, sign=sign, stop=stop)
     except TrainmedicError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 1
-    finally:
-        service.close()
     log.info("stopped")
     return 0

@@ -169,7 +169,8 @@ def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
 
 
 def _command(state: ClusterState, command: Command) -> None:
-    unsigned = command.model_copy(update={"signature": None}) if command.signature else command
+    # the decision itself: signature and epoch say who sent a copy, and each send sets them anew
+    unsigned = command.model_copy(update={"signature": None, "epoch": None})
     record = state.commands.get(command.id)
     if record is None:
         record = state.commands[command.id] = CommandRecord(unsigned, (command.ts,))

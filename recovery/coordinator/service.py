@@ -2,7 +2,9 @@
 
 Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
 incidents, commands and acks topics from offset 0, signing and producing what the core
-emits (commands keyed by node, lifecycle events by job), and a clock.
+emits (commands keyed by node, lifecycle events by job), and a clock. `lead` runs it only
+while this process holds the lease (recovery.coordinator.lease): one active coordinator,
+its epoch in every command, and each decision's outputs written in one transaction.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from bus.errors import KafkaError
 from bus.message import Record
 from bus.producer import EventProducer
 from bus.reader import TopicReader
 from bus.settings import KafkaSettings
+from bus.transactional import Fenced, TransactionalProducer
 from recovery.coordinator import observe
 from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.intake import rebuild, receive
+from recovery.coordinator.lease import Lease
 from recovery.coordinator.narrate import cause, narrate
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
@@ -44,24 +49,27 @@ def valid(items: Iterable[Record | DeadLettered]) -> list[Record]:
 
 
 class CoordinatorService:
-    """One active coordinator. `start()` rebuilds and catches up; `step()` handles what arrives.
+    """The active coordinator at `epoch`. `start()` rebuilds and catches up; `step()` handles what arrives.
 
     A failed delivery raises: the service stops rather than run on a state the log does not
     hold; restarted, it rebuilds from the log and decides again what was lost. A record that
     fails to validate or to apply never stops it: it goes to the dlq (when read live) and the
-    service reads on.
+    service reads on. What one event or tick decides (a plan and its commands) is sent in one
+    transaction of `producer`, so a crash leaves all of it or none.
     """
 
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
-                 clock: Callable[[], float] = time.time) -> None:
+                 producer: TransactionalProducer, epoch: int, clock: Callable[[], float] = time.time) -> None:
         self.state = ClusterState.initial(config)
+        self.epoch = epoch
         self._topics = settings.topics
         self._sign = sign
         self._clock = clock
         topics, name = self._topics, settings.topics.owned("coordinator")
-        self._producer = EventProducer(settings, client_id=name)
+        self._producer = producer
+        self._dlq = EventProducer(settings, client_id=f"{name}-dlq")
         self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks],
-                                   validate=True, dlq=self._producer, name=name, timeout_s=30.0)
+                                   validate=True, dlq=self._dlq, name=name, timeout_s=30.0)
         self._next_tick = 0.0
 
     def start(self) -> None:
@@ -86,8 +94,7 @@ class CoordinatorService:
             observe.received(record.event)
             outputs = receive(self.state, record, self._clock())
             if isinstance(outputs, str):
-                self._producer.send(self._topics.dlq, record.rejected(outputs, self._clock()),
-                                    key=record.topic)
+                self._dlq.send(self._topics.dlq, record.rejected(outputs, self._clock()), key=record.topic)
                 continue
             self._publish(cause(record.event), outputs)
         now = self._clock()
@@ -96,24 +103,58 @@ class CoordinatorService:
             observe.cluster(self.state)
             self._next_tick = now + self.state.config.tick_s
 
-    def run(self, stop: threading.Event) -> None:
-        self.start()
-        while not stop.is_set():
-            self.step()
-
     def _publish(self, trigger: str, outputs: list) -> None:
         if not outputs:
             return
         for line in narrate(trigger, outputs):
             log.info("%s", line)
         observe.published(self.state, outputs)
-        for event in outputs:
-            suffix, key = route(event)
-            if isinstance(event, Command):
-                event = self._sign(event)
-            self._producer.send(self._topics.name(suffix), event, key=key)
-        self._producer.flush()
+        with self._producer.transaction():
+            for event in outputs:
+                suffix, key = route(event)
+                if isinstance(event, Command):
+                    event = self._sign(event.model_copy(update={"epoch": self.epoch}))
+                self._producer.send(self._topics.name(suffix), event, key=key)
+        self._dlq.flush()
 
     def close(self) -> None:
         self._reader.close()
-        self._producer.close()
+        for producer in (self._dlq, self._producer):
+            try:
+                producer.close()
+            except KafkaError as err:  # fenced, or the broker gone: nothing left to save
+                log.warning("closing the coordinator: %s", err)
+
+
+def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, stop: threading.Event) -> None:
+    """Coordinate while this process holds the lease; wait for it while another does; until `stop`.
+
+    A holder that loses the lease (its session expired: it was paused or cut off) or is
+    fenced by a newer holder stands down and waits again, with a fresh state from the log.
+    """
+    lease = Lease(settings)
+    try:
+        while lease.acquire(stop):
+            _lead_once(settings, config, sign, stop, lease)
+    finally:
+        lease.release()
+
+
+def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer, stop: threading.Event,
+               lease: Lease) -> None:
+    producer = TransactionalProducer(settings, transactional_id=settings.topics.owned("coordinator"))
+    service = None
+    try:
+        epoch = lease.take(producer)
+        log.info("leading at epoch %d", epoch)
+        service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch)
+        service.start()
+        while not stop.is_set() and lease.held():
+            service.step()
+        if not stop.is_set():
+            log.warning("epoch %d: lease lost; standing down and waiting for it again", epoch)
+    except Fenced as err:
+        log.warning("fenced by a newer coordinator, standing down: %s", err)
+    finally:
+        if service is not None:
+            service.close()

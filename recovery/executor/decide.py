@@ -2,7 +2,8 @@
 
 Pure: no clock, no Kafka, no processes. The order of the checks is the order of the
 questions an operator asks: is it for me, is it authentic, did I already do it, is it
-fresh, is it fenced off by a newer generation, does it make sense for what runs here.
+fresh, is it fenced off by a newer coordinator or a newer generation, does it make sense for
+what runs here.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ Decision = Apply | Refuse | Skip
 
 def decide(
     command: Command, *, node: str, key: bytes | None, now: float, freshness_s: float,
-    group: LocalGroup | None, applied: Container[str],
+    group: LocalGroup | None, applied: Container[str], epoch: int | None = None,
 ) -> Decision:
-    """What this node's executor does with `command`. `key=None` means insecure: no signature check."""
+    """What this node's executor does with `command`. `key=None` means insecure: no signature check.
+    `epoch`: the newest coordinator epoch this node applied a command of (None: none yet)."""
     if command.node != node:
         return Refuse(f"command is for node {command.node!r}, this is {node!r}")
     if key is not None and not verify(command, key):
@@ -65,6 +67,8 @@ def decide(
     if abs(age_s) > freshness_s:
         where = "old" if age_s > 0 else "in the future"
         return Refuse(f"stale: issued {abs(age_s):.1f}s {where}, freshness window is {freshness_s:g}s")
+    if epoch is not None and (command.epoch is None or command.epoch < epoch):
+        return Refuse(f"fenced: sent by coordinator epoch {command.epoch}, this node follows epoch {epoch}")
     if group is not None and command.generation < group.generation:
         return Refuse(
             f"fenced: generation {command.generation} is older than generation "

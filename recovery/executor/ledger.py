@@ -20,9 +20,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LedgerState:
-    """What the ledger file says: applied ids, the newest applied generation per job, positions."""
+    """What the ledger file says: applied ids, the newest applied generation per job, the newest
+    coordinator epoch applied (None: no command carried one), positions."""
 
     applied: set[str] = field(default_factory=set)
+    epoch: int | None = None
     generations: dict[str, int] = field(default_factory=dict)
     positions: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) -> next offset
 
@@ -50,11 +52,12 @@ class Ledger:
 
     def record(
         self, *, topic: str, partition: int, offset: int, command_id: str | None = None,
-        job: str | None = None, generation: int | None = None, applied: bool = False,
+        job: str | None = None, generation: int | None = None, epoch: int | None = None,
+        applied: bool = False,
     ) -> None:
         """Persist one processed message (and, with `applied`, that its command is being applied)."""
         entry = {"topic": topic, "partition": partition, "offset": offset, "applied": applied,
-                 "command": command_id, "job": job, "generation": generation}
+                 "command": command_id, "job": job, "generation": generation, "epoch": epoch}
         self._handle.write(json.dumps(entry, separators=(",", ":")) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())
@@ -71,3 +74,5 @@ def _fold(state: LedgerState, entry: dict) -> None:
         state.applied.add(str(entry["command"]))
         job, generation = str(entry["job"]), int(entry["generation"])
         state.generations[job] = max(state.generations.get(job, generation), generation)
+        if entry.get("epoch") is not None:
+            state.epoch = max(state.epoch if state.epoch is not None else 0, int(entry["epoch"]))

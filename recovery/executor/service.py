@@ -151,6 +151,7 @@ class Executor:
         decision = decide(
             command, node=self.config.node, key=self.config.key_bytes, now=self.clock(),
             freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
+            epoch=ledger.state.epoch,
         )
         if isinstance(decision, Skip):
             log.info("command %s skipped: %s", command.id, decision.reason)
@@ -163,7 +164,7 @@ class Executor:
             self._ack(command, AckStatus.REFUSED, reason=decision.reason)
             return
         ledger.record(**where, command_id=command.id, job=command.job, generation=command.generation,
-                      applied=True)
+                      epoch=command.epoch, applied=True)
         self._apply(command, decision, group)
 
     def _apply(self, command: Command, decision: Apply, group: LocalGroup | None) -> None:

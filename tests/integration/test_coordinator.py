@@ -1,5 +1,5 @@
 """The coordinator through a real broker: a submitted job starts, a SEV1 moves it, a restart
-rebuilds the same state and sends no command twice."""
+rebuilds the same state, sends no command twice, and fences the instance it replaced."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from bus.producer import EventProducer
 from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
+from bus.transactional import Fenced, TransactionalProducer
 from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
+from recovery.coordinator.lease import Lease
 from recovery.coordinator.service import CoordinatorService
 from schemas import Command, CommandAcked, Incident
 from trainmedic.cli import main
@@ -42,6 +44,12 @@ def read(kafka: KafkaSettings, suffix: str) -> list:
         return [r.event for batch in reader.batches() for r in batch]
 
 
+def leading(kafka: KafkaSettings) -> CoordinatorService:
+    """A coordinator that took the lease's epoch (the consumer-group part is tested elsewhere)."""
+    producer = TransactionalProducer(kafka, transactional_id=kafka.topics.owned("coordinator"))
+    return CoordinatorService(kafka, CONFIG, sign=sign, producer=producer, epoch=Lease(kafka).take(producer))
+
+
 def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
@@ -70,13 +78,14 @@ def test_submit_start_sev1_kill_restart(env: KafkaSettings, tmp_path, capsys) ->
     spec.write_text(SPEC)
     assert main(["job", "submit", str(spec)]) == 0
 
-    first = CoordinatorService(kafka, CONFIG, sign=sign)
+    first = leading(kafka)
     first.start()
     step_until(first, lambda: len(first.state.commands) == 3)
     starts = read(kafka, "commands")
     assert sorted((c.node, c.action, c.generation) for c in starts) == [
         ("n1", "start", 0), ("n2", "start", 0), ("n3", "start", 0)]
     assert all(c.signature == f"test-signature:{c.id}" for c in starts)
+    assert {c.epoch for c in starts} == {first.epoch}
     assert {c.worker.master_addr for c in starts} == {"127.0.0.1"}
 
     ack_all(kafka, starts)
@@ -101,13 +110,16 @@ def test_submit_start_sev1_kill_restart(env: KafkaSettings, tmp_path, capsys) ->
     before = read(kafka, "commands")
     first._reader.close()
 
-    second = CoordinatorService(kafka, CONFIG, sign=sign)
+    second = leading(kafka)
+    assert second.epoch > first.epoch
     second.start()
     for _ in range(5):
         second.step(0.2)
     assert second.state == first.state
     assert sorted((c.id, c.ts) for c in read(kafka, "commands")) == sorted((c.id, c.ts) for c in before)
 
+    with pytest.raises(Fenced):  # the replaced instance, had it lived on, can write nothing more
+        first._publish("a zombie's late decision", [before[0]])
     ack_all(kafka, [c for c in moved if c.node != "n2"])
     step_until(second, lambda: second.state.jobs["llm"].state is JobState.RUNNING)
     second.close()
