@@ -144,12 +144,15 @@ class GapConfig:
     """Many nodes quiet at once is a telemetry gap (the telemetry stopped reaching the detector),
     not many lost nodes: one WARN `telemetry_gap`, no `node_lost`. When a node's heartbeat
     timeout passes, the nodes quiet then (silent for `quiet_missed` of their intervals or more)
-    are counted; more than max(`min_nodes`, `share` of the nodes that report) is a gap.
+    are counted; more than max(`min_nodes`, `share` of the nodes that report) is a gap. A node
+    still silent `judge_after_s` after it joined the gap, while the detector reads everything
+    there is, is judged alone (`node_lost`): a gap that long is nodes gone, not telemetry.
     docs/detection.md, "Telemetry gaps", explains the defaults."""
 
     share: float = 0.2
     min_nodes: int = 2
     quiet_missed: float = 1.5
+    judge_after_s: float = 120.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1:
@@ -158,6 +161,8 @@ class GapConfig:
             raise ValueError("GapConfig.min_nodes must be >= 1")
         if self.quiet_missed < 1:
             raise ValueError("GapConfig.quiet_missed must be >= 1 interval")
+        if self.judge_after_s <= 0:
+            raise ValueError("GapConfig.judge_after_s must be > 0")
 
     def is_gap(self, quiet: int, nodes: int) -> bool:
         """Whether `quiet` nodes silent at once, out of `nodes`, is a gap in the telemetry."""

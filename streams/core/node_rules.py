@@ -89,13 +89,13 @@ class NodeRules:
             self.timers.arm(Timer.NODE_LOST, name, due)
             return
         quiet = self.quiet(when)
-        if self.config.gap.is_gap(len(quiet), self._reporting()):
-            self._gap(quiet, when)  # a node in the gap is looked at again when telemetry flows
+        if node.gap_until is None and self.config.gap.is_gap(len(quiet), self._reporting()):
+            self._gap(quiet, when)  # looked at again when telemetry flows, or after judge_after_s
             return
         rec = self.book.get(node.gap_id)
         node.gap_id = node.gap_until = None
-        if rec is not None:  # the telemetry flows again, but not from this node
-            self._leave_gap(rec, when, f"{name} still silent while the others report")
+        if rec is not None:  # the telemetry flows again but not from this node, or the gap lasted
+            self._leave_gap(rec, when, f"{name} still silent: judged alone")
         node.lost_since = when
         line = (f"{when:.3f} no telemetry since {node.last_seen:.3f} "
                 f"(heartbeat every {node.interval:g}s, timeout {timeout:g}s)")
@@ -133,8 +133,10 @@ class NodeRules:
                                  first_ts=since, evidence=[line])
         else:
             self.book.note(rec, [line])
+        judge_at = when + self.config.gap.judge_after_s
         for name in joining:
-            nodes[name].gap_id = rec.id
+            nodes[name].gap_id, nodes[name].gap_until = rec.id, judge_at
+            self.timers.arm(Timer.NODE_LOST, name, judge_at)
 
     def _out_of_gap(self, name: str, node: NodeState, ts: float) -> None:
         """A node of the gap reports again: telemetry flows, so the nodes of the gap still silent
@@ -146,9 +148,11 @@ class NodeRules:
         if rec is None:
             return
         for other, peer in self.state.nodes.items():
-            if peer.gap_id == rec.id and peer.interval is not None and peer.gap_until is None:
-                peer.gap_until = ts + self.config.heartbeat.timeout_s(peer.interval)
-                self.timers.arm(Timer.NODE_LOST, other, peer.gap_until)
+            if peer.gap_id == rec.id and peer.interval is not None:
+                until = ts + self.config.heartbeat.timeout_s(peer.interval)
+                if peer.gap_until is None or until < peer.gap_until:
+                    peer.gap_until = until
+                    self.timers.arm(Timer.NODE_LOST, other, until)
         self._leave_gap(rec, ts, f"{name} reports again")
 
     def _leave_gap(self, rec, ts: float, why: str) -> None:

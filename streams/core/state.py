@@ -50,7 +50,7 @@ class NodeState:
     lost_since: float | None = None
     hw_id: str | None = None  # the node's open hardware incident (one at a time)
     gap_id: str | None = None  # the open telemetry_gap this node is quiet in
-    gap_until: float | None = None  # in a gap whose telemetry flows again: judged alone from then
+    gap_until: float | None = None  # in a gap: judged alone from then (judge_after_s, or telemetry flows)
     jobs: dict[str, list[int]] = field(default_factory=dict)  # job -> ranks on this node
     gpus: dict[int, GpuState] = field(default_factory=dict)
     nics: dict[str, NicState] = field(default_factory=dict)

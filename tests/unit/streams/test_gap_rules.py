@@ -72,3 +72,20 @@ def test_a_gap_survives_a_checkpoint():
     for event in healthy(50, 60, nodes=THREE):
         later += again.observe(event)
     assert [(i.status, i.category) for i in later] == [("resolved", "telemetry_gap")]
+
+
+def test_a_gap_that_lasts_is_nodes_gone_each_judged_alone_after_judge_after_s():
+    config = DetectorConfig(gap=GapConfig(judge_after_s=60.0))
+    det = Detector(config)
+    out = []
+    for event in healthy(0, 30, nodes=THREE):  # then nothing: every node's power went at once
+        out += det.observe(event)
+    out += det.advance(90.0)
+    assert [(i.category, i.node) for i in out] == [("telemetry_gap", None)]
+    out += det.advance(100.0)
+    opened = [(i.status, i.category, i.severity, i.node) for i in out[1:]]
+    assert sorted(opened) == [("open", "node_lost", "SEV1", n) for n in THREE] + [
+        ("resolved", "telemetry_gap", "WARN", None)]
+    lost = [i for i in out if i.category == "node_lost"]
+    assert [i.ts for i in lost] == pytest.approx([29.02 + 3.0 + 60.0] * 3)  # joined the gap, then 60 s
+    assert max(i.first_ts for i in lost) < 31.0  # still dated from their last telemetry, not the judgement
