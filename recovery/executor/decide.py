@@ -8,6 +8,7 @@ what runs here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container
 from dataclasses import dataclass
 from enum import StrEnum
@@ -15,6 +16,8 @@ from enum import StrEnum
 from recovery.executor.state import MAY_HAVE_PROCESSES, GroupState, LocalGroup
 from recovery.signing import verify
 from schemas import Command, CommandAction
+
+_DIRECTORY_NAME = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
 
 class Step(StrEnum):
@@ -50,6 +53,11 @@ class Skip:
 Decision = Apply | Refuse | Skip
 
 
+def directory_name(job: str) -> bool:
+    """Whether a job id is safe as one path component under the executor's state directory."""
+    return bool(_DIRECTORY_NAME.fullmatch(job)) and job not in (".", "..")
+
+
 def decide(
     command: Command, *, node: str, key: bytes | None, now: float, freshness_s: float,
     group: LocalGroup | None, applied: Container[str], epoch: int | None = None,
@@ -81,6 +89,9 @@ def _steps(command: Command, group: LocalGroup | None) -> Apply | Refuse:
     state = GroupState.IDLE if group is None else group.state
     live = state in MAY_HAVE_PROCESSES
     if command.action in (CommandAction.START, CommandAction.RESTART):
+        if not directory_name(command.job):
+            return Refuse(f"job id {command.job!r} cannot name this node's log and snapshot directories "
+                          "(letters, digits and . _ : - only, not . or ..)")
         worker = command.worker
         if worker is None or not worker.command or not worker.ranks:
             return Refuse(f"{command.action} needs a worker spec with ranks and a command (argv)")
