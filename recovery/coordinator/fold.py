@@ -34,6 +34,12 @@ from schemas.recovery import (
 
 log = logging.getLogger(__name__)
 
+# An ack read before its command (another partition) waits for it; at most this many wait.
+MAX_EARLY_ACKS = 10_000
+# An executor refuses commands further than its freshness window (60 s) from its clock, so an
+# answer stamped earlier than that before the command's first send is not an answer to it.
+ACK_SKEW_S = 60.0
+
 
 def apply(state: ClusterState, event: object) -> ClusterState:
     """Fold one event into the state. Events of other types are ignored."""
@@ -175,19 +181,48 @@ def _command(state: ClusterState, command: Command) -> None:
     if record is None:
         record = state.commands[command.id] = CommandRecord(unsigned, (command.ts,))
         for ack in state.early_acks.pop(command.id, []):
-            _answer(record, ack)
+            why = unbound(record, ack)
+            if why is None:
+                _answer(record, ack)
+            else:
+                log.warning("early ack for %s dropped: %s", command.id, why)
     elif command.ts not in record.sent:  # a re-send
         record.sent = tuple(sorted((*record.sent, command.ts)))
         if command.ts == record.sent[-1]:
             record.command = unsigned
 
 
+class UnboundAck(ValueError):
+    """An ack that cannot be the answer to the command it names: refused (to the dlq)."""
+
+
+def unbound(record: CommandRecord, ack: CommandAcked) -> str | None:
+    """Why `ack` is not an answer to `record`'s command, or None when it can be: an answer comes
+    from the command's node, names its job and generation, and is not older than the command
+    (by more than ACK_SKEW_S of clock skew; a planted answer to a predictable id is)."""
+    command = record.command
+    if (ack.node, ack.job, ack.generation) != (command.node, command.job, command.generation):
+        return (f"ack from {ack.node} for {ack.job} generation {ack.generation}, but command {command.id} "
+                f"went to {command.node} for {command.job} generation {command.generation}")
+    if ack.ts < record.sent[0] - ACK_SKEW_S:
+        return f"ack stamped {record.sent[0] - ack.ts:.0f}s before command {command.id} was first sent"
+    return None
+
+
 def _acked(state: ClusterState, ack: CommandAcked) -> None:
     record = state.commands.get(ack.command_id)
-    if record is None:
-        state.early_acks.setdefault(ack.command_id, []).append(ack)
-    else:
+    if record is not None:
+        why = unbound(record, ack)
+        if why is not None:
+            raise UnboundAck(why)
         _answer(record, ack)
+        return
+    early = state.early_acks
+    if sum(map(len, early.values())) >= MAX_EARLY_ACKS:  # a flood of acks for unknown ids
+        oldest = next(iter(early))
+        log.warning("early acks over %d: dropped those for %s", MAX_EARLY_ACKS, oldest)
+        del early[oldest]
+    early.setdefault(ack.command_id, []).append(ack)
 
 
 def _answer(record: CommandRecord, ack: CommandAcked) -> None:
