@@ -55,6 +55,8 @@ def _sev2(cfg: EscalationConfig, state: DetectorState, node: str, job: str | Non
     history = state.sev2_history
     kept = [t for t in history.get(node, ()) if t > since]
     history[node] = kept
+    for stale in [name for name, errors in state.job_errors.items() if errors[-1][0] <= since]:
+        del state.job_errors[stale]  # its last failure left the window: nothing to repeat
     if job is not None and signature:  # "" : not known (a clue from a format-2 checkpoint)
         errors = [e for e in state.job_errors.get(job, ()) if e[0] > since]
         same = [e for e in errors if e[2] == signature]

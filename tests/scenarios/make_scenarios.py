@@ -520,7 +520,7 @@ def escalation_sev2_same_node(rng):
 
 
 @scenario
-def escalation_job_bug_every_generation(rng):
+def escalation_same_bug(rng):
     """The training script raises the same ValueError at every generation, on rank 0 of
     node-00: the job's failure, SEV2 each time, never a node's SEV1 (the coordinator backs off
     and gives up on the job)."""

@@ -169,3 +169,14 @@ def test_detector_a_flapping_link_escalates_only_after_separate_episodes():
               if i.status.value == "open" and i.category == "link_flap"]
     assert opened == [("SEV3", 11.0), ("SEV3", 71.0), ("SEV3", 131.0), ("SEV3", 201.0),
                       ("SEV2", 401.0)]
+
+
+def test_a_job_s_signatures_are_forgotten_once_they_leave_the_window():
+    state = DetectorState()
+    _open(state, 0, S2, "software_error", "job-a", "n0", "job-a", BUG)
+    _open(state, 100, S2, "software_error", "job-b", "n1", "job-b", BUG)
+    assert set(state.job_errors) == {"job-a", "job-b"}
+    assert _open(state, 1801, S2, "software_error", "job-a", "n0", "job-a", BUG)[0] is S2
+    assert state.job_errors == {"job-a": [[1801, "n0", BUG]], "job-b": [[100, "n1", BUG]]}
+    _open(state, 1901, S2, "software_error", "job-c", "n2", "job-c", BUG)
+    assert set(state.job_errors) == {"job-a", "job-c"}
