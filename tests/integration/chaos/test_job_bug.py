@@ -4,8 +4,9 @@ The demo's services (detector, coordinator, two `trainmedic node` processes with
 executors) run a two-rank gloo job whose rank 0 raises the same exception at step 3 of every
 generation (the demo job's `crash` fault, armed for any generation). Each failure must be the
 job's SEV2 `software_error`: no node SEV1, no isolation, no re-plan away from a node; restarts
-back off (`restart_backoff_s` 2 s, 4 s here, to keep the test short) and after `max_restarts` (3)
-the coordinator gives up with `recovery_failed` and a SEV1 `recovery_failed` alert for a person.
+back off (`restart_backoff_s` 8 s, 16 s here: short, yet longer than a failing generation
+lasts) and after `max_restarts` (3) the coordinator gives up with `recovery_failed` and a SEV1
+`recovery_failed` alert for a person.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.kafka
 
 NODES = ("bn0", "bn1")
 JOB = "buggy"
-BACKOFF_S = (2.0, 4.0)
+BACKOFF_S = (8.0, 16.0)  # longer than a failing generation lasts here (4-5 s): the waits show
 MAX_RESTARTS = 3
 GIVE_UP_WITHIN_S = 200.0  # services up, then four generations that each fail within seconds
 
