@@ -7,13 +7,14 @@ from it re-reads exactly the messages after those offsets: no event is lost or a
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
 ids. `streams/checkpoint_topic.py` keeps checkpoints on Kafka; `Cadence` says when to take one.
 
-Format 2: one line of JSON (version, owner, offsets, watermark, sources, the state's length, and in
+Format 2 and 3: one line of JSON (version, owner, offsets, watermark, sources, the state's length, and in
 one flat list per held event its seq, topic, partition, offset, timestamp_ms, key length (-1:
 no key) and value length), then the state as JSON, then each held event's key and value bytes
 exactly as they arrived, back to back. Held events are not re-encoded and nothing is compressed
 here: at a large cluster's rate the detector holds tens of thousands of them, and re-encoding
 them plus zlib stalled the loop's thread (docs/streams.md, "State", has the cost). The producer
-compresses (lz4) on librdkafka's own thread. Older formats are upgraded when read
+compresses (lz4) on librdkafka's own thread. Format 3 is format 2 whose state carries the
+escalation's `job_errors` and each pending clue's signature. Older formats are upgraded when read
 (`UPCASTERS`); a newer one is refused (`NewerCheckpoint`): a rollback must not overwrite what
 it cannot read. A checkpoint names its owner, the deployment's topic prefix and telemetry
 topics; a detector never resumes another's (`foreign`).
@@ -32,7 +33,7 @@ from schemas.codec import TELEMETRY
 from streams.core import Detector, DetectorState
 from streams.live import Held, LiveDetector
 
-VERSION = 2
+VERSION = 3
 HELD_FIELDS = 7  # per held event in the head's flat list: seq, topic, partition, offset, ts_ms, key, value
 SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
@@ -126,8 +127,21 @@ def _v1_to_v2(head: dict, body: bytes) -> tuple[dict, bytes]:
     return {**head, "v": 2, "held": flat}, b"".join(parts)
 
 
+def _v2_to_v3(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 2 (before 3): the state had no `job_errors` (each job's recent failure signatures)
+    and a clue no signature. Empty ones: a failure before the upgrade is never a repeat."""
+    at = head["state"]
+    state = json.loads(body[:at])
+    state["job_errors"] = {}
+    for job in state["jobs"].values():
+        if job["group"] is not None:
+            job["group"]["best"].append("")
+    raw = json.dumps(state, separators=(",", ":")).encode()
+    return {**head, "v": 3, "state": len(raw)}, raw + body[at:]
+
+
 # Format n -> n + 1, applied in turn until the format is VERSION.
-UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {1: _v1_to_v2}
+UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def decode_checkpoint(data: bytes) -> Checkpoint:

@@ -126,17 +126,23 @@ class LinkConfig:
 
 @dataclass(frozen=True)
 class EscalationConfig:
-    """TAXONOMY.md: SEV3 x3 on a job in 10 min -> SEV2; SEV2 x2 on a node in 30 min -> SEV1."""
+    """TAXONOMY.md: SEV3 x3 on a job in 10 min -> SEV2 (link flaps: x3 separate episodes);
+    SEV2 x2 on a node in 30 min -> SEV1, unless the repeat follows the job (its own error
+    signature again): that stays the job's SEV2. docs/detection.md, "Escalation"."""
 
     sev3_count: int = 3
     sev3_window_s: float = 600.0
     sev2_count: int = 2
     sev2_window_s: float = 1800.0
+    episode_s: float = 180.0  # link flaps within this of their episode's first count once
 
     def __post_init__(self) -> None:
-        _positive(self, "sev3_window_s", "sev2_window_s")
+        _positive(self, "sev3_window_s", "sev2_window_s", "episode_s")
         if self.sev3_count < 2 or self.sev2_count < 2:
             raise ValueError("EscalationConfig counts must be >= 2")
+        if self.episode_s * (self.sev3_count - 1) >= self.sev3_window_s:
+            raise ValueError("EscalationConfig: episode_s x (sev3_count - 1) must be < sev3_window_s, "
+                             "or separate episodes could never escalate")
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def decide(book: IncidentBook, name: str, job: JobWatch, ts: float) -> OpenIncid
         root.category, key=f"{root.rank}|{root.node}|{job.gen}", root_ts=root.ts, ts=ts,
         first_ts=group.first_ts, job=name, node=root.node if category.names_node else None,
         ranks=ranks, evidence=lines, dropped=group.dropped, jobs={name: job.gen},
-        step=job.max_step)
+        step=job.max_step, signature=root.signature)
     job.open_ids.append(rec.id)
     if rec.severity in ("SEV1", "SEV2"):
         job.fatal_id = rec.id

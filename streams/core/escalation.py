@@ -1,38 +1,78 @@
-"""Escalation (TAXONOMY.md): a cheaper action that did not cure the problem escalates."""
+"""Escalation (TAXONOMY.md): a cheaper action that did not cure the problem escalates, and a
+repeat blames what it correlates with: the job when it follows the job, else the node."""
 
 from __future__ import annotations
 
 from schemas.incident import Severity
 from streams.core.config import EscalationConfig
-
-
-def _recent(history: dict[str, list[float]], key: str, ts: float, window_s: float) -> list[float]:
-    """The key's incident times within the window ending at ts, pruned in place, plus ts."""
-    kept = [t for t in history.get(key, ()) if t > ts - window_s]
-    kept.append(ts)
-    history[key] = kept
-    return kept
+from streams.core.state import DetectorState
+from streams.core.taxonomy import CATEGORIES, Repeats
 
 
 def escalate(
-    cfg: EscalationConfig, sev3: dict[str, list[float]], sev2: dict[str, list[float]],
-    category: str, severity: Severity, scope: str, node: str | None, ts: float,
+    cfg: EscalationConfig, state: DetectorState, category: str, severity: Severity, *,
+    scope: str, node: str | None, job: str | None, signature: str | None, ts: float,
 ) -> tuple[Severity, list[str]]:
-    """The severity an incident opens with, and evidence lines saying why it was raised.
+    """The severity an incident opens with, and evidence lines saying why it was (not) raised.
 
-    SEV3 counts per (category, job or node); SEV2 counts per root-cause node, so incidents
-    that name no node (collective errors) never make a node look bad."""
-    lines = []
+    SEV3 counts per (category, job or node), episodes of an EPISODE category once; SEV2 counts
+    per root-cause node, so incidents that name no node (collective errors) never make a node
+    look bad, and a repeat of its job's own error signature counts against no node at all."""
+    lines: list[str] = []
     if severity is Severity.SEV3:
-        seen = _recent(sev3, f"{category}|{scope}", ts, cfg.sev3_window_s)
-        if len(seen) >= cfg.sev3_count:
-            severity = Severity.SEV2
-            lines.append(f"escalated SEV3->SEV2: {category} #{len(seen)} on {scope} "
-                         f"within {cfg.sev3_window_s:g}s")
+        severity = _sev3(cfg, state.sev3_history, category, scope, ts, lines)
     if severity is Severity.SEV2 and node is not None:
-        seen = _recent(sev2, node, ts, cfg.sev2_window_s)
-        if len(seen) >= cfg.sev2_count:
-            severity = Severity.SEV1
-            lines.append(f"escalated SEV2->SEV1: SEV2 #{len(seen)} on node {node} "
-                         f"within {cfg.sev2_window_s:g}s")
+        if CATEGORIES[category].repeats is not Repeats.SIGNATURE:
+            signature = None  # an escalated link flap: the node's, whatever job runs there
+        severity = _sev2(cfg, state, node, job, signature, ts, lines)
     return severity, lines
+
+
+def _sev3(cfg: EscalationConfig, history: dict[str, list[float]], category: str, scope: str,
+          ts: float, lines: list[str]) -> Severity:
+    key = f"{category}|{scope}"
+    kept = [t for t in history.get(key, ()) if t > ts - cfg.sev3_window_s]
+    history[key] = kept
+    episodes = CATEGORIES[category].repeats is Repeats.EPISODE
+    if episodes and kept and ts - kept[-1] < cfg.episode_s:
+        lines.append(f"same {category} episode on {scope} as at {kept[-1]:.3f} "
+                     f"(within {cfg.episode_s:g}s): not counted again")
+        return Severity.SEV3
+    kept.append(ts)
+    if len(kept) < cfg.sev3_count:
+        return Severity.SEV3
+    what = "episode " if episodes else ""
+    lines.append(f"escalated SEV3->SEV2: {category} {what}#{len(kept)} on {scope} "
+                 f"within {cfg.sev3_window_s:g}s")
+    return Severity.SEV2
+
+
+def _sev2(cfg: EscalationConfig, state: DetectorState, node: str, job: str | None,
+          signature: str | None, ts: float, lines: list[str]) -> Severity:
+    """A repeat of the job's own signature follows the job: neither it nor the failure it repeats
+    counts against a node. Otherwise the `sev2_count`-th on the node in the window is SEV1."""
+    since = ts - cfg.sev2_window_s
+    history = state.sev2_history
+    kept = [t for t in history.get(node, ()) if t > since]
+    history[node] = kept
+    for stale in [name for name, errors in state.job_errors.items() if errors[-1][0] <= since]:
+        del state.job_errors[stale]  # its last failure left the window: nothing to repeat
+    if job is not None and signature:  # "" : not known (a clue from a format-2 checkpoint)
+        errors = [e for e in state.job_errors.get(job, ()) if e[0] > since]
+        same = [e for e in errors if e[2] == signature]
+        errors.append([ts, node, signature])
+        state.job_errors[job] = errors
+        if same:
+            for t, where, _ in same:  # known now to be the job's: no longer the node's
+                if t in history.get(where, ()):
+                    history[where].remove(t)
+            first_ts, first_node, _ = same[0]
+            lines.append(f"follows job {job}: failed the same way at {first_ts:.3f} on {first_node} "
+                         f"({signature}); the job's failure, not counted against a node")
+            return Severity.SEV2
+    kept.append(ts)
+    if len(kept) < cfg.sev2_count:
+        return Severity.SEV2
+    lines.append(f"escalated SEV2->SEV1: SEV2 #{len(kept)} on node {node} "
+                 f"within {cfg.sev2_window_s:g}s")
+    return Severity.SEV1

@@ -31,16 +31,18 @@ class IncidentBook:
         job: str | None = None, node: str | None = None, ranks: Iterable[int] = (),
         evidence: Iterable[str] = (), dropped: int = 0, jobs: dict[str, int] | None = None,
         step: int = -1, gpu: int | None = None, nic: str | None = None,
+        signature: str | None = None,
     ) -> OpenIncident:
-        """Open (and emit) an incident; the id hashes category, scope, key and root_ts."""
+        """Open (and emit) an incident; the id hashes category, scope, key and root_ts.
+        `signature` (what the failure looks like) tells a job's repeat from a node's."""
         scope = job or node or "-"
         iid = incident_id(category, scope, key, root_ts)
         known = self.state.incidents.get(iid)
         if known is not None:
             return known
         severity, why = escalate(
-            self.config.escalation, self.state.sev3_history, self.state.sev2_history,
-            category, CATEGORIES[category].severity, scope, node, ts)
+            self.config.escalation, self.state, category, CATEGORIES[category].severity,
+            scope=scope, node=node, job=job, signature=signature, ts=ts)
         rec = OpenIncident(
             id=iid, category=category, severity=severity.value, job=job, node=node,
             ranks=sorted(ranks), first_ts=min(first_ts, ts), ts=ts, evidence=[],

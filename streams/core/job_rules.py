@@ -18,6 +18,7 @@ from streams.core.taxonomy import (
     Hold,
     Resolves,
     classify_error,
+    error_signature,
 )
 
 
@@ -60,7 +61,8 @@ class JobRules:
         rank.errored = True
         category = classify_error(ev.error)
         self._clue(ev.job, job, category, CATEGORIES[category].specificity,
-                   CATEGORIES[category].hold, ev, f"{ev.error[:300]}")
+                   CATEGORIES[category].hold, ev, f"{ev.error[:300]}",
+                   error_signature(category, ev.error))
 
     def on_exit(self, ev: WorkerExited) -> None:
         found = self._worker(ev)
@@ -72,12 +74,13 @@ class JobRules:
             self._leave(ev.job, job, ev.rank, ev.ts)
             return
         how = f"signal {ev.signal}" if ev.signal is not None else f"code {ev.exit_code}"
+        signature = f"process_exit: {how}"
         if rank.errored:  # exiting after its own error: fallout, not a root cause
             self._clue(ev.job, job, "process_exit", CONSEQUENCE_SPECIFICITY, Hold.SYMPTOM, ev,
-                       f"exited with {how} after its error")
+                       f"exited with {how} after its error", signature)
         else:
             self._clue(ev.job, job, "process_exit", CATEGORIES["process_exit"].specificity,
-                       Hold.EVIDENCE, ev, f"exited with {how}")
+                       Hold.EVIDENCE, ev, f"exited with {how}", signature)
 
     # -- timers ------------------------------------------------------------------------
 
@@ -125,7 +128,8 @@ class JobRules:
         rec = self.book.open(
             "hang", key=f"{job.gen}|{job.max_step}", root_ts=job.last_progress, ts=when,
             first_ts=job.last_progress, job=name, node=hosts.pop() if len(hosts) == 1 else None,
-            ranks=blame, evidence=lines, jobs={name: job.gen}, step=job.max_step)
+            ranks=blame, evidence=lines, jobs={name: job.gen}, step=job.max_step,
+            signature="hang")
         job.open_ids.append(rec.id)
         job.fatal_id = rec.id
 
@@ -259,9 +263,9 @@ class JobRules:
     # -- correlation -------------------------------------------------------------------
 
     def _clue(self, name: str, job: JobWatch, category: str, specificity: int, hold: Hold,
-              ev: WorkerEvent, text: str) -> None:
+              ev: WorkerEvent, text: str, signature: str) -> None:
         clue = Clue(specificity, ev.ts, ev.rank, ev.node, category,
-                    f"{ev.ts:.3f} rank {ev.rank} on {ev.node}: {text}")
+                    f"{ev.ts:.3f} rank {ev.rank} on {ev.node}: {text}", signature)
         if job.fatal_id is not None:  # this generation's failure is already decided
             owner = self.book.get(job.fatal_id)
             if owner is not None:

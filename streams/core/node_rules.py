@@ -211,7 +211,7 @@ class NodeRules:
             if job is None or job.finishing:
                 continue
             clue = Clue(CATEGORIES[category].specificity, ev.ts, -1, ev.node, category,
-                        f"{line} (application error)")
+                        f"{line} (application error)", f"{category}: Xid {xid}")
             owner = self.book.get(job.fatal_id)
             if job.fatal_id is not None:
                 if owner is not None:

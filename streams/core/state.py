@@ -2,7 +2,8 @@
 
 It splits by key: `nodes` (per-node: heartbeats, GPUs, NICs, which jobs run there), `jobs`
 (per-job: ranks, step progress, pending correlation), `incidents` (open incidents by id)
-and the escalation history. The deadline heap is not state: it is rebuilt from these.
+and the escalation history (`sev3_history`, `sev2_history`, `job_errors`). The deadline
+heap is not state: it is rebuilt from these.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class Clue(NamedTuple):
     node: str
     category: str
     line: str
+    signature: str  # what the failure looks like (taxonomy.error_signature), for escalation
 
 
 @dataclass(slots=True)
@@ -124,6 +126,8 @@ class DetectorState:
     incidents: dict[str, OpenIncident] = field(default_factory=dict)
     sev3_history: dict[str, list[float]] = field(default_factory=dict)  # "category|job" -> ts
     sev2_history: dict[str, list[float]] = field(default_factory=dict)  # node -> ts
+    # job -> [ts, node, signature] of its recent SEV2 failures: a repeat follows the job
+    job_errors: dict[str, list[list]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plain data (dict keys become strings)."""
@@ -143,6 +147,7 @@ class DetectorState:
             incidents={k: OpenIncident(**v) for k, v in data["incidents"].items()},
             sev3_history=data["sev3_history"],
             sev2_history=data["sev2_history"],
+            job_errors=data["job_errors"],
         )
 
 

@@ -36,6 +36,14 @@ class Resolves(StrEnum):
     OWN_RULE = "own_rule"  # the rule's own condition clears (thermal, link, straggler)
 
 
+class Repeats(StrEnum):
+    """How repeats of a category count for escalation (docs/detection.md, "Escalation")."""
+
+    EACH = "each"  # every incident counts
+    EPISODE = "episode"  # incidents within escalation.episode_s of their episode's first count once
+    SIGNATURE = "signature"  # a repeat of its job's own error signature is the job's, not the node's
+
+
 @dataclass(frozen=True)
 class Category:
     """One row of TAXONOMY.md. Lower `specificity` wins when explanations compete."""
@@ -46,6 +54,7 @@ class Category:
     hold: Hold
     resolves: Resolves
     names_node: bool  # the incident's node is the root-cause node
+    repeats: Repeats
     description: str
 
     @property
@@ -56,37 +65,40 @@ class Category:
 _S1, _S2, _S3, _W = Severity.SEV1, Severity.SEV2, Severity.SEV3, Severity.WARN
 _GEN, _PROG, _HB, _OWN = (Resolves.NEW_GENERATION, Resolves.PROGRESS, Resolves.HEARTBEAT,
                           Resolves.OWN_RULE)
+# Why: a user's bug raises the same error at every generation, on whichever node its rank runs;
+# one switch reboot bounces a link (and its neighbours) several times within a few minutes.
+_EACH, _EPI, _SIG = Repeats.EACH, Repeats.EPISODE, Repeats.SIGNATURE
 
 CATEGORIES: dict[str, Category] = {c.name: c for c in (
-    Category("gpu_ecc", _S1, 0, Hold.NONE, _GEN, True,
+    Category("gpu_ecc", _S1, 0, Hold.NONE, _GEN, True, _EACH,
              "uncorrectable ECC: an ecc_dbe increase or Xid 48, 63, 64, 94, 95, 140"),
-    Category("nvlink", _S1, 1, Hold.NONE, _GEN, True,
+    Category("nvlink", _S1, 1, Hold.NONE, _GEN, True, _EACH,
              "NVLink failure: Xid 74 or a rising nvlink_errors counter"),
-    Category("gpu_lost", _S1, 2, Hold.NONE, _GEN, True,
+    Category("gpu_lost", _S1, 2, Hold.NONE, _GEN, True, _EACH,
              "GPU fallen off the bus (Xid 79) or silent while its host still reports"),
-    Category("gpu_driver", _S1, 3, Hold.NONE, _GEN, True,
+    Category("gpu_driver", _S1, 3, Hold.NONE, _GEN, True, _EACH,
              "driver/GSP failure: Xid 119, 120, 154, 62"),
-    Category("node_lost", _S1, 4, Hold.NONE, _HB, True,
+    Category("node_lost", _S1, 4, Hold.NONE, _HB, True, _EACH,
              "no telemetry from a node for longer than its heartbeat timeout"),
-    Category("cuda_error", _S2, 5, Hold.EVIDENCE, _GEN, True,
+    Category("cuda_error", _S2, 5, Hold.EVIDENCE, _GEN, True, _SIG,
              "a rank raised a CUDA error, or an application Xid (13, 31, 43, 45, 68)"),
-    Category("software_error", _S2, 6, Hold.EVIDENCE, _GEN, True,
+    Category("software_error", _S2, 6, Hold.EVIDENCE, _GEN, True, _SIG,
              "any other exception escaping the training step"),
-    Category("process_exit", _S2, 7, Hold.EVIDENCE, _GEN, True,
+    Category("process_exit", _S2, 7, Hold.EVIDENCE, _GEN, True, _SIG,
              "a rank exited with a non-zero code or a signal, with no other root cause"),
-    Category("hang", _S2, 8, Hold.NONE, _PROG, True,
+    Category("hang", _S2, 8, Hold.NONE, _PROG, True, _SIG,
              "no step from the job for max(floor, 3 x median step time) while hosts report"),
-    Category("network", _S3, 9, Hold.SYMPTOM, _PROG, False,
+    Category("network", _S3, 9, Hold.SYMPTOM, _PROG, False, _EACH,
              "transient network error: connection refused or reset"),
-    Category("nccl_error", _S2, 10, Hold.SYMPTOM, _GEN, False,
+    Category("nccl_error", _S2, 10, Hold.SYMPTOM, _GEN, False, _EACH,
              "NCCL/gloo error or collective timeout with no other root cause"),
-    Category("link_flap", _S3, 11, Hold.NONE, _OWN, True,
+    Category("link_flap", _S3, 11, Hold.NONE, _OWN, True, _EPI,
              "a data-plane NIC went down and came back"),
-    Category("straggler", _W, 12, Hold.NONE, _OWN, True,
+    Category("straggler", _W, 12, Hold.NONE, _OWN, True, _EACH,
              "one rank's median step time is much slower than its peers'"),
-    Category("thermal", _W, 13, Hold.NONE, _OWN, True,
+    Category("thermal", _W, 13, Hold.NONE, _OWN, True, _EACH,
              "hardware thermal throttling or an over-temperature GPU, sustained"),
-    Category("telemetry_gap", _W, 14, Hold.NONE, _HB, False,
+    Category("telemetry_gap", _W, 14, Hold.NONE, _HB, False, _EACH,
              "a large share of the nodes silent at once: the telemetry stopped, not the nodes"),
 )}
 
@@ -128,6 +140,20 @@ def classify_error(error: str) -> str:
         if pattern.search(error):
             return category
     return "software_error"
+
+
+# Parts of an error message that change between runs of the same failure (addresses, numbers:
+# steps, ranks, sizes, pids): masked, so the same bug gives the same signature every time.
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|\d+")
+SIGNATURE_CHARS = 200
+
+
+def error_signature(category: str, error: str) -> str:
+    """What a failure looks like, to tell a repeat of the same failure from another one: its
+    category and the first line of its message ("ExceptionType: message") with numbers masked."""
+    lines = error.strip().splitlines()
+    first = _VARYING.sub("#", lines[0] if lines else "")
+    return f"{category}: {first[:SIGNATURE_CHARS]}"
 
 
 def xid_category(xids: tuple[int, ...]) -> tuple[str, int] | None:

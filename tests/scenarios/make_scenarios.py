@@ -477,7 +477,8 @@ def thermal(rng):
 
 @scenario
 def escalation_link_flaps(rng):
-    """Three flaps of node-01's ib0 within ten minutes: the third is SEV2."""
+    """Three flaps of node-01's ib0 within two minutes (one switch reboot): one episode, each
+    flap SEV3, none escalated (separate episodes would be: tests/unit/streams/test_escalation)."""
     c, job = base(rng, 200)
     downs = [(20.0, 21.0), (80.0, 81.5), (140.0, 141.0)]
     c.heartbeats(0, 200, links=lambda node, t: not (
@@ -486,10 +487,9 @@ def escalation_link_flaps(rng):
     job.start(0.5)
     job.run(1, 195, step_time=2.0)
     out = []
-    for n in range(3):
-        severity = "SEV2" if n == 2 else "SEV3"
-        out += [expect("open", "link_flap", severity, "node-01", "job-a"),
-                expect("resolved", "link_flap", severity, "node-01", "job-a")]
+    for _ in range(3):
+        out += [expect("open", "link_flap", "SEV3", "node-01", "job-a"),
+                expect("resolved", "link_flap", "SEV3", "node-01", "job-a")]
     return {"events": c.events, "incidents": out}
 
 
@@ -517,6 +517,28 @@ def escalation_sev2_same_node(rng):
         expect("open", "cuda_error", "SEV1", "node-01", "job-a", 90.3, 1.0),
         expect("resolved", "cuda_error", "SEV1", "node-01", "job-a"),
     ]}
+
+
+@scenario
+def escalation_same_bug(rng):
+    """The training script raises the same ValueError at every generation, on rank 0 of
+    node-00: the job's failure, SEV2 each time, never a node's SEV1 (the coordinator backs off
+    and gives up on the job)."""
+    c, job = base(rng, 75)
+    c.heartbeats(0, 75)
+    c.gpu_samples(0, 75)
+    out = []
+    for gen, t in enumerate((0.5, 25.5, 50.5)):
+        run = Job(c, gen=gen)
+        run.start(t)
+        run.run(t + 0.5, t + 15.3)
+        run.fail(t + 15.3, [0], f"ValueError: bad label -{gen + 1} in batch {17 * gen + 5}")
+        run.fail(t + 15.8, range(1, 8), GLOO_PEER)
+        out += [expect("open", "software_error", "SEV2", "node-00", "job-a", t + 15.3, 1.0,
+                       ranks=[0])]
+        if gen < 2:  # the next generation's first steps resolve it
+            out += [expect("resolved", "software_error", "SEV2", "node-00", "job-a")]
+    return {"events": c.events, "incidents": out}
 
 
 # -- bad input ------------------------------------------------------------------------------

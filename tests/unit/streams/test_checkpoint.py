@@ -16,6 +16,7 @@ from streams.checkpoint import (
 )
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
+from tests.unit.streams.events import error, hb, start, step
 from tests.unit.streams.test_live_detector import source_of
 from tests.unit.streams.test_scenarios import load
 
@@ -213,3 +214,48 @@ def test_a_checkpoint_names_its_owner_and_another_deployments_is_foreign() -> No
     assert unnamed.owner is None  # as format 1 wrote them: judged by the topics it read
     assert foreign(unnamed, ours) is None
     assert foreign(unnamed, theirs) == "it read topics a.node"
+
+
+# Written by trainmedic's format-2 encoder (before escalation kept job signatures): job j's rank 0
+# on n0 raised at 3.0 (its group pending until 4.0); n0 had a SEV2 at 0.5.
+V2 = (
+    b'{"v":2,"owner":null,"offsets":[["worker",0,4]],"watermark":null,"sources":[],"state":699,"held":[]}\n'
+    b'{"clock":3.0,"nodes":{"n0":{"last_seen":3.0,"interval":1.0,"lost_since":null,"hw_id":null,'
+    b'"gap_id":null,"gap_until":null,"jobs":{"j":[0]},"gpus":{},"nics":{}}},"jobs":{"j":{"gen":0,'
+    b'"last_progress":2.0,"ranks":{"0":{"node":"n0","step":0,"step_ts":2.0,"errored":true,"times":[1.0],'
+    b'"slow_checks":0,"straggler_id":null}},"max_step":0,"steps_seen":1,"step_times":[],"threshold":600.0,'
+    b'"finishing":false,"fatal_id":null,"open_ids":[],"group":{"first_ts":3.0,"release":4.0,"best":[6,3.0,'
+    b'0,"n0","software_error","3.000 rank 0 on n0: ValueError: bad"],"ranks":[0],"lines":["3.000 rank 0 '
+    b'on n0: ValueError: bad"],"dropped":0},"straggler_due":12.0}},"incidents":{},"sev3_history":{},'
+    b'"sev2_history":{"n0":[0.5]}}'
+)
+
+
+def test_a_format_2_checkpoint_is_upgraded_with_empty_job_signatures() -> None:
+    saved = decode_checkpoint(V2)
+    assert saved.offsets == {("worker", 0): 4} and saved.state.clock == 3.0
+    assert saved.state.job_errors == {} and saved.state.sev2_history == {"n0": [0.5]}
+    assert saved.state.jobs["j"].group.best.signature == ""  # not known: never a repeat
+    det = Detector(state=saved.state)
+    (opened,) = det.observe(s.NodeHeartbeat(ts=4.5, node="n0", interval=1.0))
+    assert (opened.category, opened.severity.value) == ("software_error", "SEV1")  # as format 2 said
+    assert det.state.job_errors == {}
+    again = decode_checkpoint(encode_checkpoint(LiveDetector(det), saved.offsets, 4.0))
+    assert again.state.to_dict() == det.state.to_dict()
+
+
+def test_job_signatures_survive_a_checkpoint_so_a_restored_detector_still_blames_the_job() -> None:
+    """Generation 0 fails before the checkpoint, generation 1 the same way after the restore:
+    without the saved signatures the second would be the node's SEV1."""
+    det = Detector()
+    for ev in [hb(1.0), start(1.0, 0), step(2.0, 0, 0), error(3.0, 0, "ValueError: bad 1"), hb(4.5)]:
+        det.observe(ev)
+    assert det.state.job_errors == {"j": [[4.0, "n0", "software_error: ValueError: bad #"]]}
+    saved = decode_checkpoint(encode_checkpoint(LiveDetector(det), {}, 5.0))
+    assert saved.state.to_dict() == det.state.to_dict()
+    restored, out = Detector(state=saved.state), []
+    for ev in [start(6.0, 0, gen=1), step(7.0, 0, 0, gen=1), error(8.0, 0, "ValueError: bad 2", gen=1),
+               hb(9.5)]:
+        out += restored.observe(ev)
+    opened = [(i.category, i.severity.value) for i in out if i.status.value == "open"]
+    assert opened == [("software_error", "SEV2")]
