@@ -93,7 +93,9 @@ class Supervisor:
     ) -> list[int]:
         """Start one process per entry of `envs` (one per local rank); returns their pids.
 
-        If one cannot start, the ones already started are killed and the error re-raised.
+        Each rank is recorded as soon as it started, so an executor that dies in between leaves
+        none unrecorded for the next one. If one cannot start, the ones already started are
+        killed and the error re-raised.
         """
         log_dir.mkdir(parents=True, exist_ok=True)
         target = warm_target(spec.command) if self._launcher is not None else None
@@ -109,6 +111,8 @@ class Supervisor:
                 proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_file,
                                    leftovers.start_time(pid))
                 started.append(proc)
+                self._ranks.setdefault(job, []).append(proc)
+                self._record()
                 log.info("job %s g%d: rank %d started%s, pid %d, output in %s", job, generation, rank,
                          "" if proc.popen else " (warm fork)", proc.pid, path)
         except OSError:
@@ -116,10 +120,12 @@ class Supervisor:
                 _kill_group(proc.pid, signal.SIGKILL)
                 while (status := _ended(proc.pid)) is None:
                     time.sleep(0.01)
+                self._ranks[job].remove(proc)
                 self._finish(proc, status)
+            if not self._ranks.get(job, True):
+                del self._ranks[job]
+            self._record()
             raise
-        self._ranks.setdefault(job, []).extend(started)
-        self._record()
         return [proc.pid for proc in started]
 
     def adopt(self, ranks: tuple[RecordedRank, ...]) -> None:
