@@ -28,6 +28,7 @@ class AppliedCommand:
     job: str
     generation: int
     action: str | None  # None in ledgers written before actions were recorded
+    ranks: tuple[int, ...] | None = None  # the ranks a start or restart launches (None: not recorded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +77,12 @@ class Ledger:
     def record(
         self, *, topic: str, partition: int, offset: int, command_id: str | None = None,
         job: str | None = None, generation: int | None = None, applied: bool = False,
-        action: str | None = None,
+        action: str | None = None, ranks: tuple[int, ...] | None = None,
     ) -> None:
         """Persist one processed message (and, with `applied`, that its command is being applied)."""
         self._write({"topic": topic, "partition": partition, "offset": offset, "applied": applied,
-                     "command": command_id, "job": job, "generation": generation, "action": action})
+                     "command": command_id, "job": job, "generation": generation, "action": action,
+                     "ranks": None if ranks is None else list(ranks)})
 
     def record_answer(self, command_id: str, answer: RecordedAck) -> None:
         """Persist the final ack of an applied command, before it is sent."""
@@ -107,8 +109,9 @@ def _fold(state: LedgerState, entry: dict) -> None:
     where = (str(entry["topic"]), int(entry["partition"]))
     state.positions[where] = max(state.positions.get(where, 0), int(entry["offset"]) + 1)
     if entry.get("applied"):
+        ranks = entry.get("ranks")
         command = AppliedCommand(str(entry["command"]), str(entry["job"]), int(entry["generation"]),
-                                 entry.get("action"))
+                                 entry.get("action"), None if ranks is None else tuple(int(r) for r in ranks))
         state.applied.add(command.id)
         state.generations[command.job] = max(state.generations.get(command.job, command.generation),
                                              command.generation)

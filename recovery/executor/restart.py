@@ -49,10 +49,12 @@ class Leftovers:
         return {(rank.job, rank.generation) for rank in self.adopt}
 
     @property
-    def launched(self) -> set[tuple[str, int]]:
-        """(job, generation) of every recorded rank: what a previous executor launched."""
-        return self.running | {(r.job, r.generation) for r, _ in self.kill} | {
-            (r.job, r.generation) for r in self.ended}
+    def launched(self) -> dict[tuple[str, int], set[int]]:
+        """(job, generation) -> the ranks recorded for it: what a previous executor launched."""
+        out: dict[tuple[str, int], set[int]] = {}
+        for rank in (*self.adopt, *(r for r, _ in self.kill), *self.ended):
+            out.setdefault((rank.job, rank.generation), set()).add(rank.rank)
+        return out
 
 
 def sort_leftovers(
@@ -89,20 +91,24 @@ def _not_adoptable(rank: RecordedRank, ledger: LedgerState) -> str | None:
     return None
 
 
-def interrupted_answer(command: AppliedCommand, launched: set[tuple[str, int]]) -> RecordedAck:
+def interrupted_answer(command: AppliedCommand, launched: Mapping[tuple[str, int], set[int]]) -> RecordedAck:
     """The answer to `command`, applied (in the ledger) but not answered when the executor died.
 
-    `launched` holds the (job, generation) of every recorded rank: a start or restart whose
-    ranks were recorded was carried out; one without was not, and is not applied again (at most
-    once). A stop was finished by the restart itself (its ranks are killed as not adoptable). A
-    reattempt may or may not have signalled the ranks, so it failed.
+    `launched` holds the ranks recorded per (job, generation): a start or restart all of whose
+    ranks were recorded was carried out; one with fewer was not, and is not applied again (at
+    most once). A stop was finished by the restart itself (its ranks are killed as not
+    adoptable). A reattempt may or may not have signalled the ranks, so it failed.
     """
     if command.action in (CommandAction.START, CommandAction.RESTART):
-        if (command.job, command.generation) in launched:
+        found = launched.get((command.job, command.generation), set())
+        missing = set(command.ranks or ()) - found  # a ledger without ranks: any recorded will do
+        if found and not missing:
             return RecordedAck(AckStatus.DONE, f"generation {command.generation} was launched before the "
                                                f"executor restarted")
-        return RecordedAck(AckStatus.FAILED, f"interrupted: the executor restarted before generation "
-                                             f"{command.generation} was launched; not applied again")
+        what = f"ranks {sorted(missing)} of generation {command.generation} were" if found else (
+            f"generation {command.generation} was")
+        return RecordedAck(AckStatus.FAILED, f"interrupted: the executor restarted before {what} launched; "
+                                             f"not applied again")
     if command.action == CommandAction.STOP:
         return RecordedAck(AckStatus.DONE, "the executor restarted while stopping; it killed the ranks left")
     return RecordedAck(AckStatus.FAILED, f"interrupted: the executor restarted while applying "

@@ -189,7 +189,8 @@ class Executor:
             self._ack(command, AckStatus.REFUSED, reason=decision.reason)
             return
         ledger.record(**where, command_id=command.id, job=command.job, generation=command.generation,
-                      applied=True, action=command.action)
+                      applied=True, action=command.action,
+                      ranks=command.worker.ranks if command.worker is not None else None)
         self._apply(command, decision, group)
 
     def _apply(self, command: Command, decision: Apply, group: LocalGroup | None) -> None:

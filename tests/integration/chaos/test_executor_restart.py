@@ -4,9 +4,13 @@
 train: the ranks keep stepping (same pids, the same generation, steps still rising), no exit
 is reported, and a later stop still stops the adopted ranks and reports their exit.
 (b) The executor is frozen (SIGSTOP) and killed right after its ledger shows a command, before
-the command's ack is out, then started again: the coordinator's resend of the command gets an
-answer, the recorded one, and nothing is applied twice. Done twice: once as soon as the ledger
-names the command, once as soon as the command's ranks are recorded.
+the command's answer is out, then started again: the coordinator's resend of the command gets
+an answer, and nothing is applied twice. Done twice: once as soon as the ledger names the
+command (then it was not launched: failed, not applied again), once as soon as the command's
+ranks are recorded (then it was: done, the same ranks run, once). In the second, the executor
+sometimes gets its done ack out before the poll sees the ranks and freezes it; the resend is
+answered with the recorded ack all the same, which is what the coordinator needs when an ack
+is lost on its way.
 """
 
 from __future__ import annotations
@@ -188,7 +192,8 @@ def test_a_command_whose_ack_died_with_the_executor_is_answered_after_its_restar
         freeze_when(node, lambda: len(node.ranks()) == 2)
     drain(events, 1.0)
     acked_before = [e.status for e in events.seen if e.type == "ack" and e.command_id == command.id]
-    assert "done" not in acked_before and "failed" not in acked_before  # its answer died with it
+    if moment == "ledger":
+        assert "done" not in acked_before and "failed" not in acked_before  # its answer died with it
     recorded = node.ranks()
 
     node.start()

@@ -26,8 +26,9 @@ def test_a_torn_last_line_is_skipped(tmp_path):
 def test_actions_and_final_answers_survive_a_reopen(tmp_path):
     ledger = Ledger.open(tmp_path / "l.jsonl")
     ledger.record(topic="t", partition=0, offset=0, command_id="a", job="j", generation=0, applied=True,
-                  action="start")
+                  action="start", ranks=(2, 3))
     ledger.record_answer("a", RecordedAck("done", None, 0.25))
+    assert Ledger.open(tmp_path / "l.jsonl").state.newest.ranks == (2, 3)
     ledger.record(topic="t", partition=0, offset=1, command_id="b", job="j", generation=1, applied=True,
                   action="stop")
     ledger.close()

@@ -29,7 +29,7 @@ def test_a_reused_pid_is_neither_adopted_nor_killed_but_reported_ended():
     found = sort_leftovers([rank(10), rank(11, 1)], {10: 777, 11: None}, ledger())
     assert found.adopt == () and found.kill == ()
     assert [r.pid for r in found.ended] == [10, 11]
-    assert found.launched == {("j", 1)} and found.running == set()
+    assert found.launched == {("j", 1): {0, 1}} and found.running == set()
 
 
 def test_a_rank_with_no_recorded_start_time_is_never_adopted():
@@ -55,18 +55,21 @@ def test_a_ledger_without_actions_adopts_by_generation():
     assert [r.pid for r in found.adopt] == [10]
 
 
-def test_an_interrupted_launch_is_done_if_its_ranks_were_recorded_else_failed_never_reapplied():
-    start = AppliedCommand("s", "j", 2, "start")
-    assert interrupted_answer(start, {("j", 2)}).status == "done"
-    failed = interrupted_answer(start, {("j", 1)})
-    assert failed.status == "failed" and "not applied again" in failed.reason
-    restart = AppliedCommand("r", "j", 3, "restart")
-    assert interrupted_answer(restart, set()).status == "failed"
+def test_an_interrupted_launch_is_done_if_all_its_ranks_were_recorded_else_failed_never_reapplied():
+    start = AppliedCommand("s", "j", 2, "start", (0, 1))
+    assert interrupted_answer(start, {("j", 2): {0, 1}}).status == "done"
+    failed = interrupted_answer(start, {("j", 1): {0, 1}})
+    assert failed.status == "failed" and "generation 2 was launched; not applied again" in failed.reason
+    partly = interrupted_answer(start, {("j", 2): {0}})
+    assert partly.status == "failed" and "ranks [1] of generation 2 were launched" in partly.reason
+    restart = AppliedCommand("r", "j", 3, "restart")  # a ledger that did not record the ranks
+    assert interrupted_answer(restart, {}).status == "failed"
+    assert interrupted_answer(restart, {("j", 3): {4}}).status == "done"
 
 
 def test_an_interrupted_stop_is_done_and_an_interrupted_reattempt_failed():
-    assert interrupted_answer(AppliedCommand("x", "j", 1, "stop"), set()).status == "done"
-    answer = interrupted_answer(AppliedCommand("y", "j", 1, "reattempt"), {("j", 1)})
+    assert interrupted_answer(AppliedCommand("x", "j", 1, "stop"), {}).status == "done"
+    answer = interrupted_answer(AppliedCommand("y", "j", 1, "reattempt"), {("j", 1): {0}})
     assert answer.status == "failed" and "reattempt" in answer.reason
 
 
