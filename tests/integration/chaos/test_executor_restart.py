@@ -140,6 +140,9 @@ def test_a_killed_executor_restarts_without_stopping_training(kafka, node_root, 
     wait_until(lambda: all(steps_in(logs / f"g0-rank{r}.log")[-1][0] >= before[r] + 20 for r in (0, 1)),
                60, "20 more steps in the same generation")
     assert sorted(p.name for p in logs.iterdir()) == ["g0-rank0.log", "g0-rank1.log"]  # no relaunch
+    for r in (0, 1):  # one run of steps, none skipped nor restored
+        steps = [step for step, _ in steps_in(logs / f"g0-rank{r}.log")]
+        assert steps == list(range(len(steps)))
     assert same_processes(recorded)
     steps_s = steps_in(logs / "g0-rank0.log")[-1][1] - restarted_at
 
