@@ -122,7 +122,7 @@ class Supervisor:
                     time.sleep(0.01)
                 self._ranks[job].remove(proc)
                 self._finish(proc, status)
-            if not self._ranks.get(job, True):
+            if job in self._ranks and not self._ranks[job]:
                 del self._ranks[job]
             self._record()
             raise
