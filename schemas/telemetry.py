@@ -91,11 +91,18 @@ class WorkerFailed(WorkerEvent):
 
 
 class WorkerExited(WorkerEvent):
-    """The rank process ended (reported by the executor that supervises it)."""
+    """The rank process ended (reported by the executor that supervises it). Neither `exit_code`
+    nor `signal`, with a `reason`, means the exit status is unknown (a rank the executor adopted
+    after its own restart, or one that ended while no executor watched)."""
 
     type: Literal["worker_exit"] = "worker_exit"
     exit_code: Int64 | None = None
     signal: Int64 | None = None
+    reason: Text | None = None
+
+    @property
+    def status_unknown(self) -> bool:
+        return self.exit_code is None and self.signal is None and self.reason is not None
 
 
 WorkerTelemetry = Annotated[

@@ -9,10 +9,11 @@ what runs here.
 from __future__ import annotations
 
 import re
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from recovery.executor.ledger import RecordedAck
 from recovery.executor.state import MAY_HAVE_PROCESSES, GroupState, LocalGroup
 from recovery.signing import verify
 from schemas import Command, CommandAction
@@ -44,13 +45,23 @@ class Refuse:
 
 
 @dataclass(frozen=True, slots=True)
+class Reack:
+    """Do nothing, but send again the ack recorded for the command: it was applied before, and
+    its sender, not having had the answer (lost, or never sent before a crash), asks again."""
+
+    answer: RecordedAck
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Skip:
-    """Do nothing and ack nothing: the command was applied before (a redelivery)."""
+    """Do nothing and ack nothing: the command was applied before, and its answer was not recorded
+    (a ledger written before answers were)."""
 
     reason: str
 
 
-Decision = Apply | Refuse | Skip
+Decision = Apply | Refuse | Reack | Skip
 
 
 def directory_name(job: str) -> bool:
@@ -60,16 +71,22 @@ def directory_name(job: str) -> bool:
 
 def decide(
     command: Command, *, node: str, key: bytes | None, now: float, freshness_s: float,
-    group: LocalGroup | None, applied: Container[str], epoch: int | None = None,
+    group: LocalGroup | None, applied: Container[str], answers: Mapping[str, RecordedAck] | None = None,
+    epoch: int | None = None,
 ) -> Decision:
     """What this node's executor does with `command`. `key=None` means insecure: no signature check.
-    `epoch`: the newest coordinator epoch this node applied a command of (None: none yet)."""
+    `answers` holds the final acks recorded for applied commands (command id -> ack); `epoch` the
+    newest coordinator epoch this node applied a command of (None: none yet)."""
     if command.node != node:
         return Refuse(f"command is for node {command.node!r}, this is {node!r}")
     if key is not None and not verify(command, key):
         why = "unsigned" if not command.signature else "bad signature"
         return Refuse(f"{why}: not signed with the cluster key")
     if command.id in applied:
+        answer = (answers or {}).get(command.id)
+        if answer is not None:
+            return Reack(answer, f"command {command.id} was already applied: its recorded ack "
+                                 f"({answer.status}) is sent again")
         return Skip(f"command {command.id} was already applied")
     age_s = now - command.ts
     if abs(age_s) > freshness_s:

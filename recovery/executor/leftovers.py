@@ -1,10 +1,11 @@
-"""Ranks left behind by an executor that died: recorded while they run, killed when it comes back.
+"""Ranks left running by an executor that died: recorded while they run, taken over when it comes back.
 
 Ranks run in their own sessions, so they outlive a crashed executor. The supervisor keeps
-STATE_DIR/ranks.json current (pid, process start time, job, rank); a restarted executor
-SIGKILLs the process group of every recorded rank that is still the same process (same
-start time, so a reused pid is never hit) before it reads commands. Its state is then
-STOPPED at the last applied generation: the coordinator decides what runs next.
+STATE_DIR/ranks.json current (pid, process start time, job, generation, rank); a restarted
+executor reads it before it reads commands and, as `restart.sort_leftovers` decides, adopts
+the ranks that still run the generation the ledger says this node runs, SIGKILLs the process
+group of those that should not run any more, and reports those that ended meanwhile. A pid is
+the same process only if its start time matches, so a reused pid is never adopted nor hit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import os
 import signal
 import time
 from pathlib import Path
+
+from recovery.executor.ledger import LedgerState
+from recovery.executor.restart import Leftovers, RecordedRank, sort_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -40,29 +44,37 @@ def save(path: Path, ranks: list[dict]) -> None:
     os.replace(tmp, path)
 
 
-def reclaim(path: Path, timeout_s: float = 10.0) -> list[dict]:
-    """Kill the process groups of recorded ranks that still run; returns the records of those killed."""
+def load(path: Path) -> list[RecordedRank]:
+    """The ranks recorded in `path`; none when it is missing or unreadable (logged)."""
     try:
-        ranks = json.loads(path.read_text("utf-8"))
+        return [RecordedRank.of(record) for record in json.loads(path.read_text("utf-8"))]
     except FileNotFoundError:
         return []
-    except ValueError as err:
-        log.warning("%s unreadable (%s); no leftover ranks reclaimed", path, err)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        log.warning("%s unreadable (%s); no leftover ranks taken over", path, err)
         return []
+
+
+def take_over(path: Path, ledger: LedgerState, timeout_s: float = 10.0) -> Leftovers:
+    """Sort the recorded ranks by what /proc says now; kill the groups of those not adoptable."""
+    recorded = load(path)
+    found = sort_leftovers(recorded, {rank.pid: start_time(rank.pid) for rank in recorded}, ledger)
+    for rank in found.adopt:
+        log.warning("rank %d of job %s g%d (pid %d) outlived the previous executor: adopted, it keeps "
+                    "running", rank.rank, rank.job, rank.generation, rank.pid)
+    for rank in found.ended:
+        log.warning("rank %d of job %s g%d (pid %d) ended while no executor watched: exit status unknown",
+                    rank.rank, rank.job, rank.generation, rank.pid)
     killed = []
-    for rank in ranks:
-        pid = int(rank["pid"])
-        if start_time(pid) != rank["start"]:
-            continue
-        log.warning("rank %s of job %s (pid %d) outlived the previous executor: SIGKILL to its group",
-                    rank["rank"], rank["job"], pid)
+    for rank, why in found.kill:
+        log.warning("rank %d of job %s g%d (pid %d) outlived the previous executor but must not run (%s): "
+                    "SIGKILL to its group", rank.rank, rank.job, rank.generation, rank.pid, why)
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(rank.pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
         killed.append(rank)
     deadline = time.monotonic() + timeout_s
-    while any(start_time(int(r["pid"])) == r["start"] for r in killed) and time.monotonic() < deadline:
+    while any(start_time(r.pid) == r.start for r in killed) and time.monotonic() < deadline:
         time.sleep(0.05)
-    save(path, [])
-    return killed
+    return found

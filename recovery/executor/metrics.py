@@ -9,4 +9,5 @@ SEND_FAILURES = Counter("trainmedic_executor_send_failures",
                         "Acks, rank exits and dead letters the executor could not deliver (logged)")
 POISON = Counter("trainmedic_executor_poison_commands",
                  "Commands that raised while being decided or applied: dead-lettered and read past")
-RANK_EXITS = Counter("trainmedic_rank_exits", "Rank processes that ended, clean (exit 0) or not", ["outcome"])
+RANK_EXITS = Counter("trainmedic_rank_exits", "Rank processes that ended: clean (exit 0), failed, or unknown",
+                     ["outcome"])

@@ -27,9 +27,10 @@ from bus.reader import At, Start, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings
 from recovery.executor import leftovers, metrics
 from recovery.executor.config import ExecutorConfig
-from recovery.executor.decide import Apply, Refuse, Skip, Step, decide
+from recovery.executor.decide import Apply, Reack, Refuse, Skip, Step, decide
 from recovery.executor.forkserver import WarmLauncher, become_subreaper
-from recovery.executor.ledger import Ledger
+from recovery.executor.ledger import Ledger, RecordedAck
+from recovery.executor.restart import interrupted_answer, unanswered
 from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
 from recovery.executor.supervisor import RankExit, Supervisor
 from recovery.worker.env import WorkerEnv
@@ -64,11 +65,7 @@ class Executor:
             else:
                 log.warning("cannot become a child subreaper here: every rank starts cold")
         self.supervisor.use_launcher(launcher)
-        for rank in leftovers.reclaim(self.config.state_dir / "ranks.json"):
-            self._publish_exit(RankExit(rank["job"], rank["generation"], rank["rank"], rank["world_size"],
-                                        rank["pid"], None, signal.SIGKILL))
-        for job, generation in ledger.state.generations.items():
-            self.groups[job] = LocalGroup(job, generation, GroupState.STOPPED)
+        self._take_over(ledger)
         reader = self._reader(topic, partition)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
                  self.config.node, topic, partition,
@@ -101,6 +98,28 @@ class Executor:
             except KafkaError as err:
                 log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
             log.info("executor for node %s stopped", self.config.node)
+
+    def _take_over(self, ledger: Ledger) -> None:
+        """What a previous executor left (leftovers.py): adopt the ranks that still run as the ledger
+        says they should, report those killed or ended, answer the command it was applying."""
+        found = leftovers.take_over(self.config.state_dir / "ranks.json", ledger.state)
+        self.supervisor.adopt(found.adopt)
+        for rank, _ in found.kill:
+            self._publish_exit(RankExit(rank.job, rank.generation, rank.rank, rank.world_size, rank.pid,
+                                        None, signal.SIGKILL))
+        unknown = "ended while no executor watched it: exit status unknown"
+        for rank in found.ended:
+            self._publish_exit(RankExit(rank.job, rank.generation, rank.rank, rank.world_size, rank.pid,
+                                        None, None, unknown))
+        interrupted = unanswered(ledger.state)
+        if interrupted is not None:
+            answer = interrupted_answer(interrupted, found.launched)
+            log.warning("command %s was being applied when the previous executor died: %s (%s)",
+                        interrupted.id, answer.status, answer.reason)
+            ledger.record_answer(interrupted.id, answer)
+        for job, generation in ledger.state.generations.items():
+            state = GroupState.RUNNING if (job, generation) in found.running else GroupState.STOPPED
+            self.groups[job] = LocalGroup(job, generation, state)
 
     def _reader(self, topic: str, partition: int) -> TopicReader:
         """A reader of this node's partition from where the ledger left off; on a first start, from
@@ -151,11 +170,17 @@ class Executor:
         decision = decide(
             command, node=self.config.node, key=self.config.key_bytes, now=self.clock(),
             freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
-            epoch=ledger.state.epoch,
+            answers=ledger.state.answers, epoch=ledger.state.epoch,
         )
         if isinstance(decision, Skip):
             log.info("command %s skipped: %s", command.id, decision.reason)
             ledger.record(**where)
+            return
+        if isinstance(decision, Reack):
+            log.info("command %s: %s", command.id, decision.reason)
+            ledger.record(**where)
+            answer = decision.answer
+            self._ack(command, AckStatus(answer.status), reason=answer.reason, elapsed_s=answer.elapsed_s)
             return
         if isinstance(decision, Refuse):
             log.warning("command %s (%s %s g%d) REFUSED: %s", command.id, command.action, command.job,
@@ -164,7 +189,8 @@ class Executor:
             self._ack(command, AckStatus.REFUSED, reason=decision.reason)
             return
         ledger.record(**where, command_id=command.id, job=command.job, generation=command.generation,
-                      epoch=command.epoch, applied=True)
+                      applied=True, action=command.action, epoch=command.epoch,
+                      ranks=command.worker.ranks if command.worker is not None else None)
         self._apply(command, decision, group)
 
     def _apply(self, command: Command, decision: Apply, group: LocalGroup | None) -> None:
@@ -180,10 +206,15 @@ class Executor:
         except (OSError, RuntimeError, ValueError, TypeError) as err:  # e.g. an argv execve refuses
             self.groups[command.job] = group
             log.error("command %s failed: %s", command.id, err)
-            self._ack(command, AckStatus.FAILED, reason=str(err), elapsed_s=time.monotonic() - started)
+            self._answer(command, RecordedAck(AckStatus.FAILED, str(err), time.monotonic() - started))
             return
         self.groups[command.job] = group
-        self._ack(command, AckStatus.DONE, elapsed_s=time.monotonic() - started)
+        self._answer(command, RecordedAck(AckStatus.DONE, None, time.monotonic() - started))
+
+    def _answer(self, command: Command, answer: RecordedAck) -> None:
+        """The final ack, written to the ledger before it is sent: a redelivery is answered with it."""
+        self._ledger.record_answer(command.id, answer)
+        self._ack(command, AckStatus(answer.status), reason=answer.reason, elapsed_s=answer.elapsed_s)
 
     def _run_step(self, step: Step, command: Command, group: LocalGroup) -> LocalGroup:
         if step == Step.STOP:
@@ -228,10 +259,10 @@ class Executor:
         event = WorkerExited(
             ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
-            exit_code=ended.exit_code, signal=ended.signal,
+            exit_code=ended.exit_code, signal=ended.signal, reason=ended.reason,
         )
         self._send(self.kafka.topics.worker, event, key=ended.job)
-        metrics.RANK_EXITS.labels("clean" if ended.clean else "failed").inc()
+        metrics.RANK_EXITS.labels("clean" if ended.clean else "unknown" if ended.reason else "failed").inc()
 
     def _ack(self, command: Command, status: AckStatus, *, reason: str | None = None,
              elapsed_s: float | None = None) -> None:

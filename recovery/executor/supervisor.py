@@ -8,6 +8,10 @@ Each rank runs in its own session, so its process group id is its pid and a sign
 the group reaches everything the rank started. A rank that ended is first observed
 without being reaped (`waitid(WNOWAIT)`): its pid, and so its group id, cannot be reused
 while we SIGKILL what it left behind in the group; only then is it reaped.
+
+A rank adopted from a previous executor (leftovers.py) is not our child: it is polled in
+/proc each time we reap (its pid gone, or running with another start time, means it ended),
+and its exit status cannot be known, so its `RankExit` says so in `reason`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import IO
 
 from recovery.executor import leftovers
 from recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
+from recovery.executor.restart import RecordedRank
 from schemas import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -31,7 +36,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class RankExit:
-    """How one rank process ended: `exit_code` when it exited, `signal` when a signal killed it."""
+    """How one rank process ended: `exit_code` when it exited, `signal` when a signal killed it,
+    neither (and `reason` says why) when that cannot be known."""
 
     job: str
     generation: int
@@ -40,6 +46,7 @@ class RankExit:
     pid: int
     exit_code: int | None
     signal: int | None
+    reason: str | None = None
 
     @property
     def clean(self) -> bool:
@@ -53,8 +60,10 @@ class RankProcess:
     rank: int
     world_size: int
     pid: int
-    popen: subprocess.Popen | None = None  # None for a rank forked warm
+    popen: subprocess.Popen | None = None  # None for a rank forked warm or adopted
     log_file: IO[bytes] | None = None
+    start: int | None = None  # process start time (/proc/PID/stat), to tell a reused pid apart
+    adopted: bool = False  # started by a previous executor: not our child, polled in /proc
 
 
 class Supervisor:
@@ -74,7 +83,7 @@ class Supervisor:
         if self._registry is None:
             return
         leftovers.save(self._registry, [
-            {"pid": p.pid, "start": leftovers.start_time(p.pid), "job": p.job,
+            {"pid": p.pid, "start": p.start, "job": p.job,
              "generation": p.generation, "rank": p.rank, "world_size": p.world_size}
             for procs in self._ranks.values() for p in procs
         ])
@@ -84,7 +93,9 @@ class Supervisor:
     ) -> list[int]:
         """Start one process per entry of `envs` (one per local rank); returns their pids.
 
-        If one cannot start, the ones already started are killed and the error re-raised.
+        Each rank is recorded as soon as it started, so an executor that dies in between leaves
+        none unrecorded for the next one. If one cannot start, the ones already started are
+        killed and the error re-raised.
         """
         log_dir.mkdir(parents=True, exist_ok=True)
         target = warm_target(spec.command) if self._launcher is not None else None
@@ -97,8 +108,11 @@ class Supervisor:
                 if pid is None:
                     popen, log_file = self._start_cold(spec.command, env, path)
                     pid = popen.pid
-                proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_file)
+                proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_file,
+                                   leftovers.start_time(pid))
                 started.append(proc)
+                self._ranks.setdefault(job, []).append(proc)
+                self._record()
                 log.info("job %s g%d: rank %d started%s, pid %d, output in %s", job, generation, rank,
                          "" if proc.popen else " (warm fork)", proc.pid, path)
         except OSError:
@@ -106,11 +120,22 @@ class Supervisor:
                 _kill_group(proc.pid, signal.SIGKILL)
                 while (status := _ended(proc.pid)) is None:
                     time.sleep(0.01)
+                self._ranks[job].remove(proc)
                 self._finish(proc, status)
+            if job in self._ranks and not self._ranks[job]:
+                del self._ranks[job]
+            self._record()
             raise
-        self._ranks.setdefault(job, []).extend(started)
-        self._record()
         return [proc.pid for proc in started]
+
+    def adopt(self, ranks: tuple[RecordedRank, ...]) -> None:
+        """Supervise ranks a previous executor started (still the same processes): signal, stop
+        and notice their end as our own, except that their exit status is unknown."""
+        for rank in ranks:
+            self._ranks.setdefault(rank.job, []).append(RankProcess(
+                rank.job, rank.generation, rank.rank, rank.world_size, rank.pid, start=rank.start,
+                adopted=True))
+        self._record()
 
     def _start_warm(self, target: WarmTarget, env: Mapping[str, str], path: Path) -> int | None:
         """The pid of a rank forked by the warm launcher, or None to start it cold."""
@@ -158,6 +183,12 @@ class Supervisor:
             if only_job is not None and job != only_job:
                 continue
             for proc in list(procs):
+                if proc.adopted:
+                    now = leftovers.start_time(proc.pid)
+                    if now != proc.start:
+                        procs.remove(proc)
+                        exits.append(self._finish_adopted(proc, reused=now is not None))
+                    continue
                 status = _ended(proc.pid)
                 if status is not None:
                     procs.remove(proc)
@@ -209,6 +240,17 @@ class Supervisor:
         log.info("job %s g%d: rank %d (pid %d) ended: %s", proc.job, proc.generation, proc.rank,
                  proc.pid, f"exit code {code}" if sig is None else f"signal {signal.Signals(sig).name}")
         return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, code, sig)
+
+    @staticmethod
+    def _finish_adopted(proc: RankProcess, reused: bool) -> RankExit:
+        """An adopted rank ended: clean up its group; its exit status went to its reaper, not us.
+        When its pid already runs another process, that one's group is not ours to kill."""
+        if not reused:
+            _kill_group(proc.pid, signal.SIGKILL)  # whatever the rank left in its group
+        reason = "adopted after an executor restart: not a child of this executor, exit status unknown"
+        log.info("job %s g%d: adopted rank %d (pid %d) ended: exit status unknown", proc.job, proc.generation,
+                 proc.rank, proc.pid)
+        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, None, None, reason)
 
 
 def _ended(pid: int) -> int | None:

@@ -69,6 +69,9 @@ class JobRules:
         if found is None:
             return
         job, rank = found
+        if ev.status_unknown:  # an adopted rank: not a fault, not the job's end; a peer's hang tells
+            self._leave(ev.job, job, ev.rank, ev.ts)
+            return
         if not ev.exit_code and ev.signal is None:
             job.finishing = True  # a clean exit: the job is ending, its silence is expected
             self._leave(ev.job, job, ev.rank, ev.ts)

@@ -100,3 +100,19 @@ def test_an_isolated_node_does_not_hold_up_its_plan() -> None:
     assert len(of_type(out, "recovery_completed")) == 1
     assert rec.state.jobs["llm"].state is JobState.RUNNING
     assert rec.tick(now=1000.0) == []
+
+
+def test_a_resent_command_answered_by_its_recorded_ack_completes_and_a_duplicate_changes_nothing() -> None:
+    rec = Recorder()  # the executor applied n3's start, but its ack was lost: the resend is re-acked
+    commands = rec.feed(submitted(), now=0.0)
+    n3 = next(c for c in commands if c.type == "command" and c.node == "n3")
+    rec.ack([c for c in commands if c is not n3], "done", now=1.0)
+    [resent] = rec.tick(now=10.0)
+    out = rec.ack([resent], "done", now=10.5)
+    assert [e.type for e in out] == ["recovery_completed"]
+    before = (rec.state.jobs["llm"].state, rec.state.commands[n3.id].status, rec.state.nodes["n3"].healthy)
+    assert rec.ack([resent], "done", now=11.0) == []  # the same answer again, e.g. a second resend's
+    assert rec.ack([resent], "accepted", now=11.5) == []
+    assert (rec.state.jobs["llm"].state, rec.state.commands[n3.id].status,
+            rec.state.nodes["n3"].healthy) == before
+    assert rec.tick(now=500.0) == []

@@ -1,5 +1,5 @@
-from recovery.executor.decide import Apply, Refuse, Skip, Step, decide
-from recovery.executor.ledger import Ledger
+from recovery.executor.decide import Apply, Reack, Refuse, Skip, Step, decide
+from recovery.executor.ledger import Ledger, RecordedAck
 from recovery.executor.state import GroupState, LocalGroup
 from recovery.signing import sign
 from schemas import Command, CommandAction, WorkerSpec
@@ -93,3 +93,23 @@ def test_reattempt_needs_the_running_generation():
     assert run(cmd(CommandAction.REATTEMPT), running).steps == (Step.SIGNAL_REATTEMPT,)
     assert "but 1 runs" in run(cmd(CommandAction.REATTEMPT, generation=2), running).reason
     assert "no running ranks" in run(cmd(CommandAction.REATTEMPT)).reason
+
+
+def test_a_redelivered_applied_command_is_answered_with_its_recorded_ack(tmp_path):
+    ledger = Ledger.open(tmp_path / "ledger.jsonl")
+    ledger.record(topic="t", partition=0, offset=5, command_id="c1", job="j", generation=1, applied=True,
+                  action="start")
+    ledger.record_answer("c1", RecordedAck("failed", "no such file: train", 0.5))
+    ledger.close()
+    state = Ledger.open(tmp_path / "ledger.jsonl").state
+    resent = cmd(ts=NOW - 600)  # even a stale copy: the answer does not change with time
+    decision = decide(resent, node="n1", key=KEY, now=NOW, freshness_s=60.0, group=None,
+                      applied=state.applied, answers=state.answers)
+    assert isinstance(decision, Reack)
+    assert decision.answer == RecordedAck("failed", "no such file: train", 0.5)
+
+
+def test_a_forged_copy_of_an_applied_command_gets_no_recorded_ack():
+    decision = decide(cmd(key=b"attacker"), node="n1", key=KEY, now=NOW, freshness_s=60.0, group=None,
+                      applied={"c1"}, answers={"c1": RecordedAck("done")})
+    assert isinstance(decision, Refuse)

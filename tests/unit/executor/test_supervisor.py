@@ -103,3 +103,44 @@ def test_a_command_that_cannot_start_starts_nothing(supervisor, tmp_path):
     with pytest.raises(OSError):
         supervisor.launch("j", 0, bad, [dict(os.environ)], tmp_path)
     assert supervisor.alive("j") == 0
+
+
+def test_an_adopted_rank_is_signalled_stopped_and_its_end_noticed_with_an_unknown_status(supervisor):
+    import subprocess
+
+    from recovery.executor import leftovers
+    from recovery.executor.restart import RecordedRank
+
+    # started by "a previous executor": a process in its own session, not launched by this supervisor
+    proc = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
+    try:
+        start = leftovers.start_time(proc.pid)
+        supervisor.adopt((RecordedRank(proc.pid, start, "j", 3, 1, 2),))
+        assert supervisor.pids("j") == {1: proc.pid} and supervisor.reap() == []
+        [ended] = supervisor.stop("j", grace_s=5.0)
+        assert (ended.job, ended.generation, ended.rank, ended.pid) == ("j", 3, 1, proc.pid)
+        assert (ended.exit_code, ended.signal, ended.clean) == (None, None, False)
+        assert "exit status unknown" in ended.reason
+        assert proc.wait(5) == -signal.SIGTERM  # it really got the stop's SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_adopted_pid_running_another_process_is_reported_ended_and_never_signalled(supervisor):
+    import subprocess
+
+    from recovery.executor import leftovers
+    from recovery.executor.restart import RecordedRank
+
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # the pid, reused by someone else
+    try:
+        stale = leftovers.start_time(other.pid) - 1
+        supervisor.adopt((RecordedRank(other.pid, stale, "j", 0, 0, 1),))
+        [ended] = supervisor.reap()
+        assert ended.pid == other.pid and ended.reason
+        time.sleep(0.1)
+        assert other.poll() is None  # not hit
+    finally:
+        other.kill()
+        other.wait()

@@ -87,6 +87,19 @@ def test_clean_exits_at_the_end_of_a_job_are_not_incidents_and_stop_the_hang_rul
     assert det.state.nodes["n0"].jobs == {}
 
 
+UNKNOWN = "adopted after an executor restart: not a child of this executor, exit status unknown"
+
+
+def test_an_exit_of_unknown_status_blames_nobody_and_leaves_the_hang_rule_armed():
+    # a rank adopted by a restarted executor ends; its peers stop stepping: a hang, not a clean end
+    events = job_running(30) + [exited(30.2, 5, code=None, reason=UNKNOWN)]
+    assert [i.category for i in opened(run(events, drain=False)[0])] == ["hang"]
+    # every rank ends so: the job is gone, no incident
+    events = job_running(30) + [exited(30.5 + r, r, code=None, reason=UNKNOWN) for r in range(8)]
+    out, det = run(events)
+    assert out == [] and "j" not in det.state.jobs
+
+
 def test_hang_fires_at_the_floor_when_steps_are_fast_naming_the_rank_that_stopped_first():
     events = job_running(30)
     events = [e for e in events if not (getattr(e, "rank", None) == 6 and e.ts > 29)]
