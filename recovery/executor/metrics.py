@@ -10,3 +10,6 @@ SEND_FAILURES = Counter("trainmedic_executor_send_failures",
 POISON = Counter("trainmedic_executor_poison_commands",
                  "Commands that raised while being decided or applied: dead-lettered and read past")
 RANK_EXITS = Counter("trainmedic_rank_exits", "Rank processes that ended, clean (exit 0) or not", ["outcome"])
+ADMISSION_REFUSALS = Counter("trainmedic_executor_admission_refusals",
+                             "Commands refused before anything started: their argv or paths break the "
+                             "admission policy, by the rule broken", ["rule"])

@@ -23,7 +23,7 @@ def start_cli(kafka, state: Path, log: Path) -> subprocess.Popen:
     env.pop("TRAINMEDIC_CLUSTER_KEY_FILE", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainmedic.cli", "executor", "--node", "n1", "--insecure", "--state-dir",
-         str(state), "--stop-grace-s", "2"],
+         str(state), "--stop-grace-s", "2", "--allowed-executables", "sh"],
         env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     deadline = time.monotonic() + 30
