@@ -5,7 +5,7 @@ submission from taking over the cluster. The planner maximizes Σ weight × FLOP
 that claims a weight or a throughput no honest job has wins every node in the next re-plan,
 and its argv then runs on them. So a submission is refused, whole, when it:
 
-- weighs more than MAX_WEIGHT: a weight is a priority relative to the default 1; 1000 already
+- weighs more than MAX_JOB_WEIGHT: a weight is a priority relative to the default 1; 1000 already
   puts a job ahead of any other unless that one runs 1000 × the FLOP/s, and a larger one only
   serves to outbid every other job at once;
 - claims more than MAX_NODE_FLOPS per node at any size: 1e17 FLOP/s is above any 8-GPU node
@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from schemas.jobs import JobSpec
+from schemas.plan import MAX_JOB_WEIGHT, MAX_NODE_FLOPS
 
-MAX_WEIGHT = 1000.0
-MAX_NODE_FLOPS = 1e17
 MAX_RANKS_PER_NODE = 256
 MAX_TRANSITION_S = 86_400.0
 MAX_ARGV_WORDS = 256
@@ -37,8 +36,8 @@ MAX_PATH_BYTES = 4096  # PATH_MAX on Linux
 def job_problems(spec: JobSpec, in_cluster: Callable[[str], bool]) -> list[str]:
     """Every reason `spec` may not be planned, in words; empty when it may."""
     problems = []
-    if spec.weight > MAX_WEIGHT:
-        problems.append(f"weight {spec.weight:g} is above {MAX_WEIGHT:g}")
+    if spec.weight > MAX_JOB_WEIGHT:
+        problems.append(f"weight {spec.weight:g} is above {MAX_JOB_WEIGHT:g}")
     for size, flops in sorted(spec.throughput.items()):
         if flops > size * MAX_NODE_FLOPS:
             problems.append(f"throughput {flops:g} FLOP/s at {size} nodes is above {MAX_NODE_FLOPS:g} "
