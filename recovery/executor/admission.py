@@ -47,8 +47,8 @@ class AdmissionPolicy(BaseModel):
     allowed_script_dirs: tuple[str, ...] = Field(
         default=(), description="directories whose scripts an allowed Python may run (`PYTHON SCRIPT`)")
     allowed_dirs: tuple[str, ...] = Field(
-        default=(), description="directories a job's checkpoint_dir and restore path must be in "
-        "(default: anywhere)")
+        default=(), description="directories a job's checkpoint_dir and restore path must be in; "
+        "none listed: anywhere")
     rank_env: tuple[str, ...] = Field(
         default=(), description="more variables the ranks get from the executor's environment: names, "
         "or prefixes ending in * (trainmedic's own credentials never pass)")
