@@ -7,11 +7,13 @@ are held against the cluster's policy, and anything else is refused with the rul
 A command is admitted when, after an optional `nice -n N` (the executor's own wrapper):
 - its program is one of `allowed_executables` (then any arguments), or
 - it is `PYTHON -m MODULE ...` with PYTHON this executor's interpreter or one of
-  `allowed_interpreters`, and MODULE one of `allowed_modules` or inside one (a prefix), or
+  `allowed_interpreters` (an interpreter is the file it runs: `python` and `python3` of one
+  venv are one), and MODULE one of `allowed_modules` or inside one (a prefix), or
 - it is `PYTHON SCRIPT ...` with SCRIPT inside one of `allowed_script_dirs`;
 and, when `allowed_dirs` lists any, its checkpoint_dir and restore path lie inside one of them.
 
-Pure: the program lookup (`which`) and the executor's interpreter are passed in.
+Pure but for the file system: the program lookup (`which`), the link resolution (`real`) and the
+executor's interpreter are passed in.
 """
 
 from __future__ import annotations
@@ -77,12 +79,13 @@ def resolve(program: str, which: Which = shutil.which) -> str | None:
 
 
 def admit(policy: AdmissionPolicy, worker: WorkerSpec, *, python: str = sys.executable,
-          which: Which = shutil.which) -> Refusal | None:
+          which: Which = shutil.which, real: Callable[[str], str] = os.path.realpath) -> Refusal | None:
     """None when `worker` may run under `policy`; else the Refusal that says which rule it breaks."""
-    return _program(policy, list(worker.command), python, which) or _paths(policy, worker)
+    return _program(policy, list(worker.command), python, which, real) or _paths(policy, worker)
 
 
-def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which) -> Refusal | None:
+def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which,
+             real: Callable[[str], str]) -> Refusal | None:
     if argv[:2] == ["nice", "-n"] and len(argv) > 3 and NICENESS.fullmatch(argv[2]):
         argv = argv[3:]
     if not argv:
@@ -93,7 +96,7 @@ def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which
     if program in {resolve(p, which) for p in policy.allowed_executables}:
         return None
     pythons = {os.path.normpath(python)} | {resolve(p, which) for p in policy.allowed_interpreters}
-    if program not in pythons:
+    if program not in pythons and real(program) not in {real(p) for p in pythons if p is not None}:
         return Refusal("executable", f"{program} is not an allowed executable or interpreter "
                        "(allowed_executables, allowed_interpreters)")
     if len(argv) >= 3 and argv[1] == "-m":

@@ -19,12 +19,14 @@ from schemas import Command, CommandAcked, CommandAction, RestoreSource, WorkerS
 PYTHON = "/opt/venv/bin/python"
 PATH = {"python": PYTHON, "sh": "/bin/sh", "sleep": "/bin/sleep", "torchrun": "/opt/venv/bin/torchrun",
         "nice": "/usr/bin/nice"}
+# Symbolic links, resolved: a venv's python and python3 both run the system's binary.
+LINKS = {PYTHON: "/usr/bin/python3.12", "/opt/venv/bin/python3": "/usr/bin/python3.12"}
 DEFAULT = AdmissionPolicy()
 
 
 def check(argv: tuple[str, ...], policy: AdmissionPolicy = DEFAULT, **spec) -> Refusal | None:
     worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv, **spec)
-    return admit(policy, worker, python=PYTHON, which=PATH.get)
+    return admit(policy, worker, python=PYTHON, which=PATH.get, real=lambda path: LINKS.get(path, path))
 
 
 def test_the_default_admits_the_demo_module_under_the_executors_own_python() -> None:
@@ -51,6 +53,10 @@ def test_anything_else_is_refused_with_the_rule_it_breaks(argv, rule, words) -> 
     refusal = check(argv)
     assert refusal is not None and refusal.rule == rule and words in refusal.reason, refusal
     assert str(refusal).startswith(f"admission policy ({rule}): ")
+
+
+def test_an_interpreter_is_the_file_it_runs() -> None:
+    assert check(("/opt/venv/bin/python3", "-m", "trainmedic.demo.train")) is None  # a link to PYTHON's file
 
 
 def test_an_operator_lists_executables_modules_interpreters_and_script_dirs() -> None:
