@@ -85,9 +85,10 @@ def _incident(state: ClusterState, incident: Incident) -> None:
     if incident.status is not IncidentStatus.OPEN:
         state.pending.discard(incident.id)
         return
-    if incident.severity in (Severity.SEV1, Severity.SEV2):
+    foreign = incident.node is not None and not state.in_cluster(incident.node)  # decide.py skips it
+    if incident.severity in (Severity.SEV1, Severity.SEV2) and not foreign:
         state.failures.add(incident.id)
-    if incident.node is not None and state.in_cluster(incident.node):
+    if incident.node is not None and not foreign:
         state.node(incident.node)
     if (incident.severity is not Severity.WARN and incident.action is not Action.ALERT
             and incident.id not in state.handled):

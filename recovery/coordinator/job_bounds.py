@@ -48,9 +48,9 @@ def job_problems(spec: JobSpec, in_cluster: Callable[[str], bool]) -> list[str]:
         problems.append(f"transition_s {spec.transition_s:g} is above {MAX_TRANSITION_S:g}")
     if len(spec.command) > MAX_ARGV_WORDS:
         problems.append(f"command has {len(spec.command)} words, more than {MAX_ARGV_WORDS}")
-    size = sum(len(word.encode()) + 1 for word in spec.command)
-    if size > MAX_ARGV_BYTES:
-        problems.append(f"command is {size} bytes, more than {MAX_ARGV_BYTES}")
+    argv_bytes = sum(len(word.encode()) + 1 for word in spec.command)
+    if argv_bytes > MAX_ARGV_BYTES:
+        problems.append(f"command is {argv_bytes} bytes, more than {MAX_ARGV_BYTES}")
     if spec.checkpoint_dir is not None and len(spec.checkpoint_dir.encode()) >= MAX_PATH_BYTES:
         problems.append(f"checkpoint_dir is longer than a path can be ({MAX_PATH_BYTES} bytes)")
     unknown = [node for node in spec.nodes if not in_cluster(node)]

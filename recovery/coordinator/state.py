@@ -168,7 +168,7 @@ class ClusterState:
     pending: set[str] = field(default_factory=set)  # open incidents not decided yet (waiting, or new)
     legacy: set[str] = field(default_factory=set)  # incidents answered by events older than `isolated`
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
-    members: set[str] = field(default_factory=set)  # the cluster's nodes: the only ones commands go to
+    members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
 
     @classmethod
     def initial(cls, config: CoordinatorConfig) -> ClusterState:

@@ -66,6 +66,7 @@ def test_an_incident_naming_an_unknown_node_isolates_nothing() -> None:
     assert [(e.type, e.reason) for e in out] == [
         ("recovery_skipped", "node n99 is not in the cluster: nothing isolated or restarted")]
     assert "n99" not in rec.state.nodes and all(node.healthy for node in rec.state.nodes.values())
+    assert "forged" not in rec.state.failures  # not a failure of this cluster: the MTBF stays
     assert rec.tick(now=100.0) == []
 
 
