@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from bus.message import Record
 from bus.settings import KafkaSettings
-from recovery.executor import metrics
+from recovery.executor import cli, metrics
 from recovery.executor.admission import AdmissionPolicy, Refusal, admit, resolve
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.ledger import Ledger
@@ -128,3 +129,15 @@ def test_a_refused_command_is_acked_refused_with_the_rule_counted_and_nothing_st
     finally:
         executor.supervisor.stop_all(0.2)
         executor._ledger.close()
+
+
+def test_the_policy_is_set_by_flag_variable_or_yaml(tmp_path: Path) -> None:
+    (tmp_path / "executor.yaml").write_text("node: n1\ninsecure: true\nadmission:\n"
+                                            "  allowed_executables: [torchrun]\n  rank_env: [WANDB_*]\n")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--config", str(tmp_path / "executor.yaml"), "--allowed-modules", "lab.t,x"])
+    config = cli.OPTIONS.build(cli.EXECUTOR, args, {"TRAINMEDIC_EXECUTOR_ALLOWED_DIRS": "/ckpt"},
+                               state_dir=lambda _: tmp_path)
+    assert config.admission == AdmissionPolicy(allowed_executables=("torchrun",), rank_env=("WANDB_*",),
+                                               allowed_modules=("lab.t", "x"), allowed_dirs=("/ckpt",))
