@@ -11,12 +11,21 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
 from schemas.base import Model
+from schemas.bounds import MAX_ITEMS, MAX_TS
 from schemas.commands import RestoreSource
+
+# What one job may ask of the planner (docs/planner.md, "Bounds"). A weight is a priority relative
+# to the default 1: at 1000 a job already comes first unless another runs 1000 x its FLOP/s. 1e17
+# FLOP/s per node is above any 8-GPU node made. With times capped at MAX_TS every sum the planner
+# forms stays finite (1000 x 1e23 x 2.5e11 per job); the coordinator rejects a job submission past
+# these (recovery/coordinator/job_bounds.py).
+MAX_JOB_WEIGHT = 1000.0
+MAX_NODE_FLOPS = 1e17
 
 # Scalars are strict, so `"healthy": "yes"` or `"gpus": "8"` is an error rather than a guess.
 Id = Annotated[str, Strict(), Field(min_length=1)]
 Number = Annotated[float, Strict()]  # a JSON integer is fine, a string or a boolean is not
-Seconds = Annotated[float, Strict(), Field(ge=0)]
+Seconds = Annotated[float, Strict(), Field(ge=0, le=MAX_TS)]
 
 
 class StrictModel(Model):
@@ -38,7 +47,7 @@ class PlannedJob(StrictModel):
     """A running or queued job as the planner sees it: sizes it can run at, and where it runs."""
 
     id: Id
-    weight: Number = Field(default=1.0, gt=0)
+    weight: Number = Field(default=1.0, gt=0, le=MAX_JOB_WEIGHT)
     throughput: dict[int, Annotated[Number, Field(ge=0)]] = Field(
         description="nodes -> achieved FLOP/s at that size; only these sizes (or 0) are allowed"
     )
@@ -53,6 +62,11 @@ class PlannedJob(StrictModel):
         bad = sorted(size for size in table if size <= 0)
         if bad:
             raise ValueError(f"sizes must be positive node counts, got {bad}")
+        for size, flops in sorted(table.items()):
+            if size > MAX_ITEMS:
+                raise ValueError(f"size {size} is more nodes than a cluster has ({MAX_ITEMS})")
+            if flops > size * MAX_NODE_FLOPS:
+                raise ValueError(f"{flops:g} FLOP/s at size {size} is above {MAX_NODE_FLOPS:g} per node")
         return table
 
     @field_validator("current")
@@ -71,7 +85,7 @@ class PlanRequest(StrictModel):
 
     nodes: tuple[ClusterNode, ...]
     jobs: tuple[PlannedJob, ...]
-    horizon_s: Number = Field(gt=0, description="expected running time until the next failure")
+    horizon_s: Number = Field(gt=0, le=MAX_TS, description="expected running time until the next failure")
     transition_s: Seconds = Field(default=60.0, description="default for jobs without one")
 
     @field_validator("nodes")

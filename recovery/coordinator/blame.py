@@ -40,7 +40,7 @@ def cannot_run(reason: str | None) -> bool:
 def blames_node(state: ClusterState, incident: Incident) -> bool:
     """A SEV1 that names a node isolates it unless its failure follows the job: a software
     category counts against the node only when the node failed that way for another job too."""
-    if incident.node is None or incident.severity is not Severity.SEV1:
+    if incident.node is None or incident.severity is not Severity.SEV1 or not state.in_cluster(incident.node):
         return False
     if incident.category not in FOLLOWS_THE_JOB or incident.job is None:
         return True

@@ -44,7 +44,7 @@ config file (YAML, every key optional; the flags' names with underscores):
   restart_window_s: 3600
   default_address: null    # address of nodes without one (default: the node id is its host name)
   insecure: false
-  nodes:                   # the cluster (YAML only); nodes only named by jobs sit on no switch
+  nodes:                   # the cluster (YAML only): a job naming any other node is rejected
     - {id: n01, switch: leaf-1, address: 10.0.0.1, gpus: 8}
 """
 

@@ -21,7 +21,8 @@ class NodeConfig(BaseModel):
 
 
 class CoordinatorConfig(BaseModel):
-    """Validated when built. Nodes not listed in `nodes` are known from the jobs that name them.
+    """Validated when built. `nodes` is the cluster: a job, plan or incident naming another node
+    is rejected or isolates nothing (job_bounds.py, `ClusterState.in_cluster`).
 
     A node's address is its `address`, else `default_address`, else its id (a host name).
     """
@@ -56,7 +57,7 @@ class CoordinatorConfig(BaseModel):
     insecure: bool = Field(default=False, description="send unsigned commands (executors that check "
                            "signatures refuse them); without it the cluster key is required")
     nodes: tuple[NodeConfig, ...] = Field(default=(), description="the cluster: each node's id, switch, "
-                                          "address and GPUs (YAML only)")
+                                          "address and GPUs (YAML only); jobs may name only these")
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorConfig:

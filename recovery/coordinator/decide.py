@@ -78,6 +78,9 @@ def on_incident(state: ClusterState, incident: Incident, now: float) -> list:
     `tick` decides it when it is. WARN and `alert` incidents are for the alert sinks."""
     if incident.id not in state.pending:
         return []  # decided already, resolved, or not the coordinator's to act on
+    if incident.node is not None and not state.in_cluster(incident.node):
+        return [skip(incident, now, f"node {incident.node} is not in the cluster: nothing isolated or "
+                                    "restarted")]
     if incident.severity is Severity.SEV1:
         if incident.node is None:
             return [skip(incident, now, "a SEV1 incident that names no node: nothing to isolate")]

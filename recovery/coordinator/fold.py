@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from recovery.coordinator.commands import plan_steps
+from recovery.coordinator.job_bounds import job_problems
 from recovery.coordinator.state import (
     COMMAND_MOVES,
     JOB_MOVES,
@@ -19,6 +20,7 @@ from recovery.coordinator.state import (
     CommandStatus,
     Job,
     JobState,
+    Rejected,
     move,
 )
 from schemas.commands import Command, CommandAcked
@@ -67,6 +69,9 @@ def _observed(state: ClusterState, ts: float) -> None:
 
 def _submitted(state: ClusterState, event: JobSubmitted) -> None:
     spec = event.job
+    problems = job_problems(spec, state.in_cluster)
+    if problems:
+        raise Rejected(f"job {spec.id}: " + "; ".join(problems))
     _observed(state, event.ts)
     if spec.id in state.jobs:
         if state.jobs[spec.id].spec != spec:
@@ -86,9 +91,10 @@ def _incident(state: ClusterState, incident: Incident) -> None:
     if incident.status is not IncidentStatus.OPEN:
         state.pending.discard(incident.id)
         return
-    if incident.severity in (Severity.SEV1, Severity.SEV2):
+    foreign = incident.node is not None and not state.in_cluster(incident.node)  # decide.py skips it
+    if incident.severity in (Severity.SEV1, Severity.SEV2) and not foreign:
         state.failures.add(incident.id)
-    if incident.node is not None:
+    if incident.node is not None and not foreign:
         state.node(incident.node)
     if (incident.severity is not Severity.WARN and incident.action is not Action.ALERT
             and incident.id not in state.handled):
@@ -107,6 +113,9 @@ def _decided(state: ClusterState, incident_id: str | None, answer: str,
             state.legacy.add(incident_id)
             _isolate_legacy(state, incident_id)
     for node_id, blamed in (isolated or {}).items():
+        if not state.in_cluster(node_id):
+            log.warning("a decision isolates node %s, which is not in the cluster: ignored", node_id)
+            continue
         node = state.node(node_id)
         if node.isolated_by is None:
             node.isolated_by, node.isolated_ts = blamed, ts
@@ -125,6 +134,9 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
     """A plan the job's state table forbids raises IllegalTransition before anything changes."""
     if (plan.plan_id, plan.job) in state.plans:
         return
+    unknown = sorted(n for n in (*plan.nodes, *(plan.isolated or {})) if not state.in_cluster(n))
+    if unknown:
+        raise Rejected(f"plan {plan.plan_id} names {', '.join(unknown[:5])}, not in the cluster")
     job = state.jobs.get(plan.job)
     applies = job is not None and (job.generation is None or plan.generation >= job.generation)
     if applies:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from bus.message import Record
 from recovery.coordinator.fold import apply
-from recovery.coordinator.state import ClusterState
+from recovery.coordinator.state import ClusterState, Rejected
 from recovery.coordinator.timers import react
 
 log = logging.getLogger(__name__)
@@ -34,10 +34,15 @@ def receive(state: ClusterState, record: Record, now: float) -> list | str:
     """What to publish for one live record (`react`), or the reason it could not be applied."""
     try:
         return react(state, record.event, now)
+    except Rejected as err:
+        log.warning("%s[%d]@%d rejected: %s", record.topic, record.partition, record.offset, err)
+        return _reason(err)
     except Exception as err:
         log.exception("%s[%d]@%d could not be applied", record.topic, record.partition, record.offset)
         return _reason(err)
 
 
 def _reason(err: Exception) -> str:
+    if isinstance(err, Rejected):
+        return f"coordinator rejected it: {err}"
     return f"coordinator could not apply it: {type(err).__name__}: {err}"

@@ -3,12 +3,15 @@
 `submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic;
 the coordinator then starts the job on its nodes at generation 0. `list` folds the log
 (jobs, incidents, commands, acks) as the coordinator does and prints one line per job.
-A spec that is not valid gives one line on stderr and exit status 2.
+A spec that is not valid, breaks the coordinator's bounds (recovery/coordinator/job_bounds.py)
+or, given the coordinator's --config, names a node outside its `nodes:` gives one line on
+stderr and exit status 2; the coordinator would dead-letter it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -22,9 +25,15 @@ job spec (YAML; see docs/job-example.yaml):
   ranks_per_node: 8              # default 1
   master_port: 29500             # default 29500 (rank 0's node listens there)
   checkpoint_dir: /ckpt/llm-a    # optional: where a restart restores from without a replica
-  weight: 1.0                    # optional: the job's priority in the plan
-  transition_s: 120              # optional: how long a restart of this job costs
+  weight: 1.0                    # optional: the job's priority in the plan (at most 1000)
+  transition_s: 120              # optional: how long a restart of this job costs (at most 86400)
+
+bounds: throughput at most 1e17 FLOP/s per node, ranks_per_node at most 256, command at most
+256 words and 64 KiB; every node one of the cluster's (the coordinator config's nodes:)
 """
+
+CONFIG_HELP = ("the coordinator's config (YAML): the nodes a job may name are its `nodes:` "
+               "(without it, the nodes are checked by the coordinator only)")
 
 
 class SpecError(ValueError):
@@ -36,9 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     submit = sub.add_parser("submit", help="check a job spec and submit it",
                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SPEC_FORMAT)
     submit.add_argument("spec", type=Path, metavar="SPEC.yaml")
+    submit.add_argument("--config", type=Path, metavar="FILE.yaml", help=CONFIG_HELP)
     submit.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
     listing = sub.add_parser("list", help="print every job: state, generation, world size, nodes")
     listing.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    listing.add_argument("--config", type=Path, metavar="FILE.yaml",
+                         help="the coordinator's config (YAML), to fold the log as it does (without it, "
+                              "every node a job names counts as the cluster's)")
 
 
 def load_spec(path: Path):
@@ -66,15 +79,40 @@ def load_spec(path: Path):
     return spec
 
 
+def coordinator_config(path: Path | None):
+    """The coordinator's config as `trainmedic coordinator --config PATH` builds it (None: no file)."""
+    from bus.errors import ConfigError
+    from recovery.coordinator.cli import COORDINATOR, OPTIONS
+
+    if path is None:
+        return None
+    try:
+        return OPTIONS.build(COORDINATOR, argparse.Namespace(config=path))
+    except ConfigError as err:  # a usage error, as a bad spec is
+        raise SpecError(f"--config: {err}") from None
+
+
+def check_bounds(path: Path, spec, config) -> None:
+    """SpecError when the coordinator would reject `spec`; without its `config`, nodes are not checked."""
+    from recovery.coordinator.job_bounds import job_problems
+
+    cluster = None if config is None else {node.id for node in config.nodes}
+    problems = job_problems(spec, lambda node: cluster is None or node in cluster)
+    if problems:
+        raise SpecError(f"{path}: the coordinator would reject job {spec.id}: {'; '.join(problems)}")
+
+
 def run(args: argparse.Namespace) -> int:
     from bus.errors import TrainmedicError
     from bus.settings import KafkaSettings
 
     try:
+        config = coordinator_config(args.config)
         if args.action == "submit":
             spec = load_spec(args.spec)
+            check_bounds(args.spec, spec, config)
             return submit(KafkaSettings.from_env(bootstrap=args.bootstrap), spec)
-        return list_jobs(KafkaSettings.from_env(bootstrap=args.bootstrap))
+        return list_jobs(KafkaSettings.from_env(bootstrap=args.bootstrap), config)
     except SpecError as err:
         print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
@@ -94,18 +132,32 @@ def submit(settings, spec) -> int:
     return 0
 
 
-def list_jobs(settings) -> int:
+def _any_node():
+    from recovery.coordinator.state import ClusterState
+
+    class AnyNode(ClusterState):
+        """The log as written, for a listing without the coordinator's config: every node counts."""
+
+        def in_cluster(self, node_id: str) -> bool:
+            return True
+
+    return AnyNode
+
+
+def list_jobs(settings, config=None) -> int:
     from bus.reader import NOW, TopicReader
     from recovery.coordinator import ClusterState, CoordinatorConfig, apply
     from recovery.coordinator.service import valid
+    from recovery.coordinator.state import Rejected
 
     topics = settings.topics
     with TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks], end=NOW,
                      validate=True, name=settings.topics.owned("job"), timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
-    state = ClusterState.initial(CoordinatorConfig())
+    state = ClusterState.initial(config) if config else _any_node().initial(CoordinatorConfig())
     for record in sorted(records, key=lambda r: r.topic != topics.jobs):
-        apply(state, record.event)
+        with contextlib.suppress(Rejected):  # the coordinator dead-lettered it: no job
+            apply(state, record.event)
     if not state.jobs:
         print("no jobs")
         return 0

@@ -21,6 +21,11 @@ class IllegalTransition(RuntimeError):
     """A move the state table does not allow: a bug in the coordinator or a corrupt log."""
 
 
+class Rejected(ValueError):
+    """A valid record the coordinator will not take: it breaks a bound (job_bounds.py) or names a
+    node outside the cluster. It is dead-lettered with this reason and changes nothing."""
+
+
 class JobState(StrEnum):
     """Where a job is. A plan moves it; the plan's outcome settles it.
 
@@ -163,14 +168,21 @@ class ClusterState:
     pending: set[str] = field(default_factory=set)  # open incidents not decided yet (waiting, or new)
     legacy: set[str] = field(default_factory=set)  # incidents answered by events older than `isolated`
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
+    members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
 
     @classmethod
     def initial(cls, config: CoordinatorConfig) -> ClusterState:
         state = cls(config)
+        state.members.update(node.id for node in config.nodes)
         for node in config.nodes:
             state.nodes[node.id] = Node(node.id, node.address or config.default_address or node.id,
                                         node.switch, node.gpus)
         return state
+
+    def in_cluster(self, node_id: str) -> bool:
+        """`node_id` is one of the cluster's nodes: listed in the config's `nodes`. A job or an
+        incident never adds one; an operator's event that admits a node would add it to `members`."""
+        return node_id in self.members
 
     def node(self, node_id: str) -> Node:
         """The node, registered on first mention (nodes outside the config sit on no switch)."""

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretBytes, model_validator
 
+from recovery.executor.admission import AdmissionPolicy
+
 DEFAULT_FRESHNESS_S = 60.0
 DEFAULT_STOP_GRACE_S = 10.0
 
@@ -29,6 +31,8 @@ class ExecutorConfig(BaseModel):
                            "for local experiments only")
     warm_start: bool = Field(default=True, description="fork ranks from a warm launcher that has torch "
                              "imported (--no-warm-start: every rank a new interpreter)")
+    admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy, description="which commands "
+                                       "ranks may run, and what of this environment they get")
 
     @model_validator(mode="after")
     def _one_trust_mode(self) -> ExecutorConfig:

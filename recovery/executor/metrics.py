@@ -11,3 +11,6 @@ POISON = Counter("trainmedic_executor_poison_commands",
                  "Commands that raised while being decided or applied: dead-lettered and read past")
 RANK_EXITS = Counter("trainmedic_rank_exits", "Rank processes that ended: clean (exit 0), failed, or unknown",
                      ["outcome"])
+ADMISSION_REFUSALS = Counter("trainmedic_executor_admission_refusals",
+                             "Commands refused before anything started: their argv or paths break the "
+                             "admission policy, by the rule broken", ["rule"])

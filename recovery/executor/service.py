@@ -26,10 +26,12 @@ from bus.producer import EventProducer
 from bus.reader import At, Start, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings
 from recovery.executor import leftovers, metrics
+from recovery.executor.admission import admit
 from recovery.executor.config import ExecutorConfig
-from recovery.executor.decide import Apply, Reack, Refuse, Skip, Step, decide
-from recovery.executor.forkserver import WarmLauncher, become_subreaper
+from recovery.executor.decide import Apply, Decision, Reack, Refuse, Skip, Step, decide
+from recovery.executor.forkserver import PRELOAD_ENV, WarmLauncher, become_subreaper
 from recovery.executor.ledger import Ledger, RecordedAck
+from recovery.executor.rank_env import base_env, rank_env
 from recovery.executor.restart import interrupted_answer, unanswered
 from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
 from recovery.executor.supervisor import RankExit, Supervisor
@@ -61,7 +63,7 @@ class Executor:
         launcher = None
         if self.config.warm_start:
             if become_subreaper():
-                launcher = WarmLauncher()
+                launcher = WarmLauncher(env=self._server_env())
             else:
                 log.warning("cannot become a child subreaper here: every rank starts cold")
         self.supervisor.use_launcher(launcher)
@@ -172,6 +174,7 @@ class Executor:
             freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
             answers=ledger.state.answers, epoch=ledger.state.epoch,
         )
+        decision = self._admitted(command, decision)
         if isinstance(decision, Skip):
             log.info("command %s skipped: %s", command.id, decision.reason)
             ledger.record(**where)
@@ -192,6 +195,17 @@ class Executor:
                       applied=True, action=command.action, epoch=command.epoch,
                       ranks=command.worker.ranks if command.worker is not None else None)
         self._apply(command, decision, group)
+
+    def _admitted(self, command: Command, decision: Decision) -> Decision:
+        """`decision`, unless it launches ranks whose command the admission policy does not allow:
+        then a refusal naming the rule, before anything (a stop included) is done."""
+        if not isinstance(decision, Apply) or Step.LAUNCH not in decision.steps:
+            return decision
+        refusal = admit(self.config.admission, command.worker)
+        if refusal is None:
+            return decision
+        metrics.ADMISSION_REFUSALS.labels(refusal.rule).inc()
+        return Refuse(str(refusal))
 
     def _apply(self, command: Command, decision: Apply, group: LocalGroup | None) -> None:
         log.info("command %s: %s job %s g%d: %s", command.id, command.action, command.job,
@@ -242,12 +256,18 @@ class Executor:
             job=command.job, node=self.config.node, generation=command.generation, restore=spec.restore,
             checkpoint_dir=spec.checkpoint_dir, snapshot_dir=str(self.config.snapshot_dir(command.job)),
         )
-        return {
-            **os.environ,
-            "TRAINMEDIC_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-            "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix,
-            **contract.to_env(),
-        }
+        return rank_env(os.environ, self.config.admission.rank_env, self._hook_kafka(), contract.to_env())
+
+    def _server_env(self) -> dict[str, str]:
+        """The warm fork server's environment: what every rank gets, so that no credential is in the
+        memory a forked rank inherits (its /proc/PID/environ is the server's)."""
+        preload = {PRELOAD_ENV: os.environ[PRELOAD_ENV]} if os.environ.get(PRELOAD_ENV) else {}
+        return {**base_env(os.environ, self.config.admission.rank_env), **self._hook_kafka(), **preload}
+
+    def _hook_kafka(self) -> dict[str, str]:
+        """Where a rank's in-band hook writes worker telemetry: this executor's broker and topics."""
+        return {"TRAINMEDIC_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+                "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
 
     def _on_exit(self, ended: RankExit) -> None:
         self._publish_exit(ended)

@@ -17,12 +17,16 @@ import pytest
 from bus.consumer import EventConsumer
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
+from recovery.executor.admission import AdmissionPolicy
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.service import Executor
 from recovery.signing import sign
 from schemas import Command
 
 KEY = b"test-cluster-key"
+# What these tests' ranks run: shell sleepers, the demo's training module, the tests' own ranks.
+POLICY = AdmissionPolicy(allowed_executables=("sh", "sleep", "true"),
+                         allowed_modules=("trainmedic.demo", "tests.integration.executor"))
 
 
 class RunningExecutor:
@@ -59,7 +63,8 @@ def start_executor(kafka: KafkaSettings, tmp_path: Path) -> Iterator[Callable[..
     running: list[RunningExecutor] = []
 
     def start(node: str = "n1", **config: Any) -> RunningExecutor:
-        settings = {"node": node, "state_dir": tmp_path / node, "key": KEY, "stop_grace_s": 5.0, **config}
+        settings = {"node": node, "state_dir": tmp_path / node, "key": KEY, "stop_grace_s": 5.0,
+                    "admission": POLICY, **config}
         ex = RunningExecutor(ExecutorConfig(**settings), kafka)
         running.append(ex)
         return ex

@@ -132,8 +132,9 @@ def test_the_coordinator_serves_plans_commands_and_jobs(kafka: KafkaSettings, tm
 
     spec = JobSpec(id="llm", nodes=("n1", "n2"), throughput={1: 1e14, 2: 1.9e14}, command=("python", "t.py"))
     port = free_port()
+    (tmp_path / "coordinator.yaml").write_text("nodes: [{id: n1}, {id: n2}]\n")  # the cluster
     proc, log = start(kafka, tmp_path, "coordinator", "--insecure", "--default-address", "127.0.0.1",
-                      "--metrics-port", str(port))
+                      "--metrics-port", str(port), "--config", str(tmp_path / "coordinator.yaml"))
     started = ("trainmedic_commands_sent_total", (("action", "start"),))
     try:
         with EventProducer(kafka) as producer:

@@ -32,6 +32,28 @@ def test_a_bad_spec_is_one_line_and_exit_2(tmp_path, capsys, text: str, message:
     assert err.startswith("trainmedic job: ") and message in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(("text", "cluster", "message"), [
+    (GOOD + "weight: 1.0e6\n", None, "the coordinator would reject job llm: weight 1e+06 is above 1000"),
+    (GOOD.replace("1: 1.0e14", "1: 1.0e18"), None,
+     "reject job llm: throughput 1e+18 FLOP/s at 1 nodes is above 1e+17 per node"),
+    (GOOD + "ranks_per_node: 1000\n", None, "reject job llm: ranks_per_node 1000 is above 256"),
+    (GOOD, "nodes: [{id: n1}, {id: n3}]\n", "reject job llm: node n2 not in the cluster"),
+    (GOOD, "nodes: []\n", "reject job llm: nodes n1, n2 not in the cluster"),
+    (GOOD, "nodes: [{id: n1, gpus: 0}]\n", "--config: "),
+])
+def test_a_spec_the_coordinator_would_reject_is_refused_up_front(tmp_path, capsys, text, cluster,
+                                                                  message) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(text)
+    argv = ["job", "submit", str(spec), "--bootstrap", "127.0.0.1:1"]
+    if cluster is not None:
+        (tmp_path / "coordinator.yaml").write_text(cluster)
+        argv += ["--config", str(tmp_path / "coordinator.yaml")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trainmedic job: ") and message in err and err.count("\n") == 1, err
+
+
 def test_a_missing_spec_file_is_exit_2(tmp_path, capsys) -> None:
     assert main(["job", "submit", str(tmp_path / "nope.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err

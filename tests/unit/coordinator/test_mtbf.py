@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from recovery.coordinator import ClusterState, CoordinatorConfig, apply, estimate_mtbf
-from tests.unit.coordinator.world import incident, submitted
+from tests.unit.coordinator.world import CONFIG, incident, submitted
 
 HOUR = 3600.0
 
 
 def state_with(*events, prior_s: float = 3 * HOUR, weight: float = 1.0) -> ClusterState:
-    state = ClusterState.initial(CoordinatorConfig(mtbf_prior_s=prior_s, mtbf_prior_weight=weight))
+    config = CoordinatorConfig(mtbf_prior_s=prior_s, mtbf_prior_weight=weight, nodes=CONFIG.nodes)
+    state = ClusterState.initial(config)
     for event in events:
         apply(state, event)
     return state

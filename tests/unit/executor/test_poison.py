@@ -16,6 +16,7 @@ import pytest
 
 from bus.message import Record, parse_message
 from bus.settings import KafkaSettings
+from recovery.executor.admission import AdmissionPolicy
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.decide import Refuse, decide
 from recovery.executor.forkserver import warm_target
@@ -30,7 +31,8 @@ NODE = "n1"
 def executor(tmp_path: Path) -> Iterator[Executor]:
     kafka = KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1",
                                     "TRAINMEDIC_KAFKA_CONFIG": json.dumps({"message.timeout.ms": 100})})
-    config = ExecutorConfig(node=NODE, state_dir=tmp_path, insecure=True, warm_start=False, stop_grace_s=0.2)
+    config = ExecutorConfig(node=NODE, state_dir=tmp_path, insecure=True, warm_start=False, stop_grace_s=0.2,
+                            admission=AdmissionPolicy(allowed_executables=("sleep",)))
     ex = Executor(config, kafka)
     ex._ledger = Ledger.open(config.ledger_path)
     yield ex
@@ -61,7 +63,7 @@ def test_a_niceness_int_cannot_read_starts_cold_instead_of_raising() -> None:
 
 
 def test_an_argv_execve_refuses_fails_the_command_and_the_executor_reads_on(executor: Executor) -> None:
-    executor._handle(record(command("c1", argv=("sleep\x00", "30")), offset=0))
+    executor._handle(record(command("c1", argv=("sleep", "30\x00")), offset=0))
     assert executor._ledger.state.positions[("t.commands", 0)] == 1 and "c1" in executor._ledger.state.applied
     executor._handle(record(command("c2", generation=1), offset=1))  # the next command still runs
     assert executor.supervisor.alive("j") == 1

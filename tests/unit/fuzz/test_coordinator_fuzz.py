@@ -33,6 +33,15 @@ GOOD = recorded()
 TEMPLATES = [json.loads(value) for _, value, _ in GOOD]
 START = next(json.loads(v) for _, v, _ in GOOD if b'"recovery_planned"' in v)
 RIVAL = json.dumps({**START, "plan_id": "another-start", "generation": 10**6}).encode()  # valid; cannot apply
+# Valid records that break the coordinator's bounds (job_bounds.py) or name a node outside the cluster.
+JOB = next(json.loads(v) for _, v, _ in GOOD if b'"job_submitted"' in v)
+FORGED = [
+    (TOPICS.jobs, json.dumps({**JOB, "job": {**JOB["job"], **spec}}).encode()) for spec in (
+        {"id": "evil", "nodes": ["n4", "n9"]},
+        {"id": "heavy", "weight": 1e6},
+        {"id": "fast", "throughput": {"3": 1e25}, "nodes": ["n4", "n5", "n6"]},
+    )
+] + [(TOPICS.incidents, json.dumps({**START, "plan_id": "away", "nodes": ["n1", "n2", "ghost"]}).encode())]
 
 
 def run(items: list[tuple[bool, tuple[str, bytes | None, float]]]) -> tuple[ClusterState, int]:
@@ -58,9 +67,10 @@ def test_hostile_records_are_refused_and_the_good_ones_still_fold(seed: int, poo
     rng = random.Random(seed)
     topics = [TOPICS.jobs, TOPICS.incidents, TOPICS.commands, TOPICS.acks]
     bad = [(rng.choice(topics), value, 100.0) for value in batch(rng, TEMPLATES, pool)]
-    items = [*interleave(rng, GOOD, bad), *[(False, (TOPICS.incidents, RIVAL, 100.0))] * 3]
+    forged = [(topic, value, 100.0) for topic, value in FORGED]
+    items = [*interleave(rng, GOOD, bad + forged), *[(False, (TOPICS.incidents, RIVAL, 100.0))] * 3]
     state, rejected = run(items)
-    assert rejected == len(bad) + 3
+    assert rejected == len(bad) + len(forged) + 3
     assert state == CLEAN
     TALLY.thrown += len(bad) + 3
 

@@ -56,6 +56,12 @@ def with_job(**fields):
     (json.dumps({**GOOD, "nodes": GOOD["nodes"] * 2}),
      "stdin: nodes: node 'a' is listed twice (nodes[0] and nodes[3])"),
     (json.dumps({**GOOD, "horizon_s": 0}), "stdin: horizon_s: Input should be greater than 0"),
+    # Finite but past the bounds: the objective overflowed to -inf and the planner raised.
+    (with_job(weight=1e300), "stdin: jobs[0].weight: Input should be less than or equal to 1000"),
+    (with_job(throughput={"2": 1e300}), "stdin: jobs[0].throughput: 1e+300 FLOP/s at size 2 is above "
+                                        "1e+17 per node"),
+    (json.dumps({**GOOD, "horizon_s": 1e300}), "stdin: horizon_s: Input should be less than or equal to"),
+    (with_job(transition_s=1e300), "stdin: jobs[0].transition_s: Input should be less than or equal to"),
 ])
 def test_bad_input_is_one_line_and_exit_2(text, message):
     done = trainmedic_plan("-", stdin=text)

@@ -1,0 +1,60 @@
+"""The environment a rank starts with: an allow-list of the executor's, never its credentials.
+
+A rank runs the job's code, so it gets what a program needs to run (PATH, HOME, locale,
+PYTHONPATH, the accelerator's CUDA_*/NCCL_*/OMP_* settings), the worker contract
+(recovery/worker/env.py), where the in-band hook sends worker telemetry (the bootstrap and
+topic prefix, and the rank principal's own Kafka settings from TRAINMEDIC_RANK_KAFKA_CONFIG),
+and the variables the cluster's admission policy names in `rank_env`. Nothing else: not the
+cluster key, not the executor's Kafka credentials (TRAINMEDIC_KAFKA_CONFIG), not any variable
+whose name says it is a secret unless the policy names it exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+# Exact names a rank gets from the executor's environment.
+BASE_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+    "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
+    "TRAINMEDIC_DEMO_FAULTS",  # the shipped fault injection (recovery/worker/faults.py)
+})
+# Name prefixes a rank gets: locale, the accelerator and its collectives, thread counts.
+BASE_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "MKL_", "GLOO_", "TORCH_")
+
+# Never passed, whatever a policy lists: trainmedic's own keys and the executor's Kafka credentials.
+NEVER = frozenset({"TRAINMEDIC_CLUSTER_KEY", "TRAINMEDIC_CLUSTER_KEY_FILE", "TRAINMEDIC_KAFKA_CONFIG",
+                   "TRAINMEDIC_RANK_KAFKA_CONFIG"})
+# A name that says it holds a secret passes only when the policy names it exactly (e.g. HF_TOKEN).
+SECRET = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|SASL|JAAS|AUTH|COOKIE", re.IGNORECASE)
+
+# The rank principal's librdkafka settings (JSON, as TRAINMEDIC_KAFKA_CONFIG): the rank's own
+# credentials, which may only write worker telemetry. It reaches the rank as TRAINMEDIC_KAFKA_CONFIG.
+RANK_KAFKA_CONFIG = "TRAINMEDIC_RANK_KAFKA_CONFIG"
+
+
+def _passes(name: str, extra: Iterable[str]) -> bool:
+    if name in NEVER:
+        return False
+    listed = name in extra
+    if SECRET.search(name):
+        return listed
+    matches = listed or any(p.endswith("*") and name.startswith(p[:-1]) for p in extra)
+    return matches or name in BASE_NAMES or name.startswith(BASE_PREFIXES)
+
+
+def base_env(parent: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """What every rank of this executor inherits from `parent` (the executor's environment);
+    `extra` are the policy's `rank_env` names and prefixes."""
+    env = {name: value for name, value in parent.items() if _passes(name, extra)}
+    if parent.get(RANK_KAFKA_CONFIG):
+        env["TRAINMEDIC_KAFKA_CONFIG"] = parent[RANK_KAFKA_CONFIG]
+    return env
+
+
+def rank_env(parent: Mapping[str, str], extra: tuple[str, ...], kafka: Mapping[str, str],
+             contract: Mapping[str, str]) -> dict[str, str]:
+    """One rank's environment: `base_env`, then where its hook writes (`kafka`: bootstrap and topic
+    prefix), then the worker contract, which nothing overrides."""
+    return {**base_env(parent, extra), **kafka, **contract}

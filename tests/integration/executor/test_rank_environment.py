@@ -1,0 +1,37 @@
+"""A real rank started by a real executor sees none of the executor's credentials."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from schemas import Command, CommandAction, WorkerSpec
+
+SECRETS = {"TRAINMEDIC_CLUSTER_KEY": "sekrit-cluster-key", "TRAINMEDIC_CLUSTER_KEY_FILE": "/sekrit/key-file",
+           "TRAINMEDIC_KAFKA_CONFIG": '{"sasl.password": "sekrit-sasl"}', "DB_PASSWORD": "sekrit-db"}
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_no_secret_of_the_executors_environment_reaches_a_rank(start_executor, send, events, monkeypatch,
+                                                              tmp_path: Path, warm: bool) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")  # what a rank does need
+    start_executor("n1", warm_start=warm)
+    seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+                        command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)))
+    send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
+                 action=CommandAction.START, worker=worker))
+    events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
+    found = json.loads(seen.read_text())
+    for where in (json.dumps(found["environ"]), found["proc"]):
+        assert not [value for value in SECRETS.values() if value in where], where
+        assert not [name for name in SECRETS if f"{name}=" in where or f'"{name}"' in where]
+    assert found["environ"]["TRAINMEDIC_JOB"] == job and found["environ"]["NCCL_SOCKET_IFNAME"] == "lo"

