@@ -68,7 +68,11 @@ class WorkerSpec(Model):
 
 
 class Command(NodeEvent):
-    """A signed instruction to the executor on `node`; `generation` is the fencing token."""
+    """A signed instruction to the executor on `node`; `generation` is the fencing token.
+
+    `signature` is Ed25519 (base64) by the key named `key_id` over the command's canonical JSON
+    without these two fields (recovery/signing.py); both are absent from unsigned commands.
+    """
 
     type: Literal["command"] = "command"
     id: Id
@@ -79,6 +83,7 @@ class Command(NodeEvent):
     action: CommandAction
     worker: WorkerSpec | None = None
     signature: str | None = Field(default=None, max_length=MAX_ID)
+    key_id: str | None = Field(default=None, max_length=MAX_ID)
 
 
 class AckStatus(StrEnum):

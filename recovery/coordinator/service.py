@@ -16,13 +16,15 @@ from bus.message import Record
 from bus.producer import EventProducer
 from bus.reader import TopicReader
 from bus.settings import KafkaSettings
-from recovery.coordinator import observe
+from recovery.coordinator import metrics, observe
 from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.intake import rebuild, receive
 from recovery.coordinator.narrate import cause, narrate
+from recovery.coordinator.provenance import foreign
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, settle, tick
+from recovery.signing import TrustedKeys
 from schemas import DeadLettered
 from schemas.commands import Command
 
@@ -49,14 +51,16 @@ class CoordinatorService:
     A failed delivery raises: the service stops rather than run on a state the log does not
     hold; restarted, it rebuilds from the log and decides again what was lost. A record that
     fails to validate or to apply never stops it: it goes to the dlq (when read live) and the
-    service reads on.
+    service reads on. Command records are folded only when a key in `trusted` signed them (all of
+    them when `trusted` is None: insecure), so a re-send is only ever of the coordinator's own.
     """
 
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
-                 clock: Callable[[], float] = time.time) -> None:
+                 trusted: TrustedKeys | None = None, clock: Callable[[], float] = time.time) -> None:
         self.state = ClusterState.initial(config)
         self._topics = settings.topics
         self._sign = sign
+        self._trusted = trusted
         self._clock = clock
         topics, name = self._topics, settings.topics.owned("coordinator")
         self._producer = EventProducer(settings, client_id=name)
@@ -67,6 +71,7 @@ class CoordinatorService:
     def start(self) -> None:
         """Fold the whole log (jobs first: every other event names a job), then catch up."""
         records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
+        records = [r for r in records if self._foreign(r) is None]  # dead-lettered when first read live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         for record, reason in rebuild(self.state, records):  # dead-lettered when first read live
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, reason)
@@ -83,6 +88,9 @@ class CoordinatorService:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
         for record in valid(self._reader.poll(wait)):
+            if (why := self._foreign(record)) is not None:
+                self._producer.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
+                continue
             observe.received(record.event)
             outputs = receive(self.state, record, self._clock())
             if isinstance(outputs, str):
@@ -100,6 +108,14 @@ class CoordinatorService:
         self.start()
         while not stop.is_set():
             self.step()
+
+    def _foreign(self, record: Record) -> str | None:
+        """Why `record` is a command this coordinator did not sign (logged and counted), or None."""
+        why = foreign(record, self._topics.commands, self._trusted)
+        if why is not None:
+            metrics.UNVERIFIED_COMMANDS.inc()
+            log.warning("%s[%d]@%d not folded: %s", record.topic, record.partition, record.offset, why)
+        return why
 
     def _publish(self, trigger: str, outputs: list) -> None:
         if not outputs:

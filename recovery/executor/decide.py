@@ -7,12 +7,12 @@ fresh, is it fenced off by a newer generation, does it make sense for what runs 
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from recovery.executor.state import MAY_HAVE_PROCESSES, GroupState, LocalGroup
-from recovery.signing import verify
+from recovery.signing import TrustedKeys
 from schemas import Command, CommandAction
 
 
@@ -34,9 +34,10 @@ class Apply:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """Do not apply; ack `refused` with `reason`."""
+    """Do not apply; ack `refused` with `reason`. `unverified`: refused because not authentic."""
 
     reason: str
+    unverified: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +51,15 @@ Decision = Apply | Refuse | Skip
 
 
 def decide(
-    command: Command, *, node: str, key: bytes | None, now: float, freshness_s: float,
-    group: LocalGroup | None, applied: Container[str],
+    command: Command, *, received: bytes | Mapping | None, node: str, trusted: TrustedKeys | None,
+    now: float, freshness_s: float, group: LocalGroup | None, applied: Container[str],
 ) -> Decision:
-    """What this node's executor does with `command`. `key=None` means insecure: no signature check."""
+    """What this node's executor does with `command`, whose JSON as received is `received` (the
+    signature is checked on it, never on the model). `trusted=None` means insecure: no check."""
     if command.node != node:
         return Refuse(f"command is for node {command.node!r}, this is {node!r}")
-    if key is not None and not verify(command, key):
-        why = "unsigned" if not command.signature else "bad signature"
-        return Refuse(f"{why}: not signed with the cluster key")
+    if trusted is not None and (why := trusted.check(received)) is not None:
+        return Refuse(why, unverified=True)
     if command.id in applied:
         return Skip(f"command {command.id} was already applied")
     age_s = now - command.ts

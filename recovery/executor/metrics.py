@@ -10,3 +10,5 @@ SEND_FAILURES = Counter("trainmedic_executor_send_failures",
 POISON = Counter("trainmedic_executor_poison_commands",
                  "Commands that raised while being decided or applied: dead-lettered and read past")
 RANK_EXITS = Counter("trainmedic_rank_exits", "Rank processes that ended, clean (exit 0) or not", ["outcome"])
+UNVERIFIED = Counter("trainmedic_executor_unverified_commands",
+                     "Commands refused because their signature did not verify with a trusted key")

@@ -149,14 +149,16 @@ class Executor:
             return
         group = self.groups.get(command.job)
         decision = decide(
-            command, node=self.config.node, key=self.config.key_bytes, now=self.clock(),
-            freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
+            command, received=item.value, node=self.config.node, trusted=self.config.trusted,
+            now=self.clock(), freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
         )
         if isinstance(decision, Skip):
             log.info("command %s skipped: %s", command.id, decision.reason)
             ledger.record(**where)
             return
         if isinstance(decision, Refuse):
+            if decision.unverified:
+                metrics.UNVERIFIED.inc()
             log.warning("command %s (%s %s g%d) REFUSED: %s", command.id, command.action, command.job,
                         command.generation, decision.reason)
             ledger.record(**where)

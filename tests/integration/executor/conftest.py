@@ -19,10 +19,11 @@ from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.service import Executor
-from recovery.signing import sign
+from recovery.signing import SigningKey, TrustedKeys, generate
 from schemas import Command
 
-KEY = b"test-cluster-key"
+KEY = generate()  # the coordinator's key; executors trust its public half only
+TRUSTED = TrustedKeys.of(KEY.private.public_key())
 
 
 class RunningExecutor:
@@ -59,7 +60,8 @@ def start_executor(kafka: KafkaSettings, tmp_path: Path) -> Iterator[Callable[..
     running: list[RunningExecutor] = []
 
     def start(node: str = "n1", **config: Any) -> RunningExecutor:
-        settings = {"node": node, "state_dir": tmp_path / node, "key": KEY, "stop_grace_s": 5.0, **config}
+        settings = {"node": node, "state_dir": tmp_path / node, "trusted": TRUSTED, "stop_grace_s": 5.0,
+                    **config}
         ex = RunningExecutor(ExecutorConfig(**settings), kafka)
         running.append(ex)
         return ex
@@ -74,9 +76,9 @@ def send(kafka: KafkaSettings) -> Iterator[Callable[..., Command]]:
     """Publish a command to the commands topic, keyed by node, signed with KEY unless told otherwise."""
     producer = EventProducer(kafka)
 
-    def publish(command: Command, key: bytes | None = KEY) -> Command:
+    def publish(command: Command, key: SigningKey | None = KEY) -> Command:
         if key is not None:
-            command = sign(command, key)
+            command = key.sign(command)
         producer.send(kafka.topics.commands, command, key=command.node)
         producer.flush()
         return command
