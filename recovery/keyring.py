@@ -8,11 +8,14 @@ The coordinator signs with the key `keys.json` names and trusts every ID.pub (to
 commands it reads back). An executor needs only the ID.pub files: copy them to its folder.
 Rotation writes a new pair, makes it the signing key and deletes the old private key; the old
 public key stays trusted until its ID.pub is removed, so commands in flight still verify.
+A running executor notices ID.pub files added or removed (`KeyFolder`), so neither needs a
+restart there.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ from cryptography.hazmat.primitives.serialization import (
 from bus.errors import ConfigError
 from bus.settings import home
 from recovery.signing import KIND, SigningKey, TrustedKeys, generate, key_id_of
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "keys.json"
 LEGACY_ENV = ("TRAINMEDIC_CLUSTER_KEY_FILE", "TRAINMEDIC_CLUSTER_KEY")
@@ -123,6 +128,31 @@ def load_trusted(directory: Path) -> TrustedKeys:
                           f"keys/*.pub there, or {HOW_TO_CREATE} on the coordinator's machine (or pass "
                           "--insecure to accept unsigned commands)")
     return TrustedKeys.of(*publics)
+
+
+class KeyFolder:
+    """The trusted keys of a folder, loaded again when its set of ID.pub files changes: an executor
+    picks up a key copied in for a rotation, or stops trusting one removed, without a restart."""
+
+    def __init__(self, directory: Path, trusted: TrustedKeys) -> None:
+        self._directory = directory
+        self._trusted = trusted
+        self._names: frozenset[str] | None = None  # the ID.pub files `trusted` was loaded from
+
+    def trusted(self) -> TrustedKeys:
+        names = frozenset(path.name for path in self._directory.glob("*.pub"))
+        if self._names is None:
+            self._names = names
+        elif names != self._names:
+            try:
+                self._trusted = load_trusted(self._directory)
+            except ConfigError as err:  # a half-copied or emptied folder: keep what was trusted, try again
+                log.error("keeping the trusted command keys %s: %s", ", ".join(sorted(self._trusted.keys)),
+                          err)
+            else:
+                self._names = names
+                log.info("trusted command keys now: %s", ", ".join(sorted(self._trusted.keys)))
+        return self._trusted
 
 
 def _write_pair(directory: Path, now: float) -> str:

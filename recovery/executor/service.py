@@ -32,6 +32,7 @@ from recovery.executor.forkserver import WarmLauncher, become_subreaper
 from recovery.executor.ledger import Ledger
 from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
 from recovery.executor.supervisor import RankExit, Supervisor
+from recovery.keyring import KeyFolder
 from recovery.worker.env import WorkerEnv
 from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
 
@@ -51,6 +52,8 @@ class Executor:
         self.groups: dict[str, LocalGroup] = {}
         self.producer = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
         self._ledger: Ledger | None = None
+        self._keys = (None if config.trusted is None or config.keys_dir is None
+                      else KeyFolder(config.keys_dir, config.trusted))  # picks up rotated keys
         self.ready = threading.Event()  # set once reading from the partition
 
     def run(self, stop: threading.Event) -> None:
@@ -149,7 +152,8 @@ class Executor:
             return
         group = self.groups.get(command.job)
         decision = decide(
-            command, received=item.value, node=self.config.node, trusted=self.config.trusted,
+            command, received=item.value, node=self.config.node,
+            trusted=self._keys.trusted() if self._keys else self.config.trusted,
             now=self.clock(), freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
         )
         if isinstance(decision, Skip):

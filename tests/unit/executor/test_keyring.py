@@ -61,3 +61,33 @@ def test_an_old_hmac_cluster_key_variable_is_a_configuration_error():
     with pytest.raises(ConfigError, match="unset it"):
         keyring.refuse_legacy({"TRAINMEDIC_CLUSTER_KEY": "k"})
     keyring.refuse_legacy({})
+
+
+def test_a_key_folder_picks_up_a_rotated_key_and_forgets_a_removed_one(tmp_path):
+    old = keyring.generate_key(tmp_path, now=1.0)
+    folder = keyring.KeyFolder(tmp_path, keyring.load_trusted(tmp_path))
+    assert set(folder.trusted().keys) == {old}
+    _, new = keyring.rotate_key(tmp_path, now=2.0)
+    signed_by_new = encode(keyring.load_signing(tmp_path).sign(command()))
+    assert folder.trusted().check(signed_by_new) is None and set(folder.trusted().keys) == {old, new}
+    (tmp_path / f"{old}.pub").unlink()
+    assert set(folder.trusted().keys) == {new}
+    (tmp_path / f"{new}.pub").unlink()  # an emptied folder: keep what was trusted, log why
+    assert set(folder.trusted().keys) == {new}
+
+
+def test_a_half_copied_key_is_read_again_once_complete(tmp_path):
+    keyring.generate_key(tmp_path / "coordinator", now=1.0)
+    _, new = keyring.rotate_key(tmp_path / "coordinator", now=2.0)
+    node = tmp_path / "node"
+    node.mkdir()
+    for pub in (tmp_path / "coordinator").glob("*.pub"):
+        if pub.stem != new:
+            (node / pub.name).write_bytes(pub.read_bytes())
+    folder = keyring.KeyFolder(node, keyring.load_trusted(node))
+    folder.trusted()
+    text = (tmp_path / "coordinator" / f"{new}.pub").read_bytes()
+    (node / f"{new}.pub").write_bytes(text[:20])
+    assert new not in folder.trusted().keys
+    (node / f"{new}.pub").write_bytes(text)
+    assert new in folder.trusted().keys
