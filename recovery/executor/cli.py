@@ -76,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if config.insecure:
         log.warning("INSECURE: command signatures are NOT checked; anyone who can write to %s "
                     "can start and stop processes on this node", kafka.topics.commands)
+    else:
+        log.info("commands must be signed by one of the keys %s (from %s)",
+                 ", ".join(sorted(config.trusted.keys)), config.keys_dir)
     stop = threading.Event()
     serve_metrics(args.metrics_port)
     try:
