@@ -51,7 +51,7 @@ class DemoLayout:
 
     @property
     def keys_dir(self) -> Path:
-        """The command keys: $TRAINMEDIC_HOME/keys, the services' default, made on the first run."""
+        """The command keys: $TRAINMEDIC_HOME/keys, the services' default, made when missing."""
         return self.root / "keys"
 
 
