@@ -69,7 +69,11 @@ class WorkerSpec(Model):
 
 class Command(NodeEvent):
     """A signed instruction to the executor on `node`. Two fencing tokens: `generation` (of the
-    job) and `epoch` (of the coordinator that sent it; none from one without a lease)."""
+    job) and `epoch` (of the coordinator that sent it; none from one without a lease).
+
+    `signature` is Ed25519 (base64) by the key named `key_id` over the command's canonical JSON
+    without these two fields (recovery/signing.py); both are absent from unsigned commands.
+    """
 
     type: Literal["command"] = "command"
     id: Id
@@ -81,6 +85,7 @@ class Command(NodeEvent):
     worker: WorkerSpec | None = None
     epoch: Count | None = None
     signature: str | None = Field(default=None, max_length=MAX_ID)
+    key_id: str | None = Field(default=None, max_length=MAX_ID)
 
 
 class AckStatus(StrEnum):

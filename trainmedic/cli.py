@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "node": ("trainmedic.node_cli", "run a node's host agent, GPU producer and executor in one process"),
     "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
     "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
+    "keys": ("recovery.keys_cli", "generate, rotate or list the keys that sign commands"),
     "job": ("recovery.coordinator.job_cli", "submit a training job, or list jobs and where they run"),
     "incidents": ("ops.incident_log.cli", "list, show, follow or export incidents from the incidents log"),
     "alerts": ("ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),

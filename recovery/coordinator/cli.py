@@ -9,8 +9,11 @@ within seconds of its death (see docs/coordinator.md).
 
 Every option can also be set by its variable (TRAINMEDIC_COORDINATOR_*, e.g.
 TRAINMEDIC_COORDINATOR_ACK_TIMEOUT_S) or in the --config YAML file (keys: the option's name
-with underscores; the cluster's `nodes:` only there). The cluster key comes from
-TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY, never a flag.
+with underscores; the cluster's `nodes:` only there). Commands are signed with the Ed25519
+key that --keys-dir (default $TRAINMEDIC_HOME/keys) names as signing (`trainmedic keys
+generate`); command records read back from the commands topic that no key of that folder
+signed are dead-lettered, never folded or re-sent. --insecure sends unsigned commands
+instead and cannot be combined with --keys-dir. See docs/security.md.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ config file (YAML, every key optional; the flags' names with underscores):
   max_restarts: 4          # per restart window, then recovery_failed and an alert
   restart_window_s: 3600
   default_address: null    # address of nodes without one (default: the node id is its host name)
+  keys_dir: null           # the command keys (default $TRAINMEDIC_HOME/keys)
   insecure: false
   nodes:                   # the cluster (YAML only): a job naming any other node is rejected
     - {id: n01, switch: leaf-1, address: 10.0.0.1, gpus: 8}
@@ -60,16 +64,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_metrics_argument(parser)
 
 
-def signer():
-    """Signs each command with the cluster key (TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY)."""
-    from bus.errors import ConfigError
-    from recovery.signing import load_key, sign
+def build_config(args: argparse.Namespace) -> CoordinatorConfig:
+    """The coordinator's config, its keys folder under TRAINMEDIC_HOME unless given or insecure."""
+    from recovery import keyring
 
-    key = load_key()
-    if key is None:
-        raise ConfigError("no cluster key: set TRAINMEDIC_CLUSTER_KEY_FILE (or TRAINMEDIC_CLUSTER_KEY), "
-                          "or run with --insecure to send unsigned commands")
-    return lambda command: sign(command, key)
+    keyring.refuse_legacy()
+    def keys_dir(values: dict):
+        return None if values.get("insecure") is True else keyring.default_dir()
+
+    return OPTIONS.build(COORDINATOR, args, keys_dir=keys_dir)
+
+
+def load_keys(config: CoordinatorConfig):
+    """(signing key, trusted keys) from the config's keys folder; (None, None) when insecure."""
+    from recovery import keyring
+
+    if config.keys_dir is None:
+        return None, None
+    return keyring.load_signing(config.keys_dir), keyring.load_trusted(config.keys_dir)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,20 +91,25 @@ def run(args: argparse.Namespace) -> int:
     from recovery.coordinator.service import lead
 
     try:
-        config = OPTIONS.build(COORDINATOR, args)
+        config = build_config(args)
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
-        sign = (lambda command: command) if config.insecure else signer()
+        signing, trusted = load_keys(config)
     except ConfigError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 2
-    if config.insecure:
-        log.warning("--insecure: commands are sent UNSIGNED; anyone who can write to %s can restart "
-                    "workers, and executors that check signatures will refuse them", settings.topics.commands)
+    if signing is None:
+        log.warning("INSECURE: commands are sent UNSIGNED and command records are not checked; anyone who "
+                    "can write to %s can restart workers, and executors that check signatures will refuse "
+                    "them", settings.topics.commands)
+    else:
+        log.info("signing commands with key %s; trusting %s (from %s)", signing.key_id,
+                 ", ".join(sorted(trusted.keys)), config.keys_dir)
     stop = threading.Event()
     serve_metrics(args.metrics_port)
+    sign = (lambda command: command) if signing is None else signing.sign
     try:
         with stop_on_signals(stop):
-            lead(settings, config, sign=sign, stop=stop)
+            lead(settings, config, sign=sign, trusted=trusted, stop=stop)
     except TrainmedicError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 1

@@ -6,6 +6,8 @@ keys (bus.config); the node list is YAML only.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
@@ -54,13 +56,21 @@ class CoordinatorConfig(BaseModel):
                               "before the coordinator gives up on it (recovery_failed and an alert)")
     restart_window_s: float = Field(default=3600.0, gt=0, description="the rolling window that restarts "
                                     "count in")
+    keys_dir: Path | None = Field(default=None, description="folder of the command keys: the signing "
+                                  "key (ID.key) and every trusted public key (ID.pub); default "
+                                  "$TRAINMEDIC_HOME/keys (`trainmedic keys generate`)")
     insecure: bool = Field(default=False, description="send unsigned commands (executors that check "
-                           "signatures refuse them); without it the cluster key is required")
+                           "signatures refuse them) and fold unsigned command records; excludes "
+                           "--keys-dir")
     nodes: tuple[NodeConfig, ...] = Field(default=(), description="the cluster: each node's id, switch, "
                                           "address and GPUs (YAML only); jobs may name only these")
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorConfig:
+        if self.insecure and self.keys_dir is not None:
+            raise ValueError(f"--insecure and a keys folder ({self.keys_dir}) exclude each other: drop "
+                             "--insecure to sign commands with its key, or drop --keys-dir "
+                             "(TRAINMEDIC_COORDINATOR_KEYS_DIR) to send unsigned commands")
         if self.ack_timeout_s > self.done_timeout_s:
             raise ValueError(f"ack_timeout_s ({self.ack_timeout_s}) must not exceed done_timeout_s "
                              f"({self.done_timeout_s}): an accepted command cannot be faster than its ack")

@@ -20,14 +20,16 @@ from bus.producer import EventProducer
 from bus.reader import TopicReader
 from bus.settings import KafkaSettings
 from bus.transactional import Fenced, TransactionalProducer
-from recovery.coordinator import observe
+from recovery.coordinator import metrics, observe
 from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.intake import rebuild, receive
 from recovery.coordinator.lease import Lease
 from recovery.coordinator.narrate import cause, narrate
+from recovery.coordinator.provenance import foreign
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, settle, tick
+from recovery.signing import TrustedKeys
 from schemas import DeadLettered
 from schemas.commands import Command
 
@@ -55,15 +57,19 @@ class CoordinatorService:
     hold; restarted, it rebuilds from the log and decides again what was lost. A record that
     fails to validate or to apply never stops it: it goes to the dlq (when read live) and the
     service reads on. What one event or tick decides (a plan and its commands) is sent in one
-    transaction of `producer`, so a crash leaves all of it or none.
+    transaction of `producer`, so a crash leaves all of it or none. Command records are folded
+    only when a key in `trusted` signed them (all of them when `trusted` is None: insecure), so a
+    re-send is only ever of the coordinator's own.
     """
 
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
-                 producer: TransactionalProducer, epoch: int, clock: Callable[[], float] = time.time) -> None:
+                 producer: TransactionalProducer, epoch: int, trusted: TrustedKeys | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.state = ClusterState.initial(config)
         self.epoch = epoch
         self._topics = settings.topics
         self._sign = sign
+        self._trusted = trusted
         self._clock = clock
         topics, name = self._topics, settings.topics.owned("coordinator")
         self._producer = producer
@@ -75,6 +81,7 @@ class CoordinatorService:
     def start(self) -> None:
         """Fold the whole log (jobs first: every other event names a job), then catch up."""
         records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
+        records = [r for r in records if self._foreign(r) is None]  # dead-lettered when first read live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         for record, reason in rebuild(self.state, records):  # dead-lettered when first read live
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, reason)
@@ -91,6 +98,9 @@ class CoordinatorService:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
         for record in valid(self._reader.poll(wait)):
+            if (why := self._foreign(record)) is not None:
+                self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
+                continue
             observe.received(record.event)
             outputs = receive(self.state, record, self._clock())
             if isinstance(outputs, str):
@@ -102,6 +112,14 @@ class CoordinatorService:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))
             observe.cluster(self.state)
             self._next_tick = now + self.state.config.tick_s
+
+    def _foreign(self, record: Record) -> str | None:
+        """Why `record` is a command this coordinator did not sign (logged and counted), or None."""
+        why = foreign(record, self._topics.commands, self._trusted)
+        if why is not None:
+            metrics.UNVERIFIED_COMMANDS.inc()
+            log.warning("%s[%d]@%d not folded: %s", record.topic, record.partition, record.offset, why)
+        return why
 
     def _publish(self, trigger: str, outputs: list) -> None:
         if not outputs:
@@ -126,7 +144,8 @@ class CoordinatorService:
                 log.warning("closing the coordinator: %s", err)
 
 
-def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, stop: threading.Event) -> None:
+def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, trusted: TrustedKeys | None,
+         stop: threading.Event) -> None:
     """Coordinate while this process holds the lease; wait for it while another does; until `stop`.
 
     A holder that loses the lease (its session expired: it was paused or cut off) or is
@@ -135,19 +154,19 @@ def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, st
     lease = Lease(settings)
     try:
         while lease.acquire(stop):
-            _lead_once(settings, config, sign, stop, lease)
+            _lead_once(settings, config, sign, trusted, stop, lease)
     finally:
         lease.release()
 
 
-def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer, stop: threading.Event,
-               lease: Lease) -> None:
+def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer, trusted: TrustedKeys | None,
+               stop: threading.Event, lease: Lease) -> None:
     producer = TransactionalProducer(settings, transactional_id=settings.topics.owned("coordinator"))
     service = None
     try:
         epoch = lease.take(producer)
         log.info("leading at epoch %d", epoch)
-        service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch)
+        service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch, trusted=trusted)
         service.start()
         while not stop.is_set() and lease.held():
             service.step()

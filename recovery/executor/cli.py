@@ -16,9 +16,11 @@ get an allow-listed environment: never the cluster key or this executor's Kafka 
 
 Every option can also be set by its variable (TRAINMEDIC_EXECUTOR_*, e.g.
 TRAINMEDIC_EXECUTOR_NODE) or in the --config YAML file (keys: the option's name with
-underscores). Environment besides: TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY (the
-cluster key), TRAINMEDIC_KAFKA_BOOTSTRAP, TRAINMEDIC_TOPIC_PREFIX, TRAINMEDIC_KAFKA_CONFIG,
-TRAINMEDIC_HOME. See docs/executor.md.
+underscores). Commands must be signed by a key whose public half (ID.pub) is in --keys-dir
+(default $TRAINMEDIC_HOME/keys; copy the coordinator's *.pub there, see `trainmedic keys`);
+--insecure accepts unsigned commands instead and cannot be combined with --keys-dir.
+Environment besides: TRAINMEDIC_KAFKA_BOOTSTRAP, TRAINMEDIC_TOPIC_PREFIX,
+TRAINMEDIC_KAFKA_CONFIG, TRAINMEDIC_HOME. See docs/executor.md and docs/security.md.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from pathlib import Path
 
 from bus.config import Options, Section
 from bus.errors import TrainmedicError
@@ -33,8 +36,8 @@ from bus.metrics_flag import add_metrics_argument
 from bus.signals import stop_on_signals
 from recovery.executor.config import ExecutorConfig
 
-# The key is loaded from the environment (a secret, never a flag); the poll is an internal tick.
-EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("key", "poll_s"))
+# The trusted keys are loaded from keys_dir; the poll is an internal tick.
+EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("trusted", "poll_s"))
 OPTIONS = Options(EXECUTOR)
 
 
@@ -46,15 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(options: Options, section: Section, args: argparse.Namespace, **computed) -> ExecutorConfig:
-    """The executor's config: the cluster key loaded unless insecure, the state dir under TRAINMEDIC_HOME
-    unless given."""
+    """The executor's config: the trusted keys loaded from the keys folder unless insecure, the keys
+    folder and the state dir under TRAINMEDIC_HOME unless given."""
     from bus.settings import home
-    from recovery.signing import load_key
+    from recovery import keyring
 
+    keyring.refuse_legacy()
     return options.build(
         section, args, **computed,
         state_dir=lambda values: home() / "executor" / str(values.get("node")),
-        key=lambda values: None if values.get("insecure") is True else load_key(),
+        keys_dir=lambda values: None if values.get("insecure") is True else keyring.default_dir(),
+        trusted=lambda values: (None if values.get("insecure") is True
+                                else keyring.load_trusted(Path(values["keys_dir"]))),
     )
 
 
@@ -73,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainmedic executor: {err}", file=sys.stderr)
         return 2
     if config.insecure:
-        log.warning("INSECURE: unsigned commands will be applied; anyone who can write to %s "
+        log.warning("INSECURE: command signatures are NOT checked; anyone who can write to %s "
                     "can start and stop processes on this node", kafka.topics.commands)
+    else:
+        log.info("commands must be signed by one of the keys %s (from %s)",
+                 ", ".join(sorted(config.trusted.keys)), config.keys_dir)
     stop = threading.Event()
     serve_metrics(args.metrics_port)
     try:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretBytes, model_validator
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
+
+from recovery.signing import TrustedKeys
 
 from recovery.executor.admission import AdmissionPolicy
 
@@ -13,7 +15,8 @@ DEFAULT_STOP_GRACE_S = 10.0
 
 
 class ExecutorConfig(BaseModel):
-    """How one node's executor runs. Either a cluster key or `insecure`, never both, never neither."""
+    """How one node's executor runs. Either trusted command keys or `insecure`, never both, never
+    neither: a keys folder named together with `insecure` is a configuration error."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -25,10 +28,13 @@ class ExecutorConfig(BaseModel):
     stop_grace_s: float = Field(default=DEFAULT_STOP_GRACE_S, gt=0,
                                 description="seconds between SIGTERM and SIGKILL when stopping ranks")
     poll_s: float = Field(default=0.2, gt=0, le=5, description="longest wait for a command in one poll")
-    key: SecretBytes | None = Field(default=None, description="the cluster key; loaded from "
-                                    "TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY, never a flag")
-    insecure: bool = Field(default=False, description="accept unsigned commands (no cluster key); "
-                           "for local experiments only")
+    keys_dir: Path | None = Field(default=None, description="folder of the coordinator's public keys "
+                                  "(*.pub) that commands must be signed with (default "
+                                  "$TRAINMEDIC_HOME/keys)")
+    trusted: InstanceOf[TrustedKeys] | None = Field(default=None, description="the public keys loaded "
+                                                    "from keys_dir, by key id")
+    insecure: bool = Field(default=False, description="accept unsigned commands, with no keys; "
+                           "for local experiments only (excludes --keys-dir)")
     warm_start: bool = Field(default=True, description="fork ranks from a warm launcher that has torch "
                              "imported (--no-warm-start: every rank a new interpreter)")
     admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy, description="which commands "
@@ -36,19 +42,14 @@ class ExecutorConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_trust_mode(self) -> ExecutorConfig:
-        if self.key is None and not self.insecure:
-            raise ValueError(
-                "no cluster key: set TRAINMEDIC_CLUSTER_KEY_FILE or TRAINMEDIC_CLUSTER_KEY, "
-                "or pass --insecure to accept unsigned commands"
-            )
-        if self.key is not None and self.insecure:
-            raise ValueError("a cluster key and --insecure exclude each other")
+        if self.insecure and (self.keys_dir is not None or self.trusted is not None):
+            raise ValueError(f"--insecure and a keys folder ({self.keys_dir}) exclude each other: drop "
+                             "--insecure to verify commands with its keys, or drop --keys-dir "
+                             "(TRAINMEDIC_EXECUTOR_KEYS_DIR) to accept unsigned commands")
+        if self.trusted is None and not self.insecure:
+            raise ValueError("no trusted command keys: set --keys-dir (the coordinator's *.pub files), "
+                             "or pass --insecure to accept unsigned commands")
         return self
-
-    @property
-    def key_bytes(self) -> bytes | None:
-        """The key to verify with, or None in insecure mode."""
-        return None if self.key is None else self.key.get_secret_value()
 
     @property
     def ledger_path(self) -> Path:

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from recovery.executor.ledger import RecordedAck
 from recovery.executor.state import MAY_HAVE_PROCESSES, GroupState, LocalGroup
-from recovery.signing import verify
+from recovery.signing import TrustedKeys
 from schemas import Command, CommandAction
 
 _DIRECTORY_NAME = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
@@ -39,9 +39,10 @@ class Apply:
 
 @dataclass(frozen=True, slots=True)
 class Refuse:
-    """Do not apply; ack `refused` with `reason`."""
+    """Do not apply; ack `refused` with `reason`. `unverified`: refused because not authentic."""
 
     reason: str
+    unverified: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,18 +71,18 @@ def directory_name(job: str) -> bool:
 
 
 def decide(
-    command: Command, *, node: str, key: bytes | None, now: float, freshness_s: float,
-    group: LocalGroup | None, applied: Container[str], answers: Mapping[str, RecordedAck] | None = None,
-    epoch: int | None = None,
+    command: Command, *, received: bytes | Mapping | None, node: str, trusted: TrustedKeys | None,
+    now: float, freshness_s: float, group: LocalGroup | None, applied: Container[str],
+    answers: Mapping[str, RecordedAck] | None = None, epoch: int | None = None,
 ) -> Decision:
-    """What this node's executor does with `command`. `key=None` means insecure: no signature check.
+    """What this node's executor does with `command`, whose JSON as received is `received` (the
+    signature is checked on it, never on the model). `trusted=None` means insecure: no check.
     `answers` holds the final acks recorded for applied commands (command id -> ack); `epoch` the
     newest coordinator epoch this node applied a command of (None: none yet)."""
     if command.node != node:
         return Refuse(f"command is for node {command.node!r}, this is {node!r}")
-    if key is not None and not verify(command, key):
-        why = "unsigned" if not command.signature else "bad signature"
-        return Refuse(f"{why}: not signed with the cluster key")
+    if trusted is not None and (why := trusted.check(received)) is not None:
+        return Refuse(why, unverified=True)
     if command.id in applied:
         answer = (answers or {}).get(command.id)
         if answer is not None:

@@ -14,3 +14,5 @@ RANK_EXITS = Counter("trainmedic_rank_exits", "Rank processes that ended: clean 
 ADMISSION_REFUSALS = Counter("trainmedic_executor_admission_refusals",
                              "Commands refused before anything started: their argv or paths break the "
                              "admission policy, by the rule broken", ["rule"])
+UNVERIFIED = Counter("trainmedic_executor_unverified_commands",
+                     "Commands refused because their signature did not verify with a trusted key")

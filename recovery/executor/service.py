@@ -35,6 +35,7 @@ from recovery.executor.rank_env import base_env, rank_env
 from recovery.executor.restart import interrupted_answer, unanswered
 from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
 from recovery.executor.supervisor import RankExit, Supervisor
+from recovery.keyring import KeyFolder
 from recovery.worker.env import WorkerEnv
 from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
 
@@ -54,6 +55,8 @@ class Executor:
         self.groups: dict[str, LocalGroup] = {}
         self.producer = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
         self._ledger: Ledger | None = None
+        self._keys = (None if config.trusted is None or config.keys_dir is None
+                      else KeyFolder(config.keys_dir, config.trusted))  # picks up rotated keys
         self.ready = threading.Event()  # set once reading from the partition
 
     def run(self, stop: threading.Event) -> None:
@@ -170,8 +173,9 @@ class Executor:
             return
         group = self.groups.get(command.job)
         decision = decide(
-            command, node=self.config.node, key=self.config.key_bytes, now=self.clock(),
-            freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
+            command, received=item.value, node=self.config.node,
+            trusted=self._keys.trusted() if self._keys else self.config.trusted,
+            now=self.clock(), freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
             answers=ledger.state.answers, epoch=ledger.state.epoch,
         )
         decision = self._admitted(command, decision)
@@ -186,6 +190,8 @@ class Executor:
             self._ack(command, AckStatus(answer.status), reason=answer.reason, elapsed_s=answer.elapsed_s)
             return
         if isinstance(decision, Refuse):
+            if decision.unverified:
+                metrics.UNVERIFIED.inc()
             log.warning("command %s (%s %s g%d) REFUSED: %s", command.id, command.action, command.job,
                         command.generation, decision.reason)
             ledger.record(**where)

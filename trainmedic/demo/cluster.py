@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
 import subprocess
@@ -51,13 +50,14 @@ class DemoLayout:
         return self.root / "rank-faults.json"
 
     @property
-    def key_file(self) -> Path:
-        return self.root / "cluster.key"
+    def keys_dir(self) -> Path:
+        """The command keys: $TRAINMEDIC_HOME/keys, the services' default, made when missing."""
+        return self.root / "keys"
 
 
 @dataclass
 class LocalCluster:
-    """Service processes of one demo run, sharing the broker, a topic prefix and a cluster key."""
+    """Service processes of one demo run, sharing the broker, a topic prefix and the command keys."""
 
     layout: DemoLayout
     bootstrap: str
@@ -72,16 +72,17 @@ class LocalCluster:
             "TRAINMEDIC_KAFKA_BOOTSTRAP": self.bootstrap,
             "TRAINMEDIC_TOPIC_PREFIX": self.prefix,
             "TRAINMEDIC_HOME": str(self.layout.root),
-            "TRAINMEDIC_CLUSTER_KEY_FILE": str(self.layout.key_file),
             "TRAINMEDIC_DEMO_FAULTS": str(self.layout.rank_faults),
             "PYTHONUNBUFFERED": "1",
         }
 
     def prepare(self, detector_config: dict) -> None:
-        """Files the services read: the cluster key, configs, fault files, a sysfs per node."""
+        """Files the services read: the command keys, configs, fault files, a sysfs per node."""
+        from recovery.keyring import ensure_key
+
         self.layout.logs.mkdir(parents=True, exist_ok=True)
-        self.layout.key_file.write_text(secrets.token_hex(32))
-        self.layout.key_file.chmod(0o600)
+        if (key_id := ensure_key(self.layout.keys_dir, time.time())) is not None:
+            log.info("generated the command signing key %s in %s", key_id, self.layout.keys_dir)
         self.layout.rank_faults.write_text("[]")
         (self.layout.root / "detector.json").write_text(json.dumps(detector_config))
         coordinator = {"default_address": "127.0.0.1", "ack_timeout_s": 20, "nodes": [

@@ -20,10 +20,11 @@ from bus.settings import KafkaSettings
 from recovery.executor.admission import AdmissionPolicy
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.service import Executor
-from recovery.signing import sign
+from recovery.signing import SigningKey, TrustedKeys, generate
 from schemas import Command
 
-KEY = b"test-cluster-key"
+KEY = generate()  # the coordinator's key; executors trust its public half only
+TRUSTED = TrustedKeys.of(KEY.private.public_key())
 # What these tests' ranks run: shell sleepers, the demo's training module, the tests' own ranks.
 POLICY = AdmissionPolicy(allowed_executables=("sh", "sleep", "true"),
                          allowed_modules=("trainmedic.demo", "tests.integration.executor"))
@@ -63,7 +64,7 @@ def start_executor(kafka: KafkaSettings, tmp_path: Path) -> Iterator[Callable[..
     running: list[RunningExecutor] = []
 
     def start(node: str = "n1", **config: Any) -> RunningExecutor:
-        settings = {"node": node, "state_dir": tmp_path / node, "key": KEY, "stop_grace_s": 5.0,
+        settings = {"node": node, "state_dir": tmp_path / node, "trusted": TRUSTED, "stop_grace_s": 5.0,
                     "admission": POLICY, **config}
         ex = RunningExecutor(ExecutorConfig(**settings), kafka)
         running.append(ex)
@@ -79,9 +80,9 @@ def send(kafka: KafkaSettings) -> Iterator[Callable[..., Command]]:
     """Publish a command to the commands topic, keyed by node, signed with KEY unless told otherwise."""
     producer = EventProducer(kafka)
 
-    def publish(command: Command, key: bytes | None = KEY) -> Command:
+    def publish(command: Command, key: SigningKey | None = KEY) -> Command:
         if key is not None:
-            command = sign(command, key)
+            command = key.sign(command)
         producer.send(kafka.topics.commands, command, key=command.node)
         producer.flush()
         return command

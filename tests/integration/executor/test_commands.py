@@ -16,9 +16,18 @@ def acks_of(events, command_id):
 
 
 @pytest.mark.kafka
-def test_forged_stale_and_fenced_commands_are_refused_with_a_reason(start_executor, send, events):
+def test_forged_stale_and_fenced_commands_are_refused_with_a_reason(start_executor, send, events, caplog):
+    from prometheus_client import REGISTRY
+
+    from recovery.signing import generate
+
+    def unverified() -> float:
+        return REGISTRY.get_sample_value("trainmedic_executor_unverified_commands_total") or 0.0
+
+    unverified_before = unverified()
     start_executor()
-    send(command("forged"), key=b"not-the-cluster-key")
+    attacker = generate()  # a key pair of its own: the executor trusts only the coordinator's public key
+    send(command("forged"), key=attacker)
     send(command("unsigned"), key=None)
     send(command("stale", ts=1_000.0))
     send(command("g5", generation=5))
@@ -28,8 +37,10 @@ def test_forged_stale_and_fenced_commands_are_refused_with_a_reason(start_execut
         ack = events.wait_for(lambda e, cid=cid: e.type == "ack" and e.command_id == cid)
         refused[cid] = ack
     assert all(ack.status == AckStatus.REFUSED for ack in refused.values())
-    assert "bad signature" in refused["forged"].reason
+    assert f"unknown key id '{attacker.key_id}'" in refused["forged"].reason
     assert "unsigned" in refused["unsigned"].reason
+    assert unverified() - unverified_before == 2
+    assert any("forged" in r.message and "REFUSED: unknown key id" in r.message for r in caplog.records)
     assert "stale" in refused["stale"].reason
     assert "fenced" in refused["g4"].reason
     done = events.wait_for(lambda e: e.type == "ack" and e.command_id == "g5" and e.status == "done")

@@ -64,26 +64,43 @@ def test_the_example_spec_is_valid() -> None:
     assert spec.id == "demo-llm" and len(spec.nodes) in spec.throughput
 
 
-def test_the_coordinator_refuses_to_send_unsigned_commands_without_insecure(capsys, monkeypatch) -> None:
-    monkeypatch.delenv("TRAINMEDIC_CLUSTER_KEY", raising=False)
-    monkeypatch.delenv("TRAINMEDIC_CLUSTER_KEY_FILE", raising=False)
+def test_the_coordinator_refuses_to_send_unsigned_commands_without_insecure(capsys, monkeypatch,
+                                                                           tmp_path) -> None:
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
     assert main(["coordinator", "--bootstrap", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
-    assert "no cluster key" in err and "--insecure" in err
+    assert f"no command signing key in {tmp_path / 'keys'}" in err
+    assert "trainmedic keys generate" in err and "--insecure" in err
 
 
-def test_the_coordinator_signs_with_the_cluster_key(tmp_path, monkeypatch) -> None:
-    from recovery.coordinator.cli import signer
-    from recovery.signing import verify
-    from schemas import Command
+def test_insecure_with_a_keys_folder_is_a_configuration_error_saying_which_to_drop(capsys, tmp_path) -> None:
+    assert main(["coordinator", "--insecure", "--keys-dir", str(tmp_path), "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "--insecure and a keys folder" in err and "drop --insecure" in err and "drop --keys-dir" in err
 
-    (tmp_path / "key").write_text("s3cret\n")
-    monkeypatch.setenv("TRAINMEDIC_CLUSTER_KEY_FILE", str(tmp_path / "key"))
-    command = Command(ts=1.0, node="n1", id="c1", job="j", generation=2, action="restart")
-    signed = signer()(command)
-    assert verify(signed, b"s3cret")
-    assert not verify(signed.model_copy(update={"generation": 3}), b"s3cret")  # fencing token is signed
-    assert not verify(signed, b"other")
+
+def test_an_old_cluster_key_variable_is_a_configuration_error(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TRAINMEDIC_CLUSTER_KEY", "s3cret")
+    assert main(["coordinator", "--insecure", "--bootstrap", "127.0.0.1:1"]) == 2
+    assert "TRAINMEDIC_CLUSTER_KEY is set" in capsys.readouterr().err
+
+
+def test_the_coordinator_signs_with_the_signing_key_of_its_keys_folder(tmp_path, monkeypatch) -> None:
+    import argparse
+
+    from recovery import keyring
+    from recovery.coordinator.cli import add_arguments, build_config, load_keys
+    from schemas import Command, encode
+
+    key_id = keyring.generate_key(tmp_path / "keys", now=1.0)
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    signing, trusted = load_keys(build_config(parser.parse_args([])))
+    command = signing.sign(Command(ts=1.0, node="n1", id="c1", job="j", generation=2, action="restart"))
+    assert command.key_id == key_id and trusted.check(encode(command)) is None
+    tampered = encode(command).replace(b'"generation":2', b'"generation":3')  # the fencing token is signed
+    assert "bad signature" in trusted.check(tampered)
 
 
 def test_a_bad_coordinator_config_is_exit_2(tmp_path, capsys) -> None:

@@ -1,10 +1,11 @@
 from recovery.executor.decide import Apply, Reack, Refuse, Skip, Step, decide
 from recovery.executor.ledger import Ledger, RecordedAck
 from recovery.executor.state import GroupState, LocalGroup
-from recovery.signing import sign
-from schemas import Command, CommandAction, WorkerSpec
+from recovery.signing import TrustedKeys, generate
+from schemas import Command, CommandAction, WorkerSpec, encode
 
-KEY = b"k"
+KEY = generate()
+TRUSTED = TrustedKeys.of(KEY.private.public_key())
 NOW = 1000.0
 SPEC = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="h", master_port=29500, command=("train",))
 
@@ -12,24 +13,34 @@ SPEC = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="h", master_port=29500
 def cmd(action=CommandAction.START, *, key=KEY, **changes) -> Command:
     fields = dict(ts=NOW - 1, node="n1", id="c1", job="j", generation=1, action=action, worker=SPEC)
     command = Command(**{**fields, **changes})
-    return sign(command, key) if key else command
+    return key.sign(command) if key else command
 
 
-def run(command, group=None, applied=(), key=KEY, freshness_s=60.0):
-    return decide(command, node="n1", key=key, now=NOW, freshness_s=freshness_s, group=group, applied=applied)
+def run(command, group=None, applied=(), trusted=TRUSTED, freshness_s=60.0):
+    return decide(command, received=encode(command), node="n1", trusted=trusted, now=NOW,
+                  freshness_s=freshness_s, group=group, applied=applied)
 
 
 def test_a_fresh_signed_start_launches():
     assert run(cmd()) == Apply((Step.LAUNCH,), "launch 2 ranks")
 
 
-def test_forged_and_unsigned_commands_are_refused():
-    assert "bad signature" in run(cmd(key=b"attacker")).reason
-    assert "unsigned" in run(cmd(key=None)).reason
+def test_forged_and_unsigned_commands_are_refused_as_unverified():
+    for forged, why in ((cmd(key=generate()), "unknown key id"), (cmd(key=None), "unsigned")):
+        decision = run(forged)
+        assert isinstance(decision, Refuse) and decision.unverified and why in decision.reason
+
+
+def test_the_signature_is_checked_on_the_command_as_received_not_on_the_model():
+    signed = cmd()
+    tampered = encode(signed).replace(b'"train"', b'"evil"')
+    decision = decide(signed, received=tampered, node="n1", trusted=TRUSTED, now=NOW, freshness_s=60.0,
+                      group=None, applied=())
+    assert isinstance(decision, Refuse) and "bad signature" in decision.reason
 
 
 def test_insecure_mode_accepts_unsigned():
-    assert isinstance(run(cmd(key=None), key=None), Apply)
+    assert isinstance(run(cmd(key=None), trusted=None), Apply)
 
 
 def test_a_command_for_another_node_is_refused():

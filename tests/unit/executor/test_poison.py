@@ -22,7 +22,7 @@ from recovery.executor.decide import Refuse, decide
 from recovery.executor.forkserver import warm_target
 from recovery.executor.ledger import Ledger
 from recovery.executor.service import Executor
-from schemas import Command, CommandAction, WorkerSpec
+from schemas import Command, CommandAction, WorkerSpec, encode
 
 NODE = "n1"
 
@@ -52,9 +52,15 @@ def record(cmd: Command, offset: int) -> Record:
 
 
 def test_a_non_ascii_signature_is_refused_not_raised() -> None:
-    forged = command("c1", signature="é")
-    decision = decide(forged, node=NODE, key=b"k", now=forged.ts, freshness_s=60, group=None, applied=())
-    assert decision == Refuse("bad signature: not signed with the cluster key")
+    from recovery.signing import TrustedKeys, generate
+
+    key = generate()
+    forged = command("c1", signature="é", key_id=key.key_id)
+    trusted = TrustedKeys.of(key.private.public_key())
+    decision = decide(forged, received=encode(forged), node=NODE, trusted=trusted, now=forged.ts,
+                      freshness_s=60, group=None, applied=())
+    assert decision == Refuse(f"bad signature: not made by key {key.key_id} over this command",
+                              unverified=True)
 
 
 def test_a_niceness_int_cannot_read_starts_cold_instead_of_raising() -> None:

@@ -78,9 +78,11 @@ def test_node_spells_each_option_as_the_single_services_do() -> None:
 def test_node_builds_its_three_configs_from_the_demos_flags(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
+    from recovery import keyring
     from trainmedic import node_cli
 
-    monkeypatch.setenv("TRAINMEDIC_CLUSTER_KEY", "k")
+    key_id = keyring.generate_key(tmp_path / "keys", now=1.0)
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
     monkeypatch.setenv("TRAINMEDIC_GPU_SEED", "7")
     config = tmp_path / "node.yaml"
     config.write_text("agent: {interval_s: 0.5}\nexecutor: {stop_grace_s: 3}\n")
@@ -92,8 +94,8 @@ def test_node_builds_its_three_configs_from_the_demos_flags(
     executor = node_cli.executor_cli.build_config(node_cli.OPTIONS, node_cli.EXECUTOR, args)
     gpu = node_cli.OPTIONS.build(node_cli.GPU, args, node=lambda _: executor.node)
     agent = node_cli.OPTIONS.build(node_cli.AGENT, args, node=lambda _: executor.node)
-    assert (executor.node, executor.stop_grace_s, executor.key_bytes, str(executor.state_dir)) == (
-        "n01", 5.0, b"k", "s")
+    assert (executor.node, executor.stop_grace_s, set(executor.trusted.keys), str(executor.state_dir)) == (
+        "n01", 5.0, {key_id}, "s")
     assert (gpu.node, gpu.source, gpu.gpus_per_node, gpu.seed, str(gpu.control)) == (
         "n01", "synthetic", 2, 7, "g")
     assert (agent.node, agent.links, agent.interval_s, str(agent.control)) == ("n01", ("ib0",), 0.5, "a")

@@ -1,0 +1,93 @@
+"""The keys folder: generate, rotate, list, load; and the errors that say what to do."""
+
+import stat
+
+import pytest
+
+from bus.errors import ConfigError
+from recovery import keyring
+from schemas import Command, CommandAction, encode
+
+
+def command() -> Command:
+    return Command(ts=1.0, node="n1", id="c1", job="j", generation=0, action=CommandAction.STOP)
+
+
+def test_generate_writes_a_private_key_only_its_owner_reads_and_signs_with_it(tmp_path):
+    key_id = keyring.generate_key(tmp_path, now=10.0)
+    assert stat.S_IMODE((tmp_path / f"{key_id}.key").stat().st_mode) == 0o600
+    signer = keyring.load_signing(tmp_path)
+    assert signer.key_id == key_id
+    assert keyring.load_trusted(tmp_path).check(encode(signer.sign(command()))) is None
+    with pytest.raises(ConfigError, match="keys rotate"):
+        keyring.generate_key(tmp_path, now=11.0)
+
+
+def test_rotate_signs_with_the_new_key_and_keeps_trusting_the_old_one(tmp_path):
+    old = keyring.generate_key(tmp_path, now=10.0)
+    signed_before = encode(keyring.load_signing(tmp_path).sign(command()))
+    assert keyring.rotate_key(tmp_path, now=20.0) == (old, new := keyring.load_signing(tmp_path).key_id)
+    assert new != old and not (tmp_path / f"{old}.key").exists()
+    trusted = keyring.load_trusted(tmp_path)
+    assert trusted.check(signed_before) is None
+    assert [(k.key_id, k.kind, k.created, k.signing, k.private) for k in keyring.list_keys(tmp_path)] == [
+        (old, "ed25519", 10.0, False, False), (new, "ed25519", 20.0, True, True)]
+
+
+def test_missing_keys_say_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match="trainmedic keys generate"):
+        keyring.load_signing(tmp_path)
+    with pytest.raises(ConfigError, match=r"copy the coordinator's keys/\*.pub"):
+        keyring.load_trusted(tmp_path)
+    with pytest.raises(ConfigError, match="no signing key to rotate"):
+        keyring.rotate_key(tmp_path, now=1.0)
+
+
+def test_a_public_key_under_another_id_is_refused(tmp_path):
+    key_id = keyring.generate_key(tmp_path / "a", now=1.0)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "0123456789abcdef.pub").write_bytes((tmp_path / "a" / f"{key_id}.pub").read_bytes())
+    with pytest.raises(ConfigError, match="not the Ed25519 public key of id 0123456789abcdef"):
+        keyring.load_trusted(tmp_path / "b")
+
+
+def test_ensure_generates_only_once(tmp_path):
+    first = keyring.ensure_key(tmp_path, now=1.0)
+    assert first and keyring.ensure_key(tmp_path, now=2.0) is None
+    assert keyring.load_signing(tmp_path).key_id == first
+
+
+def test_an_old_hmac_cluster_key_variable_is_a_configuration_error():
+    with pytest.raises(ConfigError, match="unset it"):
+        keyring.refuse_legacy({"TRAINMEDIC_CLUSTER_KEY": "k"})
+    keyring.refuse_legacy({})
+
+
+def test_a_key_folder_picks_up_a_rotated_key_and_forgets_a_removed_one(tmp_path):
+    old = keyring.generate_key(tmp_path, now=1.0)
+    folder = keyring.KeyFolder(tmp_path, keyring.load_trusted(tmp_path))
+    assert set(folder.trusted().keys) == {old}
+    _, new = keyring.rotate_key(tmp_path, now=2.0)
+    signed_by_new = encode(keyring.load_signing(tmp_path).sign(command()))
+    assert folder.trusted().check(signed_by_new) is None and set(folder.trusted().keys) == {old, new}
+    (tmp_path / f"{old}.pub").unlink()
+    assert set(folder.trusted().keys) == {new}
+    (tmp_path / f"{new}.pub").unlink()  # an emptied folder: keep what was trusted, log why
+    assert set(folder.trusted().keys) == {new}
+
+
+def test_a_half_copied_key_is_read_again_once_complete(tmp_path):
+    keyring.generate_key(tmp_path / "coordinator", now=1.0)
+    _, new = keyring.rotate_key(tmp_path / "coordinator", now=2.0)
+    node = tmp_path / "node"
+    node.mkdir()
+    for pub in (tmp_path / "coordinator").glob("*.pub"):
+        if pub.stem != new:
+            (node / pub.name).write_bytes(pub.read_bytes())
+    folder = keyring.KeyFolder(node, keyring.load_trusted(node))
+    folder.trusted()
+    text = (tmp_path / "coordinator" / f"{new}.pub").read_bytes()
+    (node / f"{new}.pub").write_bytes(text[:20])
+    assert new not in folder.trusted().keys
+    (node / f"{new}.pub").write_bytes(text)
+    assert new in folder.trusted().keys
