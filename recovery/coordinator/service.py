@@ -166,7 +166,8 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
     try:
         epoch = lease.take(producer)
         log.info("leading at epoch %d", epoch)
-        service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch, trusted=trusted)
+        service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch,
+                                     trusted=trusted)
         service.start()
         while not stop.is_set() and lease.held():
             service.step()

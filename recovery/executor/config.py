@@ -6,9 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
-from recovery.signing import TrustedKeys
-
 from recovery.executor.admission import AdmissionPolicy
+from recovery.signing import TrustedKeys
 
 DEFAULT_FRESHNESS_S = 60.0
 DEFAULT_STOP_GRACE_S = 10.0

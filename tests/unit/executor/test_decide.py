@@ -114,13 +114,14 @@ def test_a_redelivered_applied_command_is_answered_with_its_recorded_ack(tmp_pat
     ledger.close()
     state = Ledger.open(tmp_path / "ledger.jsonl").state
     resent = cmd(ts=NOW - 600)  # even a stale copy: the answer does not change with time
-    decision = decide(resent, node="n1", key=KEY, now=NOW, freshness_s=60.0, group=None,
-                      applied=state.applied, answers=state.answers)
+    decision = decide(resent, received=encode(resent), node="n1", trusted=TRUSTED, now=NOW, freshness_s=60.0,
+                      group=None, applied=state.applied, answers=state.answers)
     assert isinstance(decision, Reack)
     assert decision.answer == RecordedAck("failed", "no such file: train", 0.5)
 
 
 def test_a_forged_copy_of_an_applied_command_gets_no_recorded_ack():
-    decision = decide(cmd(key=b"attacker"), node="n1", key=KEY, now=NOW, freshness_s=60.0, group=None,
-                      applied={"c1"}, answers={"c1": RecordedAck("done")})
+    forged = cmd(key=generate())
+    decision = decide(forged, received=encode(forged), node="n1", trusted=TRUSTED, now=NOW, freshness_s=60.0,
+                      group=None, applied={"c1"}, answers={"c1": RecordedAck("done")})
     assert isinstance(decision, Refuse)

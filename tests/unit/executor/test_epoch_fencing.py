@@ -14,8 +14,8 @@ def cmd(epoch, id_="c1"):
 
 
 def run(command, epoch, applied=()):
-    return decide(command, node="n1", key=None, now=NOW, freshness_s=60.0, group=None, applied=applied,
-                  epoch=epoch)
+    return decide(command, received=None, node="n1", trusted=None, now=NOW, freshness_s=60.0, group=None,
+                  applied=applied, epoch=epoch)
 
 
 def test_an_older_epoch_is_fenced_off_with_both_epochs_named():

@@ -11,7 +11,8 @@ SPEC = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=29500, 
 def start(job: str):
     command = Command(ts=999.0, node="n1", id="c1", job=job, generation=0, action=CommandAction.START,
                       worker=SPEC)
-    return decide(command, node="n1", key=None, now=1000.0, freshness_s=60.0, group=None, applied=())
+    return decide(command, received=None, node="n1", trusted=None, now=1000.0, freshness_s=60.0, group=None,
+                  applied=())
 
 
 @pytest.mark.parametrize("job", ["..", ".", "../../etc", "a/b", "/abs", "x\\y", "a b", "é"])
