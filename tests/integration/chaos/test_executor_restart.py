@@ -27,13 +27,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from bus.producer import EventProducer
 from recovery.executor import leftovers
-from recovery.signing import sign
 from schemas import Command, CommandAction, RestoreSource, WorkerSpec
 from tests.integration.executor.conftest import KEY, Events, processes_with
 from tests.integration.executor.test_training import steps_in, wait_until
+
+
+def trusted_folder(root: Path) -> Path:
+    """An executor's keys folder: the public half of the tests' coordinator key."""
+    folder = root / "keys"
+    folder.mkdir(exist_ok=True)
+    pem = KEY.private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+    (folder / f"{KEY.key_id}.pub").write_bytes(pem)
+    return folder
 
 
 class Node:
@@ -48,11 +57,11 @@ class Node:
         self.starts += 1
         log = self.logs / f"executor-{self.starts}.log"
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "OMP_NUM_THREADS": "1",
-               "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix, "TRAINMEDIC_CLUSTER_KEY": KEY.decode()}
-        env.pop("TRAINMEDIC_CLUSTER_KEY_FILE", None)
+               "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trainmedic.cli", "executor", "--node", "n1", "--state-dir",
-             str(self.state), "--stop-grace-s", "5", *self.flags],
+            [sys.executable, "-m", "trainmedic.cli", "executor", "--node", "n1",
+             "--state-dir", str(self.state), "--stop-grace-s", "5",
+             "--keys-dir", str(trusted_folder(self.logs)), *self.flags],
             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         wait_until(lambda: "reading " in log.read_text() or self.proc.poll() is not None, 60, "the executor")
@@ -95,7 +104,7 @@ def send(kafka):
     producer = EventProducer(kafka)
 
     def publish(command: Command) -> Command:
-        command = sign(command.model_copy(update={"signature": None}), KEY)
+        command = KEY.sign(command.model_copy(update={"signature": None, "key_id": None}))
         producer.send(kafka.topics.commands, command, key=command.node)
         producer.flush()
         return command
@@ -185,7 +194,7 @@ def test_a_command_whose_ack_died_with_the_executor_is_answered_after_its_restar
         kafka, node_root, events, send, moment):
     job = f"reack-{moment}-{os.getpid()}-{time.monotonic_ns()}"
     starts = node_root / "starts"
-    node = Node(kafka, node_root, "--no-warm-start")
+    node = Node(kafka, node_root, "--no-warm-start", "--allowed-executables", "sh")  # its ranks are shells
     node.start()
     script = f"echo $RANK $$ >> {starts}; sleep 120 & wait"
     worker = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
