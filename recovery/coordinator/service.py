@@ -60,7 +60,8 @@ class CoordinatorService:
         self._clock = clock
         topics, name = self._topics, settings.topics.owned("coordinator")
         self._producer = EventProducer(settings, client_id=name)
-        self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks],
+        self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks,
+                                              topics.nodes],
                                    validate=True, dlq=self._producer, name=name, timeout_s=30.0)
         self._next_tick = 0.0
 
