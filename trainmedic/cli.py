@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
     "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
     "job": ("recovery.coordinator.job_cli", "submit a training job, or list jobs and where they run"),
+    "nodes": ("trainmedic.nodes_cli", "list nodes and their state; cordon, drain or uncordon one"),
     "incidents": ("ops.incident_log.cli", "list, show, follow or export incidents from the incidents log"),
     "alerts": ("ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),
 }

@@ -41,6 +41,10 @@ config file (YAML, every key optional; the flags' names with underscores):
   restart_backoff_s: [30, 120, 600]  # before a 2nd, 3rd, ... restart (flag repeated; variable "30;120;600")
   max_restarts: 4          # per restart window, then recovery_failed and an alert
   restart_window_s: 3600
+  readmission: auto        # re-admit an isolated node on its own (auto), or only by `nodes uncordon` (off)
+  readmit_probation_s: 300 # its fault resolved and no incident for this long
+  readmit_max_failures: 3  # isolated more often than this within the window: a person decides
+  readmit_window_s: 86400
   default_address: null    # address of nodes without one (default: the node id is its host name)
   insecure: false
   nodes:                   # the cluster (YAML only); nodes only named by jobs sit on no switch

@@ -1,0 +1,78 @@
+"""`trainmedic nodes` against a real broker and a real coordinator service: cordon, drain,
+uncordon, list, and a refused unknown node."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.settings import KafkaSettings
+from recovery.coordinator import JobState
+from recovery.coordinator.service import CoordinatorService
+from tests.integration.test_coordinator import CONFIG, SPEC, ack_all, env, read, sign, step_until
+from trainmedic.cli import main
+
+pytestmark = pytest.mark.kafka
+__all__ = ["env"]  # the fixture, shared with test_coordinator
+
+
+def nodes(capsys, *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(["nodes", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cordon_drain_uncordon_and_list(env: KafkaSettings, tmp_path, capsys) -> None:
+    kafka = env
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC)
+    assert main(["job", "submit", str(spec)]) == 0
+    code, _, err = nodes(capsys, "cordon", "n9")
+    assert code == 2 and "unknown node 'n9'" in err and "known: n1 n2 n3" in err
+
+    service = CoordinatorService(kafka, CONFIG, sign=sign)
+    service.start()
+    step_until(service, lambda: len(service.state.commands) == 3)
+    ack_all(kafka, read(kafka, "commands"))
+    step_until(service, lambda: service.state.jobs["llm"].state is JobState.RUNNING)
+
+    assert nodes(capsys, "cordon", "n2", "--reason", "bios update", "--by", "ops")[:2] == (
+        0, "node n2: cordoned. job llm keeps running there; no new ranks go to it.\n")
+    code, out, _ = nodes(capsys, "drain", "n3", "--reason", "replace NIC")
+    assert code == 0 and out.startswith("node n3: draining. The coordinator re-plans job llm off it")
+    step_until(service, lambda: service.state.jobs["llm"].generation == 1)
+    moved = [c for c in read(kafka, "commands") if c.generation == 1]
+    assert sorted((c.node, c.action) for c in moved) == [
+        ("n1", "restart"), ("n2", "restart"), ("n3", "stop"), ("n4", "start")]
+    ack_all(kafka, moved)
+    step_until(service, lambda: service.state.jobs["llm"].state is JobState.RUNNING)
+    for _ in range(3):
+        service.step(0.2)
+    assert [c for c in read(kafka, "commands") if c.generation > 1] == []  # one plan for the drain
+
+    code, out, _ = nodes(capsys, "list", "--config", str(_config(tmp_path)))
+    table = [line.split(None, 1) for line in out.splitlines()]
+    assert code == 0 and [row[0] for row in table] == ["NODE", "n1", "n2", "n3", "n4", "n5", "n6"]
+    assert [line.split()[1] for line in out.splitlines()[1:]] == [
+        "ready", "cordoned", "drained", "ready", "ready", "ready"]
+    assert "bios update" in out.splitlines()[2] and out.splitlines()[2].rstrip().endswith("llm")
+    assert "ago)" in out.splitlines()[3] and "replace NIC" in out.splitlines()[3]
+
+    assert nodes(capsys, "uncordon", "n3")[:2] == (
+        0, "node n3: back in the pool. The coordinator re-plans, and grows jobs onto it when the planner "
+           "says the restart pays.\n")
+    step_until(service, lambda: service.state.nodes["n3"].mode == "ready")
+    service.close()
+
+
+def _config(tmp_path) -> object:
+    path = tmp_path / "coordinator.yaml"
+    path.write_text("nodes: [{id: n1}, {id: n2}, {id: n3}, {id: n4}, {id: n5}, {id: n6}]\n")
+    return path
+
+
+def test_help_explains_the_states() -> None:
+    from trainmedic.cli import build_parser
+
+    text = build_parser()._subparsers._group_actions[0].choices["nodes"].format_help()
+    assert "drain NODE" in text and "isolated" in text and "uncordon NODE" in text
