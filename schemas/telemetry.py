@@ -96,6 +96,8 @@ class WorkerExited(WorkerEvent):
     type: Literal["worker_exit"] = "worker_exit"
     exit_code: Int64 | None = None
     signal: Int64 | None = None
+    stopped: bool = Field(default=False, description="the executor stopped it on a command (a planned "
+                          "stop of a re-plan, not a failure); absent (false) from older executors")
 
 
 WorkerTelemetry = Annotated[
