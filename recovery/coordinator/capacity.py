@@ -5,7 +5,8 @@ The planner weighs each job's throughput at every size over the horizon against 
 a change costs (PLANNER.md), so a job grows onto a returned node only when that pays, and
 a drained node's job moves off it. One plan per job that changes; when none does, one
 `recovery_skipped` (no job, no incident) says so. Decided once the cluster is quiet: no plan
-in flight and no incident waiting.
+in flight and no incident waiting (a SEV1 group's few seconds, or a job's restart backoff:
+one re-plan at a time, so a job is never restarted twice for two reasons at once).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def capacity_plan_id(job: Job) -> str:
 
 
 def capacity_due(state: ClusterState, now: float) -> bool:
-    """A node event newer than the last capacity re-plan, not in the future, with the cluster quiet."""
+    """A node event newer than the last capacity re-plan and not in the future (an operator's clock
+    ahead of ours waits until ours gets there), with no plan in flight and no incident waiting."""
     changed, decided = state.capacity_ts, state.capacity_decided_ts
     if changed is None or changed > now or (decided is not None and decided >= changed):
         return False

@@ -18,8 +18,15 @@ from schemas.nodes import NodeReadmitted
 def readmissions(state: ClusterState, now: float) -> list[NodeReadmitted]:
     """The re-admissions due at `now`, one per node, in node order."""
     config = state.config
-    isolated = {node.id: node for node in state.nodes.values() if not node.healthy}
-    if config.readmission == "off" or not isolated:
+    if config.readmission == "off":
+        return []
+    # Only nodes whose fault is resolved and whose isolation is older than the probation are
+    # worth a look through the incidents (a tick must stay cheap on a long log).
+    isolated = {node.id: node for node in state.nodes.values() if not node.healthy
+                and now - node.isolated_ts >= config.readmit_probation_s
+                and (cause := state.incidents.get(node.isolated_by)) is not None
+                and cause.status is IncidentStatus.RESOLVED}
+    if not isolated:
         return []
     last_seen: dict[str, float] = {}
     still_open: set[str] = set()
