@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, metavar="FILE.yaml",
                         help="the coordinator's config file: its `nodes:` are known even before the log "
-                             "names them (a spare), and its re-admission settings are shown")
+                             "names them (a spare), and its re-admission settings say when an isolated "
+                             "node comes back")
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
 
 
@@ -111,6 +112,7 @@ def rows(state, now: float) -> list[tuple[str, ...]]:
     """NODE, STATE, SINCE, WHY, JOBS for each node, by name."""
     from ops.incident_log.render import iso, span
     from recovery.coordinator.lifecycle import status
+    from recovery.coordinator.readmission import outlook
 
     out = []
     for node in sorted(state.nodes.values(), key=lambda n: n.id):
@@ -118,7 +120,7 @@ def rows(state, now: float) -> list[tuple[str, ...]]:
         if shown == "isolated":
             incident = state.incidents.get(node.isolated_by)
             what = f" ({incident.category}, {incident.status})" if incident else ""
-            since, why = node.isolated_ts, f"incident {node.isolated_by}{what}"
+            since, why = node.isolated_ts, f"incident {node.isolated_by}{what}; {outlook(state, node, now)}"
         else:
             since, why = node.mode_ts, node.mode_reason
             if shown == "ready" and node.returned_ts is not None and node.returned_ts >= (node.mode_ts or 0):

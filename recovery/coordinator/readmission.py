@@ -61,3 +61,18 @@ def _earned(state: ClusterState, node: Node, last_seen: float, now: float) -> st
     return (f"incident {cause.id} ({cause.category}) resolved; clean for {now - clean_since:.0f} s "
             f"(probation {config.readmit_probation_s:g} s); isolated {failures} time(s) in the last "
             f"{config.readmit_window_s:g} s (limit {config.readmit_max_failures})")
+
+
+def outlook(state: ClusterState, node: Node, now: float) -> str:
+    """When an isolated node comes back by itself, in words (for `trainmedic nodes list`)."""
+    config = state.config
+    if config.readmission == "off":
+        return "re-admission off: uncordon it"
+    failures = sum(1 for ts, _ in node.isolations if ts > now - config.readmit_window_s)
+    if failures > config.readmit_max_failures:
+        return (f"isolated {failures} times in {config.readmit_window_s:g} s: a person decides "
+                f"(uncordon it)")
+    cause = state.incidents.get(node.isolated_by)
+    if cause is None or cause.status is not IncidentStatus.RESOLVED:
+        return f"back {config.readmit_probation_s:g} s after its incident resolves"
+    return f"back once clean for {config.readmit_probation_s:g} s"

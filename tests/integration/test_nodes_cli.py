@@ -3,11 +3,15 @@ uncordon, list, and a refused unknown node."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from recovery.coordinator import JobState
 from recovery.coordinator.service import CoordinatorService
+from schemas import Incident
 from tests.integration.test_coordinator import CONFIG, SPEC, ack_all, env, read, sign, step_until
 from trainmedic.cli import main
 
@@ -62,6 +66,22 @@ def test_cordon_drain_uncordon_and_list(env: KafkaSettings, tmp_path, capsys) ->
         0, "node n3: back in the pool. The coordinator re-plans, and grows jobs onto it when the planner "
            "says the restart pays.\n")
     step_until(service, lambda: service.state.nodes["n3"].mode == "ready")
+    step_until(service, lambda: service.state.capacity_decided_ts is not None
+               and service.state.capacity_decided_ts >= service.state.capacity_ts)
+
+    with EventProducer(kafka) as producer:  # the detector's SEV1 on n4: the coordinator isolates it
+        producer.send(kafka.topics.incidents, Incident(
+            ts=time.time(), id="inc-n4", status="open", category="gpu_lost", severity="SEV1",
+            action="reconfigure", job="llm", node="n4", ranks=(4, 5), first_ts=time.time() - 1,
+            evidence=("Xid 79",)), key="llm")
+    step_until(service, lambda: not service.state.healthy("n4"))
+    code, out, _ = nodes(capsys, "list")
+    n4 = next(line for line in out.splitlines() if line.startswith("n4"))
+    assert code == 0 and n4.split()[1] == "isolated"
+    assert "incident inc-n4 (gpu_lost, open); back 300 s after its incident resolves" in n4
+    assert nodes(capsys, "uncordon", "n4")[1].startswith(
+        "node n4: back in the pool. It ends its isolation (incident inc-n4).")
+    step_until(service, lambda: service.state.healthy("n4"))
     service.close()
 
 

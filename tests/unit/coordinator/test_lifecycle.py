@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from recovery.coordinator import CoordinatorConfig
 from recovery.coordinator.lifecycle import offered, status
+from recovery.coordinator.readmission import outlook
 from schemas import NodeCordoned, NodeDrained, NodeUncordoned
 from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
 
@@ -162,3 +163,22 @@ def test_no_readmission_while_the_fault_is_open_when_off_or_after_too_many_failu
     rec.state.nodes["n3"].isolations = ((20.0, "old"), *rec.state.nodes["n3"].isolations)
     assert rec.tick(now=10_000.0) == []
     assert of_type(rec.tick(now=20.0 + 86_400.5), "node_readmitted")  # the old failure left the window
+
+
+def test_a_node_event_from_a_clock_ahead_waits_until_ours_gets_there() -> None:
+    rec = shrunk()
+    rec.feed(uncordon("n3", ts=70.0), now=61.0)
+    assert rec.tick(now=61.5) == []
+    assert of_type(rec.tick(now=70.0), "recovery_planned")[0].nodes == ("n1", "n2", "n3")
+
+
+def test_the_outlook_of_an_isolated_node_says_when_it_comes_back() -> None:
+    rec = shrunk()
+    node = rec.state.nodes["n3"]
+    assert outlook(rec.state, node, 60.0) == "back 300 s after its incident resolves"
+    rec.feed(incident("gpu", "SEV1", node="n3", ts=100.0, status="resolved", category="gpu_lost"), now=100.0)
+    assert outlook(rec.state, node, 110.0) == "back once clean for 300 s"
+    node.isolations = ((1.0, "a"), (2.0, "b"), (3.0, "c"), *node.isolations)
+    assert outlook(rec.state, node, 110.0) == "isolated 4 times in 86400 s: a person decides (uncordon it)"
+    off = shrunk(THREE.model_copy(update={"readmission": "off"}))
+    assert outlook(off.state, off.state.nodes["n3"], 60.0) == "re-admission off: uncordon it"
