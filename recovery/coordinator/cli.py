@@ -1,9 +1,11 @@
 """Run the recovery coordinator: rebuild the cluster state from the log, then heal jobs.
 
-Reads the jobs, incidents, commands and acks topics from the beginning, then follows them.
+Reads the jobs, incidents, commands, acks and nodes topics from the beginning, then follows them.
 A new job is started on its nodes; an open incident is answered by its severity (SEV3:
 reattempt in place, SEV2: restart in place at the next generation, SEV1: isolate the node
 and re-plan the cluster); commands that go unanswered are re-sent, and failed ones escalate.
+An isolated node is re-admitted after its probation (or `trainmedic nodes uncordon`), and a
+node that comes back, or is drained, gets one re-plan per job the planner's objective moves.
 Run one coordinator per cluster (see docs/coordinator.md for fail-over).
 
 Every option can also be set by its variable (TRAINMEDIC_COORDINATOR_*, e.g.

@@ -1,7 +1,7 @@
 """The coordinator's Kafka adapter: rebuild the state from the log, catch up, then react and tick.
 
 Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
-incidents, commands and acks topics from offset 0, signing and producing what the core
+incidents, commands, acks and nodes topics from offset 0, signing and producing what the core
 emits (commands keyed by node, lifecycle events by job), and a clock.
 """
 

@@ -182,3 +182,17 @@ def test_the_outlook_of_an_isolated_node_says_when_it_comes_back() -> None:
     assert outlook(rec.state, node, 110.0) == "isolated 4 times in 86400 s: a person decides (uncordon it)"
     off = shrunk(THREE.model_copy(update={"readmission": "off"}))
     assert outlook(off.state, off.state.nodes["n3"], 60.0) == "re-admission off: uncordon it"
+
+
+def test_the_node_gauge_counts_cordoned_and_draining_nodes() -> None:
+    from prometheus_client import REGISTRY
+
+    from recovery.coordinator import observe
+
+    rec = Recorder()
+    rec.feed(cordon("n4", ts=1.0), now=1.0)
+    rec.feed(cordon("n5", ts=1.0), now=1.0)
+    rec.feed(drain("n6", ts=2.0), now=2.0)
+    observe.cluster(rec.state)
+    assert [REGISTRY.get_sample_value("trainmedic_nodes", {"state": s})
+            for s in ("healthy", "isolated", "cordoned", "draining")] == [6, 0, 2, 1]
