@@ -9,9 +9,13 @@ and of the operators' events the latest wins. Any interleaving folds to the same
 
 from __future__ import annotations
 
+import logging
+
 from recovery.coordinator.state import ClusterState, Node, NodeMode
 from schemas.incident import IncidentStatus, Severity
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
+
+log = logging.getLogger(__name__)
 
 NodeEventT = NodeCordoned | NodeDrained | NodeUncordoned | NodeReadmitted
 _MODES = {"node_cordoned": NodeMode.CORDONED, "node_drained": NodeMode.DRAINING,
@@ -21,7 +25,12 @@ _CAUTION = {NodeMode.READY: 0, NodeMode.CORDONED: 1, NodeMode.DRAINING: 2}
 
 
 def apply_node_event(state: ClusterState, event: NodeEventT) -> None:
-    """Fold one node lifecycle event (idempotent, order-free as the module says)."""
+    """Fold one node lifecycle event (idempotent, order-free as the module says). With a configured
+    cluster, an event for a node outside it is ignored: an uncordon must not invent a spare."""
+    if state.config.nodes and all(n.id != event.node for n in state.config.nodes):
+        log.warning("%s for node %s, which the cluster configuration does not list: ignored",
+                    event.type, event.node)
+        return
     node = state.node(event.node)
     if isinstance(event, NodeUncordoned | NodeReadmitted):
         _returned(node, event.ts)

@@ -196,3 +196,9 @@ def test_the_node_gauge_counts_cordoned_and_draining_nodes() -> None:
     observe.cluster(rec.state)
     assert [REGISTRY.get_sample_value("trainmedic_nodes", {"state": s})
             for s in ("healthy", "isolated", "cordoned", "draining")] == [6, 0, 2, 1]
+
+
+def test_an_uncordon_of_a_node_outside_the_configured_cluster_invents_no_spare() -> None:
+    rec = shrunk()
+    rec.feed(uncordon("n99", ts=60.0), now=60.0)
+    assert "n99" not in rec.state.nodes and rec.tick(now=61.0) == []
