@@ -96,3 +96,38 @@ def test_help_explains_the_states() -> None:
 
     text = build_parser()._subparsers._group_actions[0].choices["nodes"].format_help()
     assert "drain NODE" in text and "isolated" in text and "uncordon NODE" in text
+
+
+def test_an_isolated_node_is_readmitted_through_the_broker(env: KafkaSettings, tmp_path) -> None:
+    kafka = env
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC)
+    assert main(["job", "submit", str(spec)]) == 0
+    config = CONFIG.model_copy(update={"readmit_probation_s": 0.5, "group_window_s": 0.0})
+    service = CoordinatorService(kafka, config, sign=sign)
+    service.start()
+    step_until(service, lambda: len(service.state.commands) == 3)
+    ack_all(kafka, read(kafka, "commands"))
+    step_until(service, lambda: service.state.jobs["llm"].state is JobState.RUNNING)
+
+    fault = Incident(ts=time.time(), id="inc-n2", status="open", category="gpu_lost", severity="SEV1",
+                     action="reconfigure", job="llm", node="n2", ranks=(2, 3), first_ts=time.time() - 1,
+                     evidence=("Xid 79",))
+    with EventProducer(kafka) as producer:
+        producer.send(kafka.topics.incidents, fault, key="llm")
+    step_until(service, lambda: service.state.jobs["llm"].generation == 1)
+    assert not service.state.healthy("n2")
+    ack_all(kafka, [c for c in read(kafka, "commands") if c.generation == 1 and c.node != "n2"])
+    step_until(service, lambda: service.state.jobs["llm"].state is JobState.RUNNING)
+    with EventProducer(kafka) as producer:  # the job steps on n1 n3 n4: the detector resolves it
+        resolved = Incident.model_validate({**fault.model_dump(), "status": "resolved", "ts": time.time()})
+        producer.send(kafka.topics.incidents, resolved, key="llm")
+    step_until(service, lambda: service.state.healthy("n2"))
+    [back] = read(kafka, "nodes")
+    assert (back.type, back.node, back.incident_id, back.by) == (
+        "node_readmitted", "n2", "inc-n2", "coordinator")
+    assert back.reason.startswith("incident inc-n2 (gpu_lost) resolved; clean for ")
+    step_until(service, lambda: service.state.capacity_decided_ts is not None)
+    skipped = [e for e in read(kafka, "incidents") if e.type == "recovery_skipped" and e.job is None]
+    assert len(skipped) == 1 and "(free: n2 n5)" in skipped[0].reason  # llm runs at its largest size
+    service.close()
