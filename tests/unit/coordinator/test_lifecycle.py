@@ -6,7 +6,7 @@ from recovery.coordinator import CoordinatorConfig
 from recovery.coordinator.lifecycle import offered, status
 from recovery.coordinator.readmission import outlook
 from schemas import NodeCordoned, NodeDrained, NodeUncordoned
-from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
+from tests.unit.coordinator.world import CONFIG, LIMITED, Recorder, incident, of_type, submitted
 
 # Three nodes and a job on all of them that can run on 2 or 3: losing one shrinks it, and a
 # node coming back is the only way to grow.
@@ -202,3 +202,17 @@ def test_an_uncordon_of_a_node_outside_the_configured_cluster_invents_no_spare()
     rec = shrunk()
     rec.feed(uncordon("n99", ts=60.0), now=60.0)
     assert "n99" not in rec.state.nodes and rec.tick(now=61.0) == []
+
+
+def test_returning_a_node_does_not_refund_the_isolation_cap() -> None:
+    rec = Recorder(LIMITED)  # at most one isolation per 10 minutes
+    rec.started(now=1.0)
+    rec.feed(incident("a", "SEV1", node="n2", ts=50.0, category="gpu_lost"), now=50.0)
+    rec.ack(rec.tick(now=53.0), "done", now=53.5)  # grouped for 2 s, then isolated
+    assert not rec.state.healthy("n2")
+    rec.feed(uncordon("n2", ts=60.0), now=60.0)
+    rec.ack(rec.tick(now=61.0), "done", now=61.5)
+    rec.feed(incident("b", "SEV1", node="n3", ts=70.0, category="gpu_lost"), now=70.0)
+    out = rec.tick(now=73.0)
+    assert rec.state.healthy("n3") and of_type(out, "recovery_planned") == []
+    assert "isolation cap reached" in of_type(out, "recovery_skipped")[-1].reason
