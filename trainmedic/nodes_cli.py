@@ -123,8 +123,8 @@ def rows(state, now: float) -> list[tuple[str, ...]]:
             since, why = node.isolated_ts, f"incident {node.isolated_by}{what}; {outlook(state, node, now)}"
         else:
             since, why = node.mode_ts, node.mode_reason
-            if shown == "ready" and node.returned_ts is not None and node.returned_ts >= (node.mode_ts or 0):
-                since = node.returned_ts
+            if shown == "ready" and node.returned_ts is not None and node.returned_ts > (node.mode_ts or 0):
+                since, why = node.returned_ts, "re-admitted by the coordinator after its probation"
         when = "-" if since is None else f"{iso(since)[:19]} ({span(max(0.0, now - since))} ago)"
         job = state.job_on(node.id)
         out.append((node.id, shown, when, why or "-", job.spec.id if job else "-"))

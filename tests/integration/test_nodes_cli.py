@@ -131,3 +131,4 @@ def test_an_isolated_node_is_readmitted_through_the_broker(env: KafkaSettings, t
     skipped = [e for e in read(kafka, "incidents") if e.type == "recovery_skipped" and e.job is None]
     assert len(skipped) == 1 and "(free: n2 n5)" in skipped[0].reason  # llm runs at its largest size
     service.close()
+
