@@ -17,6 +17,7 @@ from schemas.commands import (
 from schemas.dlq import DeadLettered
 from schemas.incident import Action, Incident, IncidentStatus, Severity
 from schemas.jobs import JobSpec, JobSubmitted
+from schemas.nodes import NodeCordoned, NodeDrained, NodeLifecycle, NodeReadmitted, NodeUncordoned
 from schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
 from schemas.recovery import (
     IncidentLog,
@@ -43,7 +44,8 @@ __all__ = [
     "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "AlertDelivered", "ClusterNode",
     "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "GpuSample",
     "Incident", "IncidentLog", "IncidentStatus", "InvalidEvent", "JobSpec", "JobSubmitted", "LinkState",
-    "Model", "NodeEvent", "NodeHeartbeat", "PlanRequest", "PlannedJob", "RecoveryCompleted",
+    "Model", "NodeCordoned", "NodeDrained", "NodeEvent", "NodeHeartbeat", "NodeLifecycle", "NodeReadmitted",
+    "NodeUncordoned", "PlanRequest", "PlannedJob", "RecoveryCompleted",
     "RecoveryFailed", "RecoveryKind", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
     "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics", "WorkerEvent",
     "WorkerExited", "WorkerFailed", "WorkerSpec", "WorkerStarted", "WorkerStepped",

@@ -99,6 +99,8 @@ class WorkerExited(WorkerEvent):
     exit_code: Int64 | None = None
     signal: Int64 | None = None
     reason: Text | None = None
+    stopped: bool = Field(default=False, description="the executor stopped it on a command (a planned "
+                          "stop of a re-plan, not a failure); absent (false) from older executors")
 
     @property
     def status_unknown(self) -> bool:

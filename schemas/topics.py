@@ -11,6 +11,7 @@ from schemas.alerts import AlertDelivered
 from schemas.commands import Command, CommandAcked
 from schemas.dlq import DeadLettered
 from schemas.jobs import JobSubmitted
+from schemas.nodes import NodeLifecycle
 from schemas.recovery import IncidentLog
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerTelemetry
 
@@ -44,6 +45,9 @@ SPECS: tuple[TopicSpec, ...] = (
     TopicSpec("telemetry.worker", "job", 12, 7 * DAY_MS, WorkerTelemetry),
     TopicSpec("incidents", "job (or node)", 6, FOREVER, IncidentLog),
     TopicSpec("jobs", "job", 1, FOREVER, JobSubmitted),
+    # Node lifecycle: operators' cordon/drain/uncordon and the coordinator's re-admissions. One
+    # partition, so a node's events are read in the order they were written.
+    TopicSpec("nodes", "node", 1, FOREVER, NodeLifecycle),
     TopicSpec("commands", "node", 12, FOREVER, Command),
     TopicSpec("acks", "node", 6, FOREVER, CommandAcked),
     TopicSpec("alerts", "incident id", 3, 30 * DAY_MS, AlertDelivered),
@@ -91,6 +95,7 @@ class Topics:
     worker = property(lambda self: self.name("telemetry.worker"))
     incidents = property(lambda self: self.name("incidents"))
     jobs = property(lambda self: self.name("jobs"))
+    nodes = property(lambda self: self.name("nodes"))
     commands = property(lambda self: self.name("commands"))
     acks = property(lambda self: self.name("acks"))
     alerts = property(lambda self: self.name("alerts"))

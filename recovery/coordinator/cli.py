@@ -1,9 +1,11 @@
 """Run the recovery coordinator: rebuild the cluster state from the log, then heal jobs.
 
-Reads the jobs, incidents, commands and acks topics from the beginning, then follows them.
+Reads the jobs, incidents, commands, acks and nodes topics from the beginning, then follows them.
 A new job is started on its nodes; an open incident is answered by its severity (SEV3:
 reattempt in place, SEV2: restart in place at the next generation, SEV1: isolate the node
 and re-plan the cluster); commands that go unanswered are re-sent, and failed ones escalate.
+An isolated node is re-admitted after its probation (or `trainmedic nodes uncordon`), and a
+node that comes back, or is drained, gets one re-plan per job the planner's objective moves.
 Run two or more for fail-over: one holds the lease and acts, the others wait to take over
 within seconds of its death (see docs/coordinator.md).
 
@@ -45,6 +47,10 @@ config file (YAML, every key optional; the flags' names with underscores):
   restart_backoff_s: [30, 120, 600]  # before a 2nd, 3rd, ... restart (flag repeated; variable "30;120;600")
   max_restarts: 4          # per restart window, then recovery_failed and an alert
   restart_window_s: 3600
+  readmission: auto        # re-admit an isolated node on its own (auto), or only by `nodes uncordon` (off)
+  readmit_probation_s: 300 # its fault resolved and no incident for this long
+  readmit_max_failures: 3  # isolated more often than this within the window: a person decides
+  readmit_window_s: 86400
   default_address: null    # address of nodes without one (default: the node id is its host name)
   keys_dir: null           # the command keys (default $TRAINMEDIC_HOME/keys)
   insecure: false

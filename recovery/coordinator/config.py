@@ -7,6 +7,7 @@ keys (bus.config); the node list is YAML only.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -59,6 +60,16 @@ class CoordinatorConfig(BaseModel):
     keys_dir: Path | None = Field(default=None, description="folder of the command keys: the signing "
                                   "key (ID.key) and every trusted public key (ID.pub); default "
                                   "$TRAINMEDIC_HOME/keys (`trainmedic keys generate`)")
+    readmission: Literal["auto", "off"] = Field(default="auto", description="re-admit an isolated node "
+                                                "on its own (auto) or only by `trainmedic nodes uncordon` "
+                                                "(off)")
+    readmit_probation_s: float = Field(default=300.0, ge=0, description="how long an isolated node's "
+                                       "record must be clean (its fault resolved, no incident since) "
+                                       "before it is re-admitted")
+    readmit_max_failures: int = Field(default=3, ge=1, description="a node isolated more often than "
+                                      "this within the re-admission window waits for a person")
+    readmit_window_s: float = Field(default=24 * 3600.0, gt=0, description="the rolling window "
+                                    "readmit_max_failures counts in")
     insecure: bool = Field(default=False, description="send unsigned commands (executors that check "
                            "signatures refuse them) and fold unsigned command records; excludes "
                            "--keys-dir")

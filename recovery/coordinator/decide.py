@@ -17,6 +17,7 @@ from recovery.coordinator.commands import (
     start_plan_id,
 )
 from recovery.coordinator.isolation import decide_isolations, node_group, skip
+from recovery.coordinator.lifecycle import new_work_refused
 from recovery.coordinator.limits import exhausted, restart_due
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
 from schemas.commands import CommandAcked, CommandAction
@@ -57,7 +58,7 @@ def start_job(state: ClusterState, job_id: str, now: float) -> list:
     job = state.jobs.get(job_id)
     if job is None or job.state is not JobState.SUBMITTED or job.plan is not None or job.not_started:
         return []
-    problems = [f"node {n} is isolated" for n in job.spec.nodes if not state.healthy(n)]
+    problems = [why for n in job.spec.nodes if (why := new_work_refused(state, n)) is not None]
     problems += [f"node {n} runs job {other.spec.id}" for n in job.spec.nodes
                  if (other := state.job_on(n)) is not None]
     if not job.spec.nodes:

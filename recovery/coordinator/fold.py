@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from recovery.coordinator import lifecycle
 from recovery.coordinator.commands import plan_steps
 from recovery.coordinator.job_bounds import job_problems
 from recovery.coordinator.state import (
@@ -26,6 +27,7 @@ from recovery.coordinator.state import (
 from schemas.commands import Command, CommandAcked
 from schemas.incident import Action, Incident, IncidentStatus, Severity
 from schemas.jobs import JobSubmitted
+from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
 from schemas.recovery import (
     RecoveryCompleted,
     RecoveryFailed,
@@ -60,6 +62,8 @@ def apply(state: ClusterState, event: object) -> ClusterState:
             _command(state, event)
         case CommandAcked():
             _acked(state, event)
+        case NodeCordoned() | NodeDrained() | NodeUncordoned() | NodeReadmitted():
+            lifecycle.apply_node_event(state, event)
     return state
 
 
@@ -116,9 +120,7 @@ def _decided(state: ClusterState, incident_id: str | None, answer: str,
         if not state.in_cluster(node_id):
             log.warning("a decision isolates node %s, which is not in the cluster: ignored", node_id)
             continue
-        node = state.node(node_id)
-        if node.isolated_by is None:
-            node.isolated_by, node.isolated_ts = blamed, ts
+        lifecycle.isolated(state.node(node_id), blamed, ts)
 
 
 def _isolate_legacy(state: ClusterState, incident_id: str) -> None:
@@ -157,6 +159,8 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
     if job is None:
         log.warning("plan %s names job %s, which was never submitted: ignored", plan.plan_id, plan.job)
         return
+    if plan.kind is RecoveryKind.RECONFIGURE and plan.incident_id is None:
+        lifecycle.capacity_decided(state, plan.ts)  # a re-plan for nodes that left or came back
     if plan.kind is RecoveryKind.RESTART and plan.incident_id is not None:
         job.restarts = tuple(sorted((*job.restarts, (plan.ts, plan.incident_id))))
     if not applies:
@@ -182,6 +186,8 @@ def _outcome(state: ClusterState, event: RecoveryCompleted | RecoveryFailed) -> 
 def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
     if event.incident_id is not None:
         _decided(state, event.incident_id, "skipped", event.isolated, event.ts, legacy=event.isolated is None)
+    elif event.job is None:
+        lifecycle.capacity_decided(state, event.ts)  # no job needed to change for the nodes' change
     elif event.job in state.jobs:
         state.jobs[event.job].not_started = event.reason
 

@@ -21,10 +21,10 @@ def isolation_cap(state: ClusterState) -> int:
 
 
 def isolations_left(state: ClusterState, now: float) -> int:
-    """Isolations still allowed in the window that ends at `now`."""
+    """Isolations still allowed in the window that ends at `now`. Every isolation decided counts,
+    also one that an uncordon or re-admission has ended since: returning a node restores no budget."""
     since = now - state.config.isolation_window_s
-    recent = sum(1 for node in state.nodes.values()
-                 if node.isolated_ts is not None and node.isolated_ts > since)
+    recent = sum(1 for node in state.nodes.values() for ts, _ in node.isolations if ts > since)
     return max(0, isolation_cap(state) - recent)
 
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 from schemas.commands import Command, CommandAcked
 from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
+from schemas.nodes import NodeReadmitted
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
 
 
@@ -57,6 +58,8 @@ def narrate(trigger: str, outputs: list) -> list[str]:
             case RecoveryFailed():
                 then = f" → escalated to incident {event.escalation}" if event.escalation else ""
                 lines.append(f"{trigger} → plan {event.plan_id} for {event.job} failed: {event.reason}{then}")
+            case NodeReadmitted():
+                lines.append(f"{trigger} → re-admitted node {event.node}: {event.reason}")
             case Incident():
                 lines.append(f"{trigger} → raised {cause(event)}: {'; '.join(event.evidence)}")
     for key, sent in commands.items():

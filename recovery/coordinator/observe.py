@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from recovery.coordinator import metrics
-from recovery.coordinator.state import ClusterState, JobState
+from recovery.coordinator.state import ClusterState, JobState, NodeMode
 from schemas.commands import Command, CommandAcked
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
 
@@ -39,10 +39,13 @@ def published(state: ClusterState, outputs: list) -> None:
 
 
 def cluster(state: ClusterState) -> None:
-    """Nodes healthy and isolated, jobs by state."""
+    """Nodes healthy and isolated (and of the healthy, cordoned and draining), jobs by state."""
     isolated = sum(not node.healthy for node in state.nodes.values())
     metrics.NODES.labels("healthy").set(len(state.nodes) - isolated)
     metrics.NODES.labels("isolated").set(isolated)
+    modes = Counter(node.mode for node in state.nodes.values() if node.healthy)
+    for mode in (NodeMode.CORDONED, NodeMode.DRAINING):
+        metrics.NODES.labels(str(mode)).set(modes[mode])
     jobs = Counter(job.state for job in state.jobs.values())
     for job_state in JobState:
         metrics.JOBS.labels(str(job_state)).set(jobs[job_state])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from recovery.coordinator.lifecycle import offered
 from recovery.coordinator.state import ClusterState
 from schemas.plan import ClusterNode, PlannedJob, PlanRequest
 
@@ -20,10 +21,12 @@ def estimate_mtbf(state: ClusterState, now: float) -> float:
 
 
 def plan_request(state: ClusterState, now: float, isolating: frozenset[str] = frozenset()) -> PlanRequest:
-    """Every known node with its health (`isolating`: nodes this decision takes out), every job in
-    submission order, horizon = MTBF."""
+    """Every known node with its health (`isolating`: nodes this decision takes out; cordoned, drained
+    and held nodes count as unhealthy except to the job on them, `lifecycle.offered`), every job
+    in submission order, horizon = MTBF."""
+    pool = offered(state)
     nodes = tuple(
-        ClusterNode(id=node.id, healthy=node.healthy and node.id not in isolating, switch=node.switch,
+        ClusterNode(id=node.id, healthy=node.id in pool and node.id not in isolating, switch=node.switch,
                     gpus=node.gpus)
         for node in sorted(state.nodes.values(), key=lambda n: n.id)
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from schemas.commands import Command, CommandAcked
 from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
+from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
 from schemas.recovery import RecoverySkipped
 
 
@@ -21,6 +22,8 @@ def route(event: object) -> tuple[str, str]:
             return "commands", event.node
         case CommandAcked():
             return "acks", event.node
+        case NodeCordoned() | NodeDrained() | NodeUncordoned() | NodeReadmitted():
+            return "nodes", event.node
         case Incident() | RecoverySkipped():
             return "incidents", event.job or event.node or getattr(event, "incident_id", None) or ""
     return "incidents", event.job

@@ -1,7 +1,7 @@
 """The coordinator's Kafka adapter: rebuild the state from the log, catch up, then react and tick.
 
 Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
-incidents, commands and acks topics from offset 0, signing and producing what the core
+incidents, commands, acks and nodes topics from offset 0, signing and producing what the core
 emits (commands keyed by node, lifecycle events by job), and a clock. `lead` runs it only
 while this process holds the lease (recovery.coordinator.lease): one active coordinator,
 its epoch in every command, and each decision's outputs written in one transaction.
@@ -74,7 +74,8 @@ class CoordinatorService:
         topics, name = self._topics, settings.topics.owned("coordinator")
         self._producer = producer
         self._dlq = EventProducer(settings, client_id=f"{name}-dlq")
-        self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks],
+        self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks,
+                                              topics.nodes],
                                    validate=True, dlq=self._dlq, name=name, timeout_s=30.0)
         self._next_tick = 0.0
 

@@ -103,9 +103,20 @@ def move(table: dict[S, frozenset[S]], current: S, target: S, what: str) -> S:
     return target
 
 
+class NodeMode(StrEnum):
+    """What the operators asked of a node (`lifecycle.py`): READY (in the pool), CORDONED (no new
+    work), DRAINING (no work at all: its jobs are re-planned off it). Any mode may follow any
+    other; the latest event, by its time, wins."""
+
+    READY = "ready"
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+
+
 @dataclass
 class Node:
-    """One machine; isolated (unhealthy) once a decision on the log takes it out of service."""
+    """One machine; isolated (unhealthy) once a decision on the log takes it out of service,
+    back once an uncordon or re-admission later than that decision says so."""
 
     id: str
     address: str
@@ -113,6 +124,11 @@ class Node:
     gpus: int = 8
     isolated_by: str | None = None  # the incident that blamed it
     isolated_ts: float | None = None  # when it was decided: isolations count against the cap
+    isolations: tuple[tuple[float, str], ...] = ()  # every isolation decided: (when, incident)
+    mode: NodeMode = NodeMode.READY
+    mode_ts: float | None = None  # the lifecycle event that set `mode`, and why
+    mode_reason: str = ""
+    returned_ts: float | None = None  # the latest uncordon or re-admission: isolations before it end
 
     @property
     def healthy(self) -> bool:
@@ -169,6 +185,8 @@ class ClusterState:
     legacy: set[str] = field(default_factory=set)  # incidents answered by events older than `isolated`
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
     members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
+    capacity_ts: float | None = None  # the latest node event that may change the plan (drain, return)
+    capacity_decided_ts: float | None = None  # the latest re-plan for it (`capacity.py`)
 
     @classmethod
     def initial(cls, config: CoordinatorConfig) -> ClusterState:

@@ -7,9 +7,11 @@ go (one decision must see the previous one), and return it all for publishing in
 from __future__ import annotations
 
 from recovery.coordinator.blame import blames_node
+from recovery.coordinator.capacity import replan_capacity
 from recovery.coordinator.commands import commands_for
 from recovery.coordinator.decide import completion, decide, fail_plan, on_incident, start_job
 from recovery.coordinator.fold import apply
+from recovery.coordinator.readmission import readmissions
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
 from schemas.incident import Severity
 
@@ -17,12 +19,13 @@ from schemas.incident import Severity
 def tick(state: ClusterState, now: float) -> list:
     """For every plan in flight: issue missing commands, re-send unanswered ones, fail it when a
     command failed or ran out of time, and complete it when all are done. Then decide the
-    incidents whose wait is over (a group of SEV1s, a job's backoff)."""
+    incidents whose wait is over (a group of SEV1s, a job's backoff), re-admit the isolated
+    nodes that earned it, and re-plan for nodes that left or came back once all is quiet."""
     out: list = []
     for job in state.jobs.values():
         if job.state.in_flight:
             out += _check(state, job, now)
-    return out + due(state, now)
+    return out + due(state, now) + readmissions(state, now) + replan_capacity(state, now)
 
 
 def due(state: ClusterState, now: float) -> list:

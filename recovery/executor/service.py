@@ -240,7 +240,7 @@ class Executor:
         if step == Step.STOP:
             group = group.to(GroupState.STOPPING)
             for ended in self.supervisor.stop(command.job, self.config.stop_grace_s):
-                self._publish_exit(ended)
+                self._publish_exit(ended, stopped=True)
             return group.to(GroupState.STOPPED)
         if step == Step.LAUNCH:
             spec = command.worker
@@ -281,11 +281,13 @@ class Executor:
         if group is not None and group.generation == ended.generation:
             self.groups[ended.job] = after_exit(group, ended.clean, self.supervisor.alive(ended.job))
 
-    def _publish_exit(self, ended: RankExit) -> None:
+    def _publish_exit(self, ended: RankExit, stopped: bool = False) -> None:
+        """`stopped`: the exit is this executor's own stop on a command, which the detector must not
+        read as a fault."""
         event = WorkerExited(
             ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
-            exit_code=ended.exit_code, signal=ended.signal, reason=ended.reason,
+            exit_code=ended.exit_code, signal=ended.signal, reason=ended.reason, stopped=stopped,
         )
         self._send(self.kafka.topics.worker, event, key=ended.job)
         metrics.RANK_EXITS.labels("clean" if ended.clean else "unknown" if ended.reason else "failed").inc()

@@ -69,6 +69,9 @@ class JobRules:
         if found is None:
             return
         job, rank = found
+        if ev.stopped:  # the executor stopped it for a plan (a move, a grow): no fault, no silence to watch
+            self._stopped(ev.job, job, ev.rank, ev.ts)
+            return
         if ev.status_unknown:  # an adopted rank: not a fault, not the job's end; a peer's hang tells
             self._leave(ev.job, job, ev.rank, ev.ts)
             return
@@ -230,6 +233,15 @@ class JobRules:
         self._clear_straggler(rank, ts, "rank exited")
         if not job.ranks:
             self._end(name, job, ts)
+
+    def _stopped(self, name: str, job: JobWatch, rank_no: int, ts: float) -> None:
+        """A planned stop: the rank leaves; once none is left the job is quiet by intent until its
+        next generation (its open incidents resolve as before, when that generation steps)."""
+        rank = job.ranks.pop(rank_no)
+        self._unlist(name, rank.node, rank_no)
+        self._clear_straggler(rank, ts, "rank stopped by its executor")
+        if not job.ranks:
+            job.finishing = True
 
     def _end(self, name: str, job: JobWatch, ts: float) -> None:
         """Every rank exited: decide what is pending, clear what the job's steps would."""

@@ -146,7 +146,7 @@ def test_topic_names_carry_the_prefix() -> None:
 
 def test_logs_that_are_replayed_keep_data_forever() -> None:
     forever = {spec.suffix for spec in s.SPECS if spec.retention_ms < 0}
-    assert forever == {"incidents", "commands", "acks", "jobs"}
+    assert forever == {"incidents", "commands", "acks", "jobs", "nodes"}
 
 
 def test_json_schema_export_describes_each_topic(tmp_path) -> None:

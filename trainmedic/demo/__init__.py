@@ -10,6 +10,7 @@ ranks, and then injects, one after the other:
   Xid 79 on one node's GPU   -> gpu_lost, SEV1: node isolated, job re-planned without it
   a rank that stops stepping -> hang, SEV2: restart
   a link that flaps          -> link_flap, SEV3: reattempt in place
+  then the Xid 79 node is uncordoned once its incident resolved: the job grows back onto it
 
 With --alertmanager URL it also runs the alert bridge and reports, per fault, how soon the
 incident's alert appeared in Alertmanager and whether it cleared when the incident resolved.
@@ -36,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run the alert bridge to this Alertmanager and report when each "
                         "incident's alert appeared and cleared")
     parser.add_argument("--only", action="append", default=[], metavar="FAULT",
-                        help="run only these faults (kill, xid79, hang, flap); repeatable")
+                        help="run only these faults (kill, xid79, hang, flap, and grow, which "
+                        "follows xid79); repeatable")
 
 
 def run(args: argparse.Namespace) -> int:

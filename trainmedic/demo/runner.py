@@ -29,6 +29,7 @@ from trainmedic.demo.faults import (
     link_flap,
     run_fault,
 )
+from trainmedic.demo.grow import run_grow
 from trainmedic.demo.watch import Watcher
 
 JOB = "demo"
@@ -75,6 +76,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 results.append(result)
                 say(f"FAULT {fault.name}: {'healed' if result.healed else 'NOT healed'} "
                     f"(resumed after {result.time_to_resume_s}s, {result.steps_lost} steps lost)")
+            xid = next((r for r in results if r.name == "xid79"), None)
+            if xid is not None and (not args.only or "grow" in args.only):
+                results.append(grow_back(cluster, watcher, xid, args))
             stop_progress.set()
             if alerts is not None:
                 results = with_alerts(results, watcher, alerts)
@@ -86,6 +90,21 @@ def run_demo(args: argparse.Namespace) -> int:
         return 1
     finally:
         stop_progress.set()
+
+
+def grow_back(cluster: LocalCluster, watcher: Watcher, xid: FaultResult,
+              args: argparse.Namespace) -> FaultResult:
+    """Uncordon the node the Xid 79 took out, once its incident resolved; the job grows back."""
+    node = cluster.nodes[1]
+    settle(watcher)
+    say(f"GROW: uncordoning {node} once incident {xid.incident_id} is resolved "
+        f"(as `trainmedic nodes uncordon {node}`)")
+    result = run_grow(cluster, watcher, node, xid.incident_id, len(cluster.nodes) * args.ranks_per_node,
+                      args.fault_timeout_s)
+    say(f"GROW: {'healed' if result.healed else 'NOT healed'}: world size {result.world_size_before} -> "
+        f"{result.world_size_after} (first step after {result.time_to_resume_s}s, "
+        f"{result.steps_lost} steps lost)")
+    return result
 
 
 @contextmanager
@@ -163,6 +182,9 @@ def with_alerts(results: list[FaultResult], watcher: Watcher, alerts: AlertWatch
         seen = dict(watcher.timeline.incidents)
     out = []
     for result in results:
+        if result.incident_id is None:  # a node came back: no incident, no alert
+            out.append(result)
+            continue
         incident = seen.get(result.incident_id or "")
         first = alerts.first_seen.get(result.incident_id or "")
         alerted = None if incident is None or first is None else round(first - incident.opened_wall, 2)

@@ -65,7 +65,8 @@ def test_kill_restart_from_replica_reattempt_and_stop(start_executor, send, even
     # kill -9 rank 1: its exit is reported with signal 9; rank 0 then fails on the broken group
     os.kill(ex.supervisor.pids(job)[1], signal.SIGKILL)
     killed = events.wait_for(lambda e: e.type == "worker_exit" and e.job == job and e.rank == 1)
-    assert (killed.signal, killed.exit_code, killed.generation, killed.node) == (9, None, 0, "n1")
+    assert (killed.signal, killed.exit_code, killed.generation, killed.node, killed.stopped) == (
+        9, None, 0, "n1", False)
     events.wait_for(lambda e: e.type == "worker_exit" and e.job == job and e.rank == 0)
     reached = max(step for rank in (0, 1) for step, _ in steps_in(logs / f"g0-rank{rank}.log")) + 1
 
@@ -99,5 +100,5 @@ def test_kill_restart_from_replica_reattempt_and_stop(start_executor, send, even
     ack("stop-1", AckStatus.DONE)
     stopped = [events.wait_for(lambda e, r=r: e.type == "worker_exit" and e.generation == 1 and e.rank == r)
                for r in (0, 1)]
-    assert {e.signal for e in stopped} == {signal.SIGTERM}
+    assert {(e.signal, e.stopped) for e in stopped} == {(signal.SIGTERM, True)}  # planned: not a fault
     assert processes_of(job) == []

@@ -8,7 +8,7 @@ import pytest
 
 from recovery.coordinator import ClusterState, IllegalTransition, apply
 from recovery.coordinator.routing import route
-from schemas import RecoveryCompleted
+from schemas import NodeCordoned, NodeDrained, NodeUncordoned, RecoveryCompleted
 from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
 
 
@@ -27,6 +27,32 @@ def scenario() -> Recorder:
     rec.feed(incident("w", "WARN", node="n1", ts=61.0), now=61.0)
     rec.feed(incident("i3", "SEV3", node="n1", ts=20.0, status="resolved"), now=62.0)
     return rec
+
+
+def lifecycle_scenario() -> Recorder:
+    """Nodes leave and come back: a cordon, an isolation, an uncordon, a drain, a re-admission."""
+    rec = Recorder()
+    rec.started(now=1.0)
+    rec.feed(NodeCordoned(ts=5.0, node="n4", reason="bios"), now=5.0)
+    rec.ack(rec.feed(incident("i1", "SEV1", node="n2", ts=50.0), now=50.0), "done", now=51.0)
+    rec.feed(NodeUncordoned(ts=60.0, node="n2"), now=60.0)
+    rec.tick(now=61.0)  # nothing pays: a skip
+    rec.feed(NodeDrained(ts=70.0, node="n5"), now=70.0)
+    rec.ack(rec.tick(now=71.0), "done", now=72.0)
+    rec.ack(rec.feed(incident("i4", "SEV1", node="n1", ts=80.0), now=80.0), "done", now=81.0)
+    rec.feed(incident("i4", "SEV1", node="n1", ts=90.0, status="resolved"), now=90.0)
+    rec.tick(now=400.0)  # re-admits n1
+    rec.tick(now=401.0)
+    return rec
+
+
+def test_the_lifecycle_scenario_covers_what_it_claims() -> None:
+    log = lifecycle_scenario().log
+    kinds = {e.type for e in log}
+    assert {"node_cordoned", "node_uncordoned", "node_drained", "node_readmitted"} <= kinds
+    assert [s.job for s in of_type(log, "recovery_skipped")] == [None, None]
+    assert [p.nodes for p in of_type(log, "recovery_planned")
+            if p.incident_id is None and p.kind == "reconfigure"] == [("n1", "n3", "n2")]  # the drain
 
 
 def fold(events: list) -> ClusterState:
@@ -61,14 +87,16 @@ def test_the_scenario_covers_what_it_claims() -> None:
     assert len(ids) > len(set(ids))  # a re-send
 
 
-def test_refolding_the_recorded_log_gives_the_live_state() -> None:
-    rec = scenario()
+@pytest.mark.parametrize("recorded", [scenario, lifecycle_scenario])
+def test_refolding_the_recorded_log_gives_the_live_state(recorded) -> None:
+    rec = recorded()
     assert fold(rec.log) == rec.state
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_any_interleaving_of_partitions_folds_to_the_same_state(seed: int) -> None:
-    rec = scenario()
+@pytest.mark.parametrize("recorded", [scenario, lifecycle_scenario])
+def test_any_interleaving_of_partitions_folds_to_the_same_state(recorded, seed: int) -> None:
+    rec = recorded()
     assert fold(interleave(rec.log, seed)) == rec.state
 
 
@@ -86,8 +114,9 @@ def test_the_interleavings_include_acks_before_their_commands() -> None:
     assert not early(log) and sum(early(interleave(log, seed)) for seed in range(20)) >= 5
 
 
-def test_every_event_twice_is_every_event_once() -> None:
-    rec = scenario()
+@pytest.mark.parametrize("recorded", [scenario, lifecycle_scenario])
+def test_every_event_twice_is_every_event_once(recorded) -> None:
+    rec = recorded()
     assert fold([e for event in rec.log for e in (event, event)]) == rec.state
 
 

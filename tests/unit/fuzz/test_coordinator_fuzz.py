@@ -12,7 +12,7 @@ from bus.message import parse_message
 from recovery.coordinator import ClusterState
 from recovery.coordinator.intake import receive
 from recovery.coordinator.routing import route
-from schemas import DeadLettered, Topics, encode
+from schemas import DeadLettered, NodeCordoned, Topics, encode
 from tests.unit.coordinator.world import CONFIG, Recorder, incident
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
 
@@ -20,9 +20,11 @@ TOPICS = Topics("f.")
 
 
 def recorded() -> list[tuple[str, bytes, float]]:
-    """A job started, a SEV3 retried, a SEV2 restarted, a SEV1 re-planned: (topic, value, ts)."""
+    """A job started, a spare cordoned, a SEV3 retried, a SEV2 restarted, a SEV1 re-planned:
+    (topic, value, ts)."""
     rec = Recorder()
     rec.started(now=1.0)
+    rec.feed(NodeCordoned(ts=5.0, node="n6", reason="bios"), now=5.0)
     rec.ack(rec.feed(incident("net-1", "SEV3", node="n1", ts=20.0), now=20.0), "done", now=21.0)
     rec.ack(rec.feed(incident("hang-2", "SEV2", node="n2", ts=30.0), now=30.0), "done", now=31.0)
     rec.feed(incident("xid-3", "SEV1", node="n3", ts=60.0), now=60.0)
@@ -65,7 +67,7 @@ TALLY = Tally()
 @given(seed=seeds, pool=atoms)
 def test_hostile_records_are_refused_and_the_good_ones_still_fold(seed: int, pool: list) -> None:
     rng = random.Random(seed)
-    topics = [TOPICS.jobs, TOPICS.incidents, TOPICS.commands, TOPICS.acks]
+    topics = [TOPICS.jobs, TOPICS.incidents, TOPICS.commands, TOPICS.acks, TOPICS.nodes]
     bad = [(rng.choice(topics), value, 100.0) for value in batch(rng, TEMPLATES, pool)]
     forged = [(topic, value, 100.0) for topic, value in FORGED]
     items = [*interleave(rng, GOOD, bad + forged), *[(False, (TOPICS.incidents, RIVAL, 100.0))] * 3]

@@ -100,6 +100,17 @@ def test_an_exit_of_unknown_status_blames_nobody_and_leaves_the_hang_rule_armed(
     assert out == [] and "j" not in det.state.jobs
 
 
+def test_ranks_their_executor_stopped_for_a_plan_are_not_a_fault_nor_a_hang():
+    """A grow or a drain stops every rank (SIGTERM) before the next generation starts; no
+    incident names that, and the quiet until the new generation is not a hang."""
+    stopped = [exited(30.5 + 0.01 * r, r, code=None, signal=15, stopped=True) for r in range(8)]
+    later = [start(60.0, r, gen=1) for r in range(8)] + steps(61, 80, gen=1)
+    out, det = run(job_running(30, hosts_until=90) + stopped + later)
+    assert out == [] and det.state.jobs["j"].gen == 1
+    signalled = [exited(30.5 + 0.01 * r, r, code=None, signal=15) for r in range(8)]
+    assert [i.category for i in opened(run(job_running(30) + signalled)[0])] == ["process_exit"]
+
+
 def test_hang_fires_at_the_floor_when_steps_are_fast_naming_the_rank_that_stopped_first():
     events = job_running(30)
     events = [e for e in events if not (getattr(e, "rank", None) == 6 and e.ts > 29)]

@@ -1,0 +1,53 @@
+"""A node's life in the pool, as events on the `nodes` topic (key: the node).
+
+Operators cordon (no new work), drain (move its work off now) and uncordon (back to the
+pool); the coordinator re-admits a node it isolated once its fault is resolved and it has
+been clean for its probation. Each event carries why (`reason`) and who (`by`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from schemas.base import NodeEvent
+from schemas.bounds import Id, Text
+
+
+class NodeCordoned(NodeEvent):
+    """No new work goes to the node; what runs there keeps running."""
+
+    type: Literal["node_cordoned"] = "node_cordoned"
+    reason: Text = ""
+    by: Text = "operator"
+
+
+class NodeDrained(NodeEvent):
+    """The node takes no new work and its jobs are re-planned off it now (one plan per job)."""
+
+    type: Literal["node_drained"] = "node_drained"
+    reason: Text = ""
+    by: Text = "operator"
+
+
+class NodeUncordoned(NodeEvent):
+    """Back in the pool: ends a cordon, a drain and any isolation decided before it."""
+
+    type: Literal["node_uncordoned"] = "node_uncordoned"
+    reason: Text = ""
+    by: Text = "operator"
+
+
+class NodeReadmitted(NodeEvent):
+    """The coordinator ends the isolation that `incident_id` caused: the incident is resolved and
+    the node was clean for its probation."""
+
+    type: Literal["node_readmitted"] = "node_readmitted"
+    incident_id: Id
+    reason: Text = ""
+    by: Text = "coordinator"
+
+
+NodeLifecycle = Annotated[NodeCordoned | NodeDrained | NodeUncordoned | NodeReadmitted,
+                          Field(discriminator="type")]
