@@ -232,10 +232,12 @@ class TopicReader:
     def _retrying(self, call: Callable[[float], T]) -> T:
         """`call(timeout_s)` again while the broker says it is not ready, up to the reader's timeout."""
         deadline = time.monotonic() + self._timeout_s
+        missing: _Missing | None = None
         while True:
             try:
                 return call(max(0.5, deadline - time.monotonic()))
             except _Missing as err:
+                missing = err
                 if time.monotonic() >= deadline:
                     raise KafkaError(str(err)) from None
                 time.sleep(0.2)
@@ -244,6 +246,8 @@ class TopicReader:
                 if clients.not_ready(code) and time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
+                if missing is not None:  # the broker did answer, the last look just ran out of time
+                    raise KafkaError(str(missing)) from None
                 raise clients.broker_error(self._settings, f"cannot read {', '.join(self._names())}", code,
                                            self._timeout_s) from None
 

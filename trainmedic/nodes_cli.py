@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def load_config(path: Path | None):
-    """The coordinator's config from its YAML file, or the defaults."""
+    """The coordinator's config from its YAML file; None without one (then every node the log names
+    is known, and the coordinator's defaults apply)."""
     from pydantic import ValidationError
 
     from bus.errors import ConfigError
@@ -84,7 +85,7 @@ def load_config(path: Path | None):
     from recovery.coordinator import CoordinatorConfig
 
     if path is None:
-        return CoordinatorConfig()
+        return None
     try:
         return CoordinatorConfig.model_validate(load_mapping(path, "the coordinator's settings"))
     except ValidationError as err:
@@ -94,7 +95,7 @@ def load_config(path: Path | None):
 def fold_log(settings, config):
     """The coordinator's state, folded from the log as it stands now."""
     from bus.reader import NOW, TopicReader
-    from recovery.coordinator import ClusterState, apply
+    from recovery.coordinator.intake import listing
     from recovery.coordinator.service import valid
 
     topics = settings.topics
@@ -102,10 +103,7 @@ def fold_log(settings, config):
     with TopicReader(settings, names, end=NOW, validate=True, name=topics.owned("nodes"),
                      timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
-    state = ClusterState.initial(config)
-    for record in sorted(records, key=lambda r: r.topic != topics.jobs):
-        apply(state, record.event)
-    return state
+    return listing(records, config, topics.jobs)
 
 
 def rows(state, now: float) -> list[tuple[str, ...]]:

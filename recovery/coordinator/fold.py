@@ -38,8 +38,10 @@ from schemas.recovery import (
 
 log = logging.getLogger(__name__)
 
-# An ack read before its command (another partition) waits for it; at most this many wait.
+# An ack read before its command (another partition) waits for it: for at most this many
+# commands, and this many acks each (accepted, done, and a few redelivered).
 MAX_EARLY_ACKS = 10_000
+MAX_ACKS_PER_COMMAND = 8
 # An executor refuses commands further than its freshness window (60 s) from its clock, so an
 # answer stamped earlier than that before the command's first send is not an answer to it.
 ACK_SKEW_S = 60.0
@@ -194,12 +196,12 @@ def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
 
 def _command(state: ClusterState, command: Command) -> None:
     # the decision itself: signature and epoch say who sent a copy, and each send sets them anew
-    unsigned = command.model_copy(update={"signature": None, "epoch": None})
+    unsigned = command.model_copy(update={"signature": None, "key_id": None, "epoch": None})
     record = state.commands.get(command.id)
     if record is None:
         record = state.commands[command.id] = CommandRecord(unsigned, (command.ts,))
         for ack in state.early_acks.pop(command.id, []):
-            why = unbound(record, ack)
+            why = unbound(state, record, ack)
             if why is None:
                 _answer(record, ack)
             else:
@@ -214,33 +216,42 @@ class UnboundAck(ValueError):
     """An ack that cannot be the answer to the command it names: refused (to the dlq)."""
 
 
-def unbound(record: CommandRecord, ack: CommandAcked) -> str | None:
+def unbound(state: ClusterState, record: CommandRecord, ack: CommandAcked) -> str | None:
     """Why `ack` is not an answer to `record`'s command, or None when it can be: an answer comes
-    from the command's node, names its job and generation, and is not older than the command
-    (by more than ACK_SKEW_S of clock skew; a planted answer to a predictable id is)."""
-    command = record.command
+    from the command's node, names its job and generation, and is stamped within the time the
+    command can be answered in: from its first send (less ACK_SKEW_S of clock skew) to its last
+    re-send's deadline. A planted answer to a predictable id has to guess that time."""
+    command, config = record.command, state.config
     if (ack.node, ack.job, ack.generation) != (command.node, command.job, command.generation):
         return (f"ack from {ack.node} for {ack.job} generation {ack.generation}, but command {command.id} "
                 f"went to {command.node} for {command.job} generation {command.generation}")
     if ack.ts < record.sent[0] - ACK_SKEW_S:
         return f"ack stamped {record.sent[0] - ack.ts:.0f}s before command {command.id} was first sent"
+    answerable = (config.max_retries + 1) * config.ack_timeout_s + config.done_timeout_s + ACK_SKEW_S
+    if ack.ts > record.sent[0] + answerable:
+        return (f"ack stamped {ack.ts - record.sent[0]:.0f}s after command {command.id} was first sent, "
+                f"past the {answerable:.0f}s in which it can be answered")
     return None
 
 
 def _acked(state: ClusterState, ack: CommandAcked) -> None:
     record = state.commands.get(ack.command_id)
     if record is not None:
-        why = unbound(record, ack)
+        why = unbound(state, record, ack)
         if why is not None:
             raise UnboundAck(why)
         _answer(record, ack)
         return
     early = state.early_acks
-    if sum(map(len, early.values())) >= MAX_EARLY_ACKS:  # a flood of acks for unknown ids
-        oldest = next(iter(early))
-        log.warning("early acks over %d: dropped those for %s", MAX_EARLY_ACKS, oldest)
-        del early[oldest]
-    early.setdefault(ack.command_id, []).append(ack)
+    waiting = early.get(ack.command_id)
+    if waiting is None:
+        if len(early) >= MAX_EARLY_ACKS:  # a flood of acks for unknown ids: O(1) per ack
+            oldest = next(iter(early))
+            log.warning("acks waiting for %d unknown commands: dropped those for %s", MAX_EARLY_ACKS, oldest)
+            del early[oldest]
+        waiting = early[ack.command_id] = []
+    if len(waiting) < MAX_ACKS_PER_COMMAND:
+        waiting.append(ack)
 
 
 def _answer(record: CommandRecord, ack: CommandAcked) -> None:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable
 
 from bus.message import Record
+from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.fold import apply
 from recovery.coordinator.state import ClusterState, Rejected
 from recovery.coordinator.timers import react
@@ -28,6 +29,21 @@ def rebuild(state: ClusterState, records: Iterable[Record]) -> list[tuple[Record
         except Exception as err:  # a bug or a corrupt log: one record, never the whole rebuild
             refused.append((record, _reason(err)))
     return refused
+
+
+class _LogOnly(ClusterState):
+    """The log as written, for a listing made without the coordinator's config: every node counts."""
+
+    def in_cluster(self, node_id: str) -> bool:
+        return True
+
+
+def listing(records: Iterable[Record], config: CoordinatorConfig | None, jobs_topic: str) -> ClusterState:
+    """The state a CLI shows: `records` folded as the coordinator folds them (jobs first; what it
+    refuses, skipped). Without the coordinator's `config`, every node the log names is in the cluster."""
+    state = ClusterState.initial(config) if config is not None else _LogOnly.initial(CoordinatorConfig())
+    rebuild(state, sorted(records, key=lambda r: r.topic != jobs_topic))
+    return state
 
 
 def receive(state: ClusterState, record: Record, now: float) -> list | str:

@@ -11,7 +11,6 @@ stderr and exit status 2; the coordinator would dead-letter it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from pathlib import Path
@@ -132,32 +131,16 @@ def submit(settings, spec) -> int:
     return 0
 
 
-def _any_node():
-    from recovery.coordinator.state import ClusterState
-
-    class AnyNode(ClusterState):
-        """The log as written, for a listing without the coordinator's config: every node counts."""
-
-        def in_cluster(self, node_id: str) -> bool:
-            return True
-
-    return AnyNode
-
-
 def list_jobs(settings, config=None) -> int:
     from bus.reader import NOW, TopicReader
-    from recovery.coordinator import ClusterState, CoordinatorConfig, apply
+    from recovery.coordinator.intake import listing
     from recovery.coordinator.service import valid
-    from recovery.coordinator.state import Rejected
 
     topics = settings.topics
     with TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks], end=NOW,
                      validate=True, name=settings.topics.owned("job"), timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
-    state = ClusterState.initial(config) if config else _any_node().initial(CoordinatorConfig())
-    for record in sorted(records, key=lambda r: r.topic != topics.jobs):
-        with contextlib.suppress(Rejected):  # the coordinator dead-lettered it: no job
-            apply(state, record.event)
+    state = listing(records, config, topics.jobs)
     if not state.jobs:
         print("no jobs")
         return 0

@@ -82,7 +82,7 @@ class CoordinatorService:
     def start(self) -> None:
         """Fold the whole log (jobs first: every other event names a job), then catch up."""
         records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
-        records = [r for r in records if self._foreign(r) is None]  # dead-lettered when first read live
+        records = [r for r in records if self._foreign(r, live=False) is None]  # dead-lettered when read live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         for record, reason in rebuild(self.state, records):  # dead-lettered when first read live
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, reason)
@@ -114,11 +114,13 @@ class CoordinatorService:
             observe.cluster(self.state)
             self._next_tick = now + self.state.config.tick_s
 
-    def _foreign(self, record: Record) -> str | None:
-        """Why `record` is a command this coordinator did not sign (logged and counted), or None."""
+    def _foreign(self, record: Record, *, live: bool = True) -> str | None:
+        """Why `record` is a command this coordinator did not sign (logged; counted when read live,
+        not again on every rebuild), or None."""
         why = foreign(record, self._topics.commands, self._trusted)
         if why is not None:
-            metrics.UNVERIFIED_COMMANDS.inc()
+            if live:
+                metrics.UNVERIFIED_COMMANDS.inc()
             log.warning("%s[%d]@%d not folded: %s", record.topic, record.partition, record.offset, why)
         return why
 
@@ -165,7 +167,11 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
     producer = TransactionalProducer(settings, transactional_id=settings.topics.owned("coordinator"))
     service = None
     try:
-        epoch = lease.take(producer)
+        try:
+            epoch = lease.take(producer)
+        except BaseException:
+            producer.close(timeout_s=5.0)
+            raise
         log.info("leading at epoch %d", epoch)
         service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch,
                                      trusted=trusted)
@@ -175,7 +181,10 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
         if not stop.is_set():
             log.warning("epoch %d: lease lost; standing down and waiting for it again", epoch)
     except Fenced as err:
+        # leave the group too: this process may still look like the holder until its next poll, and
+        # taking the lease again now would fence the real holder in turn
         log.warning("fenced by a newer coordinator, standing down: %s", err)
+        lease.release()
     finally:
         if service is not None:
             service.close()

@@ -109,9 +109,9 @@ class Executor:
         says they should, report those killed or ended, answer the command it was applying."""
         found = leftovers.take_over(self.config.state_dir / "ranks.json", ledger.state)
         self.supervisor.adopt(found.adopt)
-        for rank, _ in found.kill:
+        for rank, _ in found.kill:  # ranks the ledger says must not run: this executor's own stop
             self._publish_exit(RankExit(rank.job, rank.generation, rank.rank, rank.world_size, rank.pid,
-                                        None, signal.SIGKILL))
+                                        None, signal.SIGKILL), stopped=True)
         unknown = "ended while no executor watched it: exit status unknown"
         for rank in found.ended:
             self._publish_exit(RankExit(rank.job, rank.generation, rank.rank, rank.world_size, rank.pid,
@@ -122,6 +122,9 @@ class Executor:
             log.warning("command %s was being applied when the previous executor died: %s (%s)",
                         interrupted.id, answer.status, answer.reason)
             ledger.record_answer(interrupted.id, answer)
+            # sent now: a coordinator that got `accepted` waits for done and never re-sends the command
+            self._send_ack(interrupted.id, interrupted.job, interrupted.generation, AckStatus(answer.status),
+                           reason=answer.reason, elapsed_s=answer.elapsed_s)
         for job, generation in ledger.state.generations.items():
             state = GroupState.RUNNING if (job, generation) in found.running else GroupState.STOPPED
             self.groups[job] = LocalGroup(job, generation, state)
@@ -294,9 +297,14 @@ class Executor:
 
     def _ack(self, command: Command, status: AckStatus, *, reason: str | None = None,
              elapsed_s: float | None = None) -> None:
+        self._send_ack(command.id, command.job, command.generation, status, reason=reason,
+                       elapsed_s=elapsed_s)
+
+    def _send_ack(self, command_id: str, job: str, generation: int, status: AckStatus, *,
+                  reason: str | None = None, elapsed_s: float | None = None) -> None:
         ack = CommandAcked(
-            ts=self.clock(), node=self.config.node, command_id=command.id, job=command.job,
-            generation=command.generation, status=status, reason=reason, elapsed_s=elapsed_s,
+            ts=self.clock(), node=self.config.node, command_id=command_id, job=job,
+            generation=generation, status=status, reason=reason, elapsed_s=elapsed_s,
         )
         self._send(self.kafka.topics.acks, ack, key=self.config.node)
         metrics.EXECUTOR_ACKS.labels(str(status)).inc()

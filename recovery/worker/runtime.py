@@ -12,8 +12,10 @@ run again.
 
 Stop: the executor stops ranks with SIGTERM. One that arrives inside `with rt.finishing_step():`
 (what follows a step's collective: its snapshot and its report) is held until the block
-ends, so a step that one rank completed is in every rank's snapshot. Anywhere else (in a
-collective, hung) the rank dies at once, as with no handler. Either way it ends by SIGTERM.
+ends, so a step that one rank completed is in every rank's snapshot. Only that block has a
+handler: anywhere else SIGTERM keeps the kernel's default and ends the rank at once, even one
+blocked inside a collective's C code, where a Python handler would not run until the
+collective timed out. Either way the rank ends by SIGTERM.
 """
 
 from __future__ import annotations
@@ -62,7 +64,6 @@ class Runtime:
     restore_warning: str | None = None  # set by a restore that fell back from the named replica
     _warning_due: bool = field(default=False, repr=False)
     _reattempt: bool = field(default=False, repr=False)
-    _finishing: bool = field(default=False, repr=False)
     _stop_held: bool = field(default=False, repr=False)
 
     @property
@@ -136,19 +137,21 @@ class Runtime:
     def finishing_step(self) -> Iterator[None]:
         """The rest of a step once its collective is done (snapshot, report): a SIGTERM inside is
         held until the block ends, then ends the rank, so no rank saves less than another ran."""
-        self._finishing = True
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            signal.signal(signal.SIGTERM, self._hold_stop)
         try:
             yield
         finally:
-            self._finishing = False
+            if main:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if self._stop_held:
                 log.info("rank %d g%d: stopping, the step's state saved", self.rank, self.env.generation)
                 _die_by_sigterm()
 
     def install_signal_handlers(self) -> None:
-        """SIGUSR1: reattempt at the next step; SIGTERM: stop (held while finishing a step). Main thread."""
+        """SIGUSR1: reattempt at the next step (SIGTERM is handled only in `finishing_step`). Main thread."""
         signal.signal(signal.SIGUSR1, self._on_reattempt)
-        signal.signal(signal.SIGTERM, self._on_stop)
 
     def close(self) -> None:
         if self.hook is not None:
@@ -159,9 +162,7 @@ class Runtime:
     def _on_reattempt(self, signum: int, frame: Any) -> None:
         self._reattempt = True
 
-    def _on_stop(self, signum: int, frame: Any) -> None:
-        if not self._finishing:
-            _die_by_sigterm()
+    def _hold_stop(self, signum: int, frame: Any) -> None:
         self._stop_held = True
 
 
@@ -177,9 +178,8 @@ def init_from_env(
 ) -> Runtime:
     """Join the job's process group as the executor's environment says (gloo on CPU, NCCL with CUDA).
 
-    `timeout_s` bounds rendezvous and every collective. Installs the SIGUSR1 (reattempt) and
-    SIGTERM (stop after the step) handlers when called from the main thread, and reports
-    `worker_start` through `hook`.
+    `timeout_s` bounds rendezvous and every collective. Installs the SIGUSR1 (reattempt)
+    handler when called from the main thread, and reports `worker_start` through `hook`.
     """
     contract = WorkerEnv.from_env(env)
     began = time.monotonic()

@@ -44,10 +44,13 @@ def read(kafka: KafkaSettings, suffix: str) -> list:
         return [r.event for batch in reader.batches() for r in batch]
 
 
-def leading(kafka: KafkaSettings) -> CoordinatorService:
-    """A coordinator that took the lease's epoch (the consumer-group part is tested elsewhere)."""
+def leading(kafka: KafkaSettings, config: CoordinatorConfig = CONFIG, *, sign=sign,
+            trusted=None) -> CoordinatorService:
+    """A coordinator that took the lease's epoch, as `lead` makes one (the consumer-group part of
+    the lease is tested in tests/integration/chaos/test_coordinator_failover.py)."""
     producer = TransactionalProducer(kafka, transactional_id=kafka.topics.owned("coordinator"))
-    return CoordinatorService(kafka, CONFIG, sign=sign, producer=producer, epoch=Lease(kafka).take(producer))
+    return CoordinatorService(kafka, config, sign=sign, trusted=trusted, producer=producer,
+                              epoch=Lease(kafka).take(producer))
 
 
 def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> None:

@@ -10,9 +10,8 @@ import pytest
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from recovery.coordinator import JobState
-from recovery.coordinator.service import CoordinatorService
 from schemas import Incident
-from tests.integration.test_coordinator import CONFIG, SPEC, ack_all, env, read, sign, step_until
+from tests.integration.test_coordinator import CONFIG, SPEC, ack_all, env, leading, read, step_until
 from trainmedic.cli import main
 
 pytestmark = pytest.mark.kafka
@@ -34,7 +33,7 @@ def test_cordon_drain_uncordon_and_list(env: KafkaSettings, tmp_path, capsys) ->
     code, _, err = nodes(capsys, "cordon", "n9")
     assert code == 2 and "unknown node 'n9'" in err and "known: n1 n2 n3" in err
 
-    service = CoordinatorService(kafka, CONFIG, sign=sign)
+    service = leading(kafka)
     service.start()
     step_until(service, lambda: len(service.state.commands) == 3)
     ack_all(kafka, read(kafka, "commands"))
@@ -104,7 +103,7 @@ def test_an_isolated_node_is_readmitted_through_the_broker(env: KafkaSettings, t
     spec.write_text(SPEC)
     assert main(["job", "submit", str(spec)]) == 0
     config = CONFIG.model_copy(update={"readmit_probation_s": 0.5, "group_window_s": 0.0})
-    service = CoordinatorService(kafka, config, sign=sign)
+    service = leading(kafka, config)
     service.start()
     step_until(service, lambda: len(service.state.commands) == 3)
     ack_all(kafka, read(kafka, "commands"))

@@ -118,6 +118,8 @@ def test_one_leader_a_frozen_one_is_fenced_a_killed_one_is_replaced(kafka: Kafka
         os.kill(a.proc.pid, signal.SIGCONT)
         wait_until(lambda: "standing down" in a.text() or "standby" in a.text().split("leading at")[-1],
                    60, "A to stand down after its thaw")
+        time.sleep(3)  # what a thawed A would do if it fought back: take the lease, fence B
+        assert a.epochs() == [epoch_a] and b.proc.poll() is None and b.epochs() == [epoch_b]
 
         # (2) B killed mid-recovery: A takes over, the recovery completes, nothing twice
         with EventProducer(kafka) as producer:

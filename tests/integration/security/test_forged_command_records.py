@@ -17,6 +17,7 @@ from recovery.coordinator import CoordinatorConfig, NodeConfig
 from recovery.coordinator.service import CoordinatorService
 from schemas import JobSpec, JobSubmitted
 from schemas.commands import Command
+from tests.integration.test_coordinator import leading
 
 pytestmark = pytest.mark.kafka
 
@@ -45,7 +46,7 @@ def test_a_forged_copy_of_a_command_is_dead_lettered_and_never_re_sent_signed(ka
     with EventProducer(kafka) as producer:
         producer.send(kafka.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
 
-    coordinator = CoordinatorService(kafka, CONFIG, sign=signing.sign, trusted=trusted)
+    coordinator = leading(kafka, CONFIG, sign=signing.sign, trusted=trusted)
     coordinator.start()
     step_until(coordinator, lambda: len(coordinator.state.commands) == 2)
     original = next(r.event for r in records(kafka, "commands") if r.event.node == "n1")
@@ -72,7 +73,7 @@ def test_a_forged_copy_of_a_command_is_dead_lettered_and_never_re_sent_signed(ka
     coordinator.close()
 
     # a coordinator that starts after the forgery never folds it either
-    second = CoordinatorService(kafka, CONFIG, sign=signing.sign, trusted=trusted)
+    second = leading(kafka, CONFIG, sign=signing.sign, trusted=trusted)
     second.start()
     assert second.state.commands[original.id].command.node == "n1"
     second.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from recovery.coordinator import ClusterState, CommandStatus, JobState, react
-from recovery.coordinator.fold import MAX_EARLY_ACKS, UnboundAck, apply
+from recovery.coordinator.fold import MAX_ACKS_PER_COMMAND, MAX_EARLY_ACKS, UnboundAck, apply
 from schemas import CommandAcked
 
 from .world import CONFIG, Recorder, of_type, submitted
@@ -44,6 +44,17 @@ def test_a_failed_ack_planted_before_the_job_existed_does_not_fail_its_start():
     assert state.jobs["llm"].state is JobState.STARTING
 
 
+def test_a_failed_ack_planted_with_a_far_future_stamp_does_not_fail_the_start_either():
+    state = ClusterState.initial(CONFIG)
+    rec = Recorder()
+    starts = of_type(rec.feed(submitted(ts=5000.0), now=5000.0), "command")
+    for command in starts:  # stamped far ahead, so that no "before the command" check can see it
+        apply(state, answer(command, "failed", ts=9.9e9, reason="planted"))
+    for event in rec.log:
+        apply(state, event)
+    assert {r.status for r in state.commands.values()} == {CommandStatus.ISSUED}
+
+
 def test_an_early_ack_that_is_an_answer_still_counts(started):
     rec, starts = started
     state = ClusterState.initial(CONFIG)
@@ -59,5 +70,9 @@ def test_acks_for_unknown_commands_are_bounded():
     for i in range(MAX_EARLY_ACKS + 50):
         apply(state, CommandAcked(ts=1.0, node="n1", command_id=f"cmd-{i}", job="j", generation=0,
                                   status="failed"))
-    assert sum(map(len, state.early_acks.values())) == MAX_EARLY_ACKS
-    assert "cmd-0" not in state.early_acks and f"cmd-{MAX_EARLY_ACKS + 49}" in state.early_acks
+    for _ in range(3 * MAX_ACKS_PER_COMMAND):
+        apply(state, CommandAcked(ts=1.0, node="n1", command_id="cmd-x", job="j", generation=0,
+                                  status="failed"))
+    assert len(state.early_acks) == MAX_EARLY_ACKS
+    assert "cmd-50" not in state.early_acks and f"cmd-{MAX_EARLY_ACKS + 49}" in state.early_acks
+    assert len(state.early_acks["cmd-x"]) == MAX_ACKS_PER_COMMAND

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 RANK = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     from recovery.worker.env import WorkerEnv
     from recovery.worker.runtime import Runtime
     from schemas import RestoreSource
@@ -17,12 +17,13 @@ RANK = textwrap.dedent("""
     rt = Runtime(WorkerEnv(master_addr="127.0.0.1", master_port=1, rank=0, world_size=1, local_rank=0,
                            local_world_size=1, job="j", node="n", generation=0, restore=RestoreSource()))
     rt.install_signal_handlers()
-    print("ready", flush=True)
     if sys.argv[1] == "finishing":
         with rt.finishing_step():
+            print("ready", flush=True)
             time.sleep(1.5)  # the SIGTERM lands here
             print("snapshot saved", flush=True)
     else:
+        print("ready", flush=True)
         time.sleep(1.5)  # in a collective, or hung: the SIGTERM lands here
         print("snapshot saved", flush=True)
     print("next step", flush=True)
@@ -48,3 +49,25 @@ def test_a_sigterm_outside_a_finishing_step_ends_the_rank_at_once():
     code, out = _stop_during("collective")
     assert out == ""
     assert code == -signal.SIGTERM
+
+
+def test_outside_a_finishing_step_sigterm_keeps_the_kernel_default():
+    """A Python handler runs only between bytecodes: a rank blocked in a collective's C code would
+    not die until the collective timed out. So the handler is there only while finishing a step."""
+    from recovery.worker.env import WorkerEnv
+    from recovery.worker.runtime import Runtime
+    from schemas import RestoreSource
+
+    rt = Runtime(WorkerEnv(master_addr="127.0.0.1", master_port=1, rank=0, world_size=1, local_rank=0,
+                           local_world_size=1, job="j", node="n", generation=0, restore=RestoreSource()))
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        rt.install_signal_handlers()
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        with rt.finishing_step():
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, before)
