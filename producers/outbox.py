@@ -53,6 +53,8 @@ class Outbox:
         self._what = what
         self.drops = DropLedger()
         self.sent = 0
+        self._reported = 0  # delivery reports served, delivered or failed
+        self._flushed = False  # the final flush counted every unreported event: later reports count nothing
 
     @property
     def dropped(self) -> int:
@@ -79,16 +81,21 @@ class Outbox:
 
     def flush(self, timeout_s: float) -> None:
         """Deliver what is queued within `timeout_s`; what is left is counted as dropped."""
-        # Failed deliveries were counted one by one; what is still queued is counted here.
+        # Failed deliveries were counted one by one; what has no report yet is counted here (by our own
+        # count: librdkafka's queue length can still include a message whose report was just served).
         with suppress(DeliveryError):
             self._producer.flush(timeout_s)
-        left = self._producer.pending()
+        left = self.sent - self._reported
+        self._flushed = True
         if left:
             self._drop(left, "shutdown")
             log.warning("%s: %d not delivered within the %.1fs flush deadline", self._what, left, timeout_s)
         log.info("%s: %d sent, %d dropped in all (producer_drops)", self._what, self.sent, self.dropped)
 
     def _delivered(self, err: RdKafkaError | None, msg: Message) -> None:
+        self._reported += 1
+        if self._flushed:
+            return
         if err is not None:
             self._drop(1, f"delivery to {msg.topic()} failed: {err.str()}")
             return

@@ -122,8 +122,12 @@ class Executor:
             log.warning("command %s was being applied when the previous executor died: %s (%s)",
                         interrupted.id, answer.status, answer.reason)
             ledger.record_answer(interrupted.id, answer)
-            # sent now: a coordinator that got `accepted` waits for done and never re-sends the command
-            self._send_ack(interrupted.id, interrupted.job, interrupted.generation, AckStatus(answer.status),
+        newest = ledger.state.newest
+        if newest is not None and newest.id in ledger.state.answers:
+            # sent at every start: the previous executor may have died between recording the answer
+            # and sending it, and a coordinator that got `accepted` never re-sends; it ignores a repeat
+            answer = ledger.state.answers[newest.id]
+            self._send_ack(newest.id, newest.job, newest.generation, AckStatus(answer.status),
                            reason=answer.reason, elapsed_s=answer.elapsed_s)
         for job, generation in ledger.state.generations.items():
             state = GroupState.RUNNING if (job, generation) in found.running else GroupState.STOPPED
