@@ -172,6 +172,41 @@ def _die_by_sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+GENERATION_CHECK_S = 2.0  # how long a rank waits for its generation's mark before it connects again
+
+
+def generation_store(contract: WorkerEnv, timeout_s: float) -> dist.TCPStore:
+    """The rendezvous store of this rank's own generation.
+
+    Every generation of a job meets at the same address and port, and the nodes of a re-plan do
+    not start at the same moment: a node that only starts ranks (a grow) launches before the old
+    rank 0, still finishing its step, has closed its store. A rank that connected to that old
+    store would wait for peers that never come. So rank 0 marks its new store with the
+    generation, and every other rank connects again until it finds the mark.
+    """
+    key = f"trainmedic/generation/{contract.generation}"
+    master = contract.rank == 0
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = max(1.0, deadline - time.monotonic())
+        store = dist.TCPStore(contract.master_addr, contract.master_port,
+                              contract.world_size if master else None, master, timedelta(seconds=left),
+                              wait_for_workers=False)
+        if master:
+            store.set(key, "1")
+        try:
+            store.wait([key], timedelta(seconds=min(GENERATION_CHECK_S, left)))
+            return store
+        except RuntimeError as err:  # a DistError: the old generation's store, or it just closed
+            if time.monotonic() >= deadline:
+                raise
+            log.info("rank %d g%d: the store at %s:%d is not this generation's (%s); connecting again",
+                     contract.rank, contract.generation, contract.master_addr, contract.master_port,
+                     str(err).splitlines()[0][:120])
+            del store
+            time.sleep(0.2)
+
+
 def init_from_env(
     *, timeout_s: float = 60.0, hook: Hook | None = None, snapshot_every: int = 1, checkpoint_every: int = 0,
     backend: str | None = None, env: Mapping[str, str] = os.environ,
@@ -188,10 +223,10 @@ def init_from_env(
     if backend == "nccl":
         device = torch.device("cuda", contract.local_rank)
         torch.cuda.set_device(device)
-    dist.init_process_group(
-        backend, init_method=f"tcp://{contract.master_addr}:{contract.master_port}",
-        rank=contract.rank, world_size=contract.world_size, timeout=timedelta(seconds=timeout_s),
-    )
+    store = generation_store(contract, timeout_s)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"g{contract.generation}", store),
+                            rank=contract.rank, world_size=contract.world_size,
+                            timeout=timedelta(seconds=timeout_s))
     log.info("rank %d/%d of job %s g%d joined the %s process group in %.2fs", contract.rank,
              contract.world_size, contract.job, contract.generation, backend, time.monotonic() - began)
     runtime = Runtime(contract, hook=hook, snapshot_every=snapshot_every,
