@@ -11,7 +11,7 @@ one re-plan at a time, so a job is never restarted twice for two reasons at once
 
 from __future__ import annotations
 
-from recovery.coordinator.commands import checkpoint, commands_for, digest, replica
+from recovery.coordinator.commands import commands_for, digest, planned_restore
 from recovery.coordinator.planning import plan_request
 from recovery.coordinator.state import ClusterState, Job
 from schemas.recovery import RecoveryKind, RecoveryPlanned, RecoverySkipped
@@ -44,12 +44,7 @@ def replan_capacity(state: ClusterState, now: float) -> list:
         nodes = result.allocations.get(job.spec.id, ())
         if nodes == job.nodes or job.state.in_flight:
             continue
-        restore = {}
-        for node in nodes:
-            source = result.restore.get(node)
-            if source is not None:
-                restore[node] = (replica(job.spec, job.nodes, source.node) if source.kind == "replica"
-                                 else checkpoint(job.spec))
+        restore = planned_restore(job, nodes, result.restore)
         plan = RecoveryPlanned(
             ts=now, plan_id=capacity_plan_id(job), job=job.spec.id, kind=RecoveryKind.RECONFIGURE,
             generation=0 if job.generation is None else job.generation + 1, nodes=nodes, previous=job.nodes,

@@ -7,8 +7,9 @@ derives the same commands (and ids) from the plan it reads back.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
-from recovery.coordinator.state import ClusterState, Step
+from recovery.coordinator.state import ClusterState, Job, Step
 from schemas.commands import Command, CommandAction, RestoreSource, WorkerSpec
 from schemas.jobs import JobSpec
 from schemas.recovery import RecoveryKind, RecoveryPlanned
@@ -64,6 +65,19 @@ def checkpoint(spec: JobSpec) -> RestoreSource:
     if spec.checkpoint_dir is None:
         return RestoreSource(kind="none")
     return RestoreSource(kind="checkpoint", path=spec.checkpoint_dir)
+
+
+def planned_restore(job: Job, nodes: tuple[str, ...],
+                    sources: Mapping[str, RestoreSource]) -> dict[str, RestoreSource]:
+    """What each node of a re-plan restores from, as the planner chose (`PlanResult.restore`): a
+    replica named by the rank it ran before the plan, or the job's checkpoint."""
+    restore = {}
+    for node in nodes:
+        source = sources.get(node)
+        if source is not None:
+            restore[node] = (replica(job.spec, job.nodes, source.node) if source.kind == "replica"
+                             else checkpoint(job.spec))
+    return restore
 
 
 def _own_state(spec: JobSpec, plan: RecoveryPlanned, node: str) -> RestoreSource:

@@ -10,7 +10,7 @@ held incident is a `recovery_skipped` that says so, and one SEV1 `mass_failure` 
 from __future__ import annotations
 
 from recovery.coordinator.blame import blames_node
-from recovery.coordinator.commands import checkpoint, commands_for, digest, incident_plan_id, replica
+from recovery.coordinator.commands import commands_for, digest, incident_plan_id, planned_restore
 from recovery.coordinator.limits import isolation_cap, isolations_left
 from recovery.coordinator.planning import plan_request
 from recovery.coordinator.state import ClusterState
@@ -69,12 +69,7 @@ def _replan(state: ClusterState, incidents: list[Incident], isolate: dict[str, s
         nodes = result.allocations.get(job.spec.id, ())
         if nodes == job.nodes:
             continue
-        restore = {}
-        for node in nodes:
-            source = result.restore.get(node)
-            if source is not None:
-                restore[node] = (replica(job.spec, job.nodes, source.node) if source.kind == "replica"
-                                 else checkpoint(job.spec))
+        restore = planned_restore(job, nodes, result.restore)
         plan = RecoveryPlanned(
             ts=now, plan_id=plan_id, incident_id=first.id, job=job.spec.id, kind=RecoveryKind.RECONFIGURE,
             generation=0 if job.generation is None else job.generation + 1, nodes=nodes, previous=job.nodes,

@@ -9,6 +9,7 @@ its epoch in every command, and each decision's outputs written in one transacti
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -167,11 +168,7 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
     producer = TransactionalProducer(settings, transactional_id=settings.topics.owned("coordinator"))
     service = None
     try:
-        try:
-            epoch = lease.take(producer)
-        except BaseException:
-            producer.close(timeout_s=5.0)
-            raise
+        epoch = lease.take(producer)
         log.info("leading at epoch %d", epoch)
         service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch,
                                      trusted=trusted)
@@ -187,4 +184,7 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
         lease.release()
     finally:
         if service is not None:
-            service.close()
+            service.close()  # closes the producer too
+        else:
+            with contextlib.suppress(KafkaError):
+                producer.close(timeout_s=5.0)

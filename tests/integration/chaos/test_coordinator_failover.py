@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 
 from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
-from schemas import Command, CommandAcked, Incident
+from schemas import Incident
 from schemas.recovery import RecoveryCompleted, RecoveryPlanned
+from tests.integration.executor.test_training import wait_until
+from tests.integration.test_coordinator import ack_all, read
 
 pytestmark = pytest.mark.kafka
 
@@ -65,29 +66,6 @@ class Coordinator:
         return [int(m) for m in LEADING.findall(self.text())]
 
 
-def wait_until(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-
-
-def read(kafka: KafkaSettings, suffix: str) -> list:
-    with TopicReader(kafka, [kafka.topics.name(suffix)], end=NOW, validate=True) as reader:
-        return [r.event for batch in reader.batches() for r in batch]
-
-
-def ack(kafka: KafkaSettings, commands: list[Command]) -> None:
-    with EventProducer(kafka) as producer:
-        for c in commands:
-            producer.send(kafka.topics.acks, CommandAcked(
-                ts=time.time(), node=c.node, command_id=c.id, job=c.job, generation=c.generation,
-                status="done"), key=c.node)
-
-
 def test_one_leader_a_frozen_one_is_fenced_a_killed_one_is_replaced(kafka: KafkaSettings, tmp_path: Path):
     (tmp_path / "coordinator.yaml").write_text(CONFIG)
     (tmp_path / "job.yaml").write_text(JOB)
@@ -107,7 +85,7 @@ def test_one_leader_a_frozen_one_is_fenced_a_killed_one_is_replaced(kafka: Kafka
                             "the three start commands")
         assert {c.epoch for c in starts} == {epoch_a}
         assert b.epochs() == []  # the standby wrote nothing, led nothing
-        ack(kafka, starts)
+        ack_all(kafka, starts)
 
         # (1) A frozen past its session: B leads at a newer epoch; A thawed is fenced, writes nothing
         os.kill(a.proc.pid, signal.SIGSTOP)
@@ -136,7 +114,7 @@ def test_one_leader_a_frozen_one_is_fenced_a_killed_one_is_replaced(kafka: Kafka
         print(f"take-over from a killed leader: {time.monotonic() - killed:.1f}s")
         epoch_a2 = a.epochs()[-1]
         assert epoch_a2 > epoch_b
-        ack(kafka, moved)
+        ack_all(kafka, moved)
         wait_until(lambda: any(isinstance(e, RecoveryCompleted) and e.generation == 1
                                for e in read(kafka, "incidents")), 60, "the recovery to complete")
 

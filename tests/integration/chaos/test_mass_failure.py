@@ -15,21 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from schemas import Incident
 from schemas.recovery import RecoveryPlanned, RecoverySkipped
+from tests.integration.test_coordinator import read
 from trainmedic.demo.cluster import DemoLayout, LocalCluster
 
 pytestmark = pytest.mark.kafka
 
 NODES = ("mf0", "mf1", "mf2", "mf3")
 JUDGE_AFTER_S = 10.0
-
-
-def events(settings: KafkaSettings) -> list:
-    with TopicReader(settings, [settings.topics.incidents], end=NOW, validate=True) as reader:
-        return [r.event for batch in reader.batches() for r in batch]
 
 
 def test_every_node_killed_at_once_isolates_one_and_asks_a_person(kafka: KafkaSettings, tmp_path: Path):
@@ -47,13 +42,13 @@ def test_every_node_killed_at_once_isolates_one_and_asks_a_person(kafka: KafkaSe
         deadline = time.monotonic() + 60
         seen: list = []
         while time.monotonic() < deadline:
-            seen = events(kafka)
+            seen = read(kafka, "incidents")
             categories = {(e.category, e.node) for e in seen if isinstance(e, Incident)}
             if {("node_lost", n) for n in NODES} | {("mass_failure", None)} <= categories:
                 break
             time.sleep(1)
         time.sleep(5)  # anything more it would (wrongly) do
-        seen = events(kafka)
+        seen = read(kafka, "incidents")
         incidents = [e for e in seen if isinstance(e, Incident) and e.status == "open"]
         assert "telemetry_gap" in {e.category for e in incidents}
         assert {e.node for e in incidents if e.category == "node_lost"} == set(NODES), \
