@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
+from schemas.topics import misplaced
 
 
 @dataclass(slots=True)
@@ -59,7 +60,10 @@ def parse_message(
     topics: Topics, topic: str, partition: int, offset: int,
     key: bytes | None, value: bytes | None, now: float, validator: TypeAdapter | None = None,
 ) -> Record | DeadLettered:
-    """Validate one message against its topic's contract (or `validator`). Never raises."""
+    """Validate one message against its topic's contract (or `validator`). Never raises. An event
+    that another topic carries (a coordinator's decision read from incidents) is refused with
+    that reason: each topic has one writer, and a broker ACL per topic is what proves it."""
+    spec = None
     try:
         if validator is None:
             spec = topics.spec_of(topic)
@@ -70,6 +74,8 @@ def parse_message(
         text_key = None if key is None else key.decode("utf-8")
     except (InvalidEvent, UnicodeDecodeError) as err:
         reason = str(err) if isinstance(err, InvalidEvent) else f"key is not UTF-8: {err}"
+        if isinstance(err, InvalidEvent) and spec is not None:
+            reason = misplaced(spec.suffix, value) or reason
         return DeadLettered.of(
             ts=now, reason=reason, topic=topic, partition=partition, offset=offset,
             key=key, value=value,

@@ -20,10 +20,10 @@ from schemas.jobs import JobSpec, JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeLifecycle, NodeReadmitted, NodeUncordoned
 from schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
 from schemas.recovery import (
-    IncidentLog,
     RecoveryCompleted,
     RecoveryFailed,
     RecoveryKind,
+    RecoveryLog,
     RecoveryPlanned,
     RecoverySkipped,
 )
@@ -43,10 +43,10 @@ from schemas.topics import DEFAULT_PREFIX, SPECS, Topics, TopicSpec, adapter
 __all__ = [
     "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "AlertDelivered", "ClusterNode",
     "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "GpuSample",
-    "Incident", "IncidentLog", "IncidentStatus", "InvalidEvent", "JobSpec", "JobSubmitted", "LinkState",
+    "Incident", "IncidentStatus", "InvalidEvent", "JobSpec", "JobSubmitted", "LinkState",
     "Model", "NodeCordoned", "NodeDrained", "NodeEvent", "NodeHeartbeat", "NodeLifecycle", "NodeReadmitted",
     "NodeUncordoned", "PlanRequest", "PlannedJob", "RecoveryCompleted",
-    "RecoveryFailed", "RecoveryKind", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
+    "RecoveryFailed", "RecoveryKind", "RecoveryLog", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
     "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics", "WorkerEvent",
     "WorkerExited", "WorkerFailed", "WorkerSpec", "WorkerStarted", "WorkerStepped",
     "adapter", "decode", "decode_telemetry", "encode",

@@ -1,8 +1,9 @@
-"""A node's life in the pool, as events on the `nodes` topic (key: the node).
+"""A node's life in the pool (key: the node).
 
 Operators cordon (no new work), drain (move its work off now) and uncordon (back to the
-pool); the coordinator re-admits a node it isolated once its fault is resolved and it has
-been clean for its probation. Each event carries why (`reason`) and who (`by`).
+pool), on the `nodes` topic; the coordinator re-admits a node it isolated once its fault is
+resolved and it has been clean for its probation, on its own `recovery` topic. Each event
+carries why (`reason`) and who (`by`).
 """
 
 from __future__ import annotations
@@ -49,5 +50,5 @@ class NodeReadmitted(NodeEvent):
     by: Text = "coordinator"
 
 
-NodeLifecycle = Annotated[NodeCordoned | NodeDrained | NodeUncordoned | NodeReadmitted,
-                          Field(discriminator="type")]
+NodeLifecycle = Annotated[NodeCordoned | NodeDrained | NodeUncordoned, Field(discriminator="type")]
+"""What the `nodes` topic carries: operators' events (a re-admission is the coordinator's: `recovery`)."""

@@ -1,8 +1,10 @@
-"""The coordinator's decisions and their outcomes, recorded on the incidents log next to incidents.
+"""The coordinator's decisions and their outcomes, on the `recovery` topic that only it writes.
 
 One `recovery_planned` per job a plan touches, keyed by the job, so that everything that
 happens to one job is ordered on one partition. Commands are derived from it: a
-coordinator that restarts reads the plan back and issues what is missing.
+coordinator that restarts reads the plan back and issues what is missing. The topic also
+carries the coordinator's own incidents (its escalations) and its node re-admissions; the
+detector's incidents stay on `incidents`, operators' node events on `nodes`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from schemas.base import Event
 from schemas.bounds import MAX_ITEMS, Count, Id, Name, Seconds, Text
 from schemas.commands import RestoreSource
 from schemas.incident import Incident
+from schemas.nodes import NodeReadmitted
 
 
 class RecoveryKind(StrEnum):
@@ -85,4 +88,5 @@ class RecoverySkipped(Event):
 
 
 Lifecycle = RecoveryPlanned | RecoveryCompleted | RecoveryFailed | RecoverySkipped
-IncidentLog = Annotated[Incident | Lifecycle, Field(discriminator="type")]
+RecoveryLog = Annotated[Incident | Lifecycle | NodeReadmitted, Field(discriminator="type")]
+"""What the `recovery` topic carries: everything the coordinator decides, and nothing else writes."""

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.alerts import AlertDelivered
 from schemas.commands import Command, CommandAcked
 from schemas.dlq import DeadLettered
+from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
 from schemas.nodes import NodeLifecycle
-from schemas.recovery import IncidentLog
+from schemas.recovery import RecoveryLog
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerTelemetry
 
 DEFAULT_PREFIX = "trainmedic."
@@ -43,10 +44,13 @@ SPECS: tuple[TopicSpec, ...] = (
     TopicSpec("telemetry.gpu", "node", 12, 7 * DAY_MS, GpuSample),
     TopicSpec("telemetry.node", "node", 6, 7 * DAY_MS, NodeHeartbeat),
     TopicSpec("telemetry.worker", "job", 12, 7 * DAY_MS, WorkerTelemetry),
-    TopicSpec("incidents", "job (or node)", 6, FOREVER, IncidentLog),
+    # The detector's incidents only; the coordinator's decisions, escalations and re-admissions are
+    # on `recovery`, which only it writes: a broker ACL per topic then tells one writer from the other.
+    TopicSpec("incidents", "job (or node)", 6, FOREVER, Incident),
+    TopicSpec("recovery", "job (or node)", 6, FOREVER, RecoveryLog),
     TopicSpec("jobs", "job", 1, FOREVER, JobSubmitted),
-    # Node lifecycle: operators' cordon/drain/uncordon and the coordinator's re-admissions. One
-    # partition, so a node's events are read in the order they were written.
+    # Node lifecycle: operators' cordon/drain/uncordon. One partition, so a node's events are read
+    # in the order they were written.
     TopicSpec("nodes", "node", 1, FOREVER, NodeLifecycle),
     TopicSpec("commands", "node", 12, FOREVER, Command),
     TopicSpec("acks", "node", 6, FOREVER, CommandAcked),
@@ -94,6 +98,7 @@ class Topics:
     node = property(lambda self: self.name("telemetry.node"))
     worker = property(lambda self: self.name("telemetry.worker"))
     incidents = property(lambda self: self.name("incidents"))
+    recovery = property(lambda self: self.name("recovery"))
     jobs = property(lambda self: self.name("jobs"))
     nodes = property(lambda self: self.name("nodes"))
     commands = property(lambda self: self.name("commands"))
@@ -102,9 +107,46 @@ class Topics:
     dlq = property(lambda self: self.name("dlq"))
 
 
+def _models(events: Any) -> tuple[type[BaseModel], ...]:
+    """The event models a topic's type names: itself, or the members of its (annotated) union."""
+    if isinstance(events, type):
+        return (events,)
+    if get_origin(events) is Annotated:
+        return _models(get_args(events)[0])
+    return tuple(model for member in get_args(events) for model in _models(member))
+
+
 _ADAPTERS = {spec.suffix: TypeAdapter(spec.events) for spec in SPECS}
+# topic suffix -> the `type` values its contract accepts
+KINDS = {spec.suffix: frozenset(model.model_fields["type"].default for model in _models(spec.events))
+         for spec in SPECS}
 
 
 def adapter(suffix: str) -> TypeAdapter:
     """The validator of one topic's values."""
     return _ADAPTERS[suffix]
+
+
+class _Typed(BaseModel):
+    """Just the discriminator of an event (pydantic-core parses hostile JSON without raising more
+    than a ValidationError: nesting is bounded)."""
+
+    type: str
+
+
+_TYPED = TypeAdapter(_Typed)
+
+
+def misplaced(suffix: str, value: bytes | str | None) -> str | None:
+    """Why `value`, read from topic `suffix`, is an event that only other topics carry (a
+    `recovery_planned` on incidents, a `node_readmitted` on nodes); None when it is not one."""
+    try:
+        kind = _TYPED.validate_json(value or b"").type
+    except (ValidationError, ValueError, TypeError):
+        return None
+    if kind in KINDS[suffix]:
+        return None
+    homes = [spec.suffix for spec in SPECS if kind in KINDS[spec.suffix]]
+    if not homes:
+        return None
+    return f"a {kind} belongs on the {' or '.join(homes)} topic, never on {suffix}"

@@ -10,7 +10,7 @@
 States: ready, cordoned, draining (a job still runs there), drained, isolated (the coordinator
 took it out for a fault; it re-admits it on its own after probation unless `readmission: off`).
 Each change is an event on the nodes topic, read by the coordinator within a tick. The state
-is folded from the log (jobs, incidents, commands, acks, nodes) as the coordinator folds it.
+is folded from the log (jobs, incidents, recovery, commands, acks, nodes) as the coordinator folds it.
 A node the log and the --config file do not know is refused with exit status 2.
 """
 
@@ -96,11 +96,10 @@ def fold_log(settings, config):
     """The coordinator's state, folded from the log as it stands now."""
     from bus.reader import NOW, TopicReader
     from recovery.coordinator.intake import listing
-    from recovery.coordinator.service import valid
+    from recovery.coordinator.service import read_topics, valid
 
     topics = settings.topics
-    names = [topics.jobs, topics.incidents, topics.commands, topics.acks, topics.nodes]
-    with TopicReader(settings, names, end=NOW, validate=True, name=topics.owned("nodes"),
+    with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("nodes"),
                      timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
     return listing(records, config, topics.jobs)

@@ -1,6 +1,7 @@
 """Forward incidents to Alertmanager, PagerDuty and a JSON webhook (Slack-compatible).
 
-Reads the incidents topic in a consumer group. Each incident, when opened and when resolved,
+Reads the incidents (the detector's topic, and the coordinator's escalations on its recovery
+topic) in a consumer group. Each incident, when opened and when resolved,
 goes to the sinks its severity is routed to; the offset is committed only after every sink
 took it, so a sink that is down delays alerts and never loses them (retries back off
 exponentially; while more than backlog_max deliveries wait, consumption pauses). Open alerts
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from bus.lag import LagSampler
     from bus.metrics import serve_metrics
     from bus.signals import stop_on_signals
-    from ops.alerts.service import AlertBridge
+    from ops.alerts.service import AlertBridge, incident_topics
 
     log = logging.getLogger("trainmedic.alerts")
     try:
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     sampler = None
     if serve_metrics(args.metrics_port) is not None:
-        sampler = LagSampler(settings, config.group_id, [settings.topics.incidents]).start()
+        sampler = LagSampler(settings, config.group_id, incident_topics(settings)).start()
     bridge = AlertBridge(settings, config)
     try:
         with stop_on_signals(stop):

@@ -1,5 +1,8 @@
 """The alert bridge's Kafka adapter: consume incidents in a group, deliver, then commit.
 
+Incidents come from two topics: the detector's (`incidents`) and the coordinator's own
+escalations (`recovery`, which also carries its plans and outcomes: nothing to alert on).
+
 Thin: routing, payloads, queues and offsets are the pure modules'. This file moves messages
 from Kafka into the DeliveryBook, POSTs what is due, publishes an audit record per outcome
 to the alerts topic, re-posts open alerts to Alertmanager, and stores an offset only when
@@ -38,6 +41,11 @@ Post = Callable[[str, Any, float], Result]
 MAX_ATTEMPTS_PER_STEP = 200  # so that a long backlog never keeps the consumer from polling
 
 
+def incident_topics(settings: KafkaSettings) -> list[str]:
+    """Where incidents are: the detector's, and the coordinator's escalations on its recovery log."""
+    return [settings.topics.incidents, settings.topics.recovery]
+
+
 class AlertBridge:
     """`start()` learns the open incidents from the whole log and joins the group; `step()` does one round."""
 
@@ -56,9 +64,9 @@ class AlertBridge:
         self._next_refresh = 0.0
 
     def start(self, timeout_s: float = 30.0) -> None:
-        topic = self.settings.topics.incidents
+        topics = incident_topics(self.settings)
         log_state = IncidentHistory()
-        with TopicReader(self.settings, [topic], validate=True, name=self.settings.topics.owned("alerts"),
+        with TopicReader(self.settings, topics, validate=True, name=self.settings.topics.owned("alerts"),
                          timeout_s=timeout_s) as reader:
             for batch in reader.batches():
                 for item in batch:
@@ -69,9 +77,9 @@ class AlertBridge:
             "group.id": self.config.group_id, "auto.offset.reset": "earliest",
             "enable.auto.commit": True, "enable.auto.offset.store": False,
         }, logger=log)
-        self._consumer.subscribe([topic])
-        log.info("alert bridge on %s (group %s): sinks %s; %d incidents open in the log", topic,
-                 self.config.group_id, ", ".join(f"{name} {'/'.join(s.severities)}"
+        self._consumer.subscribe(topics)
+        log.info("alert bridge on %s (group %s): sinks %s; %d incidents open in the log",
+                 " and ".join(topics), self.config.group_id, ", ".join(f"{name} {'/'.join(s.severities)}"
                                                 for name, s in self.config.sinks().items()), len(self.open))
 
     def step(self, timeout_s: float = 1.0) -> None:

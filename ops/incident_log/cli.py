@@ -1,11 +1,13 @@
-"""Read the incidents topic back: a table of incidents, one incident's details or its timeline, or
+"""Read the incident log back: a table of incidents, one incident's details or its timeline, or
 the raw events as JSON lines.
 
-The whole topic is read from the beginning (or from --since, mapped to offsets by the broker's
-message times) and folded into each incident's lifecycle: opened with its evidence, escalated,
-the recovery plan issued, the commands acknowledged (plan completed or failed), resolved.
-Folding is independent of the order partitions are read in, so the same log always shows the
-same state. --follow keeps reading and prints what changes.
+The log is two topics: the detector's incidents (`incidents`) and the coordinator's answers to
+them (`recovery`: plans, outcomes, skips, its own escalations). Both are read from the beginning
+(or from --since, mapped to offsets by the broker's message times) and folded into one story
+per incident: opened with its evidence, escalated, the recovery plan issued, the commands
+acknowledged (plan completed or failed), resolved. Folding is independent of the order
+partitions are read in, so the same log always shows the same state. --follow keeps reading
+and prints what changes.
 
   trainmedic incidents list --since 2h
   trainmedic incidents timeline node_lost-3f2a            (an unambiguous id prefix is enough)
@@ -43,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help="one incident's story, times relative to its earliest evidence")
     story.add_argument("id", metavar="ID", help="incident id, or an unambiguous prefix of one")
     export = sub.add_parser("export", parents=[common, follow],
-                            help="the raw events as JSON lines, one per message, in log order per partition")
+                            help="the raw events of both topics as JSON lines, one per message, in log "
+                            "order per partition")
     export.add_argument("--telemetry", action="store_true",
                         help="export the telemetry topics instead (input for `trainmedic replay`)")
 
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     topics = settings.topics
     telemetry = args.action == "export" and args.telemetry
-    names = [topics.gpu, topics.node, topics.worker] if telemetry else [topics.incidents]
+    names = [topics.gpu, topics.node, topics.worker] if telemetry else [topics.incidents, topics.recovery]
     export = args.action == "export"
     reader = TopicReader(settings, names, start=EARLIEST if start_ts is None else At(start_ts),
                        validate=not export, name=settings.topics.owned("incidents"), timeout_s=args.timeout_s)

@@ -2,7 +2,8 @@
 
 `submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic;
 the coordinator then starts the job on its nodes at generation 0. `list` folds the log
-(jobs, incidents, commands, acks) as the coordinator does and prints one line per job.
+(every topic the coordinator reads: recovery holds its plans) as the coordinator does and
+prints one line per job.
 A spec that is not valid, breaks the coordinator's bounds (recovery/coordinator/job_bounds.py)
 or, given the coordinator's --config, names a node outside its `nodes:` gives one line on
 stderr and exit status 2; the coordinator would dead-letter it.
@@ -134,11 +135,11 @@ def submit(settings, spec) -> int:
 def list_jobs(settings, config=None) -> int:
     from bus.reader import NOW, TopicReader
     from recovery.coordinator.intake import listing
-    from recovery.coordinator.service import valid
+    from recovery.coordinator.service import read_topics, valid
 
     topics = settings.topics
-    with TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks], end=NOW,
-                     validate=True, name=settings.topics.owned("job"), timeout_s=30.0) as reader:
+    with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=settings.topics.owned("job"),
+                     timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
     state = listing(records, config, topics.jobs)
     if not state.jobs:

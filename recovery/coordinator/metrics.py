@@ -13,6 +13,9 @@ COMMANDS_SENT = Counter("trainmedic_commands_sent", "Commands sent, re-sends inc
 UNVERIFIED_COMMANDS = Counter("trainmedic_coordinator_unverified_commands", "Command records read from the "
                               "commands topic that no key of the coordinator signed: dead-lettered, "
                               "never folded or re-sent")
+MISPLACED_RECORDS = Counter("trainmedic_coordinator_misplaced_records", "Records read live from a topic that "
+                            "does not carry their kind (a coordinator decision on incidents, a re-admission "
+                            "on nodes): dead-lettered, never folded or acted on", ["topic"])
 COMMAND_ACKS = Counter("trainmedic_command_acks", "Acks the coordinator received, by status", ["status"])
 TIME_TO_RESUME = Histogram("trainmedic_time_to_resume_seconds",
                            "From an incident's earliest evidence to its recovery plan completed",

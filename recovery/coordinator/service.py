@@ -1,8 +1,9 @@
 """The coordinator's Kafka adapter: rebuild the state from the log, catch up, then react and tick.
 
 Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
-incidents, commands, acks and nodes topics from offset 0, signing and producing what the core
-emits (commands keyed by node, lifecycle events by job), and a clock. `lead` runs it only
+incidents, recovery, commands, acks and nodes topics from offset 0, signing and producing what
+the core emits (commands keyed by node to `commands`, everything else to its own `recovery`
+topic, lifecycle events keyed by job), and a clock. `lead` runs it only
 while this process holds the lease (recovery.coordinator.lease): one active coordinator,
 its epoch in every command, and each decision's outputs written in one transaction.
 """
@@ -31,21 +32,31 @@ from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, settle, tick
 from recovery.signing import TrustedKeys
-from schemas import DeadLettered
+from schemas import DeadLettered, Topics
 from schemas.commands import Command
+from schemas.topics import misplaced
 
 log = logging.getLogger("trainmedic.coordinator")
 
 Signer = Callable[[Command], Command]
 
 
-def valid(items: Iterable[Record | DeadLettered]) -> list[Record]:
-    """The valid events; invalid ones are skipped with a warning (the reader dead-letters them)."""
+def read_topics(topics: Topics) -> list[str]:
+    """What the coordinator folds (and a CLI folds as it does): others' topics and its own."""
+    return [topics.jobs, topics.incidents, topics.recovery, topics.commands, topics.acks, topics.nodes]
+
+
+def valid(items: Iterable[Record | DeadLettered],
+          refused: Callable[[DeadLettered], None] | None = None) -> list[Record]:
+    """The valid events; invalid ones are skipped with a warning (the reader dead-letters them),
+    and passed to `refused` if given."""
     records = []
     for item in items:
         if isinstance(item, DeadLettered):
             log.warning("invalid event %s[%d]@%d skipped: %s", item.source_topic, item.partition, item.offset,
                         item.reason)
+            if refused is not None:
+                refused(item)
         else:
             records.append(item)
     return records
@@ -75,9 +86,8 @@ class CoordinatorService:
         topics, name = self._topics, settings.topics.owned("coordinator")
         self._producer = producer
         self._dlq = EventProducer(settings, client_id=f"{name}-dlq")
-        self._reader = TopicReader(settings, [topics.jobs, topics.incidents, topics.commands, topics.acks,
-                                              topics.nodes],
-                                   validate=True, dlq=self._dlq, name=name, timeout_s=30.0)
+        self._reader = TopicReader(settings, read_topics(topics), validate=True, dlq=self._dlq, name=name,
+                                   timeout_s=30.0)
         self._next_tick = 0.0
 
     def start(self) -> None:
@@ -99,7 +109,7 @@ class CoordinatorService:
     def step(self, timeout_s: float = 1.0) -> None:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
-        for record in valid(self._reader.poll(wait)):
+        for record in valid(self._reader.poll(wait), self._misplaced):
             if (why := self._foreign(record)) is not None:
                 self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
                 continue
@@ -114,6 +124,13 @@ class CoordinatorService:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))
             observe.cluster(self.state)
             self._next_tick = now + self.state.config.tick_s
+
+    def _misplaced(self, letter: DeadLettered) -> None:
+        """Count a record read live that its topic does not carry: a coordinator's decision on
+        incidents, a re-admission on nodes. The reader dead-lettered it; nothing acts on it."""
+        spec = self._topics.spec_of(letter.source_topic)
+        if spec is not None and misplaced(spec.suffix, letter.raw_value()) is not None:
+            metrics.MISPLACED_RECORDS.labels(spec.suffix).inc()
 
     def _foreign(self, record: Record, *, live: bool = True) -> str | None:
         """Why `record` is a command this coordinator did not sign (logged; counted when read live,

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import schemas as s
 from schemas.export import schemas as json_schemas
+from schemas.topics import KINDS, misplaced
 
 NODE = "node-a"
 EXAMPLES: dict[str, list[s.Event]] = {
@@ -32,6 +33,8 @@ EXAMPLES: dict[str, list[s.Event]] = {
         s.Incident(ts=12.0, id="inc-1", status="open", category="gpu_lost", severity="SEV1",
                    action="reconfigure", job="j", node=NODE, ranks=[0, 1], first_ts=10.0,
                    evidence=["Xid 79 on gpu 3"]),
+    ],
+    "recovery": [
         s.RecoveryPlanned(ts=13.0, plan_id="p1", incident_id="inc-1", job="j", kind="reconfigure",
                           generation=4, nodes=["a", "c"], previous=["a", NODE], horizon_s=3600.0,
                           restore={"c": s.RestoreSource(kind="replica", node="a", rank=0)}),
@@ -39,6 +42,14 @@ EXAMPLES: dict[str, list[s.Event]] = {
         s.RecoveryFailed(ts=14.0, plan_id="p1", job="j", generation=4, reason="no ack", command_id="c1",
                          node="c", escalation="esc-1"),
         s.RecoverySkipped(ts=14.0, incident_id="inc-2", node=NODE, reason="no job runs on node-a"),
+        s.Incident(ts=14.0, id="esc-1", status="open", category="restart_failed", severity="SEV2",
+                   action="restart", job="j", first_ts=14.0),  # the coordinator's escalation
+        s.NodeReadmitted(ts=15.0, node=NODE, incident_id="inc-1", reason="clean for 600 s"),
+    ],
+    "nodes": [
+        s.NodeCordoned(ts=16.0, node=NODE, reason="bios update", by="ops"),
+        s.NodeDrained(ts=17.0, node=NODE),
+        s.NodeUncordoned(ts=18.0, node=NODE),
     ],
     "jobs": [
         s.JobSubmitted(ts=1.0, job=s.JobSpec(id="j", throughput={1: 1e15, 2: 1.9e15},
@@ -68,6 +79,37 @@ def test_every_event_round_trips_through_its_topic(suffix: str, event: s.Event) 
     wire = s.encode(event)
     assert json.loads(wire)["type"] == event.type
     assert s.decode(wire, s.adapter(suffix)) == event
+
+
+@pytest.mark.parametrize(("suffix", "event"), ALL, ids=lambda x: getattr(x, "type", x))
+def test_every_other_topic_refuses_the_event_and_names_its_topic(suffix: str, event: s.Event) -> None:
+    """Each topic has one writer: a coordinator's decision on incidents, a re-admission on nodes,
+    an operator's cordon on recovery is invalid there, and the reason says where it belongs."""
+    wire = s.encode(event)
+    elsewhere = [spec.suffix for spec in s.SPECS if event.type not in KINDS[spec.suffix]]
+    assert suffix not in elsewhere and elsewhere
+    for other in elsewhere:
+        with pytest.raises(s.InvalidEvent):
+            s.decode(wire, s.adapter(other))
+        assert misplaced(other, wire) == (f"a {event.type} belongs on the "
+                                          f"{' or '.join(t for t in KINDS if event.type in KINDS[t])} "
+                                          f"topic, never on {other}")
+    assert misplaced(suffix, wire) is None
+
+
+def test_only_the_recovery_topic_carries_the_coordinators_events() -> None:
+    coordinator = {"recovery_planned", "recovery_completed", "recovery_failed", "recovery_skipped",
+                   "node_readmitted"}
+    assert {t for t, kinds in KINDS.items() if kinds & coordinator} == {"recovery"}
+    assert KINDS["incidents"] == {"incident"}
+    assert KINDS["nodes"] == {"node_cordoned", "node_drained", "node_uncordoned"}
+    assert s.Topics("acme.").recovery == "acme.recovery"
+
+
+@pytest.mark.parametrize("value", [b"", b"\xff", b"[1]", b'{"type": 3}', b"[" * 100_000, None,
+                                   b'{"type": "no_such_event"}'])
+def test_a_value_of_no_known_kind_is_not_called_misplaced(value) -> None:
+    assert misplaced("incidents", value) is None
 
 
 def test_worker_topic_is_a_discriminated_union() -> None:
@@ -146,7 +188,7 @@ def test_topic_names_carry_the_prefix() -> None:
 
 def test_logs_that_are_replayed_keep_data_forever() -> None:
     forever = {spec.suffix for spec in s.SPECS if spec.retention_ms < 0}
-    assert forever == {"incidents", "commands", "acks", "jobs", "nodes"}
+    assert forever == {"incidents", "recovery", "commands", "acks", "jobs", "nodes"}
 
 
 def test_json_schema_export_describes_each_topic(tmp_path) -> None:
@@ -158,9 +200,11 @@ def test_json_schema_export_describes_each_topic(tmp_path) -> None:
     assert set(worker["discriminator"]["mapping"]) == {
         "worker_start", "worker_step", "worker_error", "worker_exit"}
     incidents = json_schemas()["incidents.schema.json"]
-    assert set(incidents["discriminator"]["mapping"]) == {
-        "incident", "recovery_planned", "recovery_completed", "recovery_failed", "recovery_skipped"}
-    assert incidents["$defs"]["Incident"]["properties"]["severity"]
+    assert incidents["properties"]["type"]["const"] == "incident" and incidents["properties"]["severity"]
+    recovery = json_schemas()["recovery.schema.json"]
+    assert set(recovery["discriminator"]["mapping"]) == {
+        "incident", "recovery_planned", "recovery_completed", "recovery_failed", "recovery_skipped",
+        "node_readmitted"}
 
 
 finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)

@@ -18,14 +18,15 @@ log = logging.getLogger(__name__)
 
 
 class Watcher:
-    """Reads worker telemetry and the incidents log into a `Timeline` under a lock."""
+    """Reads worker telemetry, the detector's incidents and the coordinator's recovery log into a
+    `Timeline` under a lock."""
 
     def __init__(self, settings: KafkaSettings, job: str, say: Callable[[str], None]) -> None:
         self.timeline = Timeline(job)
         self.lock = threading.Lock()
         self._say = say
         self._stop = threading.Event()
-        topics = [settings.topics.worker, settings.topics.incidents]
+        topics = [settings.topics.worker, settings.topics.incidents, settings.topics.recovery]
         self._consumer = EventConsumer(settings, topics, f"demo-watch-{uuid.uuid4().hex[:8]}")
         self._thread = threading.Thread(target=self._run, name="demo-watch", daemon=True)
 

@@ -44,7 +44,7 @@ def test_the_same_value_error_every_generation_backs_off_then_gives_up_and_isola
     assert skip.type == "recovery_skipped" and of_type(rec.log, "incident").count(alert) == 1
     assert unhealthy(rec) == []
     assert refold(rec) == rec.state
-    assert all(refold(rec, interleave(rec.log, seed)) == rec.state for seed in range(10))
+    assert all(refold(rec, interleave(rec.placed(), seed)) == rec.state for seed in range(10))
     assert catch_up(refold(rec, sorted(rec.log, key=lambda e: e.type != "job_submitted")), 5000.0) == []
 
 

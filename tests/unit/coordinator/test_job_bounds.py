@@ -75,7 +75,7 @@ def test_a_plan_naming_a_node_outside_the_cluster_is_rejected() -> None:
     rec.started(now=1.0)
     plan = RecoveryPlanned(ts=5.0, plan_id="forged", job="llm", kind="reconfigure", generation=9,
                            nodes=("n1", "evil"), isolated={"n2": "x"})
-    record = parse_message(TOPICS, TOPICS.incidents, 0, 3, b"llm", encode(plan), now=5.0)
+    record = parse_message(TOPICS, TOPICS.recovery, 0, 3, b"llm", encode(plan), now=5.0)
     assert receive(rec.state, record, now=5.0) == ("coordinator rejected it: plan forged names evil, "
                                                    "not in the cluster")
     assert rec.state.jobs["llm"].generation == 0 and rec.state.nodes["n2"].healthy

@@ -97,7 +97,7 @@ def test_the_log_of_capped_and_grouped_decisions_folds_to_the_live_state(seed: i
     rec.feed(lost("late-n5", "n5", ts=650.0), now=650.0)
     rec.tick(now=652.0)
     assert refold(rec) == rec.state
-    assert refold(rec, interleave(rec.log, seed)) == rec.state
+    assert refold(rec, interleave(rec.placed(), seed)) == rec.state
     assert refold(rec, [e for event in rec.log for e in (event, event)]) == rec.state
     rebuilt = refold(rec, sorted(rec.log, key=lambda e: e.type != "job_submitted"))
     assert catch_up(rebuilt, now=653.0) == []  # a restarted coordinator issues nothing twice

@@ -25,7 +25,7 @@ def test_a_plan_the_fold_cannot_apply_is_refused_live_and_on_every_rebuild() -> 
     rec = Recorder()
     rec.started(now=1.0)
     plan = rec.state.jobs["llm"].plan
-    rival = read(TOPICS.incidents, encode(plan.model_copy(update={"plan_id": "another-start", "ts": 9.0})))
+    rival = read(TOPICS.recovery, encode(plan.model_copy(update={"plan_id": "another-start", "ts": 9.0})))
     assert isinstance(rival, Record)
     answer = receive(rec.state, rival, now=10.0)
     assert isinstance(answer, str) and "IllegalTransition" in answer and "running to starting" in answer
@@ -33,8 +33,8 @@ def test_a_plan_the_fold_cannot_apply_is_refused_live_and_on_every_rebuild() -> 
     out = receive(rec.state, read(TOPICS.incidents, encode(incident("i1", "SEV2", node="n2"))), now=50.0)
     assert of_type(out, "recovery_planned")  # the coordinator goes on
 
-    log = [read(TOPICS.jobs, encode(e)) if e.type == "job_submitted" else read(TOPICS.incidents, encode(e))
-           for e in rec.log if e.type in ("job_submitted", "recovery_planned", "recovery_completed")]
+    log = [read(TOPICS.name(topic), encode(e)) for (topic, _), e in rec.placed()
+           if e.type in ("job_submitted", "recovery_planned", "recovery_completed")]
     state = ClusterState.initial(CONFIG)
     refused = rebuild(state, [*log[:3], rival, *log[3:]])
     assert [r for r, _ in refused] == [rival]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, react, settle, tick
+from recovery.coordinator.routing import route
 from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
 
 # Two leaves of three nodes; n1-n3 run the job, n4-n6 are spares. The blast-radius limits are
@@ -38,22 +39,46 @@ def of_type(events: list, kind: str) -> list:
     return [e for e in events if e.type == kind]
 
 
+def fed(event) -> tuple[str, str]:
+    """(topic suffix, key) of an event others write for the coordinator: jobs, the detector's
+    incidents, acks, operators' node events."""
+    match event:
+        case JobSubmitted():
+            return "jobs", event.job.id
+        case Incident():
+            return "incidents", event.job or event.node or event.id
+        case CommandAcked():
+            return "acks", event.node
+    return "nodes", event.node
+
+
 class Recorder:
-    """Feeds events and ticks through the core and records every event, in order."""
+    """Feeds events and ticks through the core and records every event, in order, and in `where`
+    the (topic suffix, key) each was written with."""
 
     def __init__(self, config: CoordinatorConfig = CONFIG) -> None:
         self.state = ClusterState.initial(config)
         self.log: list = []
+        self.where: list[tuple[str, str]] = []
 
     def feed(self, event, now: float) -> list:
         out = react(self.state, event, now)
-        self.log += [event, *out]
+        self._record([event], [fed(event)])
+        self._record(out, [route(e) for e in out])
         return out
 
     def tick(self, now: float) -> list:
         out = settle(self.state, tick(self.state, now), now)
-        self.log += out
+        self._record(out, [route(e) for e in out])
         return out
+
+    def placed(self) -> list[tuple[tuple[str, str], object]]:
+        """((topic suffix, key), event) of every event, in order."""
+        return list(zip(self.where, self.log, strict=True))
+
+    def _record(self, events: list, where: list[tuple[str, str]]) -> None:
+        self.log += events
+        self.where += where
 
     def ack(self, commands: list, status: str, now: float, reason: str | None = None) -> list:
         out = []

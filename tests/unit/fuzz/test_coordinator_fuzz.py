@@ -11,7 +11,6 @@ from hypothesis import given
 from bus.message import parse_message
 from recovery.coordinator import ClusterState
 from recovery.coordinator.intake import receive
-from recovery.coordinator.routing import route
 from schemas import DeadLettered, NodeCordoned, Topics, encode
 from tests.unit.coordinator.world import CONFIG, Recorder, incident
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
@@ -28,7 +27,7 @@ def recorded() -> list[tuple[str, bytes, float]]:
     rec.ack(rec.feed(incident("net-1", "SEV3", node="n1", ts=20.0), now=20.0), "done", now=21.0)
     rec.ack(rec.feed(incident("hang-2", "SEV2", node="n2", ts=30.0), now=30.0), "done", now=31.0)
     rec.feed(incident("xid-3", "SEV1", node="n3", ts=60.0), now=60.0)
-    return [(TOPICS.name(route(e)[0]), encode(e), e.ts) for e in rec.log]
+    return [(TOPICS.name(topic), encode(e), e.ts) for (topic, _), e in rec.placed()]
 
 
 GOOD = recorded()
@@ -43,7 +42,7 @@ FORGED = [
         {"id": "heavy", "weight": 1e6},
         {"id": "fast", "throughput": {"3": 1e25}, "nodes": ["n4", "n5", "n6"]},
     )
-] + [(TOPICS.incidents, json.dumps({**START, "plan_id": "away", "nodes": ["n1", "n2", "ghost"]}).encode())]
+] + [(TOPICS.recovery, json.dumps({**START, "plan_id": "away", "nodes": ["n1", "n2", "ghost"]}).encode())]
 
 
 def run(items: list[tuple[bool, tuple[str, bytes | None, float]]]) -> tuple[ClusterState, int]:
@@ -67,10 +66,10 @@ TALLY = Tally()
 @given(seed=seeds, pool=atoms)
 def test_hostile_records_are_refused_and_the_good_ones_still_fold(seed: int, pool: list) -> None:
     rng = random.Random(seed)
-    topics = [TOPICS.jobs, TOPICS.incidents, TOPICS.commands, TOPICS.acks, TOPICS.nodes]
+    topics = [TOPICS.jobs, TOPICS.incidents, TOPICS.recovery, TOPICS.commands, TOPICS.acks, TOPICS.nodes]
     bad = [(rng.choice(topics), value, 100.0) for value in batch(rng, TEMPLATES, pool)]
     forged = [(topic, value, 100.0) for topic, value in FORGED]
-    items = [*interleave(rng, GOOD, bad + forged), *[(False, (TOPICS.incidents, RIVAL, 100.0))] * 3]
+    items = [*interleave(rng, GOOD, bad + forged), *[(False, (TOPICS.recovery, RIVAL, 100.0))] * 3]
     state, rejected = run(items)
     assert rejected == len(bad) + len(forged) + 3
     assert state == CLEAN

@@ -16,23 +16,28 @@ from ops.incident_log.render import details, row, story
 from ops.incident_log.views import timeline, views
 from schemas import DeadLettered, encode
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
-from tests.unit.ops.incident_log import recorded
+from tests.unit.ops.incident_log import placed
 from tests.unit.ops.test_alert_core import CONFIG
 from tests.unit.ops.test_poison import SETTINGS
 
-TOPIC = SETTINGS.topics.incidents
-GOOD = [encode(event) for event in recorded()]
-TEMPLATES = [json.loads(value) for value in GOOD]
+# the detector's incidents and the coordinator's lifecycle: two topics, read as one log
+TOPICS = [SETTINGS.topics.incidents, SETTINGS.topics.recovery]
+GOOD = [(SETTINGS.topics.name(topic), encode(event)) for (topic, _), event in placed()]
+TEMPLATES = [json.loads(value) for _, value in GOOD]
+
+
+def hostile(rng: random.Random, pool: list) -> list[tuple[str, bytes | None]]:
+    return [(rng.choice(TOPICS), value) for value in batch(rng, TEMPLATES, pool)]
 
 
 def shown(history: IncidentHistory) -> list[str]:
     return [f"{row(v)}\n{details(v)}\n{story(v, timeline(v))}" for v in views(history)]
 
 
-def fold(items: list[tuple[bool, bytes | None]]) -> tuple[IncidentHistory, int]:
+def fold(items: list[tuple[bool, tuple[str, bytes | None]]]) -> tuple[IncidentHistory, int]:
     history, letters = IncidentHistory(), 0
-    for offset, (is_good, value) in enumerate(items):
-        parsed = parse_message(SETTINGS.topics, TOPIC, 0, offset, b"k", value, now=0.0)
+    for offset, (is_good, (topic, value)) in enumerate(items):
+        parsed = parse_message(SETTINGS.topics, topic, 0, offset, b"k", value, now=0.0)
         if isinstance(parsed, DeadLettered):
             assert not is_good, parsed.reason
             letters += 1
@@ -42,10 +47,10 @@ def fold(items: list[tuple[bool, bytes | None]]) -> tuple[IncidentHistory, int]:
     return history, letters
 
 
-def bridge(items: list[tuple[bool, bytes | None]]) -> tuple[AlertBridge, int]:
+def bridge(items: list[tuple[bool, tuple[str, bytes | None]]]) -> tuple[AlertBridge, int]:
     alerts, letters = AlertBridge(SETTINGS, CONFIG, clock=lambda: 100.0), 0
-    for offset, (is_good, value) in enumerate(items):
-        letter = alerts.admit(RawMessage(TOPIC, 0, offset, 0, b"k", value))
+    for offset, (is_good, (topic, value)) in enumerate(items):
+        letter = alerts.admit(RawMessage(topic, 0, offset, 0, b"k", value))
         assert (letter is None) == is_good
         letters += letter is not None
     return alerts, letters
@@ -60,7 +65,7 @@ LOG, ALERTS = Tally(), Tally()
 @given(seed=seeds, pool=atoms)
 def test_the_incident_log_shows_the_good_records_only(seed: int, pool: list) -> None:
     rng = random.Random(seed)
-    bad = batch(rng, TEMPLATES, pool)
+    bad = hostile(rng, pool)
     good = [*GOOD, *rng.choices(GOOD, k=len(GOOD))]  # duplicated, and out of order
     rng.shuffle(good)
     history, letters = fold(interleave(rng, good, bad))
@@ -72,7 +77,7 @@ def test_the_incident_log_shows_the_good_records_only(seed: int, pool: list) -> 
 @given(seed=seeds, pool=atoms)
 def test_the_alert_bridge_delivers_the_good_records_only(seed: int, pool: list) -> None:
     rng = random.Random(seed)
-    bad = batch(rng, TEMPLATES, pool)
+    bad = hostile(rng, pool)
     alerts, letters = bridge(interleave(rng, GOOD, bad))
     assert letters == len(bad)
     assert alerts.open == CLEAN_ALERTS.open

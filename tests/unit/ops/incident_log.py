@@ -1,18 +1,19 @@
-"""A recorded incidents log from the real coordinator core: the detector's incidents plus the
-coordinator's lifecycle events, with what a reader must make of them."""
+"""A recorded incident log from the real coordinator core: the detector's incidents (topic
+incidents) plus the coordinator's lifecycle events (topic recovery), with what a reader must
+make of them."""
 
 from __future__ import annotations
 
-from recovery.coordinator.routing import route
-from schemas import Incident, IncidentStatus
+from schemas import IncidentStatus
 from tests.unit.coordinator.world import Recorder, incident, of_type
 
 INCIDENT_LOG_TYPES = {"incident", "recovery_planned", "recovery_completed", "recovery_failed",
                       "recovery_skipped"}
 
 
-def recorded() -> list:
-    """A SEV3 retried and resolved; a SEV2 whose restart fails and escalates; a SEV1; a WARN."""
+def placed() -> list[tuple[tuple[str, str], object]]:
+    """A SEV3 retried and resolved; a SEV2 whose restart fails and escalates; a SEV1; a WARN: each
+    event with the (topic suffix, key) its writer gives it."""
     rec = Recorder()
     rec.started(now=1.0)
     sev3 = incident("net-1", "SEV3", node="n1", ts=20.0)
@@ -27,11 +28,9 @@ def recorded() -> list:
     resolved = sev3.model_copy(update={"status": IncidentStatus.RESOLVED, "ts": 62.0,
                                        "evidence": (*sev3.evidence, "62.000 resolved: steps resumed")})
     rec.feed(resolved, now=62.0)
-    return [e for e in rec.log if e.type in INCIDENT_LOG_TYPES]
+    return [(where, e) for where, e in rec.placed() if e.type in INCIDENT_LOG_TYPES]
 
 
-def key_of(event) -> str:
-    """The key the event is produced with on the incidents topic (as the detector and coordinator do)."""
-    if isinstance(event, Incident):
-        return event.job or event.node or event.id
-    return route(event)[1]
+def recorded() -> list:
+    """The events of `placed()`, in order."""
+    return [e for _, e in placed()]
