@@ -106,8 +106,9 @@ def test_submit_start_sev1_kill_restart(env: KafkaSettings, tmp_path, capsys) ->
     n4 = next(c for c in moved if c.node == "n4")
     assert (n4.worker.ranks, n4.worker.world_size, n4.worker.master_port) == ((4, 5), 6, 29611)
     assert n4.worker.restore.kind == "replica" and n4.worker.restore.node == "n1"
-    lifecycle = [e.type for e in read(kafka, "incidents")]
+    lifecycle = [e.type for e in read(kafka, "recovery")]
     assert lifecycle.count("recovery_planned") == 2 and lifecycle.count("recovery_completed") == 1
+    assert [e.type for e in read(kafka, "incidents")] == ["incident"]  # the detector's topic: its own only
 
     # killed: nothing more from it, no goodbye
     before = read(kafka, "commands")

@@ -113,8 +113,9 @@ class Chaos:
         self.cluster.wait_ready(timeout_s=150)
 
     def events(self) -> list:
-        """Everything on the incidents topic: incidents and the coordinator's recovery events."""
-        with TopicReader(self.settings, [self.settings.topics.incidents], end=NOW, validate=True) as log:
+        """The incident log: the detector's incidents and the coordinator's recovery events."""
+        topics = [self.settings.topics.incidents, self.settings.topics.recovery]
+        with TopicReader(self.settings, topics, end=NOW, validate=True) as log:
             return [r.event for batch in log.batches() for r in batch]
 
     def since(self, t: float) -> tuple[list[Incident], list]:

@@ -116,7 +116,7 @@ def test_one_leader_a_frozen_one_is_fenced_a_killed_one_is_replaced(kafka: Kafka
         assert epoch_a2 > epoch_b
         ack_all(kafka, moved)
         wait_until(lambda: any(isinstance(e, RecoveryCompleted) and e.generation == 1
-                               for e in read(kafka, "incidents")), 60, "the recovery to complete")
+                               for e in read(kafka, "recovery")), 60, "the recovery to complete")
 
         commands = read(kafka, "commands")
         by_role: dict[tuple, set[str]] = {}
@@ -124,7 +124,7 @@ def test_one_leader_a_frozen_one_is_fenced_a_killed_one_is_replaced(kafka: Kafka
             by_role.setdefault((c.node, c.generation, c.action), set()).add(c.id)
         assert all(len(ids) == 1 for ids in by_role.values()), by_role
         assert {c.epoch for c in commands} <= {epoch_a, epoch_b, epoch_a2}
-        lifecycle = read(kafka, "incidents")
+        lifecycle = read(kafka, "recovery")
         plans = [e for e in lifecycle if isinstance(e, RecoveryPlanned)]
         assert sorted(p.generation for p in plans) == [0, 1]  # the start and the one re-plan
         assert sum(isinstance(e, RecoveryCompleted) and e.generation == 1 for e in lifecycle) == 1

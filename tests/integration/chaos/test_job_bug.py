@@ -67,7 +67,8 @@ def job_spec(layout: DemoLayout) -> JobSpec:
 
 
 def log_events(settings: KafkaSettings) -> list:
-    with TopicReader(settings, [settings.topics.incidents], end=NOW, validate=True) as log:
+    with TopicReader(settings, [settings.topics.incidents, settings.topics.recovery], end=NOW,
+                     validate=True) as log:
         return [r.event for batch in log.batches() for r in batch]
 
 

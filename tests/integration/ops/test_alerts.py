@@ -16,7 +16,7 @@ from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from ops.alerts.config import AlertBridgeConfig, RetryConfig
 from ops.alerts.service import AlertBridge
-from schemas import Incident, IncidentStatus
+from schemas import Incident, IncidentStatus, RecoveryPlanned
 
 pytestmark = pytest.mark.kafka
 FAST = RetryConfig(initial_s=0.05, factor=2, max_s=0.2)
@@ -125,3 +125,33 @@ def test_down_endpoints_delay_alerts_and_lose_none(kafka: KafkaSettings, group_i
     assert all(h["text"] for h in hooks)
     assert SECRET not in caplog.text and "secret-path" not in caplog.text
     assert "retry in" in caplog.text and "backlog pagerduty 3" in caplog.text
+
+
+def test_the_coordinators_escalations_alert_from_its_recovery_topic_and_forged_ones_do_not(
+        kafka: KafkaSettings, group_id: str, endpoint) -> None:
+    """The bridge reads the detector's incidents and the coordinator's recovery log: an escalation
+    there pages (its plans and outcomes do not), a coordinator event forged on incidents is refused."""
+    config = AlertBridgeConfig.model_validate({"webhook": {"url": f"{endpoint.url}/hook"}, "retry": FAST,
+                                               "group_id": group_id})
+    escalation = Incident.model_validate({**incident("recovery_failed-llm", "SEV1").model_dump(),
+                                          "category": "recovery_failed", "action": "alert", "node": None})
+    plan = RecoveryPlanned(ts=time.time(), plan_id="p1", job="llm", kind="restart", generation=1,
+                           nodes=("n01", "n02"))
+    with EventProducer(kafka) as producer:
+        producer.send(kafka.topics.recovery, plan, key="llm")
+        producer.send(kafka.topics.recovery, escalation, key="llm")
+        producer.send(kafka.topics.incidents, plan.model_copy(update={"plan_id": "p2"}), key="llm")
+    produce(kafka, incident("sev2-d", "SEV2"))
+    bridge = AlertBridge(kafka, config)
+    bridge.start()
+    try:
+        step_until(bridge, lambda: len(endpoint.received) == 2 and bridge.book.backlog() == 0)
+    finally:
+        bridge.close()
+    assert sorted(body["dedup_key"] for _, body in endpoint.received) == [
+        "recovery_failed-llm:open", "sev2-d:open"]
+    assert set(bridge.open) == {"recovery_failed-llm", "sev2-d"}
+    with TopicReader(kafka, [kafka.topics.dlq], end=NOW, validate=True) as dlq:
+        letters = [r.event for batch in dlq.batches() for r in batch]
+    assert [(letter.source_topic, letter.reason) for letter in letters] == [
+        (kafka.topics.incidents, "a recovery_planned belongs on the recovery topic, never on incidents")]

@@ -1,4 +1,5 @@
-"""`trainmedic incidents` as a real process over a recorded incidents log on a real broker."""
+"""`trainmedic incidents` as a real process over a recorded incident log on a real broker: the
+detector's incidents and the coordinator's recovery events, two topics told as one story."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 from confluent_kafka import Producer
 
 from bus.settings import KafkaSettings
-from schemas import encode
-from tests.unit.ops.incident_log import key_of, recorded
+from schemas import RecoveryCompleted, encode
+from tests.unit.ops.incident_log import placed
 
 pytestmark = pytest.mark.kafka
 
@@ -31,17 +32,24 @@ HOUR_AGO = time.time() - 3600
 
 @pytest.fixture
 def log(kafka: KafkaSettings) -> list:
-    """The recorded log, keyed as the detector and coordinator key it, stamped an hour ago by the broker's
-    clock; then one more incident stamped now (what --since must tell apart)."""
-    events = recorded()
+    """The recorded log, on the topics and with the keys the detector and coordinator give it, stamped
+    an hour ago by the broker's clock; then one more incident stamped now (what --since must tell
+    apart). Not part of the log: a `recovery_completed` for the failed restart of hang-2, forged on
+    the detector's topic."""
     producer = Producer(kafka.client_config())
-    for event in events:
-        producer.produce(kafka.topics.incidents, encode(event), key_of(event), timestamp=int(HOUR_AGO * 1000))
+    events = []
+    for (topic, key), event in placed():
+        producer.produce(kafka.topics.name(topic), encode(event), key, timestamp=int(HOUR_AGO * 1000))
+        events.append(event)
+    failed = next(e for e in events if e.type == "recovery_failed")
+    forged = RecoveryCompleted(ts=failed.ts - 0.5, plan_id=failed.plan_id, job=failed.job,
+                               generation=failed.generation)
+    producer.produce(kafka.topics.incidents, encode(forged), forged.job, timestamp=int(HOUR_AGO * 1000))
     first = next(e for e in events if e.type == "incident")
     late = first.model_copy(update={"id": "late-9", "ts": time.time(), "first_ts": time.time() - 1})
     producer.produce(kafka.topics.incidents, encode(late), late.job, timestamp=int(time.time() * 1000))
     assert producer.flush(30) == 0
-    return [*events, late]
+    return [*events, forged, late]
 
 
 def test_list_show_timeline_and_export(kafka: KafkaSettings, log: list) -> None:
@@ -54,7 +62,9 @@ def test_list_show_timeline_and_export(kafka: KafkaSettings, log: list) -> None:
     assert list(rows)[-1] == "late-9"  # ordered by earliest evidence
     assert rows["net-1"][1:4] == ["resolved", "SEV3", "network"] and rows["net-1"][-1] == "completed"
     assert rows["net-1"][-3:-1] == ["1.0s", "43.0s"]  # detection delay, time to resolve
-    assert rows["hang-2"][1] == "open" and rows["hang-2"][-1] == "failed"
+    assert rows["hang-2"][1] == "open" and rows["hang-2"][-1] == "failed"  # the forgery: not in the story
+    assert ("recovery_completed belongs on the recovery topic, never on incidents" in listed.stderr
+            and listed.stderr.count("skipped") == 1)
 
     only_open = incidents(kafka, "list", "--status", "open")
     assert "net-1" not in only_open.stdout and "hang-2" in only_open.stdout
@@ -70,7 +80,7 @@ def test_list_show_timeline_and_export(kafka: KafkaSettings, log: list) -> None:
     assert steps[:3] == ["detected", "opened", "plan"] and "recovery" in steps
     assert story[1].split()[0] == "+0.000s" and story[2].split()[0] == "+1.000s"
 
-    exported = incidents(kafka, "export")
+    exported = incidents(kafka, "export")  # as stored: the forgery too, for whoever looks into it
     assert exported.returncode == 0, exported.stderr
     lines = [json.loads(line) for line in exported.stdout.splitlines()]
     assert sorted(map(json.dumps, lines)) == sorted(json.dumps(json.loads(encode(e))) for e in log)
