@@ -1,6 +1,7 @@
 """Run the recovery coordinator: rebuild the cluster state from the log, then heal jobs.
 
-Reads the jobs, incidents, commands, acks and nodes topics from the beginning, then follows them.
+Reads the jobs, incidents, recovery, commands, acks and nodes topics from the beginning, then
+follows them; its own decisions go to the recovery topic, which nothing else writes.
 A new job is started on its nodes; an open incident is answered by its severity (SEV3:
 reattempt in place, SEV2: restart in place at the next generation, SEV1: isolate the node
 and re-plan the cluster); commands that go unanswered are re-sent, and failed ones escalate.
@@ -16,6 +17,10 @@ key that --keys-dir (default $TRAINMEDIC_HOME/keys) names as signing (`trainmedi
 generate`); command records read back from the commands topic that no key of that folder
 signed are dead-lettered, never folded or re-sent. --insecure sends unsigned commands
 instead and cannot be combined with --keys-dir. See docs/security.md.
+
+--migrate-lifecycle, once when upgrading from a coordinator that wrote its decisions to the
+incidents and nodes topics, with every coordinator stopped: copies them to the recovery topic
+and exits (docs/coordinator.md, "Upgrading").
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = CONFIG_FORMAT
     OPTIONS.add_to(parser)
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--migrate-lifecycle", action="store_true",
+                        help="copy an older coordinator's decisions from the incidents and nodes topics to "
+                        "the recovery topic, once, with every coordinator stopped; then exit")
     add_metrics_argument(parser)
 
 
@@ -96,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     from bus.settings import KafkaSettings
     from recovery.coordinator.service import lead
 
+    if args.migrate_lifecycle:
+        return migrate_lifecycle(args)
     try:
         config = build_config(args)
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
@@ -120,4 +130,24 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 1
     log.info("stopped")
+    return 0
+
+
+def migrate_lifecycle(args: argparse.Namespace) -> int:
+    from bus.errors import ConfigError, TrainmedicError
+    from bus.settings import KafkaSettings
+    from recovery.coordinator.migrate import AlreadyMigrated, migrate
+
+    try:
+        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        copied = migrate(settings)
+    except ConfigError as err:
+        print(f"trainmedic coordinator: {err}", file=sys.stderr)
+        return 2
+    except (AlreadyMigrated, TrainmedicError) as err:
+        print(f"trainmedic coordinator: {err}", file=sys.stderr)
+        return 1
+    for (topic, kind), count in sorted(copied.items()):
+        print(f"{count:6d}  {kind} from {topic}")
+    print(f"copied {sum(copied.values())} records of an older coordinator to {settings.topics.recovery}")
     return 0

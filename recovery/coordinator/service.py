@@ -92,7 +92,14 @@ class CoordinatorService:
 
     def start(self) -> None:
         """Fold the whole log (jobs first: every other event names a job), then catch up."""
-        records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
+        legacy: list[DeadLettered] = []
+        records = valid((item for batch in self._reader.batches(give_up_s=60.0) for item in batch),
+                        lambda letter: legacy.append(letter) if self._misplaced(letter) else None)
+        if legacy:
+            log.error("%d coordinator events on %s not folded: written by a coordinator older than the "
+                      "recovery topic (then run `trainmedic coordinator --migrate-lifecycle` once, with "
+                      "every coordinator stopped; docs/coordinator.md, Upgrading), or forged",
+                      len(legacy), " and ".join(sorted({letter.source_topic for letter in legacy})))
         records = [r for r in records if self._foreign(r, live=False) is None]  # dead-lettered when read live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         for record, reason in rebuild(self.state, records):  # dead-lettered when first read live
@@ -109,7 +116,7 @@ class CoordinatorService:
     def step(self, timeout_s: float = 1.0) -> None:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
-        for record in valid(self._reader.poll(wait), self._misplaced):
+        for record in valid(self._reader.poll(wait), self._count_misplaced):
             if (why := self._foreign(record)) is not None:
                 self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
                 continue
@@ -125,12 +132,18 @@ class CoordinatorService:
             observe.cluster(self.state)
             self._next_tick = now + self.state.config.tick_s
 
-    def _misplaced(self, letter: DeadLettered) -> None:
-        """Count a record read live that its topic does not carry: a coordinator's decision on
-        incidents, a re-admission on nodes. The reader dead-lettered it; nothing acts on it."""
+    def _misplaced(self, letter: DeadLettered) -> str | None:
+        """The topic suffix of a dead letter whose kind another topic carries (a coordinator's
+        decision on incidents, a re-admission on nodes), or None."""
         spec = self._topics.spec_of(letter.source_topic)
         if spec is not None and misplaced(spec.suffix, letter.raw_value()) is not None:
-            metrics.MISPLACED_RECORDS.labels(spec.suffix).inc()
+            return spec.suffix
+        return None
+
+    def _count_misplaced(self, letter: DeadLettered) -> None:
+        """Count a misplaced record read live (the reader dead-lettered it; nothing acts on it)."""
+        if (suffix := self._misplaced(letter)) is not None:
+            metrics.MISPLACED_RECORDS.labels(suffix).inc()
 
     def _foreign(self, record: Record, *, live: bool = True) -> str | None:
         """Why `record` is a command this coordinator did not sign (logged; counted when read live,

@@ -1,0 +1,71 @@
+"""Upgrading a log written by a coordinator older than the `recovery` topic.
+
+Such a coordinator wrote its decisions (plans, outcomes, skips) to `incidents` and its
+re-admissions to `nodes`. The coordinator now folds them only from `recovery`, which only it
+writes, and refuses them anywhere else: records on those topics cannot be told from forgeries.
+So the operator, who knows the old log is the old coordinator's, copies them over once, with
+every coordinator stopped: `trainmedic coordinator --migrate-lifecycle`. Each is copied byte
+for byte with its key, in the order it was read from its partition (a job's events stay in
+order), in one transaction under the coordinator's transactional id, which also fences a
+coordinator still writing. A `recovery` topic that holds anything already is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+
+from bus.message import RawMessage, parse_message
+from bus.reader import NOW, TopicReader
+from bus.settings import KafkaSettings
+from bus.transactional import TransactionalProducer
+from schemas import DeadLettered, Topics
+from schemas.topics import KINDS
+
+log = logging.getLogger("trainmedic.coordinator")
+
+
+class AlreadyMigrated(RuntimeError):
+    """The recovery topic holds records: a migration ran, or a new coordinator did."""
+
+
+def legacy(topics: Topics, messages: Iterable[RawMessage]) -> list[tuple[RawMessage, str]]:
+    """Of `messages` read from incidents and nodes, those an old coordinator wrote there, with their
+    kind: valid on the recovery topic, and not a kind their own topic carries."""
+    out = []
+    for msg in messages:
+        spec = topics.spec_of(msg.topic)
+        if spec is None or spec.suffix not in ("incidents", "nodes"):
+            continue
+        parsed = parse_message(topics, topics.recovery, msg.partition, msg.offset, msg.key, msg.value, 0.0)
+        if not isinstance(parsed, DeadLettered) and parsed.event.type not in KINDS[spec.suffix]:
+            out.append((msg, parsed.event.type))
+    return out
+
+
+def migrate(settings: KafkaSettings, timeout_s: float = 30.0) -> Counter[tuple[str, str]]:
+    """Copy the old coordinator's records to `recovery`; (source topic, kind) -> how many. Raises
+    AlreadyMigrated when `recovery` is not empty (nothing is copied then)."""
+    topics = settings.topics
+    with TopicReader(settings, [topics.recovery], end=NOW, timeout_s=timeout_s) as reader:
+        held = sum(len(batch) for batch in reader.batches())
+    if held:
+        raise AlreadyMigrated(f"{topics.recovery} already holds {held} records: migrated before, or a "
+                              f"coordinator of this version has run; nothing copied")
+    with TopicReader(settings, [topics.incidents, topics.nodes], end=NOW, timeout_s=timeout_s) as reader:
+        found = legacy(topics, (msg for batch in reader.batches() for msg in batch))
+    copied: Counter[tuple[str, str]] = Counter()
+    if not found:
+        return copied
+    producer = TransactionalProducer(settings, transactional_id=topics.owned("coordinator"))
+    try:
+        producer.init()
+        with producer.transaction():
+            for msg, kind in found:
+                producer.send(topics.recovery, msg.value, key=msg.key)
+                copied[(msg.topic, kind)] += 1
+    finally:
+        producer.close()
+    log.info("copied %d records of an older coordinator to %s", len(found), topics.recovery)
+    return copied
