@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("recovery.keys_cli", "generate, rotate or list the keys that sign commands"),
     "job": ("recovery.coordinator.job_cli", "submit a training job, or list jobs and where they run"),
     "nodes": ("trainmedic.nodes_cli", "list nodes and their state; cordon, drain or uncordon one"),
-    "incidents": ("ops.incident_log.cli", "list, show, follow or export incidents from the incidents log"),
+    "incidents": ("ops.incident_log.cli", "list, show, follow or export incidents and what recovery did"),
     "alerts": ("ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),
 }
 

@@ -1,10 +1,11 @@
-"""The fold of the incidents topic: facts keyed by their identity, so any order gives the same state.
+"""The fold of the incident log (the detector's `incidents` and the coordinator's `recovery`
+topics): facts keyed by their identity, so any order gives the same state.
 
 From telemetry.worker it keeps only the steps that report a restore fallback (`restore_warning`):
 a recovery that lost steps belongs in the incident's story.
 
-Incidents are keyed by job or node and lifecycle events by job, so an incident and the plan
-that answers it can sit on different partitions and arrive in either order. Storing each fact
+Incidents are keyed by job or node and lifecycle events by job, on two topics, so an incident
+and the plan that answers it sit on different partitions and arrive in either order. Storing each fact
 under its own identity (and keeping, of two versions, the one that sorts first) makes the
 fold commutative and idempotent: folding twice, or in any interleaving, gives equal states.
 """
@@ -24,7 +25,7 @@ Outcome = RecoveryCompleted | RecoveryFailed
 
 @dataclass
 class IncidentHistory:
-    """Everything the incidents topic said about incidents and their recovery, by identity."""
+    """Everything the incident log said about incidents and their recovery, by identity."""
 
     incidents: dict[tuple[str, str], Incident] = field(default_factory=dict)  # (id, status)
     plans: dict[tuple[str, str], RecoveryPlanned] = field(default_factory=dict)  # (plan_id, job)

@@ -1,4 +1,5 @@
-"""The fold: `state = apply(state, event)` over the jobs, incidents, commands and acks topics.
+"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks and
+nodes topics.
 
 `apply` updates the state in place and returns it (a 16k-node cluster is not copied per
 event). It is idempotent (an event seen twice changes nothing the second time) and

@@ -1,10 +1,11 @@
 """Nodes leave and rejoin the pool: the fold of cordon, drain, uncordon and re-admission, and
 what a node's state means for new work.
 
-Node events (the `nodes` topic) and isolations (decisions on the incidents topic) live on
-different partitions, so the fold orders them by their time, not by arrival: an uncordon or
-re-admission ends every isolation decided before it, an isolation decided after it stands,
-and of the operators' events the latest wins. Any interleaving folds to the same node.
+Operators' node events (the `nodes` topic) and the coordinator's isolations and re-admissions
+(decisions on its `recovery` topic) live on different partitions, so the fold orders them by
+their time, not by arrival: an uncordon or re-admission ends every isolation decided before it,
+an isolation decided after it stands, and of the operators' events the latest wins. Any
+interleaving folds to the same node.
 """
 
 from __future__ import annotations
