@@ -39,7 +39,7 @@ def test_missing_keys_say_what_to_do(tmp_path):
         keyring.load_signing(tmp_path)
     with pytest.raises(ConfigError, match=r"copy the coordinator's keys/\*.pub"):
         keyring.load_trusted(tmp_path)
-    with pytest.raises(ConfigError, match="no signing key to rotate"):
+    with pytest.raises(ConfigError, match="no coordinator signing key to rotate"):
         keyring.rotate_key(tmp_path, now=1.0)
 
 
