@@ -17,7 +17,8 @@ def test_keys_are_generated_and_listed_by_role(tmp_path, capsys) -> None:
     assert main(["keys", "list", *keys]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
     assert [(row[1], "yes" in row, "here" in row) for row in rows] == [
-        ("coordinator", True, True), ("operator", True, True), ("node:n1", False, False), ("node:n1", True, True)]
+        ("coordinator", True, True), ("operator", True, True), ("node:n1", False, False),
+        ("node:n1", True, True)]
 
 
 def test_a_public_key_from_a_node_is_trusted_for_that_node(tmp_path, capsys) -> None:

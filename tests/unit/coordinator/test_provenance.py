@@ -17,7 +17,8 @@ TRUST = Trust.of({"coordinator": TrustedKeys.of(COORDINATOR.private.public_key()
                   "operator": TrustedKeys.of(OPERATOR.private.public_key()),
                   "node:n1": TrustedKeys.of(N1.private.public_key()),
                   "node:n2": TrustedKeys.of(N2.private.public_key())})
-EVIL = JobSubmitted(ts=1.0, job=JobSpec(id="x", nodes=("n3",), throughput={1: 1.0}, command=("sh", "-c", "id")))
+EVIL = JobSubmitted(ts=1.0, job=JobSpec(id="x", nodes=("n3",), throughput={1: 1.0},
+                                        command=("sh", "-c", "id")))
 COMMAND = Command(ts=1.0, node="n1", id="c1", job="j", generation=0, action="stop")
 ACK = CommandAcked(ts=2.0, node="n1", command_id="c1", job="j", generation=0, status="failed")
 
