@@ -62,7 +62,7 @@ class Keys:
     """A keys folder with a key of every role, as `trainmedic keys generate` writes it, and what a
     test that writes jobs, node events or acks straight to Kafka signs them with."""
 
-    def __init__(self, folder: Path, nodes: Iterable[str] = (f"n{i}" for i in range(1, 10))) -> None:
+    def __init__(self, folder: Path, nodes: Iterable[str] = tuple(f"n{i}" for i in range(1, 10))) -> None:
         roles = [keyring.COORDINATOR, keyring.OPERATOR, *(keyring.node_role(n) for n in nodes)]
         for role in roles:
             keyring.ensure_key(folder, time.time(), role)

@@ -45,7 +45,7 @@ def test_cordon_drain_uncordon_and_list(env: KafkaSettings, keys: Keys, tmp_path
     code, _, err = nodes(capsys, "cordon", "n9")
     assert code == 2 and "unknown node 'n9'" in err and "known: n1 n2 n3" in err
 
-    service = leading(kafka, trust=keys.trust)
+    service = leading(kafka, sign=keys.coordinator.sign, trust=keys.trust)
     service.start()
     step_until(service, lambda: len(service.state.commands) == 3)
     ack_all(kafka, read(kafka, "commands"), keys)
