@@ -31,7 +31,7 @@ def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: s
     settings = KafkaSettings.from_env(bootstrap=cluster.bootstrap, topic_prefix=cluster.prefix)
     injected = time.time()
     with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-        producer.send(settings.topics.nodes, cluster.operator_key().sign(NodeUncordoned(
+        producer.send(settings.topics.nodes, cluster.layout.operator_key().sign(NodeUncordoned(
             ts=injected, node=node, reason="demo: the Xid 79 incident is resolved", by="demo")), key=node)
 
     def grown(t) -> int | None:

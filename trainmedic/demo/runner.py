@@ -149,7 +149,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
         watcher.start()
         spec = demo_job(nodes, args, layout)
         with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-            submitted = cluster.operator_key().sign(JobSubmitted(ts=time.time(), job=spec))
+            submitted = cluster.layout.operator_key().sign(JobSubmitted(ts=time.time(), job=spec))
             producer.send(settings.topics.jobs, submitted, key=spec.id)
         world = len(nodes) * args.ranks_per_node
         say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
