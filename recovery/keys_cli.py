@@ -60,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "generate":
             key_id = keyring.generate_key(directory, time.time(), role)
             print(f"{role} signing key {key_id}: private {directory / (key_id + '.key')} (0600), "
-                  f"public {directory / (key_id + '.pub')}; {_where(role)}")
+                  f"public {directory / (key_id + '.pub')}; {_where(role, key_id)}")
         elif args.action == "rotate":
             old, new = keyring.rotate_key(directory, time.time(), role)
             print(f"{role} signing key {new} replaces {old} (its private key deleted, its public key still "
-                  f"trusted); {_where(role)}; {_switch(role)}")
+                  f"trusted); {_where(role, new)}; {_switch(role)}")
         else:
             key_id = keyring.trust_key(directory, args.public, role, time.time())
             print(f"key {key_id} trusted here as {role} ({directory / (key_id + '.pub')})")
@@ -74,13 +74,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _where(role: str) -> str:
+def _where(role: str, key_id: str) -> str:
     """Where the new public key must go."""
     if role == "coordinator":
         return "copy the .pub to every executor's keys folder"
     flag = "--role operator" if role == "operator" else f"--node {role.removeprefix('node:')}"
-    return (f"on the coordinator's machine (if not this folder) run `trainmedic keys trust ID.pub {flag}` "
-            "with a copy of the .pub")
+    return (f"unless this is the coordinator's keys folder, copy the .pub to its machine and run "
+            f"`trainmedic keys trust {key_id}.pub {flag}` there")
 
 
 def _switch(role: str) -> str:
