@@ -60,12 +60,16 @@ def node_role(node: str) -> str:
     return NODE + node
 
 
+def role_flag(role: str) -> str:
+    """How `trainmedic keys` names `role`: no flag (coordinator), --role operator, --node NAME."""
+    if role == COORDINATOR:
+        return ""
+    return "--role operator" if role == OPERATOR else f"--node {role.removeprefix(NODE)}"
+
+
 def how_to_create(role: str) -> str:
     """The command that makes a key of `role`."""
-    if role == COORDINATOR:
-        return HOW_TO_CREATE
-    flag = "--role operator" if role == OPERATOR else f"--node {role.removeprefix(NODE)}"
-    return f"run `trainmedic keys generate {flag}`"
+    return HOW_TO_CREATE if role == COORDINATOR else f"run `trainmedic keys generate {role_flag(role)}`"
 
 
 def default_dir(env: Mapping[str, str] = os.environ) -> Path:
@@ -95,10 +99,8 @@ def refuse_legacy(env: Mapping[str, str] = os.environ) -> None:
 def generate_key(directory: Path, now: float, role: str = COORDINATOR) -> str:
     """A first key pair of `role` in `directory`, made its signing key. Refuses a role that has one."""
     if _signer(_manifest(directory), role):
-        flag = "" if role == COORDINATOR else " --role operator" if role == OPERATOR else \
-            f" --node {role.removeprefix(NODE)}"
-        raise ConfigError(f"{directory} already has a {role} signing key: `trainmedic keys rotate{flag}` "
-                          "replaces it")
+        rotate = f"trainmedic keys rotate {role_flag(role)}".rstrip()
+        raise ConfigError(f"{directory} already has a {role} signing key: `{rotate}` replaces it")
     return _write_pair(directory, now, role)
 
 

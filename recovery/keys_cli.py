@@ -76,11 +76,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _where(role: str, key_id: str) -> str:
     """Where the new public key must go."""
-    if role == "coordinator":
+    from recovery.keyring import COORDINATOR, role_flag
+
+    if role == COORDINATOR:
         return "copy the .pub to every executor's keys folder"
-    flag = "--role operator" if role == "operator" else f"--node {role.removeprefix('node:')}"
     return (f"unless this is the coordinator's keys folder, copy the .pub to its machine and run "
-            f"`trainmedic keys trust {key_id}.pub {flag}` there")
+            f"`trainmedic keys trust {key_id}.pub {role_flag(role)}` there")
 
 
 def _switch(role: str) -> str:
