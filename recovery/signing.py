@@ -108,7 +108,9 @@ class TrustedKeys:
         return cls({key_id_of(public): public for public in publics})
 
     def __str__(self) -> str:
-        return ", ".join(sorted(self.keys)) or "none"
+        """The trusted ids, the first few of a long list (a coordinator trusts a key per node)."""
+        ids = sorted(self.keys)
+        return ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "") or "none"
 
     def check(self, received: bytes | str | Mapping[str, Any] | None, what: str = "command") -> str | None:
         """Why `received` (a record's exact JSON, or `parse` of it) is not authentic; None when it
@@ -136,7 +138,7 @@ class TrustedKeys:
             raise Unverified("unsigned", "unsigned: the signature names no key id (an old HMAC signature?)")
         public = self.keys.get(key_id)
         if public is None:
-            trusted = ", ".join(sorted(self.keys)) or "none"
+            trusted = str(self)
             raise Unverified("unknown_key", f"unknown key id {key_id!r}: this node trusts {trusted}"
                              if what == "command" else f"unknown key id {key_id!r}: trusted are {trusted}")
         try:

@@ -75,3 +75,10 @@ def test_insecure_folds_everything_and_other_records_are_not_checked_here():
 def test_a_node_key_belongs_to_one_node():
     assert TRUST.owners == {N1.key_id: "n1", N2.key_id: "n2"}
     assert set(TRUST.nodes.keys) == {N1.key_id, N2.key_id} and set(TRUST.operators.keys) == {OPERATOR.key_id}
+
+
+def test_an_unknown_key_names_a_few_trusted_ids_not_a_clusters_worth():
+    many = TrustedKeys.of(*(generate().private.public_key() for _ in range(100)))
+    why = many.check(encode(STRANGER.sign(ACK)), "ack")
+    assert why.startswith(f"unknown key id '{STRANGER.key_id}': trusted are ")
+    assert why.endswith(" and 92 more")
