@@ -1,15 +1,19 @@
-"""Command keys on disk: one folder of Ed25519 key files, by default $TRAINMEDIC_HOME/keys.
+"""Keys on disk: one folder of Ed25519 key files, by default $TRAINMEDIC_HOME/keys.
 
-    ID.pub      a public key (PEM); every one in the folder is trusted
-    ID.key      a private key (PEM, mode 0600); only on the coordinator's machine
-    keys.json   {"signing": ID, "created": {ID: unix_s}}: which key signs, when each was made
+    ID.pub      a public key (PEM)
+    ID.key      a private key (PEM, mode 0600); only on the machine of who signs with it
+    keys.json   {"signing": ID, "signers": {ROLE: ID}, "roles": {ID: ROLE}, "created": {ID: unix_s}}
 
-The coordinator signs with the key `keys.json` names and trusts every ID.pub (to check the
-commands it reads back). An executor needs only the ID.pub files: copy them to its folder.
-Rotation writes a new pair, makes it the signing key and deletes the old private key; the old
-public key stays trusted until its ID.pub is removed, so commands in flight still verify.
-A running executor notices ID.pub files added or removed (`KeyFolder`), so neither needs a
-restart there.
+Each key has a role: `coordinator` signs commands, `operator` signs job submissions and
+node-lifecycle events, `node:NAME` signs the acks of node NAME. `roles` names the role of every
+key that is not a coordinator's: a key it does not name (every key of a folder written before
+roles, and an ID.pub copied in by hand) is a coordinator key. `signing` names the coordinator's
+signing key, `signers` that of each other role. Every ID.pub of a role is trusted for it:
+executors trust the coordinator keys of their folder; the coordinator trusts its own (to check
+the commands it reads back), the operator keys, and each node key for that node only.
+Rotation writes a new pair, makes it the role's signing key and deletes the old private key; the
+old public key stays trusted until its ID.pub is removed, so what was signed in flight still
+verifies. A running verifier notices keys added or removed (`KeyFolder`) without a restart.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+import re
+import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import (
@@ -39,7 +46,30 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "keys.json"
 LEGACY_ENV = ("TRAINMEDIC_CLUSTER_KEY_FILE", "TRAINMEDIC_CLUSTER_KEY")
+COORDINATOR = "coordinator"
+OPERATOR = "operator"
+NODE = "node:"  # + the node's name
 HOW_TO_CREATE = "run `trainmedic keys generate`"
+_NODE_NAME = re.compile(r"[^\s/]{1,256}")
+
+
+def node_role(node: str) -> str:
+    """The role of the key that signs node `node`'s acks."""
+    if not _NODE_NAME.fullmatch(node):
+        raise ConfigError(f"{node!r} is not a node name")
+    return NODE + node
+
+
+def role_flag(role: str) -> str:
+    """How `trainmedic keys` names `role`: no flag (coordinator), --role operator, --node NAME."""
+    if role == COORDINATOR:
+        return ""
+    return "--role operator" if role == OPERATOR else f"--node {role.removeprefix(NODE)}"
+
+
+def how_to_create(role: str) -> str:
+    """The command that makes a key of `role`."""
+    return HOW_TO_CREATE if role == COORDINATOR else f"run `trainmedic keys generate {role_flag(role)}`"
 
 
 def default_dir(env: Mapping[str, str] = os.environ) -> Path:
@@ -52,6 +82,7 @@ class KeyInfo:
 
     key_id: str
     kind: str
+    role: str
     created: float | None  # None: a public key copied without its keys.json entry
     signing: bool
     private: bool
@@ -65,43 +96,71 @@ def refuse_legacy(env: Mapping[str, str] = os.environ) -> None:
                               f"{HOW_TO_CREATE} (docs/security.md)")
 
 
-def generate_key(directory: Path, now: float) -> str:
-    """A first key pair in `directory`, made the signing key. Refuses a folder that has one."""
-    if _manifest(directory).get("signing"):
-        raise ConfigError(f"{directory} already has a signing key: `trainmedic keys rotate` replaces it")
-    return _write_pair(directory, now)
+def generate_key(directory: Path, now: float, role: str = COORDINATOR) -> str:
+    """A first key pair of `role` in `directory`, made its signing key. Refuses a role that has one."""
+    if _signer(_manifest(directory), role):
+        rotate = f"trainmedic keys rotate {role_flag(role)}".rstrip()
+        raise ConfigError(f"{directory} already has a {role} signing key: `{rotate}` replaces it")
+    return _write_pair(directory, now, role)
 
 
-def rotate_key(directory: Path, now: float) -> tuple[str, str]:
-    """A new signing key; the old one's private file is deleted, its public key stays trusted.
-    Returns (old id, new id)."""
-    old = _manifest(directory).get("signing")
+def rotate_key(directory: Path, now: float, role: str = COORDINATOR) -> tuple[str, str]:
+    """A new signing key of `role`; the old one's private file is deleted, its public key stays
+    trusted. Returns (old id, new id)."""
+    old = _signer(_manifest(directory), role)
     if not old:
-        raise ConfigError(f"{directory} has no signing key to rotate: {HOW_TO_CREATE}")
-    new = _write_pair(directory, now)
+        raise ConfigError(f"{directory} has no {role} signing key to rotate: {how_to_create(role)}")
+    new = _write_pair(directory, now, role)
     (directory / f"{old}.key").unlink(missing_ok=True)
     return old, new
 
 
-def ensure_key(directory: Path, now: float) -> str | None:
-    """The id of a key generated now if `directory` has no signing key yet; None if it has one."""
-    return None if _manifest(directory).get("signing") else _write_pair(directory, now)
+def ensure_key(directory: Path, now: float, role: str = COORDINATOR) -> str | None:
+    """The id of a key of `role` generated now if `directory` has no signing key of it yet; None if
+    it has one."""
+    return None if _signer(_manifest(directory), role) else _write_pair(directory, now, role)
+
+
+def trust_key(directory: Path, public: Path, role: str, now: float) -> str:
+    """Copy the public key file `public` into `directory`, trusted for `role` (an operator's, or a
+    node's from that node's machine). Returns its id."""
+    key = _load_public(public, None)
+    key_id = key_id_of(key)
+    manifest = _manifest(directory)
+    known = _role(manifest, key_id) if (directory / f"{key_id}.pub").exists() else None
+    if known is not None and known != role:
+        raise ConfigError(f"key {key_id} is already trusted here as {known}: one key, one role")
+    if role != COORDINATOR:
+        manifest.setdefault("roles", {})[key_id] = role
+    manifest.setdefault("created", {}).setdefault(key_id, now)
+    directory.mkdir(parents=True, exist_ok=True)
+    _save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role
+    if public.resolve() != (directory / f"{key_id}.pub").resolve():
+        shutil.copyfile(public, directory / f"{key_id}.pub")
+    return key_id
 
 
 def list_keys(directory: Path) -> list[KeyInfo]:
     manifest = _manifest(directory)
     created = manifest.get("created", {})
-    return [KeyInfo(path.stem, KIND, created.get(path.stem), path.stem == manifest.get("signing"),
-                    (directory / f"{path.stem}.key").exists())
-            for path in sorted(directory.glob("*.pub"), key=lambda p: (created.get(p.stem, 0), p.stem))]
+    out = []
+    for path in sorted(directory.glob("*.pub"), key=lambda p: (created.get(p.stem, 0), p.stem)):
+        role = _role(manifest, path.stem)
+        signing = path.stem == _signer(manifest, role)
+        out.append(KeyInfo(path.stem, KIND, role, created.get(path.stem), signing,
+                           (directory / f"{path.stem}.key").exists()))
+    return out
 
 
-def load_signing(directory: Path) -> SigningKey:
-    """The coordinator's signing key, or a ConfigError that says what to do."""
-    key_id = _manifest(directory).get("signing")
+def load_signing(directory: Path, role: str = COORDINATOR) -> SigningKey:
+    """The signing key of `role`, or a ConfigError that says what to do."""
+    key_id = _signer(_manifest(directory), role)
     if not key_id:
-        raise ConfigError(f"no command signing key in {directory}: {HOW_TO_CREATE} (or pass --insecure "
-                          "to send unsigned commands)")
+        what = {COORDINATOR: "command signing key", OPERATOR: "operator key"}.get(role, f"key of {role}")
+        unsigned = {COORDINATOR: "send unsigned commands", OPERATOR: "publish it unsigned"}.get(
+            role, "send unsigned acks")
+        raise ConfigError(f"no {what} in {directory}: {how_to_create(role)} (or pass --insecure to "
+                          f"{unsigned})")
     path = directory / f"{key_id}.key"
     try:
         private = load_pem_private_key(path.read_bytes(), password=None)
@@ -113,64 +172,108 @@ def load_signing(directory: Path) -> SigningKey:
 
 
 def load_trusted(directory: Path) -> TrustedKeys:
-    """Every public key in `directory`, checked against its file name; a ConfigError if none."""
-    publics: list[Ed25519PublicKey] = []
-    for path in sorted(directory.glob("*.pub")):
-        try:
-            public = load_pem_public_key(path.read_bytes())
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"{path}: cannot load the public key: {err}") from None
-        if not isinstance(public, Ed25519PublicKey) or key_id_of(public) != path.stem:
-            raise ConfigError(f"{path}: not the Ed25519 public key of id {path.stem}")
-        publics.append(public)
-    if not publics:
+    """The coordinator's public keys in `directory` (what an executor trusts); a ConfigError if none."""
+    trusted = load_roles(directory).get(COORDINATOR)
+    if trusted is None:
         raise ConfigError(f"no trusted command keys (*.pub) in {directory}: copy the coordinator's "
                           f"keys/*.pub there, or {HOW_TO_CREATE} on the coordinator's machine (or pass "
                           "--insecure to accept unsigned commands)")
-    return TrustedKeys.of(*publics)
+    return trusted
 
 
-class KeyFolder:
-    """The trusted keys of a folder, loaded again when its set of ID.pub files changes: an executor
-    picks up a key copied in for a rotation, or stops trusting one removed, without a restart."""
+def load_roles(directory: Path) -> dict[str, TrustedKeys]:
+    """Every public key in `directory`, checked against its file name, by role."""
+    manifest = _manifest(directory)
+    by_role: dict[str, list[Ed25519PublicKey]] = {}
+    for path in sorted(directory.glob("*.pub")):
+        by_role.setdefault(_role(manifest, path.stem), []).append(_load_public(path, path.stem))
+    return {role: TrustedKeys.of(*publics) for role, publics in by_role.items()}
 
-    def __init__(self, directory: Path, trusted: TrustedKeys) -> None:
+
+Trust = TypeVar("Trust")
+
+
+class KeyFolder(Generic[Trust]):
+    """What a verifier trusts from a folder (`load` of it), loaded again when its ID.pub files or its
+    manifest change: a key copied in for a rotation is trusted, one removed no longer is, without a
+    restart."""
+
+    def __init__(self, directory: Path, trusted: Trust,
+                 load: Callable[[Path], Trust] = load_trusted) -> None:
         self._directory = directory
         self._trusted = trusted
-        self._names: frozenset[str] | None = None  # the ID.pub files `trusted` was loaded from
+        self._load = load
+        self._seen: tuple | None = None  # the folder as `trusted` was loaded from it
 
-    def trusted(self) -> TrustedKeys:
-        names = frozenset(path.name for path in self._directory.glob("*.pub"))
-        if self._names is None:
-            self._names = names
-        elif names != self._names:
+    def trusted(self) -> Trust:
+        seen = self._fingerprint()
+        if self._seen is None:
+            self._seen = seen
+        elif seen != self._seen:
             try:
-                self._trusted = load_trusted(self._directory)
+                self._trusted = self._load(self._directory)
             except ConfigError as err:  # a half-copied or emptied folder: keep what was trusted, try again
-                log.error("keeping the trusted command keys %s: %s", ", ".join(sorted(self._trusted.keys)),
-                          err)
+                log.error("keeping the trusted keys of %s: %s", self._directory, err)
             else:
-                self._names = names
-                log.info("trusted command keys now: %s", ", ".join(sorted(self._trusted.keys)))
+                self._seen = seen
+                log.info("trusted keys of %s loaded again: %s", self._directory, self._trusted)
         return self._trusted
 
+    def _fingerprint(self) -> tuple:
+        try:
+            manifest = (self._directory / MANIFEST).stat().st_mtime_ns
+        except OSError:
+            manifest = None
+        return frozenset(path.name for path in self._directory.glob("*.pub")), manifest
 
-def _write_pair(directory: Path, now: float) -> str:
+
+def _write_pair(directory: Path, now: float, role: str) -> str:
     key = generate()
     directory.mkdir(parents=True, exist_ok=True)
     private = key.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
     fd = os.open(directory / f"{key.key_id}.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(private)
+    manifest = _manifest(directory)
+    if role == COORDINATOR:
+        manifest["signing"] = key.key_id
+    else:
+        manifest.setdefault("signers", {})[role] = key.key_id
+        manifest.setdefault("roles", {})[key.key_id] = role
+    manifest.setdefault("created", {})[key.key_id] = now
+    _save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role
     public = key.private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     (directory / f"{key.key_id}.pub").write_bytes(public)
-    manifest = _manifest(directory)
-    manifest["signing"] = key.key_id
-    manifest.setdefault("created", {})[key.key_id] = now
+    return key.key_id
+
+
+def _save(directory: Path, manifest: dict) -> None:
     tmp = directory / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     tmp.replace(directory / MANIFEST)
-    return key.key_id
+
+
+def _signer(manifest: dict, role: str) -> str | None:
+    if role == COORDINATOR:
+        return manifest.get("signing")
+    return manifest.get("signers", {}).get(role)
+
+
+def _role(manifest: dict, key_id: str) -> str:
+    return manifest.get("roles", {}).get(key_id, COORDINATOR)
+
+
+def _load_public(path: Path, key_id: str | None) -> Ed25519PublicKey:
+    """The Ed25519 public key in `path`, which must be that of `key_id` when one is given."""
+    try:
+        public = load_pem_public_key(path.read_bytes())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path}: cannot load the public key: {err}") from None
+    if not isinstance(public, Ed25519PublicKey):
+        raise ConfigError(f"{path}: not an Ed25519 public key")
+    if key_id is not None and key_id_of(public) != key_id:
+        raise ConfigError(f"{path}: not the Ed25519 public key of id {key_id}")
+    return public
 
 
 def _manifest(directory: Path) -> dict:
@@ -180,7 +283,7 @@ def _manifest(directory: Path) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: unreadable ({err}); it names the signing key") from None
+        raise ConfigError(f"{path}: unreadable ({err}); it names the signing keys and their roles") from None
     if not isinstance(manifest, dict):
         raise ConfigError(f"{path}: not a JSON object")
     return manifest

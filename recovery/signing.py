@@ -1,10 +1,12 @@
-"""Command signing: Ed25519 over a command's canonical JSON, each signature naming its key id.
+"""Signed records: Ed25519 over a record's canonical JSON, each signature naming its key id.
 
-Only the coordinator holds a private key (`SigningKey`); executors hold public keys
-(`TrustedKeys`, key id -> key), so a node that is compromised can verify but never sign.
-Several keys may be trusted at once, which is how keys rotate without downtime.
+One canonical form and one signature format for everything signed: the coordinator's
+commands, operators' job submissions and node-lifecycle events, and each node's acks. A
+signer holds a private key (`SigningKey`); a verifier holds public keys (`TrustedKeys`, key
+id -> key), so whoever verifies can never sign. Several keys may be trusted at once, which
+is how keys rotate without downtime.
 
-The signed bytes are the command's JSON object as sent, without `signature` and `key_id`,
+The signed bytes are the record's JSON object as sent, without `signature` and `key_id`,
 in canonical form (RFC 8785 style): keys sorted by their UTF-16 code units, no whitespace,
 UTF-8, strings escaped as JSON must, numbers exactly as the JSON text spells them. A
 verifier checks the object it received, never a model it re-serialised, so another schema
@@ -19,16 +21,28 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pydantic import BaseModel
 
-from schemas import Command, encode
+from schemas import encode
 
 SIGNATURE_FIELDS = ("signature", "key_id")
 KIND = "ed25519"
+
+Signable = TypeVar("Signable", bound=BaseModel)  # a model with `signature` and `key_id` fields
+
+
+class Unverified(ValueError):
+    """Why a record is not authentic; `kind` (unsigned, unknown_key, bad_signature, wrong_node) is a
+    short label for metrics, the message the reason for the dlq or the refusal."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
 
 
 class _Number(str):
@@ -65,7 +79,7 @@ def key_id_of(public: Ed25519PublicKey) -> str:
 
 @dataclass(frozen=True)
 class SigningKey:
-    """The coordinator's private key and its id."""
+    """A private key (the coordinator's, an operator's or a node's) and its id."""
 
     key_id: str
     private: Ed25519PrivateKey
@@ -74,13 +88,13 @@ class SigningKey:
     def of(cls, private: Ed25519PrivateKey) -> SigningKey:
         return cls(key_id_of(private.public_key()), private)
 
-    def sign(self, command: Command) -> Command:
-        """A copy of `command` carrying this key's id and its signature (base64) over the command's
+    def sign(self, record: Signable) -> Signable:
+        """A copy of `record` carrying this key's id and its signature (base64) over the record's
         canonical JSON, as `encode` will send it."""
-        body = parse(encode(command.model_copy(update={"signature": None, "key_id": None})))
+        body = parse(encode(record.model_copy(update={"signature": None, "key_id": None})))
         signature = self.private.sign(canonical(body))
-        return command.model_copy(update={"key_id": self.key_id,
-                                          "signature": base64.b64encode(signature).decode("ascii")})
+        return record.model_copy(update={"key_id": self.key_id,
+                                         "signature": base64.b64encode(signature).decode("ascii")})
 
 
 @dataclass(frozen=True)
@@ -93,31 +107,46 @@ class TrustedKeys:
     def of(cls, *publics: Ed25519PublicKey) -> TrustedKeys:
         return cls({key_id_of(public): public for public in publics})
 
-    def check(self, received: bytes | str | Mapping[str, Any] | None) -> str | None:
-        """Why the command as received (its exact JSON, or `parse` of it) is not authentic; None when
-        it carries a valid signature by a trusted key. Never raises."""
+    def __str__(self) -> str:
+        """The trusted ids, the first few of a long list (a coordinator trusts a key per node)."""
+        ids = sorted(self.keys)
+        return ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "") or "none"
+
+    def check(self, received: bytes | str | Mapping[str, Any] | None, what: str = "command") -> str | None:
+        """Why `received` (a record's exact JSON, or `parse` of it) is not authentic; None when it
+        carries a valid signature by a trusted key. Never raises."""
+        try:
+            self.signer(received, what)
+        except Unverified as err:
+            return str(err)
+        return None
+
+    def signer(self, received: bytes | str | Mapping[str, Any] | None, what: str = "command") -> str:
+        """The id of the trusted key whose valid signature `received` carries; else Unverified."""
         if received is None:
-            return "unsigned: no JSON value"
+            raise Unverified("unsigned", "unsigned: no JSON value")
         try:
             body = received if isinstance(received, Mapping) else parse(received)
         except (ValueError, UnicodeDecodeError) as err:
-            return f"unsigned: not a JSON object ({err})"
+            raise Unverified("unsigned", f"unsigned: not a JSON object ({err})") from None
         if not isinstance(body, Mapping):
-            return "unsigned: not a JSON object"
+            raise Unverified("unsigned", "unsigned: not a JSON object")
         signature, key_id = body.get("signature"), body.get("key_id")
         if not signature:
-            return "unsigned: the command carries no signature"
+            raise Unverified("unsigned", f"unsigned: the {what} carries no signature")
         if not isinstance(key_id, str) or not key_id:
-            return "unsigned: the signature names no key id (an old HMAC signature?)"
+            raise Unverified("unsigned", "unsigned: the signature names no key id (an old HMAC signature?)")
         public = self.keys.get(key_id)
         if public is None:
-            trusted = ", ".join(sorted(self.keys)) or "none"
-            return f"unknown key id {key_id!r}: this node trusts {trusted}"
+            trusted = str(self)
+            raise Unverified("unknown_key", f"unknown key id {key_id!r}: this node trusts {trusted}"
+                             if what == "command" else f"unknown key id {key_id!r}: trusted are {trusted}")
         try:
             public.verify(base64.b64decode(str(signature), validate=True), canonical(body))
         except (InvalidSignature, binascii.Error, ValueError):  # UnicodeError is a ValueError
-            return f"bad signature: not made by key {key_id} over this command"
-        return None
+            raise Unverified("bad_signature",
+                             f"bad signature: not made by key {key_id} over this {what}") from None
+        return key_id
 
 
 def generate() -> SigningKey:

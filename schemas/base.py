@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.bounds import MAX_INT, MAX_TEXT, Name, Timestamp
+from schemas.bounds import MAX_ID, MAX_INT, MAX_TEXT, Name, Timestamp
 
 CONTRACT_VERSION = 1
 
@@ -28,3 +28,13 @@ class NodeEvent(Event):
     """An event about one host."""
 
     node: Name
+
+
+class Signed(Model):
+    """Signed by who wrote it: `signature` is Ed25519 (base64) by the key named `key_id` over the
+    record's canonical JSON without these two fields (recovery/signing.py); both absent when
+    unsigned. Commands are signed by the coordinator, job submissions and node-lifecycle events by
+    an operator, acks by their node."""
+
+    signature: str | None = Field(default=None, max_length=MAX_ID)
+    key_id: str | None = Field(default=None, max_length=MAX_ID)

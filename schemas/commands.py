@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from schemas.base import Model, NodeEvent
+from schemas.base import Model, NodeEvent, Signed
 from schemas.bounds import (
     MAX_ID,
     MAX_INT,
@@ -67,12 +67,10 @@ class WorkerSpec(Model):
         return self
 
 
-class Command(NodeEvent):
-    """A signed instruction to the executor on `node`. Two fencing tokens: `generation` (of the
-    job) and `epoch` (of the coordinator that sent it; none from one without a lease).
-
-    `signature` is Ed25519 (base64) by the key named `key_id` over the command's canonical JSON
-    without these two fields (recovery/signing.py); both are absent from unsigned commands.
+class Command(NodeEvent, Signed):
+    """A signed instruction to the executor on `node`, signed by the coordinator (`Signed`). Two
+    fencing tokens: `generation` (of the job) and `epoch` (of the coordinator that sent it; none
+    from one without a lease).
     """
 
     type: Literal["command"] = "command"
@@ -84,8 +82,6 @@ class Command(NodeEvent):
     action: CommandAction
     worker: WorkerSpec | None = None
     epoch: Count | None = None
-    signature: str | None = Field(default=None, max_length=MAX_ID)
-    key_id: str | None = Field(default=None, max_length=MAX_ID)
 
 
 class AckStatus(StrEnum):
@@ -95,8 +91,9 @@ class AckStatus(StrEnum):
     REFUSED = "refused"
 
 
-class CommandAcked(NodeEvent):
-    """An executor's answer to one command; `reason` says why it failed or was refused."""
+class CommandAcked(NodeEvent, Signed):
+    """An executor's answer to one command, signed by its node's key (`Signed`); `reason` says why it
+    failed or was refused."""
 
     type: Literal["ack"] = "ack"
     command_id: Id

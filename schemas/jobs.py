@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from schemas.base import Event, Model
+from schemas.base import Event, Model, Signed
 from schemas.bounds import MAX_ITEMS, MAX_SMALL_ITEMS, Flops, Id, Name, ProcessText, Seconds, Weight
 
 
@@ -53,8 +53,8 @@ class JobSpec(Model):
         return self
 
 
-class JobSubmitted(Event):
-    """A job was registered with the coordinator."""
+class JobSubmitted(Event, Signed):
+    """A job was registered with the coordinator, signed by an operator's key (`Signed`)."""
 
     type: Literal["job_submitted"] = "job_submitted"
     job: JobSpec

@@ -1,9 +1,9 @@
 """A node's life in the pool (key: the node).
 
 Operators cordon (no new work), drain (move its work off now) and uncordon (back to the
-pool), on the `nodes` topic; the coordinator re-admits a node it isolated once its fault is
-resolved and it has been clean for its probation, on its own `recovery` topic. Each event
-carries why (`reason`) and who (`by`).
+pool), on the `nodes` topic, each signed by an operator key (`Signed`); the coordinator
+re-admits a node it isolated once its fault is resolved and it has been clean for its
+probation, on its own `recovery` topic. Each event carries why (`reason`) and who (`by`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.base import NodeEvent
+from schemas.base import NodeEvent, Signed
 from schemas.bounds import Id, Text
 
 
-class NodeCordoned(NodeEvent):
+class NodeCordoned(NodeEvent, Signed):
     """No new work goes to the node; what runs there keeps running."""
 
     type: Literal["node_cordoned"] = "node_cordoned"
@@ -24,7 +24,7 @@ class NodeCordoned(NodeEvent):
     by: Text = "operator"
 
 
-class NodeDrained(NodeEvent):
+class NodeDrained(NodeEvent, Signed):
     """The node takes no new work and its jobs are re-planned off it now (one plan per job)."""
 
     type: Literal["node_drained"] = "node_drained"
@@ -32,7 +32,7 @@ class NodeDrained(NodeEvent):
     by: Text = "operator"
 
 
-class NodeUncordoned(NodeEvent):
+class NodeUncordoned(NodeEvent, Signed):
     """Back in the pool: ends a cordon, a drain and any isolation decided before it."""
 
     type: Literal["node_uncordoned"] = "node_uncordoned"

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainmedic node: {err}", file=sys.stderr)
         return 2
     if executor_config.insecure:
-        log.warning("INSECURE: unsigned commands will be applied on node %s", node)
+        log.warning("INSECURE: unsigned commands will be applied on node %s; its acks go unsigned", node)
     serve_metrics(args.metrics_port)  # the three parts' metrics, on one endpoint
 
     stop = threading.Event()

@@ -9,9 +9,13 @@
 
 States: ready, cordoned, draining (a job still runs there), drained, isolated (the coordinator
 took it out for a fault; it re-admits it on its own after probation unless `readmission: off`).
-Each change is an event on the nodes topic, read by the coordinator within a tick. The state
+Each change is an event on the nodes topic, read by the coordinator within a tick, signed with
+the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys generate --role
+operator`): a coordinator that checks signatures ignores (dead-letters) one no trusted operator
+key signed; --insecure publishes it unsigned, for a coordinator run with --insecure. The state
 is folded from the log (jobs, incidents, recovery, commands, acks, nodes) as the coordinator folds it.
-A node the log and the --config file do not know is refused with exit status 2.
+A node the log and the --config file do not know is refused with exit status 2, and so is a
+missing operator key.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import getpass
 import sys
 import time
 from pathlib import Path
+
+from recovery.keys_cli import add_operator_arguments
 
 CHANGES = {
     "cordon": ("node_cordoned", "cordoned"),
@@ -45,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         change.add_argument("node", metavar="NODE")
         change.add_argument("--reason", default="", help="why, for `nodes list` and the log")
         change.add_argument("--by", default=None, help="who (default: the user name)")
+        add_operator_arguments(change)
         _common(change)
 
 
@@ -59,14 +66,16 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bus.errors import ConfigError, TrainmedicError
     from bus.settings import KafkaSettings
+    from recovery.keys_cli import operator_key
 
     try:
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        key = None if args.action == "list" else operator_key(args, "trainmedic nodes")
         state = fold_log(settings, load_config(args.config))
         if args.action == "list":
             print(render(state, time.time()))
             return 0
-        return change(settings, state, args.action, args.node, args.reason, args.by or _user())
+        return change(settings, state, args.action, args.node, args.reason, args.by or _user(), key)
     except (UnknownNode, ConfigError) as err:
         print(f"trainmedic nodes: {err}", file=sys.stderr)
         return 2
@@ -138,8 +147,9 @@ def render(state, now: float) -> str:
                      for row in table)
 
 
-def change(settings, state, action: str, node: str, reason: str, by: str) -> int:
-    """Publish the node's lifecycle event and say what the coordinator will do."""
+def change(settings, state, action: str, node: str, reason: str, by: str, key=None) -> int:
+    """Publish the node's lifecycle event, signed with the operator's `key` (unsigned when None:
+    insecure), and say what the coordinator will do."""
     from bus.producer import EventProducer
     from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
 
@@ -148,6 +158,8 @@ def change(settings, state, action: str, node: str, reason: str, by: str) -> int
         raise UnknownNode(f"unknown node {node!r}: neither the log nor the config names it (known: {known})")
     model = {"cordon": NodeCordoned, "drain": NodeDrained, "uncordon": NodeUncordoned}[action]
     event = model(ts=time.time(), node=node, reason=reason, by=by)
+    if key is not None:
+        event = key.sign(event)
     with EventProducer(settings, client_id=settings.topics.owned("nodes")) as producer:
         producer.send(settings.topics.nodes, event, key=node)
     print(f"node {node}: {CHANGES[action][1]}. {consequence(state, action, node)}")

@@ -13,10 +13,14 @@ within seconds of its death (see docs/coordinator.md).
 Every option can also be set by its variable (TRAINMEDIC_COORDINATOR_*, e.g.
 TRAINMEDIC_COORDINATOR_ACK_TIMEOUT_S) or in the --config YAML file (keys: the option's name
 with underscores; the cluster's `nodes:` only there). Commands are signed with the Ed25519
-key that --keys-dir (default $TRAINMEDIC_HOME/keys) names as signing (`trainmedic keys
-generate`); command records read back from the commands topic that no key of that folder
-signed are dead-lettered, never folded or re-sent. --insecure sends unsigned commands
-instead and cannot be combined with --keys-dir. See docs/security.md.
+key that --keys-dir (default $TRAINMEDIC_HOME/keys) names as the coordinator's signing key
+(`trainmedic keys generate`). What the coordinator folds must be signed by who may write it,
+with a key of that folder: command records by its own keys, job submissions and cordon /
+drain / uncordon by an operator key (`trainmedic keys generate --role operator`, or `keys
+trust OPERATOR.pub --role operator`), acks by the key of their node (`keys trust NODE.pub
+--node NAME`); anything else is dead-lettered, never folded. Keys added to the folder are
+trusted without a restart. --insecure sends unsigned commands and folds unsigned records
+instead, and cannot be combined with --keys-dir. See docs/security.md.
 
 --migrate-lifecycle, once when upgrading from a coordinator that wrote its decisions to the
 incidents and nodes topics, with every coordinator stopped: copies them to the recovery topic
@@ -89,13 +93,35 @@ def build_config(args: argparse.Namespace) -> CoordinatorConfig:
     return OPTIONS.build(COORDINATOR, args, keys_dir=keys_dir)
 
 
+def load_trust(directory):
+    """What the coordinator trusts in `directory`: its own keys, the operators', each node's; a
+    ConfigError when no operator key is trusted (then no job could ever be started)."""
+    from bus.errors import ConfigError
+    from recovery import keyring
+    from recovery.coordinator.provenance import Trust
+
+    trust = Trust.of(keyring.load_roles(directory))
+    if not trust.operators.keys:
+        raise ConfigError(f"no operator key in {directory}: {keyring.how_to_create(keyring.OPERATOR)} "
+                          "here, or trust an operator's public key with `trainmedic keys trust ID.pub "
+                          "--role operator` (or pass --insecure to fold unsigned jobs and node events)")
+    return trust
+
+
 def load_keys(config: CoordinatorConfig):
-    """(signing key, trusted keys) from the config's keys folder; (None, None) when insecure."""
+    """(signing key, trusted keys as they are now) from the config's keys folder; (None, None) when
+    insecure. A configured node without a key is named in a warning: its acks will be dead-lettered."""
     from recovery import keyring
 
     if config.keys_dir is None:
         return None, None
-    return keyring.load_signing(config.keys_dir), keyring.load_trusted(config.keys_dir)
+    signing = keyring.load_signing(config.keys_dir)
+    trust = load_trust(config.keys_dir)
+    keyless = sorted({node.id for node in config.nodes} - set(trust.owners.values()))
+    if keyless:
+        log.warning("no key trusted for node(s) %s: their acks will be dead-lettered until `trainmedic keys "
+                    "trust NODE.pub --node NAME` adds theirs to %s", ", ".join(keyless[:20]), config.keys_dir)
+    return signing, keyring.KeyFolder(config.keys_dir, trust, load_trust).trusted
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,23 +135,25 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
         settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
-        signing, trusted = load_keys(config)
+        signing, trust = load_keys(config)
     except ConfigError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 2
     if signing is None:
-        log.warning("INSECURE: commands are sent UNSIGNED and command records are not checked; anyone who "
-                    "can write to %s can restart workers, and executors that check signatures will refuse "
-                    "them", settings.topics.commands)
+        log.warning("INSECURE: commands are sent UNSIGNED and no signature is checked: anyone who can "
+                    "write to %s, %s, %s or %s can start jobs, move nodes, answer commands and restart "
+                    "workers, and executors that check signatures will refuse these commands",
+                    settings.topics.commands, settings.topics.jobs, settings.topics.nodes,
+                    settings.topics.acks)
     else:
-        log.info("signing commands with key %s; trusting %s (from %s)", signing.key_id,
-                 ", ".join(sorted(trusted.keys)), config.keys_dir)
+        log.info("signing commands with key %s; trusting %s (from %s)", signing.key_id, trust(),
+                 config.keys_dir)
     stop = threading.Event()
     serve_metrics(args.metrics_port)
     sign = (lambda command: command) if signing is None else signing.sign
     try:
         with stop_on_signals(stop):
-            lead(settings, config, sign=sign, trusted=trusted, stop=stop)
+            lead(settings, config, sign=sign, trust=trust, stop=stop)
     except TrainmedicError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 1

@@ -57,8 +57,9 @@ class CoordinatorConfig(BaseModel):
                               "before the coordinator gives up on it (recovery_failed and an alert)")
     restart_window_s: float = Field(default=3600.0, gt=0, description="the rolling window that restarts "
                                     "count in")
-    keys_dir: Path | None = Field(default=None, description="folder of the command keys: the signing "
-                                  "key (ID.key) and every trusted public key (ID.pub); default "
+    keys_dir: Path | None = Field(default=None, description="folder of the keys: the coordinator's "
+                                  "signing key (ID.key), its public keys and those of the operators and "
+                                  "nodes it trusts (ID.pub, roles in keys.json); default "
                                   "$TRAINMEDIC_HOME/keys (`trainmedic keys generate`)")
     readmission: Literal["auto", "off"] = Field(default="auto", description="re-admit an isolated node "
                                                 "on its own (auto) or only by `trainmedic nodes uncordon` "

@@ -1,12 +1,14 @@
 """Submit a training job, or list the jobs and where they run.
 
-`submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic;
-the coordinator then starts the job on its nodes at generation 0. `list` folds the log
-(every topic the coordinator reads: recovery holds its plans) as the coordinator does and
-prints one line per job.
+`submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic,
+signed with the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys
+generate --role operator`); the coordinator then starts the job on its nodes at generation 0.
+A coordinator that checks signatures dead-letters a job no trusted operator key signed;
+--insecure publishes it unsigned, for a coordinator run with --insecure. `list` folds the log
+(every topic the coordinator reads: recovery holds its plans) as the coordinator does and prints one line per job.
 A spec that is not valid, breaks the coordinator's bounds (recovery/coordinator/job_bounds.py)
 or, given the coordinator's --config, names a node outside its `nodes:` gives one line on
-stderr and exit status 2; the coordinator would dead-letter it.
+stderr and exit status 2; the coordinator would dead-letter it. So does a missing operator key.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+from recovery.keys_cli import add_operator_arguments
 
 SPEC_FORMAT = """\
 job spec (YAML; see docs/job-example.yaml):
@@ -47,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     submit.add_argument("spec", type=Path, metavar="SPEC.yaml")
     submit.add_argument("--config", type=Path, metavar="FILE.yaml", help=CONFIG_HELP)
     submit.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    add_operator_arguments(submit)
     listing = sub.add_parser("list", help="print every job: state, generation, world size, nodes")
     listing.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
     listing.add_argument("--config", type=Path, metavar="FILE.yaml",
@@ -103,17 +108,19 @@ def check_bounds(path: Path, spec, config) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bus.errors import TrainmedicError
+    from bus.errors import ConfigError, TrainmedicError
     from bus.settings import KafkaSettings
+    from recovery.keys_cli import operator_key
 
     try:
         config = coordinator_config(args.config)
         if args.action == "submit":
             spec = load_spec(args.spec)
             check_bounds(args.spec, spec, config)
-            return submit(KafkaSettings.from_env(bootstrap=args.bootstrap), spec)
+            key = operator_key(args, "trainmedic job")
+            return submit(KafkaSettings.from_env(bootstrap=args.bootstrap), spec, key)
         return list_jobs(KafkaSettings.from_env(bootstrap=args.bootstrap), config)
-    except SpecError as err:
+    except (SpecError, ConfigError) as err:
         print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
     except TrainmedicError as err:
@@ -121,12 +128,16 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
-def submit(settings, spec) -> int:
+def submit(settings, spec, key=None) -> int:
+    """Publish `spec`, signed with the operator's `key` (unsigned when None: insecure)."""
     from bus.producer import EventProducer
     from schemas.jobs import JobSubmitted
 
+    event = JobSubmitted(ts=time.time(), job=spec)
+    if key is not None:
+        event = key.sign(event)
     with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
-        producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
+        producer.send(settings.topics.jobs, event, key=spec.id)
     print(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks; "
           f"the coordinator starts it at generation 0")
     return 0

@@ -10,9 +10,9 @@ RECOVERY_PLANS = Counter("trainmedic_recovery_plans", "Plans the coordinator iss
 RECOVERY_OUTCOMES = Counter("trainmedic_recovery_outcomes", "Plans that completed or failed, and incidents "
                             "the coordinator skipped", ["outcome"])
 COMMANDS_SENT = Counter("trainmedic_commands_sent", "Commands sent, re-sends included", ["action"])
-UNVERIFIED_COMMANDS = Counter("trainmedic_coordinator_unverified_commands", "Command records read from the "
-                              "commands topic that no key of the coordinator signed: dead-lettered, "
-                              "never folded or re-sent")
+UNVERIFIED = Counter("trainmedic_coordinator_unverified_records", "Records not signed by who may write "
+                     "them (commands: this coordinator; jobs and node events: an operator; acks: their "
+                     "node): dead-lettered, never folded", ["type", "reason"])
 MISPLACED_RECORDS = Counter("trainmedic_coordinator_misplaced_records", "Records read live from a topic that "
                             "does not carry their kind (a coordinator decision on incidents, a re-admission "
                             "on nodes): dead-lettered, never folded or acted on", ["topic"])

@@ -1,20 +1,85 @@
-"""Which command records the coordinator folds: only those signed by its own keys.
+"""Which records the coordinator folds: only those signed by who may write them.
 
-The coordinator re-sends unanswered commands from what it folded, signing each re-send. A
-command record it did not sign (a forged copy of one of its commands, naming another node
-or argv) must therefore never reach the fold: the service dead-letters it instead. With no
-keys (insecure) every command record is folded.
+- Commands: by the coordinator's own keys. It re-sends unanswered commands from what it
+  folded, signing each re-send, so a command it did not sign (a forged copy naming another
+  node or argv) must never reach the fold.
+- Job submissions and an operator's node events (cordon, drain, uncordon): by an operator key.
+  An unsigned job could otherwise name an idle node and any argv, and the coordinator would
+  sign the start command itself.
+- Acks: by the key of the node that sends them, and that key's node must be the ack's node: a
+  node's key never answers for another node. (That an ack answers its command, job, generation
+  and time is the fold's check, `fold.unbound`.)
+
+Everything else (incidents, the coordinator's own lifecycle events) is not checked here. What
+fails is dead-lettered with the reason and counted, never folded; with no trust (insecure)
+every record is folded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from bus.message import Record
-from recovery.signing import TrustedKeys
+from recovery.keyring import COORDINATOR, NODE, OPERATOR
+from recovery.signing import TrustedKeys, Unverified
+from schemas.commands import Command, CommandAcked
+from schemas.jobs import JobSubmitted
+from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
 
 
-def foreign(record: Record, commands_topic: str, trusted: TrustedKeys | None) -> str | None:
-    """Why `record` is a command record this coordinator did not sign; None when it may be folded."""
-    if trusted is None or record.topic != commands_topic:
+@dataclass(frozen=True)
+class Trust:
+    """The public keys the coordinator trusts: its own, the operators', and each node's for that node."""
+
+    own: TrustedKeys
+    operators: TrustedKeys
+    nodes: TrustedKeys
+    owners: Mapping[str, str]  # node key id -> the one node it signs for
+
+    @classmethod
+    def of(cls, roles: Mapping[str, TrustedKeys]) -> Trust:
+        """From the keys by role (`keyring.load_roles`)."""
+        nodes = {role.removeprefix(NODE): keys for role, keys in roles.items() if role.startswith(NODE)}
+        empty = TrustedKeys({})
+        return cls(roles.get(COORDINATOR, empty), roles.get(OPERATOR, empty),
+                   TrustedKeys({key_id: key for keys in nodes.values() for key_id, key in keys.keys.items()}),
+                   {key_id: node for node, keys in nodes.items() for key_id in keys.keys})
+
+    def __str__(self) -> str:
+        nodes = sorted(set(self.owners.values()))
+        shown = ", ".join(nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
+        return f"own {self.own}; operators {self.operators}; nodes {shown or 'none'}"
+
+
+def unverified(record: Record, trust: Trust | None) -> Unverified | None:
+    """Why `record` (its exact bytes) is not signed by who may write it; None when it may be folded."""
+    if trust is None:
         return None
-    why = trusted.check(record.value)
-    return None if why is None else f"command record not signed by this coordinator, never re-sent: {why}"
+    event = record.event
+    try:
+        match event:
+            case Command():
+                trust.own.signer(record.value)
+            case JobSubmitted():
+                trust.operators.signer(record.value, "job submission")
+            case NodeCordoned() | NodeDrained() | NodeUncordoned():
+                trust.operators.signer(record.value, "node event")
+            case CommandAcked():
+                owner = trust.owners[trust.nodes.signer(record.value, "ack")]
+                if owner != event.node:
+                    raise Unverified("wrong_node", f"wrong node: an ack from {event.node} signed by the key "
+                                                   f"of node {owner}")
+    except Unverified as err:
+        return Unverified(err.kind, f"{_WHO.get(type(event), 'record')}: {err}")
+    return None
+
+
+_WHO = {
+    Command: "command record not signed by this coordinator, never re-sent",
+    JobSubmitted: "job submission not signed by a trusted operator key, not started",
+    NodeCordoned: "node event not signed by a trusted operator key, ignored",
+    NodeDrained: "node event not signed by a trusted operator key, ignored",
+    NodeUncordoned: "node event not signed by a trusted operator key, ignored",
+    CommandAcked: "ack not signed by its node's key, ignored",
+}

@@ -1,9 +1,10 @@
 """The coordinator's Kafka adapter: rebuild the state from the log, catch up, then react and tick.
 
 Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
-incidents, recovery, commands, acks and nodes topics from offset 0, signing and producing what
-the core emits (commands keyed by node to `commands`, everything else to its own `recovery`
-topic, lifecycle events keyed by job), and a clock. `lead` runs it only
+incidents, recovery, commands, acks and nodes topics from offset 0, keeping out what is not
+signed by who may write it (provenance.py), signing and producing what the core emits
+(commands keyed by node to `commands`, everything else to its own `recovery` topic,
+lifecycle events keyed by job), and a clock. `lead` runs it only
 while this process holds the lease (recovery.coordinator.lease): one active coordinator,
 its epoch in every command, and each decision's outputs written in one transaction.
 """
@@ -27,11 +28,10 @@ from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.intake import rebuild, receive
 from recovery.coordinator.lease import Lease
 from recovery.coordinator.narrate import cause, narrate
-from recovery.coordinator.provenance import foreign
+from recovery.coordinator.provenance import Trust, unverified
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, settle, tick
-from recovery.signing import TrustedKeys
 from schemas import DeadLettered, Topics
 from schemas.commands import Command
 from schemas.topics import misplaced
@@ -39,6 +39,7 @@ from schemas.topics import misplaced
 log = logging.getLogger("trainmedic.coordinator")
 
 Signer = Callable[[Command], Command]
+Trusted = Trust | Callable[[], Trust] | None  # a callable: the keys as they are now (keyring.KeyFolder)
 
 
 def read_topics(topics: Topics) -> list[str]:
@@ -69,19 +70,20 @@ class CoordinatorService:
     hold; restarted, it rebuilds from the log and decides again what was lost. A record that
     fails to validate or to apply never stops it: it goes to the dlq (when read live) and the
     service reads on. What one event or tick decides (a plan and its commands) is sent in one
-    transaction of `producer`, so a crash leaves all of it or none. Command records are folded
-    only when a key in `trusted` signed them (all of them when `trusted` is None: insecure), so a
-    re-send is only ever of the coordinator's own.
+    transaction of `producer`, so a crash leaves all of it or none. Commands, jobs, operators' node
+    events and acks are folded only when signed by who may write them (`trust`, provenance.py; all
+    of them when `trust` is None: insecure), so a re-send is only ever of the coordinator's own, and
+    only operators start jobs or move nodes, and only a node answers for itself.
     """
 
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
-                 producer: TransactionalProducer, epoch: int, trusted: TrustedKeys | None = None,
+                 producer: TransactionalProducer, epoch: int, trust: Trusted = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.state = ClusterState.initial(config)
         self.epoch = epoch
         self._topics = settings.topics
         self._sign = sign
-        self._trusted = trusted
+        self._trust = trust if callable(trust) else (lambda: trust)
         self._clock = clock
         topics, name = self._topics, settings.topics.owned("coordinator")
         self._producer = producer
@@ -100,7 +102,8 @@ class CoordinatorService:
                       "recovery topic (then run `trainmedic coordinator --migrate-lifecycle` once, with "
                       "every coordinator stopped; docs/coordinator.md, Upgrading), or forged",
                       len(legacy), " and ".join(sorted({letter.source_topic for letter in legacy})))
-        records = [r for r in records if self._foreign(r, live=False) is None]  # dead-lettered when read live
+        trust = self._trust()
+        records = [r for r in records if self._unverified(r, trust, live=False) is None]  # dead-lettered live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         for record, reason in rebuild(self.state, records):  # dead-lettered when first read live
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, reason)
@@ -116,8 +119,9 @@ class CoordinatorService:
     def step(self, timeout_s: float = 1.0) -> None:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
+        trust = self._trust()  # once a poll: a key added or removed counts from the next one
         for record in valid(self._reader.poll(wait), self._count_misplaced):
-            if (why := self._foreign(record)) is not None:
+            if (why := self._unverified(record, trust)) is not None:
                 self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
                 continue
             observe.received(record.event)
@@ -145,15 +149,16 @@ class CoordinatorService:
         if (suffix := self._misplaced(letter)) is not None:
             metrics.MISPLACED_RECORDS.labels(suffix).inc()
 
-    def _foreign(self, record: Record, *, live: bool = True) -> str | None:
-        """Why `record` is a command this coordinator did not sign (logged; counted when read live,
-        not again on every rebuild), or None."""
-        why = foreign(record, self._topics.commands, self._trusted)
-        if why is not None:
-            if live:
-                metrics.UNVERIFIED_COMMANDS.inc()
-            log.warning("%s[%d]@%d not folded: %s", record.topic, record.partition, record.offset, why)
-        return why
+    def _unverified(self, record: Record, trust: Trust | None, *, live: bool = True) -> str | None:
+        """Why `record` is not signed by who may write it (logged; counted when read live, not again
+        on every rebuild), or None."""
+        why = unverified(record, trust)
+        if why is None:
+            return None
+        if live:
+            metrics.UNVERIFIED.labels(getattr(record.event, "type", "?"), why.kind).inc()
+        log.warning("%s[%d]@%d not folded: %s", record.topic, record.partition, record.offset, why)
+        return str(why)
 
     def _publish(self, trigger: str, outputs: list) -> None:
         if not outputs:
@@ -178,7 +183,7 @@ class CoordinatorService:
                 log.warning("closing the coordinator: %s", err)
 
 
-def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, trusted: TrustedKeys | None,
+def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, trust: Trusted,
          stop: threading.Event) -> None:
     """Coordinate while this process holds the lease; wait for it while another does; until `stop`.
 
@@ -188,12 +193,12 @@ def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, tr
     lease = Lease(settings)
     try:
         while lease.acquire(stop):
-            _lead_once(settings, config, sign, trusted, stop, lease)
+            _lead_once(settings, config, sign, trust, stop, lease)
     finally:
         lease.release()
 
 
-def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer, trusted: TrustedKeys | None,
+def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer, trust: Trusted,
                stop: threading.Event, lease: Lease) -> None:
     producer = TransactionalProducer(settings, transactional_id=settings.topics.owned("coordinator"))
     service = None
@@ -201,7 +206,7 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
         epoch = lease.take(producer)
         log.info("leading at epoch %d", epoch)
         service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch,
-                                     trusted=trusted)
+                                     trust=trust)
         service.start()
         while not stop.is_set() and lease.held():
             service.step()

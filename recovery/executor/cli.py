@@ -17,8 +17,10 @@ get an allow-listed environment: never the cluster key or this executor's Kafka 
 Every option can also be set by its variable (TRAINMEDIC_EXECUTOR_*, e.g.
 TRAINMEDIC_EXECUTOR_NODE) or in the --config YAML file (keys: the option's name with
 underscores). Commands must be signed by a key whose public half (ID.pub) is in --keys-dir
-(default $TRAINMEDIC_HOME/keys; copy the coordinator's *.pub there, see `trainmedic keys`);
---insecure accepts unsigned commands instead and cannot be combined with --keys-dir.
+(default $TRAINMEDIC_HOME/keys; copy the coordinator's *.pub there, see `trainmedic keys`),
+and every ack is signed with this node's own key from that folder (`trainmedic keys generate
+--node NODE`, its ID.pub trusted by the coordinator for NODE only); --insecure accepts
+unsigned commands and sends unsigned acks instead, and cannot be combined with --keys-dir.
 Environment besides: TRAINMEDIC_KAFKA_BOOTSTRAP, TRAINMEDIC_TOPIC_PREFIX,
 TRAINMEDIC_KAFKA_CONFIG, TRAINMEDIC_HOME. See docs/executor.md and docs/security.md.
 """
@@ -36,8 +38,8 @@ from bus.metrics_flag import add_metrics_argument
 from bus.signals import stop_on_signals
 from recovery.executor.config import ExecutorConfig
 
-# The trusted keys are loaded from keys_dir; the poll is an internal tick.
-EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("trusted", "poll_s"))
+# The trusted keys and the node's key are loaded from keys_dir; the poll is an internal tick.
+EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("trusted", "node_key", "poll_s"))
 OPTIONS = Options(EXECUTOR)
 
 
@@ -49,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_config(options: Options, section: Section, args: argparse.Namespace, **computed) -> ExecutorConfig:
-    """The executor's config: the trusted keys loaded from the keys folder unless insecure, the keys
-    folder and the state dir under TRAINMEDIC_HOME unless given."""
+    """The executor's config: the trusted keys and the node's own key loaded from the keys folder
+    unless insecure, the keys folder and the state dir under TRAINMEDIC_HOME unless given."""
     from bus.settings import home
     from recovery import keyring
 
@@ -61,6 +63,9 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
         keys_dir=lambda values: None if values.get("insecure") is True else keyring.default_dir(),
         trusted=lambda values: (None if values.get("insecure") is True
                                 else keyring.load_trusted(Path(values["keys_dir"]))),
+        node_key=lambda values: (None if values.get("insecure") is True or not values.get("node")
+                                 else keyring.load_signing(Path(values["keys_dir"]),
+                                                           keyring.node_role(str(values["node"])))),
     )
 
 
@@ -82,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
         log.warning("INSECURE: command signatures are NOT checked; anyone who can write to %s "
                     "can start and stop processes on this node", kafka.topics.commands)
     else:
-        log.info("commands must be signed by one of the keys %s (from %s)",
-                 ", ".join(sorted(config.trusted.keys)), config.keys_dir)
+        log.info("commands must be signed by one of the keys %s; acks signed with node key %s (from %s)",
+                 config.trusted, config.node_key.key_id, config.keys_dir)
     stop = threading.Event()
     serve_metrics(args.metrics_port)
     try:

@@ -306,10 +306,14 @@ class Executor:
 
     def _send_ack(self, command_id: str, job: str, generation: int, status: AckStatus, *,
                   reason: str | None = None, elapsed_s: float | None = None) -> None:
+        """Every ack, re-acks and the answer sent at start included, is signed with this node's key
+        (unsigned when insecure): the coordinator folds only acks their node's key signed."""
         ack = CommandAcked(
             ts=self.clock(), node=self.config.node, command_id=command_id, job=job,
             generation=generation, status=status, reason=reason, elapsed_s=elapsed_s,
         )
+        if self.config.node_key is not None:
+            ack = self.config.node_key.sign(ack)
         self._send(self.kafka.topics.acks, ack, key=self.config.node)
         metrics.EXECUTOR_ACKS.labels(str(status)).inc()
 

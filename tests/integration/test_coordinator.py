@@ -4,6 +4,8 @@ rebuilds the same state, sends no command twice, and fences the instance it repl
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +13,12 @@ from bus.producer import EventProducer
 from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from bus.transactional import Fenced, TransactionalProducer
+from recovery import keyring
 from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
 from recovery.coordinator.lease import Lease
+from recovery.coordinator.provenance import Trust
 from recovery.coordinator.service import CoordinatorService
-from schemas import Command, CommandAcked, Incident
+from schemas import Command, CommandAcked, Incident, JobSpec, JobSubmitted
 from trainmedic.cli import main
 
 pytestmark = pytest.mark.kafka
@@ -45,12 +49,32 @@ def read(kafka: KafkaSettings, suffix: str) -> list:
 
 
 def leading(kafka: KafkaSettings, config: CoordinatorConfig = CONFIG, *, sign=sign,
-            trusted=None) -> CoordinatorService:
+            trust: Trust | None = None) -> CoordinatorService:
     """A coordinator that took the lease's epoch, as `lead` makes one (the consumer-group part of
-    the lease is tested in tests/integration/chaos/test_coordinator_failover.py)."""
+    the lease is tested in tests/integration/chaos/test_coordinator_failover.py). Without `trust` it
+    folds unsigned records, as `--insecure` does."""
     producer = TransactionalProducer(kafka, transactional_id=kafka.topics.owned("coordinator"))
-    return CoordinatorService(kafka, config, sign=sign, trusted=trusted, producer=producer,
+    return CoordinatorService(kafka, config, sign=sign, trust=trust, producer=producer,
                               epoch=Lease(kafka).take(producer))
+
+
+class Keys:
+    """A keys folder with a key of every role, as `trainmedic keys generate` writes it, and what a
+    test that writes jobs, node events or acks straight to Kafka signs them with."""
+
+    def __init__(self, folder: Path, nodes: Iterable[str] = tuple(f"n{i}" for i in range(1, 10))) -> None:
+        roles = [keyring.COORDINATOR, keyring.OPERATOR, *(keyring.node_role(n) for n in nodes)]
+        for role in roles:
+            keyring.ensure_key(folder, time.time(), role)
+        self.folder = folder
+        self.coordinator = keyring.load_signing(folder)
+        self.operator = keyring.load_signing(folder, keyring.OPERATOR)
+        self.nodes = {role.removeprefix(keyring.NODE): keyring.load_signing(folder, role)
+                      for role in roles[2:]}
+        self.trust = Trust.of(keyring.load_roles(folder))
+
+    def job(self, spec: JobSpec, ts: float | None = None) -> JobSubmitted:
+        return self.operator.sign(JobSubmitted(ts=time.time() if ts is None else ts, job=spec))
 
 
 def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> None:
@@ -60,19 +84,32 @@ def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> No
         service.step(0.2)
 
 
-def ack_all(kafka: KafkaSettings, commands: list[Command]) -> None:
+def ack_all(kafka: KafkaSettings, commands: list[Command], keys: Keys | None = None) -> None:
+    """`done` for each command, as its node's executor answers it: signed with the node's key from
+    `keys` (unsigned without, for a coordinator that folds unsigned acks)."""
     with EventProducer(kafka) as producer:
         for c in commands:
-            producer.send(kafka.topics.acks, CommandAcked(ts=time.time(), node=c.node, command_id=c.id,
-                                                          job=c.job, generation=c.generation, status="done"),
-                          key=c.node)
+            ack = CommandAcked(ts=time.time(), node=c.node, command_id=c.id, job=c.job,
+                               generation=c.generation, status="done")
+            signed = ack if keys is None else keys.nodes[c.node].sign(ack)
+            producer.send(kafka.topics.acks, signed, key=c.node)
 
 
 @pytest.fixture
-def env(kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch) -> KafkaSettings:
+def env(kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> KafkaSettings:
+    """The CLIs' environment: this test's broker and topics, and a TRAINMEDIC_HOME whose keys folder
+    holds a key of every role (`keys`), so that `job submit` and `nodes cordon` sign as an operator."""
     monkeypatch.setenv("TRAINMEDIC_KAFKA_BOOTSTRAP", kafka.bootstrap)
     monkeypatch.setenv("TRAINMEDIC_TOPIC_PREFIX", kafka.topic_prefix)
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path / "home"))
+    Keys(tmp_path / "home" / "keys")
     return kafka
+
+
+@pytest.fixture
+def keys(env: KafkaSettings, tmp_path: Path) -> Keys:
+    """The keys of `env`'s TRAINMEDIC_HOME."""
+    return Keys(tmp_path / "home" / "keys")
 
 
 def test_submit_start_sev1_kill_restart(env: KafkaSettings, tmp_path, capsys) -> None:

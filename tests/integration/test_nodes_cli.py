@@ -11,11 +11,21 @@ from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from recovery.coordinator import JobState
 from schemas import Incident
-from tests.integration.test_coordinator import CONFIG, SPEC, ack_all, env, leading, read, step_until
+from tests.integration.test_coordinator import (
+    CONFIG,
+    SPEC,
+    Keys,
+    ack_all,
+    env,
+    keys,
+    leading,
+    read,
+    step_until,
+)
 from trainmedic.cli import main
 
 pytestmark = pytest.mark.kafka
-__all__ = ["env"]  # the fixture, shared with test_coordinator
+__all__ = ["env", "keys"]  # the fixtures, shared with test_coordinator
 
 
 def nodes(capsys, *argv: str) -> tuple[int, str, str]:
@@ -25,7 +35,9 @@ def nodes(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def test_cordon_drain_uncordon_and_list(env: KafkaSettings, tmp_path, capsys) -> None:
+def test_cordon_drain_uncordon_and_list(env: KafkaSettings, keys: Keys, tmp_path, capsys) -> None:
+    """The whole chain signed: the CLIs sign as the operator, the acks are signed by their nodes,
+    and the coordinator folds only what verifies with the keys of the folder."""
     kafka = env
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC)
@@ -33,10 +45,10 @@ def test_cordon_drain_uncordon_and_list(env: KafkaSettings, tmp_path, capsys) ->
     code, _, err = nodes(capsys, "cordon", "n9")
     assert code == 2 and "unknown node 'n9'" in err and "known: n1 n2 n3" in err
 
-    service = leading(kafka)
+    service = leading(kafka, sign=keys.coordinator.sign, trust=keys.trust)
     service.start()
     step_until(service, lambda: len(service.state.commands) == 3)
-    ack_all(kafka, read(kafka, "commands"))
+    ack_all(kafka, read(kafka, "commands"), keys)
     step_until(service, lambda: service.state.jobs["llm"].state is JobState.RUNNING)
 
     assert nodes(capsys, "cordon", "n2", "--reason", "bios update", "--by", "ops")[:2] == (
@@ -47,7 +59,7 @@ def test_cordon_drain_uncordon_and_list(env: KafkaSettings, tmp_path, capsys) ->
     moved = [c for c in read(kafka, "commands") if c.generation == 1]
     assert sorted((c.node, c.action) for c in moved) == [
         ("n1", "restart"), ("n2", "restart"), ("n3", "stop"), ("n4", "start")]
-    ack_all(kafka, moved)
+    ack_all(kafka, moved, keys)
     step_until(service, lambda: service.state.jobs["llm"].state is JobState.RUNNING)
     for _ in range(3):
         service.step(0.2)

@@ -51,13 +51,20 @@ class DemoLayout:
 
     @property
     def keys_dir(self) -> Path:
-        """The command keys: $TRAINMEDIC_HOME/keys, the services' default, made when missing."""
+        """The keys (coordinator, operator, one per node): $TRAINMEDIC_HOME/keys, the services'
+        default, made when missing."""
         return self.root / "keys"
+
+    def operator_key(self):
+        """The operator key the demo signs its job and its uncordon with."""
+        from recovery.keyring import OPERATOR, load_signing
+
+        return load_signing(self.keys_dir, OPERATOR)
 
 
 @dataclass
 class LocalCluster:
-    """Service processes of one demo run, sharing the broker, a topic prefix and the command keys."""
+    """Service processes of one demo run, sharing the broker, a topic prefix and the keys folder."""
 
     layout: DemoLayout
     bootstrap: str
@@ -77,12 +84,13 @@ class LocalCluster:
         }
 
     def prepare(self, detector_config: dict) -> None:
-        """Files the services read: the command keys, configs, fault files, a sysfs per node."""
-        from recovery.keyring import ensure_key
+        """Files the services read: the keys, configs, fault files, a sysfs per node."""
+        from recovery.keyring import COORDINATOR, OPERATOR, ensure_key, node_role
 
         self.layout.logs.mkdir(parents=True, exist_ok=True)
-        if (key_id := ensure_key(self.layout.keys_dir, time.time())) is not None:
-            log.info("generated the command signing key %s in %s", key_id, self.layout.keys_dir)
+        for role in (COORDINATOR, OPERATOR, *(node_role(node) for node in self.nodes)):
+            if (key_id := ensure_key(self.layout.keys_dir, time.time(), role)) is not None:
+                log.info("generated the %s key %s in %s", role, key_id, self.layout.keys_dir)
         self.layout.rank_faults.write_text("[]")
         (self.layout.root / "detector.json").write_text(json.dumps(detector_config))
         coordinator = {"default_address": "127.0.0.1", "ack_timeout_s": 20, "nodes": [

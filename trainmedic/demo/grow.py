@@ -1,9 +1,10 @@
 """The demo's last act: the node the Xid 79 took out comes back, and the job grows onto it.
 
 Once the Xid 79 incident is resolved, the demo uncordons the node (what `trainmedic nodes
-uncordon` publishes); the coordinator re-plans, finds that growing pays for its restart, and
-moves the job back to every node. Measured like a fault: world size before and after, time
-from the uncordon to the first step at the new size, steps lost.
+uncordon` publishes, signed with the demo's operator key); the coordinator re-plans, finds
+that growing pays for its restart, and moves the job back to every node. Measured like a
+fault: world size before and after, time from the uncordon to the first step at the new size,
+steps lost.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: s
     settings = KafkaSettings.from_env(bootstrap=cluster.bootstrap, topic_prefix=cluster.prefix)
     injected = time.time()
     with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-        producer.send(settings.topics.nodes, NodeUncordoned(
-            ts=injected, node=node, reason="demo: the Xid 79 incident is resolved", by="demo"), key=node)
+        producer.send(settings.topics.nodes, cluster.layout.operator_key().sign(NodeUncordoned(
+            ts=injected, node=node, reason="demo: the Xid 79 incident is resolved", by="demo")), key=node)
 
     def grown(t) -> int | None:
         larger = [g for g, gen in t.generations.items() if g > before_gen and gen.world_size > world_before]

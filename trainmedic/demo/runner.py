@@ -149,7 +149,8 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
         watcher.start()
         spec = demo_job(nodes, args, layout)
         with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-            producer.send(settings.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
+            submitted = cluster.layout.operator_key().sign(JobSubmitted(ts=time.time(), job=spec))
+            producer.send(settings.topics.jobs, submitted, key=spec.id)
         world = len(nodes) * args.ranks_per_node
         say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
         if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):

@@ -30,18 +30,22 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from bus.producer import EventProducer
+from recovery import keyring
 from recovery.executor import leftovers
-from schemas import Command, CommandAction, RestoreSource, WorkerSpec
+from recovery.signing import TrustedKeys
+from schemas import Command, CommandAction, RestoreSource, WorkerSpec, encode
 from tests.integration.executor.conftest import KEY, Events, processes_with
 from tests.integration.executor.test_training import steps_in, wait_until
 
 
 def trusted_folder(root: Path) -> Path:
-    """An executor's keys folder: the public half of the tests' coordinator key."""
+    """An executor's keys folder: the public half of the tests' coordinator key, copied in, and the
+    node's own key (`trainmedic keys generate --node n1`), which signs its acks."""
     folder = root / "keys"
     folder.mkdir(exist_ok=True)
     pem = KEY.private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     (folder / f"{KEY.key_id}.pub").write_bytes(pem)
+    keyring.ensure_key(folder, time.time(), keyring.node_role("n1"))
     return folder
 
 
@@ -235,3 +239,5 @@ def test_a_command_whose_ack_died_with_the_executor_is_answered_after_its_restar
     later = [e for e in events.seen
              if e.type == "ack" and e.command_id == command.id and e.ts >= restarted_at]
     assert [e.status for e in later] == [answer.status] * 2  # once unasked, once for the resend; no run
+    n1 = TrustedKeys.of(keyring.load_signing(node_root / "keys", "node:n1").private.public_key())
+    assert [n1.check(encode(e), "ack") for e in later] == [None, None]  # both signed by the node's key

@@ -25,6 +25,11 @@ from schemas import Command
 
 KEY = generate()  # the coordinator's key; executors trust its public half only
 TRUSTED = TrustedKeys.of(KEY.private.public_key())
+NODE_KEYS: dict[str, SigningKey] = {}  # each node's own key, which signs its acks
+
+
+def node_key(node: str) -> SigningKey:
+    return NODE_KEYS.setdefault(node, generate())
 # What these tests' ranks run: shell sleepers, the demo's training module, the tests' own ranks.
 POLICY = AdmissionPolicy(allowed_executables=("sh", "sleep", "true"),
                          allowed_modules=("trainmedic.demo", "tests.integration.executor"))
@@ -64,8 +69,8 @@ def start_executor(kafka: KafkaSettings, tmp_path: Path) -> Iterator[Callable[..
     running: list[RunningExecutor] = []
 
     def start(node: str = "n1", **config: Any) -> RunningExecutor:
-        settings = {"node": node, "state_dir": tmp_path / node, "trusted": TRUSTED, "stop_grace_s": 5.0,
-                    "admission": POLICY, **config}
+        settings = {"node": node, "state_dir": tmp_path / node, "trusted": TRUSTED,
+                    "node_key": node_key(node), "stop_grace_s": 5.0, "admission": POLICY, **config}
         ex = RunningExecutor(ExecutorConfig(**settings), kafka)
         running.append(ex)
         return ex

@@ -60,6 +60,15 @@ def test_each_executor_takes_only_its_own_nodes_commands(start_executor, send, e
     assert (one.node, two.node) == ("n1", "n2")
     assert acks_of(events, "for-n3") == []
     assert len(acks_of(events, "for-n1")) == 2 and len(acks_of(events, "for-n2")) == 2
+    # every ack is signed by its own node's key (accepted and done alike), and by no other's
+    from recovery.signing import TrustedKeys
+    from schemas import encode
+    from tests.integration.executor.conftest import node_key
+
+    n1, n2 = (TrustedKeys.of(node_key(n).private.public_key()) for n in ("n1", "n2"))
+    assert [n1.check(encode(a), "ack") for a in acks_of(events, "for-n1")] == [None, None]
+    assert [n2.check(encode(a), "ack") for a in acks_of(events, "for-n2")] == [None, None]
+    assert all("unknown key id" in n2.check(encode(a), "ack") for a in acks_of(events, "for-n1"))
 
 
 @pytest.mark.kafka

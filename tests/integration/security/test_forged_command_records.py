@@ -12,12 +12,11 @@ import pytest
 from bus.producer import EventProducer
 from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
-from recovery import keyring
 from recovery.coordinator import CoordinatorConfig, NodeConfig
 from recovery.coordinator.service import CoordinatorService
-from schemas import JobSpec, JobSubmitted
+from schemas import JobSpec
 from schemas.commands import Command
-from tests.integration.test_coordinator import leading
+from tests.integration.test_coordinator import Keys, leading
 
 pytestmark = pytest.mark.kafka
 
@@ -40,13 +39,13 @@ def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> No
 
 def test_a_forged_copy_of_a_command_is_dead_lettered_and_never_re_sent_signed(kafka: KafkaSettings,
                                                                                tmp_path) -> None:
-    keyring.generate_key(tmp_path / "keys", now=time.time())
-    signing, trusted = keyring.load_signing(tmp_path / "keys"), keyring.load_trusted(tmp_path / "keys")
+    keys = Keys(tmp_path / "keys")
+    signing, trusted = keys.coordinator, keys.trust.own
     spec = JobSpec(id="llm", nodes=("n1", "n2"), throughput={2: 2.0e15}, command=("python", "train.py"))
     with EventProducer(kafka) as producer:
-        producer.send(kafka.topics.jobs, JobSubmitted(ts=time.time(), job=spec), key=spec.id)
+        producer.send(kafka.topics.jobs, keys.job(spec), key=spec.id)
 
-    coordinator = leading(kafka, CONFIG, sign=signing.sign, trusted=trusted)
+    coordinator = leading(kafka, CONFIG, sign=signing.sign, trust=keys.trust)
     coordinator.start()
     step_until(coordinator, lambda: len(coordinator.state.commands) == 2)
     original = next(r.event for r in records(kafka, "commands") if r.event.node == "n1")
@@ -73,7 +72,7 @@ def test_a_forged_copy_of_a_command_is_dead_lettered_and_never_re_sent_signed(ka
     coordinator.close()
 
     # a coordinator that starts after the forgery never folds it either
-    second = leading(kafka, CONFIG, sign=signing.sign, trusted=trusted)
+    second = leading(kafka, CONFIG, sign=signing.sign, trust=keys.trust)
     second.start()
     assert second.state.commands[original.id].command.node == "n1"
     second.close()

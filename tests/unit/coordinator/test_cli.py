@@ -93,14 +93,27 @@ def test_the_coordinator_signs_with_the_signing_key_of_its_keys_folder(tmp_path,
     from schemas import Command, encode
 
     key_id = keyring.generate_key(tmp_path / "keys", now=1.0)
+    keyring.generate_key(tmp_path / "keys", now=1.0, role=keyring.OPERATOR)
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    signing, trusted = load_keys(build_config(parser.parse_args([])))
+    signing, trust = load_keys(build_config(parser.parse_args([])))
+    trusted = trust().own
     command = signing.sign(Command(ts=1.0, node="n1", id="c1", job="j", generation=2, action="restart"))
     assert command.key_id == key_id and trusted.check(encode(command)) is None
     tampered = encode(command).replace(b'"generation":2', b'"generation":3')  # the fencing token is signed
     assert "bad signature" in trusted.check(tampered)
+
+
+def test_the_coordinator_refuses_to_start_with_no_operator_key_saying_what_to_run(capsys, monkeypatch,
+                                                                                  tmp_path) -> None:
+    from recovery import keyring
+
+    keyring.generate_key(tmp_path / "keys", now=1.0)
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
+    assert main(["coordinator", "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "no operator key" in err and "trainmedic keys generate --role operator" in err
 
 
 def test_a_bad_coordinator_config_is_exit_2(tmp_path, capsys) -> None:

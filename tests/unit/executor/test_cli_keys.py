@@ -29,3 +29,14 @@ def test_an_old_cluster_key_variable_stops_the_executor(capsys, monkeypatch):
     monkeypatch.setenv("TRAINMEDIC_CLUSTER_KEY_FILE", "/etc/trainmedic/cluster.key")
     assert main(["executor", "--node", "n1", "--insecure", "--bootstrap", "127.0.0.1:1"]) == 2
     assert "TRAINMEDIC_CLUSTER_KEY_FILE is set" in capsys.readouterr().err
+
+
+def test_without_its_own_node_key_the_executor_says_what_to_run(capsys, monkeypatch, tmp_path):
+    from recovery import keyring
+
+    keyring.generate_key(tmp_path / "keys", now=1.0)
+    keyring.generate_key(tmp_path / "keys", now=1.0, role=keyring.node_role("n2"))  # another node's
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
+    assert main(["executor", "--node", "n1", "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "no key of node:n1" in err and "trainmedic keys generate --node n1" in err and "--insecure" in err

@@ -39,7 +39,7 @@ def test_missing_keys_say_what_to_do(tmp_path):
         keyring.load_signing(tmp_path)
     with pytest.raises(ConfigError, match=r"copy the coordinator's keys/\*.pub"):
         keyring.load_trusted(tmp_path)
-    with pytest.raises(ConfigError, match="no signing key to rotate"):
+    with pytest.raises(ConfigError, match="no coordinator signing key to rotate"):
         keyring.rotate_key(tmp_path, now=1.0)
 
 
@@ -91,3 +91,64 @@ def test_a_half_copied_key_is_read_again_once_complete(tmp_path):
     assert new not in folder.trusted().keys
     (node / f"{new}.pub").write_bytes(text)
     assert new in folder.trusted().keys
+
+
+def test_each_role_has_its_own_signing_key_and_an_executor_trusts_only_the_coordinators(tmp_path):
+    coordinator = keyring.generate_key(tmp_path, now=1.0)
+    operator = keyring.generate_key(tmp_path, now=2.0, role=keyring.OPERATOR)
+    n1 = keyring.generate_key(tmp_path, now=3.0, role=keyring.node_role("n1"))
+    assert keyring.load_signing(tmp_path, keyring.OPERATOR).key_id == operator
+    assert keyring.load_signing(tmp_path, "node:n1").key_id == n1
+    assert keyring.load_signing(tmp_path).key_id == coordinator
+    assert set(keyring.load_trusted(tmp_path).keys) == {coordinator}  # never an operator's or a node's
+    assert {role: set(keys.keys) for role, keys in keyring.load_roles(tmp_path).items()} == {
+        "coordinator": {coordinator}, "operator": {operator}, "node:n1": {n1}}
+    assert [(k.key_id, k.role, k.signing) for k in keyring.list_keys(tmp_path)] == [
+        (coordinator, "coordinator", True), (operator, "operator", True), (n1, "node:n1", True)]
+    with pytest.raises(ConfigError, match=r"keys rotate --node n1"):
+        keyring.generate_key(tmp_path, now=4.0, role="node:n1")
+
+
+def test_rotating_one_role_keeps_the_others_and_the_old_key_of_the_role_trusted(tmp_path):
+    coordinator = keyring.generate_key(tmp_path, now=1.0)
+    old = keyring.generate_key(tmp_path, now=2.0, role=keyring.OPERATOR)
+    assert keyring.rotate_key(tmp_path, now=3.0, role=keyring.OPERATOR)[0] == old
+    new = keyring.load_signing(tmp_path, keyring.OPERATOR).key_id
+    assert set(keyring.load_roles(tmp_path)["operator"].keys) == {old, new}
+    assert keyring.load_signing(tmp_path).key_id == coordinator
+
+
+def test_missing_role_keys_say_what_to_run(tmp_path):
+    keyring.generate_key(tmp_path, now=1.0)
+    with pytest.raises(ConfigError, match=r"no operator key in .*`trainmedic keys generate --role operator`"):
+        keyring.load_signing(tmp_path, keyring.OPERATOR)
+    with pytest.raises(ConfigError, match=r"no key of node:n7 .*`trainmedic keys generate --node n7`"):
+        keyring.load_signing(tmp_path, keyring.node_role("n7"))
+
+
+def test_a_folder_written_before_roles_holds_coordinator_keys(tmp_path):
+    import json
+
+    key_id = keyring.generate_key(tmp_path, now=1.0)
+    (tmp_path / "keys.json").write_text(json.dumps({"signing": key_id, "created": {key_id: 1.0}}))
+    assert keyring.load_signing(tmp_path).key_id == key_id
+    assert [(k.key_id, k.role) for k in keyring.list_keys(tmp_path)] == [(key_id, "coordinator")]
+
+
+def test_a_public_key_made_elsewhere_is_trusted_for_its_role_only(tmp_path):
+    n1 = keyring.generate_key(tmp_path / "node", now=1.0, role=keyring.node_role("n1"))
+    coordinator = tmp_path / "coordinator"
+    keyring.generate_key(coordinator, now=1.0)
+    assert keyring.trust_key(coordinator, tmp_path / "node" / f"{n1}.pub", "node:n1", now=2.0) == n1
+    assert set(keyring.load_roles(coordinator)["node:n1"].keys) == {n1}
+    assert n1 not in keyring.load_trusted(coordinator).keys and not (coordinator / f"{n1}.key").exists()
+    with pytest.raises(ConfigError, match="already trusted here as node:n1"):
+        keyring.trust_key(coordinator, tmp_path / "node" / f"{n1}.pub", keyring.OPERATOR, now=3.0)
+
+
+def test_a_key_folder_with_another_loader_sees_a_trusted_key_added(tmp_path):
+    keyring.generate_key(tmp_path, now=1.0)
+    folder = keyring.KeyFolder(tmp_path, keyring.load_roles(tmp_path), keyring.load_roles)
+    assert "operator" not in folder.trusted()
+    operator = keyring.generate_key(tmp_path, now=2.0, role=keyring.OPERATOR)
+    assert set(folder.trusted()["operator"].keys) == {operator}

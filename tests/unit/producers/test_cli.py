@@ -82,6 +82,7 @@ def test_node_builds_its_three_configs_from_the_demos_flags(
     from trainmedic import node_cli
 
     key_id = keyring.generate_key(tmp_path / "keys", now=1.0)
+    node_key = keyring.generate_key(tmp_path / "keys", now=1.0, role=keyring.node_role("n01"))
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
     monkeypatch.setenv("TRAINMEDIC_GPU_SEED", "7")
     config = tmp_path / "node.yaml"
@@ -95,7 +96,8 @@ def test_node_builds_its_three_configs_from_the_demos_flags(
     gpu = node_cli.OPTIONS.build(node_cli.GPU, args, node=lambda _: executor.node)
     agent = node_cli.OPTIONS.build(node_cli.AGENT, args, node=lambda _: executor.node)
     assert (executor.node, executor.stop_grace_s, set(executor.trusted.keys), str(executor.state_dir)) == (
-        "n01", 5.0, {key_id}, "s")
+        "n01", 5.0, {key_id}, "s")  # the node's own key signs its acks; it is never trusted for commands
+    assert executor.node_key.key_id == node_key
     assert (gpu.node, gpu.source, gpu.gpus_per_node, gpu.seed, str(gpu.control)) == (
         "n01", "synthetic", 2, 7, "g")
     assert (agent.node, agent.links, agent.interval_s, str(agent.control)) == ("n01", ("ib0",), 0.5, "a")

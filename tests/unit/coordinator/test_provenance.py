@@ -1,0 +1,84 @@
+"""What the coordinator folds: each record signed by who may write it (the pure decision of
+provenance.py). Jobs and an operator's node events need an operator key; an ack the key of its
+own node; a command the coordinator's own key. Insecure (no trust) folds everything."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.message import Record
+from recovery.coordinator.provenance import Trust, unverified
+from recovery.signing import SigningKey, TrustedKeys, generate
+from schemas import Command, CommandAcked, JobSpec, JobSubmitted, encode
+from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
+
+COORDINATOR, OPERATOR, N1, N2, STRANGER = (generate() for _ in range(5))
+TRUST = Trust.of({"coordinator": TrustedKeys.of(COORDINATOR.private.public_key()),
+                  "operator": TrustedKeys.of(OPERATOR.private.public_key()),
+                  "node:n1": TrustedKeys.of(N1.private.public_key()),
+                  "node:n2": TrustedKeys.of(N2.private.public_key())})
+EVIL = JobSubmitted(ts=1.0, job=JobSpec(id="x", nodes=("n3",), throughput={1: 1.0},
+                                        command=("sh", "-c", "id")))
+COMMAND = Command(ts=1.0, node="n1", id="c1", job="j", generation=0, action="stop")
+ACK = CommandAcked(ts=2.0, node="n1", command_id="c1", job="j", generation=0, status="failed")
+
+
+def record(event, key: SigningKey | None = None, raw: bytes | None = None) -> Record:
+    if key is not None:
+        event = key.sign(event)
+    return Record("t", 0, 0, None, event, raw if raw is not None else encode(event))
+
+
+def kind(event, key=None, raw=None) -> str | None:
+    why = unverified(record(event, key, raw), TRUST)
+    return None if why is None else why.kind
+
+
+@pytest.mark.parametrize("event", [EVIL, NodeCordoned(ts=1.0, node="n1"), NodeDrained(ts=1.0, node="n1"),
+                                   NodeUncordoned(ts=1.0, node="n1")])
+def test_jobs_and_node_events_need_an_operator_key(event):
+    assert kind(event, OPERATOR) is None
+    assert kind(event) == "unsigned"
+    assert kind(event, STRANGER) == "unknown_key"
+    for other in (COORDINATOR, N1):  # the coordinator's or a node's key is no operator's
+        assert kind(event, other) == "unknown_key"
+    assert kind(event, SigningKey(OPERATOR.key_id, STRANGER.private)) == "bad_signature"
+
+
+def test_a_job_changed_after_signing_is_a_bad_signature_and_the_reason_says_it_is_not_started():
+    signed = OPERATOR.sign(EVIL)
+    tampered = encode(signed).replace(b'"n3"', b'"n4"')
+    why = unverified(record(signed, raw=tampered), TRUST)
+    assert why.kind == "bad_signature" and "job submission not signed by a trusted operator key" in str(why)
+
+
+def test_an_ack_needs_the_key_of_its_own_node():
+    assert kind(ACK, N1) is None
+    assert kind(ACK) == "unsigned"
+    assert kind(ACK, OPERATOR) == "unknown_key" and kind(ACK, COORDINATOR) == "unknown_key"
+    why = unverified(record(ACK, N2), TRUST)  # n2's key answering for n1
+    assert why.kind == "wrong_node" and "an ack from n1 signed by the key of node n2" in str(why)
+    assert kind(ACK.model_copy(update={"node": "n2"}), N2) is None
+
+
+def test_commands_need_the_coordinators_own_key():
+    assert kind(COMMAND, COORDINATOR) is None
+    assert kind(COMMAND, OPERATOR) == "unknown_key" and kind(COMMAND) == "unsigned"
+
+
+def test_insecure_folds_everything_and_other_records_are_not_checked_here():
+    for event in (EVIL, ACK, COMMAND, NodeCordoned(ts=1.0, node="n1")):
+        assert unverified(record(event), None) is None
+    assert unverified(record(NodeReadmitted(ts=1.0, node="n1", incident_id="i")), TRUST) is None
+
+
+def test_a_node_key_belongs_to_one_node():
+    assert TRUST.owners == {N1.key_id: "n1", N2.key_id: "n2"}
+    assert set(TRUST.nodes.keys) == {N1.key_id, N2.key_id} and set(TRUST.operators.keys) == {OPERATOR.key_id}
+
+
+def test_an_unknown_key_names_a_few_trusted_ids_not_a_clusters_worth():
+    many = TrustedKeys.of(*(generate().private.public_key() for _ in range(100)))
+    why = many.check(encode(STRANGER.sign(ACK)), "ack")
+    assert why.startswith(f"unknown key id '{STRANGER.key_id}': trusted are ")
+    assert why.endswith(" and 92 more")

@@ -1,0 +1,49 @@
+"""`trainmedic keys` with roles, and the CLIs that sign as an operator: a missing operator key is
+exit 2 saying what to run, before anything is published."""
+
+from __future__ import annotations
+
+from trainmedic.cli import main
+
+
+def test_keys_are_generated_and_listed_by_role(tmp_path, capsys) -> None:
+    keys = ["--keys-dir", str(tmp_path)]
+    assert main(["keys", "generate", *keys]) == 0
+    assert main(["keys", "generate", "--role", "operator", *keys]) == 0
+    assert main(["keys", "generate", "--node", "n1", *keys]) == 0
+    assert ".pub --node n1` there" in capsys.readouterr().out
+    assert main(["keys", "rotate", "--node", "n1", *keys]) == 0
+    capsys.readouterr()
+    assert main(["keys", "list", *keys]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [(row[1], "yes" in row, "here" in row) for row in rows] == [
+        ("coordinator", True, True), ("operator", True, True), ("node:n1", False, False),
+        ("node:n1", True, True)]
+
+
+def test_a_public_key_from_a_node_is_trusted_for_that_node(tmp_path, capsys) -> None:
+    assert main(["keys", "generate", "--node", "n1", "--keys-dir", str(tmp_path / "n1")]) == 0
+    pub = next((tmp_path / "n1").glob("*.pub"))
+    assert main(["keys", "trust", str(pub), "--node", "n1", "--keys-dir", str(tmp_path / "c")]) == 0
+    assert f"key {pub.stem} trusted here as node:n1" in capsys.readouterr().out
+    assert main(["keys", "trust", str(pub), "--role", "operator", "--keys-dir", str(tmp_path / "c")]) == 2
+    assert "one key, one role" in capsys.readouterr().err
+
+
+def test_job_submit_without_an_operator_key_is_exit_2_saying_what_to_run(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
+    spec = tmp_path / "job.yaml"
+    spec.write_text("id: a\nnodes: [n1]\nthroughput: {1: 1.0e15}\ncommand: [python, train.py]\n")
+    assert main(["job", "submit", str(spec), "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "no operator key in" in err and "trainmedic keys generate --role operator" in err
+
+
+def test_a_node_change_without_an_operator_key_is_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
+    for action in ("cordon", "drain", "uncordon"):
+        assert main(["nodes", action, "n1", "--bootstrap", "127.0.0.1:1"]) == 2
+        assert "trainmedic keys generate --role operator" in capsys.readouterr().err
+    assert main(["nodes", "cordon", "n1", "--insecure", "--keys-dir", str(tmp_path), "--bootstrap",
+                 "127.0.0.1:1"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
