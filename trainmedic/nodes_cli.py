@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from bus.settings import KafkaSettings
 
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
         state = fold_log(settings, load_config(args.config))
         if args.action == "list":
             print(render(state, time.time()))

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = build_config(args)
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="coordinator", bootstrap=args.bootstrap)
         signing, trusted = load_keys(config)
     except ConfigError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)

@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "submit":
             spec = load_spec(args.spec)
             check_bounds(args.spec, spec, config)
-            return submit(KafkaSettings.from_env(bootstrap=args.bootstrap), spec)
-        return list_jobs(KafkaSettings.from_env(bootstrap=args.bootstrap), config)
+            return submit(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), spec)
+        return list_jobs(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), config)
     except SpecError as err:
         print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
         return 2

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("trainmedic.executor")
     try:
         config = build_config(OPTIONS, EXECUTOR, args)
-        kafka = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        kafka = KafkaSettings.from_env(role="executor", bootstrap=args.bootstrap)
     except TrainmedicError as err:
         print(f"trainmedic executor: {err}", file=sys.stderr)
         return 2
