@@ -1,9 +1,9 @@
 """Shared fixtures. `kafka` gives a real broker: never a mock, never a skip.
 
-Where the broker comes from, in order: TRAINMEDIC_KAFKA_BOOTSTRAP if set; else a
-testcontainers Kafka where a Docker engine answers; else the project's own local broker
-(`trainmedic broker start`, secure), started once for the session and stopped after it if
-the session started it.
+Where the broker comes from, in order: TRAINMEDIC_KAFKA_BOOTSTRAP if set; else the project's
+own local broker (`trainmedic broker start`, secure) where Java is installed, started once for
+the session and stopped after it if the session started it; else a testcontainers Kafka where
+a Docker engine answers (plain: the broker ACL tests fail there, loudly).
 
 Where the broker is the project's secure one (its credentials folder holds admin.json), the
 session exports TRAINMEDIC_CREDENTIALS_DIR, so that the services tests start as subprocesses
@@ -48,11 +48,10 @@ def kafka_bootstrap() -> Iterator[str]:
         with _credentials_exported():
             yield os.environ["TRAINMEDIC_KAFKA_BOOTSTRAP"]
         return
-    if _docker_answers():
+    if shutil.which("java") is None and _docker_answers():
         from testcontainers.community.kafka import KafkaContainer
 
-        # testcontainers' KafkaContainer drives Confluent's image; 7.9 ships Apache Kafka 3.9. It
-        # runs plain (no authentication, no authorizer): the ACL tests need the project's broker.
+        # testcontainers' KafkaContainer drives Confluent's image; 7.9 ships Apache Kafka 3.9.
         with KafkaContainer("confluentinc/cp-kafka:7.9.0").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
