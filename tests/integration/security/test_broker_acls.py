@@ -3,6 +3,9 @@ refuses it everything else; a client without credentials, or with a wrong passwo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -11,7 +14,7 @@ from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
 from bus import clients
-from bus.admin import list_topics
+from bus.admin import delete_topics, list_topics, revoke_roles
 from bus.errors import KafkaError
 from bus.settings import KafkaSettings, credentials_dir
 from bus.transactional import TransactionalProducer
@@ -132,3 +135,21 @@ def test_a_client_without_credentials_or_with_a_wrong_password_is_refused(kafka:
         list_topics(wrong, timeout_s=3)
     seen = {name for name in list_topics(rank) if name.startswith(kafka.topic_prefix)}
     assert seen == {kafka.topics.worker}  # the right one sees only what it may write
+
+
+def test_topics_create_grants_the_roles_for_its_prefix(kafka: KafkaSettings) -> None:
+    prefix = f"g{uuid.uuid4().hex[:8]}."
+    env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap}
+    env.pop("TRAINMEDIC_TOPIC_PREFIX", None)
+    done = subprocess.run([sys.executable, "-m", "trainmedic.cli", "topics", "create", "--prefix", prefix],
+                          env=env, capture_output=True, text=True, timeout=120)
+    admin = kafka.model_copy(update={"topic_prefix": prefix})
+    try:
+        assert done.returncode == 0, done.stderr
+        assert f"ACLs to the roles for {prefix}*" in done.stdout
+        agent = KafkaSettings.from_env(role="agent", bootstrap=kafka.bootstrap, topic_prefix=prefix)
+        assert write(agent, agent.topics.gpu) is None
+        assert write(agent, agent.topics.commands) == REFUSED
+    finally:
+        delete_topics(admin, [n for n in list_topics(admin) if n.startswith(prefix)], wait=False)
+        revoke_roles(admin, prefix)
