@@ -145,8 +145,8 @@ class LocalBroker:
         running = self.state()
         if running is not None:
             if running.secure != secure:
-                raise BrokerError(f"the broker runs {'secure' if running.secure else 'plain (--insecure)'} "
-                                  f"already (pid {running.pid}): stop it first to start it "
+                raise BrokerError(f"the broker runs {'secure' if running.secure else 'plain'} already "
+                                  f"(pid {running.pid}): `trainmedic broker stop` first to start it "
                                   f"{'secure' if secure else 'plain'}")
             return running, False
         _require("java", "Java 17 or newer is needed to run Kafka: install a JDK "
