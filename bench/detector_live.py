@@ -69,7 +69,7 @@ def cluster_second(topics, nodes: int, t: int, base: float) -> list[tuple[str, s
 
 
 def fresh_topics(bootstrap: str, run: str) -> KafkaSettings:
-    settings = KafkaSettings(bootstrap=bootstrap, topic_prefix=f"{run}.")
+    settings = KafkaSettings.from_env(role="admin", bootstrap=bootstrap, topic_prefix=f"{run}.")
     create_topics(settings)
     return settings
 
@@ -174,7 +174,7 @@ def run_consumer_worker(app_id: str) -> None:
 
     tune_gc()
     logging.basicConfig(level=logging.WARNING)
-    settings = KafkaSettings.from_env()
+    settings = KafkaSettings.from_env(role="admin")
     pipeline = Pipeline(settings.topics, LiveDetector(Detector()))
     service = DetectorService(settings, pipeline, ServiceConfig(app_id=app_id, start="earliest"))
     stop = threading.Event()
@@ -192,7 +192,7 @@ def run_faust_worker(app_id: str) -> None:
     from streams.app import build_app
     from streams.cli import run_worker as run_faust
 
-    settings = KafkaSettings.from_env()
+    settings = KafkaSettings.from_env(role="admin")
     detector = build_app(settings, app_id=app_id, datadir=os.environ["TRAINMEDIC_HOME"])
     app, stats, live = detector.app, detector.stats, detector.live
     telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
@@ -210,7 +210,7 @@ def run_noop_worker(app_id: str) -> None:
 
     from streams.cli import run_worker as run_faust
 
-    settings = KafkaSettings.from_env()
+    settings = KafkaSettings.from_env(role="admin")
     topics = settings.topics
     app = faust.App(app_id, broker=f"kafka://{settings.bootstrap}", store="memory://", web_enabled=False,
                     topic_disable_leader=True, datadir=os.environ["TRAINMEDIC_HOME"],

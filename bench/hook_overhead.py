@@ -59,14 +59,16 @@ def main() -> None:
 
     import os
 
-    from bus.admin import create_topics
+    from bus.admin import create_topics, grant_roles
     from bus.errors import KafkaError
     from bus.settings import KafkaSettings
 
     env = {**os.environ, "TRAINMEDIC_JOB": "bench", "TRAINMEDIC_TOPIC_PREFIX": "bench.", "RANK": "0",
            "WORLD_SIZE": "1"}
     try:
-        create_topics(KafkaSettings.from_env(env), partitions=1, timeout_s=5)
+        admin = KafkaSettings.from_env(env, role="admin")
+        create_topics(admin, partitions=1, timeout_s=5)
+        grant_roles(admin, admin.topic_prefix)  # the hook writes as the rank
         broker = env.get("TRAINMEDIC_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     except KafkaError:
         broker = "none (events are dropped and counted)"

@@ -46,7 +46,7 @@ def main() -> None:
     from producers.service import open_outbox
 
     nodes = [f"n{i:03d}" for i in range(args.nodes)]
-    settings = KafkaSettings.from_env(topic_prefix="bench.")
+    settings = KafkaSettings.from_env(role="admin", topic_prefix="bench.")
     create_topics(settings, partitions=12, timeout_s=10)
     print(f"{args.nodes} nodes x {args.gpus} GPUs, {args.rounds} rounds; broker {settings.bootstrap}")
 

@@ -130,3 +130,70 @@ def _create(admin: AdminClient, new: list[NewTopic], timeout_s: float) -> dict[s
                 raise KafkaError(f"cannot create topic {name}: {code.str()}", code=code.name()) from None
             result[name] = "exists"
     return result
+
+
+def grant_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) -> int | None:
+    """Grant every role its ACLs (bus/acls.py) for the topics under `prefix`, in one request.
+    Returns how many bindings, or None when the broker has no authorizer (a plain broker)."""
+    from bus.acls import bindings
+
+    wanted = bindings(prefix)
+    admin = _admin(settings)
+    for future in admin.create_acls(wanted, request_timeout=timeout_s).values():
+        try:
+            future.result()
+        except KafkaException as err:
+            code = err.args[0]
+            if code.code() == code.SECURITY_DISABLED:
+                return None
+            raise KafkaError(f"cannot grant the roles' ACLs for prefix {prefix!r}: {code.str()}",
+                             code=code.name()) from None
+    _until_in_force(admin, prefix, len(wanted), timeout_s)
+    return len(wanted)
+
+
+def _until_in_force(admin: AdminClient, prefix: str, count: int, timeout_s: float) -> None:
+    """Wait until the broker's authorizer holds `count` bindings under `prefix`: the controller
+    acknowledges new ACLs a moment before the broker applies them."""
+    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType
+    from confluent_kafka.admin import ResourceType as Type
+
+    every = AclBindingFilter(Type.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = admin.describe_acls(every, request_timeout=timeout_s).result()
+        if sum(b.name.startswith(prefix) for b in found) >= count or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
+def revoke_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) -> None:
+    """Remove the ACLs `grant_roles` gave for `prefix` (none on a plain broker)."""
+    from bus.acls import filters
+
+    admin = _admin(settings)
+    for future in admin.delete_acls(filters(prefix), request_timeout=timeout_s).values():
+        try:
+            future.result()
+        except KafkaException as err:
+            code = err.args[0]
+            if code.code() != code.SECURITY_DISABLED:
+                raise KafkaError(f"cannot revoke the ACLs for prefix {prefix!r}: {code.str()}",
+                                 code=code.name()) from None
+
+
+def set_scram_users(settings: KafkaSettings, passwords: dict[str, str], timeout_s: float = 30.0) -> None:
+    """Create or update SCRAM-SHA-512 users (name -> password)."""
+    from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+    upserts = [UserScramCredentialUpsertion(name, info, pw.encode()) for name, pw in passwords.items()]
+    admin = _admin(settings)  # kept alive until the futures are done: a destroyed client fails them
+    futures = admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s)
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as err:
+            raise KafkaError(f"cannot set the SCRAM credential of {name}: {err.args[0].str()}",
+                             code=err.args[0].name()) from None

@@ -4,7 +4,10 @@ Environment variables (all optional):
   TRAINMEDIC_KAFKA_BOOTSTRAP   bootstrap servers, default 127.0.0.1:9092
   TRAINMEDIC_TOPIC_PREFIX      prefix of every topic name, default "trainmedic."
   TRAINMEDIC_KAFKA_CONFIG      extra librdkafka settings as a JSON object, e.g. security:
-                               {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...}
+                               {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...};
+                               when unset, a service reads its role's file from the credentials
+                               folder (bus/credentials.py) if there is one
+  TRAINMEDIC_CREDENTIALS_DIR   that folder, default $TRAINMEDIC_HOME/credentials
   TRAINMEDIC_HOME              local state (broker data, demo output), default ./.trainmedic
 """
 
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from bus.credentials import read_role
 from bus.errors import ConfigError
 from schemas import DEFAULT_PREFIX, Topics
 
@@ -28,6 +32,14 @@ SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sa
 def home(env: Mapping[str, str] = os.environ) -> Path:
     """Where trainmedic keeps local state (broker data, demo output)."""
     return Path(env.get("TRAINMEDIC_HOME", ".trainmedic")).resolve()
+
+
+def credentials_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """Where the roles' Kafka credentials are: TRAINMEDIC_CREDENTIALS_DIR, else
+    `$TRAINMEDIC_HOME/credentials`."""
+    if env.get("TRAINMEDIC_CREDENTIALS_DIR"):
+        return Path(env["TRAINMEDIC_CREDENTIALS_DIR"]).resolve()
+    return home(env) / "credentials"
 
 
 class KafkaSettings(BaseModel):
@@ -58,8 +70,10 @@ class KafkaSettings(BaseModel):
         return value
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ, **overrides: object) -> KafkaSettings:
-        """Settings from TRAINMEDIC_* variables; explicit overrides (e.g. CLI flags) win."""
+    def from_env(cls, env: Mapping[str, str] = os.environ, *, role: str | None = None,
+                 **overrides: object) -> KafkaSettings:
+        """Settings from TRAINMEDIC_* variables; explicit overrides (e.g. CLI flags) win. Without
+        TRAINMEDIC_KAFKA_CONFIG, `role`'s credentials file (the local broker's) is used if there is one."""
         values: dict[str, object] = {}
         if "TRAINMEDIC_KAFKA_BOOTSTRAP" in env:
             values["bootstrap"] = env["TRAINMEDIC_KAFKA_BOOTSTRAP"]
@@ -74,6 +88,9 @@ class KafkaSettings(BaseModel):
             if not isinstance(config, dict):
                 raise ConfigError("TRAINMEDIC_KAFKA_CONFIG must be a JSON object of librdkafka settings")
             config = {str(k): str(v) for k, v in config.items()}
+        else:
+            config = read_role(credentials_dir(env), role) if role else None
+        if config:
             values["secrets"] = {k: config.pop(k) for k in SECRET_KEYS if k in config}
             values["extra"] = config
         values.update({k: v for k, v in overrides.items() if v is not None})

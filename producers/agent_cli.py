@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = OPTIONS.build(AGENT, args, node=lambda _: socket.gethostname())
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="agent", bootstrap=args.bootstrap)
         agent = open_agent(config, time.time())
     except ConfigError as err:
         print(f"trainmedic agent: {err}", file=sys.stderr)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         config = OPTIONS.build(GPU, args, node=lambda _: socket.gethostname())
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="agent", bootstrap=args.bootstrap)
     except ConfigError as err:
         print(f"trainmedic gpu: {err}", file=sys.stderr)
         return 2

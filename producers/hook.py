@@ -155,7 +155,7 @@ class Hook:
         from bus.settings import KafkaSettings
         from producers.outbox import Outbox
 
-        settings = KafkaSettings.from_env(env)
+        settings = KafkaSettings.from_env(env, role="rank")
         producer = EventProducer(
             settings, client_id=settings.topics.owned(f"hook-{identity.job}-{identity.rank}"),
             max_buffered=config.max_buffered, config={"queue.buffering.max.kbytes": 16_384},

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import faust
 
+from bus.errors import ConfigError
 from bus.message import RawMessage
 from bus.settings import KafkaSettings
 from streams.checkpoint import Offsets
@@ -59,6 +61,7 @@ def build_app(
     app = faust.App(
         app_id,
         broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",")],
+        broker_credentials=faust_credentials(settings),
         store="memory://",
         topic_allow_declare=True,
         topic_disable_leader=True,
@@ -113,3 +116,22 @@ def build_app(
             await checkpoints.maybe_save(time.monotonic(), turn)
 
     return DetectorApp(app, live, pipeline.stats, offsets, process, tick)
+
+
+def faust_credentials(settings: KafkaSettings) -> faust.types.auth.CredentialsT | None:
+    """The librdkafka security settings (`security.protocol`, `sasl.*`, `ssl.ca.location`) as
+    Faust's (aiokafka's) credentials; None for a plain broker."""
+    config = {k: str(v) for k, v in settings.client_config().items()}
+    protocol = config.get("security.protocol", "PLAINTEXT").upper()
+    mechanism = config.get("sasl.mechanism", "PLAIN").upper()
+    if protocol == "PLAINTEXT":
+        return None
+    context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    if protocol.startswith("SASL_") and mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        return faust.SASLCredentials(username=config.get("sasl.username", ""),
+                                     password=config.get("sasl.password", ""), mechanism=mechanism,
+                                     ssl_context=context if protocol == "SASL_SSL" else None)
+    raise ConfigError(f"the Faust engine cannot authenticate with security.protocol={protocol} "
+                      f"sasl.mechanism={mechanism}: use the consumer engine (--engine consumer)")

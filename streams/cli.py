@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from bus.settings import KafkaSettings
 
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="detector", bootstrap=args.bootstrap)
         options = build_config(args, settings)
     except TrainmedicError as err:
         print(f"trainmedic detector: {err}", file=sys.stderr)

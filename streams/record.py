@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         print("trainmedic record: the end must come after the start", file=sys.stderr)
         return 2
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
     except TrainmedicError as err:
         print(f"trainmedic record: {err}", file=sys.stderr)
         return 2

@@ -1,9 +1,14 @@
 """Shared fixtures. `kafka` gives a real broker: never a mock, never a skip.
 
-Where the broker comes from, in order: TRAINMEDIC_KAFKA_BOOTSTRAP if set; else a
-testcontainers Kafka where a Docker engine answers; else the project's own local broker
-(`trainmedic broker start`), started once for the session and stopped after it if the
-session started it.
+Where the broker comes from, in order: TRAINMEDIC_KAFKA_BOOTSTRAP if set; else the project's
+own local broker (`trainmedic broker start`, secure) where Java is installed, started once for
+the session and stopped after it if the session started it; else a testcontainers Kafka where
+a Docker engine answers (plain: the broker ACL tests fail there, loudly).
+
+Where the broker is the project's secure one (its credentials folder holds admin.json), the
+session exports TRAINMEDIC_CREDENTIALS_DIR, so that the services tests start as subprocesses
+(with a TRAINMEDIC_HOME of their own) find their role's credentials the normal way; tests set
+up as the admin, and each test's prefix gets every role's ACLs (bus/acls.py) for its time.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from bus.settings import KafkaSettings
+from bus.settings import KafkaSettings, credentials_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,9 +45,10 @@ def _docker_answers() -> bool:
 def kafka_bootstrap() -> Iterator[str]:
     """The bootstrap address of a real, running Kafka broker."""
     if os.environ.get("TRAINMEDIC_KAFKA_BOOTSTRAP"):
-        yield os.environ["TRAINMEDIC_KAFKA_BOOTSTRAP"]
+        with _credentials_exported():
+            yield os.environ["TRAINMEDIC_KAFKA_BOOTSTRAP"]
         return
-    if _docker_answers():
+    if shutil.which("java") is None and _docker_answers():
         from testcontainers.community.kafka import KafkaContainer
 
         # testcontainers' KafkaContainer drives Confluent's image; 7.9 ships Apache Kafka 3.9.
@@ -54,24 +61,60 @@ def kafka_bootstrap() -> Iterator[str]:
     broker = LocalBroker(home(), port=int(os.environ.get("TRAINMEDIC_BROKER_PORT", "9092")))
     state, started = broker.start()
     try:
-        yield state.bootstrap
+        with _credentials_exported():
+            yield state.bootstrap
     finally:
         if started:
             broker.stop()
 
 
-@pytest.fixture
-def kafka(kafka_bootstrap: str) -> Iterator[KafkaSettings]:
-    """Settings for a real broker with a topic prefix of this test's own, topics created; every
-    topic under the prefix is deleted after the test (services' own topics too, when their app
-    id starts with the prefix), so that a long-lived local broker does not pile them up."""
-    from bus.admin import create_topics, delete_topics, list_topics
+@contextmanager
+def _credentials_exported() -> Iterator[None]:
+    """TRAINMEDIC_CREDENTIALS_DIR set to the local broker's credentials folder while it has one."""
+    folder = credentials_dir()
+    if not (folder / "admin.json").exists():
+        yield
+        return
+    before = os.environ.get("TRAINMEDIC_CREDENTIALS_DIR")
+    os.environ["TRAINMEDIC_CREDENTIALS_DIR"] = str(folder)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRAINMEDIC_CREDENTIALS_DIR"]
+        else:
+            os.environ["TRAINMEDIC_CREDENTIALS_DIR"] = before
 
-    settings = KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.")
-    create_topics(settings, partitions=2)
-    yield settings
-    ours = [name for name in list_topics(settings) if name.startswith(settings.topic_prefix)]
-    delete_topics(settings, ours, wait=False)
+
+@pytest.fixture
+def deployment(kafka_bootstrap: str) -> Iterator[Callable[..., KafkaSettings]]:
+    """`deployment(prefix=None, partitions=2)`: the admin's settings for a prefix of its own (made up
+    when not given), its topics created and every role's ACLs granted for it (one request). After
+    the test every topic under the prefix is deleted (services' own topics too, when their app id
+    starts with the prefix) and the ACLs revoked, so that a long-lived broker does not pile them up."""
+    from bus.admin import create_topics, delete_topics, grant_roles, list_topics, revoke_roles
+
+    made: list[KafkaSettings] = []
+
+    def make(prefix: str | None = None, partitions: int | None = 2) -> KafkaSettings:
+        settings = KafkaSettings.from_env(role="admin", bootstrap=kafka_bootstrap,
+                                          topic_prefix=prefix or f"t{uuid.uuid4().hex[:10]}.")
+        create_topics(settings, partitions=partitions)
+        grant_roles(settings, settings.topic_prefix)
+        made.append(settings)
+        return settings
+
+    yield make
+    for settings in made:
+        ours = [name for name in list_topics(settings) if name.startswith(settings.topic_prefix)]
+        delete_topics(settings, ours, wait=False)
+        revoke_roles(settings, settings.topic_prefix)
+
+
+@pytest.fixture
+def kafka(deployment: Callable[..., KafkaSettings]) -> KafkaSettings:
+    """The admin's settings for a real broker with a topic prefix of this test's own (see `deployment`)."""
+    return deployment()
 
 
 @pytest.fixture

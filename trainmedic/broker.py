@@ -1,8 +1,13 @@
 """The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1.
 
+Secure by default: SASL/SCRAM and the StandardAuthorizer with one principal per role
+(trainmedic/broker_auth.py, bus/acls.py); `secure=False` runs it plain.
+
 Layout under TRAINMEDIC_HOME (default ./.trainmedic):
   kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
   broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
+  broker/secrets.json the roles' passwords (0600)
+  credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure
 """
 
 from __future__ import annotations
@@ -21,13 +26,21 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bus.errors import BrokerError
+from bus import credentials
+from bus.acls import ADMIN, GRANTS
+from bus.admin import grant_roles, set_scram_users, wait_for_broker
+from bus.errors import BrokerError, TrainmedicError
+from bus.settings import KafkaSettings
+from schemas import DEFAULT_PREFIX
+from trainmedic import broker_auth
 
 log = logging.getLogger(__name__)
 
 POM = Path(__file__).resolve().parent.parent / "compose" / "pom.xml"
 HEAP = "-Xmx512m"
 DEFAULT_PORT = 9092
+INSECURE = ("INSECURE: the broker runs without authentication or ACLs: any program that reaches "
+            "127.0.0.1:{port} may read, write and delete every topic")
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class BrokerState:
     pid: int
     port: int
     controller_port: int
+    secure: bool = False  # a state file written before brokers were secure is a plain broker's
 
     @property
     def bootstrap(self) -> str:
@@ -46,14 +60,17 @@ class BrokerState:
 class LocalBroker:
     """One single-node broker whose files live in `home`. Methods are idempotent."""
 
-    def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None):
+    def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None, *,
+                 credentials_dir: Path | None = None):
         self.home = home
+        self.credentials = credentials_dir or home / "credentials"
         self.port = port
         self.controller_port = controller_port or port + 1
         self.libs = home / "kafka" / "libs"
         self.dir = home / "broker"
         self.state_file = self.dir / "broker.json"
         self.log_file = self.dir / "broker.log"
+        self.secrets_file = self.dir / "secrets.json"
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -88,20 +105,28 @@ class LocalBroker:
             raise BrokerError(f"Maven could not fetch the Kafka jars:\n{output}")
         stamp.touch()
 
-    def write_config(self) -> Path:
+    def write_config(self, passwords: dict[str, str] | None = None) -> Path:
+        """server.properties: secure with the roles' `passwords`, plain without."""
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "server.properties"
-        path.write_text(server_properties(self.dir / "data", self.port, self.controller_port))
+        broker_auth.write_private(path, server_properties(self.dir / "data", self.port, self.controller_port,
+                                                          passwords))
         (self.dir / "log4j.properties").write_text(LOG4J)
         return path
 
-    def format_storage(self, config: Path) -> None:
-        """Format the KRaft log directory on first use; later starts reuse it."""
-        if (self.dir / "data" / "meta.properties").exists():
+    @property
+    def formatted(self) -> bool:
+        return (self.dir / "data" / "meta.properties").exists()
+
+    def format_storage(self, config: Path, passwords: dict[str, str] | None = None) -> None:
+        """Format the KRaft log directory on first use (with the admin's SCRAM credential when
+        `passwords` are given); later starts reuse it."""
+        if self.formatted:
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        scram = broker_auth.add_scram_argument(passwords) if passwords else []
         done = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)),
+            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), *scram),
             capture_output=True, text=True,
         )
         if done.returncode != 0:
@@ -109,13 +134,20 @@ class LocalBroker:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 90.0) -> tuple[BrokerState, bool]:
-        """Start in the background and wait until clients are accepted.
+    def start(self, timeout_s: float = 90.0, *, secure: bool = True,
+              prefixes: tuple[str, ...] = (DEFAULT_PREFIX,)) -> tuple[BrokerState, bool]:
+        """Start in the background and wait until clients are accepted. Secure: every role's SCRAM
+        user, its ACLs for `prefixes` and its credentials file exist once this returns; plain
+        (`secure=False`): no authentication, no authorizer, and no credentials files.
 
         Returns the state and whether this call started it (False: it was already running).
         """
         running = self.state()
         if running is not None:
+            if running.secure != secure:
+                raise BrokerError(f"the broker runs {'secure' if running.secure else 'plain'} already "
+                                  f"(pid {running.pid}): `trainmedic broker stop` first to start it "
+                                  f"{'secure' if secure else 'plain'}")
             return running, False
         _require("java", "Java 17 or newer is needed to run Kafka: install a JDK "
                  "(e.g. `apt-get install openjdk-17-jre-headless`)")
@@ -126,15 +158,65 @@ class LocalBroker:
                     f"with --port (or TRAINMEDIC_BROKER_PORT)"
                 )
         self.fetch_jars()
-        config = self.write_config()
-        self.format_storage(config)
+        if not secure:
+            credentials.clear(self.credentials)
+            self.format_storage(self.write_config())
+            with open(self.log_file, "a") as out:
+                out.write(f"WARNING {INSECURE.format(port=self.port)}\n")
+            return self._launch(False, timeout_s), True
+        found = broker_auth.read_secrets(self.secrets_file)
+        passwords = broker_auth.complete(found or {})
+        if self.formatted and found is None:
+            self._add_users(passwords, timeout_s)
+        if passwords != found:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            broker_auth.write_private(self.secrets_file, json.dumps(passwords, indent=2))
+        self.format_storage(self.write_config(passwords), passwords)
+        state = self._launch(True, timeout_s)
+        try:
+            self._authorize(passwords, prefixes)
+        except TrainmedicError:
+            self.stop()
+            raise
+        return state, True
+
+    def _add_users(self, passwords: dict[str, str], timeout_s: float) -> None:
+        """Storage formatted before the broker was secure: start it plain once (no authorizer) to
+        add the SCRAM users, keeping its topics; the secure start follows."""
+        log.warning("storage in %s predates authentication: adding the SCRAM users with one plain start",
+                    self.dir / "data")
+        self.write_config()
+        self._launch(False, timeout_s)
+        try:
+            plain = KafkaSettings(bootstrap=f"127.0.0.1:{self.port}")
+            wait_for_broker(plain, timeout_s)
+            set_scram_users(plain, {name: passwords[name] for name in (*GRANTS, ADMIN)})
+        finally:
+            self.stop()
+
+    def _authorize(self, passwords: dict[str, str], prefixes: tuple[str, ...]) -> None:
+        """The roles' SCRAM users, their ACLs for `prefixes`, and their credentials files."""
+        config = broker_auth.role_config(ADMIN, passwords[ADMIN])
+        password = config.pop("sasl.password")
+        admin = KafkaSettings(bootstrap=f"127.0.0.1:{self.port}", extra=config,
+                              secrets={"sasl.password": password})
+        wait_for_broker(admin, 60.0)
+        set_scram_users(admin, {role: passwords[role] for role in GRANTS})
+        for prefix in prefixes:
+            grant_roles(admin, prefix)
+        credentials.write_roles(self.credentials, {
+            role: broker_auth.role_config(role, passwords[role]) for role in (*GRANTS, ADMIN)})
+
+    def _launch(self, secure: bool, timeout_s: float) -> BrokerState:
+        """Start the process with the written config; wait until it accepts clients."""
+        config = self.dir / "server.properties"
         log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
-        state = BrokerState(proc.pid, self.port, self.controller_port)
+        state = BrokerState(proc.pid, self.port, self.controller_port, secure)
         self.state_file.write_text(json.dumps(asdict(state)))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -143,7 +225,7 @@ class LocalBroker:
                 raise BrokerError(f"the broker exited with code {proc.returncode}; its log ends:\n"
                                   f"{_tail(self.log_file)}")
             if _accepts(self.port) and _ready(self.log_file, log_start):
-                return state, True
+                return state
             time.sleep(0.2)
         self.stop()
         raise BrokerError(f"the broker did not accept clients within {timeout_s:.0f}s; its log ends:\n"
@@ -173,18 +255,16 @@ class LocalBroker:
         ]
 
 
-def server_properties(data: Path, port: int, controller_port: int) -> str:
-    """A single-node KRaft broker+controller on loopback with replication factors of one."""
+def server_properties(data: Path, port: int, controller_port: int,
+                      passwords: dict[str, str] | None = None) -> str:
+    """A single-node KRaft broker+controller on loopback with replication factors of one; SASL and
+    the authorizer with the roles' `passwords`, plain without."""
     return f"""\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
+{broker_auth.listener_properties(port, controller_port, passwords)}log.dirs={data}
 num.partitions=1
 default.replication.factor=1
 offsets.topic.replication.factor=1

@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
         node = executor_config.node
         gpu_config = OPTIONS.build(GPU, args, node=lambda _: node)
         agent_config = OPTIONS.build(AGENT, args, node=lambda _: node)
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        # Each part as its own principal: the executor's commands are not the agents' to read.
+        settings = KafkaSettings.from_env(role="executor", bootstrap=args.bootstrap)
+        agent_settings = KafkaSettings.from_env(role="agent", bootstrap=args.bootstrap)
         now = time.time()
         source = open_source(gpu_config, now)
         agent = open_agent(agent_config, now)
@@ -93,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     with stop_on_signals(stop):
         threads = [
             part("executor", lambda: Executor(executor_config, settings).run(stop)),
-            part("gpu-producer", lambda: run_gpu_producer(gpu_config, settings, source, stop)),
-            part("host-agent", lambda: run_agent(agent_config, settings, agent, stop)),
+            part("gpu-producer", lambda: run_gpu_producer(gpu_config, agent_settings, source, stop)),
+            part("host-agent", lambda: run_agent(agent_config, agent_settings, agent, stop)),
         ]
         log.info("node %s: host agent, %s GPU producer and executor running", node, gpu_config.source)
         while any(t.is_alive() for t in threads):

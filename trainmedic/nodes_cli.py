@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from recovery.keys_cli import operator_key
 
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
         key = None if args.action == "list" else operator_key(args, "trainmedic nodes")
         state = fold_log(settings, load_config(args.config))
         if args.action == "list":

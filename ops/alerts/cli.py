@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     log = logging.getLogger("trainmedic.alerts")
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="ops", bootstrap=args.bootstrap)
         config = build_config(args, settings)
     except ConfigError as err:
         print(f"trainmedic alerts: {err}", file=sys.stderr)

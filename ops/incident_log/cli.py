@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from bus.timespan import parse_instant
 
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
         start_ts = parse_instant(args.since, time.time()) if args.since else None
     except (TrainmedicError, ValueError) as err:
         print(f"trainmedic incidents: {err}", file=sys.stderr)

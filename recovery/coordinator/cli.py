@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         return migrate_lifecycle(args)
     try:
         config = build_config(args)
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="coordinator", bootstrap=args.bootstrap)
         signing, trust = load_keys(config)
     except ConfigError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
@@ -167,7 +167,7 @@ def migrate_lifecycle(args: argparse.Namespace) -> int:
     from recovery.coordinator.migrate import AlreadyMigrated, migrate
 
     try:
-        settings = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        settings = KafkaSettings.from_env(role="coordinator", bootstrap=args.bootstrap)
         copied = migrate(settings)
     except ConfigError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)

@@ -5,7 +5,8 @@ signed with the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trai
 generate --role operator`); the coordinator then starts the job on its nodes at generation 0.
 A coordinator that checks signatures dead-letters a job no trusted operator key signed;
 --insecure publishes it unsigned, for a coordinator run with --insecure. `list` folds the log
-(every topic the coordinator reads: recovery holds its plans) as the coordinator does and prints one line per job.
+(every topic the coordinator reads: recovery holds its plans) as the coordinator does and
+prints one line per job.
 A spec that is not valid, breaks the coordinator's bounds (recovery/coordinator/job_bounds.py)
 or, given the coordinator's --config, names a node outside its `nodes:` gives one line on
 stderr and exit status 2; the coordinator would dead-letter it. So does a missing operator key.
@@ -118,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
             spec = load_spec(args.spec)
             check_bounds(args.spec, spec, config)
             key = operator_key(args, "trainmedic job")
-            return submit(KafkaSettings.from_env(bootstrap=args.bootstrap), spec, key)
-        return list_jobs(KafkaSettings.from_env(bootstrap=args.bootstrap), config)
+            return submit(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), spec, key)
+        return list_jobs(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), config)
     except (SpecError, ConfigError) as err:
         print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
         return 2

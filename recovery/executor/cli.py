@@ -12,7 +12,7 @@ Ctrl-C it stops its ranks and exits. Rank output goes to STATE_DIR/logs/JOB/.
 Only commands the admission policy allows are run (--allowed-*: by default the demo's
 module under this interpreter); any other is acked refused with the rule it broke. Ranks
 get an allow-listed environment: never the cluster key or this executor's Kafka settings
-(TRAINMEDIC_RANK_KAFKA_CONFIG becomes theirs).
+(TRAINMEDIC_RANK_KAFKA_CONFIG becomes theirs; on the local broker, credentials/rank.json).
 
 Every option can also be set by its variable (TRAINMEDIC_EXECUTOR_*, e.g.
 TRAINMEDIC_EXECUTOR_NODE) or in the --config YAML file (keys: the option's name with
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger("trainmedic.executor")
     try:
         config = build_config(OPTIONS, EXECUTOR, args)
-        kafka = KafkaSettings.from_env(bootstrap=args.bootstrap)
+        kafka = KafkaSettings.from_env(role="executor", bootstrap=args.bootstrap)
     except TrainmedicError as err:
         print(f"trainmedic executor: {err}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
 A rank runs the job's code, so it gets what a program needs to run (PATH, HOME, locale,
 PYTHONPATH, the accelerator's CUDA_*/NCCL_*/OMP_* settings), the worker contract
 (recovery/worker/env.py), where the in-band hook sends worker telemetry (the bootstrap and
-topic prefix, and the rank principal's own Kafka settings from TRAINMEDIC_RANK_KAFKA_CONFIG),
+topic prefix, and the rank principal's own Kafka settings from TRAINMEDIC_RANK_KAFKA_CONFIG or
+the local broker's credentials/rank.json, see `service.local_rank_kafka`),
 and the variables the cluster's admission policy names in `rank_env`. Nothing else: not the
 cluster key, not the executor's Kafka credentials (TRAINMEDIC_KAFKA_CONFIG), not any variable
 whose name says it is a secret unless the policy names it exactly.

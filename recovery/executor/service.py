@@ -11,27 +11,29 @@ included, is logged and counted while the ranks keep training.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel
 
+from bus.credentials import read_role
 from bus.errors import KafkaError
 from bus.message import Record
 from bus.producer import EventProducer
 from bus.reader import At, Start, TopicReader, partition_count, partition_of
-from bus.settings import KafkaSettings
+from bus.settings import KafkaSettings, credentials_dir
 from recovery.executor import leftovers, metrics
 from recovery.executor.admission import admit
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.decide import Apply, Decision, Reack, Refuse, Skip, Step, decide
 from recovery.executor.forkserver import PRELOAD_ENV, WarmLauncher, become_subreaper
 from recovery.executor.ledger import Ledger, RecordedAck
-from recovery.executor.rank_env import base_env, rank_env
+from recovery.executor.rank_env import RANK_KAFKA_CONFIG, base_env, rank_env
 from recovery.executor.restart import interrupted_answer, unanswered
 from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
 from recovery.executor.supervisor import RankExit, Supervisor
@@ -58,6 +60,7 @@ class Executor:
         self._keys = (None if config.trusted is None or config.keys_dir is None
                       else KeyFolder(config.keys_dir, config.trusted))  # picks up rotated keys
         self.ready = threading.Event()  # set once reading from the partition
+        self._rank_kafka = local_rank_kafka(os.environ)
 
     def run(self, stop: threading.Event) -> None:
         topic = self.kafka.topics.commands
@@ -279,8 +282,9 @@ class Executor:
 
     def _hook_kafka(self) -> dict[str, str]:
         """Where a rank's in-band hook writes worker telemetry: this executor's broker and topics."""
-        return {"TRAINMEDIC_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-                "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
+        where = {"TRAINMEDIC_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
+                 "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
+        return where if self._rank_kafka is None else {**where, "TRAINMEDIC_KAFKA_CONFIG": self._rank_kafka}
 
     def _on_exit(self, ended: RankExit) -> None:
         self._publish_exit(ended)
@@ -332,3 +336,13 @@ class Executor:
         except KafkaError as err:
             metrics.SEND_FAILURES.inc()
             log.error("Kafka delivery failed: %s", err)
+
+
+def local_rank_kafka(env: Mapping[str, str]) -> str | None:
+    """The local broker's `rank` credentials (credentials/rank.json) as the JSON a rank gets in
+    TRAINMEDIC_KAFKA_CONFIG, when this executor found its own there too: neither
+    TRAINMEDIC_KAFKA_CONFIG nor TRAINMEDIC_RANK_KAFKA_CONFIG (which `base_env` passes) is set."""
+    if env.get("TRAINMEDIC_KAFKA_CONFIG") or env.get(RANK_KAFKA_CONFIG):
+        return None
+    config = read_role(credentials_dir(env), "rank")
+    return None if config is None else json.dumps(config)

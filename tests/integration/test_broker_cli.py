@@ -1,9 +1,12 @@
-"""`trainmedic broker start|status|stop` on a broker of this test's own (own home, own ports)."""
+"""`trainmedic broker start|status|stop` on a broker of this test's own (own home, own ports):
+secure by default, plain with `--insecure`, and a plain broker's topics kept when it turns secure."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +14,9 @@ from pathlib import Path
 import pytest
 
 import schemas as s
-from bus.admin import create_topics
+from bus.admin import create_topics, list_topics
 from bus.consumer import EventConsumer
+from bus.errors import KafkaError
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 
@@ -36,6 +40,7 @@ def _free_pair() -> int:
 
 def broker(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TRAINMEDIC_HOME": str(home)}
+    env.pop("TRAINMEDIC_CREDENTIALS_DIR", None)  # the session's broker's: this one writes its own
     return subprocess.run(
         [sys.executable, "-m", "trainmedic.cli", "broker", *args, "--port", str(port)],
         capture_output=True, text=True, env=env, timeout=180,
@@ -59,7 +64,16 @@ def test_start_status_round_trip_stop(tmp_path: Path) -> None:
         assert status.returncode == 0
         assert f"running at 127.0.0.1:{port}" in status.stdout
 
-        settings = KafkaSettings(bootstrap=started.stdout.strip(), topic_prefix="cli.")
+        credentials = tmp_path / "credentials"
+        assert stat.S_IMODE(credentials.stat().st_mode) == 0o700
+        assert sorted(p.name for p in credentials.iterdir()) == [
+            f"{role}.json" for role in sorted(("admin", "agent", "coordinator", "detector", "executor",
+                                               "operator", "ops", "rank"))]
+        assert {stat.S_IMODE(p.stat().st_mode) for p in credentials.iterdir()} == {0o600}
+        assert json.loads((credentials / "rank.json").read_text())["sasl.username"] == "rank"
+        found = {"TRAINMEDIC_CREDENTIALS_DIR": str(credentials)}
+        settings = KafkaSettings.from_env(found, role="admin", bootstrap=started.stdout.strip(),
+                                          topic_prefix="cli.")
         create_topics(settings, partitions=1)
         beat = s.NodeHeartbeat(ts=1.0, node="n", interval=1.0)
         with EventProducer(settings) as producer:
@@ -79,3 +93,35 @@ def test_start_status_round_trip_stop(tmp_path: Path) -> None:
     assert after.returncode == 3
     assert "not running" in after.stdout
     assert broker(tmp_path, port, "stop").stdout.strip() == "broker was not running"
+
+
+def plain(port: int, prefix: str = "") -> KafkaSettings:
+    return KafkaSettings(bootstrap=f"127.0.0.1:{port}", topic_prefix=prefix)
+
+
+def test_insecure_is_plain_and_warns_and_its_topics_survive_the_secure_start(tmp_path: Path) -> None:
+    port = _free_pair()
+    (tmp_path / "credentials").mkdir()
+    (tmp_path / "credentials" / "rank.json").write_text("{}")  # a stale one, from a secure run
+    started = broker(tmp_path, port, "start", "--insecure")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "INSECURE" in started.stderr
+        assert "INSECURE" in (tmp_path / "broker" / "broker.log").read_text()
+        assert list((tmp_path / "credentials").iterdir()) == []
+        create_topics(plain(port, "old."), partitions=1)  # no credentials needed
+        assert broker(tmp_path, port, "start").returncode == 1  # secure while it runs plain: stop first
+    finally:
+        assert broker(tmp_path, port, "stop").returncode == 0
+
+    secure = broker(tmp_path, port, "start")  # storage without SCRAM users: they are added first
+    try:
+        assert secure.returncode == 0, secure.stderr
+        found = {"TRAINMEDIC_CREDENTIALS_DIR": str(tmp_path / "credentials")}
+        admin = KafkaSettings.from_env(found, role="admin", bootstrap=secure.stdout.strip(),
+                                       topic_prefix="old.")
+        assert set(admin.topics.all()) <= list_topics(admin)
+        with pytest.raises(KafkaError):
+            list_topics(plain(port), timeout_s=3)  # no credentials: refused
+    finally:
+        assert broker(tmp_path, port, "stop").returncode == 0

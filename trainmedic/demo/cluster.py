@@ -71,11 +71,14 @@ class LocalCluster:
     prefix: str
     nodes: tuple[str, ...]
     alertmanager: str | None = None  # when set, an alert bridge forwards incidents there
+    credentials: Path | None = None  # the broker's role credentials (each service reads its own)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
+        found = {} if self.credentials is None else {"TRAINMEDIC_CREDENTIALS_DIR": str(self.credentials)}
         return {
             **os.environ,
+            **found,
             "TRAINMEDIC_KAFKA_BOOTSTRAP": self.bootstrap,
             "TRAINMEDIC_TOPIC_PREFIX": self.prefix,
             "TRAINMEDIC_HOME": str(self.layout.root),

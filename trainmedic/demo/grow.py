@@ -28,7 +28,8 @@ def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: s
     with watcher.lock:
         before_gen = watcher.timeline.generation
         world_before = watcher.timeline.current.world_size
-    settings = KafkaSettings.from_env(bootstrap=cluster.bootstrap, topic_prefix=cluster.prefix)
+    settings = KafkaSettings.from_env(role="operator", bootstrap=cluster.bootstrap,
+                                      topic_prefix=cluster.prefix)
     injected = time.time()
     with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
         producer.send(settings.topics.nodes, cluster.layout.operator_key().sign(NodeUncordoned(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from bus.errors import TrainmedicError
-from bus.settings import KafkaSettings, home
+from bus.settings import KafkaSettings, credentials_dir, home
 from schemas import JobSpec, JobSubmitted
 from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
@@ -117,7 +117,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
     emptied first: snapshots or a ledger left by an earlier run would be restored from, or
     replayed, by this one.
     """
-    from bus.admin import create_topics, wait_for_topics
+    from bus.admin import create_topics, grant_roles, wait_for_topics
     from bus.producer import EventProducer
     from trainmedic.broker import LocalBroker
 
@@ -134,10 +134,12 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
             if not started:
                 broker = None  # not ours to stop
         prefix = f"demo-{uuid.uuid4().hex[:6]}."
-        settings = KafkaSettings.from_env(bootstrap=bootstrap, topic_prefix=prefix)
-        wait_for_topics(settings, list(create_topics(settings)))  # leaders, before services look
+        admin = KafkaSettings.from_env(role="admin", bootstrap=bootstrap, topic_prefix=prefix)
+        wait_for_topics(admin, list(create_topics(admin)))  # leaders, before services look
+        grant_roles(admin, prefix)  # each service as its own role, on this run's topics
+        settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
         nodes = tuple(f"node-{i}" for i in range(args.nodes))
-        cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager)
+        cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir())
         cluster.prepare(DETECTOR_CONFIG)
         cluster.start_services()
         say(f"starting detector, coordinator and {len(nodes)} nodes "

@@ -27,7 +27,9 @@ class Watcher:
         self._say = say
         self._stop = threading.Event()
         topics = [settings.topics.worker, settings.topics.incidents, settings.topics.recovery]
-        self._consumer = EventConsumer(settings, topics, f"demo-watch-{uuid.uuid4().hex[:8]}")
+        # Under the prefix, where the operator's groups are.
+        group = f"{settings.topics.owned('demo')}-watch-{uuid.uuid4().hex[:8]}"
+        self._consumer = EventConsumer(settings, topics, group)
         self._thread = threading.Thread(target=self._run, name="demo-watch", daemon=True)
 
     def start(self) -> None:

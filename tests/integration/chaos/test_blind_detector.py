@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.admin import create_topics
+from bus.admin import create_topics, grant_roles
 from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings, home
 from schemas import Incident
@@ -70,10 +70,13 @@ class Chaos:
             (kafka_home / "kafka").symlink_to(shared)
         self.broker = LocalBroker(kafka_home, port=_ports())
         state, _ = self.broker.start()
-        self.settings = KafkaSettings(bootstrap=state.bootstrap, topic_prefix=f"c{uuid.uuid4().hex[:8]}.")
+        found = {"TRAINMEDIC_CREDENTIALS_DIR": str(self.broker.credentials)}  # not the session broker's
+        self.settings = KafkaSettings.from_env(found, role="admin", bootstrap=state.bootstrap,
+                                               topic_prefix=f"c{uuid.uuid4().hex[:8]}.")
         create_topics(self.settings, partitions=2)
+        grant_roles(self.settings, self.settings.topic_prefix)
         self.cluster = LocalCluster(DemoLayout(root / "demo"), state.bootstrap, self.settings.topic_prefix,
-                                    (*NODES, CUT))
+                                    (*NODES, CUT), credentials=self.broker.credentials)
         self.cluster.prepare({})
         tag = uuid.uuid4().hex[:6]
         self.netns, self.veth = f"tmc{tag}", f"tmc{tag}h"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.admin import create_topics, wait_for_topics
+from bus.admin import wait_for_topics
 from bus.producer import EventProducer
 from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
@@ -38,12 +38,13 @@ GIVE_UP_WITHIN_S = 200.0  # services up, then four generations that each fail wi
 
 
 @pytest.fixture
-def cluster(kafka_bootstrap: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
+def cluster(kafka_bootstrap: str, deployment, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
     monkeypatch.setenv("TRAINMEDIC_COORDINATOR_RESTART_BACKOFF_S", ";".join(f"{s:g}" for s in BACKOFF_S))
     monkeypatch.setenv("TRAINMEDIC_COORDINATOR_MAX_RESTARTS", str(MAX_RESTARTS))
     prefix = f"bug{uuid.uuid4().hex[:8]}."
-    settings = KafkaSettings(bootstrap=kafka_bootstrap, topic_prefix=prefix)
-    wait_for_topics(settings, list(create_topics(settings)))
+    settings = deployment(prefix, partitions=None)
+    wait_for_topics(settings, list(settings.topics.all()))
     made = LocalCluster(DemoLayout(tmp_path / "demo"), kafka_bootstrap, prefix, NODES)
     made.prepare({})
     made.layout.rank_faults.write_text(json.dumps({"fault": "crash", "rank": 0, "at_step": 3}))
@@ -74,7 +75,7 @@ def log_events(settings: KafkaSettings) -> list:
 
 def test_the_same_error_every_generation_backs_off_and_gives_up_without_blaming_a_node(
         cluster: LocalCluster) -> None:
-    settings = KafkaSettings(bootstrap=cluster.bootstrap, topic_prefix=cluster.prefix)
+    settings = KafkaSettings.from_env(role="admin", bootstrap=cluster.bootstrap, topic_prefix=cluster.prefix)
     with EventProducer(settings, client_id=settings.topics.owned("test")) as producer:
         submitted = JobSubmitted(ts=time.time(), job=job_spec(cluster.layout))
         submitted = cluster.layout.operator_key().sign(submitted)  # as `trainmedic job submit` signs it

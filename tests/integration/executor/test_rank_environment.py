@@ -35,3 +35,26 @@ def test_no_secret_of_the_executors_environment_reaches_a_rank(start_executor, s
         assert not [value for value in SECRETS.values() if value in where], where
         assert not [name for name in SECRETS if f"{name}=" in where or f'"{name}"' in where]
     assert found["environ"]["TRAINMEDIC_JOB"] == job and found["environ"]["NCCL_SOCKET_IFNAME"] == "lo"
+
+
+@pytest.mark.kafka
+def test_a_rank_of_the_local_broker_gets_the_rank_principal_never_the_executors(
+        start_executor, send, events, monkeypatch, tmp_path: Path) -> None:
+    from bus.credentials import read_role
+    from bus.settings import credentials_dir
+
+    monkeypatch.delenv("TRAINMEDIC_KAFKA_CONFIG", raising=False)  # the executor's own: its role's file
+    monkeypatch.delenv("TRAINMEDIC_RANK_KAFKA_CONFIG", raising=False)
+    rank, executor = read_role(credentials_dir(), "rank"), read_role(credentials_dir(), "executor")
+    assert rank and executor, f"no role credentials in {credentials_dir()}: this needs the secure broker"
+    start_executor("n1")
+    seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+                        command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)))
+    send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
+                 action=CommandAction.START, worker=worker))
+    events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
+    found = json.loads(seen.read_text())
+    assert json.loads(found["environ"]["TRAINMEDIC_KAFKA_CONFIG"]) == rank
+    assert executor["sasl.password"] not in json.dumps(found["environ"]) + found["proc"]
+    assert "TRAINMEDIC_CREDENTIALS_DIR" not in found["environ"]  # nor where the others' files are

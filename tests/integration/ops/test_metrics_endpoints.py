@@ -83,7 +83,8 @@ def test_the_gpu_producer_serves_events_sent(kafka: KafkaSettings, tmp_path: Pat
 
 
 def test_the_alert_bridge_serves_deliveries_backlog_open_incidents_and_lag(
-        kafka: KafkaSettings, group_id: str, tmp_path: Path, alertmanager: str) -> None:
+        kafka: KafkaSettings, tmp_path: Path, alertmanager: str) -> None:
+    group_id = kafka.topics.owned("alerts-metrics")  # under the ops principal's groups
     produce(kafka, incident("sev1-m", "SEV1"))
     config = tmp_path / "alerts.yaml"
     config.write_text(f"group_id: {group_id}\nalertmanager: {{url: '{alertmanager}'}}\n")

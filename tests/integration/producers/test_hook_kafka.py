@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bus.settings import KafkaSettings
+from bus.settings import KafkaSettings, credentials_dir
 from producers.hook import Hook, HookConfig
 from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 from tests.integration.producers.consume import consume_until
@@ -14,7 +14,8 @@ from tests.integration.producers.consume import consume_until
 def test_a_rank_reports_its_start_steps_and_error(kafka: KafkaSettings, group_id: str) -> None:
     env = {"TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap, "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix,
            "TRAINMEDIC_JOB": "gpt-j", "RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3",
-           "TRAINMEDIC_NODE": "n04", "TRAINMEDIC_GENERATION": "1"}
+           "TRAINMEDIC_NODE": "n04", "TRAINMEDIC_GENERATION": "1",
+           "TRAINMEDIC_CREDENTIALS_DIR": str(credentials_dir())}  # it writes as the rank principal
     with Hook.from_env(env) as hook:
         hook.started()
         for step in range(50):

@@ -9,14 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import schemas as s
-from bus.admin import create_topics, delete_topics, list_topics
+from bus.admin import list_topics
 from bus.settings import KafkaSettings
 from streams.replay import replay
 from tests.integration.streams.test_detector_live import incidents_until, key, publish
@@ -26,13 +24,9 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def other(kafka: KafkaSettings) -> Iterator[KafkaSettings]:
+def other(deployment) -> KafkaSettings:
     """A second deployment on the same broker: its own prefix, its topics created."""
-    settings = KafkaSettings(bootstrap=kafka.bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:10]}.")
-    create_topics(settings, partitions=2)
-    yield settings
-    ours = [name for name in list_topics(settings) if name.startswith(settings.topic_prefix)]
-    delete_topics(settings, ours, wait=False)
+    return deployment()
 
 
 def run_detector(settings: KafkaSettings, log: Path, until: callable, *flags: str) -> None:
@@ -61,7 +55,8 @@ def expected(recording: str) -> tuple[list[s.Event], set[tuple]]:
     return events, {key(i) for i in replay(events) if i.ts <= events[-1].ts}
 
 
-@pytest.mark.parametrize("app_id", [None, "shared"], ids=["default-flags", "one-app-id"])
+# The shared app id is under the first prefix's `detector` names, which the detector principal may use.
+@pytest.mark.parametrize("app_id", [None, "detector-shared"], ids=["default-flags", "one-app-id"])
 def test_two_deployments_each_find_exactly_their_own_fault(
     kafka: KafkaSettings, other: KafkaSettings, group_id: str, tmp_path: Path, app_id: str | None,
 ) -> None:

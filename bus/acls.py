@@ -1,0 +1,106 @@
+"""Who may do what on Kafka: one principal per role, least privilege, as one table.
+
+Each role is the SCRAM user `User:ROLE`; its grants name resources under a deployment's topic
+prefix (`{prefix}{suffix}`): Kafka ACLs cannot wildcard the middle of a name, so the table is
+applied once per prefix (`bindings(prefix)`: `trainmedic broker start` for the default prefix,
+`trainmedic topics create` for its own, the demo and the tests for theirs). A name ending in
+`-` or a bare stem is PREFIXED where marked: a service's own topics and groups
+(`{prefix}detector-checkpoints`, Faust's `{prefix}detector-…` changelogs, the lease
+`{prefix}coordinator-lease`). Write implies Describe and, since Kafka 3.0, idempotent writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from schemas.topics import SPECS
+
+__all__ = ["ADMIN", "GRANTS", "ROLES", "Grant", "bindings", "filters"]
+
+ADMIN = "admin"  # the broker's super user: topics and ACLs, never a service
+
+READ, WRITE, DESCRIBE = AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE
+CREATE = AclOperation.CREATE
+TOPIC, GROUP, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
+LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+
+
+@dataclass(frozen=True)
+class Grant:
+    """`operations` on the resource `{prefix}{name}` (the whole name, or every name it starts)."""
+
+    resource: ResourceType
+    name: str
+    operations: tuple[AclOperation, ...]
+    pattern: ResourcePatternType = LITERAL
+
+
+def reads(*suffixes: str) -> tuple[Grant, ...]:
+    return tuple(Grant(TOPIC, s, (READ, DESCRIBE)) for s in suffixes)
+
+
+def writes(*suffixes: str) -> tuple[Grant, ...]:
+    return tuple(Grant(TOPIC, s, (WRITE,)) for s in suffixes)
+
+
+def groups(*stems: str) -> tuple[Grant, ...]:
+    """Consumer groups named `{prefix}{stem}…`: librdkafka asks for a consumer's group coordinator
+    (Describe) even when it only reads assigned partitions and commits nothing."""
+    return tuple(Grant(GROUP, stem, (READ, DESCRIBE), PREFIXED) for stem in stems)
+
+
+def owns(stem: str) -> tuple[Grant, ...]:
+    """A service's own topics (created, read and written by it) and consumer groups: every name
+    under `{prefix}{stem}`."""
+    return (Grant(TOPIC, stem, (CREATE, READ, WRITE, DESCRIBE), PREFIXED), *groups(stem))
+
+
+TELEMETRY = ("telemetry.gpu", "telemetry.node", "telemetry.worker")
+CONTRACT = tuple(spec.suffix for spec in SPECS)  # every topic of the event contract
+
+GRANTS: dict[str, tuple[Grant, ...]] = {
+    # Node agents and GPU producers.
+    "agent": writes("telemetry.gpu", "telemetry.node"),
+    # Training ranks' in-band hook.
+    "rank": writes("telemetry.worker"),
+    "detector": (*reads(*TELEMETRY), *writes("incidents", "dlq"), *owns("detector")),
+    "coordinator": (
+        *reads("jobs", "nodes", "incidents", "acks", "commands", "recovery"),
+        *writes("commands", "recovery", "dlq"),  # `recovery`: its decisions, which no one else writes
+        *owns("coordinator"),  # the lease topic and group
+        Grant(TXN, "coordinator", (WRITE, DESCRIBE)),  # one transaction per decision
+    ),
+    # The node's executor: commands in; acks and its ranks' exits out.
+    "executor": (*reads("commands"), *writes("acks", "telemetry.worker", "dlq"), *groups("executor-")),
+    # People's CLIs: submit jobs, cordon nodes, and read everything back.
+    "operator": (*reads(*CONTRACT), *writes("jobs", "nodes"),
+                 *groups("job-", "nodes-", "incidents-", "record-", "read-", "demo-")),
+    # The alert bridge: incidents in, delivered alerts out; its consumer group.
+    "ops": (*reads("incidents", "recovery"), *writes("alerts", "dlq"), *owns("alerts")),
+}
+ROLES = (*GRANTS, ADMIN)
+
+
+def bindings(prefix: str) -> list[AclBinding]:
+    """Every role's ACLs for the deployment under `prefix`, one binding per operation."""
+    return [
+        AclBinding(grant.resource, prefix + grant.name, grant.pattern, f"User:{role}", "*",
+                   operation, AclPermissionType.ALLOW)
+        for role, grants in GRANTS.items() for grant in grants for operation in grant.operations
+    ]
+
+
+def filters(prefix: str) -> list[AclBindingFilter]:
+    """Filters matching exactly the bindings of `prefix` (to revoke them)."""
+    seen = {(b.restype, b.name, b.resource_pattern_type, b.principal) for b in bindings(prefix)}
+    return [AclBindingFilter(restype, name, pattern, principal, "*", AclOperation.ANY, AclPermissionType.ANY)
+            for restype, name, pattern, principal in sorted(seen, key=str)]
