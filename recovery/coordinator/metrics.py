@@ -16,6 +16,9 @@ UNVERIFIED = Counter("trainmedic_coordinator_unverified_records", "Records not s
 MISPLACED_RECORDS = Counter("trainmedic_coordinator_misplaced_records", "Records read live from a topic that "
                             "does not carry their kind (a coordinator decision on incidents, a re-admission "
                             "on nodes): dead-lettered, never folded or acted on", ["topic"])
+REJECTED = Counter("trainmedic_coordinator_rejected_records", "Valid, verified records the coordinator would "
+                   "not apply (a job out of bounds, a node outside the cluster, a move the state forbids): "
+                   "dead-lettered with the reason, nothing planned", ["type"])
 COMMAND_ACKS = Counter("trainmedic_command_acks", "Acks the coordinator received, by status", ["status"])
 TIME_TO_RESUME = Histogram("trainmedic_time_to_resume_seconds",
                            "From an incident's earliest evidence to its recovery plan completed",

@@ -127,6 +127,7 @@ class CoordinatorService:
             observe.received(record.event)
             outputs = receive(self.state, record, self._clock())
             if isinstance(outputs, str):
+                metrics.REJECTED.labels(getattr(record.event, "type", "?")).inc()
                 self._dlq.send(self._topics.dlq, record.rejected(outputs, self._clock()), key=record.topic)
                 continue
             self._publish(cause(record.event), outputs)
