@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -66,11 +67,16 @@ def read(settings: KafkaSettings, topic: str, group: str, *, commit: bool = True
                 break
         if not commit:
             return None
-        try:
-            consumer.commit(asynchronous=False)
-        except Exception as err:  # the commit's refusal (group ACL) is the answer here
-            return err.args[0].name()
-        return None
+        for _ in range(20):  # bounded: the group's coordinator may not be found yet (_WAIT_COORD)
+            try:
+                consumer.commit(asynchronous=False)
+            except Exception as err:  # the commit's refusal (group ACL) is the answer here
+                if err.args[0].name() != "_WAIT_COORD":
+                    return err.args[0].name()
+                time.sleep(0.5)
+                continue
+            return None
+        return "_WAIT_COORD"
     finally:
         consumer.close()
 

@@ -68,7 +68,7 @@ def test_forged_failed_and_done_acks_isolate_nothing_and_complete_nothing(kafka,
     assert state.jobs["llm"].state is JobState.STARTING and state.jobs["llm"].generation == 0
     assert all(state.healthy(n) for n in ("n1", "n2", "n3", "n4", "n5"))
     assert len(read(kafka, "commands")) == 2  # no re-plan, no stop
-    assert [e.type for e in read(kafka, "incidents")] == ["recovery_planned"]  # the start, nothing since
+    assert [e.type for e in read(kafka, "recovery")] == ["recovery_planned"]  # the start, nothing since
     reasons = sorted(d.reason for d in read(kafka, "dlq") if d.source_topic == kafka.topics.acks)
     assert all(r.startswith("ack not signed by its node's key, ignored: ") for r in reasons)
     assert sum("unsigned: the ack carries no signature" in r for r in reasons) == 2
