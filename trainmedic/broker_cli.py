@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from bus.errors import BrokerError
+from bus.errors import TrainmedicError
 from bus.settings import KafkaSettings, credentials_dir, home
 from trainmedic.broker import DEFAULT_PORT, INSECURE, LocalBroker
 
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 return 3
             how = "secure" if state.secure else "INSECURE"
             print(f"broker running at {state.bootstrap} ({how}, pid {state.pid}, home {broker.home})")
-    except BrokerError as err:
+    except TrainmedicError as err:  # the broker's own errors, and Kafka's while setting up users and ACLs
         print(f"trainmedic broker {args.action}: {err}", file=sys.stderr)
         return 1
     return 0

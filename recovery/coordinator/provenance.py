@@ -10,9 +10,12 @@
   node's key never answers for another node. (That an ack answers its command, job, generation
   and time is the fold's check, `fold.unbound`.)
 
-Everything else (incidents, the coordinator's own lifecycle events) is not checked here. What
-fails is dead-lettered with the reason and counted, never folded; with no trust (insecure)
-every record is folded.
+Incidents are not signed; the broker's ACLs give `incidents` to the detector and `recovery` to
+the coordinator. What the topic cannot show, `impersonates` does: an incident on `incidents`
+with an id or a category only the coordinator gives its own (an escalation, a give-up alert, a
+mass failure), which would otherwise stand in for the coordinator's own, already "resolved"
+or already "raised", and silence it. What fails is dead-lettered with the reason and counted,
+never folded; with no trust (insecure) every signed kind is folded, impersonations never.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from bus.message import Record
 from recovery.keyring import COORDINATOR, NODE, OPERATOR
 from recovery.signing import TrustedKeys, Unverified
 from schemas.commands import Command, CommandAcked
+from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
 
@@ -50,6 +54,25 @@ class Trust:
         nodes = sorted(set(self.owners.values()))
         shown = ", ".join(nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
         return f"own {self.own}; operators {self.operators}; nodes {shown or 'none'}"
+
+
+# Ids (commands.escalation_id, decide.gave_up_id, isolation's alert) and categories of the
+# incidents only the coordinator raises, on its own `recovery` topic.
+OWN_INCIDENT_IDS = ("esc-", "mass-")
+OWN_CATEGORIES = frozenset({"mass_failure", "recovery_failed", "reattempt_failed", "restart_failed",
+                            "start_failed", "stop_failed"})
+
+
+def impersonates(record: Record, incidents_topic: str) -> Unverified | None:
+    """Why `record`, read from the detector's `incidents_topic`, poses as one of the coordinator's
+    own incidents; None when it does not."""
+    event = record.event
+    if record.topic != incidents_topic or not isinstance(event, Incident):
+        return None
+    if event.id.startswith(OWN_INCIDENT_IDS) or event.category in OWN_CATEGORIES:
+        return Unverified("misplaced", f"incident {event.id} ({event.category}) is one only the coordinator "
+                                       "raises: it belongs on the recovery topic, never on incidents")
+    return None
 
 
 def unverified(record: Record, trust: Trust | None) -> Unverified | None:

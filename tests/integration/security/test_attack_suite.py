@@ -32,6 +32,7 @@ from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings, credentials_dir, home
 from recovery import keyring
 from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
+from recovery.coordinator.commands import escalation_id
 from recovery.coordinator.service import CoordinatorService
 from recovery.executor.admission import AdmissionPolicy
 from recovery.executor.config import ExecutorConfig
@@ -285,6 +286,17 @@ def detector_writes_a_plan_on_incidents(s: Stack) -> None:
                 counter=("trainmedic_coordinator_misplaced_records_total", {"topic": "incidents"}))
 
 
+def detector_presolves_the_coordinators_escalation(s: Stack) -> None:
+    """The escalation a failed start would raise has a predictable id: resolved in advance, it
+    would stand in for the coordinator's own and silence it."""
+    event = Incident(ts=time.time(), id=escalation_id(legit_start(s, "n1")[0].id), status="resolved",
+                     category="start_failed", severity="SEV1", action="reconfigure", job="llm", node="n1",
+                     first_ts=time.time())
+    dead_letter(s, "incidents", event, role="detector", key="llm",
+                reason="is one only the coordinator raises: it belongs on the recovery topic",
+                counter=("trainmedic_coordinator_misplaced_records_total", {"topic": "incidents"}))
+
+
 def operator_principal_writes_a_readmission(s: Stack) -> None:
     event = NodeReadmitted(ts=time.time(), node="n1", incident_id="x", reason="forged")
     dead_letter(s, "nodes", event, role="operator", key="n1",
@@ -405,6 +417,7 @@ def operator_signed_shell_job(s: Stack) -> None:
 ATTACKS = [rank_writes_a_command, rank_writes_an_incident, node_agent_writes_an_incident,
            executor_writes_a_command, detector_writes_a_plan_on_recovery, alert_bridge_submits_a_job,
            unauthenticated_client_writes_an_incident, detector_writes_a_plan_on_incidents,
+           detector_presolves_the_coordinators_escalation,
            operator_principal_writes_a_readmission, unsigned_job_runs_a_shell_on_an_idle_node,
            job_signed_by_a_node_key, signed_job_on_an_invented_node, unsigned_drain_of_a_busy_node,
            failed_ack_signed_by_another_node, unsigned_failed_ack,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from bus.message import Record
-from recovery.coordinator.provenance import Trust, unverified
+from recovery.coordinator.provenance import Trust, impersonates, unverified
 from recovery.signing import SigningKey, TrustedKeys, generate
-from schemas import Command, CommandAcked, JobSpec, JobSubmitted, encode
+from schemas import Command, CommandAcked, Incident, JobSpec, JobSubmitted, encode
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
 
 COORDINATOR, OPERATOR, N1, N2, STRANGER = (generate() for _ in range(5))
@@ -82,3 +82,21 @@ def test_an_unknown_key_names_a_few_trusted_ids_not_a_clusters_worth():
     why = many.check(encode(STRANGER.sign(ACK)), "ack")
     assert why.startswith(f"unknown key id '{STRANGER.key_id}': trusted are ")
     assert why.endswith(" and 92 more")
+
+
+def _incident(id_: str, category: str, topic: str) -> Record:
+    event = Incident(ts=1.0, id=id_, status="resolved", category=category, severity="SEV1",
+                     action="alert", job="j", first_ts=1.0)
+    return Record(topic, 0, 0, None, event, encode(event))
+
+
+@pytest.mark.parametrize(("id_", "category"), [("esc-0123", "start_failed"), ("esc-0123", "gpu_lost"),
+                                               ("mass-0123", "mass_failure"), ("x-1", "recovery_failed")])
+def test_an_incident_posing_as_the_coordinators_own_is_refused_on_incidents_only(id_, category):
+    why = impersonates(_incident(id_, category, "p.incidents"), "p.incidents")
+    assert why is not None and why.kind == "misplaced" and "belongs on the recovery topic" in str(why)
+    assert impersonates(_incident(id_, category, "p.recovery"), "p.incidents") is None
+
+
+def test_the_detectors_own_incidents_pass():
+    assert impersonates(_incident("gpu_lost-cfe2181532b5", "gpu_lost", "p.incidents"), "p.incidents") is None
