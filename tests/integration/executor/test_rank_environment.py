@@ -16,6 +16,17 @@ SECRETS = {"TRAINMEDIC_CLUSTER_KEY": "sekrit-cluster-key", "TRAINMEDIC_CLUSTER_K
            "TRAINMEDIC_KAFKA_CONFIG": '{"sasl.password": "sekrit-sasl"}', "DB_PASSWORD": "sekrit-db"}
 
 
+def rank_environment(send, events, tmp_path: Path) -> tuple[dict, str]:
+    """Start one rank of a new job on n1 that writes what it sees (`env_rank`); its findings and job."""
+    seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+                        command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)))
+    send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
+                 action=CommandAction.START, worker=worker))
+    events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
+    return json.loads(seen.read_text()), job
+
+
 @pytest.mark.kafka
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
 def test_no_secret_of_the_executors_environment_reaches_a_rank(start_executor, send, events, monkeypatch,
@@ -24,13 +35,7 @@ def test_no_secret_of_the_executors_environment_reaches_a_rank(start_executor, s
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")  # what a rank does need
     start_executor("n1", warm_start=warm)
-    seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
-                        command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)))
-    send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
-                 action=CommandAction.START, worker=worker))
-    events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
-    found = json.loads(seen.read_text())
+    found, job = rank_environment(send, events, tmp_path)
     for where in (json.dumps(found["environ"]), found["proc"]):
         assert not [value for value in SECRETS.values() if value in where], where
         assert not [name for name in SECRETS if f"{name}=" in where or f'"{name}"' in where]
@@ -48,13 +53,7 @@ def test_a_rank_of_the_local_broker_gets_the_rank_principal_never_the_executors(
     rank, executor = read_role(credentials_dir(), "rank"), read_role(credentials_dir(), "executor")
     assert rank and executor, f"no role credentials in {credentials_dir()}: this needs the secure broker"
     start_executor("n1")
-    seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
-                        command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)))
-    send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
-                 action=CommandAction.START, worker=worker))
-    events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
-    found = json.loads(seen.read_text())
+    found, _ = rank_environment(send, events, tmp_path)
     assert json.loads(found["environ"]["TRAINMEDIC_KAFKA_CONFIG"]) == rank
     assert executor["sasl.password"] not in json.dumps(found["environ"]) + found["proc"]
     assert "TRAINMEDIC_CREDENTIALS_DIR" not in found["environ"]  # nor where the others' files are

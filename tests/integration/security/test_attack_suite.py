@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,7 @@ from schemas import (
     RecoveryPlanned,
 )
 from tests.integration.executor.conftest import RunningExecutor, processes_with
+from tests.integration.executor.test_training import wait_until
 from tests.integration.test_coordinator import Keys, leading
 
 pytestmark = pytest.mark.kafka
@@ -93,14 +94,6 @@ def _coordinate(service: CoordinatorService, lock: threading.Lock, stop: threadi
         time.sleep(0.05)
 
 
-def _wait(what: str, done: Callable[[], object], timeout_s: float = 30.0) -> object:
-    deadline = time.monotonic() + timeout_s
-    while not (result := done()):
-        assert time.monotonic() < deadline, f"within {timeout_s:.0f}s: {what}"
-        time.sleep(0.2)
-    return result
-
-
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert (credentials_dir() / "admin.json").exists(), (
@@ -128,9 +121,9 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     thread = threading.Thread(target=_coordinate, args=(coordinator, lock, stop), daemon=True)
     thread.start()
     try:
-        _wait("the job runs", lambda: coordinator.state.jobs.get("llm") is not None
-              and coordinator.state.jobs["llm"].state is JobState.RUNNING, 60.0)
-        ranks = {n: _wait(f"a rank on {n}", lambda n=n: _ranks(admin, n)) for n in ("n1", "n2")}
+        wait_until(lambda: coordinator.state.jobs.get("llm") is not None
+                   and coordinator.state.jobs["llm"].state is JobState.RUNNING, 60.0, "the job runs")
+        ranks = {n: wait_until(lambda n=n: _ranks(admin, n), 30.0, f"a rank on {n}") for n in ("n1", "n2")}
         yield Stack(admin, keys, coordinator, lock, tmp / "pwned", ranks)
     finally:
         stop.set()
@@ -174,7 +167,7 @@ def broker_refuses(s: Stack, role: str, suffix: str, event) -> None:
         with open(log, "rb") as f:
             f.seek(start)
             return f"Principal = User:{role} is Denied".encode() in f.read()
-    _wait(f"the broker's log names {role}'s denied write", denied, 10.0)
+    wait_until(denied, 10.0, f"the broker's log names {role}'s denied write")
 
 
 def dead_letter(s: Stack, suffix: str, event, *, role: str, key: str, reason: str,
@@ -189,8 +182,8 @@ def dead_letter(s: Stack, suffix: str, event, *, role: str, key: str, reason: st
     already = letters()
     with EventProducer(s.as_role(role)) as producer:
         producer.send(topic, event, key=key)
-    _wait(f"{reason!r} in the dlq", lambda: letters() > already)
-    _wait(f"{name}{labels} counted", lambda: metric(name, **labels) > before, 10.0)
+    wait_until(lambda: letters() > already, 30.0, f"{reason!r} in the dlq")
+    wait_until(lambda: metric(name, **labels) > before, 10.0, f"{name}{labels} counted")
 
 
 def command_refused(s: Stack, command: Command, reason: str, counter: str | None = None, *,
@@ -202,8 +195,8 @@ def command_refused(s: Stack, command: Command, reason: str, counter: str | None
     with EventProducer(s.as_role("coordinator")) as producer:
         producer.send(s.admin.topics.commands, command, key=command.node)
     ack_id = ack_id or command.id
-    acks = _wait(f"{ack_id} refused", lambda: [a for a in s.read("acks")
-                                                if a.command_id == ack_id and a.status == "refused"])
+    acks = wait_until(lambda: [a for a in s.read("acks") if a.command_id == ack_id and a.status == "refused"],
+                      30.0, f"{ack_id} refused")
     assert reason in acks[0].reason, acks[0].reason
     assert metric("trainmedic_executor_acks_total", status="refused") > before
     if counter:
@@ -398,7 +391,7 @@ def applied_command_replayed(s: Stack) -> None:
     producer.produce(s.admin.topics.commands, raw, key=b"n1")
     producer.flush(10)
     # answered again with its recorded ack, never applied twice (the ranks' pids are checked below)
-    _wait("the replay answered from the ledger", lambda: len(answers()) > len(before))
+    wait_until(lambda: len(answers()) > len(before), 30.0, "the replay answered from the ledger")
     assert before == ["accepted", "done"] and answers()[2:] == ["done"]
 
 
@@ -408,8 +401,9 @@ def operator_signed_shell_job(s: Stack) -> None:
     spec = JobSpec(id="evil-admitted", nodes=("n3",), throughput={1: 1.0e15}, command=s.evil())
     with EventProducer(s.as_role("operator")) as producer:
         producer.send(s.admin.topics.jobs, s.keys.job(spec), key=spec.id)
-    acks = _wait("n3 refuses the shell", lambda: [a for a in s.read("acks")
-                                                   if a.job == "evil-admitted" and a.status == "refused"])
+    def refused() -> list:
+        return [a for a in s.read("acks") if a.job == "evil-admitted" and a.status == "refused"]
+    acks = wait_until(refused, 30.0, "n3 refuses the shell")
     assert "admission policy" in acks[0].reason, acks[0].reason
     assert metric("trainmedic_executor_admission_refusals_total", rule="executable") > before
 
