@@ -11,12 +11,16 @@ from schemas.commands import (
     Command,
     CommandAcked,
     CommandAction,
+    NodeJoined,
+    NodeLeaving,
+    NodeReport,
+    RanksFinished,
     RestoreSource,
     WorkerSpec,
 )
 from schemas.dlq import DeadLettered
 from schemas.incident import Action, Incident, IncidentStatus, Severity
-from schemas.jobs import JobSpec, JobSubmitted
+from schemas.jobs import FailureSettings, JobEvent, JobSpec, JobStopRequested, JobSubmitted, RestartPolicy
 from schemas.nodes import NodeCordoned, NodeDrained, NodeLifecycle, NodeReadmitted, NodeUncordoned
 from schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
 from schemas.recovery import (
@@ -42,12 +46,14 @@ from schemas.topics import DEFAULT_PREFIX, SPECS, Topics, TopicSpec, adapter
 
 __all__ = [
     "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "AlertDelivered", "ClusterNode",
-    "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "GpuSample",
-    "Incident", "IncidentStatus", "InvalidEvent", "JobSpec", "JobSubmitted", "LinkState",
+    "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "FailureSettings", "GpuSample",
+    "Incident", "IncidentStatus", "InvalidEvent", "JobEvent", "JobSpec", "JobStopRequested", "JobSubmitted",
+    "LinkState",
     "Model", "NodeCordoned", "NodeDrained", "NodeEvent", "NodeHeartbeat", "NodeLifecycle", "NodeReadmitted",
-    "NodeUncordoned", "PlanRequest", "PlannedJob", "RecoveryCompleted",
+    "NodeJoined", "NodeLeaving", "NodeReport", "NodeUncordoned", "PlanRequest", "PlannedJob", "RanksFinished",
+    "RecoveryCompleted",
     "RecoveryFailed", "RecoveryKind", "RecoveryLog", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
-    "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics", "WorkerEvent",
+    "RestartPolicy", "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics", "WorkerEvent",
     "WorkerExited", "WorkerFailed", "WorkerSpec", "WorkerStarted", "WorkerStepped",
     "adapter", "decode", "decode_telemetry", "encode",
 ]

@@ -6,7 +6,7 @@ First version, refined by the coordinator and executor issues.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -23,6 +23,7 @@ from schemas.bounds import (
     Seconds,
     Text,
 )
+from schemas.jobs import EnvName, FailureSettings
 
 
 class CommandAction(StrEnum):
@@ -44,7 +45,8 @@ class RestoreSource(Model):
 class WorkerSpec(Model):
     """The ranks one node runs for a job at one generation, and how to launch and restore them.
 
-    `command` and `checkpoint_dir` are copied from the job spec so that an executor can
+    `command` (the job's command and args), `checkpoint_dir`, `env`, `workdir` and `failure` are
+    copied from the job spec so that an executor can
     launch ranks without asking the job registry; `LOCAL_RANK` is a rank's index in `ranks`;
     `restore` naming the node itself means the ranks keep their own state.
     """
@@ -55,8 +57,12 @@ class WorkerSpec(Model):
     master_port: int = Field(ge=1, le=65535)
     restore: RestoreSource = RestoreSource()
     command: tuple[ProcessText, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS,
-                                             description="argv that launches one rank")
+                                             description="argv of one rank: the job's command and args")
     checkpoint_dir: ProcessText | None = None
+    env: dict[EnvName, ProcessText] = Field(default_factory=dict, max_length=MAX_SMALL_ITEMS,
+                                            description="the job's env: set in each rank's environment")
+    workdir: ProcessText | None = None
+    failure: FailureSettings = FailureSettings()
 
     @model_validator(mode="after")
     def _ranks_fit(self) -> WorkerSpec:
@@ -102,3 +108,32 @@ class CommandAcked(NodeEvent, Signed):
     status: AckStatus
     reason: Text | None = None
     elapsed_s: Seconds | None = None
+
+
+class NodeJoined(NodeEvent, Signed):
+    """A node's executor started and takes commands, signed by the node's key: the node is known
+    (a job may name it) and ends a leave it announced before."""
+
+    type: Literal["node_joined"] = "node_joined"
+
+
+class NodeLeaving(NodeEvent, Signed):
+    """A node is shutting down on purpose (`trainmedic node` got SIGTERM), signed by the node's key:
+    its jobs are moved off it as by a drain, and its silence that follows is not a fault."""
+
+    type: Literal["node_leaving"] = "node_leaving"
+    reason: Text = ""
+
+
+class RanksFinished(NodeEvent, Signed):
+    """Every rank `node` ran for `job` at `generation` exited with status 0, signed by the node's
+    key. When every node of a generation has said so, the job has succeeded."""
+
+    type: Literal["ranks_finished"] = "ranks_finished"
+    job: Id
+    generation: Count
+    ranks: tuple[Count, ...] = Field(max_length=MAX_ITEMS)
+
+
+NodeReport = Annotated[CommandAcked | NodeJoined | NodeLeaving | RanksFinished, Field(discriminator="type")]
+"""What the `acks` topic carries: what executors report, each signed by its node's key."""

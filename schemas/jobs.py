@@ -1,4 +1,5 @@
-"""Jobs as they are asked for (a spec), and the event that registers one.
+"""Jobs as they are asked for (a spec), and the operators' events on the `jobs` topic: a job
+submitted, a job stopped.
 
 A job's nodes are host names: the coordinator addresses them by name unless its cluster
 configuration maps a node to an address.
@@ -6,12 +7,50 @@ configuration maps a node to an address.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from schemas.base import Event, Model, Signed
-from schemas.bounds import MAX_ITEMS, MAX_SMALL_ITEMS, Flops, Id, Name, ProcessText, Seconds, Weight
+from schemas.bounds import (
+    MAX_ITEMS,
+    MAX_NAME,
+    MAX_SMALL_ITEMS,
+    Flops,
+    Id,
+    Name,
+    ProcessText,
+    Seconds,
+    Text,
+    Weight,
+)
+
+# An environment variable's name, as a POSIX shell writes one.
+EnvName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME,
+                                           pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+PositiveSeconds = Annotated[float, Field(gt=0, le=86_400 * 365, allow_inf_nan=False)]
+
+
+class RestartPolicy(Model):
+    """How the coordinator restarts this job for one failure that keeps coming back; a field left
+    out takes the coordinator's default (its config's `max_restarts`, `restart_backoff_s`,
+    `restart_window_s`)."""
+
+    max_restarts: int | None = Field(
+        default=None, ge=0, le=MAX_SMALL_ITEMS, description="restarts for one failure within the window")
+    backoff_s: tuple[Seconds, ...] | None = Field(
+        default=None, min_length=1, max_length=64, description="wait before restart 2, 3, ...")
+    window_s: PositiveSeconds | None = None
+
+
+class FailureSettings(Model):
+    """How this job's failures are found; a field left out takes the service's default."""
+
+    hang_floor_s: PositiveSeconds | None = Field(
+        default=None, description="no step for this long (at least) is a hang (the detector's hang.floor_s)")
+    collective_timeout_s: PositiveSeconds | None = Field(
+        default=None, description="rendezvous and each collective time out after it (init_from_env)")
+
 
 
 class JobSpec(Model):
@@ -26,8 +65,22 @@ class JobSpec(Model):
     master_port: int = Field(default=29500, ge=1, le=65535, description="rendezvous port on rank 0's node")
     command: tuple[ProcessText, ...] = Field(min_length=1, max_length=MAX_SMALL_ITEMS,
                                              description="argv that launches one rank")
+    args: tuple[ProcessText, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS,
+                                          description="appended to command: the script's own arguments")
+    env: dict[EnvName, ProcessText] = Field(
+        default_factory=dict, max_length=MAX_SMALL_ITEMS,
+        description="set in every rank's environment (published on Kafka: never a secret)")
+    workdir: ProcessText | None = Field(
+        default=None, description="each rank's working directory: relative paths in command and args")
     checkpoint_dir: ProcessText | None = None
     transition_s: Seconds | None = None
+    restart: RestartPolicy = RestartPolicy()
+    failure: FailureSettings = FailureSettings()
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        """What one rank runs: `command`, then `args`."""
+        return (*self.command, *self.args)
 
     @field_validator("throughput")
     @classmethod
@@ -58,3 +111,17 @@ class JobSubmitted(Event, Signed):
 
     type: Literal["job_submitted"] = "job_submitted"
     job: JobSpec
+
+
+class JobStopRequested(Event, Signed):
+    """An operator stops a job (`trainmedic job stop`), signed by an operator's key: its ranks are
+    stopped, its nodes freed, and it ends `stopped`."""
+
+    type: Literal["job_stop"] = "job_stop"
+    job: Id
+    reason: Text = ""
+    by: Text = "operator"
+
+
+JobEvent = Annotated[JobSubmitted | JobStopRequested, Field(discriminator="type")]
+"""What the `jobs` topic carries: operators' events about jobs."""

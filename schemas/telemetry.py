@@ -54,6 +54,8 @@ class NodeHeartbeat(NodeEvent):
     type: Literal["node_heartbeat"] = "node_heartbeat"
     interval: float = Field(gt=0, le=MAX_TS)
     links: tuple[LinkState, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS)
+    leaving: bool = Field(default=False, description="the host's last heartbeat before a planned shutdown: "
+                          "the silence that follows is not a fault")
 
 
 class WorkerEvent(NodeEvent):
@@ -70,6 +72,8 @@ class WorkerStarted(WorkerEvent):
     """The rank process has joined its process group."""
 
     type: Literal["worker_start"] = "worker_start"
+    hang_floor_s: Seconds | None = Field(
+        default=None, description="the job spec's failure.hang_floor_s, which the detector uses")
 
 
 class WorkerStepped(WorkerEvent):

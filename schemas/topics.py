@@ -8,10 +8,10 @@ from typing import Annotated, Any, get_args, get_origin
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from schemas.alerts import AlertDelivered
-from schemas.commands import Command, CommandAcked
+from schemas.commands import Command, NodeReport
 from schemas.dlq import DeadLettered
 from schemas.incident import Incident
-from schemas.jobs import JobSubmitted
+from schemas.jobs import JobEvent
 from schemas.nodes import NodeLifecycle
 from schemas.recovery import RecoveryLog
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerTelemetry
@@ -48,12 +48,13 @@ SPECS: tuple[TopicSpec, ...] = (
     # on `recovery`, which only it writes: a broker ACL per topic then tells one writer from the other.
     TopicSpec("incidents", "job (or node)", 6, FOREVER, Incident),
     TopicSpec("recovery", "job (or node)", 6, FOREVER, RecoveryLog),
-    TopicSpec("jobs", "job", 1, FOREVER, JobSubmitted),
+    TopicSpec("jobs", "job", 1, FOREVER, JobEvent),
     # Node lifecycle: operators' cordon/drain/uncordon. One partition, so a node's events are read
     # in the order they were written.
     TopicSpec("nodes", "node", 1, FOREVER, NodeLifecycle),
     TopicSpec("commands", "node", 12, FOREVER, Command),
-    TopicSpec("acks", "node", 6, FOREVER, CommandAcked),
+    # What executors report, each signed by its node: acks, a node joining or leaving, a job's ranks done.
+    TopicSpec("acks", "node", 6, FOREVER, NodeReport),
     TopicSpec("alerts", "incident id", 3, 30 * DAY_MS, AlertDelivered),
     TopicSpec("dlq", "source topic", 3, 30 * DAY_MS, DeadLettered),
 )
