@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainmedic.demo.cluster import LocalCluster
 from trainmedic.demo.timeline import Timeline
 from trainmedic.demo.watch import Watcher
+from trainmedic.local_cluster import LocalCluster
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import time
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from schemas.nodes import NodeUncordoned
-from trainmedic.demo.cluster import LocalCluster
 from trainmedic.demo.faults import FaultResult
 from trainmedic.demo.watch import Watcher
+from trainmedic.local_cluster import LocalCluster
 
 
 def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: str | None, full_world: int,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import re
 import shutil
 import sys
@@ -19,7 +18,7 @@ from bus.errors import TrainmedicError
 from bus.settings import KafkaSettings, credentials_dir, home
 from schemas import JobSpec, JobSubmitted
 from trainmedic.demo.alerts_watch import AlertWatch
-from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
+from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import (
     DemoFault,
     FaultResult,
@@ -31,6 +30,7 @@ from trainmedic.demo.faults import (
 )
 from trainmedic.demo.grow import run_grow
 from trainmedic.demo.watch import Watcher
+from trainmedic.local_cluster import LocalCluster, free_port, local_deployment
 
 JOB = "demo"
 # The demo's detector: the defaults, with a hang floor that fits a 0.25 s step.
@@ -117,58 +117,41 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
     emptied first: snapshots or a ledger left by an earlier run would be restored from, or
     replayed, by this one.
     """
-    from bus.admin import create_topics, grant_roles, wait_for_topics
     from bus.producer import EventProducer
-    from trainmedic.broker import LocalBroker
 
     shutil.rmtree(layout.root, ignore_errors=True)
-    broker = None
-    cluster = watcher = None
-    try:
-        bootstrap = os.environ.get("TRAINMEDIC_KAFKA_BOOTSTRAP")
-        if not bootstrap:
-            broker = LocalBroker(home())
-            state, started = broker.start()
-            say(f"broker {'started' if started else 'already running'} at {state.bootstrap}")
-            bootstrap = state.bootstrap
-            if not started:
-                broker = None  # not ours to stop
-        prefix = f"demo-{uuid.uuid4().hex[:6]}."
-        admin = KafkaSettings.from_env(role="admin", bootstrap=bootstrap, topic_prefix=prefix)
-        wait_for_topics(admin, list(create_topics(admin)))  # leaders, before services look
-        grant_roles(admin, prefix)  # each service as its own role, on this run's topics
-        settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
-        nodes = tuple(f"node-{i}" for i in range(args.nodes))
-        cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir())
-        cluster.prepare(DETECTOR_CONFIG)
-        cluster.start_services()
-        say(f"starting detector, coordinator and {len(nodes)} nodes "
-            f"(topics {prefix}*, logs in {layout.logs})")
-        cluster.wait_ready()
-        say("services ready")
+    prefix = f"demo-{uuid.uuid4().hex[:6]}."
+    with local_deployment(prefix, say) as bootstrap:  # the broker stops (if it is ours) after the rest
+        cluster = watcher = None
+        try:
+            settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
+            nodes = tuple(f"node-{i}" for i in range(args.nodes))
+            cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir())
+            cluster.prepare(DETECTOR_CONFIG)
+            cluster.start_services()
+            say(f"starting detector, coordinator and {len(nodes)} nodes "
+                f"(topics {prefix}*, logs in {layout.logs})")
+            cluster.wait_ready()
+            say("services ready")
 
-        watcher = Watcher(settings, JOB, say)
-        watcher.start()
-        spec = demo_job(nodes, args, layout)
-        with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-            submitted = cluster.layout.operator_key().sign(JobSubmitted(ts=time.time(), job=spec))
-            producer.send(settings.topics.jobs, submitted, key=spec.id)
-        world = len(nodes) * args.ranks_per_node
-        say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
-        if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
-            raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
-        say(f"job {JOB} trains with world size {world}")
-        yield cluster, watcher
-    finally:
-        if watcher is not None:
-            watcher.stop()
-        if cluster is not None:
-            say("stopping the services and the job")
-            cluster.close()
-        if broker is not None:
-            broker.stop()
-            say("broker stopped")
-
+            watcher = Watcher(settings, JOB, say)
+            watcher.start()
+            spec = demo_job(nodes, args, layout)
+            with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
+                submitted = cluster.layout.operator_key().sign(JobSubmitted(ts=time.time(), job=spec))
+                producer.send(settings.topics.jobs, submitted, key=spec.id)
+            world = len(nodes) * args.ranks_per_node
+            say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
+            if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
+                raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
+            say(f"job {JOB} trains with world size {world}")
+            yield cluster, watcher
+        finally:
+            if watcher is not None:
+                watcher.stop()
+            if cluster is not None:
+                say("stopping the services and the job")
+                cluster.close()
 
 def with_alerts(results: list[FaultResult], watcher: Watcher, alerts: AlertWatch,
                 wait_s: float = 20.0) -> list[FaultResult]:

@@ -32,7 +32,8 @@ from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings, home
 from schemas import Incident
 from trainmedic.broker import LocalBroker
-from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
+from trainmedic.demo.cluster import DemoLayout
+from trainmedic.local_cluster import LocalCluster, free_port
 
 NODES = ("cn0", "cn1", "cn2")
 CUT = "cn3"  # a fourth node, in a network namespace of its own: cut off for real in (e)

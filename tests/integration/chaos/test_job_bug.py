@@ -26,7 +26,8 @@ from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from schemas import Incident, JobSpec, JobSubmitted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
 from schemas.recovery import RecoveryKind
-from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
+from trainmedic.demo.cluster import DemoLayout
+from trainmedic.local_cluster import LocalCluster, free_port
 
 pytestmark = pytest.mark.kafka
 

@@ -19,7 +19,8 @@ from bus.settings import KafkaSettings
 from schemas import Incident
 from schemas.recovery import RecoveryPlanned, RecoverySkipped
 from tests.integration.test_coordinator import read
-from trainmedic.demo.cluster import DemoLayout, LocalCluster
+from trainmedic.demo.cluster import DemoLayout
+from trainmedic.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.kafka
 
