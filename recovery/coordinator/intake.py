@@ -38,10 +38,17 @@ class _LogOnly(ClusterState):
         return True
 
 
-def listing(records: Iterable[Record], config: CoordinatorConfig | None, jobs_topic: str) -> ClusterState:
+def log_state(config: CoordinatorConfig | None) -> ClusterState:
+    """An empty state for a CLI to fold into; without the coordinator's `config`, every node the log
+    names is in the cluster."""
+    return ClusterState.initial(config) if config is not None else _LogOnly.initial(CoordinatorConfig())
+
+
+def listing(records: Iterable[Record], config: CoordinatorConfig | None, jobs_topic: str,
+            state: ClusterState | None = None) -> ClusterState:
     """The state a CLI shows: `records` folded as the coordinator folds them (jobs first; what it
-    refuses, skipped). Without the coordinator's `config`, every node the log names is in the cluster."""
-    state = ClusterState.initial(config) if config is not None else _LogOnly.initial(CoordinatorConfig())
+    refuses, skipped) into `state` (by default `log_state(config)`)."""
+    state = log_state(config) if state is None else state
     rebuild(state, sorted(records, key=lambda r: r.topic != jobs_topic))
     return state
 

@@ -1,4 +1,4 @@
-"""Submit a training job, or list the jobs and where they run.
+"""Submit a training job, list the jobs and where they run, show one job's status or its ranks' logs.
 
 `submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic,
 signed with the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys
@@ -6,7 +6,11 @@ generate --role operator`); the coordinator then starts the job on its nodes at 
 A coordinator that checks signatures dead-letters a job no trusted operator key signed;
 --insecure publishes it unsigned, for a coordinator run with --insecure. `list` folds the log
 (every topic the coordinator reads: recovery holds its plans) as the coordinator does and
-prints one line per job.
+prints one line per job. `status JOB` adds the job's progress from worker telemetry: latest step,
+step rate, restarts and steps lost (exit status 2 for a job the log does not know). `logs JOB`
+prints the output of the job's ranks that ran on this machine ($TRAINMEDIC_HOME/executor/NODE/logs/JOB/,
+where `trainmedic run` and each `trainmedic node` put it), one rank or all with a `[rank N]` prefix;
+--follow prints it as it is written until the job ends (or Ctrl-C).
 A spec that is not valid, breaks the coordinator's bounds (recovery/coordinator/job_bounds.py)
 or, given the coordinator's --config, names a node outside its `nodes:` gives one line on
 stderr and exit status 2; the coordinator would dead-letter it. So does a missing operator key.
@@ -58,6 +62,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--config", type=Path, metavar="FILE.yaml",
                          help="the coordinator's config (YAML), to fold the log as it does (without it, "
                               "every node a job names counts as the cluster's)")
+    status = sub.add_parser("status", help="one job: state, generation, nodes, step and step rate, restarts, "
+                            "steps lost")
+    status.add_argument("job", metavar="JOB")
+    status.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    status.add_argument("--config", type=Path, metavar="FILE.yaml", help=CONFIG_HELP)
+    logs = sub.add_parser("logs", help="the job's rank output on this machine; --follow as it is written")
+    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("--rank", type=int, metavar="N", help="only this rank (default: all, each line "
+                      "prefixed [rank N])")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing as the ranks write, until the job ends (reads the job's state "
+                      "from Kafka) or Ctrl-C")
+    logs.add_argument("--home", type=Path, metavar="DIR",
+                      help="the TRAINMEDIC_HOME whose executor/NODE/logs to read (default: $TRAINMEDIC_HOME, "
+                      "else ./.trainmedic)")
+    logs.add_argument("--bootstrap",
+                      help="Kafka bootstrap servers, for --follow (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
 
 
 def load_spec(path: Path):
@@ -114,7 +135,14 @@ def run(args: argparse.Namespace) -> int:
     from recovery.keys_cli import operator_key
 
     try:
+        if args.action == "logs":
+            return logs(args)
         config = coordinator_config(args.config)
+        if args.action == "status":
+            from recovery.coordinator.job_view import show_status
+
+            settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+            return show_status(settings, args.job, config)
         if args.action == "submit":
             spec = load_spec(args.spec)
             check_bounds(args.spec, spec, config)
@@ -127,6 +155,17 @@ def run(args: argparse.Namespace) -> int:
     except TrainmedicError as err:
         print(f"trainmedic job: {err}", file=sys.stderr)
         return 1
+
+
+def logs(args: argparse.Namespace) -> int:
+    from bus.settings import KafkaSettings, home
+    from recovery.coordinator.job_view import follow_logs, show_logs
+
+    where = args.home.resolve() if args.home is not None else home()
+    if not args.follow:
+        return show_logs(where, args.job, args.rank)
+    return follow_logs(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), where, args.job,
+                       args.rank)
 
 
 def submit(settings, spec, key=None) -> int:

@@ -28,6 +28,7 @@ from typing import IO
 
 from recovery.executor import leftovers
 from recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
+from recovery.executor.rank_logs import log_name
 from recovery.executor.restart import RecordedRank
 from schemas import WorkerSpec
 
@@ -102,7 +103,7 @@ class Supervisor:
         started: list[RankProcess] = []
         try:
             for rank, env in zip(spec.ranks, envs, strict=True):
-                path = log_dir / f"g{generation}-rank{rank}.log"
+                path = log_dir / log_name(generation, rank)
                 pid = self._start_warm(target, env, path) if target is not None else None
                 popen, log_file = None, None
                 if pid is None:

@@ -1,0 +1,130 @@
+"""One job read back for an operator: `trainmedic job status` (the coordinator's log folded as `job
+list` folds it, with the job's worker telemetry) and `trainmedic job logs` (its ranks' output on this
+machine, followed until the job ends). Thin: the computing is in job_status.py and rank_logs.py.
+
+A job's state is compared by its value: "succeeded", "failed" and "stopped" end it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bus.message import Record
+from bus.reader import EARLIEST, NOW, TopicReader, partition_count, partition_of
+from bus.settings import KafkaSettings
+from recovery.coordinator.config import CoordinatorConfig
+from recovery.coordinator.intake import listing, log_state
+from recovery.coordinator.job_status import job_status, render
+from recovery.coordinator.service import read_topics, valid
+from recovery.executor import rank_logs
+from schemas.telemetry import WorkerStepped
+
+TERMINAL = frozenset({"succeeded", "failed", "stopped"})
+UNKNOWN = 2  # exit status for a job the log does not know
+
+
+class JobWatch:
+    """The coordinator's log (and `extra` topics) read from the beginning and on, folded as it comes:
+    what `job list` shows, kept current. `poll` returns what it read, for a caller that narrates."""
+
+    def __init__(self, settings: KafkaSettings, config: CoordinatorConfig | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
+        self.state = log_state(config)
+        self._jobs = settings.topics.jobs
+        self._reader = TopicReader(settings, [*read_topics(settings.topics), *extra], start=EARLIEST,
+                                   validate=True, name=settings.topics.owned("job"), timeout_s=30.0)
+
+    def __enter__(self) -> JobWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._reader.close()
+
+    def backlog(self) -> list[Record]:
+        """Everything written so far, folded."""
+        records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
+        listing(records, None, self._jobs, self.state)
+        return records
+
+    def poll(self, timeout_s: float) -> list[Record]:
+        records = valid(self._reader.poll(timeout_s))
+        listing(records, None, self._jobs, self.state)
+        return records
+
+    def job_state(self, job: str) -> str | None:
+        found = self.state.jobs.get(job)
+        return None if found is None else str(found.state.value)
+
+
+def read_steps(settings: KafkaSettings, job: str) -> list[WorkerStepped]:
+    """The `worker_step` events of `job` so far (telemetry.worker is keyed by job: one partition)."""
+    topic = settings.topics.worker
+    part = partition_of(job, partition_count(settings, topic))
+    with TopicReader(settings, partitions=[(topic, part)], end=NOW, validate=True,
+                     name=settings.topics.owned("job")) as reader:
+        return [r.event for batch in reader.batches(give_up_s=60.0) for r in valid(batch)
+                if isinstance(r.event, WorkerStepped) and r.event.job == job]
+
+
+def show_status(settings: KafkaSettings, job: str, config: CoordinatorConfig | None) -> int:
+    with TopicReader(settings, read_topics(settings.topics), end=NOW, validate=True,
+                     name=settings.topics.owned("job"), timeout_s=30.0) as reader:
+        records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
+    state = listing(records, config, settings.topics.jobs)
+    found = state.jobs.get(job)
+    if found is None:
+        known = ", ".join(sorted(state.jobs)[:10]) or "none"
+        print(f"trainmedic job: no job {job!r} in the log of {settings.topics.jobs} (jobs: {known})",
+              file=sys.stderr)
+        return UNKNOWN
+    for line in render(job_status(found, read_steps(settings, job)), time.time()):
+        print(line)
+    return 0
+
+
+def no_logs(home: Path, job: str) -> str:
+    return (f"no logs of job {job} on this machine (looked in {rank_logs.job_logs_glob(home, job)}): "
+            f"a rank's output stays on the node that ran it; run `trainmedic job logs {job}` there "
+            f"(--home: that node's TRAINMEDIC_HOME)")
+
+
+def show_logs(home: Path, job: str, rank: int | None) -> int:
+    logs = rank_logs.find(home, job, rank)
+    if not logs:
+        print(f"trainmedic job: {no_logs(home, job)}", file=sys.stderr)
+        return 1
+    for line in rank_logs.interleaved(logs):
+        print(line)
+    return 0
+
+
+def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
+                emit: Callable[[str], None] = print, poll_s: float = 0.5) -> int:
+    """Print the job's rank logs as they grow until the job ends (then 0; 1 when none were on this
+    machine) or Ctrl-C (130)."""
+    tail = rank_logs.Tail()
+    try:
+        with JobWatch(settings) as watch:
+            watch.backlog()
+            if watch.job_state(job) is None:
+                print(f"trainmedic job: no job {job!r} in the log of {settings.topics.jobs}", file=sys.stderr)
+                return UNKNOWN
+            while True:
+                for line in tail.read(rank_logs.find(home, job, rank)):
+                    emit(line)
+                state = watch.job_state(job)
+                if state in TERMINAL:
+                    break
+                watch.poll(poll_s)
+            for line in [*tail.read(rank_logs.find(home, job, rank)), *tail.rest()]:
+                emit(line)
+    except KeyboardInterrupt:
+        return 130
+    if not tail.offsets:
+        print(f"trainmedic job: {no_logs(home, job)}", file=sys.stderr)
+        return 1
+    print(f"trainmedic job: job {job} ended: {state}", file=sys.stderr)
+    return 0

@@ -1,0 +1,104 @@
+"""The ranks' output files an executor writes, and reading them back (`trainmedic job logs`).
+
+Each rank's stdout and stderr go to STATE_DIR/logs/JOB/gGENERATION-rankRANK.log on the node that
+ran it; STATE_DIR is $TRAINMEDIC_HOME/executor/NODE unless the executor was given another. So the
+logs of a job are on the machines that ran it: this module reads those of this machine, every
+node's executor under one TRAINMEDIC_HOME (as `trainmedic run` and the demo place them).
+
+All ranks are shown together with a `[rank N]` prefix: a generation at a time, their lines taken in
+turn (data-parallel ranks print in step), and, when following, as they are written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import zip_longest
+from pathlib import Path
+
+_NAME = re.compile(r"g(\d+)-rank(\d+)\.log")
+
+
+def log_name(generation: int, rank: int) -> str:
+    """The file one rank of one generation writes its output to."""
+    return f"g{generation}-rank{rank}.log"
+
+
+@dataclass(frozen=True, order=True)
+class RankLog:
+    generation: int
+    rank: int
+    node: str
+    path: Path
+
+
+def job_logs_glob(home: Path, job: str) -> str:
+    """Where the logs of `job` are looked for on this machine, for messages."""
+    return str(home / "executor" / "*" / "logs" / job)
+
+
+def find(home: Path, job: str, rank: int | None = None) -> list[RankLog]:
+    """The rank logs of `job` under `home` (every node's executor there), by generation and rank;
+    only rank `rank`'s when given."""
+    found = []
+    for path in home.glob(f"executor/*/logs/{glob_escape(job)}/g*-rank*.log"):
+        match = _NAME.fullmatch(path.name)
+        if match is None:
+            continue
+        generation, number = int(match[1]), int(match[2])
+        if rank is None or number == rank:
+            found.append(RankLog(generation, number, path.parents[2].name, path))
+    return sorted(found)
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def interleaved(logs: Iterable[RankLog]) -> Iterator[str]:
+    """Every line of `logs`, a generation at a time under a header, the ranks' lines taken in turn."""
+    by_generation: dict[int, list[RankLog]] = {}
+    for log in sorted(logs):
+        by_generation.setdefault(log.generation, []).append(log)
+    for generation, ranks in by_generation.items():
+        yield header(generation, ranks)
+        texts = [log.path.read_text(errors="replace").splitlines() for log in ranks]
+        for lines in zip_longest(*texts):
+            for log, line in zip(ranks, lines, strict=True):
+                if line is not None:
+                    yield f"[rank {log.rank}] {line}"
+
+
+def header(generation: int, ranks: list[RankLog]) -> str:
+    where = ", ".join(f"rank {log.rank} on {log.node}" for log in ranks)
+    return f"== generation {generation}: {where} =="
+
+
+@dataclass
+class Tail:
+    """What `tail -f` does for a set of rank logs that grows: new files are read from their start,
+    known ones from where the last read ended; only whole lines are returned."""
+
+    offsets: dict[Path, int] = field(default_factory=dict)
+    partial: dict[Path, tuple[int, bytes]] = field(default_factory=dict)  # path -> rank, a line's start
+
+    def read(self, logs: Iterable[RankLog]) -> list[str]:
+        lines = []
+        for log in sorted(logs):
+            if log.path not in self.offsets:
+                self.offsets[log.path] = 0
+                lines.append(header(log.generation, [log]))
+            with log.path.open("rb") as f:
+                f.seek(self.offsets[log.path])
+                data = self.partial.pop(log.path, (log.rank, b""))[1] + f.read()
+                self.offsets[log.path] = f.tell()
+            *complete, rest = data.split(b"\n")
+            if rest:
+                self.partial[log.path] = (log.rank, rest)
+            lines += [f"[rank {log.rank}] {line.decode(errors='replace')}" for line in complete]
+        return lines
+
+    def rest(self) -> list[str]:
+        """Last lines without a newline (a rank that ended mid-line), once following stops."""
+        return [f"[rank {rank}] {line.decode(errors='replace')}" for rank, line in self.partial.values()]
