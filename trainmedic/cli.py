@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
     "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
     "demo": ("trainmedic.demo", "run the local demo"),
+    "run": ("trainmedic.run", "run your training script under trainmedic on this machine (like torchrun)"),
     "detector": ("streams.cli", "run the detector: telemetry in, incidents out"),
     "replay": ("streams.replay", "run the detector over a telemetry recording (JSON lines)"),
     "record": ("streams.record", "record the telemetry topics to a JSON-lines file for replay"),

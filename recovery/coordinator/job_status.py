@@ -57,6 +57,15 @@ class StepHistory:
     generations: dict[int, GenerationSteps] = field(default_factory=dict)
     restore_warnings: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, job: str, events: Iterable[object]) -> StepHistory:
+        """The history of `job` in `events` (other events and other jobs' steps are skipped)."""
+        history = cls(job)
+        for event in events:
+            if isinstance(event, WorkerStepped):
+                history.add(event)
+        return history
+
     def add(self, event: WorkerStepped) -> None:
         if event.job != self.job:
             return
@@ -98,11 +107,8 @@ class JobStatus:
     restore_warnings: tuple[str, ...]
 
 
-def job_status(job: Job, steps: Iterable[WorkerStepped]) -> JobStatus:
-    """`job` as the fold has it, with the progress its ranks reported in `steps`."""
-    history = StepHistory(job.spec.id)
-    for event in steps:
-        history.add(event)
+def job_status(job: Job, history: StepHistory) -> JobStatus:
+    """`job` as the fold has it, with the progress its ranks reported (`history`)."""
     latest = history.latest
     return JobStatus(
         job=job.spec.id, state=str(job.state.value), generation=job.generation,

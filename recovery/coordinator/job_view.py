@@ -16,10 +16,11 @@ from bus.message import Record
 from bus.reader import EARLIEST, NOW, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings
 from recovery.coordinator.config import CoordinatorConfig
-from recovery.coordinator.intake import listing, log_state
-from recovery.coordinator.job_status import job_status, render
+from recovery.coordinator.intake import listing, log_state, rebuild
+from recovery.coordinator.job_status import StepHistory, job_status, render
 from recovery.coordinator.service import read_topics, valid
 from recovery.executor import rank_logs
+from schemas.jobs import JobSubmitted
 from schemas.telemetry import WorkerStepped
 
 TERMINAL = frozenset({"succeeded", "failed", "stopped"})
@@ -33,6 +34,7 @@ class JobWatch:
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig | None = None,
                  extra: tuple[str, ...] = ()) -> None:
         self.state = log_state(config)
+        self.refused: list[tuple[Record, str]] = []
         self._jobs = settings.topics.jobs
         self._reader = TopicReader(settings, [*read_topics(settings.topics), *extra], start=EARLIEST,
                                    validate=True, name=settings.topics.owned("job"), timeout_s=30.0)
@@ -45,14 +47,19 @@ class JobWatch:
 
     def backlog(self) -> list[Record]:
         """Everything written so far, folded."""
-        records = valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch)
-        listing(records, None, self._jobs, self.state)
-        return records
+        return self._fold(valid(item for batch in self._reader.batches(give_up_s=60.0) for item in batch))
 
     def poll(self, timeout_s: float) -> list[Record]:
-        records = valid(self._reader.poll(timeout_s))
-        listing(records, None, self._jobs, self.state)
+        return self._fold(valid(self._reader.poll(timeout_s)))
+
+    def _fold(self, records: list[Record]) -> list[Record]:
+        self.refused += rebuild(self.state, sorted(records, key=lambda r: r.topic != self._jobs))
         return records
+
+    def refused_job(self, job: str) -> str | None:
+        """Why the submission of `job` was not folded (the coordinator refuses it too), if it was not."""
+        return next((why for record, why in self.refused
+                     if isinstance(record.event, JobSubmitted) and record.event.job.id == job), None)
 
     def job_state(self, job: str) -> str | None:
         found = self.state.jobs.get(job)
@@ -80,7 +87,7 @@ def show_status(settings: KafkaSettings, job: str, config: CoordinatorConfig | N
         print(f"trainmedic job: no job {job!r} in the log of {settings.topics.jobs} (jobs: {known})",
               file=sys.stderr)
         return UNKNOWN
-    for line in render(job_status(found, read_steps(settings, job)), time.time()):
+    for line in render(job_status(found, StepHistory.of(job, read_steps(settings, job))), time.time()):
         print(line)
     return 0
 

@@ -53,23 +53,31 @@ class Watcher:
                 self._narrate(record.event)
 
     def _narrate(self, event: object) -> None:
-        if isinstance(event, WorkerStepped) and event.restore_warning and event.job == self.timeline.job:
-            self._say(f"WARNING: RESTORE FELL BACK at generation {event.generation}, rank {event.rank} on "
-                      f"{event.node}: {event.restore_warning}")
-        elif isinstance(event, Incident):
-            where = f"node {event.node}" if event.node else f"job {event.job}"
-            if event.status == "open":
-                self._say(f"INCIDENT {event.severity} {event.category} on {where} -> {event.action} "
-                          f"(detected {event.ts - event.first_ts:.2f}s after the first evidence)")
-            else:
-                self._say(f"resolved {event.category} on {where}")
-        elif isinstance(event, RecoveryPlanned):
-            self._say(f"recovery: {event.kind} job {event.job} at generation {event.generation} on "
-                      f"{', '.join(event.nodes)}")
-        elif isinstance(event, RecoveryCompleted):
-            self._say(f"recovery: every command of generation {event.generation} acknowledged")
-        elif isinstance(event, RecoveryFailed):
-            self._say(f"recovery FAILED for job {event.job}: {event.reason}")
+        line = narration(event, self.timeline.job)
+        if line is not None:
+            self._say(line)
+
+
+def narration(event: object, job: str) -> str | None:
+    """The line the demo (and `trainmedic run`) says about `event`, if any: a restore that fell back,
+    an incident opened or resolved, a recovery planned, completed or failed."""
+    if isinstance(event, WorkerStepped) and event.restore_warning and event.job == job:
+        return (f"WARNING: RESTORE FELL BACK at generation {event.generation}, rank {event.rank} on "
+                f"{event.node}: {event.restore_warning}")
+    if isinstance(event, Incident):
+        where = f"node {event.node}" if event.node else f"job {event.job}"
+        if event.status == "open":
+            return (f"INCIDENT {event.severity} {event.category} on {where} -> {event.action} "
+                    f"(detected {event.ts - event.first_ts:.2f}s after the first evidence)")
+        return f"resolved {event.category} on {where}"
+    if isinstance(event, RecoveryPlanned):
+        return (f"recovery: {event.kind} job {event.job} at generation {event.generation} on "
+                f"{', '.join(event.nodes)}")
+    if isinstance(event, RecoveryCompleted):
+        return f"recovery: every command of generation {event.generation} acknowledged"
+    if isinstance(event, RecoveryFailed):
+        return f"recovery FAILED for job {event.job}: {event.reason}"
+    return None
 
 
 def wait_for(lock, timeline: Timeline, condition: Callable[[Timeline], object], timeout_s: float,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.coordinator.job_status import job_status, render
+from recovery.coordinator.job_status import StepHistory, job_status, render
 from recovery.coordinator.state import Job, JobState
 from schemas.jobs import JobSpec
 from schemas.telemetry import WorkerStepped
@@ -27,7 +27,7 @@ def running(generation: int = 2, restarts: int = 1) -> Job:
 
 def test_steps_rate_and_no_loss_when_each_generation_resumes_after_the_last_step() -> None:
     events = steps(0, 0, 9, 1000.0) + steps(1, 10, 19, 1020.0) + steps(2, 20, 49, 1040.0)
-    status = job_status(running(), events)
+    status = job_status(running(), StepHistory.of("j", events))
     assert (status.state, status.generation, status.world_size, status.nodes) == ("running", 2, 4, ("a", "b"))
     assert (status.step, status.step_ts, status.restarts, status.steps_lost) == (49, 1069.0, 1, 0)
     assert status.step_rate == 1.0  # the latest generation: one step a second
@@ -38,7 +38,7 @@ def test_a_generation_that_starts_at_or_below_the_previous_last_step_lost_those_
     # gen 1 restored step 5 (ran 5..9 again: 5 lost), gen 2 resumed cleanly, gen 3 restored from nothing
     events = (steps(0, 0, 9, 0.0) + steps(1, 5, 14, 20.0, warning="no replica snapshot of rank 1")
               + steps(2, 15, 20, 40.0) + steps(3, 0, 3, 60.0))
-    status = job_status(running(generation=3, restarts=3), events)
+    status = job_status(running(generation=3, restarts=3), StepHistory.of("j", events))
     assert status.steps_lost == 5 + 0 + 21
     assert status.restore_warnings == ("generation 1, rank 0 on a: no replica snapshot of rank 1",
                                        "generation 1, rank 1 on a: no replica snapshot of rank 1")
@@ -46,7 +46,7 @@ def test_a_generation_that_starts_at_or_below_the_previous_last_step_lost_those_
 
 
 def test_other_jobs_steps_are_not_counted_and_a_job_without_steps_says_so() -> None:
-    status = job_status(Job(SPEC), steps(0, 0, 5, 0.0, job="other"))
+    status = job_status(Job(SPEC), StepHistory.of("j", steps(0, 0, 5, 0.0, job="other")))
     assert (status.state, status.step, status.step_rate, status.steps_lost) == ("submitted", None, None, 0)
     assert "step        none reported yet" in render(status, 10.0)
     assert "generation  -" in render(status, 10.0)
@@ -54,5 +54,5 @@ def test_other_jobs_steps_are_not_counted_and_a_job_without_steps_says_so() -> N
 
 def test_a_single_step_has_no_rate_and_steps_reported_out_of_order_keep_the_highest() -> None:
     events = steps(0, 3, 3, 10.0, ranks=1) + steps(0, 1, 1, 11.0, ranks=1)
-    status = job_status(running(generation=0, restarts=0), events)
+    status = job_status(running(generation=0, restarts=0), StepHistory.of("j", events))
     assert (status.step, status.step_rate) == (3, None)

@@ -1,0 +1,118 @@
+"""End to end: `trainmedic run` heals a user's own script and ends with its exit status.
+
+`trainmedic run --nodes 2 --nproc-per-node 1 -- python user_train.py ...` on the real broker, with
+its real services and ranks: the script (a plain torch DDP MLP, user_train.py) raises once at step
+10 of generation 0, and once generation 1 steps, one of its ranks is killed with SIGKILL. Both must
+be healed (a software_error and a process_exit incident, each answered by a restart), the job must
+run to its last step and succeed, and `run` must exit 0 having stopped everything it started. Then
+`job status` and `job logs` read the same job back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.executor.test_training import wait_until
+from tests.integration.test_demo_e2e import processes_with_home
+
+pytestmark = pytest.mark.kafka
+
+SCRIPT = Path(__file__).with_name("user_train.py")
+STEPS = 60
+STEP = re.compile(r"\] step (\d+) .*\| generation (\d+), world size (\d+)")
+
+
+class Output:
+    """The lines a process prints, collected as they come."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for line in proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def stepped(self, generation: int) -> bool:
+        return any((m := STEP.search(line)) and int(m[2]) == generation for line in self.lines)
+
+
+def rank_pid(home: Path, node: str, job: str, generation: int) -> int | None:
+    """The pid of the job's rank of `generation` on `node`, from its executor's registry."""
+    try:
+        ranks = json.loads((home / "executor" / node / "ranks.json").read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return next((r["pid"] for r in ranks if r["job"] == job and r["generation"] == generation), None)
+
+
+def test_a_users_script_is_healed_of_an_exception_and_a_kill_and_run_exits_0(
+        kafka_bootstrap: str, deployment, tmp_path: Path) -> None:
+    prefix = f"run{uuid.uuid4().hex[:8]}."
+    deployment(prefix, partitions=None)  # removed after the test, with its ACLs
+    job = "user-job"
+    home = tmp_path / "home"
+    env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka_bootstrap, "TRAINMEDIC_HOME": str(home),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    began = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainmedic.cli", "run", "--nodes", "2", "--nproc-per-node", "1",
+         "--job-id", job, "--prefix", prefix, "--", sys.executable, str(SCRIPT), "--steps", str(STEPS),
+         "--fail-at-step", "10", "--fail-flag", str(tmp_path / "failed-once")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = Output(proc)
+    try:
+        wait_until(lambda: out.stepped(1) or proc.poll() is not None, 150, "generation 1 stepping")
+        assert proc.poll() is None, out.text()
+        victim = wait_until(lambda: rank_pid(home, "local-1", job, 1), 10, "a rank of generation 1")
+        os.kill(victim, signal.SIGKILL)
+        code = proc.wait(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+    took = time.monotonic() - began
+    text = out.text()
+    print(f"trainmedic run took {took:.1f} s\n{text}")
+    assert "INCIDENT SEV2 software_error" in text, text
+    assert "INCIDENT SEV2 process_exit" in text, text
+    assert len(re.findall(r"recovery: restart job user-job", text)) >= 2, text
+    assert f"job {job}: succeeded" in text, text
+    assert code == 0, text
+    assert re.search(rf"job {job} succeeded: last step {STEPS - 1}, 3 generations, 2 restarts, 0 steps lost",
+                     text), text
+    assert (home / "run" / job / "job.yaml").exists()
+    wait_until(lambda: processes_with_home(home) == [], 10, "every process run started to end")
+
+    cli = [sys.executable, "-m", "trainmedic.cli", "job"]
+    status = subprocess.run([*cli, "status", job], env={**env, "TRAINMEDIC_TOPIC_PREFIX": prefix},
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"state\s+succeeded", status.stdout), status.stdout
+    assert re.search(rf"step\s+{STEPS - 1} ", status.stdout) and re.search(r"restarts\s+2", status.stdout)
+    assert re.search(r"steps lost\s+0", status.stdout), status.stdout
+    unknown = subprocess.run([*cli, "status", "no-such-job"], env={**env, "TRAINMEDIC_TOPIC_PREFIX": prefix},
+                             capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2, unknown.stderr
+    logs = subprocess.run([*cli, "logs", job, "--rank", "0"], env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert logs.returncode == 0 and "RuntimeError: injected failure at step 10" in logs.stdout, logs
+    assert "== generation 2: rank 0 on local-0 ==" in logs.stdout
+    elsewhere = subprocess.run([*cli, "logs", job, "--home", str(tmp_path / "elsewhere")], env=env,
+                               capture_output=True, text=True, timeout=30)
+    assert elsewhere.returncode == 1 and "no logs of job user-job on this machine" in elsewhere.stderr

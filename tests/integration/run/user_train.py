@@ -1,0 +1,66 @@
+"""A user's own training script, written as one adopts trainmedic (docs/executor.md, "The worker
+runtime"): a plain torch DDP MLP on random data, with four lines changed from a torchrun script:
+`init_from_env` instead of `init_process_group`, `rt.restore` before the loop, `rt.maybe_checkpoint`
+and `rt.step_done` after each step, `rt.close()` at the end.
+
+`--fail-at-step K --fail-flag PATH` makes rank 0 raise once, at step K of the first generation (the
+flag file says it already did), so that a test can check an exception is healed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from producers.hook import Hook  # noqa: E402
+from recovery.worker import init_from_env  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--step-s", type=float, default=0.1)
+    parser.add_argument("--fail-at-step", type=int)
+    parser.add_argument("--fail-flag", type=Path)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    rt = init_from_env(timeout_s=60, hook=Hook.from_env(), snapshot_every=1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    start = rt.restore(model, optimizer)
+    ddp = DistributedDataParallel(model)
+    print(f"rank {rt.rank}/{rt.world_size} generation {rt.env.generation} starts at step {start}", flush=True)
+    try:
+        for step in range(start, args.steps):
+            if (args.fail_at_step == step and rt.rank == 0 and rt.env.generation == 0
+                    and args.fail_flag is not None and not args.fail_flag.exists()):
+                args.fail_flag.touch()
+                raise RuntimeError(f"injected failure at step {step}")
+            torch.manual_seed(step * 100 + rt.rank)
+            x = torch.randn(32, 8)
+            loss = torch.nn.functional.mse_loss(ddp(x), x.sum(dim=1, keepdim=True))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            time.sleep(args.step_s)  # stands for real work
+            rt.maybe_checkpoint(step + 1, model, optimizer)  # the node-local snapshot a restart restores
+            rt.step_done(step, args.step_s)
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+    except Exception as err:
+        rt.report_error(err)
+        raise
+    finally:
+        rt.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""`trainmedic run`'s pure parts: the job spec it submits and what it prints while the job runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from schemas.incident import Incident
+from schemas.jobs import JobSpec
+from schemas.telemetry import WorkerStepped
+from trainmedic.cli import build_parser
+from trainmedic.run.narrate import RunNarrator
+from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
+
+
+def test_the_command_after_the_double_dash_is_the_jobs_and_the_spec_reads_back() -> None:
+    args = build_parser().parse_args(["run", "--nodes", "3", "--nproc-per-node", "2", "--env", "A=1=2", "--",
+                                      "python", "train.py", "--lr", "3e-4", "--nodes", "9"])
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    user = ["python", "train.py", "--lr", "3e-4", "--nodes", "9"]
+    assert (args.nodes, args.nproc_per_node, command) == (3, 2, user)
+    spec = run_spec("train-1", command, nodes=3, ranks_per_node=2, workdir=Path("/work/me"),
+                    master_port=29511, env=parse_env(args.env), max_restarts=2)
+    assert spec.nodes == ("local-0", "local-1", "local-2") and spec.ranks_per_node == 2
+    assert spec.throughput == {1: 1 / 3, 2: 2 / 3, 3: 1.0}  # it can shrink onto the nodes left
+    assert (spec.workdir, spec.env, spec.restart.max_restarts) == ("/work/me", {"A": "1=2"}, 2)
+    assert spec.argv == tuple(user)
+    assert JobSpec.model_validate(yaml.safe_load(spec_yaml(spec))) == spec  # `job submit` reads the same job
+
+
+def test_default_job_ids_name_the_script_or_module() -> None:
+    assert default_job_id(["python", "-u", "my train.py", "--lr", "1"], 1_733_000_123.9) == "my-train-000123"
+    assert default_job_id(["python", "-m", "pkg.train_lm"], 5.0) == "train_lm-000005"
+    assert default_job_id(["./run.sh"], 5.0) == "run-000005"
+
+
+def step(generation: int, step: int, ts: float, rank: int = 0) -> WorkerStepped:
+    return WorkerStepped(ts=ts, node="local-0", job="j", rank=rank, world_size=2, generation=generation,
+                         step=step, step_time=0.1)
+
+
+def test_steps_are_printed_at_most_once_per_period_and_state_changes_once_each() -> None:
+    narrator = RunNarrator("j", started=100.0, every_s=1.0)
+    assert narrator.job_state("running") == ["job j: running"] and narrator.job_state("running") == []
+    assert narrator.event(step(0, 0, 110.0), now=110.0) == ["first step 0 after 10.0 s",
+                                                             "step 0 | generation 0, world size 2"]
+    assert narrator.event(step(0, 0, 110.1, rank=1), 110.1) == []
+    assert [narrator.event(step(0, s, 110 + s / 10), 110 + s / 10) for s in range(1, 10)] == [[]] * 9
+    assert narrator.event(step(0, 10, 111.0), 111.0) == [
+        "step 10 | 10.00 steps/s | generation 0, world size 2"]
+    assert narrator.progress(111.2) == [] and narrator.progress(111.2, force=True) == []  # nothing new
+    incident = Incident(id="i1", ts=112.0, first_ts=111.5, category="process_exit", severity="SEV2",
+                        action="restart", job="j", node="local-1", status="open")
+    assert narrator.event(incident, 112.0) == [
+        "INCIDENT SEV2 process_exit on node local-1 -> restart (detected 0.50s after the first evidence)"]
+    narrator.event(step(1, 11, 120.0), 120.0)
+    narrator.job_state("succeeded")
+    assert narrator.summary(restarts=1) == (
+        "job j succeeded: last step 11, 2 generations, 1 restarts, 0 steps lost")

@@ -1,0 +1,168 @@
+"""`trainmedic run`'s one session: a local cluster up, the job submitted, its story printed until it
+ends, then everything stopped. Ctrl-C and SIGTERM stop the job (an operator's job_stop) and the rest."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from bus.errors import TrainmedicError
+from bus.producer import EventProducer
+from bus.settings import KafkaSettings, credentials_dir, home
+from recovery.coordinator.job_bounds import job_problems
+from recovery.coordinator.job_view import TERMINAL, JobWatch
+from schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
+from trainmedic.local_cluster import ClusterLayout, LocalCluster, free_port, local_deployment
+from trainmedic.run.narrate import RunNarrator
+from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
+
+STOP_WAIT_S = 15.0  # how long a stopped job may take to say so before the services stop anyway
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM: stop the job and everything started, exit with 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def run_job(args: argparse.Namespace) -> int:
+    started = time.time()
+    logging.getLogger("bus.reader").setLevel(logging.WARNING)  # which partitions it reads: not the story
+
+    def say(text: str) -> None:
+        print(f"[trainmedic {time.time() - started:6.1f}s] {text}", flush=True)
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    problem = usage_problem(args, command)
+    if problem:
+        print(f"trainmedic run: {problem}", file=sys.stderr)
+        return 2
+    job = args.job_id or default_job_id(command, started)
+    root = home()
+    layout = ClusterLayout(root / "run" / job, root)
+    prefix = args.prefix or f"run-{uuid.uuid4().hex[:6]}."
+    spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node, workdir=Path.cwd(),
+                    master_port=free_port(), env=parse_env(args.env), checkpoint_dir=args.checkpoint_dir,
+                    max_restarts=args.max_restarts, hang_floor_s=args.hang_floor_s)
+    if problem := spec_problem(spec):
+        print(f"trainmedic run: {problem}", file=sys.stderr)
+        return 2
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with local_deployment(prefix, say) as bootstrap:
+            admit = ("--allowed-executables", shutil.which(command[0]) or command[0])  # the user's program
+            cluster = LocalCluster(layout, bootstrap, prefix, spec.nodes, credentials=credentials_dir(),
+                                   node_args=admit)
+            try:
+                return supervise(cluster, spec, args, say, started)
+            finally:
+                for sig in previous:  # a second Ctrl-C must not cut the stop short
+                    signal.signal(sig, signal.SIG_IGN)
+                say("stopping the services")
+                cluster.close()
+    except Interrupted as stop:
+        say(f"{stop}: stopped")
+        return 128 + stop.signum
+    except (TrainmedicError, RuntimeError) as err:
+        say(f"failed: {err}")
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def usage_problem(args: argparse.Namespace, command: list[str]) -> str | None:
+    if not command:
+        return "name the command each rank runs after --, e.g. trainmedic run --nodes 2 -- python train.py"
+    if args.nodes < 1 or args.nproc_per_node < 1:
+        return "--nodes and --nproc-per-node must be at least 1"
+    if shutil.which(command[0]) is None:
+        return f"{command[0]!r} is not found on PATH"
+    try:
+        parse_env(args.env)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def spec_problem(spec: JobSpec) -> str | None:
+    """Why the coordinator would refuse `spec` (its bounds), checked before anything starts."""
+    problems = job_problems(spec, lambda node: True)
+    return f"the coordinator would refuse job {spec.id}: {'; '.join(problems)}" if problems else None
+
+
+def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, say, started: float) -> int:
+    """Start the services, submit the job and narrate it until it ends; the exit status."""
+    layout = cluster.layout
+    layout.root.mkdir(parents=True, exist_ok=True)
+    cluster.prepare({})
+    cluster.start_services()
+    say(f"starting the detector, the coordinator and {len(spec.nodes)} nodes (topics {cluster.prefix}*, "
+        f"logs in {layout.logs})")
+    cluster.wait_ready()
+    say(f"services ready after {time.time() - started:.1f} s")
+    path = layout.root / "job.yaml"
+    path.write_text(spec_yaml(spec))
+    settings = KafkaSettings.from_env(role="operator", bootstrap=cluster.bootstrap,
+                                      topic_prefix=cluster.prefix)
+    key = layout.operator_key()
+    narrator = RunNarrator(spec.id, started, args.progress_s)
+
+    with JobWatch(settings, extra=(settings.topics.worker,)) as watch, \
+            EventProducer(settings, client_id=settings.topics.owned("run")) as producer:
+        producer.send(settings.topics.jobs, key.sign(JobSubmitted(ts=time.time(), job=spec)), key=spec.id)
+        producer.flush()
+        say(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks of "
+            f"{' '.join(spec.command)}")
+        say(f"job spec: {path} (on a cluster: name its nodes, then `trainmedic job submit {path}`)")
+        say(f"rank output: `trainmedic job logs {spec.id} --follow`; status: `TRAINMEDIC_TOPIC_PREFIX="
+            f"{cluster.prefix} trainmedic job status {spec.id}`")
+        try:
+            state = follow(watch, narrator, cluster, say)
+        except Interrupted:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
+            say(f"stopping job {spec.id}")
+            producer.send(settings.topics.jobs, key.sign(JobStopRequested(
+                ts=time.time(), job=spec.id, reason="trainmedic run was interrupted")), key=spec.id)
+            producer.flush()
+            deadline = time.monotonic() + STOP_WAIT_S
+            while watch.job_state(spec.id) not in TERMINAL and time.monotonic() < deadline:
+                watch.poll(0.5)
+            raise
+    job = watch.state.jobs[spec.id]
+    say(narrator.summary(len(job.restarts)))
+    return 0 if state == "succeeded" else 1
+
+
+def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say) -> str:
+    """Narrate until the job reaches a terminal state (returned); RuntimeError if a service dies."""
+    while True:
+        records = watch.poll(0.5)
+        now = time.time()
+        for record in records:
+            for line in narrator.event(record.event, now):
+                say(line)
+        for line in [*narrator.progress(now), *narrator.job_state(watch.job_state(narrator.job))]:
+            say(line)
+        if (refused := watch.refused_job(narrator.job)) is not None:
+            raise RuntimeError(refused)
+        if narrator.state in TERMINAL:
+            for line in narrator.progress(now, force=True):
+                say(line)
+            return narrator.state
+        for name in cluster.procs:
+            cluster.check_alive(name)
+
