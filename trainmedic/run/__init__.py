@@ -15,10 +15,11 @@ the job and everything `run` started, and exits 130 (143).
 
 The script is a plain data-parallel torch script that adopts the worker runtime
 (`recovery.worker.init_from_env`, docs/executor.md "The worker runtime"): it joins the process
-group, restores from a surviving replica after a restart and reports its steps. Each rank's output goes to
-$TRAINMEDIC_HOME/executor/NODE/logs/JOB/ (`trainmedic job logs JOB --follow`); `trainmedic job status
-JOB` shows its progress (with the TRAINMEDIC_TOPIC_PREFIX `run` prints). The same job runs on a real
-cluster with `trainmedic job submit job.yaml`, once its nodes name the cluster's.
+group, restores from a surviving replica after a restart and reports its steps. Each rank's
+output goes to $TRAINMEDIC_HOME/executor/NODE/logs/JOB/ (`trainmedic job logs JOB --follow`);
+`trainmedic job status JOB` shows its progress (with the TRAINMEDIC_TOPIC_PREFIX `run` prints).
+The same job runs on a real cluster with `trainmedic job submit job.yaml`, once its nodes name
+the cluster's. See docs/run.md.
 
 The executors here admit the command's program (--allowed-executables), and each node is simulated
 on this machine: its GPUs are synthetic, and its ranks run as local processes, gloo on CPU (NCCL
