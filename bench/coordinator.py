@@ -14,6 +14,7 @@ from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, ap
 from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
 
 JOBS, LEAF, SPARES = 32, 32, 32
+MIN_JOB_NODES = 8
 
 
 def cluster(nodes: int) -> tuple[ClusterState, list]:
@@ -46,7 +47,12 @@ def timed(label: str, fn):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, nargs="+", default=[2048, 16384])
-    for nodes in parser.parse_args().nodes:
+    sizes = parser.parse_args().nodes
+    smallest = SPARES + MIN_JOB_NODES * JOBS
+    if min(sizes) < smallest:
+        parser.error(f"--nodes must be at least {smallest}: {JOBS} jobs of at least {MIN_JOB_NODES} nodes "
+                     f"(the SEV1s hit the first job's 4th and 5th node) and {SPARES} spares")
+    for nodes in sizes:
         print(f"{nodes} nodes, {JOBS} jobs")
         state, log = timed("build: submit, start and ack every job", lambda n=nodes: cluster(n))
         for i, node in enumerate(("n00003", "n00004")):  # the first call also imports numpy, networkx

@@ -10,7 +10,15 @@ A command is admitted when, after an optional `nice -n N` (the executor's own wr
   `allowed_interpreters` (an interpreter is the file it runs: `python` and `python3` of one
   venv are one), and MODULE one of `allowed_modules` or inside one (a prefix), or
 - it is `PYTHON SCRIPT ...` with SCRIPT inside one of `allowed_script_dirs`;
-and, when `allowed_dirs` lists any, its checkpoint_dir and restore path lie inside one of them.
+and, when `allowed_dirs` lists any, its checkpoint_dir, restore path and working directory lie
+inside one of them (the working directory also may be an allowed script directory). A relative
+program path or script resolves against the job's `workdir` when it has one.
+
+A job's `env` must not name a variable that changes what an admitted program runs (the loader's
+`LD_*`, the interpreter's `PYTHONPATH`, `PYTHONSTARTUP`, `PATH`, … : `LOADER_ENV`) unless the
+policy's `job_env` lists it exactly: an admitted `python -m trainmedic.demo` with
+`PYTHONPATH=/tmp/x` would import whatever `/tmp/x` holds. This is a list of known loaders, not
+an allow-list: a program that reads another variable as code is not covered.
 
 Pure but for the file system: the program lookup (`which`), the link resolution (`real`) and the
 executor's interpreter are passed in.
@@ -30,6 +38,15 @@ from recovery.executor.forkserver import NICENESS
 from schemas import WorkerSpec
 
 DEMO_MODULES = ("trainmedic.demo",)
+
+# Variables that make a program load or run other code than its argv says.
+LOADER_ENV = frozenset({
+    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
+    "PYTHONBREAKPOINT", "PYTHONINSPECT", "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "IFS", "PERL5LIB",
+    "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH",
+    "OPENSSL_CONF", "OPENSSL_ENGINES", "SSLKEYLOGFILE", "GIT_EXEC_PATH", "TORCHINDUCTOR_CACHE_DIR",
+})
+LOADER_PREFIXES = ("LD_", "DYLD_")
 
 
 class AdmissionPolicy(BaseModel):
@@ -51,6 +68,9 @@ class AdmissionPolicy(BaseModel):
     allowed_dirs: tuple[str, ...] = Field(
         default=(), description="directories a job's checkpoint_dir and restore path must be in; "
         "none listed: anywhere")
+    job_env: tuple[str, ...] = Field(
+        default=(), description="loader variables (LOADER_ENV: PYTHONPATH, LD_PRELOAD, PATH, ...) a job's "
+        "env may set after all: exact names")
     rank_env: tuple[str, ...] = Field(
         default=(), description="more variables the ranks get from the executor's environment: names, "
         "or prefixes ending in * (trainmedic's own credentials never pass)")
@@ -81,16 +101,28 @@ def resolve(program: str, which: Which = shutil.which) -> str | None:
 def admit(policy: AdmissionPolicy, worker: WorkerSpec, *, python: str = sys.executable,
           which: Which = shutil.which, real: Callable[[str], str] = os.path.realpath) -> Refusal | None:
     """None when `worker` may run under `policy`; else the Refusal that says which rule it breaks."""
-    return _program(policy, list(worker.command), python, which, real) or _paths(policy, worker)
+    return (_environment(policy, worker)
+            or _program(policy, list(worker.command), python, which, real, worker.workdir)
+            or _paths(policy, worker))
+
+
+def _environment(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
+    for name in sorted(worker.env):
+        if name in policy.job_env:
+            continue
+        if name in LOADER_ENV or name.startswith(LOADER_PREFIXES):
+            return Refusal("environment", f"the job's env sets {name}, which changes what the program loads "
+                           "(list it in job_env to allow it)")
+    return None
 
 
 def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which,
-             real: Callable[[str], str]) -> Refusal | None:
+             real: Callable[[str], str], workdir: str | None = None) -> Refusal | None:
     if argv[:2] == ["nice", "-n"] and len(argv) > 3 and NICENESS.fullmatch(argv[2]):
         argv = argv[3:]
     if not argv:
         return Refusal("executable", "the command is empty")
-    program = resolve(argv[0], which)
+    program = resolve(_under(workdir, argv[0]) if os.sep in argv[0] else argv[0], which)
     if program is None:
         return Refusal("executable", f"{argv[0]!r} is not found on PATH")
     if program in {resolve(p, which) for p in policy.allowed_executables}:
@@ -105,7 +137,7 @@ def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which
         return Refusal("module", f"module {argv[2]!r} is not in the allowed modules "
                        f"({', '.join(policy.allowed_modules) or 'none'})")
     if len(argv) >= 2 and not argv[1].startswith("-"):
-        if _inside(argv[1], policy.allowed_script_dirs):
+        if _inside(_under(workdir, argv[1]), policy.allowed_script_dirs):
             return None
         return Refusal("script", f"script {argv[1]!r} is not in an allowed script directory "
                        f"({', '.join(policy.allowed_script_dirs) or 'none'})")
@@ -116,10 +148,19 @@ def _paths(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
     if not policy.allowed_dirs:
         return None
     for what, path in (("checkpoint_dir", worker.checkpoint_dir), ("restore path", worker.restore.path)):
-        if path is not None and not _inside(path, policy.allowed_dirs):
+        if path is not None and not _inside(_under(worker.workdir, path), policy.allowed_dirs):
             return Refusal("directory", f"{what} {path!r} is not in an allowed directory "
                            f"({', '.join(policy.allowed_dirs)})")
+    workdir = worker.workdir
+    if workdir is not None and not _inside(workdir, (*policy.allowed_dirs, *policy.allowed_script_dirs)):
+        return Refusal("directory", f"workdir {workdir!r} is not in an allowed directory "
+                       f"({', '.join((*policy.allowed_dirs, *policy.allowed_script_dirs))})")
     return None
+
+
+def _under(workdir: str | None, path: str) -> str:
+    """`path` as a rank in `workdir` sees it (relative paths are the workdir's)."""
+    return path if workdir is None else os.path.join(workdir, path)
 
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:

@@ -141,3 +141,37 @@ def test_the_policy_is_set_by_flag_variable_or_yaml(tmp_path: Path) -> None:
                                state_dir=lambda _: tmp_path)
     assert config.admission == AdmissionPolicy(allowed_executables=("torchrun",), rank_env=("WANDB_*",),
                                                allowed_modules=("lab.t", "x"), allowed_dirs=("/ckpt",))
+
+
+@pytest.mark.parametrize("name", ["PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "PATH", "PYTHONSTARTUP",
+                                  "BASH_ENV", "DYLD_INSERT_LIBRARIES"])
+def test_a_job_env_that_changes_what_the_program_loads_is_refused(name) -> None:
+    refusal = check((PYTHON, "-m", "trainmedic.demo.train"), env={name: "/tmp/evil", "LR": "3e-4"})
+    assert refusal is not None and refusal.rule == "environment" and name in refusal.reason, refusal
+    allowed = AdmissionPolicy(job_env=(name,))
+    assert check((PYTHON, "-m", "trainmedic.demo.train"), allowed, env={name: "/opt/lib"}) is None
+
+
+def test_a_job_env_of_plain_settings_is_admitted() -> None:
+    assert check((PYTHON, "-m", "trainmedic.demo.train"), env={"LR": "3e-4", "WANDB_MODE": "offline",
+                                                                 "OMP_NUM_THREADS": "1"}) is None
+
+
+def test_a_relative_script_resolves_against_the_jobs_workdir(tmp_path: Path) -> None:
+    scripts = tmp_path / "code"
+    policy = AdmissionPolicy(allowed_script_dirs=(str(scripts),))
+    assert check((PYTHON, "train.py"), policy, workdir=str(scripts)) is None
+    assert check((PYTHON, "../code/train.py"), policy, workdir=str(scripts)) is None
+    refusal = check((PYTHON, "../elsewhere/x.py"), policy, workdir=str(scripts))
+    assert refusal is not None and refusal.rule == "script", refusal
+    # without a workdir, a relative script is the executor's directory's, as before
+    assert check((PYTHON, "train.py"), policy) is not None
+
+
+def test_the_workdir_must_be_an_allowed_directory_when_the_policy_lists_any(tmp_path: Path) -> None:
+    policy = AdmissionPolicy(allowed_script_dirs=(str(tmp_path / "code"),),
+                             allowed_dirs=(str(tmp_path / "data"),))
+    assert check((PYTHON, "train.py"), policy, workdir=str(tmp_path / "code")) is None
+    assert check((PYTHON, "-m", "trainmedic.demo"), policy, workdir=str(tmp_path / "data" / "run1")) is None
+    refusal = check((PYTHON, "-m", "trainmedic.demo"), policy, workdir="/etc")
+    assert refusal is not None and refusal.rule == "directory" and "workdir '/etc'" in refusal.reason, refusal
