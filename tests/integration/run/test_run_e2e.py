@@ -5,7 +5,7 @@ its real services and ranks: the script (a plain torch DDP MLP, user_train.py) r
 10 of generation 0, and once generation 1 steps, one of its ranks is killed with SIGKILL. Both must
 be healed (a software_error and a process_exit incident, each answered by a restart), the job must
 run to its last step and succeed, and `run` must exit 0 having stopped everything it started. Then
-`job status` and `job logs` read the same job back.
+`job status` and `job logs` (all ranks, one, followed until the job's end) read the same job back.
 """
 
 from __future__ import annotations
@@ -112,6 +112,11 @@ def test_a_users_script_is_healed_of_an_exception_and_a_kill_and_run_exits_0(
                           timeout=30)
     assert logs.returncode == 0 and "RuntimeError: injected failure at step 10" in logs.stdout, logs
     assert "== generation 2: rank 0 on local-0 ==" in logs.stdout
+    followed = subprocess.run([*cli, "logs", job, "--follow"], env={**env, "TRAINMEDIC_TOPIC_PREFIX": prefix},
+                              capture_output=True, text=True, timeout=60)  # the job ended: it ends too
+    assert followed.returncode == 0 and f"job {job} ended: succeeded" in followed.stderr, followed.stderr
+    assert f"[rank 1] step {STEPS - 1} " in followed.stdout
+    assert "== generation 2: rank 1 on local-1 ==" in followed.stdout
     elsewhere = subprocess.run([*cli, "logs", job, "--home", str(tmp_path / "elsewhere")], env=env,
                                capture_output=True, text=True, timeout=30)
     assert elsewhere.returncode == 1 and "no logs of job user-job on this machine" in elsewhere.stderr
