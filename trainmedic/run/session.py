@@ -68,14 +68,16 @@ def run_job(args: argparse.Namespace) -> int:
             cluster = LocalCluster(layout, bootstrap, prefix, spec.nodes, credentials=credentials_dir(),
                                    node_args=admit)
             try:
-                return supervise(cluster, spec, args, say, started)
+                status = supervise(cluster, spec, args, say, started)
             finally:
                 for sig in previous:  # a second Ctrl-C must not cut the stop short
                     signal.signal(sig, signal.SIG_IGN)
                 say("stopping the services")
                 cluster.close()
+        say(f"exit status {status} (the job's: 0 succeeded, 1 failed or stopped)")
+        return status
     except Interrupted as stop:
-        say(f"{stop}: stopped")
+        say(f"{stop}: stopped everything; exit status {128 + stop.signum}")
         return 128 + stop.signum
     except (TrainmedicError, RuntimeError) as err:
         say(f"failed: {err}")
