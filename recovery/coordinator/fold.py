@@ -137,9 +137,7 @@ def _ended(state: ClusterState, event: JobEnded) -> None:
     if job is None or job.state.ended:
         return
     job.state = move(JOB_MOVES, job.state, JobState(event.state), f"job {job.spec.id} (job_ended)")
-    freed, job.nodes, job.ended = job.nodes, (), event.reason
-    for node in freed:
-        state.node(node)
+    freed, job.nodes, job.end_reason = job.nodes, (), event.reason
     if freed:
         state.capacity_ts = event.ts if state.capacity_ts is None else max(state.capacity_ts, event.ts)
 

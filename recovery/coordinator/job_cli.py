@@ -203,7 +203,8 @@ def submit(settings, spec, key=None) -> int:
 
 
 def stop(settings, state, job_id: str, reason: str, key=None) -> int:
-    """Publish a stop of `job_id`, signed with the operator's `key`, if the log holds it running."""
+    """Publish a stop of `job_id`, signed with the operator's `key`, if the log holds it and it has not
+    ended."""
     from bus.producer import EventProducer
     from schemas.jobs import JobStopRequested
 
@@ -212,8 +213,8 @@ def stop(settings, state, job_id: str, reason: str, key=None) -> int:
         known = " ".join(sorted(state.jobs)[:10]) or "none"
         raise SpecError(f"no job {job_id} in the log (jobs: {known}); `trainmedic job list` shows them")
     if job.state.ended:
-        raise SpecError(f"job {job_id} already ended ({job.state}{': ' + job.ended if job.ended else ''}): "
-                        "nothing to stop")
+        why = f": {job.end_reason}" if job.end_reason else ""
+        raise SpecError(f"job {job_id} already ended ({job.state}{why}): nothing to stop")
     event = JobStopRequested(ts=time.time(), job=job_id, reason=reason, by=_user())
     if key is not None:
         event = key.sign(event)

@@ -172,7 +172,7 @@ class Job:
     restarts: tuple[tuple[float, str], ...] = ()  # (when, incident) of each restart that blamed the job
     finished: set[tuple[int, str]] = field(default_factory=set)  # (generation, node) whose ranks exited 0
     stop: JobStopRequested | None = None  # an operator's stop, the first one read
-    ended: str = ""  # why it ended (`job_ended`'s reason)
+    end_reason: str = ""  # why it ended (`job_ended`'s reason)
 
     @property
     def over(self) -> bool:
