@@ -57,9 +57,12 @@ def test_a_report_of_the_current_generation_does_not_end_a_job_a_newer_plan_move
     rec.started()
     rec.feed(finished("n1"), now=20.0)
     rec.feed(finished("n2"), now=20.0)
-    rec.feed(incident("i1", "SEV2", node="n3"), now=21.0)  # restart to generation 1, in flight
+    restart = rec.feed(incident("i1", "SEV2", node="n3"), now=21.0)  # to generation 1, in flight
     assert rec.feed(finished("n3"), now=22.0) == []
     assert rec.state.jobs["llm"].state is JobState.RECOVERING
+    rec.ack(restart, "done", now=23.0)
+    out = [e for node in ("n1", "n2", "n3") for e in rec.feed(finished(node, generation=1), now=30.0)]
+    assert [(e.type, e.generation) for e in out] == [("job_ended", 1)]
 
 
 def test_an_incident_of_a_finished_job_restarts_nothing() -> None:
