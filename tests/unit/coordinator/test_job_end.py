@@ -4,10 +4,14 @@ nothing restarts it."""
 
 from __future__ import annotations
 
+from bus.message import parse_message
 from recovery.coordinator import ClusterState, CoordinatorConfig, apply, catch_up
+from recovery.coordinator.intake import receive
 from recovery.coordinator.state import JobState
-from schemas import JobStopRequested, RanksFinished
+from schemas import JobStopRequested, RanksFinished, Topics, encode
 from tests.unit.coordinator.world import LIMITED, Recorder, incident, of_type, submitted
+
+TOPICS = Topics("t.")
 
 
 def finished(node: str, generation: int = 0, job: str = "llm", ts: float = 20.0) -> RanksFinished:
@@ -184,3 +188,15 @@ def test_worker_specs_carry_the_jobs_args_env_workdir_and_failure_settings() -> 
     assert worker.command == ("python", "train.py", "--lr", "3e-4")
     assert (worker.env, worker.workdir, worker.failure.hang_floor_s) == (
         {"STEPS": "100"}, "/home/u/proj", 300.0)
+
+
+def test_a_stop_of_a_job_never_submitted_is_refused_and_of_an_ended_job_ignored() -> None:
+    rec = Recorder()
+    rec.started()
+    record = parse_message(TOPICS, TOPICS.jobs, 0, 9, b"ghost", encode(stop("ghost")), now=30.0)
+    assert receive(rec.state, record, now=30.0) == (
+        "coordinator rejected it: job stop for ghost: no such job was submitted")
+    for node in ("n1", "n2", "n3"):
+        rec.feed(finished(node), now=31.0)
+    assert rec.feed(stop(), now=32.0) == [] and rec.state.jobs["llm"].stop is None
+    assert rec.state.jobs["llm"].state is JobState.SUCCEEDED
