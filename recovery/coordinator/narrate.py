@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schemas.commands import Command, CommandAcked
+from schemas.commands import Command, CommandAcked, RanksFinished
 from schemas.incident import Incident
-from schemas.jobs import JobSubmitted
+from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.nodes import NodeReadmitted
-from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from schemas.recovery import JobEnded, RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
 
 
 def cause(event: object) -> str:
@@ -21,6 +21,10 @@ def cause(event: object) -> str:
             return f"job {event.job.id} submitted"
         case CommandAcked():
             return f"{event.status} from {event.node} for {event.command_id}"
+        case RanksFinished():
+            return f"ranks of {event.job} generation {event.generation} finished on {event.node}"
+        case JobStopRequested():
+            return f"job {event.job} stopped by {event.by}" + (f" ({event.reason})" if event.reason else "")
     return str(event)
 
 
@@ -60,6 +64,8 @@ def narrate(trigger: str, outputs: list) -> list[str]:
                 lines.append(f"{trigger} → plan {event.plan_id} for {event.job} failed: {event.reason}{then}")
             case NodeReadmitted():
                 lines.append(f"{trigger} → re-admitted node {event.node}: {event.reason}")
+            case JobEnded():
+                lines.append(f"{trigger} → job {event.job} {event.state}: {event.reason}; its nodes are free")
             case Incident():
                 lines.append(f"{trigger} → raised {cause(event)}: {'; '.join(event.evidence)}")
     for key, sent in commands.items():
