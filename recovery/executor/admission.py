@@ -10,7 +10,10 @@ A command is admitted when, after an optional `nice -n N` (the executor's own wr
   `allowed_interpreters` (an interpreter is the file it runs: `python` and `python3` of one
   venv are one), and MODULE one of `allowed_modules` or inside one (a prefix), or
 - it is `PYTHON SCRIPT ...` with SCRIPT inside one of `allowed_script_dirs`;
-and, when `allowed_dirs` lists any, its checkpoint_dir and restore path lie inside one of them.
+and, when `allowed_dirs` lists any, its workdir, checkpoint_dir and restore path lie inside one of
+them; and its job env sets none of CODE_NAMES, which choose the code a rank runs behind the argv's
+back (the loader's LD_*, PATH, PYTHONPATH, ...). A relative path in the argv or the spec is the
+workdir's, as the rank will see it (the executor's own directory when the job names none).
 
 Pure but for the file system: the program lookup (`which`), the link resolution (`real`) and the
 executor's interpreter are passed in.
@@ -30,6 +33,11 @@ from recovery.executor.forkserver import NICENESS
 from schemas import WorkerSpec
 
 DEMO_MODULES = ("trainmedic.demo",)
+# A job's env may not set these: each makes an admitted program load or run other code.
+CODE_NAMES = frozenset({"PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+                        "PYTHONPLATLIBDIR", "PYTHONEXECUTABLE", "PYTHONBREAKPOINT", "PYTHONWARNINGS",
+                        "BASH_ENV", "ENV"})
+CODE_PREFIXES = ("LD_",)
 
 
 class AdmissionPolicy(BaseModel):
@@ -49,8 +57,8 @@ class AdmissionPolicy(BaseModel):
     allowed_script_dirs: tuple[str, ...] = Field(
         default=(), description="directories whose scripts an allowed Python may run (`PYTHON SCRIPT`)")
     allowed_dirs: tuple[str, ...] = Field(
-        default=(), description="directories a job's checkpoint_dir and restore path must be in; "
-        "none listed: anywhere")
+        default=(), description="directories a job's workdir, checkpoint_dir and restore path must be "
+        "in; none listed: anywhere")
     rank_env: tuple[str, ...] = Field(
         default=(), description="more variables the ranks get from the executor's environment: names, "
         "or prefixes ending in * (trainmedic's own credentials never pass)")
@@ -81,16 +89,33 @@ def resolve(program: str, which: Which = shutil.which) -> str | None:
 def admit(policy: AdmissionPolicy, worker: WorkerSpec, *, python: str = sys.executable,
           which: Which = shutil.which, real: Callable[[str], str] = os.path.realpath) -> Refusal | None:
     """None when `worker` may run under `policy`; else the Refusal that says which rule it breaks."""
-    return _program(policy, list(worker.command), python, which, real) or _paths(policy, worker)
+    here = _relative_to(worker.workdir)
+    return (_environment(worker) or _program(policy, list(worker.command), python, which, real, here)
+            or _paths(policy, worker, here))
+
+
+def _relative_to(workdir: str | None) -> Callable[[str], str]:
+    """Where a path the job names lies for its ranks: a relative one is inside `workdir`."""
+    if workdir is None:
+        return lambda path: path
+    return lambda path: os.path.join(workdir, path)
+
+
+def _environment(worker: WorkerSpec) -> Refusal | None:
+    chosen = sorted(name for name in worker.env if name in CODE_NAMES or name.startswith(CODE_PREFIXES))
+    if chosen:
+        return Refusal("environment", f"the job's env sets {', '.join(chosen)}, which choose the code a "
+                       "rank runs: set them in the executor's environment (rank_env) instead")
+    return None
 
 
 def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which,
-             real: Callable[[str], str]) -> Refusal | None:
+             real: Callable[[str], str], here: Callable[[str], str]) -> Refusal | None:
     if argv[:2] == ["nice", "-n"] and len(argv) > 3 and NICENESS.fullmatch(argv[2]):
         argv = argv[3:]
     if not argv:
         return Refusal("executable", "the command is empty")
-    program = resolve(argv[0], which)
+    program = resolve(here(argv[0]) if os.sep in argv[0] else argv[0], which)
     if program is None:
         return Refusal("executable", f"{argv[0]!r} is not found on PATH")
     if program in {resolve(p, which) for p in policy.allowed_executables}:
@@ -105,18 +130,19 @@ def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which
         return Refusal("module", f"module {argv[2]!r} is not in the allowed modules "
                        f"({', '.join(policy.allowed_modules) or 'none'})")
     if len(argv) >= 2 and not argv[1].startswith("-"):
-        if _inside(argv[1], policy.allowed_script_dirs):
+        if _inside(here(argv[1]), policy.allowed_script_dirs):
             return None
         return Refusal("script", f"script {argv[1]!r} is not in an allowed script directory "
                        f"({', '.join(policy.allowed_script_dirs) or 'none'})")
     return Refusal("module", f"{program} may run only `-m MODULE` or a script, not {argv[1:2] or 'nothing'}")
 
 
-def _paths(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
+def _paths(policy: AdmissionPolicy, worker: WorkerSpec, here: Callable[[str], str]) -> Refusal | None:
     if not policy.allowed_dirs:
         return None
-    for what, path in (("checkpoint_dir", worker.checkpoint_dir), ("restore path", worker.restore.path)):
-        if path is not None and not _inside(path, policy.allowed_dirs):
+    for what, path in (("workdir", worker.workdir), ("checkpoint_dir", worker.checkpoint_dir),
+                       ("restore path", worker.restore.path)):
+        if path is not None and not _inside(here(path), policy.allowed_dirs):
             return Refusal("directory", f"{what} {path!r} is not in an allowed directory "
                            f"({', '.join(policy.allowed_dirs)})")
     return None
