@@ -123,7 +123,8 @@ def test_hang_fires_at_the_floor_when_steps_are_fast_naming_the_rank_that_stoppe
 def job_with_floor(floor_s, until: float, silent_until: float):
     """A job stepping once a second until `until`, then silent until `silent_until` (hosts report),
     whose worker_start carries `floor_s` (None: no floor of its own)."""
-    return healthy(0, silent_until) + [start(0.5, r, hang_floor_s=floor_s) for r in range(8)] + steps(1, until)
+    starts = [start(0.5, r, hang_floor_s=floor_s) for r in range(8)]
+    return healthy(0, silent_until) + starts + steps(1, until)
 
 
 def test_a_job_with_a_higher_hang_floor_is_not_hung_where_the_default_floor_would_call_it():
