@@ -162,12 +162,16 @@ class Executor:
     def _serve_once(self, reader: TopicReader) -> None:
         for item in reader.poll(self.config.poll_s, max_messages=100):
             self._handle(item)
+        self._reap()
+        self._flush()
+
+    def _reap(self) -> None:
+        """Report and fold the ranks that ended on their own since the last look."""
         exits = self.supervisor.reap()
         for index, ended in enumerate(exits):
             # ranks reaped together are all gone from the supervisor: the later ones are not yet folded
             later = sum(1 for other in exits[index + 1:] if other.job == ended.job)
             self._on_exit(ended, self.supervisor.alive(ended.job) + later)
-        self._flush()
 
     def _handle(self, item: Record | DeadLettered) -> None:
         """Decide and apply one command; one that raises is dead-lettered and read past."""
