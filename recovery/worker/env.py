@@ -104,4 +104,3 @@ class WorkerEnv:
             collective_timeout_s=env_seconds(env, COLLECTIVE_TIMEOUT),
             hang_floor_s=env_seconds(env, HANG_FLOOR),
         )
-
