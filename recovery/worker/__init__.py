@@ -1,7 +1,7 @@
 """The worker runtime: what a training script imports to join, restore, snapshot and retry.
 
     from recovery.worker import init_from_env
-    rt = init_from_env(timeout_s=60)
+    rt = init_from_env()  # timeout: the job's failure.collective_timeout_s, else 60 s
     start = rt.restore(model, optimizer)
     for step in range(start, total):
         ...one step, up to its collective...

@@ -3,11 +3,11 @@ incident per fault), hangs, stragglers, and which ranks run on which node."""
 
 from __future__ import annotations
 
-from schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStepped
+from schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStarted, WorkerStepped
 from streams.core.config import DetectorConfig
 from streams.core.correlation import add_clue, decide, overdue_until
 from streams.core.deadlines import Deadlines, Timer
-from streams.core.hang import describe_threshold, record_step_time, stopped_first
+from streams.core.hang import describe_threshold, record_step_time, stopped_first, threshold
 from streams.core.incidents import IncidentBook
 from streams.core.node_rules import NodeRules
 from streams.core.state import Clue, DetectorState, JobWatch, OpenIncident, RankState
@@ -30,8 +30,14 @@ class JobRules:
 
     # -- events ------------------------------------------------------------------------
 
-    def on_start(self, ev: WorkerEvent) -> None:
-        self._worker(ev)
+    def on_start(self, ev: WorkerStarted) -> None:
+        found = self._worker(ev)
+        if found is None or ev.hang_floor_s is None or ev.hang_floor_s == found[0].hang_floor_s:
+            return
+        job = found[0]
+        job.hang_floor_s = ev.hang_floor_s
+        job.threshold = threshold(job, self.config.hang)
+        self.timers.arm(Timer.HANG, ev.job, job.last_progress + job.threshold)
 
     def on_step(self, ev: WorkerStepped) -> None:
         found = self._worker(ev)
@@ -265,7 +271,7 @@ class JobRules:
         job.gen = ev.generation
         job.ranks = {}
         job.max_step, job.steps_seen, job.step_times = -1, 0, []
-        job.last_progress, job.threshold = ev.ts, self.config.hang.warmup_s
+        job.last_progress, job.threshold = ev.ts, threshold(job, self.config.hang)
         job.finishing, job.fatal_id = False, None
         self.timers.arm(Timer.HANG, name, ev.ts + job.threshold)
 

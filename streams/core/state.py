@@ -93,6 +93,7 @@ class JobWatch:
     steps_seen: int = 0
     step_times: list[float] = field(default_factory=list)  # one per job step, for the median
     threshold: float = 0.0  # current hang threshold, seconds
+    hang_floor_s: float | None = None  # the job's own floor, from its worker_start (None: the config's)
     finishing: bool = False  # a rank exited 0: the job is ending, silence is expected
     fatal_id: str | None = None  # the SEV1/SEV2 incident that owns this generation's failure
     open_ids: list[str] = field(default_factory=list)  # incidents cleared by this job's steps
