@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from recovery.coordinator.state import ClusterState
 from schemas.commands import Command, CommandAcked
 from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
@@ -29,8 +30,18 @@ def _nodes(nodes: tuple[str, ...], limit: int = 8) -> str:
     return f"[{shown}{f' +{len(nodes) - limit}' if len(nodes) > limit else ''}]"
 
 
-def narrate(trigger: str, outputs: list) -> list[str]:
-    """Log lines for the events emitted in answer to `trigger`."""
+def _nodes_of(state: ClusterState, outputs: list, plan_id: str, job: str) -> tuple[str, ...] | None:
+    """The nodes of a job's plan: emitted with the outputs, or the plan the state holds (None: unknown)."""
+    for event in outputs:
+        if isinstance(event, RecoveryPlanned) and (event.plan_id, event.job) == (plan_id, job):
+            return event.nodes
+    held = state.jobs.get(job)
+    return held.plan.nodes if held and held.plan and held.plan.plan_id == plan_id else None
+
+
+def narrate(trigger: str, outputs: list, state: ClusterState) -> list[str]:
+    """Log lines for the events emitted in answer to `trigger` (`state` after it: which nodes the plans
+    that completed placed their jobs on)."""
     lines = []
     commands: dict[tuple[str, str, int], list[Command]] = defaultdict(list)
     planned = set()
@@ -47,14 +58,18 @@ def narrate(trigger: str, outputs: list) -> list[str]:
                     actions[command.action].append(command.node)
                 issued = ", ".join(f"{a} {_nodes(tuple(n))}" for a, n in actions.items()) or "none"
                 horizon = f" (horizon {event.horizon_s / 3600:.1f} h)" if event.horizon_s else ""
+                queued = "" if event.nodes else " (no nodes: the job stops and is queued)"
                 lines.append(f"{trigger} → {event.kind} plan {event.plan_id}: {event.job} generation "
-                             f"{event.generation} {_nodes(event.previous)} → {_nodes(event.nodes)}{horizon}; "
-                             f"commands: {issued}")
+                             f"{event.generation} {_nodes(event.previous)} → {_nodes(event.nodes)}{horizon}"
+                             f"{queued}; commands: {issued}")
             case RecoverySkipped():
                 lines.append(f"{trigger} → no action: {event.reason}")
+            case RecoveryCompleted() if _nodes_of(state, outputs, event.plan_id, event.job) == ():
+                lines.append(f"{trigger} → plan {event.plan_id}: {event.job} stopped on every node, queued "
+                             "until nodes are free")
             case RecoveryCompleted():
-                lines.append(f"{trigger} → plan {event.plan_id} completed: {event.job} generation "
-                             f"{event.generation} is up")
+                lines.append(f"{trigger} → plan {event.plan_id}: every command of {event.job} generation "
+                             f"{event.generation} acknowledged (workers started, not yet stepping)")
             case RecoveryFailed():
                 then = f" → escalated to incident {event.escalation}" if event.escalation else ""
                 lines.append(f"{trigger} → plan {event.plan_id} for {event.job} failed: {event.reason}{then}")
