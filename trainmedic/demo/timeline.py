@@ -21,9 +21,15 @@ class Generation:
 
 @dataclass
 class SeenIncident:
+    """An incident as the demo saw it (`incident`: its latest event): `opened_wall` when it read it,
+    `published` when it reached Kafka (the message time of its opening; None where the reader gave
+    none), `detection_delay_s` its opening's `ts - first_ts` (a resolved event's is its time to resolve)."""
+
     incident: Incident
     opened_wall: float
     resolved_wall: float | None = None
+    published: float | None = None
+    detection_delay_s: float | None = None
 
 
 @dataclass
@@ -39,7 +45,8 @@ class Timeline:
     # generation -> "rank R on NODE: warning" for each rank whose restore fell back from its replica
     restore_warnings: dict[int, list[str]] = field(default_factory=dict)
 
-    def apply(self, event: object, wall: float) -> None:
+    def apply(self, event: object, wall: float, published: float | None = None) -> None:
+        """Fold one event read at `wall`; `published` is its Kafka message time, where known."""
         if isinstance(event, WorkerStepped) and event.job == self.job:
             self.stepped(event.generation, event.world_size, event.step, event.ts)
             if event.restore_warning:
@@ -49,6 +56,10 @@ class Timeline:
             seen = self.incidents.get(event.id)
             if seen is None:
                 self.incidents[event.id] = seen = SeenIncident(event, wall)
+            if event.status == "open":
+                seen.detection_delay_s = event.ts - event.first_ts
+                if published is not None:
+                    seen.published = min(published, seen.published or published)
             if event.status == "resolved":
                 seen.incident, seen.resolved_wall = event, wall
         elif isinstance(event, RecoveryPlanned) and event.job == self.job:
