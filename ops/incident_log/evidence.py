@@ -31,8 +31,9 @@ def clock(ts: float) -> str:
 
 
 def offset(seconds: float) -> str:
-    """A signed offset in seconds, to the millisecond: +2.310s, -0.500s."""
-    return f"{'+' if seconds >= 0 else '-'}{abs(seconds):.3f}s"
+    """A signed offset in seconds, to the millisecond: +2.310s, -0.500s (never -0.000s)."""
+    shown = round(seconds, 3)
+    return f"{'-' if shown < 0 else '+'}{abs(shown):.3f}s"
 
 
 def readable(text: str, origin: float) -> str:

@@ -120,7 +120,7 @@ def first_step_after_repair(plan: RecoveryPlanned, outcomes: tuple[RecoveryCompl
     """When `plan`'s job completed its first step after the repair, from the step times of the
     plan's generation: its first step, or after a reattempt (the same generation, the ranks kept
     running) the first step after the reattempt was acknowledged."""
-    if plan.kind is not RecoveryKind.REATTEMPT:
+    if plan.kind != RecoveryKind.REATTEMPT:
         return min(steps, default=None)
     acked = next((o.ts for o in outcomes if isinstance(o, RecoveryCompleted)
                   and (o.plan_id, o.job) == (plan.plan_id, plan.job)), None)
@@ -184,6 +184,13 @@ class Entry:
     detail: str
 
 
+def _acked(plan: RecoveryPlanned) -> str:
+    """What a plan's commands done means: not yet a step."""
+    if plan.kind == RecoveryKind.REATTEMPT:
+        return "ranks retried in place"
+    return "workers started, not yet stepping"
+
+
 def _nodes(nodes: tuple[str, ...]) -> str:
     return "[" + " ".join(nodes) + "]"
 
@@ -237,12 +244,13 @@ def timeline(view: IncidentView) -> list[Entry]:
         entries.append(Entry(p.ts, "plan issued", f"{p.kind} plan {p.plan_id}: {p.job} generation "
                                                   f"{p.generation} {_nodes(p.previous)} → {_nodes(p.nodes)}"))
     for out in view.outcomes:
+        plan = plans[(out.plan_id, out.job)]
         if isinstance(out, RecoveryFailed):
             then = f" → escalated to {out.escalation}" if out.escalation else ""
             entries.append(Entry(out.ts, "recovery failed", f"plan {out.plan_id}: {out.reason}{then}"))
-        elif plans[(out.plan_id, out.job)].nodes:
+        elif plan.nodes:
             entries.append(Entry(out.ts, "acknowledged", f"plan {out.plan_id}: every command of {out.job} "
-                                 f"generation {out.generation} done (workers started, not yet stepping)"))
+                                 f"generation {out.generation} done ({_acked(plan)})"))
         else:
             entries.append(Entry(out.ts, "queued", f"plan {out.plan_id}: {out.job} stopped on every node, "
                                                    "waiting for nodes"))

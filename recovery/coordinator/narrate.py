@@ -9,7 +9,7 @@ from schemas.commands import Command, CommandAcked
 from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
 from schemas.nodes import NodeReadmitted
-from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryKind, RecoveryPlanned, RecoverySkipped
 
 
 def cause(event: object) -> str:
@@ -30,13 +30,24 @@ def _nodes(nodes: tuple[str, ...], limit: int = 8) -> str:
     return f"[{shown}{f' +{len(nodes) - limit}' if len(nodes) > limit else ''}]"
 
 
-def _nodes_of(state: ClusterState, outputs: list, plan_id: str, job: str) -> tuple[str, ...] | None:
-    """The nodes of a job's plan: emitted with the outputs, or the plan the state holds (None: unknown)."""
+def _plan_of(state: ClusterState, outputs: list, done: RecoveryCompleted) -> RecoveryPlanned | None:
+    """The plan a completion is for: emitted with it, or the plan the state holds (None: unknown)."""
     for event in outputs:
-        if isinstance(event, RecoveryPlanned) and (event.plan_id, event.job) == (plan_id, job):
-            return event.nodes
-    held = state.jobs.get(job)
-    return held.plan.nodes if held and held.plan and held.plan.plan_id == plan_id else None
+        if isinstance(event, RecoveryPlanned) and (event.plan_id, event.job) == (done.plan_id, done.job):
+            return event
+    held = state.jobs.get(done.job)
+    return held.plan if held and held.plan and held.plan.plan_id == done.plan_id else None
+
+
+def _completed(trigger: str, done: RecoveryCompleted, plan: RecoveryPlanned | None) -> str:
+    """A completed plan as what it is: its commands acknowledged (no step yet), or its job queued."""
+    if plan is not None and not plan.nodes:
+        return (f"{trigger} → plan {done.plan_id}: {done.job} stopped on every node, queued until nodes "
+                "free up")
+    meaning = ("" if plan is None else " (ranks retried in place)" if plan.kind == RecoveryKind.REATTEMPT
+               else " (workers started, not yet stepping)")
+    return (f"{trigger} → plan {done.plan_id}: every command of {done.job} generation {done.generation} "
+            f"acknowledged{meaning}")
 
 
 def narrate(trigger: str, outputs: list, state: ClusterState) -> list[str]:
@@ -64,12 +75,8 @@ def narrate(trigger: str, outputs: list, state: ClusterState) -> list[str]:
                              f"{queued}; commands: {issued}")
             case RecoverySkipped():
                 lines.append(f"{trigger} → no action: {event.reason}")
-            case RecoveryCompleted() if _nodes_of(state, outputs, event.plan_id, event.job) == ():
-                lines.append(f"{trigger} → plan {event.plan_id}: {event.job} stopped on every node, queued "
-                             "until nodes are free")
             case RecoveryCompleted():
-                lines.append(f"{trigger} → plan {event.plan_id}: every command of {event.job} generation "
-                             f"{event.generation} acknowledged (workers started, not yet stepping)")
+                lines.append(_completed(trigger, event, _plan_of(state, outputs, event)))
             case RecoveryFailed():
                 then = f" → escalated to incident {event.escalation}" if event.escalation else ""
                 lines.append(f"{trigger} → plan {event.plan_id} for {event.job} failed: {event.reason}{then}")

@@ -26,7 +26,7 @@ def test_a_job_moved_to_no_nodes_is_queued_not_up() -> None:
     plan = planned(nodes=())
     [line] = narrate("ack", [RecoveryCompleted(ts=6.0, plan_id="p-1", job="llm", generation=1)],
                      state_with(plan))
-    assert line == "ack → plan p-1: llm stopped on every node, queued until nodes are free"
+    assert line == "ack → plan p-1: llm stopped on every node, queued until nodes free up"
     [issued] = narrate("incident", [plan], state_with(plan))
     assert "[n1 n2] → [] (no nodes: the job stops and is queued)" in issued
 
@@ -38,3 +38,10 @@ def test_a_completed_plan_says_its_commands_were_acknowledged_not_that_the_job_i
     assert line == ("ack → plan p-1: every command of llm generation 1 acknowledged (workers started, "
                     "not yet stepping)")
     assert "is up" not in line and "completed" not in line
+
+
+def test_a_reattempt_acknowledged_is_ranks_retried_in_place() -> None:
+    plan = planned(nodes=("n1", "n2")).model_copy(update={"kind": "reattempt"})
+    [line] = narrate("ack", [RecoveryCompleted(ts=6.0, plan_id="p-1", job="llm", generation=1)],
+                     state_with(plan))
+    assert line.endswith("every command of llm generation 1 acknowledged (ranks retried in place)")

@@ -94,6 +94,8 @@ def test_after_a_reattempt_the_first_step_after_its_ack_counts() -> None:
     steps = [step(T0 + 1.0 + i * 0.25, generation=0) for i in range(20)]  # the ranks kept stepping
     view = view_of(opened(), plan(kind="reattempt", generation=0), done(generation=0, ts=T0 + 4.6), *steps)
     assert round(view.time_to_resume_s, 3) == 4.75
+    [acked] = [e.detail for e in timeline(view) if e.what == "acknowledged"]
+    assert acked.endswith("done (ranks retried in place)")
 
 
 def test_a_job_moved_to_no_nodes_is_queued_never_completed_or_up() -> None:
@@ -135,3 +137,9 @@ def test_evidence_stamps_and_instants() -> None:
     assert clock(T0 + 0.0125) == "02:00:00.012"
     assert readable("median step 0.250s since 1764554401.500", T0) == \
         "median step 0.250s since 02:00:01.500 (+1.500s)"
+
+
+def test_an_offset_that_rounds_to_zero_has_no_sign() -> None:
+    from ops.incident_log.evidence import offset
+
+    assert offset(-0.0001) == "+0.000s" and offset(-0.0006) == "-0.001s" and offset(2.31) == "+2.310s"
