@@ -42,3 +42,11 @@ def readable(text: str, origin: float) -> str:
         ts = float(found[0])
         return f"{clock(ts)} ({offset(ts - origin)})"
     return _INSTANT.sub(human, text)
+
+
+def for_people(line: str, origin: float) -> str:
+    """One evidence line to read on its own (an alert): its time as clock time and offset from
+    `origin`, then what it says, instants in it made readable."""
+    ts, text = stamped(line)
+    text = readable(text, origin)
+    return text if ts is None else f"{clock(ts)} ({offset(ts - origin)}) {text}"
