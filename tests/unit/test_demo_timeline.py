@@ -41,3 +41,17 @@ def test_the_report_times_the_incident_on_kafka_from_the_injection():
     assert _delay(seen) == 1.0  # first evidence → decided
     assert published_after(seen, injected) == 3.6  # injected → on Kafka, the first copy
     assert published_after(None, injected) is None
+
+
+def test_after_a_reattempt_the_job_resumed_at_its_first_step_after_the_ack():
+    from schemas import RecoveryCompleted, RecoveryPlanned
+
+    timeline = Timeline("job")
+    for i in range(40):  # the ranks keep stepping through the flap
+        timeline.stepped(3, 6, 50 + i, 100.0 + i * 0.25)
+    plan = RecoveryPlanned(ts=103.0, plan_id="p", incident_id="flap-1", job="job", kind="reattempt",
+                           generation=3, nodes=("n0",), previous=("n0",))
+    timeline.apply(plan, wall=103.1)
+    assert timeline.resumed_in_place("flap-1", 3) is None  # not acknowledged yet
+    timeline.apply(RecoveryCompleted(ts=104.6, plan_id="p", job="job", generation=3), wall=106.0)
+    assert timeline.resumed_in_place("flap-1", 3) == 104.75  # not the last step when the ack was read

@@ -117,10 +117,8 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
         if seen is None:
             return None
         if fault.action == "reattempt":
-            plan = t.plan_for(seen.incident.id)
-            done = plan and t.completed_wall(plan.plan_id)
-            gen = t.generations[before_gen]
-            return (before_gen, gen.last_step_ts) if done and gen.last_step_ts > done else None
+            first = t.resumed_in_place(seen.incident.id, before_gen)
+            return None if first is None else (before_gen, first)
         newer = [g for g in t.generations if g > before_gen]
         return (max(newer), t.generations[max(newer)].first_step_ts) if newer else None
 

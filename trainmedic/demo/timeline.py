@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ops.incident_log.views import first_step_after_repair
 from schemas import Incident, WorkerStepped
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
 
@@ -17,6 +18,7 @@ class Generation:
     first_step_ts: float
     last_step: int
     last_step_ts: float
+    step_times: set[float] = field(default_factory=set)  # when each step report of any rank was made
 
 
 @dataclass
@@ -73,11 +75,12 @@ class Timeline:
         """A rank of `generation` completed `step` at `ts` (from telemetry, or a rank's stdout)."""
         gen = self.generations.get(generation)
         if gen is None:
-            self.generations[generation] = Generation(world_size, step, ts, step, ts)
+            self.generations[generation] = gen = Generation(world_size, step, ts, step, ts)
         else:
             gen.first_step = min(gen.first_step, step)
             if step >= gen.last_step:
                 gen.last_step, gen.last_step_ts = step, ts
+        gen.step_times.add(ts)
 
     def steps_lost(self, before: int, after: int) -> int:
         """Completed steps of generation `before` that generation `after` had to run again."""
@@ -97,6 +100,12 @@ class Timeline:
     def plan_for(self, incident_id: str) -> RecoveryPlanned | None:
         return next((p for _, p in self.planned if p.incident_id == incident_id), None)
 
-    def completed_wall(self, plan_id: str) -> float | None:
-        return next((w for w, c in self.completed if c.plan_id == plan_id), None)
+    def resumed_in_place(self, incident_id: str, generation: int) -> float | None:
+        """When `generation` completed its first step after the reattempt that answered `incident_id`
+        was acknowledged (the incident log's definition: `first_step_after_repair`)."""
+        plan = self.plan_for(incident_id)
+        gen = self.generations.get(generation)
+        if plan is None or gen is None:
+            return None
+        return first_step_after_repair(plan, tuple(c for _, c in self.completed), gen.step_times)
 
