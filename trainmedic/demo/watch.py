@@ -48,8 +48,9 @@ class Watcher:
         while not self._stop.is_set():
             for record in self._consumer.poll(0.5):
                 wall = time.time()
+                published = None if record.timestamp_ms is None else record.timestamp_ms / 1000
                 with self.lock:
-                    self.timeline.apply(record.event, wall)
+                    self.timeline.apply(record.event, wall, published)
                 self._narrate(record.event)
 
     def _narrate(self, event: object) -> None:
@@ -60,14 +61,15 @@ class Watcher:
             where = f"node {event.node}" if event.node else f"job {event.job}"
             if event.status == "open":
                 self._say(f"INCIDENT {event.severity} {event.category} on {where} -> {event.action} "
-                          f"(detected {event.ts - event.first_ts:.2f}s after the first evidence)")
+                          f"(decided {event.ts - event.first_ts:.2f}s after the first evidence)")
             else:
                 self._say(f"resolved {event.category} on {where}")
         elif isinstance(event, RecoveryPlanned):
             self._say(f"recovery: {event.kind} job {event.job} at generation {event.generation} on "
                       f"{', '.join(event.nodes)}")
         elif isinstance(event, RecoveryCompleted):
-            self._say(f"recovery: every command of generation {event.generation} acknowledged")
+            self._say(f"recovery: every command of generation {event.generation} acknowledged (not yet "
+                      "stepping)")
         elif isinstance(event, RecoveryFailed):
             self._say(f"recovery FAILED for job {event.job}: {event.reason}")
 
