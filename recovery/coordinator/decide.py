@@ -184,16 +184,16 @@ def on_ack(state: ClusterState, ack: CommandAcked, now: float) -> list:
     job = state.jobs.get(record.command.job) if record else None
     if record is None or job is None or not job.state.in_flight or record.command.id not in job.steps:
         return []
-    if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED) and state.healthy(record.command.node):
+    if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED) and state.awaited(record.command.node):
         return fail_plan(state, job, [record], now)
     return completion(state, job, now)
 
 
 def completion(state: ClusterState, job: Job, now: float) -> list:
-    """`recovery_completed` once every command to a healthy node is done."""
+    """`recovery_completed` once every command to a healthy node not leaving is done."""
     for cid, step in job.steps.items():
         record = state.commands.get(cid)
-        if state.healthy(step.node) and (record is None or record.status is not CommandStatus.DONE):
+        if state.awaited(step.node) and (record is None or record.status is not CommandStatus.DONE):
             return []
     return [RecoveryCompleted(ts=now, plan_id=job.plan.plan_id, job=job.spec.id, generation=job.generation)]
 

@@ -1,5 +1,5 @@
-"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks and
-nodes topics.
+"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks (a node's
+acks, and its own join and leave) and nodes topics.
 
 `apply` updates the state in place and returns it (a 16k-node cluster is not copied per
 event). It is idempotent (an event seen twice changes nothing the second time) and
@@ -25,7 +25,7 @@ from recovery.coordinator.state import (
     Rejected,
     move,
 )
-from schemas.commands import Command, CommandAcked
+from schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving
 from schemas.incident import Action, Incident, IncidentStatus, Severity
 from schemas.jobs import JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
@@ -67,6 +67,8 @@ def apply(state: ClusterState, event: object) -> ClusterState:
             _acked(state, event)
         case NodeCordoned() | NodeDrained() | NodeUncordoned() | NodeReadmitted():
             lifecycle.apply_node_event(state, event)
+        case NodeJoined() | NodeLeaving():
+            lifecycle.apply_node_report(state, event)
     return state
 
 

@@ -6,8 +6,8 @@
 - Job submissions and an operator's node events (cordon, drain, uncordon): by an operator key.
   An unsigned job could otherwise name an idle node and any argv, and the coordinator would
   sign the start command itself.
-- Acks: by the key of the node that sends them, and that key's node must be the ack's node: a
-  node's key never answers for another node. (That an ack answers its command, job, generation
+- Acks, and a node's own join and leave: by the key of the node that sends them, and that key's
+  node must be the event's node: a node's key never answers for, or drains, another node. (That an ack answers its command, job, generation
   and time is the fold's check, `fold.unbound`.)
 
 Incidents are not signed; the broker's ACLs give `incidents` to the detector and `recovery` to
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from bus.message import Record
 from recovery.keyring import COORDINATOR, NODE, OPERATOR
 from recovery.signing import TrustedKeys, Unverified
-from schemas.commands import Command, CommandAcked
+from schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving
 from schemas.incident import Incident
 from schemas.jobs import JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
@@ -88,10 +88,12 @@ def unverified(record: Record, trust: Trust | None) -> Unverified | None:
                 trust.operators.signer(record.value, "job submission")
             case NodeCordoned() | NodeDrained() | NodeUncordoned():
                 trust.operators.signer(record.value, "node event")
-            case CommandAcked():
-                owner = trust.owners[trust.nodes.signer(record.value, "ack")]
+            case CommandAcked() | NodeJoined() | NodeLeaving():
+                what = "ack" if isinstance(event, CommandAcked) else event.type
+                owner = trust.owners[trust.nodes.signer(record.value, what)]
                 if owner != event.node:
-                    raise Unverified("wrong_node", f"wrong node: an ack from {event.node} signed by the key "
+                    said = "an ack" if what == "ack" else f"a {what}"
+                    raise Unverified("wrong_node", f"wrong node: {said} from {event.node} signed by the key "
                                                    f"of node {owner}")
     except Unverified as err:
         return Unverified(err.kind, f"{_WHO.get(type(event), 'record')}: {err}")
@@ -105,4 +107,6 @@ _WHO = {
     NodeDrained: "node event not signed by a trusted operator key, ignored",
     NodeUncordoned: "node event not signed by a trusted operator key, ignored",
     CommandAcked: "ack not signed by its node's key, ignored",
+    NodeJoined: "node_joined not signed by its node's key, ignored",
+    NodeLeaving: "node_leaving not signed by its node's key, ignored",
 }

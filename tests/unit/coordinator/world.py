@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, react, settle, tick
 from recovery.coordinator.routing import route
-from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+from schemas import CommandAcked, Incident, JobSpec, JobSubmitted, NodeJoined, NodeLeaving
 
 # Two leaves of three nodes; n1-n3 run the job, n4-n6 are spares. The blast-radius limits are
 # opened wide (every SEV1 decided at once, every node may go): these tests are about other
@@ -41,13 +41,13 @@ def of_type(events: list, kind: str) -> list:
 
 def fed(event) -> tuple[str, str]:
     """(topic suffix, key) of an event others write for the coordinator: jobs, the detector's
-    incidents, acks, operators' node events."""
+    incidents, acks and a node's own join and leave, operators' node events."""
     match event:
         case JobSubmitted():
             return "jobs", event.job.id
         case Incident():
             return "incidents", event.job or event.node or event.id
-        case CommandAcked():
+        case CommandAcked() | NodeJoined() | NodeLeaving():
             return "acks", event.node
     return "nodes", event.node
 
