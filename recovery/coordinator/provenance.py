@@ -7,8 +7,8 @@
   An unsigned job could otherwise name an idle node and any argv, and the coordinator would
   sign the start command itself.
 - Acks, and a node's own join and leave: by the key of the node that sends them, and that key's
-  node must be the event's node: a node's key never answers for, or drains, another node. (That an ack answers its command, job, generation
-  and time is the fold's check, `fold.unbound`.)
+  node must be the event's node: a node's key never answers for, or drains, another node. (That
+  an ack answers its command, job, generation and time is the fold's check, `fold.unbound`.)
 
 Incidents are not signed; the broker's ACLs give `incidents` to the detector and `recovery` to
 the coordinator. What the topic cannot show, `impersonates` does: an incident on `incidents`

@@ -69,7 +69,8 @@ class JobRules:
         if found is None:
             return
         job, rank = found
-        if ev.stopped:  # the executor stopped it for a plan (a move, a grow): no fault, no silence to watch
+        leaving = (node := self.state.nodes.get(rank.node)) is not None and node.leaving
+        if ev.stopped or leaving:  # stopped for a plan (a move, a grow) or as its node shuts down on purpose
             self._stopped(ev.job, job, ev.rank, ev.ts)
             return
         if ev.status_unknown:  # an adopted rank: not a fault, not the job's end; a peer's hang tells
