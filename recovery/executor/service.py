@@ -3,6 +3,10 @@
 Thin: every decision is `decide`, every state move is the `GroupState` table; this file
 only moves data between Kafka, the ledger and the supervisor.
 
+It announces itself on the acks topic, signed like its acks: `node_joined` when it starts taking
+commands, `node_leaving` when told that the node shuts down on purpose (`leave`), so the
+coordinator moves the node's jobs off it instead of taking its silence for a fault.
+
 Ranks outlive everything but a stop command and the executor's own shutdown: a command that
 fails to validate, decide or apply is dead-lettered and read past (its position is in the
 ledger, so a restart does not meet it again), and a Kafka error, a delivery that timed out
@@ -39,7 +43,7 @@ from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_a
 from recovery.executor.supervisor import RankExit, Supervisor
 from recovery.keyring import KeyFolder
 from recovery.worker.env import WorkerEnv
-from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
+from schemas import AckStatus, Command, CommandAcked, DeadLettered, NodeJoined, NodeLeaving, WorkerExited
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,10 @@ class Executor:
         self._keys = (None if config.trusted is None or config.keys_dir is None
                       else KeyFolder(config.keys_dir, config.trusted))  # picks up rotated keys
         self.ready = threading.Event()  # set once reading from the partition
+        self.emptied = threading.Event()  # set once leaving and no rank runs here any more
+        self._leaving = threading.Event()  # set by `leave`: announced on the loop's next turn
+        self._leave_reason = ""
+        self._announced = False
         self._rank_kafka = local_rank_kafka(os.environ)
 
     def run(self, stop: threading.Event) -> None:
@@ -82,9 +90,12 @@ class Executor:
         try:
             reader.open()  # assign now, so that `ready` means "reading"
             self.ready.set()
+            self.announce_joined()
             while not stop.is_set():
                 try:
                     self._serve_once(reader)
+                    if self._leaving.is_set():
+                        self._while_leaving()
                 except KafkaError as err:
                     # Ranks keep training while Kafka is away; a lost ack is logged, never re-applied.
                     # A reader that failed for good is opened again where the ledger left off.
@@ -94,18 +105,53 @@ class Executor:
                         reader = self._reader(topic, partition)
                     stop.wait(1.0)
         finally:
+            if self._leaving.is_set() and not self._announced:  # told to leave and stop at once
+                self._while_leaving()
             exits = self.supervisor.stop_all(self.config.stop_grace_s)
             reader.close()
             ledger.close()
             if launcher is not None:
                 launcher.close()
             try:
-                for ended in exits:
-                    self._publish_exit(ended)
+                for ended in exits:  # stopped as the node shuts down on purpose, or as the executor stops
+                    self._publish_exit(ended, stopped=self._leaving.is_set())
                 self.producer.flush(timeout_s=10.0)
             except KafkaError as err:
                 log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
             log.info("executor for node %s stopped", self.config.node)
+
+    def leave(self, reason: str) -> None:
+        """The node shuts down on purpose (thread-safe): the loop announces `node_leaving` on its next
+        turn and sets `emptied` once no rank runs here, the coordinator's stops applied."""
+        self._leave_reason = reason
+        self._leaving.set()
+
+    def announce_joined(self) -> None:
+        """Tell the coordinator this node takes commands; it ends a leave the node announced before."""
+        self._report(NodeJoined(ts=self.clock(), node=self.config.node))
+        self._flush()
+        log.info("node %s: joined (announced on %s)", self.config.node, self.kafka.topics.acks)
+
+    def announce_leaving(self, reason: str) -> None:
+        """Tell the coordinator this node shuts down on purpose: a drain of the node, by the node."""
+        self._report(NodeLeaving(ts=self.clock(), node=self.config.node, reason=reason))
+        self._flush()
+        log.info("node %s: announced that it leaves (%s); the coordinator moves its jobs off it",
+                 self.config.node, reason)
+
+    def _while_leaving(self) -> None:
+        if not self._announced:
+            self._announced = True
+            self.announce_leaving(self._leave_reason)
+        if not self.emptied.is_set() and self.supervisor.running() == 0:
+            log.info("node %s: no rank runs here any more", self.config.node)
+            self.emptied.set()
+
+    def _report(self, event: NodeJoined | NodeLeaving) -> None:
+        """A node's own report, signed with its key like its acks (unsigned when insecure)."""
+        if self.config.node_key is not None:
+            event = self.config.node_key.sign(event)
+        self._send(self.kafka.topics.acks, event, key=self.config.node)
 
     def _take_over(self, ledger: Ledger) -> None:
         """What a previous executor left (leftovers.py): adopt the ranks that still run as the ledger
