@@ -19,7 +19,7 @@ executor announces `node_leaving` (signed with the node's key), the agent sends 
 heartbeat marked `leaving`, and the process waits, at most --leave-timeout-s (60 s; 0: not at
 all), until the coordinator has moved its jobs off it (its ranks stopped by the re-plan) or no
 rank runs here, then stops its parts and exits 0. A second signal leaves at once. So a planned
-shutdown is a drain of the node, not a lost node (docs/nodes.md, "A node that leaves by itself").
+shutdown is a drain of the node, not a lost node (docs/coordinator.md, "A node that leaves by itself").
 """
 
 from __future__ import annotations
