@@ -184,7 +184,8 @@ def node_leaving_planned(rng):
     re-plan stops every rank (node-02's go down with the node), and generation 1 runs on the
     other three. Its silence is expected: no node_lost, no failure.
 
-    The recording of `trainmedic node` stopped with SIGTERM (docs/coordinator.md, "A node that leaves by itself")."""
+    What `trainmedic node` stopped with SIGTERM looks like to the detector (docs/coordinator.md,
+    "A node that leaves by itself")."""
     c, job = base(rng, 120)
     c.dead["node-02"] = (30.05, 999)
     c.heartbeats(0, 120)
