@@ -237,12 +237,16 @@ class JobRules:
 
     def _stopped(self, name: str, job: JobWatch, rank_no: int, ts: float) -> None:
         """A planned stop: the rank leaves; once none is left the job is quiet by intent until its
-        next generation (its open incidents resolve as before, when that generation steps)."""
+        next generation (its open incidents resolve as before, when that generation steps). Evidence
+        still held then is the plan's fallout: a rank stopped first resets its peers' connections
+        before their own stop reaches them. A failure of that generation's own would have left a
+        rank that exited by itself, which keeps the evidence; a bug recurs in the next generation."""
         rank = job.ranks.pop(rank_no)
         self._unlist(name, rank.node, rank_no)
         self._clear_straggler(rank, ts, "rank stopped by its executor")
         if not job.ranks:
             job.finishing = True
+            job.group = None
 
     def _end(self, name: str, job: JobWatch, ts: float) -> None:
         """Every rank exited: decide what is pending, clear what the job's steps would."""

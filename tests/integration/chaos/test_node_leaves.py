@@ -24,7 +24,16 @@ from bus.admin import wait_for_topics
 from bus.producer import EventProducer
 from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
-from schemas import Incident, JobSpec, JobSubmitted, RecoveryCompleted, RecoveryPlanned, RecoverySkipped
+from schemas import (
+    Incident,
+    JobSpec,
+    JobSubmitted,
+    NodeJoined,
+    NodeLeaving,
+    RecoveryCompleted,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
 from schemas.recovery import RecoveryKind
 from tests.integration.executor.test_training import wait_until
 from trainmedic.demo.cluster import DemoLayout, LocalCluster, free_port
@@ -64,8 +73,8 @@ def job_spec(layout: DemoLayout) -> JobSpec:
     )
 
 
-def log_events(settings: KafkaSettings) -> list:
-    with TopicReader(settings, [settings.topics.incidents, settings.topics.recovery], end=NOW,
+def log_events(settings: KafkaSettings, *more: str) -> list:
+    with TopicReader(settings, [settings.topics.incidents, settings.topics.recovery, *more], end=NOW,
                      validate=True) as log:
         return [r.event for batch in log.batches() for r in batch]
 
@@ -116,6 +125,9 @@ def test_a_node_stopped_with_sigterm_leaves_its_job_moved_and_is_not_isolated(cl
     moves = [(p.kind, p.previous, p.nodes) for p in events
              if isinstance(p, RecoveryPlanned) and p.kind is not RecoveryKind.START]
     assert moves == [(RecoveryKind.RECONFIGURE, ("ln0", "ln1"), ("ln0", "ln2"))], where
+    reports = [(e.type, e.node) for e in log_events(settings, settings.topics.acks)
+               if isinstance(e, NodeJoined | NodeLeaving)]
+    assert sorted(set(reports)) == [("node_joined", n) for n in NODES] + [("node_leaving", "ln1")], reports
     for step in ("announced that it leaves", "last heartbeat of ln1 sent", "no rank runs here any more",
                  "node ln1 left"):  # what an operator follows in the node's log
         assert step in log, f"{step!r} not in ln1's log: {log[-2000:]}"

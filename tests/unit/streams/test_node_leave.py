@@ -5,7 +5,7 @@ unmarked make it watched again."""
 from __future__ import annotations
 
 from streams.core import Detector, DetectorState
-from tests.unit.streams.events import exited, hb, healthy, opened, run, start, steps
+from tests.unit.streams.events import error, exited, hb, healthy, opened, run, start, steps
 
 TEN = [f"n{i}" for i in range(10)]
 
@@ -56,3 +56,27 @@ def test_a_checkpoint_from_before_the_leave_flag_loads():
     assert not restored.nodes["n0"].leaving
     again = Detector(state=restored)
     assert [(i.category, i.node) for i in again.advance(30.0)] == [("node_lost", "n0"), ("node_lost", "n1")]
+
+
+GLOO_RESET = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error "
+              "[127.0.0.1]:26334: Connection reset by peer")
+
+
+def test_a_peer_reset_by_the_planned_stop_is_no_failure():
+    """The re-plan stops the leaving node's ranks first: the others' collective fails before their own
+    stop reaches them. Every rank of the generation ends stopped for the plan: no incident."""
+    ranks = range(4)
+    events = (healthy(0, 40, nodes=TEN) + [start(1.0, r) for r in ranks] + steps(2, 30, ranks=ranks)
+              + [leave(30.2)]
+              + [exited(30.5, r, code=None, signal=15, stopped=True) for r in (0, 1)]
+              + [error(30.4, r, GLOO_RESET) for r in (2, 3)]  # before the stop's exit is published
+              + [exited(30.6, r, code=None, signal=15, stopped=True) for r in (2, 3)])
+    assert run(events)[0] == []
+
+
+def test_a_rank_that_failed_by_itself_before_the_stop_is_still_a_failure():
+    ranks = range(4)
+    events = (healthy(0, 40, nodes=TEN) + [start(1.0, r) for r in ranks] + steps(2, 30, ranks=ranks)
+              + [error(30.1, 2, "ValueError: a bug"), exited(30.2, 2, code=1)]
+              + [exited(30.5, r, code=None, signal=15, stopped=True) for r in (0, 1, 3)])
+    assert [i.category for i in opened(run(events)[0])] == ["software_error"]
