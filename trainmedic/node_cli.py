@@ -30,6 +30,7 @@ import sys
 from dataclasses import replace
 
 from bus.config import Options, Section
+from bus.timespan import duration_arg
 from producers.cli_args import add_kafka_arguments
 from producers.config import GpuProducerConfig, HostAgentConfig
 from recovery.executor import cli as executor_cli
@@ -47,16 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_kafka_arguments(parser)
     OPTIONS.add_to(parser)
-    parser.add_argument("--leave-timeout-s", type=_seconds, default=60.0, metavar="S",
+    parser.add_argument("--leave-timeout-s", type=duration_arg, default=60.0, metavar="SECONDS",
                         help="on SIGTERM/SIGINT, wait at most this long for the coordinator to move this "
                         "node's jobs off it before stopping its ranks (default 60; 0: leave at once)")
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text}: seconds, 0 or more")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -339,8 +339,8 @@ class Executor:
             self.groups[ended.job] = after_exit(group, ended.clean, self.supervisor.alive(ended.job))
 
     def _publish_exit(self, ended: RankExit, stopped: bool = False) -> None:
-        """`stopped`: the exit is this executor's own stop on a command, which the detector must not
-        read as a fault."""
+        """`stopped`: the exit is this executor's own stop on a command, or as its node leaves on
+        purpose, which the detector must not read as a fault."""
         event = WorkerExited(
             ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
