@@ -230,17 +230,17 @@ def on_ack(state: ClusterState, ack: CommandAcked, now: float) -> list:
     job = state.jobs.get(record.command.job) if record else None
     if record is None or job is None or not job.state.in_flight or record.command.id not in job.steps:
         return []
-    if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED) and state.healthy(record.command.node):
+    if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED) and state.awaited(record.command.node):
         return fail_plan(state, job, [record], now)
     return completion(state, job, now)
 
 
 def completion(state: ClusterState, job: Job, now: float) -> list:
-    """`recovery_completed` once every command to a healthy node is done; for a job an operator
-    stopped, once no node runs it, `job_ended` (stopped) instead."""
+    """`recovery_completed` once every command to a healthy node not leaving is done; for a job an
+    operator stopped, once no node runs it, `job_ended` (stopped) instead."""
     for cid, step in job.steps.items():
         record = state.commands.get(cid)
-        if state.healthy(step.node) and (record is None or record.status is not CommandStatus.DONE):
+        if state.awaited(step.node) and (record is None or record.status is not CommandStatus.DONE):
             return []
     if job.stop is not None and not job.plan.nodes:
         return [_stopped(job, now, f"its ranks stopped on {len(job.plan.previous)} node(s)")]

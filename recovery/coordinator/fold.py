@@ -1,5 +1,5 @@
-"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks and
-nodes topics.
+"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks (a node's
+acks, and its own join and leave) and nodes topics.
 
 A job's end is the coordinator's decision (`job_ended`, decide.py), never the fold's: the fold
 only records what it decides from (the nodes whose ranks finished, an operator's stop), so a
@@ -29,7 +29,7 @@ from recovery.coordinator.state import (
     Rejected,
     move,
 )
-from schemas.commands import Command, CommandAcked, RanksFinished
+from schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
 from schemas.incident import Action, Incident, IncidentStatus, Severity
 from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
@@ -80,6 +80,9 @@ def apply(state: ClusterState, event: object) -> ClusterState:
             _ranks_finished(state, event)
         case NodeCordoned() | NodeDrained() | NodeUncordoned() | NodeReadmitted():
             lifecycle.apply_node_event(state, event)
+        case NodeJoined() | NodeLeaving():
+            heard(state, event.node, event.ts)
+            lifecycle.apply_node_report(state, event)
     return state
 
 

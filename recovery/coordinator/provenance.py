@@ -8,7 +8,7 @@
   coordinator would sign the start command itself; an unsigned stop would end anyone's job.
 - Node reports on `acks` (acks, node_joined, node_leaving, ranks_finished): by the key of the node
   that sends them, and that key's node must be the report's node: a node's key never answers
-  for another node, nor says another node's ranks finished. (That an ack answers its command,
+  for another node, drains it, nor says its ranks finished. (That an ack answers its command,
   job, generation and time is the fold's check, `fold.unbound`.)
 
 Incidents are not signed; the broker's ACLs give `incidents` to the detector and `recovery` to
@@ -95,8 +95,9 @@ def unverified(record: Record, trust: Trust | None) -> Unverified | None:
                 what = "ack" if isinstance(event, CommandAcked) else event.type
                 owner = trust.owners[trust.nodes.signer(record.value, what)]
                 if owner != event.node:
-                    raise Unverified("wrong_node", f"wrong node: {'an ack' if what == 'ack' else what} from "
-                                                   f"{event.node} signed by the key of node {owner}")
+                    said = "an ack" if what == "ack" else f"a {what}"
+                    raise Unverified("wrong_node", f"wrong node: {said} from {event.node} signed by the key "
+                                                   f"of node {owner}")
     except Unverified as err:
         return Unverified(err.kind, f"{_WHO.get(type(event), 'record')}: {err}")
     return None
@@ -110,7 +111,7 @@ _WHO = {
     NodeUncordoned: "node event not signed by a trusted operator key, ignored",
     CommandAcked: "ack not signed by its node's key, ignored",
     JobStopRequested: "job stop not signed by a trusted operator key, the job runs on",
-    NodeJoined: "node report not signed by its node's key, ignored",
-    NodeLeaving: "node report not signed by its node's key, ignored",
+    NodeJoined: "node_joined not signed by its node's key, ignored",
+    NodeLeaving: "node_leaving not signed by its node's key, the node is not drained",
     RanksFinished: "ranks_finished not signed by its node's key, the job does not end",
 }

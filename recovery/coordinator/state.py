@@ -143,11 +143,19 @@ class Node:
     mode_ts: float | None = None  # the lifecycle event that set `mode`, and why
     mode_reason: str = ""
     returned_ts: float | None = None  # the latest uncordon or re-admission: isolations before it end
-    heard_from: float | None = None  # the latest report its executor signed (ack, ranks_finished, ...)
+    heard_from: float | None = None  # the latest report its node signed (ack, ranks_finished, ...)
+    left_ts: float | None = None  # the latest leave the node announced itself (node_leaving), and why
+    left_reason: str = ""
+    joined_ts: float | None = None  # the latest node_joined: ends a leave announced before it
 
     @property
     def healthy(self) -> bool:
         return self.isolated_by is None
+
+    @property
+    def leaving(self) -> bool:
+        """The node announced a planned shutdown and has not joined again since: drained by itself."""
+        return self.left_ts is not None and (self.joined_ts is None or self.joined_ts < self.left_ts)
 
 
 @dataclass(frozen=True)
@@ -234,6 +242,12 @@ class ClusterState:
     def healthy(self, node_id: str) -> bool:
         node = self.nodes.get(node_id)
         return node is None or node.healthy
+
+    def awaited(self, node_id: str) -> bool:
+        """A command to the node is waited for and escalates when it fails: the node is healthy and
+        not leaving (a node shutting down may be gone before it answers; that is no fault of it)."""
+        node = self.nodes.get(node_id)
+        return node is None or (node.healthy and not node.leaving)
 
     def job_on(self, node_id: str) -> Job | None:
         """The job whose current nodes include `node_id` (a node serves at most one)."""

@@ -61,8 +61,8 @@ def _check(state: ClusterState, job: Job, now: float) -> list:
         if record is None:
             missing.add(cid)  # the coordinator stopped between the plan and its commands
             continue
-        if not state.healthy(step.node):
-            continue  # best effort: an isolated node is neither retried nor escalated
+        if not state.awaited(step.node):
+            continue  # best effort: an isolated or leaving node is neither retried nor escalated
         if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED):
             failed.append(record)
         elif not record.status.terminal and now >= deadline(record, config.ack_timeout_s,

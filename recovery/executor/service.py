@@ -3,9 +3,11 @@
 Thin: every decision is `decide`, every state move is the `GroupState` table; this file
 only moves data between Kafka, the ledger and the supervisor.
 
-What it reports on the acks topic is signed with this node's key: command acks, `node_joined`
-once it reads its partition, and `ranks_finished` when every rank it launched for a job's
-generation exited 0 on its own.
+What it reports on the acks topic is signed with this node's key: command acks,
+`node_joined` once it reads its partition, `ranks_finished` when every rank it launched for a
+job's generation exited 0 on its own, and `node_leaving` when told that the node shuts down on
+purpose (`leave`), so the coordinator moves the node's jobs off it instead of taking its
+silence for a fault.
 
 Ranks outlive everything but a stop command and the executor's own shutdown: a command that
 fails to validate, decide or apply is dead-lettered and read past (its position is in the
@@ -49,6 +51,7 @@ from schemas import (
     CommandAcked,
     DeadLettered,
     NodeJoined,
+    NodeLeaving,
     NodeReport,
     RanksFinished,
     WorkerExited,
@@ -73,6 +76,10 @@ class Executor:
         self._keys = (None if config.trusted is None or config.keys_dir is None
                       else KeyFolder(config.keys_dir, config.trusted))  # picks up rotated keys
         self.ready = threading.Event()  # set once reading from the partition
+        self.emptied = threading.Event()  # set once leaving and no rank runs here any more
+        self._leaving = threading.Event()  # set by `leave`: announced on the loop's next turn
+        self._leave_reason = ""
+        self._announced = False
         self._rank_kafka = local_rank_kafka(os.environ)
 
     def run(self, stop: threading.Event) -> None:
@@ -99,6 +106,8 @@ class Executor:
             while not stop.is_set():
                 try:
                     self._serve_once(reader)
+                    if self._leaving.is_set():
+                        self._while_leaving()
                 except KafkaError as err:
                     # Ranks keep training while Kafka is away; a lost ack is logged, never re-applied.
                     # A reader that failed for good is opened again where the ledger left off.
@@ -108,18 +117,47 @@ class Executor:
                         reader = self._reader(topic, partition)
                     stop.wait(1.0)
         finally:
+            if self._leaving.is_set() and not self._announced:  # told to leave and stop at once
+                self._while_leaving()
             exits = self.supervisor.stop_all(self.config.stop_grace_s)
             reader.close()
             ledger.close()
             if launcher is not None:
                 launcher.close()
             try:
-                for ended in exits:
-                    self._publish_exit(ended)
+                for ended in exits:  # stopped as the node shuts down on purpose, or as the executor stops
+                    self._publish_exit(ended, stopped=self._leaving.is_set())
                 self.producer.flush(timeout_s=10.0)
             except KafkaError as err:
                 log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
             log.info("executor for node %s stopped", self.config.node)
+
+    def leave(self, reason: str) -> None:
+        """The node shuts down on purpose (thread-safe): the loop announces `node_leaving` on its next
+        turn and sets `emptied` once no rank runs here, the coordinator's stops applied."""
+        self._leave_reason = reason
+        self._leaving.set()
+
+    def announce_joined(self) -> None:
+        """Tell the coordinator this node takes commands; it ends a leave the node announced before."""
+        self._report(NodeJoined(ts=self.clock(), node=self.config.node))
+        self._flush()
+        log.info("node %s: joined (announced on %s)", self.config.node, self.kafka.topics.acks)
+
+    def announce_leaving(self, reason: str) -> None:
+        """Tell the coordinator this node shuts down on purpose: a drain of the node, by the node."""
+        self._report(NodeLeaving(ts=self.clock(), node=self.config.node, reason=reason))
+        self._flush()
+        log.info("node %s: announced that it leaves (%s); the coordinator moves its jobs off it",
+                 self.config.node, reason)
+
+    def _while_leaving(self) -> None:
+        if not self._announced:
+            self._announced = True
+            self.announce_leaving(self._leave_reason)
+        if not self.emptied.is_set() and self.supervisor.running() == 0:
+            log.info("node %s: no rank runs here any more", self.config.node)
+            self.emptied.set()
 
     def _take_over(self, ledger: Ledger) -> None:
         """What a previous executor left (leftovers.py): adopt the ranks that still run as the ledger
@@ -309,11 +347,6 @@ class Executor:
                  "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
         return where if self._rank_kafka is None else {**where, "TRAINMEDIC_KAFKA_CONFIG": self._rank_kafka}
 
-    def announce_joined(self) -> None:
-        """Tell the coordinator this node's executor is up and reading its commands (`node_joined`)."""
-        self._report(NodeJoined(ts=self.clock(), node=self.config.node))
-        self._flush()
-
     def _on_exit(self, ended: RankExit, still_alive: int) -> None:
         """One rank ended on its own; `still_alive` of its job's ranks have not (yet) been folded."""
         self._publish_exit(ended)
@@ -335,8 +368,8 @@ class Executor:
                                    generation=group.generation, ranks=group.spec.ranks))
 
     def _publish_exit(self, ended: RankExit, stopped: bool = False) -> None:
-        """`stopped`: the exit is this executor's own stop on a command, which the detector must not
-        read as a fault."""
+        """`stopped`: the exit is this executor's own stop on a command, or as its node leaves on
+        purpose, which the detector must not read as a fault."""
         event = WorkerExited(
             ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,

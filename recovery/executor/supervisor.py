@@ -169,6 +169,10 @@ class Supervisor:
         """How many rank processes of `job` are not yet known to have ended."""
         return len(self._ranks.get(job, []))
 
+    def running(self) -> int:
+        """How many rank processes, of every job, are not yet known to have ended."""
+        return sum(len(procs) for procs in self._ranks.values())
+
     def pids(self, job: str) -> dict[int, int]:
         """rank -> pid of the live ranks of `job`."""
         return {proc.rank: proc.pid for proc in self._ranks.get(job, [])}

@@ -75,7 +75,8 @@ class JobRules:
         if found is None:
             return
         job, rank = found
-        if ev.stopped:  # the executor stopped it for a plan (a move, a grow): no fault, no silence to watch
+        leaving = (node := self.state.nodes.get(rank.node)) is not None and node.leaving
+        if ev.stopped or leaving:  # stopped for a plan (a move, a grow) or as its node shuts down on purpose
             self._stopped(ev.job, job, ev.rank, ev.ts)
             return
         if ev.status_unknown:  # an adopted rank: not a fault, not the job's end; a peer's hang tells
@@ -242,12 +243,16 @@ class JobRules:
 
     def _stopped(self, name: str, job: JobWatch, rank_no: int, ts: float) -> None:
         """A planned stop: the rank leaves; once none is left the job is quiet by intent until its
-        next generation (its open incidents resolve as before, when that generation steps)."""
+        next generation (its open incidents resolve as before, when that generation steps). Evidence
+        still held then is the plan's fallout: a rank stopped first resets its peers' connections
+        before their own stop reaches them. A failure of that generation's own would have left a
+        rank that exited by itself, which keeps the evidence; a bug recurs in the next generation."""
         rank = job.ranks.pop(rank_no)
         self._unlist(name, rank.node, rank_no)
         self._clear_straggler(rank, ts, "rank stopped by its executor")
         if not job.ranks:
             job.finishing = True
+            job.group = None
 
     def _end(self, name: str, job: JobWatch, ts: float) -> None:
         """Every rank exited: decide what is pending, clear what the job's steps would."""

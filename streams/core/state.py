@@ -53,6 +53,7 @@ class NodeState:
     hw_id: str | None = None  # the node's open hardware incident (one at a time)
     gap_id: str | None = None  # the open telemetry_gap this node is quiet in
     gap_until: float | None = None  # in a gap: judged alone from then (judge_after_s, or telemetry flows)
+    leaving: bool = False  # its last heartbeat announced a planned shutdown: its silence is expected
     jobs: dict[str, list[int]] = field(default_factory=dict)  # job -> ranks on this node
     gpus: dict[int, GpuState] = field(default_factory=dict)
     nics: dict[str, NicState] = field(default_factory=dict)

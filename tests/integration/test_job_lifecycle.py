@@ -53,7 +53,7 @@ def test_a_job_whose_ranks_all_finished_succeeds(env: KafkaSettings, keys: Keys,
     report(kafka, forged, keys.nodes["n1"])  # n1's key speaking for n3: dead-lettered
     step_until(service, lambda: read(kafka, "dlq"))
     [refused] = read(kafka, "dlq")
-    assert "wrong node: ranks_finished from n3 signed by the key of node n1" in refused.reason
+    assert "wrong node: a ranks_finished from n3 signed by the key of node n1" in refused.reason
     assert service.state.jobs["llm"].state is JobState.RUNNING
     report(kafka, forged, keys.nodes["n3"])
     step_until(service, lambda: service.state.jobs["llm"].state is JobState.SUCCEEDED)
