@@ -18,13 +18,16 @@ from typing import TYPE_CHECKING, Any
 from recovery.worker.env import WorkerEnv
 
 if TYPE_CHECKING:
-    from recovery.worker.runtime import Runtime
+    from recovery.worker.runtime import Runtime, init_from_env
 
 __all__ = ["Runtime", "WorkerEnv", "init_from_env"]
 
 
-def init_from_env(**kwargs: Any) -> Runtime:
-    """Join the job's process group as the environment says; see `runtime.init_from_env`."""
-    from recovery.worker.runtime import init_from_env as init
+def __getattr__(name: str) -> Any:
+    """`init_from_env` and `Runtime` are the runtime module's own (so `help()` shows their real
+    signature and docs), imported on first use: importing the package does not import torch."""
+    if name in ("init_from_env", "Runtime"):
+        from recovery.worker import runtime
 
-    return init(**kwargs)
+        return getattr(runtime, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

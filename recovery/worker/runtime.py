@@ -211,16 +211,17 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> dist.TCPStore:
 
 def init_from_env(
     *, timeout_s: float | None = None, hook: Hook | None = None, snapshot_every: int = 1,
-    checkpoint_every: int = 0, backend: str | None = None, env: Mapping[str, str] = os.environ,
+    checkpoint_every: int = 0, backend: str | None = None, env: Mapping[str, str] | None = None,
 ) -> Runtime:
     """Join the job's process group as the executor's environment says (gloo on CPU, NCCL with CUDA).
 
     `timeout_s` bounds rendezvous and every collective; when not given, the job's
     `failure.collective_timeout_s` (TRAINMEDIC_COLLECTIVE_TIMEOUT_S, set by the executor) or else
     60 seconds. Installs the SIGUSR1 (reattempt) handler when called from the main thread, and
-    reports `worker_start` through `hook`.
+    reports `worker_start` through `hook`. `env` is where the contract is read (default: this
+    process's environment).
     """
-    contract = WorkerEnv.from_env(env)
+    contract = WorkerEnv.from_env(os.environ if env is None else env)
     if timeout_s is None:
         timeout_s = contract.collective_timeout_s or DEFAULT_TIMEOUT_S
     began = time.monotonic()
