@@ -63,7 +63,7 @@ class EventConsumer:
                 continue
             parsed = parse_message(
                 self._topics, msg.topic(), msg.partition(), msg.offset(),
-                msg.key(), msg.value(), time.time(),
+                msg.key(), msg.value(), time.time(), timestamp_ms=msg.timestamp()[1],
             )
             if isinstance(parsed, DeadLettered):
                 self._dead_letter(parsed)

@@ -40,7 +40,10 @@ class RawMessage:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One valid event, where it came from, and its exact bytes (for the dlq if applying it fails)."""
+    """One valid event, where it came from, and its exact bytes (for the dlq if applying it fails).
+    `timestamp_ms` is the broker's message time (when it reached Kafka, by default the producer's
+    clock), None where the reader did not give one: an event's `ts` says when it happened, this
+    when it was published."""
 
     topic: str
     partition: int
@@ -48,6 +51,7 @@ class Record:
     key: str | None
     event: Any
     value: bytes | None = None
+    timestamp_ms: int | None = None
 
     def rejected(self, reason: str, now: float) -> DeadLettered:
         """This record as a dead letter: valid, but the consumer could not apply it, and why."""
@@ -59,6 +63,7 @@ class Record:
 def parse_message(
     topics: Topics, topic: str, partition: int, offset: int,
     key: bytes | None, value: bytes | None, now: float, validator: TypeAdapter | None = None,
+    timestamp_ms: int | None = None,
 ) -> Record | DeadLettered:
     """Validate one message against its topic's contract (or `validator`). Never raises. An event
     that another topic carries (a coordinator's decision read from incidents) is refused with
@@ -80,4 +85,5 @@ def parse_message(
             ts=now, reason=reason, topic=topic, partition=partition, offset=offset,
             key=key, value=value,
         )
-    return Record(topic, partition, offset, text_key, event, value)
+    stamp = timestamp_ms if timestamp_ms is not None and timestamp_ms >= 0 else None  # -1: none given
+    return Record(topic, partition, offset, text_key, event, value, stamp)

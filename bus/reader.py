@@ -342,7 +342,7 @@ class TopicReader:
 
     def _validated(self, raw: RawMessage, *, live: bool) -> Record | DeadLettered:
         parsed = parse_message(self._settings.topics, raw.topic, raw.partition, raw.offset, raw.key,
-                               raw.value, time.time())
+                               raw.value, time.time(), timestamp_ms=raw.timestamp_ms)
         if isinstance(parsed, DeadLettered) and live and self._dlq is not None:
             self._dlq.send(self._settings.topics.dlq, parsed, key=parsed.source_topic)
         return parsed

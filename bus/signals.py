@@ -1,4 +1,5 @@
-"""Stopping a long-running service cleanly: SIGTERM and SIGINT end its loop instead of the process."""
+"""Stopping a long-running service cleanly: SIGTERM and SIGINT end its loop instead of the process,
+or, for a service that winds down in steps, start its leave first and end it at a second signal."""
 
 from __future__ import annotations
 
@@ -18,6 +19,28 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     def handler(signum: int, _frame: object) -> None:
         log.info("%s: stopping", signal.Signals(signum).name)
         stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def leave_on_signals(leave: threading.Event, stop: threading.Event) -> Iterator[None]:
+    """While inside, a first SIGTERM or SIGINT sets `leave` (a planned shutdown, wound down in order);
+    a second sets `stop` as well (leave at once)."""
+
+    def handler(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if leave.is_set():
+            log.warning("%s again: leaving at once", name)
+            stop.set()
+        else:
+            log.info("%s: leaving (%s again to leave at once)", name, name)
+            leave.set()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

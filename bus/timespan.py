@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-__all__ = ["duration_arg", "instant_arg", "parse_duration", "parse_instant"]
+from bus.errors import ConfigError
+
+__all__ = ["duration_arg", "env_seconds", "instant_arg", "parse_duration", "parse_instant"]
 
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _SPAN = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?$", re.ASCII)
@@ -29,6 +31,25 @@ def parse_duration(text: str) -> float:
     if not math.isfinite(seconds):
         raise ValueError(f"{text!r} is not a duration: give {_DURATIONS}")
     return seconds
+
+
+def env_seconds(env: Mapping[str, str], name: str) -> float | None:
+    """The positive duration in the variable `name` (seconds as Python writes a float, or a number
+    with a unit), None when unset or empty; raises ConfigError naming the variable for anything
+    else (zero, inf and nan included)."""
+    raw = env.get(name)
+    if not raw:
+        return None
+    try:
+        value = float(raw)  # what a program writes: repr(1e-05) has no form parse_duration reads
+    except ValueError:
+        try:
+            value = parse_duration(raw)
+        except ValueError as err:
+            raise ConfigError(f"{name}: {err}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"{name}={raw!r} must be a finite number of seconds above 0")
+    return value
 
 
 def parse_instant(text: str, now: float) -> float:

@@ -1,5 +1,7 @@
 """The host agent: a node_heartbeat every interval with the state of the data-plane links,
-and scripted link flaps for demos (a flapped link reports down for its duration)."""
+and scripted link flaps for demos (a flapped link reports down for its duration). A node shut
+down on purpose (`trainmedic node` on SIGTERM) says so in its agent's last heartbeat (`leaving`),
+so that the silence that follows is not taken for a lost node."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class HostAgent:
         self.interval_s = interval_s
         self._lock = threading.Lock()
         self._flaps: list[tuple[float, LinkFlap]] = []  # (when learned, flap)
+        self.leaving = False  # set by `leave`: every heartbeat from then on says the node leaves
         for flap in flaps:
             self.inject(flap, now=start)
 
@@ -45,6 +48,10 @@ class HostAgent:
         with self._lock:
             self._flaps.append((now, flap))
 
+    def leave(self) -> None:
+        """The node is shutting down on purpose: its heartbeats say so from now on."""
+        self.leaving = True
+
     def heartbeat(self, now: float) -> NodeHeartbeat:
         """The heartbeat at `now`: every link as sysfs shows it, unless a flap holds it down."""
         with self._lock:
@@ -54,7 +61,8 @@ class HostAgent:
             LinkState(name=link.name, up=False) if link.name in down else link
             for link in read_links(self.sysfs, self.links)
         ]
-        return NodeHeartbeat(ts=now, node=self.node, interval=self.interval_s, links=tuple(links))
+        return NodeHeartbeat(ts=now, node=self.node, interval=self.interval_s, links=tuple(links),
+                             leaving=self.leaving)
 
 
 def open_agent(config: HostAgentConfig, now: float) -> HostAgent:
@@ -72,7 +80,8 @@ def open_agent(config: HostAgentConfig, now: float) -> HostAgent:
 def run_agent(
     config: HostAgentConfig, settings: KafkaSettings, agent: HostAgent, stop: threading.Event,
 ) -> Outbox:
-    """Beat into Kafka until `stop` is set, then flush. Returns the outbox (its counts)."""
+    """Beat into Kafka until `stop` is set, then flush. Returns the outbox (its counts). An agent told
+    to `leave` sends one last heartbeat that says so before the flush."""
     outbox = open_outbox(settings, config.delivery, client_id=settings.topics.owned(f"agent-{config.node}"),
                          what="heartbeats")
     control = ControlFile.at_end(config.control) if config.control else None
@@ -87,7 +96,12 @@ def run_agent(
         outbox.send(settings.topics.node, agent.heartbeat(now), key=agent.node)
         outbox.poll()
 
+    def farewell(now: float) -> None:
+        if agent.leaving:
+            outbox.send(settings.topics.node, agent.heartbeat(now), key=agent.node)
+            log.info("last heartbeat of %s sent: it leaves (its silence from now on is planned)", agent.node)
+
     log.info("heartbeat of %s every %.3gs with links %s into %s", agent.node, config.interval_s,
              ", ".join(agent.links) or "(none)", settings.topics.node)
-    serve(beat, config.interval_s, outbox, config.delivery, stop)
+    serve(beat, config.interval_s, outbox, config.delivery, stop, last=farewell)
     return outbox

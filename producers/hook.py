@@ -16,6 +16,7 @@ background thread batches into Kafka; when the queue is full the event is droppe
 Identity comes from RANK, WORLD_SIZE, LOCAL_RANK (as torchrun sets them), TRAINMEDIC_JOB,
 TRAINMEDIC_NODE (default: the host name) and TRAINMEDIC_GENERATION (default: torchrun's
 TORCHELASTIC_RESTART_COUNT, else 0); Kafka from the usual TRAINMEDIC_KAFKA_* variables.
+worker_start carries the job's hang floor from TRAINMEDIC_HANG_FLOOR_S when the executor set it.
 Events also carry `local_rank` (an extra field) so that a GPU's faults can be matched to
 the rank that drives it.
 """
@@ -37,6 +38,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from bus.errors import ConfigError
+from bus.timespan import env_seconds
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class WorkerIdentity:
     node: str
     generation: int = 0
     local_rank: int | None = None
+    hang_floor_s: float | None = None  # the job's failure.hang_floor_s, reported in worker_start
 
     def __post_init__(self) -> None:
         if not self.job or not self.node:
@@ -75,6 +78,7 @@ class WorkerIdentity:
             # Under torchrun, which knows no trainmedic generation, its restart count stands in.
             generation=_int(env, "TRAINMEDIC_GENERATION", env.get("TORCHELASTIC_RESTART_COUNT", "0")),
             local_rank=None if local is None else _int(env, "LOCAL_RANK", local),
+            hang_floor_s=env_seconds(env, "TRAINMEDIC_HANG_FLOOR_S"),
         )
 
 
@@ -291,7 +295,7 @@ class Hook:
                 return WorkerStepped(ts=ts, step=value, step_time=step_time, **extra, **self._common)
             if kind == "worker_error":
                 return WorkerFailed(ts=ts, error=value, **self._common)
-            return WorkerStarted(ts=ts, **self._common)
+            return WorkerStarted(ts=ts, hang_floor_s=self.identity.hang_floor_s, **self._common)
         except ValidationError as err:
             sink.count_dropped(1, f"invalid {kind}: {err.errors(include_url=False)[0]['msg']}")
             return None

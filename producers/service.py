@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from bus.errors import ConfigError
@@ -41,10 +42,13 @@ def apply_control(control: ControlFile | None, inject: Callable[[HardwareFault, 
 
 def serve(
     round_: Callable[[float], None], interval_s: float, outbox: Outbox, delivery: Delivery,
-    stop: threading.Event,
+    stop: threading.Event, last: Callable[[float], None] | None = None,
 ) -> None:
-    """Run `round_(now)` every `interval_s` until `stop`, then flush the outbox within its deadline."""
+    """Run `round_(now)` every `interval_s` until `stop`, then `last(now)` if given (a farewell: the
+    host agent's heartbeat that says the node leaves), then flush the outbox within its deadline."""
     try:
         run_every(interval_s, round_, stop)
+        if last is not None:
+            last(time.time())
     finally:
         outbox.flush(delivery.flush_timeout_s)

@@ -24,6 +24,7 @@ from schemas.jobs import FailureSettings, JobEvent, JobSpec, JobStopRequested, J
 from schemas.nodes import NodeCordoned, NodeDrained, NodeLifecycle, NodeReadmitted, NodeUncordoned
 from schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
 from schemas.recovery import (
+    JobEnded,
     RecoveryCompleted,
     RecoveryFailed,
     RecoveryKind,
@@ -47,7 +48,8 @@ from schemas.topics import DEFAULT_PREFIX, SPECS, Topics, TopicSpec, adapter
 __all__ = [
     "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "AlertDelivered", "ClusterNode",
     "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "FailureSettings", "GpuSample",
-    "Incident", "IncidentStatus", "InvalidEvent", "JobEvent", "JobSpec", "JobStopRequested", "JobSubmitted",
+    "Incident", "IncidentStatus", "InvalidEvent", "JobEnded", "JobEvent", "JobSpec", "JobStopRequested",
+    "JobSubmitted",
     "LinkState",
     "Model", "NodeCordoned", "NodeDrained", "NodeEvent", "NodeHeartbeat", "NodeLifecycle", "NodeReadmitted",
     "NodeJoined", "NodeLeaving", "NodeReport", "NodeUncordoned", "PlanRequest", "PlannedJob", "RanksFinished",

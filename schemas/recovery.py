@@ -3,8 +3,8 @@
 One `recovery_planned` per job a plan touches, keyed by the job, so that everything that
 happens to one job is ordered on one partition. Commands are derived from it: a
 coordinator that restarts reads the plan back and issues what is missing. The topic also
-carries the coordinator's own incidents (its escalations) and its node re-admissions; the
-detector's incidents stay on `incidents`, operators' node events on `nodes`.
+carries the coordinator's own incidents (its escalations), its node re-admissions and the end of
+each job; the detector's incidents stay on `incidents`, operators' node events on `nodes`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from schemas.nodes import NodeReadmitted
 
 
 class RecoveryKind(StrEnum):
-    """What a plan does to a job: start it, retry in place, restart in place, or move it."""
+    """What a plan does to a job: start it, retry in place, restart in place, move it, or stop it
+    on every node because an operator asked (`job_stop`)."""
 
     START = "start"
     REATTEMPT = "reattempt"
     RESTART = "restart"
     RECONFIGURE = "reconfigure"
+    STOP = "stop"
 
 
 class RecoveryPlanned(Event):
@@ -87,6 +89,19 @@ class RecoverySkipped(Event):
     isolated: dict[Name, Id] | None = Field(default=None, max_length=MAX_ITEMS)
 
 
-Lifecycle = RecoveryPlanned | RecoveryCompleted | RecoveryFailed | RecoverySkipped
+class JobEnded(Event):
+    """A job is over and its nodes are free: every rank of `generation` exited with status 0 on every
+    node (`succeeded`), or an operator stopped it and its ranks were stopped (`stopped`). Nothing
+    restarts it after this; its incidents are skipped."""
+
+    type: Literal["job_ended"] = "job_ended"
+    job: Id
+    state: Literal["succeeded", "stopped"]
+    generation: Count | None = Field(default=None, description="the generation that ran last; none "
+                                     "for a job stopped before it started")
+    reason: Text = ""
+
+
+Lifecycle = RecoveryPlanned | RecoveryCompleted | RecoveryFailed | RecoverySkipped | JobEnded
 RecoveryLog = Annotated[Incident | Lifecycle | NodeReadmitted, Field(discriminator="type")]
 """What the `recovery` topic carries: everything the coordinator decides, and nothing else writes."""

@@ -7,14 +7,15 @@ from it re-reads exactly the messages after those offsets: no event is lost or a
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
 ids. `streams/checkpoint_topic.py` keeps checkpoints on Kafka; `Cadence` says when to take one.
 
-Format 2 and 3: one line of JSON (version, owner, offsets, watermark, sources, the state's length, and in
+Formats 2 to 4: one line of JSON (version, owner, offsets, watermark, sources, the state's length, and in
 one flat list per held event its seq, topic, partition, offset, timestamp_ms, key length (-1:
 no key) and value length), then the state as JSON, then each held event's key and value bytes
 exactly as they arrived, back to back. Held events are not re-encoded and nothing is compressed
 here: at a large cluster's rate the detector holds tens of thousands of them, and re-encoding
 them plus zlib stalled the loop's thread (docs/streams.md, "State", has the cost). The producer
 compresses (lz4) on librdkafka's own thread. Format 3 is format 2 whose state carries the
-escalation's `job_errors` and each pending clue's signature. Older formats are upgraded when read
+escalation's `job_errors` and each pending clue's signature; format 4 is format 3 whose jobs carry
+their own hang floor (`hang_floor_s`). Older formats are upgraded when read
 (`UPCASTERS`); a newer one is refused (`NewerCheckpoint`): a rollback must not overwrite what
 it cannot read. A checkpoint names its owner, the deployment's topic prefix and telemetry
 topics; a detector never resumes another's (`foreign`).
@@ -33,7 +34,7 @@ from schemas.codec import TELEMETRY
 from streams.core import Detector, DetectorState
 from streams.live import Held, LiveDetector
 
-VERSION = 3
+VERSION = 4
 HELD_FIELDS = 7  # per held event in the head's flat list: seq, topic, partition, offset, ts_ms, key, value
 SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
@@ -140,8 +141,18 @@ def _v2_to_v3(head: dict, body: bytes) -> tuple[dict, bytes]:
     return {**head, "v": 3, "state": len(raw)}, raw + body[at:]
 
 
+def _v3_to_v4(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 3 (before 4): a job had no `hang_floor_s`. None: the config's floor, as before."""
+    at = head["state"]
+    state = json.loads(body[:at])
+    for job in state["jobs"].values():
+        job["hang_floor_s"] = None
+    raw = json.dumps(state, separators=(",", ":")).encode()
+    return {**head, "v": 4, "state": len(raw)}, raw + body[at:]
+
+
 # Format n -> n + 1, applied in turn until the format is VERSION.
-UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def decode_checkpoint(data: bytes) -> Checkpoint:

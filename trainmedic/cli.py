@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
     "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
     "keys": ("recovery.keys_cli", "generate, rotate or list the keys that sign commands"),
-    "job": ("recovery.coordinator.job_cli", "submit or list jobs; one job's status or its ranks' logs"),
+    "job": ("recovery.coordinator.job_cli", "submit, stop or list jobs; one job's status or its ranks' logs"),
     "nodes": ("trainmedic.nodes_cli", "list nodes and their state; cordon, drain or uncordon one"),
     "incidents": ("ops.incident_log.cli", "list, show, follow or export incidents and what recovery did"),
     "alerts": ("ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),

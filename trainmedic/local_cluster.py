@@ -79,6 +79,9 @@ class LocalCluster:
     alertmanager: str | None = None  # when set, an alert bridge forwards incidents there
     credentials: Path | None = None  # the broker's role credentials (each service reads its own)
     node_args: tuple[str, ...] = ()  # more options of every `trainmedic node` (e.g. its admission policy)
+    # How long a node stopped with SIGTERM waits for its jobs to be moved off it: none by default, as
+    # `close` stops the coordinator too and nothing would move them.
+    leave_timeout_s: float = 0.0
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
@@ -127,7 +130,7 @@ class LocalCluster:
                 "--gpus-per-node", "2", "--gpu-control", str(self.layout.gpu_control(node)),
                 "--agent-control", str(self.layout.agent_control(node)), "--links", "ib0",
                 "--sysfs", str(self.layout.sysfs(node)), "--state-dir", str(self.layout.executor_dir(node)),
-                "--stop-grace-s", "5", *self.node_args,
+                "--stop-grace-s", "5", "--leave-timeout-s", f"{self.leave_timeout_s:g}", *self.node_args,
             ])
         if self.alertmanager:
             self._start("alerts", [py, "-m", "trainmedic.cli", "alerts", "--alertmanager", self.alertmanager])

@@ -14,7 +14,12 @@ the flag carries the part's name: --gpu-control, --agent-control. Variables are 
 own (TRAINMEDIC_GPU_*, TRAINMEDIC_AGENT_*, TRAINMEDIC_EXECUTOR_*; the node's name is
 TRAINMEDIC_EXECUTOR_NODE); a --config YAML file has the sections gpu, agent and executor.
 
-Each part stops on SIGTERM/SIGINT; the executor then stops its ranks (see `executor`).
+Stopped on purpose (SIGTERM or SIGINT), the node leaves in order instead of vanishing: the
+executor announces `node_leaving` (signed with the node's key), the agent sends a last
+heartbeat marked `leaving`, and the process waits, at most --leave-timeout-s (60 s; 0: not at
+all), until the coordinator has moved its jobs off it (its ranks stopped by the re-plan) or no
+rank runs here, then stops its parts and exits 0. A second signal leaves at once. So a planned
+shutdown is a drain of the node, not a lost node (docs/coordinator.md, "A node that leaves by itself").
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 from dataclasses import replace
 
 from bus.config import Options, Section
+from bus.timespan import duration_arg
 from producers.cli_args import add_kafka_arguments
 from producers.config import GpuProducerConfig, HostAgentConfig
 from recovery.executor import cli as executor_cli
@@ -42,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_kafka_arguments(parser)
     OPTIONS.add_to(parser)
+    parser.add_argument("--leave-timeout-s", type=duration_arg, default=60.0, metavar="SECONDS",
+                        help="on SIGTERM/SIGINT, wait at most this long for the coordinator to move this "
+                        "node's jobs off it before stopping its ranks (default 60; 0: leave at once)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from bus.errors import TrainmedicError
     from bus.metrics import serve_metrics
     from bus.settings import KafkaSettings
-    from bus.signals import stop_on_signals
+    from bus.signals import leave_on_signals
     from producers.agent import open_agent, run_agent
     from producers.gpu_producer import open_source, run_gpu_producer
     from recovery.executor.service import Executor
@@ -70,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         now = time.time()
         source = open_source(gpu_config, now)
         agent = open_agent(agent_config, now)
+        executor = Executor(executor_config, settings)
     except TrainmedicError as err:
         print(f"trainmedic node: {err}", file=sys.stderr)
         return 2
@@ -77,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         log.warning("INSECURE: unsigned commands will be applied on node %s; its acks go unsigned", node)
     serve_metrics(args.metrics_port)  # the three parts' metrics, on one endpoint
 
-    stop = threading.Event()
+    leave, stop = threading.Event(), threading.Event()
+    agent_stop = threading.Event()  # the agent beats until set (its last heartbeat says if the node leaves)
     failures: list[BaseException] = []
 
     def part(name: str, body) -> threading.Thread:
@@ -92,14 +103,35 @@ def run(args: argparse.Namespace) -> int:
         thread.start()
         return thread
 
-    with stop_on_signals(stop):
+    with leave_on_signals(leave, stop):
         threads = [
-            part("executor", lambda: Executor(executor_config, settings).run(stop)),
+            part("executor", lambda: executor.run(stop)),
             part("gpu-producer", lambda: run_gpu_producer(gpu_config, agent_settings, source, stop)),
-            part("host-agent", lambda: run_agent(agent_config, agent_settings, agent, stop)),
+            part("host-agent", lambda: run_agent(agent_config, agent_settings, agent, agent_stop)),
         ]
         log.info("node %s: host agent, %s GPU producer and executor running", node, gpu_config.source)
+        deadline = None
         while any(t.is_alive() for t in threads):
             for thread in threads:
                 thread.join(0.5)
+            if leave.is_set() and deadline is None:
+                deadline = time.monotonic() + args.leave_timeout_s
+                log.info("node %s leaves: announcing it, then waiting up to %gs for the coordinator to "
+                         "move its jobs off it", node, args.leave_timeout_s)
+                executor.leave(f"planned shutdown: trainmedic node on {node} stopped")
+                agent.leave()
+                agent_stop.set()
+            if deadline is not None and not stop.is_set():
+                if executor.emptied.is_set() or args.leave_timeout_s == 0:
+                    why = "no rank runs here any more" if executor.emptied.is_set() else "no wait asked"
+                    log.info("node %s: %s; leaving", node, why)
+                    stop.set()
+                elif time.monotonic() >= deadline:
+                    log.warning("node %s: its ranks still run after %gs; stopping them and leaving", node,
+                                args.leave_timeout_s)
+                    stop.set()
+            if stop.is_set():
+                agent_stop.set()
+    if not failures:
+        log.info("node %s left", node)
     return 1 if failures else 0

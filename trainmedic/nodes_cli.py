@@ -127,6 +127,8 @@ def rows(state, now: float) -> list[tuple[str, ...]]:
             incident = state.incidents.get(node.isolated_by)
             what = f" ({incident.category}, {incident.status})" if incident else ""
             since, why = node.isolated_ts, f"incident {node.isolated_by}{what}; {outlook(state, node, now)}"
+        elif shown in ("leaving", "left"):
+            since, why = node.left_ts, f"announced by the node itself: {node.left_reason or 'shutting down'}"
         else:
             since, why = node.mode_ts, node.mode_reason
             if shown == "ready" and node.returned_ts is not None and node.returned_ts > (node.mode_ts or 0):

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.alerts.config import AlertBridgeConfig
+from ops.incident_log.evidence import for_people
 from schemas.incident import Incident, IncidentStatus, Severity
 
 PAGERDUTY_SEVERITY = {
@@ -28,12 +29,18 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def evidence(incident: Incident) -> list[str]:
+    """The evidence lines for people: UTC clock times and offsets from the first evidence instead of
+    unix seconds (`details` keeps them as the detector wrote them, for machines)."""
+    return [for_people(line, incident.first_ts) for line in incident.evidence]
+
+
 def summary(incident: Incident) -> str:
     """One line: `[SEV1] node_lost on n02 (job llm): first evidence`."""
     where = " ".join(part for part in (f"on {incident.node}" if incident.node else "",
                                        f"(job {incident.job})" if incident.job else "") if part)
     head = f"[{incident.severity}] {incident.category}{' ' + where if where else ''}"
-    first = incident.evidence[0] if incident.evidence else ""
+    first = evidence(incident)[0] if incident.evidence else ""
     return f"{head}: {first}" if first else head
 
 
@@ -46,7 +53,7 @@ def alertmanager_alert(incident: Incident, now: float, resend_s: float, generato
     resolved = incident.status is IncidentStatus.RESOLVED
     return {
         "labels": labels,
-        "annotations": {"summary": summary(incident), "evidence": "\n".join(incident.evidence),
+        "annotations": {"summary": summary(incident), "evidence": "\n".join(evidence(incident)),
                         "action": f"{incident.action}: {ACTION_WORDS.get(str(incident.action), '')}"},
         "startsAt": rfc3339(incident.first_ts),
         "endsAt": rfc3339(incident.ts if resolved else now + 4 * resend_s),
@@ -75,7 +82,7 @@ def webhook_message(incident: Incident) -> dict[str, Any]:
     resolved = incident.status is IncidentStatus.RESOLVED
     mark = "RESOLVED" if resolved else "FIRING"
     lines = [f"*{mark}* {summary(incident)}", f"action: {incident.action}; incident {incident.id}"]
-    lines += [f"• {line}" for line in incident.evidence[:10]]
+    lines += [f"• {line}" for line in evidence(incident)[:10]]
     return {"text": "\n".join(lines), "dedup_key": f"{incident.id}:{incident.status}",
             "status": "resolved" if resolved else "firing", "incident": details(incident)}
 

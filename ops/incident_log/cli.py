@@ -21,7 +21,7 @@ import argparse
 import sys
 
 DEFAULT_TIMEOUT_S = 10.0
-RESTORE_WINDOW_S = 300.0  # a rank restores before its first step: well within this of its plan
+RESUME_WINDOW_S = 300.0  # a rank restores and steps again well within this of its plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,15 +111,16 @@ def _messages(reader, follow: bool):
         yield from reader.poll()
 
 
-def _restore_reports(settings, view, timeout_s: float) -> list:
-    """The worker telemetry around the incident's plans, where a rank that restored reports a
-    fallback from its replica: from the first plan to RESTORE_WINDOW_S after the last."""
+def _worker_reports(settings, view, timeout_s: float) -> list:
+    """The worker telemetry around the incident's plans: the steps that tell when the job resumed,
+    and where a rank that restored reports a fallback from its replica. From the first plan to
+    RESUME_WINDOW_S after the last."""
     import time
 
     from bus.reader import NOW, At, TopicReader
     from schemas import DeadLettered
 
-    first, last = view.plans[0].ts, view.plans[-1].ts + RESTORE_WINDOW_S
+    first, last = view.plans[0].ts, view.plans[-1].ts + RESUME_WINDOW_S
     end = NOW if last >= time.time() else At(last)
     items: list = []
     with TopicReader(settings, [settings.topics.worker], start=At(first - 1.0), end=end, validate=True,
@@ -131,7 +132,7 @@ def _restore_reports(settings, view, timeout_s: float) -> list:
 
 def _show(reader, args: argparse.Namespace, settings) -> int:
     from ops.incident_log.fold import IncidentHistory, apply
-    from ops.incident_log.render import details, row, story, table
+    from ops.incident_log.render import LEGEND, details, row, story, table
     from ops.incident_log.views import find, timeline, views
     from schemas import DeadLettered
 
@@ -143,7 +144,7 @@ def _show(reader, args: argparse.Namespace, settings) -> int:
                 print(f"invalid event {item.source_topic}[{item.partition}]@{item.offset} skipped: "
                       f"{item.reason}", file=sys.stderr)
             else:
-                apply(log, item.event)
+                apply(log, item.event, None if item.timestamp_ms is None else item.timestamp_ms / 1000)
 
     for batch in reader.batches():
         fold_in(batch)
@@ -153,7 +154,7 @@ def _show(reader, args: argparse.Namespace, settings) -> int:
 
         shown = rows()
         since = f" since {args.since}" if args.since else ""
-        print(table(shown) if shown else f"no incidents in the log{since}")
+        print(f"{table(shown)}\n{LEGEND}" if shown else f"no incidents in the log{since}", flush=True)
         while args.follow:
             fold_in(reader.poll())
             for changed in (r for r in rows() if r not in shown):
@@ -169,7 +170,7 @@ def _show(reader, args: argparse.Namespace, settings) -> int:
         return 1
     view = matches[0]
     if view.plans:
-        fold_in(_restore_reports(settings, view, args.timeout_s))
+        fold_in(_worker_reports(settings, view, args.timeout_s))
         view = next(v for v in find(log, view.id) if v.id == view.id)
     if args.action == "show":
         print(details(view))

@@ -1,8 +1,11 @@
 """The fold of the incident log (the detector's `incidents` and the coordinator's `recovery`
 topics): facts keyed by their identity, so any order gives the same state.
 
-From telemetry.worker it keeps only the steps that report a restore fallback (`restore_warning`):
-a recovery that lost steps belongs in the incident's story.
+From telemetry.worker it keeps when each generation of a job stepped (to tell when a recovery
+resumed training) and the steps that report a restore fallback (`restore_warning`): a recovery
+that lost steps belongs in the incident's story. From the broker it keeps when each incident
+event reached Kafka (its message time), which is later than its `ts` by however long the
+detector took to publish it.
 
 Incidents are keyed by job or node and lifecycle events by job, on two topics, so an incident
 and the plan that answers it sit on different partitions and arrive in either order. Storing each fact
@@ -33,6 +36,9 @@ class IncidentHistory:
     skips: dict[str, RecoverySkipped] = field(default_factory=dict)  # incident id
     # worker steps that say their restore fell back from its replica: (job, generation, rank)
     restore_warnings: dict[tuple[str, int, int], WorkerStepped] = field(default_factory=dict)
+    # when a step of each (job, generation) completed, by any rank (the `ts` of its worker_step)
+    steps: dict[tuple[str, int], set[float]] = field(default_factory=dict)
+    published: dict[tuple[str, str], float] = field(default_factory=dict)  # (id, status) -> first on Kafka
 
     def statuses(self, incident_id: str) -> dict[str, Incident]:
         """The open and resolved events of one incident, those that were seen."""
@@ -46,12 +52,15 @@ def _first(known, new):
     return known
 
 
-def apply(history: IncidentHistory, event: object) -> IncidentHistory:
-    """Fold one event into `history` (in place, returned). Events of other types change nothing."""
+def apply(history: IncidentHistory, event: object, published: float | None = None) -> IncidentHistory:
+    """Fold one event into `history` (in place, returned); `published` is its Kafka message time
+    where the reader knows it. Events of other types change nothing."""
     match event:
         case Incident():
             key = (event.id, str(event.status))
             history.incidents[key] = _first(history.incidents.get(key), event)
+            if published is not None:
+                history.published[key] = min(published, history.published.get(key, published))
         case RecoveryPlanned():
             key = (event.plan_id, event.job)
             history.plans[key] = _first(history.plans.get(key), event)
@@ -60,9 +69,11 @@ def apply(history: IncidentHistory, event: object) -> IncidentHistory:
             history.outcomes[key] = _first(history.outcomes.get(key), event)
         case RecoverySkipped() if event.incident_id is not None:
             history.skips[event.incident_id] = _first(history.skips.get(event.incident_id), event)
-        case WorkerStepped() if event.restore_warning:
-            key = (event.job, event.generation, event.rank)
-            history.restore_warnings[key] = _first(history.restore_warnings.get(key), event)
+        case WorkerStepped():
+            history.steps.setdefault((event.job, event.generation), set()).add(event.ts)
+            if event.restore_warning:
+                key = (event.job, event.generation, event.rank)
+                history.restore_warnings[key] = _first(history.restore_warnings.get(key), event)
     return history
 
 

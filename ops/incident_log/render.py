@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ops.incident_log.views import Entry, IncidentView
+from ops.incident_log.evidence import clock, offset, readable
+from ops.incident_log.views import Entry, IncidentView, evidence_entries
 
-COLUMNS = ("ID", "STATUS", "SEV", "CATEGORY", "JOB", "NODE", "OPENED (UTC)", "DELAY", "RESOLVED IN",
-           "RECOVERY")
+COLUMNS = ("ID", "STATUS", "SEV", "CATEGORY", "JOB", "NODE", "OPENED (UTC)", "DETECT", "PUBLISHED",
+           "RESOLVED IN", "RECOVERY")
+LEGEND = ("DETECT: first evidence → incident decided; PUBLISHED: first evidence → incident on Kafka; "
+          "RESOLVED IN: first evidence → resolved. RECOVERY completed: every command acknowledged; "
+          "queued: the job was stopped and waits for nodes.")
 
 
 def iso(ts: float | None) -> str:
@@ -39,7 +43,7 @@ def row(view: IncidentView) -> tuple[str, ...]:
     inc = view.incident
     return (view.id, view.status, str(inc.severity), inc.category, inc.job or "-", inc.node or "-",
             iso(view.opened.ts if view.opened else None), span(view.detection_delay_s),
-            span(view.time_to_resolve_s), view.recovery)
+            span(view.publication_delay_s), span(view.time_to_resolve_s), view.recovery)
 
 
 def table(rows: list[tuple[str, ...]], header: tuple[str, ...] = COLUMNS) -> str:
@@ -50,28 +54,49 @@ def table(rows: list[tuple[str, ...]], header: tuple[str, ...] = COLUMNS) -> str
     return "\n".join(lines)
 
 
+def _measured(seconds: float | None, what: str) -> str:
+    return "-" if seconds is None else f"{span(seconds)} ({what})"
+
+
+def resume(view: IncidentView) -> str:
+    """The time to resume, what it spans, or why there is none."""
+    if view.time_to_resume_s is not None:
+        last = max(view.resumed, key=lambda r: r.ts)
+        return f"{span(view.time_to_resume_s)} (first evidence → first step of {last.job} generation " \
+               f"{last.generation} after the repair)"
+    if view.plans and set(view.queued_jobs) == {p.job for p in view.plans}:
+        return f"- (not resumed: {', '.join(view.queued_jobs)} queued, waiting for nodes)"
+    return "- (no step after the repair seen yet)" if view.plans else "-"
+
+
 def details(view: IncidentView) -> str:
-    """Every field of one incident, its evidence and its recovery."""
+    """Every field of one incident, its evidence in the order it was seen, and its recovery."""
     inc = view.incident
+    origin = inc.first_ts
     fields = [
         ("id", inc.id), ("status", view.status), ("category", inc.category), ("severity", str(inc.severity)),
         ("action", str(inc.action)), ("job", inc.job or "-"), ("node", inc.node or "-"),
-        ("ranks", ", ".join(map(str, inc.ranks)) or "-"), ("earliest evidence", iso(inc.first_ts)),
-        ("opened", iso(view.opened.ts if view.opened else None)),
-        ("detection delay", span(view.detection_delay_s)),
+        ("ranks", ", ".join(map(str, inc.ranks)) or "-"), ("first evidence", iso(origin)),
+        ("opened", iso(view.opened.ts if view.opened else None)), ("on kafka", iso(view.published)),
+        ("detection delay", _measured(view.detection_delay_s, "first evidence → incident")),
+        ("publication delay", _measured(view.publication_delay_s, "first evidence → on Kafka")),
         ("resolved", iso(view.resolved.ts if view.resolved else None)),
-        ("time to resolve", span(view.time_to_resolve_s)), ("recovery", view.recovery),
-        ("time to resume", span(view.time_to_resume_s)),
+        ("time to resolve", _measured(view.time_to_resolve_s, "first evidence → resolved")),
+        ("recovery", view.recovery),
+        ("recovery acked", _measured(view.time_to_ack_s, "first evidence → every command done")),
+        ("time to resume", resume(view)),
         ("escalated from", view.escalated_from or "-"), ("escalated to", ", ".join(view.escalated_to) or "-"),
     ]
     width = max(len(k) for k, _ in fields)
     lines = [f"{k + ':':{width + 1}} {v}" for k, v in fields]
-    lines.append("evidence:")
-    lines += [f"  - {line}" for line in inc.evidence] or ["  (none)"]
+    lines.append("evidence (UTC, from the first evidence):")
+    lines += [f"  - {clock(e.ts)} {offset(e.ts - origin):>9}  {readable(e.detail, origin)}"
+              for e in evidence_entries(view)] or ["  (none)"]
     if view.plans:
         lines.append("plans:")
         lines += [f"  - {p.plan_id} {p.kind} {p.job} generation {p.generation}: "
-                  f"[{' '.join(p.previous)}] → [{' '.join(p.nodes)}] at {iso(p.ts)}" for p in view.plans]
+                  f"[{' '.join(p.previous)}] → [{' '.join(p.nodes)}] at {iso(p.ts)}"
+                  f"{'' if p.nodes else ' (no nodes: the job is stopped and queued)'}" for p in view.plans]
     if view.skipped:
         lines.append(f"no action: {view.skipped.reason}")
     if view.restore_warnings:
@@ -82,13 +107,9 @@ def details(view: IncidentView) -> str:
 
 
 def story(view: IncidentView, entries: list[Entry]) -> str:
-    """The timeline with times relative to the earliest evidence."""
+    """The timeline: UTC times, offsets from the earliest evidence, instants in details made readable."""
     origin = view.incident.first_ts
     head = f"{view.id}  {view.incident.severity} {view.incident.category}  (t0 = {iso(origin)} UTC)"
     width = max(len(e.what) for e in entries)
-    return "\n".join([head, *(f"  {entry_time(e.ts - origin):>10}  {e.what:{width}}  {e.detail}"
-                              for e in entries)])
-
-
-def entry_time(offset_s: float) -> str:
-    return f"{'+' if offset_s >= 0 else '-'}{abs(offset_s):.3f}s"
+    return "\n".join([head, *(f"  {clock(e.ts)} {offset(e.ts - origin):>10}  {e.what:{width}}  "
+                              f"{readable(e.detail, origin)}" for e in entries)])

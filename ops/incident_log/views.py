@@ -5,17 +5,32 @@ Derived on demand, never stored, so they inherit the fold's independence from or
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from ops.incident_log.evidence import stamped
 from ops.incident_log.fold import IncidentHistory
 from schemas.incident import Incident, IncidentStatus
-from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryKind, RecoveryPlanned, RecoverySkipped
 from schemas.telemetry import WorkerStepped
+
+
+class Resumed(NamedTuple):
+    """A job a plan placed on nodes, stepping again: the first step completed after the repair."""
+
+    job: str
+    generation: int
+    ts: float
 
 
 @dataclass(frozen=True)
 class IncidentView:
-    """One incident's whole lifecycle: its latest fields and what recovery did about it."""
+    """One incident's whole lifecycle: its latest fields and what recovery did about it.
+
+    Every duration is measured from the incident's earliest evidence (`first_ts`): the log does not
+    know when the fault itself happened, only the first moment something showed it.
+    """
 
     incident: Incident  # the latest event seen (resolved if it was)
     opened: Incident | None
@@ -25,6 +40,8 @@ class IncidentView:
     skipped: RecoverySkipped | None
     escalated_from: str | None  # the incident whose failed recovery raised this one
     restore_warnings: tuple[WorkerStepped, ...] = ()  # ranks of its plans' generations that lost steps
+    published: float | None = None  # when the opened incident reached Kafka (its message time)
+    resumed: tuple[Resumed, ...] = ()  # per job placed on nodes, its first step after the repair
 
     @property
     def id(self) -> str:
@@ -36,12 +53,24 @@ class IncidentView:
 
     @property
     def recovery(self) -> str:
-        """What recovery did: -, skipped, planned, completed or failed (the latest outcome wins)."""
+        """What recovery did: -, skipped, planned, completed, queued (the job was stopped and waits
+        for nodes) or failed; the latest outcome wins."""
         if self.outcomes:
-            return "completed" if isinstance(self.outcomes[-1], RecoveryCompleted) else "failed"
+            last = self.outcomes[-1]
+            if isinstance(last, RecoveryFailed):
+                return "failed"
+            return "queued" if self._plan_of(last).nodes == () else "completed"
         if self.plans:
             return "planned"
         return "skipped" if self.skipped else "-"
+
+    def _plan_of(self, outcome: RecoveryCompleted | RecoveryFailed) -> RecoveryPlanned:
+        return next(p for p in self.plans if (p.plan_id, p.job) == (outcome.plan_id, outcome.job))
+
+    @property
+    def queued_jobs(self) -> tuple[str, ...]:
+        """Jobs whose latest plan for this incident took every node: stopped, waiting for nodes."""
+        return tuple(job for job, plan in latest_plans(self.plans).items() if not plan.nodes)
 
     @property
     def escalated_to(self) -> tuple[str, ...]:
@@ -49,17 +78,53 @@ class IncidentView:
 
     @property
     def detection_delay_s(self) -> float | None:
+        """First evidence → the incident decided (its `ts`, event time)."""
         return None if self.opened is None else self.opened.ts - self.opened.first_ts
+
+    @property
+    def publication_delay_s(self) -> float | None:
+        """First evidence → the opened incident on Kafka (its message time)."""
+        if self.opened is None or self.published is None:
+            return None
+        return self.published - self.opened.first_ts
 
     @property
     def time_to_resolve_s(self) -> float | None:
         return None if self.resolved is None else self.resolved.ts - self.resolved.first_ts
 
     @property
-    def time_to_resume_s(self) -> float | None:
-        """From the earliest evidence to the first plan that completed."""
-        done = [o.ts for o in self.outcomes if isinstance(o, RecoveryCompleted)]
+    def time_to_ack_s(self) -> float | None:
+        """First evidence → every command of a plan that placed its job on nodes acknowledged: the
+        workers were started (or retried), not yet stepping."""
+        done = [o.ts for o in self.outcomes if isinstance(o, RecoveryCompleted) and self._plan_of(o).nodes]
         return min(done) - self.incident.first_ts if done else None
+
+    @property
+    def time_to_resume_s(self) -> float | None:
+        """First evidence → the first completed step after the repair, of every job the incident's
+        plans placed on nodes (the last of them); None until each has stepped, or with none placed."""
+        placed = {job for job, plan in latest_plans(self.plans).items() if plan.nodes}
+        stepped = {r.job: r.ts for r in self.resumed}
+        if not placed or not placed <= set(stepped):
+            return None
+        return max(stepped[job] for job in placed) - self.incident.first_ts
+
+
+def latest_plans(plans: tuple[RecoveryPlanned, ...]) -> dict[str, RecoveryPlanned]:
+    """Each job's latest plan (`plans` is in time order)."""
+    return {p.job: p for p in plans}
+
+
+def first_step_after_repair(plan: RecoveryPlanned, outcomes: tuple[RecoveryCompleted | RecoveryFailed, ...],
+                            steps: set[float]) -> float | None:
+    """When `plan`'s job completed its first step after the repair, from the step times of the
+    plan's generation: its first step, or after a reattempt (the same generation, the ranks kept
+    running) the first step after the reattempt was acknowledged."""
+    if plan.kind != RecoveryKind.REATTEMPT:
+        return min(steps, default=None)
+    acked = next((o.ts for o in outcomes if isinstance(o, RecoveryCompleted)
+                  and (o.plan_id, o.job) == (plan.plan_id, plan.job)), None)
+    return None if acked is None else min((ts for ts in steps if ts > acked), default=None)
 
 
 def _view(history: IncidentHistory, iid: str, escalations: dict[str, str]) -> IncidentView:
@@ -73,9 +138,16 @@ def _view(history: IncidentHistory, iid: str, escalations: dict[str, str]) -> In
     generations = {(p.job, p.generation) for p in plans}
     warnings = tuple(sorted((w for (job, gen, _), w in history.restore_warnings.items()
                              if (job, gen) in generations), key=lambda w: (w.ts, w.rank)))
+    resumed = []
+    for job, plan in sorted(latest_plans(plans).items()):
+        ts = first_step_after_repair(plan, outcomes, history.steps.get((job, plan.generation), set()))
+        if plan.nodes and ts is not None:
+            resumed.append(Resumed(job, plan.generation, ts))
     return IncidentView(incident=resolved or opened, opened=opened, resolved=resolved, plans=plans,
                         outcomes=outcomes, skipped=history.skips.get(iid),
-                        escalated_from=escalations.get(iid), restore_warnings=warnings)
+                        escalated_from=escalations.get(iid), restore_warnings=warnings,
+                        published=history.published.get((iid, str(IncidentStatus.OPEN))),
+                        resumed=tuple(resumed))
 
 
 def _escalations(history: IncidentHistory) -> dict[str, str]:
@@ -112,45 +184,82 @@ class Entry:
     detail: str
 
 
+def _acked(plan: RecoveryPlanned) -> str:
+    """What a plan's commands done means: not yet a step."""
+    if plan.kind == RecoveryKind.REATTEMPT:
+        return "ranks retried in place"
+    return "workers started, not yet stepping"
+
+
 def _nodes(nodes: tuple[str, ...]) -> str:
     return "[" + " ".join(nodes) + "]"
 
 
+# How entries at the same instant are told: what was seen before what was decided from it.
+ORDER = ("detected", "evidence", "opened", "escalated", "on kafka", "no action", "plan issued",
+         "acknowledged", "queued", "recovery failed", "resumed", "RESTORE FELL BACK", "resolved")
+
+
+def _evidence(lines: tuple[str, ...], default_ts: float, skip: Collection[str] = ()) -> list[Entry]:
+    """One entry per evidence line at the time it says it was seen (else `default_ts`, the
+    decision's), without the stamp: the story shows times its own way."""
+    out = []
+    for line in lines:
+        if line in skip:
+            continue
+        ts, text = stamped(line)
+        what = "escalated" if text.startswith("escalated ") else "evidence"
+        out.append(Entry(default_ts if ts is None else ts, what, text))
+    return out
+
+
+def evidence_entries(view: IncidentView) -> list[Entry]:
+    """An incident's evidence in the order it was seen; a line without a time at the time of the
+    decision that first carried it (opened, or resolved)."""
+    opened = view.opened.evidence if view.opened else ()
+    entries = _evidence(opened, view.opened.ts) if view.opened else []
+    if view.resolved is not None:
+        entries += _evidence(view.resolved.evidence, view.resolved.ts, skip=set(opened))
+    return sorted(entries, key=lambda e: e.ts)
+
+
 def timeline(view: IncidentView) -> list[Entry]:
-    """The ordered story: detected, opened (and why it escalated), plans, outcomes, restores that fell
+    """The story in event time: detected, each piece of evidence when it was seen, opened (and why
+    it escalated), on Kafka, plans, outcomes, the first step after the repair, restores that fell
     back from their replica (steps lost), resolved."""
     inc = view.incident
-    entries = [Entry(inc.first_ts, "detected", "earliest evidence")]
+    entries = [Entry(inc.first_ts, "detected", "earliest evidence"), *evidence_entries(view)]
     if view.opened is not None:
         o = view.opened
         where = " ".join(f"{k}={v}" for k, v in (("job", o.job), ("node", o.node)) if v)
         entries.append(Entry(o.ts, "opened", f"{o.severity} {o.category} → {o.action} {where}".rstrip()))
-        for line in o.evidence:
-            entries.append(Entry(o.ts, "escalated" if line.startswith("escalated ") else "evidence", line))
         if view.escalated_from:
             entries.append(Entry(o.ts, "escalated", f"raised as recovery of {view.escalated_from} failed"))
+        if view.published is not None:
+            entries.append(Entry(view.published, "on kafka", "the incident reached the incidents topic"))
     if view.skipped is not None:
         entries.append(Entry(view.skipped.ts, "no action", view.skipped.reason))
+    plans = {(p.plan_id, p.job): p for p in view.plans}
     for p in view.plans:
         entries.append(Entry(p.ts, "plan issued", f"{p.kind} plan {p.plan_id}: {p.job} generation "
                                                   f"{p.generation} {_nodes(p.previous)} → {_nodes(p.nodes)}"))
     for out in view.outcomes:
-        if isinstance(out, RecoveryCompleted):
-            entries.append(Entry(out.ts, "recovered", f"plan {out.plan_id}: {out.job} generation "
-                                                      f"{out.generation} acknowledged up"))
-        else:
+        plan = plans[(out.plan_id, out.job)]
+        if isinstance(out, RecoveryFailed):
             then = f" → escalated to {out.escalation}" if out.escalation else ""
             entries.append(Entry(out.ts, "recovery failed", f"plan {out.plan_id}: {out.reason}{then}"))
+        elif plan.nodes:
+            entries.append(Entry(out.ts, "acknowledged", f"plan {out.plan_id}: every command of {out.job} "
+                                 f"generation {out.generation} done ({_acked(plan)})"))
+        else:
+            entries.append(Entry(out.ts, "queued", f"plan {out.plan_id}: {out.job} stopped on every node, "
+                                                   "waiting for nodes"))
+    for r in view.resumed:
+        entries.append(Entry(r.ts, "resumed", f"{r.job} generation {r.generation}: first step completed"))
     for w in view.restore_warnings:
         entries.append(Entry(w.ts, "RESTORE FELL BACK", f"{w.job} generation {w.generation} rank {w.rank} "
                                                         f"on {w.node}: {w.restore_warning}"))
     if view.resolved is not None:
-        known = set(view.opened.evidence) if view.opened else set()
-        for line in view.resolved.evidence:
-            if line not in known:
-                entries.append(Entry(view.resolved.ts, "evidence", line))
         entries.append(Entry(view.resolved.ts, "resolved", f"after {view.time_to_resolve_s:.3f}s"))
-    order = {w: i for i, w in enumerate(("detected", "opened", "escalated", "evidence", "no action",
-                                         "plan issued", "recovered", "recovery failed",
-                                         "RESTORE FELL BACK", "resolved"))}
+    order = {w: i for i, w in enumerate(ORDER)}
     return sorted(entries, key=lambda e: (e.ts, order[e.what]))

@@ -42,7 +42,7 @@ def replan_capacity(state: ClusterState, now: float) -> list:
     out: list = []
     for job in state.jobs.values():
         nodes = result.allocations.get(job.spec.id, ())
-        if nodes == job.nodes or job.state.in_flight:
+        if nodes == job.nodes or job.state.in_flight or job.over:
             continue
         restore = planned_restore(job, nodes, result.restore)
         plan = RecoveryPlanned(

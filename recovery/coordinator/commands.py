@@ -28,6 +28,11 @@ def incident_plan_id(incident_id: str) -> str:
     return f"plan-{digest('incident', incident_id)}"
 
 
+def stop_plan_id(job: str) -> str:
+    """One stop per job, however often the operator asks."""
+    return f"plan-{digest('stop', job)}"
+
+
 def command_id(plan_id: str, job: str, node: str, generation: int, action: CommandAction) -> str:
     return f"cmd-{digest(plan_id, job, node, generation, action)}"
 
@@ -104,7 +109,8 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
             worker = WorkerSpec(
                 ranks=tuple(range(i * rpn, (i + 1) * rpn)), world_size=len(plan.nodes) * rpn,
                 master_addr=master, master_port=spec.master_port, restore=restore,
-                command=spec.command, checkpoint_dir=spec.checkpoint_dir,
+                command=spec.argv, checkpoint_dir=spec.checkpoint_dir, env=dict(spec.env),
+                workdir=spec.workdir, failure=spec.failure,
             )
         commands.append(Command(
             ts=now, node=step.node, id=cid, plan_id=plan.plan_id, incident_id=plan.incident_id,

@@ -1,7 +1,9 @@
 """Decisions: what the coordinator emits in answer to one event. Pure; the state is not changed.
 
 `decide` sees the state with the event already folded in. It answers a new job with its
-start, an open incident by its severity (TAXONOMY.md), and an ack with the plan's outcome.
+start, an open incident by its severity (TAXONOMY.md), an ack with the plan's outcome, a node's
+`ranks_finished` with the job's success once every node of its generation has said so, and an
+operator's stop with stop commands to the job's nodes (then `job_ended`, stopped).
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from recovery.coordinator.commands import (
     incident_plan_id,
     replica,
     start_plan_id,
+    stop_plan_id,
 )
 from recovery.coordinator.isolation import decide_isolations, node_group, skip
 from recovery.coordinator.lifecycle import new_work_refused
-from recovery.coordinator.limits import exhausted, restart_due
+from recovery.coordinator.limits import exhausted, policy, restart_due
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
-from schemas.commands import CommandAcked, CommandAction
+from schemas.commands import CommandAcked, CommandAction, RanksFinished
 from schemas.incident import Action, Incident, IncidentStatus, Severity
-from schemas.jobs import JobSubmitted
+from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.recovery import (
+    JobEnded,
     RecoveryCompleted,
     RecoveryFailed,
     RecoveryKind,
@@ -50,13 +54,18 @@ def decide(state: ClusterState, event: object, now: float) -> list:
             return on_incident(state, event, now)
         case CommandAcked():
             return on_ack(state, event, now)
+        case RanksFinished():
+            return succeeded(state, event.job, now)
+        case JobStopRequested():
+            return stop_job(state, event.job, now)
     return []
 
 
 def start_job(state: ClusterState, job_id: str, now: float) -> list:
     """A new job starts on the nodes its spec names, at generation 0, if they are free and healthy."""
     job = state.jobs.get(job_id)
-    if job is None or job.state is not JobState.SUBMITTED or job.plan is not None or job.not_started:
+    if (job is None or job.state is not JobState.SUBMITTED or job.plan is not None or job.not_started
+            or job.over):
         return []
     problems = [why for n in job.spec.nodes if (why := new_work_refused(state, n)) is not None]
     problems += [f"node {n} runs job {other.spec.id}" for n in job.spec.nodes
@@ -70,6 +79,39 @@ def start_job(state: ClusterState, job_id: str, now: float) -> list:
     plan = RecoveryPlanned(ts=now, plan_id=start_plan_id(job_id), job=job_id, kind=RecoveryKind.START,
                            generation=0, nodes=job.spec.nodes, restore=dict.fromkeys(job.spec.nodes, source))
     return [plan, *commands_for(state, plan, now)]
+
+
+def succeeded(state: ClusterState, job_id: str, now: float) -> list:
+    """`job_ended` (succeeded) once every node the job runs on said its ranks of the job's current
+    generation exited 0; reports of an older generation (a plan moved the job since) do not count."""
+    job = state.jobs.get(job_id)
+    if job is None or job.state.ended or not job.nodes or job.generation is None:
+        return []
+    if any((job.generation, node) not in job.finished for node in job.nodes):
+        return []
+    return [JobEnded(ts=now, job=job_id, state="succeeded", generation=job.generation,
+                     reason=f"every rank of generation {job.generation} exited 0 on "
+                            f"{len(job.nodes)} node(s)")]
+
+
+def stop_job(state: ClusterState, job_id: str, now: float) -> list:
+    """An operator stopped the job: a stop plan (a stop command to each of its nodes) whose completion
+    ends it (`completion`), or `job_ended` at once when no node runs it."""
+    job = state.jobs.get(job_id)
+    if job is None or job.stop is None or job.state.ended or job.state is JobState.STOPPING:
+        return []  # STOPPING: its stops are out already, and their completion ends it
+    if not job.nodes:
+        return [_stopped(job, now, "no node ran it")]
+    plan = RecoveryPlanned(ts=now, plan_id=stop_plan_id(job_id), job=job_id, kind=RecoveryKind.STOP,
+                           generation=job.generation + 1, nodes=(), previous=job.nodes, isolated={})
+    return [plan, *commands_for(state, plan, now)]
+
+
+def _stopped(job: Job, now: float, how: str) -> JobEnded:
+    """`job_ended` (stopped) for the operator's stop, and `how` it went."""
+    why = f"stopped by {job.stop.by}" + (f": {job.stop.reason}" if job.stop.reason else "")
+    return JobEnded(ts=now, job=job.spec.id, state="stopped", generation=job.generation,
+                    reason=f"{why} ({how})")
 
 
 def on_incident(state: ClusterState, incident: Incident, now: float) -> list:
@@ -91,6 +133,9 @@ def on_incident(state: ClusterState, incident: Incident, now: float) -> list:
     if job is None:
         where = f"job {incident.job}" if incident.job else f"node {incident.node}"
         return [skip(incident, now, f"no running job known for {where}")]
+    if job.over:
+        what = f"ended ({job.state})" if job.state.ended else "being stopped by an operator"
+        return [skip(incident, now, f"job {job.spec.id} is {what}: nothing to restart", job.spec.id)]
     if incident.severity is Severity.SEV3:
         return _reattempt(state, incident, job, now)
     return _restart_limited(state, incident, job, now)
@@ -140,9 +185,10 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
 
 def _give_up(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
     """Restarts spent: `recovery_failed` and an alert for a person, once; later incidents are skipped."""
-    config, name = state.config, job.spec.id
-    spent = (f"{config.max_restarts} restarts of {name} for {signature(incident)} within "
-             f"{config.restart_window_s:g} s did not cure it: the failure follows the job; the "
+    name = job.spec.id
+    max_restarts, _, window_s = policy(state, job)
+    spent = (f"{max_restarts} restarts of {name} for {signature(incident)} within "
+             f"{window_s:g} s did not cure it: the failure follows the job; the "
              f"coordinator stops retrying it, a person decides")
     alert_id = gave_up_id(job)
     out: list = [skip(incident, now, spent, name)]
@@ -184,17 +230,20 @@ def on_ack(state: ClusterState, ack: CommandAcked, now: float) -> list:
     job = state.jobs.get(record.command.job) if record else None
     if record is None or job is None or not job.state.in_flight or record.command.id not in job.steps:
         return []
-    if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED) and state.healthy(record.command.node):
+    if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED) and state.awaited(record.command.node):
         return fail_plan(state, job, [record], now)
     return completion(state, job, now)
 
 
 def completion(state: ClusterState, job: Job, now: float) -> list:
-    """`recovery_completed` once every command to a healthy node is done."""
+    """`recovery_completed` once every command to a healthy node not leaving is done; for a job an
+    operator stopped, once no node runs it, `job_ended` (stopped) instead."""
     for cid, step in job.steps.items():
         record = state.commands.get(cid)
-        if state.healthy(step.node) and (record is None or record.status is not CommandStatus.DONE):
+        if state.awaited(step.node) and (record is None or record.status is not CommandStatus.DONE):
             return []
+    if job.stop is not None and not job.plan.nodes:
+        return [_stopped(job, now, f"its ranks stopped on {len(job.plan.previous)} node(s)")]
     return [RecoveryCompleted(ts=now, plan_id=job.plan.plan_id, job=job.spec.id, generation=job.generation)]
 
 
@@ -226,6 +275,9 @@ def fail_plan(state: ClusterState, job: Job, records: list[CommandRecord], now: 
             evidence=(f"{command.action} of generation {command.generation} on {command.node}: {why}",),
         ))
     first = records[0]
+    if job.stop is not None and not job.plan.nodes:  # the job ends anyway; its node's failure escalates
+        why = f"{first.command.action} on {first.command.node}: {describe(first, state.config.max_retries)}"
+        return [_stopped(job, now, why), *incidents]
     failed = RecoveryFailed(
         ts=now, plan_id=job.plan.plan_id, job=job.spec.id, generation=job.generation,
         reason=f"{first.command.action} on {first.command.node}: {describe(first, state.config.max_retries)}",

@@ -1,5 +1,9 @@
-"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks and
-nodes topics.
+"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks (a node's
+acks, and its own join and leave) and nodes topics.
+
+A job's end is the coordinator's decision (`job_ended`, decide.py), never the fold's: the fold
+only records what it decides from (the nodes whose ranks finished, an operator's stop), so a
+log folds to the same state in any order of its partitions.
 
 `apply` updates the state in place and returns it (a 16k-node cluster is not copied per
 event). It is idempotent (an event seen twice changes nothing the second time) and
@@ -25,11 +29,12 @@ from recovery.coordinator.state import (
     Rejected,
     move,
 )
-from schemas.commands import Command, CommandAcked
+from schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
 from schemas.incident import Action, Incident, IncidentStatus, Severity
-from schemas.jobs import JobSubmitted
+from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
 from schemas.recovery import (
+    JobEnded,
     RecoveryCompleted,
     RecoveryFailed,
     RecoveryKind,
@@ -53,6 +58,8 @@ def apply(state: ClusterState, event: object) -> ClusterState:
     match event:
         case JobSubmitted():
             _submitted(state, event)
+        case JobStopRequested():
+            _stop_requested(state, event)
         case Incident():
             _incident(state, event)
         case RecoveryPlanned():
@@ -61,12 +68,21 @@ def apply(state: ClusterState, event: object) -> ClusterState:
             _outcome(state, event)
         case RecoverySkipped():
             _skipped(state, event)
+        case JobEnded():
+            _ended(state, event)
         case Command():
             _command(state, event)
         case CommandAcked():
+            heard(state, event.node, event.ts)
             _acked(state, event)
+        case RanksFinished():
+            heard(state, event.node, event.ts)
+            _ranks_finished(state, event)
         case NodeCordoned() | NodeDrained() | NodeUncordoned() | NodeReadmitted():
             lifecycle.apply_node_event(state, event)
+        case NodeJoined() | NodeLeaving():
+            heard(state, event.node, event.ts)
+            lifecycle.apply_node_report(state, event)
     return state
 
 
@@ -87,6 +103,46 @@ def _submitted(state: ClusterState, event: JobSubmitted) -> None:
     state.jobs[spec.id] = Job(spec)
     for node in spec.nodes:
         state.node(node)
+
+
+def heard(state: ClusterState, node_id: str, ts: float) -> None:
+    """A node's executor signed a report at `ts`: the node exists (`job submit` checks that a job's
+    nodes were heard from). A node outside the cluster is not registered by it."""
+    if state.in_cluster(node_id):
+        node = state.node(node_id)
+        node.heard_from = ts if node.heard_from is None else max(node.heard_from, ts)
+
+
+def _stop_requested(state: ClusterState, event: JobStopRequested) -> None:
+    job = state.jobs.get(event.job)
+    if job is None:
+        raise Rejected(f"job stop for {event.job}: no such job was submitted")
+    if job.state.ended:
+        log.warning("job stop for %s ignored: the job already ended (%s)", event.job, job.state)
+        return
+    if job.stop is None:
+        job.stop = event
+
+
+def _ranks_finished(state: ClusterState, event: RanksFinished) -> None:
+    """Recorded whatever the job's generation now: on a rebuild the plan it answers may be read later."""
+    job = state.jobs.get(event.job)
+    if job is None:
+        log.warning("ranks_finished from %s names job %s, which was never submitted: ignored", event.node,
+                    event.job)
+        return
+    job.finished.add((event.generation, event.node))
+
+
+def _ended(state: ClusterState, event: JobEnded) -> None:
+    """The job is over: its nodes are free, and a capacity re-plan may give them to a waiting job."""
+    job = state.jobs.get(event.job)
+    if job is None or job.state.ended:
+        return
+    job.state = move(JOB_MOVES, job.state, JobState(event.state), f"job {job.spec.id} (job_ended)")
+    freed, job.nodes, job.end_reason = job.nodes, (), event.reason
+    if freed:
+        state.capacity_ts = event.ts if state.capacity_ts is None else max(state.capacity_ts, event.ts)
 
 
 def _incident(state: ClusterState, incident: Incident) -> None:

@@ -67,7 +67,7 @@ def _replan(state: ClusterState, incidents: list[Incident], isolate: dict[str, s
     out: list = []
     for job in state.jobs.values():
         nodes = result.allocations.get(job.spec.id, ())
-        if nodes == job.nodes:
+        if nodes == job.nodes or job.over:  # a job being stopped keeps its stop plan
             continue
         restore = planned_restore(job, nodes, result.restore)
         plan = RecoveryPlanned(

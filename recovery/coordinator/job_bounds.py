@@ -13,8 +13,12 @@ and its argv then runs on them. So a submission is refused, whole, when it:
 - asks for more ranks per node than MAX_RANKS_PER_NODE, or a transition longer than
   MAX_TRANSITION_S (a day: a longer one pins the job to its nodes); throughput sizes larger
   than the cluster are allowed (one table serves several clusters) and never planned;
-- has an argv of more than MAX_ARGV_WORDS words or MAX_ARGV_BYTES bytes (it is copied into the
-  command to each of its nodes), or a checkpoint_dir longer than a path can be;
+- has an argv (command and args) of more than MAX_ARGV_WORDS words or MAX_ARGV_BYTES bytes (it is
+  copied into the command to each of its nodes), or a checkpoint_dir or workdir longer than a path
+  can be;
+- sets in `env` a variable of the worker contract (RESERVED_ENV, or any TRAINMEDIC_*): the executor
+  sets those for each rank (its rank, world, rendezvous, restore source), and a job's own value
+  would either be overwritten or point its ranks at the wrong rendezvous;
 - names a node that is not one of the cluster's (`ClusterState.in_cluster`): a job never adds
   a node to the cluster.
 """
@@ -31,6 +35,9 @@ MAX_TRANSITION_S = 86_400.0
 MAX_ARGV_WORDS = 256
 MAX_ARGV_BYTES = 64 * 1024
 MAX_PATH_BYTES = 4096  # PATH_MAX on Linux
+RESERVED_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE"})
+RESERVED_ENV_PREFIX = "TRAINMEDIC_"
 
 
 def job_problems(spec: JobSpec, in_cluster: Callable[[str], bool]) -> list[str]:
@@ -46,13 +53,21 @@ def job_problems(spec: JobSpec, in_cluster: Callable[[str], bool]) -> list[str]:
         problems.append(f"ranks_per_node {spec.ranks_per_node} is above {MAX_RANKS_PER_NODE}")
     if spec.transition_s is not None and spec.transition_s > MAX_TRANSITION_S:
         problems.append(f"transition_s {spec.transition_s:g} is above {MAX_TRANSITION_S:g}")
-    if len(spec.command) > MAX_ARGV_WORDS:
-        problems.append(f"command has {len(spec.command)} words, more than {MAX_ARGV_WORDS}")
-    argv_bytes = sum(len(word.encode()) + 1 for word in spec.command)
+    argv = spec.argv
+    if len(argv) > MAX_ARGV_WORDS:
+        problems.append(f"command and args have {len(argv)} words, more than {MAX_ARGV_WORDS}")
+    argv_bytes = sum(len(word.encode()) + 1 for word in argv)
     if argv_bytes > MAX_ARGV_BYTES:
-        problems.append(f"command is {argv_bytes} bytes, more than {MAX_ARGV_BYTES}")
-    if spec.checkpoint_dir is not None and len(spec.checkpoint_dir.encode()) >= MAX_PATH_BYTES:
-        problems.append(f"checkpoint_dir is longer than a path can be ({MAX_PATH_BYTES} bytes)")
+        problems.append(f"command and args are {argv_bytes} bytes, more than {MAX_ARGV_BYTES}")
+    for name, path in (("checkpoint_dir", spec.checkpoint_dir), ("workdir", spec.workdir)):
+        if path is not None and len(path.encode()) >= MAX_PATH_BYTES:
+            problems.append(f"{name} is longer than a path can be ({MAX_PATH_BYTES} bytes)")
+    reserved = sorted(n for n in spec.env if n in RESERVED_ENV or n.startswith(RESERVED_ENV_PREFIX))
+    if reserved:
+        them = "it" if len(reserved) == 1 else "them"
+        problems.append(f"env sets {', '.join(reserved)}: the executor sets {them} for each rank"
+                        " (the worker contract: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, "
+                        "LOCAL_RANK, LOCAL_WORLD_SIZE, TRAINMEDIC_*)")
     unknown = [node for node in spec.nodes if not in_cluster(node)]
     if unknown:
         problems.append(f"{'node' if len(unknown) == 1 else 'nodes'} {', '.join(unknown[:5])}"

@@ -1,24 +1,32 @@
-"""Submit a training job, list the jobs and where they run, show one job's status or its ranks' logs.
+"""Submit a training job, stop one, list the jobs and where they run, show one job's status or its
+ranks' logs.
 
 `submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic,
 signed with the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys
 generate --role operator`); the coordinator then starts the job on its nodes at generation 0.
 A coordinator that checks signatures dead-letters a job no trusted operator key signed;
---insecure publishes it unsigned, for a coordinator run with --insecure. `list` folds the log
-(every topic the coordinator reads: recovery holds its plans) as the coordinator does and
-prints one line per job. `status JOB` adds the job's progress from worker telemetry: latest step,
-step rate, restarts and steps lost (exit status 2 for a job the log does not know). `logs JOB`
-prints the output of the job's ranks that ran on this machine ($TRAINMEDIC_HOME/executor/NODE/logs/JOB/,
-where `trainmedic run` and each `trainmedic node` put it), one rank or all with a `[rank N]` prefix;
---follow prints it as it is written until the job ends (or Ctrl-C).
-A spec that is not valid, breaks the coordinator's bounds (recovery/coordinator/job_bounds.py)
-or, given the coordinator's --config, names a node outside its `nodes:` gives one line on
-stderr and exit status 2; the coordinator would dead-letter it. So does a missing operator key.
+--insecure publishes it unsigned, for a coordinator run with --insecure. `stop JOB` publishes
+a job_stop signed the same way: the coordinator stops the job's ranks, frees its nodes, and
+the job ends `stopped`. `list` folds the log (every topic the coordinator reads: recovery holds
+its plans) as the coordinator does and prints one line per job. `status JOB` adds the job's
+progress from worker telemetry: latest step, step rate, restarts and steps lost (exit status 2
+for a job the log does not know). `logs JOB` prints the output of the job's ranks that ran on
+this machine ($TRAINMEDIC_HOME/executor/NODE/logs/JOB/, where `trainmedic run` and each
+`trainmedic node` put it), one rank or all with a `[rank N]` prefix; --follow prints it as it
+is written until the job ends (or Ctrl-C).
+
+Each of these gives one line on stderr and exit status 2, and publishes nothing, for: a spec
+that is not valid, breaks the coordinator's bounds (recovery/coordinator/job_bounds.py) or,
+given the coordinator's --config, names a node outside its `nodes:`; a job id already in the
+log, a node never heard from (unless --allow-unknown-nodes), a command that cannot run here
+(unless --no-local-check; job_checks.py); a stop of a job the log does not hold or that has
+ended; a missing operator key.
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 import time
 from pathlib import Path
@@ -30,15 +38,27 @@ job spec (YAML; see docs/job-example.yaml):
   id: llm-a                      # unique; a second submission of the same id is ignored
   nodes: [n01, n02, n03, n04]    # where it starts; their count must be a throughput size
   throughput: {2: 5.0e14, 4: 1.0e15, 8: 1.9e15}   # nodes -> FLOP/s, the sizes it can run at
-  command: [python, train.py]    # argv of one rank
+  command: [python, train.py]    # argv of one rank: an executable (absolute, relative to workdir, or
+                                 # on PATH), and for python the script (relative to workdir)
+  args: [--lr, "3e-4"]           # optional: appended to command
+  env: {STEPS: "1000"}           # optional: set in each rank's environment (never a secret: it is
+                                 # published; not MASTER_*, RANK, WORLD_SIZE, LOCAL_*, TRAINMEDIC_*)
+  workdir: .                     # optional: each rank's directory, relative to this file; default
+                                 # this file's directory
   ranks_per_node: 8              # default 1
   master_port: 29500             # default 29500 (rank 0's node listens there)
   checkpoint_dir: /ckpt/llm-a    # optional: where a restart restores from without a replica
   weight: 1.0                    # optional: the job's priority in the plan (at most 1000)
   transition_s: 120              # optional: how long a restart of this job costs (at most 86400)
+  restart: {max_restarts: 2, backoff_s: [10, 60], window_s: 3600}  # optional: each field defaults to
+                                 # the coordinator's max_restarts, restart_backoff_s, restart_window_s
+  failure: {hang_floor_s: 600, collective_timeout_s: 300}  # optional: how its failures are found
 
-bounds: throughput at most 1e17 FLOP/s per node, ranks_per_node at most 256, command at most
-256 words and 64 KiB; every node one of the cluster's (the coordinator config's nodes:)
+bounds: throughput at most 1e17 FLOP/s per node, ranks_per_node at most 256, command and args at
+most 256 words and 64 KiB; every node one of the cluster's (the coordinator config's nodes:).
+Checked before publishing: the id is new (any state), every node was heard from (an executor
+there reported) or is in --config's nodes (else --allow-unknown-nodes), the command resolves on
+this machine (else --no-local-check, when submitting from a machine without the job's code).
 """
 
 CONFIG_HELP = ("the coordinator's config (YAML): the nodes a job may name are its `nodes:` "
@@ -46,7 +66,7 @@ CONFIG_HELP = ("the coordinator's config (YAML): the nodes a job may name are it
 
 
 class SpecError(ValueError):
-    """A job spec that cannot be submitted; the message is one line."""
+    """A job spec that cannot be submitted, or a stop that cannot be asked; the message is one line."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +76,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     submit.add_argument("spec", type=Path, metavar="SPEC.yaml")
     submit.add_argument("--config", type=Path, metavar="FILE.yaml", help=CONFIG_HELP)
     submit.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    submit.add_argument("--allow-unknown-nodes", action="store_true",
+                        help="submit even if a node was never heard from (its executor starts later)")
+    submit.add_argument("--no-local-check", action="store_true",
+                        help="do not check that the command and script exist on this machine (it does "
+                             "not have the job's code)")
     add_operator_arguments(submit)
+    stop = sub.add_parser("stop", help="stop a job: its ranks are stopped, its nodes freed; it ends stopped")
+    stop.add_argument("job", metavar="JOB")
+    stop.add_argument("--reason", default="", help="why, for the log")
+    stop.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    stop.add_argument("--config", type=Path, metavar="FILE.yaml",
+                      help="the coordinator's config (YAML), to fold the log as it does")
+    add_operator_arguments(stop)
     listing = sub.add_parser("list", help="print every job: state, generation, world size, nodes")
     listing.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
     listing.add_argument("--config", type=Path, metavar="FILE.yaml",
@@ -119,6 +151,25 @@ def coordinator_config(path: Path | None):
         raise SpecError(f"--config: {err}") from None
 
 
+def check_command(path: Path, spec) -> None:
+    """SpecError when the job's command cannot run in its workdir on this machine."""
+    from recovery.coordinator.job_checks import command_problem
+
+    problem = command_problem(spec)
+    if problem is not None:
+        raise SpecError(f"{path}: {problem} (--no-local-check when this machine does not have the "
+                        "job's code)")
+
+
+def check_log(path: Path, spec, state, allow_unknown_nodes: bool) -> None:
+    """SpecError when the log already holds the job's id, or names none of its nodes."""
+    from recovery.coordinator.job_checks import log_problems
+
+    problems = log_problems(spec, state, allow_unknown_nodes)
+    if problems:
+        raise SpecError(f"{path}: {'; '.join(problems)}")
+
+
 def check_bounds(path: Path, spec, config) -> None:
     """SpecError when the coordinator would reject `spec`; without its `config`, nodes are not checked."""
     from recovery.coordinator.job_bounds import job_problems
@@ -132,23 +183,31 @@ def check_bounds(path: Path, spec, config) -> None:
 def run(args: argparse.Namespace) -> int:
     from bus.errors import ConfigError, TrainmedicError
     from bus.settings import KafkaSettings
+    from recovery.coordinator.job_checks import with_workdir
     from recovery.keys_cli import operator_key
 
     try:
         if args.action == "logs":
             return logs(args)
         config = coordinator_config(args.config)
+        if args.action == "submit":
+            spec = with_workdir(load_spec(args.spec), args.spec)
+            check_bounds(args.spec, spec, config)
+            key = operator_key(args, "trainmedic job")
+            if not args.no_local_check:
+                check_command(args.spec, spec)
+            settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+            check_log(args.spec, spec, fold_log(settings, config), args.allow_unknown_nodes)
+            return submit(settings, spec, key)
+        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+        if args.action == "stop":
+            key = operator_key(args, "trainmedic job")
+            return stop(settings, fold_log(settings, config), args.job, args.reason, key)
         if args.action == "status":
             from recovery.coordinator.job_view import show_status
 
-            settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
-            return show_status(settings, args.job, config)
-        if args.action == "submit":
-            spec = load_spec(args.spec)
-            check_bounds(args.spec, spec, config)
-            key = operator_key(args, "trainmedic job")
-            return submit(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), spec, key)
-        return list_jobs(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), config)
+            return show_status(settings, fold_log(settings, config), args.job)
+        return list_jobs(settings, config)
     except (SpecError, ConfigError) as err:
         print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
         return 2
@@ -183,16 +242,55 @@ def submit(settings, spec, key=None) -> int:
     return 0
 
 
-def list_jobs(settings, config=None) -> int:
+def stop(settings, state, job_id: str, reason: str, key=None) -> int:
+    """Publish a stop of `job_id`, signed with the operator's `key`, if the log holds it and it has not
+    ended."""
+    from bus.producer import EventProducer
+    from schemas.jobs import JobStopRequested
+
+    job = state.jobs.get(job_id)
+    if job is None:
+        known = " ".join(sorted(state.jobs)[:10]) or "none"
+        raise SpecError(f"no job {job_id} in the log (jobs: {known}); `trainmedic job list` shows them")
+    if job.state.ended:
+        why = f": {job.end_reason}" if job.end_reason else ""
+        raise SpecError(f"job {job_id} already ended ({job.state}{why}): nothing to stop")
+    event = JobStopRequested(ts=time.time(), job=job_id, reason=reason, by=_user())
+    if key is not None:
+        event = key.sign(event)
+    with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
+        producer.send(settings.topics.jobs, event, key=job_id)
+    where = (f"stops its ranks on {' '.join(job.nodes)} and frees them" if job.nodes
+             else "ends it (no node runs it)")
+    print(f"stop of job {job_id} requested ({job.state}): the coordinator {where}; `trainmedic job list` "
+          "shows it stopped")
+    return 0
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"
+
+
+def fold_log(settings, config):
+    """The coordinator's state, folded from the log as it stands now."""
     from bus.reader import NOW, TopicReader
     from recovery.coordinator.intake import listing
     from recovery.coordinator.service import read_topics, valid
 
     topics = settings.topics
-    with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=settings.topics.owned("job"),
+    with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("job"),
                      timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
-    state = listing(records, config, topics.jobs)
+    return listing(records, config, topics.jobs)
+
+
+def list_jobs(settings, config=None) -> int:
+    """One line per job: its state (submitted, starting, running, recovering, stopping, queued,
+    failed, succeeded, stopped), generation, world size and nodes."""
+    state = fold_log(settings, config)
     if not state.jobs:
         print("no jobs")
         return 0

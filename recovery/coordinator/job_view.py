@@ -2,7 +2,7 @@
 list` folds it, with the job's worker telemetry) and `trainmedic job logs` (its ranks' output on this
 machine, followed until the job ends). Thin: the computing is in job_status.py and rank_logs.py.
 
-A job's state is compared by its value: "succeeded", "failed" and "stopped" end it.
+Following a job ends when it ended (succeeded, stopped) or failed: the coordinator gave up on it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ from bus.message import Record
 from bus.reader import EARLIEST, NOW, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings
 from recovery.coordinator.config import CoordinatorConfig
-from recovery.coordinator.intake import listing, log_state, rebuild
+from recovery.coordinator.intake import log_state, rebuild
 from recovery.coordinator.job_status import StepHistory, job_status, render
 from recovery.coordinator.service import read_topics, valid
+from recovery.coordinator.state import ClusterState, JobState
 from recovery.executor import rank_logs
 from schemas.jobs import JobSubmitted
 from schemas.telemetry import WorkerStepped
 
-TERMINAL = frozenset({"succeeded", "failed", "stopped"})
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.STOPPED, JobState.FAILED})
 UNKNOWN = 2  # exit status for a job the log does not know
 
 
@@ -76,11 +77,8 @@ def read_steps(settings: KafkaSettings, job: str) -> list[WorkerStepped]:
                 if isinstance(r.event, WorkerStepped) and r.event.job == job]
 
 
-def show_status(settings: KafkaSettings, job: str, config: CoordinatorConfig | None) -> int:
-    with TopicReader(settings, read_topics(settings.topics), end=NOW, validate=True,
-                     name=settings.topics.owned("job"), timeout_s=30.0) as reader:
-        records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
-    state = listing(records, config, settings.topics.jobs)
+def show_status(settings: KafkaSettings, state: ClusterState, job: str) -> int:
+    """Print `job` as the folded `state` has it, with its progress read from worker telemetry."""
     found = state.jobs.get(job)
     if found is None:
         known = ", ".join(sorted(state.jobs)[:10]) or "none"

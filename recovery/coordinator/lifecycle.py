@@ -1,11 +1,16 @@
-"""Nodes leave and rejoin the pool: the fold of cordon, drain, uncordon and re-admission, and
-what a node's state means for new work.
+"""Nodes leave and rejoin the pool: the fold of cordon, drain, uncordon and re-admission, of a
+node's own leave and join, and what a node's state means for new work.
 
 Operators' node events (the `nodes` topic) and the coordinator's isolations and re-admissions
 (decisions on its `recovery` topic) live on different partitions, so the fold orders them by
 their time, not by arrival: an uncordon or re-admission ends every isolation decided before it,
 an isolation decided after it stands, and of the operators' events the latest wins. Any
 interleaving folds to the same node.
+
+A node also leaves by itself: `trainmedic node`, stopped on purpose, announces `node_leaving`
+(signed by the node's key, on `acks`). That is a drain of the node recorded as its own: no new
+work, its jobs re-planned off it. Its `node_joined` later ends that leave, never an operator's
+cordon or drain, which only an operator's uncordon ends.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import logging
 
 from recovery.coordinator.state import ClusterState, Node, NodeMode
+from schemas.commands import NodeJoined, NodeLeaving
 from schemas.incident import IncidentStatus, Severity
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
 
@@ -28,9 +34,7 @@ _CAUTION = {NodeMode.READY: 0, NodeMode.CORDONED: 1, NodeMode.DRAINING: 2}
 def apply_node_event(state: ClusterState, event: NodeEventT) -> None:
     """Fold one node lifecycle event (idempotent, order-free as the module says). With a configured
     cluster, an event for a node outside it is ignored: an uncordon must not invent a spare."""
-    if state.config.nodes and all(n.id != event.node for n in state.config.nodes):
-        log.warning("%s for node %s, which the cluster configuration does not list: ignored",
-                    event.type, event.node)
+    if _foreign(state, event):
         return
     node = state.node(event.node)
     if isinstance(event, NodeUncordoned | NodeReadmitted):
@@ -40,7 +44,35 @@ def apply_node_event(state: ClusterState, event: NodeEventT) -> None:
         if node.mode_ts is None or (event.ts, _CAUTION[mode]) > (node.mode_ts, _CAUTION[node.mode]):
             node.mode, node.mode_ts, node.mode_reason = mode, event.ts, event.reason
     if not isinstance(event, NodeCordoned):  # a cordon changes nothing that runs
-        state.capacity_ts = event.ts if state.capacity_ts is None else max(state.capacity_ts, event.ts)
+        _capacity_changed(state, event.ts)
+
+
+def apply_node_report(state: ClusterState, event: NodeJoined | NodeLeaving) -> None:
+    """Fold a node's own leave or join (idempotent, order-free: the later of the two holds). A leave
+    re-plans like a drain; a join re-plans only when it ends a leave."""
+    if _foreign(state, event):
+        return
+    node = state.node(event.node)
+    was_leaving = node.leaving
+    if isinstance(event, NodeLeaving):
+        if node.left_ts is None or event.ts > node.left_ts:
+            node.left_ts, node.left_reason = event.ts, event.reason
+    elif node.joined_ts is None or event.ts > node.joined_ts:
+        node.joined_ts = event.ts
+    if node.leaving != was_leaving:
+        _capacity_changed(state, event.ts)
+
+
+def _foreign(state: ClusterState, event: NodeEventT | NodeJoined | NodeLeaving) -> bool:
+    if state.config.nodes and all(n.id != event.node for n in state.config.nodes):
+        log.warning("%s for node %s, which the cluster configuration does not list: ignored",
+                    event.type, event.node)
+        return True
+    return False
+
+
+def _capacity_changed(state: ClusterState, ts: float) -> None:
+    state.capacity_ts = ts if state.capacity_ts is None else max(state.capacity_ts, ts)
 
 
 def _returned(node: Node, ts: float) -> None:
@@ -81,12 +113,15 @@ def suspects(state: ClusterState) -> dict[str, str]:
 
 
 def status(state: ClusterState, node_id: str) -> str:
-    """ready, cordoned, draining, drained (draining and empty) or isolated: what `nodes list` shows."""
+    """ready, cordoned, draining, drained (draining and empty), leaving, left (leaving and empty) or
+    isolated: what `nodes list` shows."""
     node = state.nodes[node_id]
     if not node.healthy:
         return "isolated"
     if node.mode is NodeMode.DRAINING:
         return "draining" if state.job_on(node_id) else "drained"
+    if node.leaving:
+        return "leaving" if state.job_on(node_id) else "left"
     return node.mode.value
 
 
@@ -99,16 +134,18 @@ def new_work_refused(state: ClusterState, node_id: str, held: dict[str, str] | N
         return f"node {node_id} is isolated (incident {node.isolated_by})"
     if node.mode is not NodeMode.READY:
         return f"node {node_id} is {node.mode}" + (f" ({node.mode_reason})" if node.mode_reason else "")
+    if node.leaving:
+        return f"node {node_id} is leaving" + (f" ({node.left_reason})" if node.left_reason else "")
     incident = (suspects(state) if held is None else held).get(node_id)
     return None if incident is None else f"node {node_id} has open SEV1 incident {incident}"
 
 
 def offered(state: ClusterState) -> frozenset[str]:
     """The nodes the planner may count as healthy: ready ones; cordoned or suspect ones only while
-    a job runs there, so that job may keep them; never a draining or isolated one."""
+    a job runs there, so that job may keep them; never a draining, leaving or isolated one."""
     running = {node for job in state.jobs.values() for node in job.nodes}
     held = suspects(state)
     return frozenset(
         node.id for node in state.nodes.values()
-        if node.healthy and node.mode is not NodeMode.DRAINING
+        if node.healthy and node.mode is not NodeMode.DRAINING and not node.leaving
         and (node.id in running or new_work_refused(state, node.id, held) is None))

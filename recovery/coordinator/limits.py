@@ -28,17 +28,25 @@ def isolations_left(state: ClusterState, now: float) -> int:
     return max(0, isolation_cap(state) - recent)
 
 
+def policy(state: ClusterState, job: Job) -> tuple[int, tuple[float, ...], float]:
+    """(max_restarts, backoff_s, window_s) for the job: its spec's `restart`, else the config's."""
+    config, asked = state.config, job.spec.restart
+    return (config.max_restarts if asked.max_restarts is None else asked.max_restarts,
+            config.restart_backoff_s if asked.backoff_s is None else asked.backoff_s,
+            config.restart_window_s if asked.window_s is None else asked.window_s)
+
+
 def recent_restarts(state: ClusterState, job: Job, failure: str, now: float) -> tuple[float, ...]:
     """When the job restarted within the window for a failure with signature `failure` (a restart
     whose incident is not known yet counts: the limits err on the side of doing less)."""
-    since = now - state.config.restart_window_s
+    since = now - policy(state, job)[2]
     return tuple(ts for ts, incident_id in job.restarts
                  if ts > since and signature(state.incidents.get(incident_id)) in (failure, None))
 
 
 def exhausted(state: ClusterState, job: Job, failure: str, now: float) -> bool:
     """The job has had `max_restarts` restarts for this failure within the window: give up."""
-    return len(recent_restarts(state, job, failure, now)) >= state.config.max_restarts
+    return len(recent_restarts(state, job, failure, now)) >= policy(state, job)[0]
 
 
 def restart_due(state: ClusterState, job: Job, failure: str, now: float) -> float:
@@ -46,5 +54,5 @@ def restart_due(state: ClusterState, job: Job, failure: str, now: float) -> floa
     recent = recent_restarts(state, job, failure, now)
     if not recent:
         return now
-    backoff = state.config.restart_backoff_s
+    backoff = policy(state, job)[1]
     return recent[-1] + backoff[min(len(recent) - 1, len(backoff) - 1)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-_RESUME_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+_ACKED_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
 RECOVERY_PLANS = Counter("trainmedic_recovery_plans", "Plans the coordinator issued, one per job", ["kind"])
 RECOVERY_OUTCOMES = Counter("trainmedic_recovery_outcomes", "Plans that completed or failed, and incidents "
@@ -20,8 +20,10 @@ REJECTED = Counter("trainmedic_coordinator_rejected_records", "Valid, verified r
                    "not apply (a job out of bounds, a node outside the cluster, a move the state forbids): "
                    "dead-lettered with the reason, nothing planned", ["type"])
 COMMAND_ACKS = Counter("trainmedic_command_acks", "Acks the coordinator received, by status", ["status"])
-TIME_TO_RESUME = Histogram("trainmedic_time_to_resume_seconds",
-                           "From an incident's earliest evidence to its recovery plan completed",
-                           ["kind"], buckets=_RESUME_BUCKETS)
+# Not a time to resume: the coordinator reads no steps. The workers were started (or retried) when
+# every command is done; their first step comes later (`trainmedic incidents show` tells it).
+RECOVERY_ACKED = Histogram("trainmedic_recovery_acked_seconds",
+                           "From an incident's earliest evidence to every command of the plan that placed "
+                           "its job on nodes acknowledged done", ["kind"], buckets=_ACKED_BUCKETS)
 NODES = Gauge("trainmedic_nodes", "Nodes the coordinator knows, healthy or isolated", ["state"])
 JOBS = Gauge("trainmedic_jobs", "Jobs the coordinator knows, by state", ["state"])

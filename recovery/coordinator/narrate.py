@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from schemas.commands import Command, CommandAcked
+from recovery.coordinator.state import ClusterState
+from schemas.commands import Command, CommandAcked, RanksFinished
 from schemas.incident import Incident
-from schemas.jobs import JobSubmitted
+from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.nodes import NodeReadmitted
-from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from schemas.recovery import (
+    JobEnded,
+    RecoveryCompleted,
+    RecoveryFailed,
+    RecoveryKind,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
 
 
 def cause(event: object) -> str:
@@ -21,6 +29,10 @@ def cause(event: object) -> str:
             return f"job {event.job.id} submitted"
         case CommandAcked():
             return f"{event.status} from {event.node} for {event.command_id}"
+        case RanksFinished():
+            return f"ranks of {event.job} generation {event.generation} finished on {event.node}"
+        case JobStopRequested():
+            return f"job {event.job} stopped by {event.by}" + (f" ({event.reason})" if event.reason else "")
     return str(event)
 
 
@@ -29,8 +41,31 @@ def _nodes(nodes: tuple[str, ...], limit: int = 8) -> str:
     return f"[{shown}{f' +{len(nodes) - limit}' if len(nodes) > limit else ''}]"
 
 
-def narrate(trigger: str, outputs: list) -> list[str]:
-    """Log lines for the events emitted in answer to `trigger`."""
+def _plan_of(state: ClusterState, outputs: list, done: RecoveryCompleted) -> RecoveryPlanned | None:
+    """The plan a completion is for: emitted with it, or the plan the state holds (None: unknown)."""
+    for event in outputs:
+        if isinstance(event, RecoveryPlanned) and (event.plan_id, event.job) == (done.plan_id, done.job):
+            return event
+    held = state.jobs.get(done.job)
+    return held.plan if held and held.plan and held.plan.plan_id == done.plan_id else None
+
+
+def _completed(trigger: str, done: RecoveryCompleted, plan: RecoveryPlanned | None) -> str:
+    """A completed plan as what it is: its commands acknowledged (no step yet), or its job queued."""
+    if plan is not None and plan.kind == RecoveryKind.STOP:
+        return f"{trigger} → plan {done.plan_id}: {done.job} stopped on every node, as asked"
+    if plan is not None and not plan.nodes:
+        return (f"{trigger} → plan {done.plan_id}: {done.job} stopped on every node, queued until nodes "
+                "free up")
+    meaning = ("" if plan is None else " (ranks retried in place)" if plan.kind == RecoveryKind.REATTEMPT
+               else " (workers started, not yet stepping)")
+    return (f"{trigger} → plan {done.plan_id}: every command of {done.job} generation {done.generation} "
+            f"acknowledged{meaning}")
+
+
+def narrate(trigger: str, outputs: list, state: ClusterState) -> list[str]:
+    """Log lines for the events emitted in answer to `trigger` (`state` after it: which nodes the plans
+    that completed placed their jobs on)."""
     lines = []
     commands: dict[tuple[str, str, int], list[Command]] = defaultdict(list)
     planned = set()
@@ -47,19 +82,22 @@ def narrate(trigger: str, outputs: list) -> list[str]:
                     actions[command.action].append(command.node)
                 issued = ", ".join(f"{a} {_nodes(tuple(n))}" for a, n in actions.items()) or "none"
                 horizon = f" (horizon {event.horizon_s / 3600:.1f} h)" if event.horizon_s else ""
+                queued = ("" if event.nodes or event.kind == RecoveryKind.STOP
+                          else " (no nodes: the job stops and is queued)")
                 lines.append(f"{trigger} → {event.kind} plan {event.plan_id}: {event.job} generation "
-                             f"{event.generation} {_nodes(event.previous)} → {_nodes(event.nodes)}{horizon}; "
-                             f"commands: {issued}")
+                             f"{event.generation} {_nodes(event.previous)} → {_nodes(event.nodes)}{horizon}"
+                             f"{queued}; commands: {issued}")
             case RecoverySkipped():
                 lines.append(f"{trigger} → no action: {event.reason}")
             case RecoveryCompleted():
-                lines.append(f"{trigger} → plan {event.plan_id} completed: {event.job} generation "
-                             f"{event.generation} is up")
+                lines.append(_completed(trigger, event, _plan_of(state, outputs, event)))
             case RecoveryFailed():
                 then = f" → escalated to incident {event.escalation}" if event.escalation else ""
                 lines.append(f"{trigger} → plan {event.plan_id} for {event.job} failed: {event.reason}{then}")
             case NodeReadmitted():
                 lines.append(f"{trigger} → re-admitted node {event.node}: {event.reason}")
+            case JobEnded():
+                lines.append(f"{trigger} → job {event.job} {event.state}: {event.reason}; its nodes are free")
             case Incident():
                 lines.append(f"{trigger} → raised {cause(event)}: {'; '.join(event.evidence)}")
     for key, sent in commands.items():

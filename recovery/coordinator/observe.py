@@ -1,5 +1,5 @@
-"""What the coordinator tells Prometheus: plans, commands, acks, outcomes, time to resume, and the
-cluster's health. Reads the state and the events; changes nothing."""
+"""What the coordinator tells Prometheus: plans, commands, acks, outcomes, the time until a plan's
+commands were acknowledged, and the cluster's health. Reads the state and the events; changes nothing."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ def received(event: object) -> None:
 
 
 def published(state: ClusterState, outputs: list) -> None:
-    """Count what a decision emitted; a completed plan that answered an incident gives a time to resume."""
+    """Count what a decision emitted; a completed plan that answered an incident and placed its job on
+    nodes gives the time from the incident's first evidence to its commands acknowledged (a plan that
+    took every node resumed nothing: its job is queued)."""
     for event in outputs:
         match event:
             case RecoveryPlanned():
@@ -33,9 +35,9 @@ def published(state: ClusterState, outputs: list) -> None:
                 job = state.jobs.get(event.job)
                 plan = job.plan if job else None
                 incident = state.incidents.get(plan.incident_id) if plan and plan.incident_id else None
-                if plan is not None and plan.plan_id == event.plan_id and incident is not None:
-                    resumed_s = max(0.0, event.ts - incident.first_ts)
-                    metrics.TIME_TO_RESUME.labels(str(plan.kind)).observe(resumed_s)
+                if plan is not None and plan.plan_id == event.plan_id and incident is not None and plan.nodes:
+                    acked_s = max(0.0, event.ts - incident.first_ts)
+                    metrics.RECOVERY_ACKED.labels(str(plan.kind)).observe(acked_s)
 
 
 def cluster(state: ClusterState) -> None:

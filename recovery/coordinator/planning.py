@@ -23,7 +23,7 @@ def estimate_mtbf(state: ClusterState, now: float) -> float:
 def plan_request(state: ClusterState, now: float, isolating: frozenset[str] = frozenset()) -> PlanRequest:
     """Every known node with its health (`isolating`: nodes this decision takes out; cordoned, drained
     and held nodes count as unhealthy except to the job on them, `lifecycle.offered`), every job
-    in submission order, horizon = MTBF."""
+    in submission order but those ended or being stopped, horizon = MTBF."""
     pool = offered(state)
     nodes = tuple(
         ClusterNode(id=node.id, healthy=node.id in pool and node.id not in isolating, switch=node.switch,
@@ -33,7 +33,7 @@ def plan_request(state: ClusterState, now: float, isolating: frozenset[str] = fr
     jobs = tuple(
         PlannedJob(id=job.spec.id, weight=job.spec.weight, throughput=dict(job.spec.throughput),
                    current=job.nodes, transition_s=job.spec.transition_s)
-        for job in state.jobs.values()
+        for job in state.jobs.values() if not job.over
     )
     return PlanRequest(nodes=nodes, jobs=jobs, horizon_s=estimate_mtbf(state, now),
                        transition_s=state.config.transition_s)

@@ -3,12 +3,13 @@
 - Commands: by the coordinator's own keys. It re-sends unanswered commands from what it
   folded, signing each re-send, so a command it did not sign (a forged copy naming another
   node or argv) must never reach the fold.
-- Job submissions and an operator's node events (cordon, drain, uncordon): by an operator key.
-  An unsigned job could otherwise name an idle node and any argv, and the coordinator would
-  sign the start command itself.
-- Acks: by the key of the node that sends them, and that key's node must be the ack's node: a
-  node's key never answers for another node. (That an ack answers its command, job, generation
-  and time is the fold's check, `fold.unbound`.)
+- Job submissions and stops, and an operator's node events (cordon, drain, uncordon): by an
+  operator key. An unsigned job could otherwise name an idle node and any argv, and the
+  coordinator would sign the start command itself; an unsigned stop would end anyone's job.
+- Node reports on `acks` (acks, node_joined, node_leaving, ranks_finished): by the key of the node
+  that sends them, and that key's node must be the report's node: a node's key never answers
+  for another node, drains it, nor says its ranks finished. (That an ack answers its command,
+  job, generation and time is the fold's check, `fold.unbound`.)
 
 Incidents are not signed; the broker's ACLs give `incidents` to the detector and `recovery` to
 the coordinator. What the topic cannot show, `impersonates` does: an incident on `incidents`
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from bus.message import Record
 from recovery.keyring import COORDINATOR, NODE, OPERATOR
 from recovery.signing import TrustedKeys, Unverified
-from schemas.commands import Command, CommandAcked
+from schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
 from schemas.incident import Incident
-from schemas.jobs import JobSubmitted
+from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
 
 
@@ -86,12 +87,16 @@ def unverified(record: Record, trust: Trust | None) -> Unverified | None:
                 trust.own.signer(record.value)
             case JobSubmitted():
                 trust.operators.signer(record.value, "job submission")
+            case JobStopRequested():
+                trust.operators.signer(record.value, "job stop")
             case NodeCordoned() | NodeDrained() | NodeUncordoned():
                 trust.operators.signer(record.value, "node event")
-            case CommandAcked():
-                owner = trust.owners[trust.nodes.signer(record.value, "ack")]
+            case CommandAcked() | NodeJoined() | NodeLeaving() | RanksFinished():
+                what = "ack" if isinstance(event, CommandAcked) else event.type
+                owner = trust.owners[trust.nodes.signer(record.value, what)]
                 if owner != event.node:
-                    raise Unverified("wrong_node", f"wrong node: an ack from {event.node} signed by the key "
+                    said = "an ack" if what == "ack" else f"a {what}"
+                    raise Unverified("wrong_node", f"wrong node: {said} from {event.node} signed by the key "
                                                    f"of node {owner}")
     except Unverified as err:
         return Unverified(err.kind, f"{_WHO.get(type(event), 'record')}: {err}")
@@ -105,4 +110,8 @@ _WHO = {
     NodeDrained: "node event not signed by a trusted operator key, ignored",
     NodeUncordoned: "node event not signed by a trusted operator key, ignored",
     CommandAcked: "ack not signed by its node's key, ignored",
+    JobStopRequested: "job stop not signed by a trusted operator key, the job runs on",
+    NodeJoined: "node_joined not signed by its node's key, ignored",
+    NodeLeaving: "node_leaving not signed by its node's key, the node is not drained",
+    RanksFinished: "ranks_finished not signed by its node's key, the job does not end",
 }

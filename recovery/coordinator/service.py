@@ -166,7 +166,7 @@ class CoordinatorService:
     def _publish(self, trigger: str, outputs: list) -> None:
         if not outputs:
             return
-        for line in narrate(trigger, outputs):
+        for line in narrate(trigger, outputs, self.state):
             log.info("%s", line)
         observe.published(self.state, outputs)
         with self._producer.transaction():

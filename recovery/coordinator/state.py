@@ -13,7 +13,7 @@ from typing import TypeVar
 from recovery.coordinator.config import CoordinatorConfig
 from schemas.commands import Command, CommandAction
 from schemas.incident import Incident
-from schemas.jobs import JobSpec
+from schemas.jobs import JobSpec, JobStopRequested
 from schemas.recovery import RecoveryPlanned
 
 
@@ -27,7 +27,7 @@ class Rejected(ValueError):
 
 
 class JobState(StrEnum):
-    """Where a job is. A plan moves it; the plan's outcome settles it.
+    """Where a job is. A plan moves it; the plan's outcome settles it; `job_ended` closes it.
 
     SUBMITTED → STARTING (start plan at generation 0) or RECOVERING (a re-plan places it)
     STARTING, RECOVERING → RUNNING (plan completed), RECOVERING or STOPPING (a newer plan), FAILED
@@ -35,6 +35,9 @@ class JobState(StrEnum):
     STOPPING (a plan took all its nodes) → QUEUED (stops done), RECOVERING, FAILED
     QUEUED → RECOVERING (a re-plan gives it nodes)
     FAILED → RECOVERING, STOPPING (a newer plan)
+    STARTING, RECOVERING, RUNNING, FAILED → SUCCEEDED (every node's ranks of its generation exited 0)
+    SUBMITTED, QUEUED, FAILED, STOPPING → STOPPED (an operator's stop, once no rank of it runs)
+    SUCCEEDED, STOPPED: terminal; the job's nodes are free and nothing restarts it
     """
 
     SUBMITTED = "submitted"
@@ -44,23 +47,34 @@ class JobState(StrEnum):
     STOPPING = "stopping"
     QUEUED = "queued"
     FAILED = "failed"
+    SUCCEEDED = "succeeded"
+    STOPPED = "stopped"
 
     @property
     def in_flight(self) -> bool:
         """A plan's commands are out and its outcome is not known yet."""
         return self in (JobState.STARTING, JobState.RECOVERING, JobState.STOPPING)
 
+    @property
+    def ended(self) -> bool:
+        """The job is over (`job_ended`): it holds no node and takes no plan."""
+        return self in (JobState.SUCCEEDED, JobState.STOPPED)
+
 
 JOB_MOVES: dict[JobState, frozenset[JobState]] = {
-    JobState.SUBMITTED: frozenset({JobState.STARTING, JobState.RECOVERING}),
+    JobState.SUBMITTED: frozenset({JobState.STARTING, JobState.RECOVERING, JobState.STOPPED}),
     JobState.STARTING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.STOPPING,
-                                  JobState.FAILED}),
+                                  JobState.FAILED, JobState.SUCCEEDED}),
     JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.STOPPING,
-                                    JobState.FAILED}),
-    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.STOPPING, JobState.FAILED}),
-    JobState.STOPPING: frozenset({JobState.QUEUED, JobState.RECOVERING, JobState.FAILED}),
-    JobState.QUEUED: frozenset({JobState.RECOVERING}),
-    JobState.FAILED: frozenset({JobState.RECOVERING, JobState.STOPPING}),
+                                    JobState.FAILED, JobState.SUCCEEDED}),
+    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.STOPPING, JobState.FAILED,
+                                 JobState.SUCCEEDED}),
+    JobState.STOPPING: frozenset({JobState.QUEUED, JobState.RECOVERING, JobState.FAILED, JobState.STOPPED}),
+    JobState.QUEUED: frozenset({JobState.RECOVERING, JobState.STOPPED}),
+    JobState.FAILED: frozenset({JobState.RECOVERING, JobState.STOPPING, JobState.SUCCEEDED,
+                                JobState.STOPPED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.STOPPED: frozenset(),
 }
 
 
@@ -129,10 +143,19 @@ class Node:
     mode_ts: float | None = None  # the lifecycle event that set `mode`, and why
     mode_reason: str = ""
     returned_ts: float | None = None  # the latest uncordon or re-admission: isolations before it end
+    heard_from: float | None = None  # the latest report its node signed (ack, ranks_finished, ...)
+    left_ts: float | None = None  # the latest leave the node announced itself (node_leaving), and why
+    left_reason: str = ""
+    joined_ts: float | None = None  # the latest node_joined: ends a leave announced before it
 
     @property
     def healthy(self) -> bool:
         return self.isolated_by is None
+
+    @property
+    def leaving(self) -> bool:
+        """The node announced a planned shutdown and has not joined again since: drained by itself."""
+        return self.left_ts is not None and (self.joined_ts is None or self.joined_ts < self.left_ts)
 
 
 @dataclass(frozen=True)
@@ -155,6 +178,14 @@ class Job:
     steps: dict[str, Step] = field(default_factory=dict)  # command id -> step, of `plan`
     not_started: str | None = None  # why its first start was skipped
     restarts: tuple[tuple[float, str], ...] = ()  # (when, incident) of each restart that blamed the job
+    finished: set[tuple[int, str]] = field(default_factory=set)  # (generation, node) whose ranks exited 0
+    stop: JobStopRequested | None = None  # an operator's stop, the first one read
+    end_reason: str = ""  # why it ended (`job_ended`'s reason)
+
+    @property
+    def over(self) -> bool:
+        """Ended, or being stopped: it takes no new plan other than its stop."""
+        return self.state.ended or self.stop is not None
 
 
 @dataclass
@@ -211,6 +242,12 @@ class ClusterState:
     def healthy(self, node_id: str) -> bool:
         node = self.nodes.get(node_id)
         return node is None or node.healthy
+
+    def awaited(self, node_id: str) -> bool:
+        """A command to the node is waited for and escalates when it fails: the node is healthy and
+        not leaving (a node shutting down may be gone before it answers; that is no fault of it)."""
+        node = self.nodes.get(node_id)
+        return node is None or (node.healthy and not node.leaving)
 
     def job_on(self, node_id: str) -> Job | None:
         """The job whose current nodes include `node_id` (a node serves at most one)."""

@@ -9,7 +9,15 @@ from __future__ import annotations
 from recovery.coordinator.blame import blames_node
 from recovery.coordinator.capacity import replan_capacity
 from recovery.coordinator.commands import commands_for
-from recovery.coordinator.decide import completion, decide, fail_plan, on_incident, start_job
+from recovery.coordinator.decide import (
+    completion,
+    decide,
+    fail_plan,
+    on_incident,
+    start_job,
+    stop_job,
+    succeeded,
+)
 from recovery.coordinator.fold import apply
 from recovery.coordinator.readmission import readmissions
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
@@ -53,8 +61,8 @@ def _check(state: ClusterState, job: Job, now: float) -> list:
         if record is None:
             missing.add(cid)  # the coordinator stopped between the plan and its commands
             continue
-        if not state.healthy(step.node):
-            continue  # best effort: an isolated node is neither retried nor escalated
+        if not state.awaited(step.node):
+            continue  # best effort: an isolated or leaving node is neither retried nor escalated
         if record.status in (CommandStatus.FAILED, CommandStatus.REFUSED):
             failed.append(record)
         elif not record.status.terminal and now >= deadline(record, config.ack_timeout_s,
@@ -95,10 +103,13 @@ def react(state: ClusterState, event: object, now: float) -> list:
 
 
 def catch_up(state: ClusterState, now: float) -> list:
-    """After rebuilding from the log: start jobs never started, decide incidents never decided,
-    then tick (which issues commands a plan called for but the log lacks)."""
+    """After rebuilding from the log: end jobs whose ranks all finished, stop jobs an operator
+    stopped, start jobs never started, decide incidents never decided, then tick (which issues
+    commands a plan called for but the log lacks)."""
     out: list = []
     for job in list(state.jobs.values()):
+        out += settle(state, succeeded(state, job.spec.id, now), now)
+        out += settle(state, stop_job(state, job.spec.id, now), now)
         if job.state is JobState.SUBMITTED:
             out += settle(state, start_job(state, job.spec.id, now), now)
     for incident in sorted((state.incidents[i] for i in state.pending), key=lambda i: (i.ts, i.id)):

@@ -10,9 +10,10 @@ A command is admitted when, after an optional `nice -n N` (the executor's own wr
   `allowed_interpreters` (an interpreter is the file it runs: `python` and `python3` of one
   venv are one), and MODULE one of `allowed_modules` or inside one (a prefix), or
 - it is `PYTHON SCRIPT ...` with SCRIPT inside one of `allowed_script_dirs`;
-and, when `allowed_dirs` lists any, its checkpoint_dir, restore path and working directory lie
-inside one of them (the working directory also may be an allowed script directory). A relative
-program path or script resolves against the job's `workdir` when it has one.
+and, when `allowed_dirs` lists any, its checkpoint_dir and restore path lie inside one of them;
+its working directory, when the policy lists any directories, inside one of those or of the
+script directories (`python -m` imports from it first). A relative program path, script or
+checkpoint_dir resolves against the job's `workdir` when it has one.
 
 A job's `env` must not name a variable that changes what an admitted program runs (the loader's
 `LD_*`, the interpreter's `PYTHONPATH`, `PYTHONSTARTUP`, `PATH`, … : `LOADER_ENV`) unless the
@@ -145,16 +146,18 @@ def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which
 
 
 def _paths(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
+    # `python -m` imports from the working directory first: when the policy names directories, a
+    # workdir must be one of them (a script directory or an allowed one).
+    roots = (*policy.allowed_dirs, *policy.allowed_script_dirs)
+    if worker.workdir is not None and roots and not _inside(worker.workdir, roots):
+        return Refusal("directory", f"workdir {worker.workdir!r} is not in an allowed directory "
+                       f"({', '.join(roots)})")
     if not policy.allowed_dirs:
         return None
     for what, path in (("checkpoint_dir", worker.checkpoint_dir), ("restore path", worker.restore.path)):
         if path is not None and not _inside(_under(worker.workdir, path), policy.allowed_dirs):
             return Refusal("directory", f"{what} {path!r} is not in an allowed directory "
                            f"({', '.join(policy.allowed_dirs)})")
-    workdir = worker.workdir
-    if workdir is not None and not _inside(workdir, (*policy.allowed_dirs, *policy.allowed_script_dirs)):
-        return Refusal("directory", f"workdir {workdir!r} is not in an allowed directory "
-                       f"({', '.join((*policy.allowed_dirs, *policy.allowed_script_dirs))})")
     return None
 
 

@@ -8,6 +8,7 @@ what runs here.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
@@ -113,6 +114,9 @@ def _steps(command: Command, group: LocalGroup | None) -> Apply | Refuse:
         worker = command.worker
         if worker is None or not worker.command or not worker.ranks:
             return Refuse(f"{command.action} needs a worker spec with ranks and a command (argv)")
+        if worker.workdir is not None and not os.path.isabs(worker.workdir):
+            return Refuse(f"workdir {worker.workdir!r} is relative: a job's workdir must be an absolute "
+                          "path, the same on every node (a node has no directory to resolve it against)")
         if (
             command.action == CommandAction.START and state == GroupState.RUNNING
             and group is not None and group.generation == command.generation

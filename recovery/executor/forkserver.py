@@ -6,7 +6,7 @@ rank start", has the times).
 Only commands of the form `[nice -n N] PYTHON -m MODULE ARGS...`, where PYTHON is this
 executor's own interpreter, are forked warm; anything else starts cold with a plain exec.
 
-The server speaks JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice"} in,
+The server speaks JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice", "cwd"} in,
 {"pid"} or {"error"} out. Each rank is forked twice, so that it is re-parented to the
 executor (a child subreaper, see `become_subreaper`), which reaps it and reads its exit
 status as for a child of its own. The server preloads torch (and torch.distributed) plus
@@ -14,7 +14,10 @@ the modules named in TRAINMEDIC_WARM_PRELOAD (comma-separated); it never imports
 rank's own module, whose top level may do anything.
 
 What a warm rank inherits differs from a cold one in one way that matters: modules
-imported before the fork read their environment then (e.g. torch and OMP_NUM_THREADS=1).
+imported before the fork read their environment then (e.g. torch and OMP_NUM_THREADS=1), so a
+job's env reaches what the rank reads after it starts, not what torch read at import. A rank
+with a `cwd` (the job's workdir) changes to it and finds its modules there first, as
+`python -m` started in that directory does.
 A warm rank ends with `os._exit`, after doing what interpreter exit would: its atexit handlers
 run (the in-band hook flushes and closes there) and its output is flushed, whether the module
 returned, raised SystemExit or raised anything else.
@@ -94,10 +97,13 @@ class WarmLauncher:
         )
         self._lock = threading.Lock()
 
-    def launch(self, target: WarmTarget, env: Mapping[str, str], log_path: Path) -> int:
-        """Fork a rank; returns its pid. Raises OSError when the server cannot."""
+    def launch(
+        self, target: WarmTarget, env: Mapping[str, str], log_path: Path, cwd: str | None = None,
+    ) -> int:
+        """Fork a rank (in `cwd`, else the server's directory); returns its pid. Raises OSError when
+        the server cannot."""
         request = {"module": target.module, "args": list(target.args), "env": dict(env),
-                   "log": str(log_path), "nice": target.nice}
+                   "log": str(log_path), "nice": target.nice, "cwd": cwd}
         with self._lock:
             if self._proc.poll() is not None:
                 raise OSError(f"the fork server exited with code {self._proc.returncode}")
@@ -177,6 +183,10 @@ def _become_rank(request: dict) -> None:
         os.dup2(out, 2)
         os.environ.clear()
         os.environ.update(request["env"])
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+            if not sys.flags.safe_path:  # what `python -m` puts first when started there
+                sys.path[0] = os.getcwd()
         sys.argv = [request["module"], *request["args"]]
         try:
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)

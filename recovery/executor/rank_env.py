@@ -8,6 +8,12 @@ the local broker's credentials/rank.json, see `service.local_rank_kafka`),
 and the variables the cluster's admission policy names in `rank_env`. Nothing else: not the
 cluster key, not the executor's Kafka credentials (TRAINMEDIC_KAFKA_CONFIG), not any variable
 whose name says it is a secret unless the policy names it exactly.
+
+On top of that comes the job's own `env` (its spec, through the worker spec): it may set or
+override any of the executor's variables but those in NEVER; the admission policy refuses a job
+env that chooses what code runs (admission.CODE_NAMES) before anything starts. The hook's Kafka
+settings and the worker contract come last, so a job's env never redirects its telemetry nor
+changes who a rank is.
 """
 
 from __future__ import annotations
@@ -55,7 +61,9 @@ def base_env(parent: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str
 
 
 def rank_env(parent: Mapping[str, str], extra: tuple[str, ...], kafka: Mapping[str, str],
-             contract: Mapping[str, str]) -> dict[str, str]:
-    """One rank's environment: `base_env`, then where its hook writes (`kafka`: bootstrap and topic
-    prefix), then the worker contract, which nothing overrides."""
-    return {**base_env(parent, extra), **kafka, **contract}
+             contract: Mapping[str, str], job: Mapping[str, str] | None = None) -> dict[str, str]:
+    """One rank's environment: `base_env`, then the job's env (`job`, less the names in NEVER), then
+    where its hook writes (`kafka`: bootstrap, topic prefix, its credentials), then the worker
+    contract, which nothing overrides."""
+    own = {name: value for name, value in (job or {}).items() if name not in NEVER}
+    return {**base_env(parent, extra), **own, **kafka, **contract}

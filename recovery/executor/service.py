@@ -3,6 +3,12 @@
 Thin: every decision is `decide`, every state move is the `GroupState` table; this file
 only moves data between Kafka, the ledger and the supervisor.
 
+What it reports on the acks topic is signed with this node's key: command acks,
+`node_joined` once it reads its partition, `ranks_finished` when every rank it launched for a
+job's generation exited 0 on its own, and `node_leaving` when told that the node shuts down on
+purpose (`leave`), so the coordinator moves the node's jobs off it instead of taking its
+silence for a fault.
+
 Ranks outlive everything but a stop command and the executor's own shutdown: a command that
 fails to validate, decide or apply is dead-lettered and read past (its position is in the
 ledger, so a restart does not meet it again), and a Kafka error, a delivery that timed out
@@ -39,7 +45,17 @@ from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_a
 from recovery.executor.supervisor import RankExit, Supervisor
 from recovery.keyring import KeyFolder
 from recovery.worker.env import WorkerEnv
-from schemas import AckStatus, Command, CommandAcked, DeadLettered, WorkerExited
+from schemas import (
+    AckStatus,
+    Command,
+    CommandAcked,
+    DeadLettered,
+    NodeJoined,
+    NodeLeaving,
+    NodeReport,
+    RanksFinished,
+    WorkerExited,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +76,10 @@ class Executor:
         self._keys = (None if config.trusted is None or config.keys_dir is None
                       else KeyFolder(config.keys_dir, config.trusted))  # picks up rotated keys
         self.ready = threading.Event()  # set once reading from the partition
+        self.emptied = threading.Event()  # set once leaving and no rank runs here any more
+        self._leaving = threading.Event()  # set by `leave`: announced on the loop's next turn
+        self._leave_reason = ""
+        self._announced = False
         self._rank_kafka = local_rank_kafka(os.environ)
 
     def run(self, stop: threading.Event) -> None:
@@ -81,10 +101,13 @@ class Executor:
                  self.config.state_dir)
         try:
             reader.open()  # assign now, so that `ready` means "reading"
+            self.announce_joined()
             self.ready.set()
             while not stop.is_set():
                 try:
                     self._serve_once(reader)
+                    if self._leaving.is_set():
+                        self._while_leaving()
                 except KafkaError as err:
                     # Ranks keep training while Kafka is away; a lost ack is logged, never re-applied.
                     # A reader that failed for good is opened again where the ledger left off.
@@ -94,18 +117,47 @@ class Executor:
                         reader = self._reader(topic, partition)
                     stop.wait(1.0)
         finally:
+            if self._leaving.is_set() and not self._announced:  # told to leave and stop at once
+                self._while_leaving()
             exits = self.supervisor.stop_all(self.config.stop_grace_s)
             reader.close()
             ledger.close()
             if launcher is not None:
                 launcher.close()
             try:
-                for ended in exits:
-                    self._publish_exit(ended)
+                for ended in exits:  # stopped as the node shuts down on purpose, or as the executor stops
+                    self._publish_exit(ended, stopped=self._leaving.is_set())
                 self.producer.flush(timeout_s=10.0)
             except KafkaError as err:
                 log.error("could not report %d rank exits at shutdown: %s", len(exits), err)
             log.info("executor for node %s stopped", self.config.node)
+
+    def leave(self, reason: str) -> None:
+        """The node shuts down on purpose (thread-safe): the loop announces `node_leaving` on its next
+        turn and sets `emptied` once no rank runs here, the coordinator's stops applied."""
+        self._leave_reason = reason
+        self._leaving.set()
+
+    def announce_joined(self) -> None:
+        """Tell the coordinator this node takes commands; it ends a leave the node announced before."""
+        self._report(NodeJoined(ts=self.clock(), node=self.config.node))
+        self._flush()
+        log.info("node %s: joined (announced on %s)", self.config.node, self.kafka.topics.acks)
+
+    def announce_leaving(self, reason: str) -> None:
+        """Tell the coordinator this node shuts down on purpose: a drain of the node, by the node."""
+        self._report(NodeLeaving(ts=self.clock(), node=self.config.node, reason=reason))
+        self._flush()
+        log.info("node %s: announced that it leaves (%s); the coordinator moves its jobs off it",
+                 self.config.node, reason)
+
+    def _while_leaving(self) -> None:
+        if not self._announced:
+            self._announced = True
+            self.announce_leaving(self._leave_reason)
+        if not self.emptied.is_set() and self.supervisor.running() == 0:
+            log.info("node %s: no rank runs here any more", self.config.node)
+            self.emptied.set()
 
     def _take_over(self, ledger: Ledger) -> None:
         """What a previous executor left (leftovers.py): adopt the ranks that still run as the ledger
@@ -148,9 +200,16 @@ class Executor:
     def _serve_once(self, reader: TopicReader) -> None:
         for item in reader.poll(self.config.poll_s, max_messages=100):
             self._handle(item)
-        for ended in self.supervisor.reap():
-            self._on_exit(ended)
+        self._reap()
         self._flush()
+
+    def _reap(self) -> None:
+        """Report and fold the ranks that ended on their own since the last look."""
+        exits = self.supervisor.reap()
+        for index, ended in enumerate(exits):
+            # ranks reaped together are all gone from the supervisor: the later ones are not yet folded
+            later = sum(1 for other in exits[index + 1:] if other.job == ended.job)
+            self._on_exit(ended, self.supervisor.alive(ended.job) + later)
 
     def _handle(self, item: Record | DeadLettered) -> None:
         """Decide and apply one command; one that raises is dead-lettered and read past."""
@@ -271,8 +330,10 @@ class Executor:
             world_size=spec.world_size, local_rank=local_rank, local_world_size=len(spec.ranks),
             job=command.job, node=self.config.node, generation=command.generation, restore=spec.restore,
             checkpoint_dir=spec.checkpoint_dir, snapshot_dir=str(self.config.snapshot_dir(command.job)),
+            collective_timeout_s=spec.failure.collective_timeout_s, hang_floor_s=spec.failure.hang_floor_s,
         )
-        return rank_env(os.environ, self.config.admission.rank_env, self._hook_kafka(), contract.to_env())
+        return rank_env(os.environ, self.config.admission.rank_env, self._hook_kafka(), contract.to_env(),
+                        job=spec.env)
 
     def _server_env(self) -> dict[str, str]:
         """The warm fork server's environment: what every rank gets, so that no credential is in the
@@ -286,15 +347,29 @@ class Executor:
                  "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
         return where if self._rank_kafka is None else {**where, "TRAINMEDIC_KAFKA_CONFIG": self._rank_kafka}
 
-    def _on_exit(self, ended: RankExit) -> None:
+    def _on_exit(self, ended: RankExit, still_alive: int) -> None:
+        """One rank ended on its own; `still_alive` of its job's ranks have not (yet) been folded."""
         self._publish_exit(ended)
         group = self.groups.get(ended.job)
         if group is not None and group.generation == ended.generation:
-            self.groups[ended.job] = after_exit(group, ended.clean, self.supervisor.alive(ended.job))
+            after = after_exit(group, ended.clean, still_alive)
+            self.groups[ended.job] = after
+            if after.state == GroupState.SUCCEEDED and group.state != GroupState.SUCCEEDED:
+                self._report_finished(after)
+
+    def _report_finished(self, group: LocalGroup) -> None:
+        """Every rank this executor launched for the group exited 0 (`after_exit` says SUCCEEDED only
+        then, once per launch). A group adopted after a restart has no spec and never gets here: its
+        ranks' exit status is unknown, and so is its success."""
+        if group.spec is None:
+            return
+        log.info("job %s g%d: every rank on this node exited 0", group.job, group.generation)
+        self._report(RanksFinished(ts=self.clock(), node=self.config.node, job=group.job,
+                                   generation=group.generation, ranks=group.spec.ranks))
 
     def _publish_exit(self, ended: RankExit, stopped: bool = False) -> None:
-        """`stopped`: the exit is this executor's own stop on a command, which the detector must not
-        read as a fault."""
+        """`stopped`: the exit is this executor's own stop on a command, or as its node leaves on
+        purpose, which the detector must not read as a fault."""
         event = WorkerExited(
             ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
@@ -310,16 +385,19 @@ class Executor:
 
     def _send_ack(self, command_id: str, job: str, generation: int, status: AckStatus, *,
                   reason: str | None = None, elapsed_s: float | None = None) -> None:
-        """Every ack, re-acks and the answer sent at start included, is signed with this node's key
-        (unsigned when insecure): the coordinator folds only acks their node's key signed."""
-        ack = CommandAcked(
+        """Every ack, re-acks and the answer sent at start included, is a signed report (`_report`)."""
+        self._report(CommandAcked(
             ts=self.clock(), node=self.config.node, command_id=command_id, job=job,
             generation=generation, status=status, reason=reason, elapsed_s=elapsed_s,
-        )
-        if self.config.node_key is not None:
-            ack = self.config.node_key.sign(ack)
-        self._send(self.kafka.topics.acks, ack, key=self.config.node)
+        ))
         metrics.EXECUTOR_ACKS.labels(str(status)).inc()
+
+    def _report(self, report: NodeReport) -> None:
+        """Send a report on the acks topic, signed with this node's key (unsigned when insecure): the
+        coordinator folds only reports their node's key signed."""
+        if self.config.node_key is not None:
+            report = self.config.node_key.sign(report)
+        self._send(self.kafka.topics.acks, report, key=self.config.node)
 
     def _send(self, topic: str, event: BaseModel, key: str) -> None:
         """Send, or log and count why not: a failed delivery (an earlier one timed out, the queue is

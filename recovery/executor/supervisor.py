@@ -96,18 +96,21 @@ class Supervisor:
 
         Each rank is recorded as soon as it started, so an executor that dies in between leaves
         none unrecorded for the next one. If one cannot start, the ones already started are
-        killed and the error re-raised.
+        killed and the error re-raised. Ranks run in `spec.workdir` when it is set (an absolute path,
+        see decide.py); one that is not a directory here fails the launch before any rank starts.
         """
+        if spec.workdir is not None and not os.path.isdir(spec.workdir):
+            raise OSError(f"workdir {spec.workdir} is not a directory on this node: no rank started")
         log_dir.mkdir(parents=True, exist_ok=True)
         target = warm_target(spec.command) if self._launcher is not None else None
         started: list[RankProcess] = []
         try:
             for rank, env in zip(spec.ranks, envs, strict=True):
                 path = log_dir / log_name(generation, rank)
-                pid = self._start_warm(target, env, path) if target is not None else None
+                pid = self._start_warm(target, env, path, spec.workdir) if target is not None else None
                 popen, log_file = None, None
                 if pid is None:
-                    popen, log_file = self._start_cold(spec.command, env, path)
+                    popen, log_file = self._start_cold(spec.command, env, path, spec.workdir)
                     pid = popen.pid
                 proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_file,
                                    leftovers.start_time(pid))
@@ -138,22 +141,24 @@ class Supervisor:
                 adopted=True))
         self._record()
 
-    def _start_warm(self, target: WarmTarget, env: Mapping[str, str], path: Path) -> int | None:
+    def _start_warm(
+        self, target: WarmTarget, env: Mapping[str, str], path: Path, cwd: str | None,
+    ) -> int | None:
         """The pid of a rank forked by the warm launcher, or None to start it cold."""
         try:
-            return self._launcher.launch(target, env, path)
+            return self._launcher.launch(target, env, path, cwd)
         except OSError as err:
             log.warning("warm start failed (%s); starting the rank cold", err)
             return None
 
     @staticmethod
     def _start_cold(
-        command: tuple[str, ...], env: Mapping[str, str], path: Path,
+        command: tuple[str, ...], env: Mapping[str, str], path: Path, cwd: str | None,
     ) -> tuple[subprocess.Popen, IO[bytes]]:
         log_file = path.open("ab")
         try:
             popen = subprocess.Popen(
-                list(command), env=dict(env), stdin=subprocess.DEVNULL,
+                list(command), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             )
         except OSError:
@@ -164,6 +169,10 @@ class Supervisor:
     def alive(self, job: str) -> int:
         """How many rank processes of `job` are not yet known to have ended."""
         return len(self._ranks.get(job, []))
+
+    def running(self) -> int:
+        """How many rank processes, of every job, are not yet known to have ended."""
+        return sum(len(procs) for procs in self._ranks.values())
 
     def pids(self, job: str) -> dict[int, int]:
         """rank -> pid of the live ranks of `job`."""

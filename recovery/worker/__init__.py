@@ -1,7 +1,7 @@
 """The worker runtime: what a training script imports to join, restore, snapshot and retry.
 
     from recovery.worker import init_from_env
-    rt = init_from_env(timeout_s=60)
+    rt = init_from_env()  # timeout: the job's failure.collective_timeout_s, else 60 s
     start = rt.restore(model, optimizer)
     for step in range(start, total):
         ...one step, up to its collective...
@@ -18,13 +18,16 @@ from typing import TYPE_CHECKING, Any
 from recovery.worker.env import WorkerEnv
 
 if TYPE_CHECKING:
-    from recovery.worker.runtime import Runtime
+    from recovery.worker.runtime import Runtime, init_from_env
 
 __all__ = ["Runtime", "WorkerEnv", "init_from_env"]
 
 
-def init_from_env(**kwargs: Any) -> Runtime:
-    """Join the job's process group as the environment says; see `runtime.init_from_env`."""
-    from recovery.worker.runtime import init_from_env as init
+def __getattr__(name: str) -> Any:
+    """`init_from_env` and `Runtime` are the runtime module's own (so `help()` shows their real
+    signature and docs), imported on first use: importing the package does not import torch."""
+    if name in ("init_from_env", "Runtime"):
+        from recovery.worker import runtime
 
-    return init(**kwargs)
+        return getattr(runtime, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

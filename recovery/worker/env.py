@@ -3,6 +3,9 @@
 torch.distributed's own variables plus trainmedic's. Pure: no torch import, so the
 executor can use it too. Under torchrun (no TRAINMEDIC_* variables) the generation is
 torchrun's restart count, so a restarted group is told apart from the one before.
+The job's failure settings travel here too: TRAINMEDIC_COLLECTIVE_TIMEOUT_S (the default
+timeout of `init_from_env`) and TRAINMEDIC_HANG_FLOOR_S (reported in worker_start, so the
+detector times this job's hangs with it); unset means the service's default.
 """
 
 from __future__ import annotations
@@ -14,7 +17,11 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from bus.errors import ConfigError
+from bus.timespan import env_seconds
 from schemas import RestoreSource
+
+COLLECTIVE_TIMEOUT = "TRAINMEDIC_COLLECTIVE_TIMEOUT_S"
+HANG_FLOOR = "TRAINMEDIC_HANG_FLOOR_S"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +40,8 @@ class WorkerEnv:
     restore: RestoreSource
     checkpoint_dir: str | None = None
     snapshot_dir: str | None = None
+    collective_timeout_s: float | None = None
+    hang_floor_s: float | None = None
 
     def to_env(self) -> dict[str, str]:
         """The variables the executor sets for this rank (absent optional dirs are left unset)."""
@@ -52,6 +61,10 @@ class WorkerEnv:
             env["TRAINMEDIC_CHECKPOINT_DIR"] = self.checkpoint_dir
         if self.snapshot_dir:
             env["TRAINMEDIC_SNAPSHOT_DIR"] = self.snapshot_dir
+        if self.collective_timeout_s is not None:
+            env[COLLECTIVE_TIMEOUT] = repr(self.collective_timeout_s)
+        if self.hang_floor_s is not None:
+            env[HANG_FLOOR] = repr(self.hang_floor_s)
         return env
 
     @classmethod
@@ -88,4 +101,6 @@ class WorkerEnv:
             restore=restore,
             checkpoint_dir=env.get("TRAINMEDIC_CHECKPOINT_DIR") or None,
             snapshot_dir=env.get("TRAINMEDIC_SNAPSHOT_DIR") or None,
+            collective_timeout_s=env_seconds(env, COLLECTIVE_TIMEOUT),
+            hang_floor_s=env_seconds(env, HANG_FLOOR),
         )

@@ -42,6 +42,8 @@ from recovery.worker.restore import Offer, fallback_warning, restore_state
 
 log = logging.getLogger(__name__)
 
+DEFAULT_TIMEOUT_S = 60.0  # rendezvous and collectives, when neither the caller nor the job says
+
 
 class Stateful(Protocol):
     """What the runtime saves and restores: a torch.optim.Optimizer, or anything like it."""
@@ -208,15 +210,20 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> dist.TCPStore:
 
 
 def init_from_env(
-    *, timeout_s: float = 60.0, hook: Hook | None = None, snapshot_every: int = 1, checkpoint_every: int = 0,
-    backend: str | None = None, env: Mapping[str, str] = os.environ,
+    *, timeout_s: float | None = None, hook: Hook | None = None, snapshot_every: int = 1,
+    checkpoint_every: int = 0, backend: str | None = None, env: Mapping[str, str] | None = None,
 ) -> Runtime:
     """Join the job's process group as the executor's environment says (gloo on CPU, NCCL with CUDA).
 
-    `timeout_s` bounds rendezvous and every collective. Installs the SIGUSR1 (reattempt)
-    handler when called from the main thread, and reports `worker_start` through `hook`.
+    `timeout_s` bounds rendezvous and every collective; when not given, the job's
+    `failure.collective_timeout_s` (TRAINMEDIC_COLLECTIVE_TIMEOUT_S, set by the executor) or else
+    60 seconds. Installs the SIGUSR1 (reattempt) handler when called from the main thread, and
+    reports `worker_start` through `hook`. `env` is where the contract is read (default: this
+    process's environment).
     """
-    contract = WorkerEnv.from_env(env)
+    contract = WorkerEnv.from_env(os.environ if env is None else env)
+    if timeout_s is None:
+        timeout_s = contract.collective_timeout_s or DEFAULT_TIMEOUT_S
     began = time.monotonic()
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = None

@@ -1,7 +1,9 @@
 """Hang rule helpers: an adaptive per-job threshold, and which ranks stopped first.
 
 Every rank of a synchronous job stops stepping when one rank hangs (peers wait in the
-collective), so the job's progress (its highest step) is what is timed, once per job.
+collective), so the job's progress (its highest step) is what is timed, once per job. A job
+whose worker_start carries `hang_floor_s` (its spec's failure settings) is timed with that floor
+instead of the config's, for every generation after.
 """
 
 from __future__ import annotations
@@ -20,14 +22,32 @@ def record_step_time(job: JobWatch, step_time: float, cfg: HangConfig) -> None:
     times.append(step_time)
     if len(times) > cfg.window_steps:
         del times[0]
-    if len(times) >= cfg.min_samples:
-        job.threshold = max(cfg.floor_s, cfg.factor * median(times))
+    job.threshold = threshold(job, cfg)
+
+
+def threshold(job: JobWatch, cfg: HangConfig) -> float:
+    """No step for this long is a hang: max(floor, factor x median step), or the warm-up threshold
+    while fewer than `min_samples` step times are known."""
+    if len(job.step_times) < cfg.min_samples:
+        return warmup_threshold(job, cfg)
+    return max(floor(job, cfg), cfg.factor * median(job.step_times))
+
+
+def floor(job: JobWatch, cfg: HangConfig) -> float:
+    """The job's own hang floor (its spec's failure.hang_floor_s, from its worker_start) or the config's."""
+    return cfg.floor_s if job.hang_floor_s is None else job.hang_floor_s
+
+
+def warmup_threshold(job: JobWatch, cfg: HangConfig) -> float:
+    """Until step times are known: the warm-up threshold, or the job's floor when that is longer."""
+    return max(cfg.warmup_s, floor(job, cfg))
 
 
 def describe_threshold(job: JobWatch, cfg: HangConfig) -> str:
     if len(job.step_times) < cfg.min_samples:
-        return f"warm-up threshold {cfg.warmup_s:g}s"
-    return (f"threshold {job.threshold:.1f}s = max(floor {cfg.floor_s:g}s, "
+        return f"warm-up threshold {warmup_threshold(job, cfg):g}s"
+    whose = "floor" if job.hang_floor_s is None else "the job's floor"
+    return (f"threshold {job.threshold:.1f}s = max({whose} {floor(job, cfg):g}s, "
             f"{cfg.factor:g} x median step {median(job.step_times):.2f}s)")
 
 

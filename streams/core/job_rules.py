@@ -3,11 +3,11 @@ incident per fault), hangs, stragglers, and which ranks run on which node."""
 
 from __future__ import annotations
 
-from schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStepped
+from schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStarted, WorkerStepped
 from streams.core.config import DetectorConfig
 from streams.core.correlation import add_clue, decide, overdue_until
 from streams.core.deadlines import Deadlines, Timer
-from streams.core.hang import describe_threshold, record_step_time, stopped_first
+from streams.core.hang import describe_threshold, record_step_time, stopped_first, threshold
 from streams.core.incidents import IncidentBook
 from streams.core.node_rules import NodeRules
 from streams.core.state import Clue, DetectorState, JobWatch, OpenIncident, RankState
@@ -30,8 +30,14 @@ class JobRules:
 
     # -- events ------------------------------------------------------------------------
 
-    def on_start(self, ev: WorkerEvent) -> None:
-        self._worker(ev)
+    def on_start(self, ev: WorkerStarted) -> None:
+        found = self._worker(ev)
+        if found is None or ev.hang_floor_s is None or ev.hang_floor_s == found[0].hang_floor_s:
+            return
+        job = found[0]
+        job.hang_floor_s = ev.hang_floor_s
+        job.threshold = threshold(job, self.config.hang)
+        self.timers.arm(Timer.HANG, ev.job, job.last_progress + job.threshold)
 
     def on_step(self, ev: WorkerStepped) -> None:
         found = self._worker(ev)
@@ -69,7 +75,8 @@ class JobRules:
         if found is None:
             return
         job, rank = found
-        if ev.stopped:  # the executor stopped it for a plan (a move, a grow): no fault, no silence to watch
+        leaving = (node := self.state.nodes.get(rank.node)) is not None and node.leaving
+        if ev.stopped or leaving:  # stopped for a plan (a move, a grow) or as its node shuts down on purpose
             self._stopped(ev.job, job, ev.rank, ev.ts)
             return
         if ev.status_unknown:  # an adopted rank: not a fault, not the job's end; a peer's hang tells
@@ -236,12 +243,16 @@ class JobRules:
 
     def _stopped(self, name: str, job: JobWatch, rank_no: int, ts: float) -> None:
         """A planned stop: the rank leaves; once none is left the job is quiet by intent until its
-        next generation (its open incidents resolve as before, when that generation steps)."""
+        next generation (its open incidents resolve as before, when that generation steps). Evidence
+        still held then is the plan's fallout: a rank stopped first resets its peers' connections
+        before their own stop reaches them. A failure of that generation's own would have left a
+        rank that exited by itself, which keeps the evidence; a bug recurs in the next generation."""
         rank = job.ranks.pop(rank_no)
         self._unlist(name, rank.node, rank_no)
         self._clear_straggler(rank, ts, "rank stopped by its executor")
         if not job.ranks:
             job.finishing = True
+            job.group = None
 
     def _end(self, name: str, job: JobWatch, ts: float) -> None:
         """Every rank exited: decide what is pending, clear what the job's steps would."""
@@ -265,7 +276,7 @@ class JobRules:
         job.gen = ev.generation
         job.ranks = {}
         job.max_step, job.steps_seen, job.step_times = -1, 0, []
-        job.last_progress, job.threshold = ev.ts, self.config.hang.warmup_s
+        job.last_progress, job.threshold = ev.ts, threshold(job, self.config.hang)
         job.finishing, job.fatal_id = False, None
         self.timers.arm(Timer.HANG, name, ev.ts + job.threshold)
 

@@ -1,6 +1,9 @@
 """Rules about hosts and GPUs: hardware faults (Xid, counters, silence), lost nodes, link
 flaps and thermal throttling. Every hardware incident is one per node at a time and owns
-the current generation of the jobs running there."""
+the current generation of the jobs running there.
+
+A heartbeat marked `leaving` is a node's last before a planned shutdown: its silence after it
+is no node_lost and counts in no telemetry gap, until its heartbeats resume unmarked."""
 
 from __future__ import annotations
 
@@ -68,6 +71,8 @@ class NodeRules:
         ts = ev.ts
         node = self.seen(ev.node, ts)
         node.interval = ev.interval
+        if ev.leaving != node.leaving and ts >= node.last_seen:
+            node.leaving = ev.leaving
         self.timers.arm(Timer.NODE_LOST, ev.node,
                         node.last_seen + self.config.heartbeat.timeout_s(ev.interval))
         if ev.links:
@@ -79,7 +84,7 @@ class NodeRules:
 
     def check_lost(self, name: str, when: float) -> None:
         node = self.state.nodes.get(name)
-        if node is None or node.interval is None or node.lost_since is not None:
+        if node is None or node.interval is None or node.lost_since is not None or node.leaving:
             return
         timeout = self.config.heartbeat.timeout_s(node.interval)
         due = node.last_seen + timeout
@@ -107,12 +112,12 @@ class NodeRules:
         """The reporting nodes silent at `when` for `gap.quiet_missed` of their intervals or more."""
         missed = self.config.gap.quiet_missed
         return [name for name, node in self.state.nodes.items()
-                if node.interval is not None and node.lost_since is None
+                if node.interval is not None and node.lost_since is None and not node.leaving
                 and when - node.last_seen >= missed * node.interval]
 
     def _reporting(self) -> int:
         return sum(1 for node in self.state.nodes.values()
-                   if node.interval is not None and node.lost_since is None)
+                   if node.interval is not None and node.lost_since is None and not node.leaving)
 
     # -- telemetry gaps ----------------------------------------------------------------
 

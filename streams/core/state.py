@@ -53,6 +53,7 @@ class NodeState:
     hw_id: str | None = None  # the node's open hardware incident (one at a time)
     gap_id: str | None = None  # the open telemetry_gap this node is quiet in
     gap_until: float | None = None  # in a gap: judged alone from then (judge_after_s, or telemetry flows)
+    leaving: bool = False  # its last heartbeat announced a planned shutdown: its silence is expected
     jobs: dict[str, list[int]] = field(default_factory=dict)  # job -> ranks on this node
     gpus: dict[int, GpuState] = field(default_factory=dict)
     nics: dict[str, NicState] = field(default_factory=dict)
@@ -93,6 +94,7 @@ class JobWatch:
     steps_seen: int = 0
     step_times: list[float] = field(default_factory=list)  # one per job step, for the median
     threshold: float = 0.0  # current hang threshold, seconds
+    hang_floor_s: float | None = None  # the job's own floor, from its worker_start (None: the config's)
     finishing: bool = False  # a rank exited 0: the job is ending, silence is expected
     fatal_id: str | None = None  # the SEV1/SEV2 incident that owns this generation's failure
     open_ids: list[str] = field(default_factory=list)  # incidents cleared by this job's steps

@@ -42,6 +42,7 @@ def test_every_event_type_round_trips_through_the_broker(kafka: KafkaSettings, g
         got = drain(consumer, len(sent))
     assert sorted((r.topic, s.encode(r.event)) for r in got) == sorted((t, s.encode(e)) for t, e in sent)
     assert consumer.dead_lettered == 0
+    assert all(abs(r.timestamp_ms / 1000 - time.time()) < 600 for r in got)  # the broker's message time
 
 
 def test_a_malformed_message_lands_in_the_dlq_and_consumption_continues(

@@ -92,11 +92,13 @@ def test_without_an_end_the_backlog_then_what_arrives(kafka: KafkaSettings) -> N
 def test_invalid_values_are_dead_letters_sent_to_the_dlq_only_when_read_live(kafka: KafkaSettings) -> None:
     from bus.producer import EventProducer
 
-    produce(kafka, [beat(0), b"not json"])
+    sent_at = time.time() - HOUR
+    produce(kafka, [beat(0), b"not json"], at=sent_at)
     with EventProducer(kafka) as dlq, TopicReader(kafka, [kafka.topics.node], validate=True,
                                                   dlq=dlq) as reader:
         backlog = [item for batch in reader.batches(give_up_s=30) for item in batch]
         assert isinstance(backlog[0], Record) and backlog[0].event.ts == 0.0
+        assert backlog[0].timestamp_ms == int(sent_at * 1000)  # when it reached Kafka, not when it happened
         assert isinstance(backlog[1], s.DeadLettered) and "Invalid JSON" in backlog[1].reason
         produce(kafka, [b"\x00 live"])
         live: list = []

@@ -179,6 +179,32 @@ def node_lost_shared_node(rng):
 
 
 @scenario
+def node_leaving_planned(rng):
+    """node-02 is shut down on purpose: its last heartbeat says it leaves, the coordinator's
+    re-plan stops every rank (node-02's go down with the node), and generation 1 runs on the
+    other three. Its silence is expected: no node_lost, no failure.
+
+    What `trainmedic node` stopped with SIGTERM looks like to the detector (docs/coordinator.md,
+    "A node that leaves by itself")."""
+    c, job = base(rng, 120)
+    c.dead["node-02"] = (30.05, 999)
+    c.heartbeats(0, 120)
+    c.gpu_samples(0, 120)
+    c.emit(30.1, type="node_heartbeat", node="node-02", interval=c.interval, leaving=True)
+    job.start(0.5)
+    job.run(1, 30.0)
+    for rank in range(job.world):
+        if job.node_of(rank) == "node-02":  # stopped as the node shut down: not marked as a plan's stop
+            job.worker(31.0 + 0.01 * rank, rank, "worker_exit", exit_code=None, signal=15)
+        else:
+            job.worker(31.5 + 0.01 * rank, rank, "worker_exit", exit_code=None, signal=15, stopped=True)
+    moved = Job(c, hosts=(0, 1, 3), gen=1)
+    moved.start(40)
+    moved.run(41, 110)
+    return {"events": c.events, "incidents": []}
+
+
+@scenario
 def telemetry_gap_all_nodes(rng):
     """Every node goes quiet at the same moment for 20 s (the broker was down, the producers
     dropped what they could not send), then reports again and the job steps on. One

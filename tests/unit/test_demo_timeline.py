@@ -23,3 +23,35 @@ def test_a_step_that_reports_a_restore_fallback_is_kept_for_its_generation():
     timeline.apply(WorkerStepped(rank=3, generation=2, step=40, **common), wall=1.0)
     assert timeline.restore_warnings == {2: ["rank 2 on node-2: no replica snapshot"]}
     assert timeline.generations[2].first_step == 40
+
+
+def test_the_report_times_the_incident_on_kafka_from_the_injection():
+    from schemas import Incident
+    from trainmedic.demo.faults import _delay, published_after
+
+    timeline = Timeline("job")
+    injected = 1000.0
+    opened = Incident(ts=1002.0, id="exit-1", status="open", category="process_exit", severity="SEV2",
+                      action="restart", job="job", first_ts=1001.0)
+    timeline.apply(opened, wall=1004.0, published=1003.6)
+    timeline.apply(opened, wall=1004.1, published=1003.9)  # a second copy, published later
+    resolved = opened.model_copy(update={"status": "resolved", "ts": 1020.0})
+    timeline.apply(resolved, wall=1021.0, published=1020.5)
+    seen = timeline.incidents["exit-1"]
+    assert _delay(seen) == 1.0  # first evidence → decided
+    assert published_after(seen, injected) == 3.6  # injected → on Kafka, the first copy
+    assert published_after(None, injected) is None
+
+
+def test_after_a_reattempt_the_job_resumed_at_its_first_step_after_the_ack():
+    from schemas import RecoveryCompleted, RecoveryPlanned
+
+    timeline = Timeline("job")
+    for i in range(40):  # the ranks keep stepping through the flap
+        timeline.stepped(3, 6, 50 + i, 100.0 + i * 0.25)
+    plan = RecoveryPlanned(ts=103.0, plan_id="p", incident_id="flap-1", job="job", kind="reattempt",
+                           generation=3, nodes=("n0",), previous=("n0",))
+    timeline.apply(plan, wall=103.1)
+    assert timeline.resumed_in_place("flap-1", 3) is None  # not acknowledged yet
+    timeline.apply(RecoveryCompleted(ts=104.6, plan_id="p", job="job", generation=3), wall=106.0)
+    assert timeline.resumed_in_place("flap-1", 3) == 104.75  # not the last step when the ack was read

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from recovery.coordinator import apply
-from schemas import NodeCordoned, NodeReadmitted
+from schemas import NodeCordoned, NodeLeaving, NodeReadmitted
 from tests.unit.coordinator.test_lifecycle import shrunk
 from trainmedic.nodes_cli import rows
 
@@ -25,3 +25,11 @@ def test_a_readmitted_node_is_ready_and_says_so() -> None:
     assert [r for r in rows(rec.state, 460.0) if r[0] == "n3"] == [
         ("n3", "ready", "1970-01-01 00:06:40 (1m00s ago)",
          "re-admitted by the coordinator after its probation", "-")]
+
+
+def test_a_node_that_left_by_itself_says_so() -> None:
+    rec = shrunk()
+    apply(rec.state, NodeLeaving(ts=100.0, node="n1", reason="SIGTERM: planned shutdown"))
+    assert [r for r in rows(rec.state, 160.0) if r[0] == "n1"] == [
+        ("n1", "leaving", "1970-01-01 00:01:40 (1m00s ago)",
+         "announced by the node itself: SIGTERM: planned shutdown", "llm")]

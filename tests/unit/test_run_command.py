@@ -53,7 +53,7 @@ def test_steps_are_printed_at_most_once_per_period_and_state_changes_once_each()
     incident = Incident(id="i1", ts=112.0, first_ts=111.5, category="process_exit", severity="SEV2",
                         action="restart", job="j", node="local-1", status="open")
     assert narrator.event(incident, 112.0) == [
-        "INCIDENT SEV2 process_exit on node local-1 -> restart (detected 0.50s after the first evidence)"]
+        "INCIDENT SEV2 process_exit on node local-1 -> restart (decided 0.50s after the first evidence)"]
     narrator.event(step(1, 11, 120.0), 120.0)
     narrator.job_state("succeeded")
     assert narrator.summary(restarts=1) == (

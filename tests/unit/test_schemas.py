@@ -99,7 +99,7 @@ def test_every_other_topic_refuses_the_event_and_names_its_topic(suffix: str, ev
 
 def test_only_the_recovery_topic_carries_the_coordinators_events() -> None:
     coordinator = {"recovery_planned", "recovery_completed", "recovery_failed", "recovery_skipped",
-                   "node_readmitted"}
+                   "node_readmitted", "job_ended"}
     assert {t for t, kinds in KINDS.items() if kinds & coordinator} == {"recovery"}
     assert KINDS["incidents"] == {"incident"}
     assert KINDS["nodes"] == {"node_cordoned", "node_drained", "node_uncordoned"}
@@ -204,7 +204,7 @@ def test_json_schema_export_describes_each_topic(tmp_path) -> None:
     recovery = json_schemas()["recovery.schema.json"]
     assert set(recovery["discriminator"]["mapping"]) == {
         "incident", "recovery_planned", "recovery_completed", "recovery_failed", "recovery_skipped",
-        "node_readmitted"}
+        "node_readmitted", "job_ended"}
 
 
 finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)

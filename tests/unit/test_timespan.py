@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from bus.timespan import duration_arg, instant_arg, parse_duration, parse_instant
+from bus.errors import ConfigError
+from bus.timespan import duration_arg, env_seconds, instant_arg, parse_duration, parse_instant
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC).timestamp()
 DURATION_FORMS = "a number of seconds (1.5) or a number with a unit ms, s, m, h or d"
@@ -71,3 +72,12 @@ def test_argparse_types_convert_and_report_the_parsers_message(capsys) -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["--since", "yesterday"])
     assert "tm: error: argument --since: 'yesterday' is not a time: give" in capsys.readouterr().err
+
+
+def test_a_duration_in_the_environment_is_positive_seconds_or_a_clear_error() -> None:
+    assert env_seconds({"T_S": "90.0"}, "T_S") == 90.0 and env_seconds({"T_S": "2m"}, "T_S") == 120.0
+    assert env_seconds({"T_S": "1e-05"}, "T_S") == 1e-05  # as repr writes a float
+    assert env_seconds({}, "T_S") is None and env_seconds({"T_S": ""}, "T_S") is None
+    for raw in ("0", "-1", "nan", "inf", "soon"):
+        with pytest.raises(ConfigError, match="T_S"):
+            env_seconds({"T_S": raw}, "T_S")

@@ -16,14 +16,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainmedic.demo.timeline import Timeline
+from trainmedic.demo.timeline import SeenIncident, Timeline
 from trainmedic.demo.watch import Watcher
 from trainmedic.local_cluster import LocalCluster
 
 
 @dataclass(frozen=True)
 class FaultResult:
-    """One row of the report (`.trainmedic/demo/report.json`)."""
+    """One row of the report (`.trainmedic/demo/report.json`). `detection_delay_s`: the incident's
+    first evidence → its decision (`ts - first_ts`); `published_after_fault_s`: the injection → the
+    incident on Kafka (its message time); `time_to_resume_s`: the injection → the job's first
+    completed step after the repair."""
 
     name: str
     category: str | None
@@ -40,6 +43,7 @@ class FaultResult:
     alerted_after_s: float | None = None  # from the incident to its alert in Alertmanager
     alert_resolved: bool | None = None  # left Alertmanager's active alerts once the incident resolved
     restore_warnings: tuple[str, ...] = ()  # ranks of the new generation whose restore fell back
+    published_after_fault_s: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -113,10 +117,8 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
         if seen is None:
             return None
         if fault.action == "reattempt":
-            plan = t.plan_for(seen.incident.id)
-            done = plan and t.completed_wall(plan.plan_id)
-            gen = t.generations[before_gen]
-            return (before_gen, gen.last_step_ts) if done and gen.last_step_ts > done else None
+            first = t.resumed_in_place(seen.incident.id, before_gen)
+            return None if first is None else (before_gen, first)
         newer = [g for g in t.generations if g > before_gen]
         return (max(newer), t.generations[max(newer)].first_step_ts) if newer else None
 
@@ -128,7 +130,8 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
             return FaultResult(
                 fault.name, seen and seen.incident.category, seen and str(seen.incident.severity),
                 seen and str(seen.incident.action), _delay(seen), None, None, world_before, None, False,
-                fault.expected_category, seen and seen.incident.id)
+                fault.expected_category, seen and seen.incident.id,
+                published_after_fault_s=published_after(seen, injected))
         gen, resumed_ts = outcome
         after = timeline.generations[gen]
         # After a reattempt the same processes carry on: a re-run step is not a lost one.
@@ -140,8 +143,18 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
             _delay(seen), round(resumed_ts - injected, 2), lost, world_before, after.world_size, healed,
             fault.expected_category, seen.incident.id,
             restore_warnings=() if gen == before_gen else tuple(timeline.restore_warnings.get(gen, ())),
+            published_after_fault_s=published_after(seen, injected),
         )
 
 
-def _delay(seen) -> float | None:
-    return None if seen is None else round(seen.incident.ts - seen.incident.first_ts, 3)
+def _delay(seen: SeenIncident | None) -> float | None:
+    """The incident's first evidence → its decision."""
+    return None if seen is None or seen.detection_delay_s is None else round(seen.detection_delay_s, 3)
+
+
+def published_after(seen: SeenIncident | None, injected: float) -> float | None:
+    """The injection → the incident on Kafka: when anyone reading the log could know (None where
+    the incident or its message time is not known)."""
+    if seen is None or seen.published is None:
+        return None
+    return round(seen.published - injected, 2)

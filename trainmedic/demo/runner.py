@@ -75,7 +75,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 result = run_fault(fault, cluster, watcher, args.fault_timeout_s)
                 results.append(result)
                 say(f"FAULT {fault.name}: {'healed' if result.healed else 'NOT healed'} "
-                    f"(resumed after {result.time_to_resume_s}s, {result.steps_lost} steps lost)")
+                    f"(first step {result.time_to_resume_s}s after the fault, "
+                    f"{result.steps_lost} steps lost)")
             xid = next((r for r in results if r.name == "xid79"), None)
             if xid is not None and (not args.only or "grow" in args.only):
                 results.append(grow_back(cluster, watcher, xid, args))
@@ -229,9 +230,11 @@ def latest_loss(cluster: LocalCluster) -> str | None:
 def report(results: list[FaultResult], layout: DemoLayout) -> None:
     path = layout.root / "report.json"
     path.write_text(json.dumps({"faults": [r.as_dict() for r in results]}, indent=2) + "\n")
-    header = ("fault", "category", "sev", "action", "detect s", "resume s", "lost", "world", "healed")
+    header = ("fault", "category", "sev", "action", "detect s", "kafka s", "resume s", "lost", "world",
+              "healed")
     rows = [(r.name, r.category or "-", r.severity or "-", r.action or "-",
-             _num(r.detection_delay_s), _num(r.time_to_resume_s), _num(r.steps_lost),
+             _num(r.detection_delay_s), _num(r.published_after_fault_s), _num(r.time_to_resume_s),
+             _num(r.steps_lost),
              f"{r.world_size_before}->{r.world_size_after or '?'}", "yes" if r.healed else "NO")
             for r in results]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]

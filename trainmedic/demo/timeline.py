@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ops.incident_log.views import first_step_after_repair
 from schemas import Incident, WorkerStepped
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
 
@@ -17,13 +18,20 @@ class Generation:
     first_step_ts: float
     last_step: int
     last_step_ts: float
+    step_times: set[float] = field(default_factory=set)  # when each step report of any rank was made
 
 
 @dataclass
 class SeenIncident:
+    """An incident as the demo saw it (`incident`: its latest event): `opened_wall` when it read it,
+    `published` when it reached Kafka (the message time of its opening; None where the reader gave
+    none), `detection_delay_s` its opening's `ts - first_ts` (a resolved event's is its time to resolve)."""
+
     incident: Incident
     opened_wall: float
     resolved_wall: float | None = None
+    published: float | None = None
+    detection_delay_s: float | None = None
 
 
 @dataclass
@@ -39,7 +47,8 @@ class Timeline:
     # generation -> "rank R on NODE: warning" for each rank whose restore fell back from its replica
     restore_warnings: dict[int, list[str]] = field(default_factory=dict)
 
-    def apply(self, event: object, wall: float) -> None:
+    def apply(self, event: object, wall: float, published: float | None = None) -> None:
+        """Fold one event read at `wall`; `published` is its Kafka message time, where known."""
         if isinstance(event, WorkerStepped) and event.job == self.job:
             self.stepped(event.generation, event.world_size, event.step, event.ts)
             if event.restore_warning:
@@ -49,6 +58,10 @@ class Timeline:
             seen = self.incidents.get(event.id)
             if seen is None:
                 self.incidents[event.id] = seen = SeenIncident(event, wall)
+            if event.status == "open":
+                seen.detection_delay_s = event.ts - event.first_ts
+                if published is not None:
+                    seen.published = min(published, seen.published or published)
             if event.status == "resolved":
                 seen.incident, seen.resolved_wall = event, wall
         elif isinstance(event, RecoveryPlanned) and event.job == self.job:
@@ -62,11 +75,12 @@ class Timeline:
         """A rank of `generation` completed `step` at `ts` (from telemetry, or a rank's stdout)."""
         gen = self.generations.get(generation)
         if gen is None:
-            self.generations[generation] = Generation(world_size, step, ts, step, ts)
+            self.generations[generation] = gen = Generation(world_size, step, ts, step, ts)
         else:
             gen.first_step = min(gen.first_step, step)
             if step >= gen.last_step:
                 gen.last_step, gen.last_step_ts = step, ts
+        gen.step_times.add(ts)
 
     def steps_lost(self, before: int, after: int) -> int:
         """Completed steps of generation `before` that generation `after` had to run again."""
@@ -86,6 +100,12 @@ class Timeline:
     def plan_for(self, incident_id: str) -> RecoveryPlanned | None:
         return next((p for _, p in self.planned if p.incident_id == incident_id), None)
 
-    def completed_wall(self, plan_id: str) -> float | None:
-        return next((w for w, c in self.completed if c.plan_id == plan_id), None)
+    def resumed_in_place(self, incident_id: str, generation: int) -> float | None:
+        """When `generation` completed its first step after the reattempt that answered `incident_id`
+        was acknowledged (the incident log's definition: `first_step_after_repair`)."""
+        plan = self.plan_for(incident_id)
+        gen = self.generations.get(generation)
+        if plan is None or gen is None:
+            return None
+        return first_step_after_repair(plan, tuple(c for _, c in self.completed), gen.step_times)
 

@@ -48,8 +48,9 @@ class Watcher:
         while not self._stop.is_set():
             for record in self._consumer.poll(0.5):
                 wall = time.time()
+                published = None if record.timestamp_ms is None else record.timestamp_ms / 1000
                 with self.lock:
-                    self.timeline.apply(record.event, wall)
+                    self.timeline.apply(record.event, wall, published)
                 self._narrate(record.event)
 
     def _narrate(self, event: object) -> None:
@@ -68,13 +69,13 @@ def narration(event: object, job: str) -> str | None:
         where = f"node {event.node}" if event.node else f"job {event.job}"
         if event.status == "open":
             return (f"INCIDENT {event.severity} {event.category} on {where} -> {event.action} "
-                    f"(detected {event.ts - event.first_ts:.2f}s after the first evidence)")
+                    f"(decided {event.ts - event.first_ts:.2f}s after the first evidence)")
         return f"resolved {event.category} on {where}"
     if isinstance(event, RecoveryPlanned):
         return (f"recovery: {event.kind} job {event.job} at generation {event.generation} on "
                 f"{', '.join(event.nodes)}")
     if isinstance(event, RecoveryCompleted):
-        return f"recovery: every command of generation {event.generation} acknowledged"
+        return f"recovery: every command of generation {event.generation} acknowledged (not yet stepping)"
     if isinstance(event, RecoveryFailed):
         return f"recovery FAILED for job {event.job}: {event.reason}"
     return None

@@ -80,6 +80,7 @@ def test_one_leader_a_frozen_one_is_fenced_a_killed_one_is_replaced(kafka: Kafka
         b = Coordinator("b", tmp_path, env)
         wait_until(lambda: "standby" in b.text(), 60, "B to wait as a standby")
         subprocess.run([sys.executable, "-m", "trainmedic.cli", "job", "submit", str(tmp_path / "job.yaml"),
+                        "--config", str(tmp_path / "coordinator.yaml"), "--no-local-check",
                         "--insecure"],  # as the coordinators: unsigned
                        env=env, check=True, capture_output=True)
         starts = wait_until(lambda: len(read(kafka, "commands")) == 3 and read(kafka, "commands"), 60,

@@ -1,7 +1,7 @@
-"""A user's own training script, written as one adopts trainmedic (docs/executor.md, "The worker
-runtime"): a plain torch DDP MLP on random data, with four lines changed from a torchrun script:
-`init_from_env` instead of `init_process_group`, `rt.restore` before the loop, `rt.maybe_checkpoint`
-and `rt.step_done` after each step, `rt.close()` at the end.
+"""A user's own training script, written as one adopts trainmedic (docs/adopting.md): a plain torch
+DDP MLP on random data, with a few lines changed from a torchrun script: `init_from_env` instead of
+`init_process_group`, `rt.restore` before the loop, `rt.maybe_checkpoint` and `rt.step_done` after
+each step, `rt.close()` at the end.
 
 `--fail-at-step K --fail-flag PATH` makes rank 0 raise once, at step K of the first generation (the
 flag file says it already did), so that a test can check an exception is healed.
@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    rt = init_from_env(timeout_s=60, hook=Hook.from_env(), snapshot_every=1)
+    rt = init_from_env(hook=Hook.from_env(), snapshot_every=1)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     start = rt.restore(model, optimizer)

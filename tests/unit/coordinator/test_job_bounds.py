@@ -32,9 +32,16 @@ def test_a_job_inside_every_bound_has_no_problem() -> None:
     ({"throughput": {1: 1e15, 2: 2.1e17}}, "throughput 2.1e+17 FLOP/s at 2 nodes is above 1e+17 per node"),
     ({"ranks_per_node": 257}, "ranks_per_node 257 is above 256"),
     ({"transition_s": 86_401}, "transition_s 86401 is above 86400"),
-    ({"command": ("a",) * 257}, "command has 257 words, more than 256"),
-    ({"command": ("x" * 65_536,)}, "command is 65537 bytes, more than 65536"),
+    ({"command": ("a",) * 257}, "command and args have 257 words, more than 256"),
+    ({"command": ("x" * 65_536,)}, "command and args are 65537 bytes, more than 65536"),
+    ({"command": ("a",) * 200, "args": ("b",) * 57}, "command and args have 257 words, more than 256"),
     ({"checkpoint_dir": "/" + "d" * 4095}, "checkpoint_dir is longer than a path can be (4096 bytes)"),
+    ({"workdir": "/" + "d" * 4095}, "workdir is longer than a path can be (4096 bytes)"),
+    ({"env": {"RANK": "0", "OK": "1"}}, "env sets RANK: the executor sets it for each rank (the worker "
+     "contract: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, TRAINMEDIC_*)"),
+    ({"env": {"TRAINMEDIC_NODE": "n2", "MASTER_PORT": "1"}}, "env sets MASTER_PORT, TRAINMEDIC_NODE: the "
+     "executor sets them for each rank (the worker contract: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, "
+     "LOCAL_RANK, LOCAL_WORLD_SIZE, TRAINMEDIC_*)"),
     ({"nodes": ("n1", "n9")}, "node n9 not in the cluster"),
     ({"nodes": ("x1", "x2")}, "nodes x1, x2 not in the cluster"),
 ])

@@ -9,7 +9,17 @@ import pytest
 from bus.message import Record
 from recovery.coordinator.provenance import Trust, impersonates, unverified
 from recovery.signing import SigningKey, TrustedKeys, generate
-from schemas import Command, CommandAcked, Incident, JobSpec, JobSubmitted, encode
+from schemas import (
+    Command,
+    CommandAcked,
+    Incident,
+    JobSpec,
+    JobStopRequested,
+    JobSubmitted,
+    NodeJoined,
+    RanksFinished,
+    encode,
+)
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
 
 COORDINATOR, OPERATOR, N1, N2, STRANGER = (generate() for _ in range(5))
@@ -34,8 +44,8 @@ def kind(event, key=None, raw=None) -> str | None:
     return None if why is None else why.kind
 
 
-@pytest.mark.parametrize("event", [EVIL, NodeCordoned(ts=1.0, node="n1"), NodeDrained(ts=1.0, node="n1"),
-                                   NodeUncordoned(ts=1.0, node="n1")])
+@pytest.mark.parametrize("event", [EVIL, JobStopRequested(ts=1.0, job="x"), NodeCordoned(ts=1.0, node="n1"),
+                                   NodeDrained(ts=1.0, node="n1"), NodeUncordoned(ts=1.0, node="n1")])
 def test_jobs_and_node_events_need_an_operator_key(event):
     assert kind(event, OPERATOR) is None
     assert kind(event) == "unsigned"
@@ -59,6 +69,15 @@ def test_an_ack_needs_the_key_of_its_own_node():
     why = unverified(record(ACK, N2), TRUST)  # n2's key answering for n1
     assert why.kind == "wrong_node" and "an ack from n1 signed by the key of node n2" in str(why)
     assert kind(ACK.model_copy(update={"node": "n2"}), N2) is None
+
+
+@pytest.mark.parametrize("report", [RanksFinished(ts=2.0, node="n1", job="j", generation=0, ranks=(0, 1)),
+                                    NodeJoined(ts=2.0, node="n1")])
+def test_a_node_report_needs_the_key_of_its_own_node(report):
+    assert kind(report, N1) is None
+    assert kind(report) == "unsigned" and kind(report, OPERATOR) == "unknown_key"
+    why = unverified(record(report, N2), TRUST)  # n2's key saying n1's ranks finished
+    assert why.kind == "wrong_node" and f"{report.type} from n1 signed by the key of node n2" in str(why)
 
 
 def test_commands_need_the_coordinators_own_key():

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, react, settle, tick
 from recovery.coordinator.routing import route
-from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+from schemas import (
+    CommandAcked,
+    Incident,
+    JobSpec,
+    JobStopRequested,
+    JobSubmitted,
+    NodeJoined,
+    NodeLeaving,
+    RanksFinished,
+)
 
 # Two leaves of three nodes; n1-n3 run the job, n4-n6 are spares. The blast-radius limits are
 # opened wide (every SEV1 decided at once, every node may go): these tests are about other
@@ -40,14 +49,17 @@ def of_type(events: list, kind: str) -> list:
 
 
 def fed(event) -> tuple[str, str]:
-    """(topic suffix, key) of an event others write for the coordinator: jobs, the detector's
-    incidents, acks, operators' node events."""
+    """(topic suffix, key) of an event others write for the coordinator: jobs and stops, the
+    detector's incidents, node reports (acks, ranks finished, a node's own join and leave),
+    operators' node events."""
     match event:
         case JobSubmitted():
             return "jobs", event.job.id
+        case JobStopRequested():
+            return "jobs", event.job
         case Incident():
             return "incidents", event.job or event.node or event.id
-        case CommandAcked():
+        case CommandAcked() | RanksFinished() | NodeJoined() | NodeLeaving():
             return "acks", event.node
     return "nodes", event.node
 

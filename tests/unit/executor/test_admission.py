@@ -85,6 +85,20 @@ def test_paths_a_job_names_must_be_in_the_allowed_dirs_when_some_are_listed() ->
     assert check(argv, policy, checkpoint_dir="/ckpt/llm", restore=restore).rule == "directory"
 
 
+def test_relative_paths_are_the_workdirs_and_the_workdir_must_be_in_the_allowed_dirs() -> None:
+    scripts = AdmissionPolicy(allowed_script_dirs=("/opt/jobs",))
+    assert check((PYTHON, "train.py"), scripts, workdir="/opt/jobs/llm") is None  # the rank runs it there
+    assert check((PYTHON, "../../tmp/x.py"), scripts, workdir="/opt/jobs/llm").rule == "script"
+    assert check(("./bin/sleep",), AdmissionPolicy(allowed_executables=("/opt/jobs/bin/sleep",)),
+                 workdir="/opt/jobs") is None
+    dirs = AdmissionPolicy(allowed_dirs=("/ckpt",))
+    argv = (PYTHON, "-m", "trainmedic.demo.train")
+    assert check(argv, dirs, workdir="/ckpt/llm", checkpoint_dir="ckpt") is None
+    assert check(argv, dirs, workdir="/ckpt/llm", checkpoint_dir="../../etc").rule == "directory"
+    assert check(argv, dirs, workdir="/home/eve") == Refusal(
+        "directory", "workdir '/home/eve' is not in an allowed directory (/ckpt)")  # its modules come first
+
+
 class RecordingExecutor(Executor):
     """The real executor, ledger and supervisor; what it sends is kept instead of going to Kafka."""
 

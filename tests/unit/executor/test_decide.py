@@ -92,6 +92,13 @@ def test_start_without_a_command_is_refused():
     assert "needs a worker spec" in run(cmd(CommandAction.RESTART, worker=None)).reason
 
 
+def test_a_relative_workdir_is_refused_and_an_absolute_one_launches():
+    relative = SPEC.model_copy(update={"workdir": "jobs/llm"})
+    refusal = run(cmd(worker=relative))
+    assert isinstance(refusal, Refuse) and "workdir 'jobs/llm' is relative" in refusal.reason
+    assert run(cmd(worker=SPEC.model_copy(update={"workdir": "/srv/jobs/llm"}))).steps == (Step.LAUNCH,)
+
+
 def test_stop_when_nothing_runs_is_done_with_no_steps():
     assert run(cmd(CommandAction.STOP)).steps == ()
     stopped = LocalGroup("j", 1, GroupState.STOPPED, SPEC)

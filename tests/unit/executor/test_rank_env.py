@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.executor.rank_env import base_env, rank_env
+from recovery.executor.rank_env import NEVER, base_env, rank_env
 
 EXECUTOR_ENV = {
     "PATH": "/usr/bin", "HOME": "/home/t", "LANG": "C.UTF-8", "LC_ALL": "C", "PYTHONPATH": "/src",
@@ -47,3 +47,16 @@ def test_the_hook_kafka_and_the_worker_contract_win_over_the_parent() -> None:
     env = rank_env(parent, ("RANK",), kafka, {"RANK": "0", "TRAINMEDIC_JOB": "llm"})
     assert (env["RANK"], env["TRAINMEDIC_JOB"], env["TRAINMEDIC_KAFKA_BOOTSTRAP"]) == ("0", "llm", "b:9092")
     assert env["NCCL_X"] == "1" and "TRAINMEDIC_CLUSTER_KEY" not in env
+
+
+def test_the_jobs_env_sits_between_the_executors_and_the_contract_and_never_passes_a_credential() -> None:
+    kafka = {"TRAINMEDIC_KAFKA_BOOTSTRAP": "b:9092", "TRAINMEDIC_TOPIC_PREFIX": "p."}
+    job = {"NCCL_DEBUG": "WARN", "LR": "3e-4", "HF_TOKEN": "the-jobs-own", "RANK": "7",
+           "TRAINMEDIC_KAFKA_BOOTSTRAP": "elsewhere:9092", "TRAINMEDIC_CLUSTER_KEY": "k2",
+           "TRAINMEDIC_KAFKA_CONFIG": "{}", "TRAINMEDIC_RANK_KAFKA_CONFIG": "{}"}
+    env = rank_env(EXECUTOR_ENV, (), kafka, {"RANK": "0"}, job=job)
+    assert (env["NCCL_DEBUG"], env["LR"], env["HF_TOKEN"]) == ("WARN", "3e-4", "the-jobs-own")  # over base
+    assert (env["RANK"], env["TRAINMEDIC_KAFKA_BOOTSTRAP"]) == ("0", "b:9092")  # the contract and hook win
+    assert not NEVER & env.keys()
+    without = rank_env(EXECUTOR_ENV, (), kafka, {"RANK": "0"})
+    assert without == rank_env(EXECUTOR_ENV, (), kafka, {"RANK": "0"}, job={})

@@ -140,3 +140,17 @@ def test_a_failed_head_blocks_its_sink_only_and_waits_its_backoff() -> None:
     book.done("pagerduty")
     book.done("pagerduty")
     assert book.offsets.committable()[("t", 0)] == 2 and not book.full
+
+
+def test_people_read_evidence_times_as_clock_times_machines_get_them_as_written() -> None:
+    lines = ("1700000000.400 rank 3 on n02: no telemetry since 1699999999.500", "affects job llm ranks [3]")
+    stamped = incident(evidence=lines)
+    fired = alertmanager_alert(stamped, now=1_700_000_020.0, resend_s=60, generator_url="http://g/{id}")
+    readable = ["22:13:20.400 (+0.400s) rank 3 on n02: no telemetry since 22:13:19.500 (-0.500s)",
+                "affects job llm ranks [3]"]
+    assert fired["annotations"]["evidence"] == "\n".join(readable)
+    assert fired["annotations"]["summary"] == f"[SEV1] node_lost on n02 (job llm): {readable[0]}"
+    message = webhook_message(stamped)
+    assert [line for line in message["text"].splitlines() if line.startswith("• ")] == [
+        f"• {line}" for line in readable]
+    assert message["incident"]["evidence"] == list(lines)

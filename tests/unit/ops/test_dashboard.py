@@ -97,7 +97,7 @@ def test_the_check_catches_a_metric_that_does_not_exist() -> None:
 def test_the_dashboard_covers_the_operators_questions() -> None:
     exprs = " ".join(t["expr"] for p in panels() for t in p["targets"])
     for name in ("trainmedic_nodes", "trainmedic_open_incidents", "trainmedic_incidents_total",
-                 "trainmedic_detection_delay_seconds_bucket", "trainmedic_time_to_resume_seconds_bucket",
+                 "trainmedic_detection_delay_seconds_bucket", "trainmedic_recovery_acked_seconds_bucket",
                  "trainmedic_dead_letters_total", "trainmedic_consumer_lag", "trainmedic_alert_backlog"):
         assert name in exprs
 

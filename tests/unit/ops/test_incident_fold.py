@@ -53,7 +53,8 @@ def test_views_tell_status_recovery_and_times() -> None:
     got = {v.id: v for v in views(fold(recorded()))}
     net = got["net-1"]
     assert (net.status, net.recovery, net.incident.category) == ("resolved", "completed", "network")
-    assert net.detection_delay_s == 1.0 and net.time_to_resolve_s == 43.0 and net.time_to_resume_s == 2.0
+    assert net.detection_delay_s == 1.0 and net.time_to_resolve_s == 43.0 and net.time_to_ack_s == 2.0
+    assert net.time_to_resume_s is None  # no step of the job in this log: acknowledged is not resumed
     hang = got["hang-2"]
     assert hang.status == "open" and hang.recovery == "failed" and len(hang.escalated_to) == 1
     escalated = got[hang.escalated_to[0]]
@@ -65,7 +66,7 @@ def test_views_tell_status_recovery_and_times() -> None:
 def test_the_timeline_is_the_story_in_order() -> None:
     log = fold(recorded())
     steps = [e.what for e in timeline(find(log, "net-1")[0])]
-    assert steps == ["detected", "opened", "evidence", "plan issued", "recovered", "evidence", "resolved"]
+    assert steps == ["detected", "evidence", "opened", "plan issued", "acknowledged", "evidence", "resolved"]
     hang = [e.what for e in timeline(find(log, "hang-2")[0])]
     assert hang[:2] == ["detected", "opened"] and "recovery failed" in hang
     escalated = find(log, find(log, "hang-2")[0].escalated_to[0])[0]

@@ -48,7 +48,7 @@ def test_the_incident_log_skips_a_bad_time_and_renders_the_rest(field: str, numb
         if not isinstance(parsed, DeadLettered):
             apply(history, parsed.event)
     [view] = views(history)
-    assert row(view)[6] == "2023-11-14 22:13:30.000" and "earliest evidence" in details(view)
+    assert row(view)[6] == "2023-11-14 22:13:30.000" and "first evidence:" in details(view)
     assert story(view, timeline(view))
 
 

@@ -7,6 +7,7 @@ import json
 from prometheus_client import REGISTRY
 
 from recovery.coordinator import observe
+from schemas import RecoveryCompleted
 from tests.unit.coordinator.world import Recorder, incident
 from tests.unit.streams.test_pipeline import TOPICS, message, pipeline
 from tests.unit.streams.test_scenarios import SCENARIOS
@@ -34,19 +35,35 @@ def test_the_detector_counts_events_dead_letters_incidents_and_detection_delay()
     assert [b - a for a, b in zip(before, after, strict=True)] == [len(lines), 1, 1, 1]
 
 
-def test_the_coordinator_counts_plans_commands_outcomes_and_time_to_resume() -> None:
+def test_the_coordinator_counts_plans_commands_outcomes_and_the_time_to_its_commands_acked() -> None:
     rec = Recorder()
     before = (value("trainmedic_recovery_plans_total", kind="reattempt"),
-              value("trainmedic_time_to_resume_seconds_count", kind="reattempt"),
-              value("trainmedic_time_to_resume_seconds_sum", kind="reattempt"))
+              value("trainmedic_recovery_acked_seconds_count", kind="reattempt"),
+              value("trainmedic_recovery_acked_seconds_sum", kind="reattempt"))
     rec.started(now=1.0)
     out = rec.feed(incident("net-1", "SEV3", node="n1", ts=20.0), now=20.0)  # first_ts 19
     observe.published(rec.state, out)
     done = rec.ack(out, "done", now=21.0)
     observe.published(rec.state, done)
     after = (value("trainmedic_recovery_plans_total", kind="reattempt"),
-             value("trainmedic_time_to_resume_seconds_count", kind="reattempt"),
-             value("trainmedic_time_to_resume_seconds_sum", kind="reattempt"))
-    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 2.0]  # resumed 2 s after first_ts
+             value("trainmedic_recovery_acked_seconds_count", kind="reattempt"),
+             value("trainmedic_recovery_acked_seconds_sum", kind="reattempt"))
+    assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 2.0]  # acked 2 s after first_ts
     observe.cluster(rec.state)
     assert value("trainmedic_nodes", state="healthy") == 6 and value("trainmedic_jobs", state="running") == 1
+
+
+def test_a_plan_that_leaves_its_job_without_nodes_is_not_counted_as_recovered() -> None:
+    rec = Recorder()
+    rec.started(now=1.0)
+    rec.feed(incident("lost-1", "SEV1", node="n1", ts=20.0), now=20.0)
+    job = rec.state.jobs["llm"]
+    placed = job.plan
+    completed = [RecoveryCompleted(ts=25.0, plan_id=placed.plan_id, job="llm", generation=placed.generation)]
+    before = value("trainmedic_recovery_acked_seconds_count", kind=str(placed.kind))
+    job.plan = placed.model_copy(update={"nodes": (), "previous": job.nodes})  # every node taken
+    observe.published(rec.state, completed)
+    assert value("trainmedic_recovery_acked_seconds_count", kind=str(placed.kind)) == before
+    job.plan = placed  # the same plan placing the job: counted
+    observe.published(rec.state, completed)
+    assert value("trainmedic_recovery_acked_seconds_count", kind=str(placed.kind)) == before + 1

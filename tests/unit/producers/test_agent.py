@@ -69,3 +69,10 @@ def test_a_flap_for_another_node_is_refused(tmp_path: Path) -> None:
 def test_configured_links_are_reported_even_when_absent(tmp_path: Path) -> None:
     config = HostAgentConfig(node="n01", links=("eth0", "eth5"), sysfs=cluster_node(tmp_path))
     assert ups(open_agent(config, T0), T0) == {"eth0": True, "eth5": False}
+
+
+def test_heartbeats_say_the_node_leaves_once_told(tmp_path: Path) -> None:
+    beating = agent(tmp_path)
+    assert not beating.heartbeat(T0 + 1).leaving
+    beating.leave()
+    assert beating.heartbeat(T0 + 2).leaving

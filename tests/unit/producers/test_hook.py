@@ -75,6 +75,8 @@ def test_under_torchrun_the_restart_count_is_the_generation() -> None:
     ({"RANK": "five"}, "RANK='five' is not an integer"),
     ({"RANK": "16"}, "RANK 16 is not in 0..WORLD_SIZE-1 (16)"),
     ({"TRAINMEDIC_GENERATION": "-1"}, "TRAINMEDIC_GENERATION must be >= 0"),
+    ({"TRAINMEDIC_HANG_FLOOR_S": "soon"}, "TRAINMEDIC_HANG_FLOOR_S: 'soon' is not a duration"),
+    ({"TRAINMEDIC_HANG_FLOOR_S": "0"}, "TRAINMEDIC_HANG_FLOOR_S='0' must be a finite number of seconds"),
 ])
 def test_a_bad_environment_is_a_clear_error(change: dict[str, str], says: str) -> None:
     with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
@@ -203,3 +205,14 @@ def test_events_after_close_are_counted_as_dropped() -> None:
     h.close()
     h.step(1, 0.05)
     assert len(sink.events) == 1 and h.dropped == 1
+
+
+def test_worker_start_carries_the_jobs_hang_floor_from_the_environment() -> None:
+    identity = WorkerIdentity.from_env({**ENV, "TRAINMEDIC_HANG_FLOOR_S": "90.0"})
+    assert identity.hang_floor_s == 90.0 and WorkerIdentity.from_env(ENV).hang_floor_s is None
+    sink = ListSink()
+    h = Hook(identity, sink, "telemetry.worker")
+    h.started()
+    h.close()
+    (started,) = sink.events
+    assert isinstance(started, WorkerStarted) and started.hang_floor_s == 90.0

@@ -259,3 +259,19 @@ def test_job_signatures_survive_a_checkpoint_so_a_restored_detector_still_blames
         out += restored.observe(ev)
     opened = [(i.category, i.severity.value) for i in out if i.status.value == "open"]
     assert opened == [("software_error", "SEV2")]
+
+
+def test_a_jobs_own_hang_floor_survives_a_checkpoint_and_a_format_3_one_loads_without_it() -> None:
+    det = Detector()
+    for ev in [hb(1.0), start(1.0, 0, hang_floor_s=90.0), step(2.0, 0, 0)]:
+        det.observe(ev)
+    data = encode_checkpoint(LiveDetector(det), {}, 3.0)
+    saved = decode_checkpoint(data)
+    assert saved.state.jobs["j"].hang_floor_s == 90.0 and saved.state.to_dict() == det.state.to_dict()
+    # the same checkpoint as format 3 wrote it: no hang_floor_s in a job
+    head, _, body = data.partition(b"\n")
+    old = body.replace(b',"hang_floor_s":90.0', b"")
+    old_head = head.replace(f'"v":{VERSION}'.encode(), b'"v":3').replace(
+        f'"state":{len(body)}'.encode(), f'"state":{len(old)}'.encode())
+    upgraded = decode_checkpoint(old_head + b"\n" + old)
+    assert upgraded.state.jobs["j"].hang_floor_s is None  # the config's floor, as format 3 meant

@@ -120,6 +120,39 @@ def test_hang_fires_at_the_floor_when_steps_are_fast_naming_the_rank_that_stoppe
     assert incident.first_ts == last_progress and incident.ts == last_progress + 20.0
 
 
+def job_with_floor(floor_s, until: float, silent_until: float):
+    """A job stepping once a second until `until`, then silent until `silent_until` (hosts report),
+    whose worker_start carries `floor_s` (None: no floor of its own)."""
+    starts = [start(0.5, r, hang_floor_s=floor_s) for r in range(8)]
+    return healthy(0, silent_until) + starts + steps(1, until)
+
+
+def test_a_job_with_a_higher_hang_floor_is_not_hung_where_the_default_floor_would_call_it():
+    assert [i.category for i in opened(run(job_with_floor(None, 30, 60), drain=False)[0])] == ["hang"]
+    assert run(job_with_floor(45.0, 30, 60), drain=False)[0] == []  # 30 s of silence, under its 45 s
+    (incident,) = opened(run(job_with_floor(45.0, 30, 90), drain=False)[0])
+    assert incident.ts - incident.first_ts == 45.0 and "the job's floor 45s" in incident.evidence[0]
+
+
+def test_a_job_with_a_lower_hang_floor_is_hung_where_the_default_floor_waits():
+    assert run(job_with_floor(None, 30, 45), drain=False)[0] == []  # 15 s of silence, under the 20 s
+    (incident,) = opened(run(job_with_floor(5.0, 30, 45), drain=False)[0])
+    assert incident.category == "hang" and incident.ts - incident.first_ts == 5.0
+
+
+def test_a_jobs_hang_floor_also_lengthens_its_warm_up_and_outlives_a_restart():
+    cfg = DetectorConfig(hang=HangConfig(warmup_s=120.0))
+    events = healthy(0, 400) + [start(0.5, r, hang_floor_s=300.0) for r in range(8)] + steps(200, 210)
+    events += [start(211.0, r, gen=1) for r in range(8)]  # a worker_start without it keeps the floor
+    events += steps(212, 240, gen=1)
+    det = Detector(cfg)
+    assert run(events, det, drain=False)[0] == []
+    assert det.state.jobs["j"].hang_floor_s == 300.0
+    without = [e.model_copy(update={"hang_floor_s": None}) if e.type == "worker_start" else e for e in events]
+    assert [(i.category, i.ts) for i in opened(run(without, Detector(cfg), drain=False)[0])] == [
+        ("hang", 120.5), ("hang", 259.0)]  # in its warm-up, and 20 s after its restarted ranks stopped
+
+
 def test_hang_threshold_is_three_times_the_median_step():
     events = healthy(0, 200) + [start(0.5, r) for r in range(8)] + steps(1, 100, took=10.0)
     (incident,) = opened(run(events, drain=False)[0])

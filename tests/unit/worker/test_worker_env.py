@@ -1,3 +1,6 @@
+import dataclasses
+import re
+
 import pytest
 
 from bus.errors import ConfigError
@@ -32,3 +35,21 @@ def test_under_torchrun_the_generation_is_the_restart_count():
                 "TORCHELASTIC_RESTART_COUNT": "2"}
     assert WorkerEnv.from_env(torchrun).generation == 2
     assert WorkerEnv.from_env({**torchrun, "TRAINMEDIC_GENERATION": "7"}).generation == 7
+
+
+def test_the_jobs_failure_settings_travel_as_seconds_and_a_bad_value_is_named():
+    base = {"MASTER_ADDR": "h", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "1"}
+    env = WorkerEnv.from_env({**base, "TRAINMEDIC_COLLECTIVE_TIMEOUT_S": "300.0",
+                              "TRAINMEDIC_HANG_FLOOR_S": "2m"})
+    assert (env.collective_timeout_s, env.hang_floor_s) == (300.0, 120.0)
+    assert WorkerEnv.from_env(env.to_env()) == env
+    tiny = WorkerEnv.from_env(base)
+    assert (tiny.collective_timeout_s, tiny.hang_floor_s) == (None, None)  # the services' defaults
+    assert "TRAINMEDIC_HANG_FLOOR_S" not in tiny.to_env()
+    odd = dataclasses.replace(tiny, collective_timeout_s=1e-05)  # repr writes an exponent
+    assert WorkerEnv.from_env(odd.to_env()).collective_timeout_s == 1e-05
+    for value, says in [("x", "TRAINMEDIC_COLLECTIVE_TIMEOUT_S: 'x' is not a duration"),
+                        ("-5", "TRAINMEDIC_COLLECTIVE_TIMEOUT_S='-5' must be a finite number"),
+                        ("inf", "TRAINMEDIC_COLLECTIVE_TIMEOUT_S='inf' must be a finite number")]:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            WorkerEnv.from_env({**base, "TRAINMEDIC_COLLECTIVE_TIMEOUT_S": value})

@@ -1,0 +1,77 @@
+"""ranks_finished: claimed once for a generation whose ranks this executor launched and saw exit 0,
+never for ranks it adopted after a restart (their exit status went to another reaper)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bus.message import Record
+from bus.settings import KafkaSettings
+from recovery.executor.admission import AdmissionPolicy
+from recovery.executor.config import ExecutorConfig
+from recovery.executor.ledger import Ledger
+from recovery.executor.service import Executor
+from recovery.signing import TrustedKeys, generate
+from schemas import Command, CommandAction, RanksFinished, WorkerExited, WorkerSpec, encode
+from tests.integration.executor.test_training import wait_until
+
+COORDINATOR, NODE_KEY = generate(), generate()
+# Each rank waits for a file named GO in its workdir, then exits 0.
+WAIT_THEN_EXIT_0 = ("sh", "-c", "while [ ! -e GO ]; do sleep 0.05; done; exit 0")
+
+
+class RecordingExecutor(Executor):
+    """The real executor, ledger and supervisor on `state_dir`; what it sends is kept, not sent."""
+
+    def __init__(self, state_dir: Path) -> None:
+        config = ExecutorConfig(node="n1", state_dir=state_dir, node_key=NODE_KEY,
+                                trusted=TrustedKeys.of(COORDINATOR.private.public_key()),
+                                warm_start=False, stop_grace_s=0.2,
+                                admission=AdmissionPolicy(allowed_executables=("sh",)))
+        super().__init__(config, KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1"}))
+        self.sent: list = []
+        self._ledger = Ledger.open(config.ledger_path)
+
+    def _send(self, topic: str, event, key: str) -> None:
+        self.sent.append(event)
+
+    def _flush(self) -> None:
+        return None
+
+    def of(self, kind: type) -> list:
+        return [e for e in self.sent if isinstance(e, kind)]
+
+
+def start(workdir: Path, generation: int) -> Record:
+    worker = WorkerSpec(ranks=(4, 5), world_size=6, master_addr="h", master_port=1, command=WAIT_THEN_EXIT_0,
+                        workdir=str(workdir))
+    command = COORDINATOR.sign(Command(ts=time.time(), node="n1", id=f"g{generation}", job="j",
+                                       generation=generation, action=CommandAction.START, worker=worker))
+    return Record("t.commands", 0, generation, "n1", command, encode(command))
+
+
+def test_a_launched_generation_is_finished_once_and_an_adopted_one_never(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    first = RecordingExecutor(tmp_path / "state")
+    first._handle(start(work, 0))
+    (work / "GO").touch()
+    wait_until(lambda: first._reap() or len(first.of(WorkerExited)) == 2, 30, "generation 0's ranks")
+    (finished,) = first.of(RanksFinished)
+    assert (finished.job, finished.generation, finished.ranks) == ("j", 0, (4, 5))
+    assert TrustedKeys.of(NODE_KEY.private.public_key()).check(encode(finished), "report") is None
+    first._reap()
+    assert len(first.of(RanksFinished)) == 1  # once
+
+    (work / "GO").unlink()
+    first._handle(start(work, 1))
+    first._ledger.close()  # the executor dies here; its ranks run on
+    second = RecordingExecutor(tmp_path / "state")
+    second._take_over(second._ledger)
+    assert second.supervisor.alive("j") == 2  # adopted
+    (work / "GO").touch()
+    wait_until(lambda: second._reap() or len(second.of(WorkerExited)) == 2, 30, "the adopted ranks")
+    assert all(e.status_unknown for e in second.of(WorkerExited))
+    assert second.of(RanksFinished) == []
+    second._ledger.close()
