@@ -58,3 +58,18 @@ def test_steps_are_printed_at_most_once_per_period_and_state_changes_once_each()
     narrator.job_state("succeeded")
     assert narrator.summary(restarts=1) == (
         "job j succeeded: last step 11, 2 generations, 1 restarts, 0 steps lost")
+
+
+def test_what_cannot_run_is_refused_before_anything_starts(tmp_path: Path, monkeypatch, capsys) -> None:
+    from trainmedic.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path / "home"))
+    assert main(["run", "--", "python", "train.py"]) == 2
+    assert main(["run", "--", "no-such-program-here"]) == 2
+    assert main(["run", "--env", "RANK=3", "--", "python", "-c", "pass"]) == 2
+    assert main(["run"]) == 2
+    said = capsys.readouterr().err
+    assert "script 'train.py' does not exist under workdir" in said
+    assert "'no-such-program-here' is not found on PATH" in said and "env sets RANK" in said
+    assert not (tmp_path / "home").exists()  # no broker, no keys, no services

@@ -16,6 +16,7 @@ from bus.errors import TrainmedicError
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings, credentials_dir, home
 from recovery.coordinator.job_bounds import job_problems
+from recovery.coordinator.job_checks import command_problem
 from recovery.coordinator.job_view import TERMINAL, JobWatch
 from schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
 from trainmedic.local_cluster import ClusterLayout, LocalCluster, free_port, local_deployment
@@ -92,8 +93,6 @@ def usage_problem(args: argparse.Namespace, command: list[str]) -> str | None:
         return "name the command each rank runs after --, e.g. trainmedic run --nodes 2 -- python train.py"
     if args.nodes < 1 or args.nproc_per_node < 1:
         return "--nodes and --nproc-per-node must be at least 1"
-    if shutil.which(command[0]) is None:
-        return f"{command[0]!r} is not found on PATH"
     try:
         parse_env(args.env)
     except ValueError as err:
@@ -102,9 +101,11 @@ def usage_problem(args: argparse.Namespace, command: list[str]) -> str | None:
 
 
 def spec_problem(spec: JobSpec) -> str | None:
-    """Why the coordinator would refuse `spec` (its bounds), checked before anything starts."""
-    problems = job_problems(spec, lambda node: True)
-    return f"the coordinator would refuse job {spec.id}: {'; '.join(problems)}" if problems else None
+    """Why `spec` cannot run, checked before anything starts as `job submit` checks it: the
+    coordinator's bounds, a command or python script that does not resolve in the workdir."""
+    if problems := job_problems(spec, lambda node: True):
+        return f"the coordinator would refuse job {spec.id}: {'; '.join(problems)}"
+    return command_problem(spec)
 
 
 def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, say, started: float) -> int:
