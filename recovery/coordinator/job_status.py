@@ -96,6 +96,7 @@ class JobStatus:
 
     job: str
     state: str
+    end_reason: str  # why it ended, once it did
     generation: int | None
     world_size: int
     nodes: tuple[str, ...]
@@ -111,7 +112,7 @@ def job_status(job: Job, history: StepHistory) -> JobStatus:
     """`job` as the fold has it, with the progress its ranks reported (`history`)."""
     latest = history.latest
     return JobStatus(
-        job=job.spec.id, state=str(job.state.value), generation=job.generation,
+        job=job.spec.id, state=str(job.state.value), end_reason=job.end_reason, generation=job.generation,
         world_size=len(job.nodes) * job.spec.ranks_per_node, nodes=job.nodes,
         step=None if latest is None else latest.last_step, step_ts=None if latest is None else latest.last_ts,
         step_rate=None if latest is None else latest.rate, restarts=len(job.restarts),
@@ -129,7 +130,7 @@ def render(status: JobStatus, now: float) -> list[str]:
         step = f"{status.step} ({rate}last {ago:.1f} s ago)"
     lines = [
         ("job", status.job),
-        ("state", status.state),
+        ("state", f"{status.state}: {status.end_reason}" if status.end_reason else status.state),
         ("generation", "-" if status.generation is None else str(status.generation)),
         ("world size", str(status.world_size)),
         ("nodes", " ".join(status.nodes) or "-"),

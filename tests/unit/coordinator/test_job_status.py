@@ -45,6 +45,13 @@ def test_a_generation_that_starts_at_or_below_the_previous_last_step_lost_those_
     assert any(line.startswith("WARNING: restore fell back: generation 1") for line in render(status, 70.0))
 
 
+def test_an_ended_job_says_why() -> None:
+    ended = Job(SPEC, state=JobState.SUCCEEDED, generation=1,
+                end_reason="every rank of generation 1 exited 0")
+    assert "state       succeeded: every rank of generation 1 exited 0" in render(
+        job_status(ended, StepHistory("j")), 0.0)
+
+
 def test_other_jobs_steps_are_not_counted_and_a_job_without_steps_says_so() -> None:
     status = job_status(Job(SPEC), StepHistory.of("j", steps(0, 0, 5, 0.0, job="other")))
     assert (status.state, status.step, status.step_rate, status.steps_lost) == ("submitted", None, None, 0)
