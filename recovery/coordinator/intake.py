@@ -44,11 +44,10 @@ def log_state(config: CoordinatorConfig | None) -> ClusterState:
     return ClusterState.initial(config) if config is not None else _LogOnly.initial(CoordinatorConfig())
 
 
-def listing(records: Iterable[Record], config: CoordinatorConfig | None, jobs_topic: str,
-            state: ClusterState | None = None) -> ClusterState:
+def listing(records: Iterable[Record], config: CoordinatorConfig | None, jobs_topic: str) -> ClusterState:
     """The state a CLI shows: `records` folded as the coordinator folds them (jobs first; what it
-    refuses, skipped) into `state` (by default `log_state(config)`)."""
-    state = log_state(config) if state is None else state
+    refuses, skipped). Without the coordinator's `config`, every node the log names is in the cluster."""
+    state = log_state(config)
     rebuild(state, sorted(records, key=lambda r: r.topic != jobs_topic))
     return state
 
