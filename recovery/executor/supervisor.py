@@ -16,6 +16,7 @@ and its exit status cannot be known, so its `RankExit` says so in `reason`.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -100,7 +101,10 @@ class Supervisor:
         see decide.py); one that is not a directory here fails the launch before any rank starts.
         """
         if spec.workdir is not None and not os.path.isdir(spec.workdir):
-            raise OSError(f"workdir {spec.workdir} is not a directory on this node: no rank started")
+            # An errno the coordinator reads as "the job cannot run" (blame.CANNOT_RUN): the job's
+            # error, never its node's, whichever node it was planned on.
+            raise NotADirectoryError(
+                errno.ENOTDIR, f"workdir {spec.workdir} is not a directory on this node: no rank started")
         log_dir.mkdir(parents=True, exist_ok=True)
         target = warm_target(spec.command) if self._launcher is not None else None
         started: list[RankProcess] = []

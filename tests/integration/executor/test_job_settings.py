@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from recovery.coordinator.blame import cannot_run
 from recovery.signing import TrustedKeys
 from schemas import Command, CommandAction, FailureSettings, WorkerSpec, encode
 from tests.integration.executor.conftest import node_key
@@ -73,7 +74,8 @@ def test_a_workdir_missing_on_the_node_fails_the_start_with_the_reason(start_exe
     failed = events.wait_for(
         lambda e: e.type == "ack" and e.command_id == command.id and e.status != "accepted")
     assert failed.status == "failed"
-    assert failed.reason == f"workdir {missing} is not a directory on this node: no rank started"
+    assert failed.reason.endswith(f"workdir {missing} is not a directory on this node: no rank started")
+    assert cannot_run(failed.reason)  # the coordinator blames the job, never the node
 
 
 @pytest.mark.kafka

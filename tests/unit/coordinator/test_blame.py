@@ -64,6 +64,18 @@ def test_a_start_that_cannot_run_its_command_is_the_jobs_error() -> None:
     assert plan.nodes == ("n1", "n2", "n3")
 
 
+def test_a_workdir_missing_on_the_node_is_the_jobs_error_and_isolates_no_one() -> None:
+    rec = Recorder(LIMITED)
+    commands = of_type(rec.feed(submitted(), now=1.0), "command")
+    rec.ack([c for c in commands if c.node != "n1"], "done", now=2.0)
+    missing = NotADirectoryError(20, "workdir /home/alice/x is not a directory on this node: no rank started")
+    out = rec.ack([c for c in commands if c.node == "n1"], "failed", now=2.0, reason=str(missing))
+    [escalation] = of_type(out, "incident")
+    assert (escalation.severity, escalation.node, escalation.job) == ("SEV2", None, "llm")
+    rec.tick(now=30.0)
+    assert unhealthy(rec) == []
+
+
 def test_a_software_failure_on_one_node_across_two_jobs_blames_the_node() -> None:
     rec = Recorder(LIMITED)
     rec.started()
