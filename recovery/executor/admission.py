@@ -11,9 +11,9 @@ A command is admitted when, after an optional `nice -n N` (the executor's own wr
   venv are one), and MODULE one of `allowed_modules` or inside one (a prefix), or
 - it is `PYTHON SCRIPT ...` with SCRIPT inside one of `allowed_script_dirs`;
 and, when `allowed_dirs` lists any, its checkpoint_dir and restore path lie inside one of them;
-its working directory, when the policy lists any directories, inside one of those or of the
-script directories (`python -m` imports from it first). A relative program path, script or
-checkpoint_dir resolves against the job's `workdir` when it has one.
+its working directory inside one of those or of the script directories: for `python -m`, which
+imports from it first, always (none listed: no workdir), for anything else when any are listed.
+A relative program path, script or checkpoint_dir resolves against the job's `workdir`.
 
 A job's `env` must not name a variable that changes what an admitted program runs (the loader's
 `LD_*`, the interpreter's `PYTHONPATH`, `PYTHONSTARTUP`, `PATH`, … : `LOADER_ENV`) unless the
@@ -46,6 +46,8 @@ LOADER_ENV = frozenset({
     "PYTHONBREAKPOINT", "PYTHONINSPECT", "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "IFS", "PERL5LIB",
     "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH",
     "OPENSSL_CONF", "OPENSSL_ENGINES", "SSLKEYLOGFILE", "GIT_EXEC_PATH", "TORCHINDUCTOR_CACHE_DIR",
+    "PYTHONPYCACHEPREFIX", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN",
+    "NCCL_PROFILER_PLUGIN", "NCCL_NET", "CUDA_INJECTION64_PATH",
 })
 LOADER_PREFIXES = ("LD_", "DYLD_")
 
@@ -146,12 +148,15 @@ def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which
 
 
 def _paths(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
-    # `python -m` imports from the working directory first: when the policy names directories, a
-    # workdir must be one of them (a script directory or an allowed one).
+    # `python -m` imports from the working directory first, so a workdir the job chose could hold
+    # a package of an allowed module's name: for `-m`, the workdir must be a listed directory (a
+    # script directory or an allowed one) even when the policy lists none; for anything else, when
+    # it lists any.
     roots = (*policy.allowed_dirs, *policy.allowed_script_dirs)
-    if worker.workdir is not None and roots and not _inside(worker.workdir, roots):
+    if worker.workdir is not None and (roots or _runs_module(list(worker.command))) \
+            and not _inside(worker.workdir, roots):
         return Refusal("directory", f"workdir {worker.workdir!r} is not in an allowed directory "
-                       f"({', '.join(roots)})")
+                       f"({', '.join(roots) or 'none: a `python -m` job needs its workdir listed'})")
     if not policy.allowed_dirs:
         return None
     for what, path in (("checkpoint_dir", worker.checkpoint_dir), ("restore path", worker.restore.path)):
@@ -159,6 +164,13 @@ def _paths(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
             return Refusal("directory", f"{what} {path!r} is not in an allowed directory "
                            f"({', '.join(policy.allowed_dirs)})")
     return None
+
+
+def _runs_module(argv: list[str]) -> bool:
+    """`[nice -n N] PROGRAM -m ...`: a Python that imports its module from the working directory."""
+    if argv[:2] == ["nice", "-n"] and len(argv) > 3:
+        argv = argv[3:]
+    return len(argv) >= 2 and argv[1] == "-m"
 
 
 def _under(workdir: str | None, path: str) -> str:

@@ -189,3 +189,21 @@ def test_the_workdir_must_be_an_allowed_directory_when_the_policy_lists_any(tmp_
     assert check((PYTHON, "-m", "trainmedic.demo"), policy, workdir=str(tmp_path / "data" / "run1")) is None
     refusal = check((PYTHON, "-m", "trainmedic.demo"), policy, workdir="/etc")
     assert refusal is not None and refusal.rule == "directory" and "workdir '/etc'" in refusal.reason, refusal
+
+
+def test_a_module_run_in_a_workdir_the_job_chose_is_refused_even_by_the_default(tmp_path: Path) -> None:
+    # `python -m trainmedic.demo` in /tmp/x imports /tmp/x/trainmedic/demo first: the job's own code
+    refusal = check((PYTHON, "-m", "trainmedic.demo.train"), workdir="/tmp/x")
+    assert refusal is not None and refusal.rule == "directory", refusal
+    assert "workdir '/tmp/x'" in refusal.reason
+    assert check(("nice", "-n", "10", PYTHON, "-m", "trainmedic.demo"), workdir="/tmp/x") is not None
+    assert check((PYTHON, "-m", "trainmedic.demo.train")) is None  # no workdir: the executor's own
+    listed = AdmissionPolicy(allowed_script_dirs=(str(tmp_path),))
+    assert check((PYTHON, "-m", "trainmedic.demo.train"), listed, workdir=str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("name", ["PYTHONPYCACHEPREFIX", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN",
+                                  "TRITON_CACHE_DIR"])
+def test_plugin_and_cache_variables_that_load_code_are_refused(name: str) -> None:
+    refusal = check((PYTHON, "-m", "trainmedic.demo.train"), env={name: "/tmp/evil"})
+    assert refusal is not None and refusal.rule == "environment", refusal
