@@ -15,7 +15,7 @@ import pytest
 from recovery.coordinator.blame import cannot_run
 from recovery.signing import TrustedKeys
 from schemas import Command, CommandAction, FailureSettings, WorkerSpec, encode
-from tests.integration.executor.conftest import node_key
+from tests.integration.executor.conftest import POLICY, node_key
 
 JOB_ENV = {"LEARNING_RATE": "3e-4", "NCCL_SOCKET_IFNAME": "job-choice",
            "RANK": "9", "TRAINMEDIC_CLUSTER_KEY": "from-the-job"}  # the contract wins; a key never passes
@@ -45,7 +45,9 @@ def test_a_rank_gets_its_jobs_env_and_failure_settings_and_runs_in_its_workdir(
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "executors-choice")
     workdir = tmp_path / "work"
     workdir.mkdir()
-    start_executor("n1", warm_start=warm)
+    # `python -m` in a workdir: admitted only where the policy lists it (it imports from there first)
+    listed = POLICY.model_copy(update={"allowed_dirs": (str(tmp_path),)})
+    start_executor("n1", warm_start=warm, admission=listed)
     seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
     worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)),
