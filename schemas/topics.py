@@ -31,13 +31,17 @@ class TopicSpec:
     retention_ms: int
     events: Any  # the type a value must validate as (one model, or a discriminated union)
     compact: bool = False
+    broker_time: bool = False  # messages carry the broker's clock (LogAppendTime), not the producer's
 
     def config(self) -> dict[str, str]:
         """Broker-side topic configuration."""
-        return {
+        config = {
             "cleanup.policy": "compact" if self.compact else "delete",
             "retention.ms": str(self.retention_ms),
         }
+        if self.broker_time:
+            config["message.timestamp.type"] = "LogAppendTime"
+        return config
 
 
 SPECS: tuple[TopicSpec, ...] = (
@@ -54,7 +58,8 @@ SPECS: tuple[TopicSpec, ...] = (
     TopicSpec("nodes", "node", 1, FOREVER, NodeLifecycle),
     TopicSpec("commands", "node", 12, FOREVER, Command),
     # What executors report, each signed by its node: acks, a node joining or leaving, a job's ranks done.
-    TopicSpec("acks", "node", 6, FOREVER, NodeReport),
+    # The broker stamps them, so the coordinator can tell a node's clock that is far off.
+    TopicSpec("acks", "node", 6, FOREVER, NodeReport, broker_time=True),
     TopicSpec("alerts", "incident id", 3, 30 * DAY_MS, AlertDelivered),
     TopicSpec("dlq", "source topic", 3, 30 * DAY_MS, DeadLettered),
 )

@@ -16,7 +16,9 @@ the coordinator. What the topic cannot show, `impersonates` does: an incident on
 with an id or a category only the coordinator gives its own (an escalation, a give-up alert, a
 mass failure), which would otherwise stand in for the coordinator's own, already "resolved"
 or already "raised", and silence it. What fails is dead-lettered with the reason and counted,
-never folded; with no trust (insecure) every signed kind is folded, impersonations never.
+never folded; with no trust (insecure) every signed kind is folded, impersonations never. A
+node's join or leave whose time is more than a minute from the broker's is not folded either
+(`skewed`): a node's clock must not move the cluster's timing.
 """
 
 from __future__ import annotations
@@ -74,6 +76,29 @@ def impersonates(record: Record, incidents_topic: str) -> Unverified | None:
         return Unverified("misplaced", f"incident {event.id} ({event.category}) is one only the coordinator "
                                        "raises: it belongs on the recovery topic, never on incidents")
     return None
+
+
+# How far a node's own clock may be from the broker's for its join and leave to count: their `ts`
+# moves cluster-wide timing (the capacity re-plan waits for the newest node event's time).
+MAX_NODE_SKEW_S = 60.0
+
+
+def skewed(record: Record) -> Unverified | None:
+    """Why a node's own join or leave carries a time the broker's contradicts (a node clock far
+    ahead would hold every capacity re-plan until it, one far behind would leave the node "left"
+    after it rejoined); None when it agrees, or the record has no broker time. The acks topic is
+    created with the broker's clock (LogAppendTime); on one created before, a record's time is the
+    node's own and this check finds nothing."""
+    event = record.event
+    if not isinstance(event, NodeJoined | NodeLeaving) or record.timestamp_ms is None:
+        return None
+    skew = event.ts - record.timestamp_ms / 1000
+    if abs(skew) <= MAX_NODE_SKEW_S:
+        return None
+    where = "ahead of" if skew > 0 else "behind"
+    return Unverified("clock_skew", f"{event.type} from {event.node} says {event.ts:.0f}, {abs(skew):.0f} s "
+                                    f"{where} the broker's time: fix the node's clock (at most "
+                                    f"{MAX_NODE_SKEW_S:g} s apart)")
 
 
 def unverified(record: Record, trust: Trust | None) -> Unverified | None:

@@ -28,7 +28,7 @@ from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.intake import rebuild, receive
 from recovery.coordinator.lease import Lease
 from recovery.coordinator.narrate import cause, narrate
-from recovery.coordinator.provenance import Trust, impersonates, unverified
+from recovery.coordinator.provenance import Trust, impersonates, skewed, unverified
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, settle, tick
@@ -153,7 +153,7 @@ class CoordinatorService:
     def _unverified(self, record: Record, trust: Trust | None, *, live: bool = True) -> str | None:
         """Why `record` is not signed by who may write it (logged; counted when read live, not again
         on every rebuild), or None."""
-        why = impersonates(record, self._topics.incidents) or unverified(record, trust)
+        why = impersonates(record, self._topics.incidents) or skewed(record) or unverified(record, trust)
         if why is None:
             return None
         if live and why.kind == "misplaced":

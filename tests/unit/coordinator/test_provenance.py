@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bus.message import Record
-from recovery.coordinator.provenance import Trust, impersonates, unverified
+from recovery.coordinator.provenance import Trust, impersonates, skewed, unverified
 from recovery.signing import SigningKey, TrustedKeys, generate
 from schemas import (
     Command,
@@ -17,6 +17,7 @@ from schemas import (
     JobStopRequested,
     JobSubmitted,
     NodeJoined,
+    NodeLeaving,
     RanksFinished,
     encode,
 )
@@ -119,3 +120,22 @@ def test_an_incident_posing_as_the_coordinators_own_is_refused_on_incidents_only
 
 def test_the_detectors_own_incidents_pass():
     assert impersonates(_incident("gpu_lost-cfe2181532b5", "gpu_lost", "p.incidents"), "p.incidents") is None
+
+
+@pytest.mark.parametrize("event", [NodeJoined(ts=1_000_000.0, node="n1"),
+                                   NodeLeaving(ts=1_000_000.0, node="n1", reason="shutdown")])
+def test_a_node_report_whose_clock_is_far_from_the_brokers_is_not_folded(event) -> None:
+    at_broker = Record("t", 0, 0, None, event, encode(event), timestamp_ms=1_000_000_000 + 30_000)
+    assert skewed(at_broker) is None  # 30 s apart: a clock that is merely off
+    ahead = Record("t", 0, 0, None, event, encode(event), timestamp_ms=1_000_000_000 - 86_400_000)
+    why = skewed(ahead)
+    assert why is not None and why.kind == "clock_skew" and "86400 s ahead of the broker's time" in str(why)
+    behind = Record("t", 0, 0, None, event, encode(event), timestamp_ms=1_000_000_000 + 600_000)
+    assert skewed(behind) is not None and "behind" in str(skewed(behind))
+    assert skewed(Record("t", 0, 0, None, event, encode(event))) is None  # no broker time: nothing to compare
+
+
+def test_the_acks_topic_carries_the_brokers_clock() -> None:
+    from schemas.topics import BY_SUFFIX
+
+    assert BY_SUFFIX["acks"].config()["message.timestamp.type"] == "LogAppendTime"
