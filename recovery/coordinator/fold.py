@@ -141,6 +141,8 @@ def _ended(state: ClusterState, event: JobEnded) -> None:
         return
     job.state = move(JOB_MOVES, job.state, JobState(event.state), f"job {job.spec.id} (job_ended)")
     freed, job.nodes, job.end_reason = job.nodes, (), event.reason
+    if job.state is JobState.SUCCEEDED:
+        job.stop = None  # a stop that came too late, read before this on a rebuild: it did nothing
     if freed:
         state.capacity_ts = event.ts if state.capacity_ts is None else max(state.capacity_ts, event.ts)
 

@@ -200,3 +200,13 @@ def test_a_stop_of_a_job_never_submitted_is_refused_and_of_an_ended_job_ignored(
         rec.feed(finished(node), now=31.0)
     assert rec.feed(stop(), now=32.0) == [] and rec.state.jobs["llm"].stop is None
     assert rec.state.jobs["llm"].state is JobState.SUCCEEDED
+
+
+def test_a_stop_read_after_the_job_succeeded_folds_the_same_live_and_on_a_rebuild() -> None:
+    rec = Recorder()
+    rec.started()
+    for node in ("n1", "n2", "n3"):
+        rec.feed(finished(node), now=22.0)
+    assert rec.feed(stop(ts=40.0), now=40.0) == []  # live: the job had ended, the stop is ignored
+    assert rec.state.jobs["llm"].stop is None
+    assert refold(rec) == rec.state  # a rebuild reads the jobs topic (and the stop) first
