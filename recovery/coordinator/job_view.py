@@ -2,7 +2,9 @@
 list` folds it, with the job's worker telemetry) and `trainmedic job logs` (its ranks' output on this
 machine, followed until the job ends). Thin: the computing is in job_status.py and rank_logs.py.
 
-Following a job ends when it ended (succeeded, stopped) or failed: the coordinator gave up on it.
+Following a job ends when it ended (succeeded, stopped) or the coordinator gave up on it. A `failed`
+job is not always given up on: a plan that failed escalates, and the escalation's re-plan usually
+heals it a moment later (FAILED → RECOVERING).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from bus.message import Record
 from bus.reader import EARLIEST, NOW, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings
 from recovery.coordinator.config import CoordinatorConfig
+from recovery.coordinator.decide import gave_up_id
 from recovery.coordinator.intake import log_state, rebuild
 from recovery.coordinator.job_status import StepHistory, job_status, render
 from recovery.coordinator.service import read_topics, valid
@@ -24,8 +27,16 @@ from recovery.executor import rank_logs
 from schemas.jobs import JobSubmitted
 from schemas.telemetry import WorkerStepped
 
-TERMINAL = frozenset({JobState.SUCCEEDED, JobState.STOPPED, JobState.FAILED})
 UNKNOWN = 2  # exit status for a job the log does not know
+
+
+def over(state: ClusterState, job: str) -> bool:
+    """Whether following `job` is done: it ended, or it failed and the coordinator gave up on it (its
+    give-up alert for the job's generation is in the log); a job failed otherwise waits for its re-plan."""
+    found = state.jobs.get(job)
+    if found is None:
+        return False
+    return found.state.ended or (found.state is JobState.FAILED and gave_up_id(found) in state.incidents)
 
 
 class JobWatch:
@@ -65,6 +76,9 @@ class JobWatch:
     def job_state(self, job: str) -> str | None:
         found = self.state.jobs.get(job)
         return None if found is None else str(found.state.value)
+
+    def over(self, job: str) -> bool:
+        return over(self.state, job)
 
 
 def read_steps(settings: KafkaSettings, job: str) -> list[WorkerStepped]:
@@ -120,8 +134,7 @@ def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
             while True:
                 for line in tail.read(rank_logs.find(home, job, rank)):
                     emit(line)
-                state = watch.job_state(job)
-                if state in TERMINAL:
+                if watch.over(job):
                     break
                 watch.poll(poll_s)
             for line in [*tail.read(rank_logs.find(home, job, rank)), *tail.rest()]:
@@ -131,5 +144,5 @@ def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
     if not tail.offsets:
         print(f"trainmedic job: {no_logs(home, job)}", file=sys.stderr)
         return 1
-    print(f"trainmedic job: job {job} ended: {state}", file=sys.stderr)
+    print(f"trainmedic job: job {job} ended: {watch.job_state(job)}", file=sys.stderr)
     return 0

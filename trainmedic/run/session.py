@@ -17,7 +17,7 @@ from bus.producer import EventProducer
 from bus.settings import KafkaSettings, credentials_dir, home
 from recovery.coordinator.job_bounds import job_problems
 from recovery.coordinator.job_checks import command_problem
-from recovery.coordinator.job_view import TERMINAL, JobWatch
+from recovery.coordinator.job_view import JobWatch
 from schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
 from trainmedic.local_cluster import ClusterLayout, LocalCluster, free_port, local_deployment
 from trainmedic.run.narrate import RunNarrator
@@ -144,7 +144,7 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
                 ts=time.time(), job=spec.id, reason="trainmedic run was interrupted")), key=spec.id)
             producer.flush()
             deadline = time.monotonic() + STOP_WAIT_S
-            while watch.job_state(spec.id) not in TERMINAL and time.monotonic() < deadline:
+            while not watch.over(spec.id) and time.monotonic() < deadline:
                 watch.poll(0.5)
             raise
     job = watch.state.jobs[spec.id]
@@ -153,7 +153,8 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
 
 
 def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say) -> str:
-    """Narrate until the job reaches a terminal state (returned); RuntimeError if a service dies."""
+    """Narrate until the job ended or the coordinator gave up on it (its state returned); RuntimeError if
+    a service dies."""
     while True:
         records = watch.poll(0.5)
         now = time.time()
@@ -164,7 +165,7 @@ def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say) -
             say(line)
         if (refused := watch.refused_job(narrator.job)) is not None:
             raise RuntimeError(refused)
-        if narrator.state in TERMINAL:
+        if watch.over(narrator.job):
             for line in narrator.progress(now, force=True):
                 say(line)
             return narrator.state
