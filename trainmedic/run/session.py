@@ -51,8 +51,7 @@ def run_job(args: argparse.Namespace) -> int:
         print(f"trainmedic run: {problem}", file=sys.stderr)
         return 2
     job = args.job_id or default_job_id(command, started)
-    root = home()
-    layout = ClusterLayout(root / "run" / job, root)
+    layout = run_layout(home(), job)
     prefix = args.prefix or f"run-{uuid.uuid4().hex[:6]}."
     spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node, workdir=Path.cwd(),
                     master_port=free_port(), env=parse_env(args.env), checkpoint_dir=args.checkpoint_dir,
@@ -86,6 +85,13 @@ def run_job(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def run_layout(root: Path, job: str) -> ClusterLayout:
+    """The run's files under `root`/run/JOB, its executors' state where `trainmedic job logs` looks
+    (`root`/executor/NODE), and its keys in a folder of its own, `root`/run/keys: the services of a real
+    node or coordinator on this machine read `root`/keys live, and must not come to trust the run's."""
+    return ClusterLayout(root / "run" / job, root, keys=root / "run" / "keys")
 
 
 def usage_problem(args: argparse.Namespace, command: list[str]) -> str | None:
