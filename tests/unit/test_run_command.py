@@ -72,6 +72,12 @@ def test_what_cannot_run_is_refused_before_anything_starts(tmp_path: Path, monke
     said = capsys.readouterr().err
     assert "script 'train.py' does not exist under workdir" in said
     assert "'no-such-program-here' is not found on PATH" in said and "env sets RANK" in said
+    for bad in (["--max-restarts", "-1"], ["--hang-floor-s", "-5"], ["--nproc-per-node", "99999"],
+                ["--job-id", "../../etc"]):  # out of the schema's bounds, or the coordinator's
+        assert main(["run", *bad, "--", "python", "-c", "pass"]) == 2, bad
+        err = capsys.readouterr().err
+        assert err.startswith("trainmedic run: ") and err.count("\n") == 1, err  # one line, no traceback
+        assert bad[1].lstrip("-./") in err, err  # it names the value it refuses
     assert not (tmp_path / "home").exists()  # no broker, no keys, no services
 
 

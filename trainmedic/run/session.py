@@ -12,12 +12,15 @@ import time
 import uuid
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from bus.errors import TrainmedicError
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings, credentials_dir, home
 from recovery.coordinator.job_bounds import job_problems
 from recovery.coordinator.job_checks import command_problem
 from recovery.coordinator.job_view import JobWatch
+from recovery.planner.cli import describe
 from schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
 from trainmedic.local_cluster import ClusterLayout, LocalCluster, free_port, local_deployment
 from trainmedic.run.narrate import RunNarrator
@@ -53,9 +56,14 @@ def run_job(args: argparse.Namespace) -> int:
     job = args.job_id or default_job_id(command, started)
     layout = run_layout(home(), job)
     prefix = args.prefix or f"run-{uuid.uuid4().hex[:6]}."
-    spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node, workdir=Path.cwd(),
-                    master_port=free_port(), env=parse_env(args.env), checkpoint_dir=args.checkpoint_dir,
-                    max_restarts=args.max_restarts, hang_floor_s=args.hang_floor_s)
+    try:
+        spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node,
+                        workdir=Path.cwd(), master_port=free_port(), env=parse_env(args.env),
+                        checkpoint_dir=args.checkpoint_dir, max_restarts=args.max_restarts,
+                        hang_floor_s=args.hang_floor_s)
+    except ValidationError as err:  # an option out of the schema's bounds (e.g. --max-restarts -1)
+        print(f"trainmedic run: the options make no valid job: {describe(err)}", file=sys.stderr)
+        return 2
     if problem := spec_problem(spec):
         print(f"trainmedic run: {problem}", file=sys.stderr)
         return 2
