@@ -110,9 +110,16 @@ def no_logs(home: Path, job: str) -> str:
             f"(--home: that node's TRAINMEDIC_HOME)")
 
 
-def show_logs(home: Path, job: str, rank: int | None) -> int:
+def show_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None) -> int:
+    """Print the job's rank logs on this machine; where there are none, the log says whether the job
+    is known (1: its ranks ran elsewhere) or not (2, as `status` and `--follow` answer)."""
     logs = rank_logs.find(home, job, rank)
     if not logs:
+        with JobWatch(settings) as watch:
+            watch.backlog()
+            if watch.job_state(job) is None:
+                print(f"trainmedic job: no job {job!r} in the log of {settings.topics.jobs}", file=sys.stderr)
+                return UNKNOWN
         print(f"trainmedic job: {no_logs(home, job)}", file=sys.stderr)
         return 1
     for line in rank_logs.interleaved(logs):
