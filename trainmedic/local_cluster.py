@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ClusterLayout:
     """Where a local cluster keeps its files: services' logs, configs and fault files under `root`;
-    `home` is the TRAINMEDIC_HOME its services get, so its keys are `home/keys` and each executor's
-    state (ledger, rank logs, snapshots) is `home/executor/NODE`, the services' defaults."""
+    `home` is the TRAINMEDIC_HOME its services get, so each executor's state (ledger, rank logs,
+    snapshots) is `home/executor/NODE`, the services' default. Its keys are `keys`, else `home/keys`."""
 
     root: Path
     home: Path
+    keys: Path | None = None
 
     @property
     def logs(self) -> Path:
@@ -57,9 +58,9 @@ class ClusterLayout:
 
     @property
     def keys_dir(self) -> Path:
-        """The keys (coordinator, operator, one per node): $TRAINMEDIC_HOME/keys, the services'
-        default, made when missing."""
-        return self.home / "keys"
+        """The keys (coordinator, operator, one per node), made when missing; every service is told
+        this folder, whatever its default."""
+        return self.keys or self.home / "keys"
 
     def operator_key(self):
         """The operator key jobs and node events are signed with."""
@@ -92,6 +93,8 @@ class LocalCluster:
             "TRAINMEDIC_KAFKA_BOOTSTRAP": self.bootstrap,
             "TRAINMEDIC_TOPIC_PREFIX": self.prefix,
             "TRAINMEDIC_HOME": str(self.layout.home),
+            "TRAINMEDIC_COORDINATOR_KEYS_DIR": str(self.layout.keys_dir),
+            "TRAINMEDIC_EXECUTOR_KEYS_DIR": str(self.layout.keys_dir),
             "TRAINMEDIC_DEMO_FAULTS": str(self.layout.rank_faults),
             "PYTHONUNBUFFERED": "1",
         }

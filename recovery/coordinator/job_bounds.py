@@ -20,13 +20,16 @@ and its argv then runs on them. So a submission is refused, whole, when it:
   sets those for each rank (its rank, world, rendezvous, restore source), and a job's own value
   would either be overwritten or point its ranks at the wrong rendezvous;
 - names a node that is not one of the cluster's (`ClusterState.in_cluster`): a job never adds
-  a node to the cluster.
+  a node to the cluster;
+- has an id that cannot be one directory name (the executor's `directory_name`: it names each
+  node's log and snapshot directories of the job, and executors refuse to start any other).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from recovery.executor.decide import directory_name
 from schemas.jobs import JobSpec
 from schemas.plan import MAX_JOB_WEIGHT, MAX_NODE_FLOPS
 
@@ -43,6 +46,9 @@ RESERVED_ENV_PREFIX = "TRAINMEDIC_"
 def job_problems(spec: JobSpec, in_cluster: Callable[[str], bool]) -> list[str]:
     """Every reason `spec` may not be planned, in words; empty when it may."""
     problems = []
+    if not directory_name(spec.id):
+        problems.append(f"job id {spec.id!r} cannot name a directory of its logs and snapshots on a node "
+                        "(letters, digits and . _ : - only, at most 128, not . or ..)")
     if spec.weight > MAX_JOB_WEIGHT:
         problems.append(f"weight {spec.weight:g} is above {MAX_JOB_WEIGHT:g}")
     for size, flops in sorted(spec.throughput.items()):

@@ -110,7 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="the TRAINMEDIC_HOME whose executor/NODE/logs to read (default: $TRAINMEDIC_HOME, "
                       "else ./.trainmedic)")
     logs.add_argument("--bootstrap",
-                      help="Kafka bootstrap servers, for --follow (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+                      help="Kafka bootstrap servers, for --follow and to tell an unknown job from one whose "
+                      "logs are elsewhere (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
 
 
 def load_spec(path: Path):
@@ -221,10 +222,10 @@ def logs(args: argparse.Namespace) -> int:
     from recovery.coordinator.job_view import follow_logs, show_logs
 
     where = args.home.resolve() if args.home is not None else home()
+    settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
     if not args.follow:
-        return show_logs(where, args.job, args.rank)
-    return follow_logs(KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap), where, args.job,
-                       args.rank)
+        return show_logs(settings, where, args.job, args.rank)
+    return follow_logs(settings, where, args.job, args.rank)
 
 
 def submit(settings, spec, key=None) -> int:

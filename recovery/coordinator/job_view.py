@@ -2,7 +2,9 @@
 list` folds it, with the job's worker telemetry) and `trainmedic job logs` (its ranks' output on this
 machine, followed until the job ends). Thin: the computing is in job_status.py and rank_logs.py.
 
-Following a job ends when it ended (succeeded, stopped) or failed: the coordinator gave up on it.
+Following a job ends when it ended (succeeded, stopped) or the coordinator gave up on it. A `failed`
+job is not always given up on: a plan that failed escalates, and the escalation's re-plan usually
+heals it a moment later (FAILED → RECOVERING).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from bus.message import Record
 from bus.reader import EARLIEST, NOW, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings
 from recovery.coordinator.config import CoordinatorConfig
+from recovery.coordinator.decide import gave_up_id
 from recovery.coordinator.intake import log_state, rebuild
 from recovery.coordinator.job_status import StepHistory, job_status, render
 from recovery.coordinator.service import read_topics, valid
@@ -24,8 +27,16 @@ from recovery.executor import rank_logs
 from schemas.jobs import JobSubmitted
 from schemas.telemetry import WorkerStepped
 
-TERMINAL = frozenset({JobState.SUCCEEDED, JobState.STOPPED, JobState.FAILED})
 UNKNOWN = 2  # exit status for a job the log does not know
+
+
+def over(state: ClusterState, job: str) -> bool:
+    """Whether following `job` is done: it ended, or it failed and the coordinator gave up on it (its
+    give-up alert for the job's generation is in the log); a job failed otherwise waits for its re-plan."""
+    found = state.jobs.get(job)
+    if found is None:
+        return False
+    return found.state.ended or (found.state is JobState.FAILED and gave_up_id(found) in state.incidents)
 
 
 class JobWatch:
@@ -66,6 +77,9 @@ class JobWatch:
         found = self.state.jobs.get(job)
         return None if found is None else str(found.state.value)
 
+    def over(self, job: str) -> bool:
+        return over(self.state, job)
+
 
 def read_steps(settings: KafkaSettings, job: str) -> list[WorkerStepped]:
     """The `worker_step` events of `job` so far (telemetry.worker is keyed by job: one partition)."""
@@ -96,9 +110,16 @@ def no_logs(home: Path, job: str) -> str:
             f"(--home: that node's TRAINMEDIC_HOME)")
 
 
-def show_logs(home: Path, job: str, rank: int | None) -> int:
+def show_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None) -> int:
+    """Print the job's rank logs on this machine; where there are none, the log says whether the job
+    is known (1: its ranks ran elsewhere) or not (2, as `status` and `--follow` answer)."""
     logs = rank_logs.find(home, job, rank)
     if not logs:
+        with JobWatch(settings) as watch:
+            watch.backlog()
+            if watch.job_state(job) is None:
+                print(f"trainmedic job: no job {job!r} in the log of {settings.topics.jobs}", file=sys.stderr)
+                return UNKNOWN
         print(f"trainmedic job: {no_logs(home, job)}", file=sys.stderr)
         return 1
     for line in rank_logs.interleaved(logs):
@@ -120,8 +141,7 @@ def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
             while True:
                 for line in tail.read(rank_logs.find(home, job, rank)):
                     emit(line)
-                state = watch.job_state(job)
-                if state in TERMINAL:
+                if watch.over(job):
                     break
                 watch.poll(poll_s)
             for line in [*tail.read(rank_logs.find(home, job, rank)), *tail.rest()]:
@@ -131,5 +151,5 @@ def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
     if not tail.offsets:
         print(f"trainmedic job: {no_logs(home, job)}", file=sys.stderr)
         return 1
-    print(f"trainmedic job: job {job} ended: {state}", file=sys.stderr)
+    print(f"trainmedic job: job {job} ended: {watch.job_state(job)}", file=sys.stderr)
     return 0

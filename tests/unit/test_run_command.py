@@ -72,4 +72,28 @@ def test_what_cannot_run_is_refused_before_anything_starts(tmp_path: Path, monke
     said = capsys.readouterr().err
     assert "script 'train.py' does not exist under workdir" in said
     assert "'no-such-program-here' is not found on PATH" in said and "env sets RANK" in said
+    for bad in (["--max-restarts", "-1"], ["--hang-floor-s", "-5"], ["--nproc-per-node", "99999"],
+                ["--job-id", "../../etc"]):  # out of the schema's bounds, or the coordinator's
+        assert main(["run", *bad, "--", "python", "-c", "pass"]) == 2, bad
+        err = capsys.readouterr().err
+        assert err.startswith("trainmedic run: ") and err.count("\n") == 1, err  # one line, no traceback
+        assert bad[1].lstrip("-./") in err, err  # it names the value it refuses
     assert not (tmp_path / "home").exists()  # no broker, no keys, no services
+
+
+def test_a_run_keeps_its_keys_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    from trainmedic.local_cluster import LocalCluster
+    from trainmedic.run.session import run_layout
+
+    shared = tmp_path / "keys"  # what a real node or coordinator on this machine reads live
+    shared.mkdir()
+    (shared / "keys.json").write_text("{}")
+    layout = run_layout(tmp_path, "train-1")
+    cluster = LocalCluster(layout, "127.0.0.1:9092", "run-abc.", ("local-0", "local-1"))
+    cluster.prepare({})
+    assert [p.name for p in shared.iterdir()] == ["keys.json"] and (shared / "keys.json").read_text() == "{}"
+    assert layout.keys_dir == tmp_path / "run" / "keys" and layout.operator_key() is not None
+    env = cluster.env()  # every service is told the run's folder
+    told = {env["TRAINMEDIC_COORDINATOR_KEYS_DIR"], env["TRAINMEDIC_EXECUTOR_KEYS_DIR"]}
+    assert told == {str(tmp_path / "run" / "keys")}
+    assert layout.executor_dir("local-0") == tmp_path / "executor" / "local-0"  # where `job logs` looks

@@ -3,8 +3,9 @@
   trainmedic run --nodes 2 --nproc-per-node 2 -- python train.py --lr 3e-4
 
 starts (or reuses, when one answers) the local Kafka broker, creates a topic prefix of this run's own
-with every role's ACLs, generates the keys that are missing ($TRAINMEDIC_HOME/keys), and starts the
-detector, the coordinator and NODES `trainmedic node` processes (host agent, synthetic GPUs, executor),
+with every role's ACLs, generates the keys that are missing in a folder of the run's own
+($TRAINMEDIC_HOME/run/keys: `trainmedic job stop JOB --keys-dir` it), and starts the detector, the
+coordinator and NODES `trainmedic node` processes (host agent, synthetic GPUs, executor),
 each a real service; their logs are in $TRAINMEDIC_HOME/run/JOB/logs/. Once the nodes are up it writes
 the job spec (command: what follows `--`; workdir: this directory; NODES x NPROC ranks; sizes 1 to
 NODES, so the coordinator can shrink the job onto the nodes left) to $TRAINMEDIC_HOME/run/JOB/job.yaml,

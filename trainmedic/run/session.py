@@ -12,12 +12,15 @@ import time
 import uuid
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from bus.errors import TrainmedicError
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings, credentials_dir, home
 from recovery.coordinator.job_bounds import job_problems
 from recovery.coordinator.job_checks import command_problem
-from recovery.coordinator.job_view import TERMINAL, JobWatch
+from recovery.coordinator.job_view import JobWatch
+from recovery.planner.cli import describe
 from schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
 from trainmedic.local_cluster import ClusterLayout, LocalCluster, free_port, local_deployment
 from trainmedic.run.narrate import RunNarrator
@@ -51,12 +54,16 @@ def run_job(args: argparse.Namespace) -> int:
         print(f"trainmedic run: {problem}", file=sys.stderr)
         return 2
     job = args.job_id or default_job_id(command, started)
-    root = home()
-    layout = ClusterLayout(root / "run" / job, root)
+    layout = run_layout(home(), job)
     prefix = args.prefix or f"run-{uuid.uuid4().hex[:6]}."
-    spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node, workdir=Path.cwd(),
-                    master_port=free_port(), env=parse_env(args.env), checkpoint_dir=args.checkpoint_dir,
-                    max_restarts=args.max_restarts, hang_floor_s=args.hang_floor_s)
+    try:
+        spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node,
+                        workdir=Path.cwd(), master_port=free_port(), env=parse_env(args.env),
+                        checkpoint_dir=args.checkpoint_dir, max_restarts=args.max_restarts,
+                        hang_floor_s=args.hang_floor_s)
+    except ValidationError as err:  # an option out of the schema's bounds (e.g. --max-restarts -1)
+        print(f"trainmedic run: the options make no valid job: {describe(err)}", file=sys.stderr)
+        return 2
     if problem := spec_problem(spec):
         print(f"trainmedic run: {problem}", file=sys.stderr)
         return 2
@@ -86,6 +93,13 @@ def run_job(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def run_layout(root: Path, job: str) -> ClusterLayout:
+    """The run's files under `root`/run/JOB, its executors' state where `trainmedic job logs` looks
+    (`root`/executor/NODE), and its keys in a folder of its own, `root`/run/keys: the services of a real
+    node or coordinator on this machine read `root`/keys live, and must not come to trust the run's."""
+    return ClusterLayout(root / "run" / job, root, keys=root / "run" / "keys")
 
 
 def usage_problem(args: argparse.Namespace, command: list[str]) -> str | None:
@@ -144,7 +158,7 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
                 ts=time.time(), job=spec.id, reason="trainmedic run was interrupted")), key=spec.id)
             producer.flush()
             deadline = time.monotonic() + STOP_WAIT_S
-            while watch.job_state(spec.id) not in TERMINAL and time.monotonic() < deadline:
+            while not watch.over(spec.id) and time.monotonic() < deadline:
                 watch.poll(0.5)
             raise
     job = watch.state.jobs[spec.id]
@@ -153,7 +167,8 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
 
 
 def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say) -> str:
-    """Narrate until the job reaches a terminal state (returned); RuntimeError if a service dies."""
+    """Narrate until the job ended or the coordinator gave up on it (its state returned); RuntimeError if
+    a service dies."""
     while True:
         records = watch.poll(0.5)
         now = time.time()
@@ -164,7 +179,7 @@ def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say) -
             say(line)
         if (refused := watch.refused_job(narrator.job)) is not None:
             raise RuntimeError(refused)
-        if narrator.state in TERMINAL:
+        if watch.over(narrator.job):
             for line in narrator.progress(now, force=True):
                 say(line)
             return narrator.state

@@ -117,6 +117,11 @@ def test_a_users_script_is_healed_of_an_exception_and_a_kill_and_run_exits_0(
     assert followed.returncode == 0 and f"job {job} ended: succeeded" in followed.stderr, followed.stderr
     assert f"[rank 1] step {STEPS - 1} " in followed.stdout
     assert "== generation 2: rank 1 on local-1 ==" in followed.stdout
-    elsewhere = subprocess.run([*cli, "logs", job, "--home", str(tmp_path / "elsewhere")], env=env,
-                               capture_output=True, text=True, timeout=30)
+    elsewhere = subprocess.run([*cli, "logs", job, "--home", str(tmp_path / "elsewhere")],
+                               env={**env, "TRAINMEDIC_TOPIC_PREFIX": prefix}, capture_output=True, text=True,
+                               timeout=30)
     assert elsewhere.returncode == 1 and "no logs of job user-job on this machine" in elsewhere.stderr
+    unknown = subprocess.run([*cli, "logs", "no-such-job"], env={**env, "TRAINMEDIC_TOPIC_PREFIX": prefix},
+                             capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "no job 'no-such-job' in the log" in unknown.stderr, unknown.stderr
+    assert not (home / "keys").exists()  # the run's keys are its own: $TRAINMEDIC_HOME/run/keys

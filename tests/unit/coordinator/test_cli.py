@@ -40,6 +40,7 @@ def test_a_bad_spec_is_one_line_and_exit_2(tmp_path, capsys, text: str, message:
     (GOOD, "nodes: [{id: n1}, {id: n3}]\n", "reject job llm: node n2 not in the cluster"),
     (GOOD, "nodes: []\n", "reject job llm: nodes n1, n2 not in the cluster"),
     (GOOD, "nodes: [{id: n1, gpus: 0}]\n", "--config: "),
+    (GOOD.replace("id: llm", "id: ../../etc"), None, "reject job ../../etc: job id '../../etc' cannot name"),
 ])
 def test_a_spec_the_coordinator_would_reject_is_refused_up_front(tmp_path, capsys, text, cluster,
                                                                   message) -> None:

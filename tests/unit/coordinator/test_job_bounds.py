@@ -44,6 +44,10 @@ def test_a_job_inside_every_bound_has_no_problem() -> None:
      "LOCAL_RANK, LOCAL_WORLD_SIZE, TRAINMEDIC_*)"),
     ({"nodes": ("n1", "n9")}, "node n9 not in the cluster"),
     ({"nodes": ("x1", "x2")}, "nodes x1, x2 not in the cluster"),
+    ({"id": "../../etc"}, "job id '../../etc' cannot name a directory of its logs and snapshots on a node "
+     "(letters, digits and . _ : - only, at most 128, not . or ..)"),
+    ({"id": ".."}, "job id '..' cannot name a directory of its logs and snapshots on a node "
+     "(letters, digits and . _ : - only, at most 128, not . or ..)"),
 ])
 def test_each_bound_names_what_it_refuses(spec: dict, problem: str) -> None:
     assert problems(**spec) == [problem]
