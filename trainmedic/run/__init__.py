@@ -22,8 +22,9 @@ output goes to $TRAINMEDIC_HOME/executor/NODE/logs/JOB/ (`trainmedic job logs JO
 The same job runs on a real cluster with `trainmedic job submit job.yaml`, once its nodes name
 the cluster's. See docs/run.md.
 
-The executors here admit the command's program (--allowed-executables) and the variables --env
-sets (--job-env: PYTHONPATH, LD_* and the like are refused otherwise), and each node is simulated
+The executors here admit the command's program (--allowed-executables), this directory as the
+job's workdir (--allowed-script-dirs) and the variables --env sets (--job-env: PYTHONPATH, LD_*
+and the like are refused otherwise), and each node is simulated
 on this machine: its GPUs are synthetic, and its ranks run as local processes, gloo on CPU (NCCL
 when the script finds CUDA). Environment: TRAINMEDIC_KAFKA_BOOTSTRAP (a broker to use instead of the
 local one), TRAINMEDIC_HOME (default ./.trainmedic).

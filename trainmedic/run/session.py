@@ -70,8 +70,10 @@ def run_job(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with local_deployment(prefix, say) as bootstrap:
-            # The executors admit the user's own program, and the variables the user's --env sets
+            # The executors admit the user's own program, its workdir (this directory: a `python -m`
+            # job's must be listed) and the variables the user's --env sets
             admit = ("--allowed-executables", shutil.which(command[0]) or command[0],
+                     "--allowed-script-dirs", str(spec.workdir),
                      *(("--job-env", ",".join(spec.env)) if spec.env else ()))
             cluster = LocalCluster(layout, bootstrap, prefix, spec.nodes, credentials=credentials_dir(),
                                    node_args=admit)
