@@ -5,6 +5,7 @@ or reused) and a topic prefix of their own. Everything started here is stopped b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -179,10 +180,20 @@ class LocalCluster:
         return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
 
     def close(self) -> None:
+        """Stop every service: SIGTERM to all; once the coordinator is down nothing will move a
+        leaving node's jobs, so a node still waiting gets its second SIGTERM (leave at once: its
+        executor stops its ranks). A node killed instead would leave its ranks running."""
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 30
+        for name in ("coordinator", "detector"):
+            with contextlib.suppress(subprocess.TimeoutExpired, KeyError):
+                self.procs[name].wait(max(0.1, deadline - time.monotonic()))
+        for node in self.nodes:
+            proc = self.procs.get(node)
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
         for name, proc in self.procs.items():
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
