@@ -5,6 +5,7 @@ and what the executor reports on acks (node_joined, ranks_finished) is signed wi
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -17,6 +18,7 @@ from recovery.signing import TrustedKeys
 from schemas import Command, CommandAction, FailureSettings, WorkerSpec, encode
 from tests.integration.executor.conftest import POLICY, node_key
 
+REPO = Path(__file__).resolve().parents[3]
 JOB_ENV = {"LEARNING_RATE": "3e-4", "NCCL_SOCKET_IFNAME": "job-choice",
            "RANK": "9", "TRAINMEDIC_CLUSTER_KEY": "from-the-job"}  # the contract wins; a key never passes
 
@@ -43,6 +45,9 @@ def settled(send, events) -> None:
 def test_a_rank_gets_its_jobs_env_and_failure_settings_and_runs_in_its_workdir(
         start_executor, send, events, monkeypatch, tmp_path: Path, warm: bool) -> None:
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "executors-choice")
+    # The rank runs `-m tests.…` from its workdir: the repository must be on its path (pytest puts it
+    # on its own sys.path only), passed as a rank's PYTHONPATH is, from the executor's environment.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
     workdir = tmp_path / "work"
     workdir.mkdir()
     # `python -m` in a workdir: admitted only where the policy lists it (it imports from there first)

@@ -195,7 +195,8 @@ def command_refused(s: Stack, command: Command, reason: str, counter: str | None
     with EventProducer(s.as_role("coordinator")) as producer:
         producer.send(s.admin.topics.commands, command, key=command.node)
     ack_id = ack_id or command.id
-    acks = wait_until(lambda: [a for a in s.read("acks") if a.command_id == ack_id and a.status == "refused"],
+    acks = wait_until(lambda: [a for a in s.read("acks")  # acks only: nodes report their joins here too
+                               if a.type == "ack" and a.command_id == ack_id and a.status == "refused"],
                       30.0, f"{ack_id} refused")
     assert reason in acks[0].reason, acks[0].reason
     assert metric("trainmedic_executor_acks_total", status="refused") > before
@@ -384,8 +385,8 @@ def applied_command_replayed(s: Stack) -> None:
     command, raw = legit_start(s, "n1")
 
     def answers() -> list[str]:  # n1's own answers (earlier attacks planted others under this id)
-        return [a.status for a in s.read("acks") if a.command_id == command.id and a.node == "n1"
-                and a.reason != "planted"]
+        return [a.status for a in s.read("acks") if a.type == "ack" and a.command_id == command.id
+                and a.node == "n1" and a.reason != "planted"]
     before = answers()
     producer = clients.producer(s.as_role("coordinator"), {})
     producer.produce(s.admin.topics.commands, raw, key=b"n1")
@@ -402,7 +403,8 @@ def operator_signed_shell_job(s: Stack) -> None:
     with EventProducer(s.as_role("operator")) as producer:
         producer.send(s.admin.topics.jobs, s.keys.job(spec), key=spec.id)
     def refused() -> list:
-        return [a for a in s.read("acks") if a.job == "evil-admitted" and a.status == "refused"]
+        return [a for a in s.read("acks")
+                if a.type == "ack" and a.job == "evil-admitted" and a.status == "refused"]
     acks = wait_until(refused, 30.0, "n3 refuses the shell")
     assert "admission policy" in acks[0].reason, acks[0].reason
     assert metric("trainmedic_executor_admission_refusals_total", rule="executable") > before
