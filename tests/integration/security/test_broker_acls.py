@@ -50,8 +50,11 @@ def write(settings: KafkaSettings, topic: str) -> str | None:
 
 def read(settings: KafkaSettings, topic: str, group: str, *, commit: bool = True) -> str | None:
     """Fetch from partition 0 (and commit for `group`); None when allowed, else the error's name."""
+    answers: list = []  # the commit's outcome (an asynchronous commit: a synchronous one can wait forever
+    # while librdkafka retries a coordinator lookup the group ACL refuses)
     consumer = clients.consumer(settings, {"group.id": group, "auto.offset.reset": "earliest",
-                                           "enable.auto.commit": False})
+                                           "enable.auto.commit": False,
+                                           "on_commit": lambda err, _parts: answers.append(err)})
     try:
         # An assigned partition the role may not read is silently not fetched: its metadata says why.
         refused = consumer.list_topics(topic, timeout=10).topics[topic].error
@@ -68,14 +71,16 @@ def read(settings: KafkaSettings, topic: str, group: str, *, commit: bool = True
         if not commit:
             return None
         for _ in range(20):  # bounded: the group's coordinator may not be found yet (_WAIT_COORD)
-            try:
-                consumer.commit(asynchronous=False)
-            except Exception as err:  # the commit's refusal (group ACL) is the answer here
-                if err.args[0].name() != "_WAIT_COORD":
-                    return err.args[0].name()
+            answers.clear()
+            consumer.commit(asynchronous=True)
+            deadline = time.monotonic() + 15
+            while not answers and time.monotonic() < deadline:
+                consumer.poll(0.2)
+            err = answers[0] if answers else None
+            if not answers or (err is not None and err.name() == "_WAIT_COORD"):
                 time.sleep(0.5)
                 continue
-            return None
+            return None if err is None else err.name()  # the commit's refusal (group ACL) is the answer
         return "_WAIT_COORD"
     finally:
         consumer.close()
