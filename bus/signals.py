@@ -20,12 +20,8 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
         log.info("%s: stopping", signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with _handling(handler):
         yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 @contextmanager
@@ -42,6 +38,13 @@ def leave_on_signals(leave: threading.Event, stop: threading.Event) -> Iterator[
             log.info("%s: leaving (%s again to leave at once)", name, name)
             leave.set()
 
+    with _handling(handler):
+        yield
+
+
+@contextmanager
+def _handling(handler) -> Iterator[None]:
+    """`handler` for SIGTERM and SIGINT while inside; the previous handlers after."""
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
