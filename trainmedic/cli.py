@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detector": ("streams.cli", "run the detector: telemetry in, incidents out"),
     "replay": ("streams.replay", "run the detector over a telemetry recording (JSON lines)"),
     "record": ("streams.record", "record the telemetry topics to a JSON-lines file for replay"),
+    "simulate": ("trainmedic.simulate.cli", "compare recovery policies on a simulated cluster over days"),
     "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
     "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
     "agent": ("producers.agent_cli", "publish this host's heartbeat with the state of its links"),

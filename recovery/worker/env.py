@@ -21,6 +21,7 @@ from bus.timespan import env_seconds
 from schemas import RestoreSource
 
 COLLECTIVE_TIMEOUT = "TRAINMEDIC_COLLECTIVE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 60.0  # rendezvous and collectives, when neither the caller nor the job says
 HANG_FLOOR = "TRAINMEDIC_HANG_FLOOR_S"
 
 

@@ -37,12 +37,11 @@ import torch.distributed as dist
 
 from producers.hook import Hook
 from recovery.worker import state_files
-from recovery.worker.env import WorkerEnv
+from recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
 from recovery.worker.restore import Offer, fallback_warning, restore_state
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 60.0  # rendezvous and collectives, when neither the caller nor the job says
 
 
 class Stateful(Protocol):

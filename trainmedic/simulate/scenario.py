@@ -100,10 +100,16 @@ class TrainmedicCosts(Strict):
 
     detect_s: dict[str, Seconds] = Field(default_factory=dict, description="category -> seconds "
                                          "from the fault to its incident on Kafka (overrides)")
+    pipeline_s: Seconds = Field(default=1.5, ge=0, description="telemetry to detector to the incidents "
+                                "topic, added to every category's rule")
     restart: Cost = Field(default=Cost(base_s=5.0, per_node_s=0.01), description="stop and start a job's "
                           "ranks in place, state from a surviving replica")
+    reattempt: Cost = Field(default=Cost(base_s=2.0), description="a SEV3 reattempt: the ranks re-sync "
+                            "and run the step again, same processes")
     checkpoint_load: Cost = Field(default=Cost(base_s=60.0), description="added when a plan restores "
                                   "from the checkpoint (no replica survived)")
+    operator_s: Seconds = Field(default=1800.0, ge=0, description="a person answers the coordinator's "
+                                "alert (the isolation cap reached) after this long")
     coordinator: dict[str, object] = Field(default_factory=dict, description="CoordinatorConfig "
                                            "fields to override (restart_backoff_s, isolation_cap, ...)")
 
@@ -122,6 +128,7 @@ class Scenario(Strict):
     jobs: tuple[JobModel, ...] = Field(min_length=1)
     failures: FailureModel = FailureModel()
     policies: Policies = Policies()
+    seeds: int = Field(default=3, ge=1, le=1000, description="seeds `trainmedic simulate` runs by default")
 
     @model_validator(mode="after")
     def _fits(self) -> Scenario:

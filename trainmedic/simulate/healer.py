@@ -1,0 +1,239 @@
+"""The `trainmedic` policy: the real coordinator's core (`recovery.coordinator`: fold, decide, tick,
+the planner) driven by simulated time, with the world playing the detector and the executors.
+
+- The detector: a fault becomes an incident (its taxonomy severity, its node and job) after the
+  category's detection delay (`detection.py`); a job's incidents resolve when the job runs at a
+  newer generation, a node fault's when the node is repaired (until then its hardware keeps
+  saying so).
+- The executors: every command to a healthy node is answered `done` once its plan's transition
+  has passed (a restart in place, plus loading the checkpoint when a node restores from it, or a
+  reattempt); a broken node answers nothing, and the coordinator's own timeouts take over.
+- Time: the coordinator ticks when something it waits for can be due (a SEV1 group's window, a
+  restart backoff, a command's ack timeout, a re-admission's probation, a quiet cluster after a
+  plan), not every second: the same decisions, far fewer calls.
+
+A job resumes when its plan completes, at the plan's size, its state from a replica unless a
+node of the plan restores from the checkpoint. A down job the coordinator decides not to act on
+waits for a person: past the isolation cap, the person answers the `mass_failure` alert after
+`operator_s` by draining the broken nodes the coordinator kept in service (and uncordons each once
+repaired); a job the coordinator gave up on (`recovery_failed`) stays with the person, counted.
+"""
+
+from __future__ import annotations
+
+from recovery.coordinator.blame import signature
+from recovery.coordinator.config import CoordinatorConfig, NodeConfig
+from recovery.coordinator.fold import apply
+from recovery.coordinator.isolation import node_group
+from recovery.coordinator.limits import restart_due
+from recovery.coordinator.state import ClusterState
+from recovery.coordinator.timers import react, settle, tick
+from schemas.commands import AckStatus, Command, CommandAcked
+from schemas.incident import Incident, IncidentStatus
+from schemas.jobs import JobSpec, JobSubmitted
+from schemas.nodes import NodeDrained, NodeReadmitted, NodeUncordoned
+from schemas.recovery import RecoveryCompleted, RecoveryKind, RecoveryPlanned, RecoverySkipped
+from streams.core.taxonomy import CATEGORIES
+from trainmedic.simulate.detection import detect_s
+from trainmedic.simulate.faults import Fault
+from trainmedic.simulate.progress import Down, Restore
+from trainmedic.simulate.scenario import TrainmedicCosts
+from trainmedic.simulate.world import Policy, World
+
+EPOCH = 1_700_000_000.0  # simulated second 0 as the coordinator sees it (Unix time)
+EPSILON = 1e-3  # a tick just after a deadline, so the deadline has passed
+
+
+class Healer(Policy):
+    name = "trainmedic"
+
+    def __init__(self, world: World, costs: TrainmedicCosts) -> None:
+        super().__init__(world)
+        self.costs = costs
+        gpus = world.scenario.cluster.gpus_per_node
+        config = CoordinatorConfig(nodes=tuple(NodeConfig(id=n.id, switch=n.switch, gpus=gpus)
+                                               for n in world.nodes), **costs.coordinator)
+        self.state = ClusterState.initial(config)
+        self.open: dict[str, list[str]] = {}  # job -> its open incidents, resolved by a new generation
+        self.node_incidents: dict[str, list[Incident]] = {}  # node -> open incidents it repairs
+        self.plans: dict[str, RecoveryPlanned] = {}  # plan id -> plan (of a job: its latest)
+        self.ticks: set[float] = set()
+        self.gave_up: set[str] = set()
+        self.drained: set[str] = set()  # nodes the simulated operator drained
+        self._count = 0
+
+    # --- the world's events -------------------------------------------------------------------
+
+    def start(self) -> None:
+        nodes = iter(node.id for node in self.world.nodes)
+        for model in self.world.scenario.jobs:
+            book = self.world.books[model.id]
+            spec = JobSpec(id=model.id, weight=model.weight, throughput=book.table,
+                           nodes=tuple(next(nodes) for _ in range(model.nodes)), command=("train",),
+                           checkpoint_dir=f"/checkpoints/{model.id}",
+                           transition_s=self.costs.restart.at(model.nodes))
+            self._coordinate(JobSubmitted(ts=EPOCH, job=spec), started=True)
+
+    def fault(self, fault: Fault) -> None:
+        now = self.world.now
+        job = self.state.job_on(fault.node)
+        book = self.world.books.get(job.spec.id) if job is not None else None
+        stopped = book is not None and book.stop(now)
+        if not stopped and not fault.breaks_node:
+            return  # a process fault where no rank runs: nothing failed
+        step_s = book.model.step_s if book is not None else 0.0  # only a hang needs the job's step time
+        delay = detect_s(fault.category, step_s, self.costs.pipeline_s, self.costs.detect_s)
+        self.world.at(now + delay, self._detected, fault, job.spec.id if job is not None else None)
+
+    def repaired(self, node: str) -> None:
+        for incident in self.node_incidents.pop(node, []):
+            self._resolve(incident)
+        if node in self.drained:
+            self.drained.discard(node)
+            self._coordinate(NodeUncordoned(ts=EPOCH + self.world.now, node=node, reason="repaired"))
+            self._tick_at(self.world.now + self.state.config.tick_s)
+        self._tick_at(self.world.now + self.state.config.readmit_probation_s + EPSILON)
+
+    # --- the detector ---------------------------------------------------------------------------
+
+    def _detected(self, fault: Fault, job: str | None) -> None:
+        now = self.world.now
+        category = CATEGORIES[fault.category]
+        self._count += 1
+        incident = Incident(
+            ts=EPOCH + now, id=f"sim-{fault.category}-{self._count}", status=IncidentStatus.OPEN,
+            category=fault.category, severity=category.severity, action=category.action, job=job,
+            node=fault.node, first_ts=EPOCH + fault.ts, evidence=(fault.cause,))
+        if fault.breaks_node:
+            self.node_incidents.setdefault(fault.node, []).append(incident)
+        elif job is not None:
+            self.open.setdefault(job, []).append(incident.id)
+        self._coordinate(incident)
+
+    def _resolve(self, incident: Incident) -> None:
+        self._coordinate(incident.model_copy(update={"ts": EPOCH + self.world.now,
+                                                      "status": IncidentStatus.RESOLVED}))
+
+    # --- the coordinator and the executors ------------------------------------------------------
+
+    def _coordinate(self, event: object, *, started: bool = False) -> None:
+        self._handle(react(self.state, event, EPOCH + self.world.now), started=started)
+
+    def _tick(self, ts: float) -> None:
+        self.ticks.discard(ts)
+        now = EPOCH + self.world.now
+        self._handle(settle(self.state, tick(self.state, now), now))
+
+    def _tick_at(self, ts: float) -> None:
+        if ts not in self.ticks:
+            self.ticks.add(ts)
+            self.world.at(ts, self._tick, ts)
+
+    def _handle(self, outputs: list, *, started: bool = False) -> None:
+        """Act on what the coordinator decided: plans move jobs, commands get answered, outcomes
+        resume jobs; then tick when the next thing it waits for can be due."""
+        now = self.world.now
+        commands: dict[str, list[Command]] = {}
+        for event in outputs:
+            match event:
+                case RecoveryPlanned():
+                    self.plans[event.plan_id] = event
+                    book = self.world.books.get(event.job)
+                    if book is not None and book.is_running and event.kind is not RecoveryKind.REATTEMPT:
+                        book.reconfigure(now)  # a planned move: the job stops for it
+                    elif book is not None and not book.is_running:
+                        book.wait(now, Down.RESTART)
+                case Command():
+                    commands.setdefault(event.plan_id, []).append(event)
+                case RecoveryCompleted():
+                    self._completed(self.plans[event.plan_id])
+                case Incident(category="recovery_failed", job=str(job)) if job in self.world.books:
+                    self.gave_up.add(job)  # restarts spent: the coordinator's alert asks for a person
+                    self.world.books[job].wait(now, Down.PERSON)
+                case NodeReadmitted():  # the next tick re-plans capacity with the node back
+                    self._tick_at(now + self.state.config.tick_s)
+                case Incident(category="mass_failure"):
+                    self.world.at(now + self.costs.operator_s, self._operator)
+                case RecoverySkipped(job=str(job)) if job in self.world.books:
+                    self._unanswered(job)
+        for plan_id, sent in commands.items():
+            plan = self.plans[plan_id]
+            delay = 0.0 if started else self._transition_s(plan)
+            self.world.at(now + delay, self._answer, sent)
+            self._tick_at(now + self.state.config.ack_timeout_s + EPSILON)  # for those nobody answers
+        self._wake()
+
+    def _unanswered(self, job: str) -> None:
+        """The coordinator acts on nothing for a job that is down (past the isolation cap): it waits
+        for a person, and the detector's hang rule sees it not stepping."""
+        held, book = self.state.jobs.get(job), self.world.books[job]
+        if held is None or held.state.in_flight or book.is_running:
+            return
+        book.wait(self.world.now, Down.PERSON)
+        delay = detect_s("hang", book.model.step_s, self.costs.pipeline_s, self.costs.detect_s)
+        self.world.at(self.world.now + delay, self._still_down, job, book.faults)
+
+    def _still_down(self, job: str, faults: int) -> None:
+        book = self.world.books[job]
+        held = self.state.jobs.get(job)
+        if book.is_running or book.faults != faults or held is None or held.state.in_flight or not held.nodes:
+            return
+        self._detected(Fault(ts=self.world.now, node=held.nodes[0], category="hang", cause="no steps"), job)
+
+    def _operator(self) -> None:
+        """A person answers the mass-failure alert: drains the broken nodes still in service."""
+        for node in sorted(self.world.broken):
+            known = self.state.nodes.get(node)
+            if known is not None and known.healthy and node not in self.drained:
+                self.drained.add(node)
+                self._coordinate(NodeDrained(ts=EPOCH + self.world.now, node=node, reason="broken"))
+        self._tick_at(self.world.now + EPSILON)
+
+    def _transition_s(self, plan: RecoveryPlanned) -> float:
+        size = max(1, len(plan.nodes))
+        if plan.kind is RecoveryKind.REATTEMPT:
+            return self.costs.reattempt.at(size)
+        seconds = self.costs.restart.at(size)
+        if any(source.kind == "checkpoint" for source in plan.restore.values()):
+            seconds += self.costs.checkpoint_load.at(size)
+        return seconds
+
+    def _answer(self, commands: list[Command]) -> None:
+        """The executors of healthy nodes say done; the last answer is the one decided on (the
+        coordinator decides the same on each, and would find the plan unfinished before it)."""
+        now = EPOCH + self.world.now
+        acks = [CommandAcked(ts=now, node=c.node, command_id=c.id, job=c.job, generation=c.generation,
+                             status=AckStatus.DONE) for c in commands if self.world.healthy(c.node)]
+        for ack in acks[:-1]:
+            apply(self.state, ack)
+        if acks:
+            self._coordinate(acks[-1])
+
+    def _completed(self, plan: RecoveryPlanned) -> None:
+        book = self.world.books.get(plan.job)
+        if book is None or book.is_running:
+            return
+        now = self.world.now
+        if not plan.nodes:
+            book.wait(now, Down.REPAIR_WAIT)  # the planner gave it no nodes: it waits for capacity
+            return
+        checkpoint = any(source.kind == "checkpoint" for source in plan.restore.values())
+        book.resume(now, len(plan.nodes), Restore.CHECKPOINT if checkpoint else Restore.REPLICA)
+        for incident_id in self.open.pop(plan.job, []):
+            incident = self.state.incidents.get(incident_id)
+            if incident is not None and incident.status is IncidentStatus.OPEN:
+                self._resolve(incident)
+        self._tick_at(now + EPSILON)  # a quiet cluster: a capacity re-plan may be due
+
+    def _wake(self) -> None:
+        """Tick when a waiting incident can be decided: a node group's window, a job's backoff."""
+        config, now = self.state.config, EPOCH + self.world.now
+        group = node_group(self.state)
+        if group:
+            self._tick_at(group[0].ts + config.group_window_s - EPOCH + EPSILON)
+        for incident_id in self.state.pending:
+            incident = self.state.incidents[incident_id]
+            job = self.state.jobs.get(incident.job) if incident.job else None
+            due = restart_due(self.state, job, signature(incident), now) if job is not None else now
+            if due > now:  # one not due yet waits on its backoff; one due now waits for a group or a plan
+                self._tick_at(due - EPOCH + EPSILON)
