@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
-from schemas import Incident, IncidentStatus
-from schemas.incident import Severity
+from schemas import Incident, IncidentStatus, Severity
 from streams.core.taxonomy import CATEGORIES
 from tests.unit.ops.incident_log import recorded
 from trainmedic.simulate.faults import Fault
@@ -124,7 +125,7 @@ def test_an_unknown_mix_or_an_empty_cluster_is_refused():
 REAL_CATEGORY = {"hang-2": "hang", "xid-3": "gpu_ecc", "warm-4": "straggler"}
 
 
-def incident_log(tmp_path, extra: list[Incident] = ()) -> tuple:
+def incident_log(tmp_path, extra: Sequence[Incident] = ()) -> tuple[Path, list]:
     """The recorded log of the coordinator's core (tests/unit/ops/incident_log.py) as `trainmedic
     incidents export` writes it, with taxonomy categories, a blank line, and `extra` incidents."""
     events = [e.model_copy(update={"category": REAL_CATEGORY[e.id]}) if getattr(e, "id", "") in REAL_CATEGORY
