@@ -86,7 +86,7 @@ class Restarting(Policy):
         now, book = self.world.now, self.world.books[job]
         keep = [n for n in self.held[job] if self.world.healthy(n)]
         for node in self.held[job]:
-            if node not in keep:
+            if not self.world.healthy(node):
                 del self.owner[node]
         size = self.size(job, len(keep) + len(self.free))
         self._bump(job)

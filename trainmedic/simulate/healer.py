@@ -5,9 +5,10 @@ the planner) driven by simulated time, with the world playing the detector and t
   category's detection delay (`detection.py`); a job's incidents resolve when the job runs at a
   newer generation, a node fault's when the node is repaired (until then its hardware keeps
   saying so).
-- The executors: every command to a healthy node is answered `done` once its plan's transition
-  has passed (a restart in place, plus loading the checkpoint when a node restores from it, or a
-  reattempt); a broken node answers nothing, and the coordinator's own timeouts take over.
+- The executors: every command to a healthy node is answered `accepted` at once and `done` once
+  its plan's transition has passed (a restart in place, plus loading the checkpoint when a node
+  restores from it, or a reattempt); a broken node answers nothing, and the coordinator's own
+  timeouts take over.
 - Time: the coordinator ticks when something it waits for can be due (a SEV1 group's window, a
   restart backoff, a command's ack timeout, a re-admission's probation, a quiet cluster after a
   plan), not every second: the same decisions, far fewer calls.
@@ -33,6 +34,7 @@ from schemas.incident import Incident, IncidentStatus
 from schemas.jobs import JobSpec, JobSubmitted
 from schemas.nodes import NodeDrained, NodeReadmitted, NodeUncordoned
 from schemas.recovery import RecoveryCompleted, RecoveryKind, RecoveryPlanned, RecoverySkipped
+from streams.core.config import DetectorConfig
 from streams.core.taxonomy import CATEGORIES
 from trainmedic.simulate.detection import detect_s
 from trainmedic.simulate.faults import Fault
@@ -56,10 +58,11 @@ class Healer(Policy):
         self.state = ClusterState.initial(config)
         self.open: dict[str, list[str]] = {}  # job -> its open incidents, resolved by a new generation
         self.node_incidents: dict[str, list[Incident]] = {}  # node -> open incidents it repairs
-        self.plans: dict[str, RecoveryPlanned] = {}  # plan id -> plan (of a job: its latest)
+        self.plans: dict[tuple[str, str], RecoveryPlanned] = {}  # (plan id, job): a re-plan moves many jobs
         self.ticks: set[float] = set()
         self.gave_up: set[str] = set()
         self.drained: set[str] = set()  # nodes the simulated operator drained
+        self.detector = DetectorConfig.from_dict(costs.detector)
         self._count = 0
 
     # --- the world's events -------------------------------------------------------------------
@@ -82,17 +85,18 @@ class Healer(Policy):
         if not stopped and not fault.breaks_node:
             return  # a process fault where no rank runs: nothing failed
         step_s = book.model.step_s if book is not None else 0.0  # only a hang needs the job's step time
-        delay = detect_s(fault.category, step_s, self.costs.pipeline_s, self.costs.detect_s)
+        delay = detect_s(fault.category, step_s, self.costs.pipeline_s, self.costs.detect_s, self.detector)
         self.world.at(now + delay, self._detected, fault, job.spec.id if job is not None else None)
 
     def repaired(self, node: str) -> None:
         for incident in self.node_incidents.pop(node, []):
             self._resolve(incident)
-        if node in self.drained:
+        if node in self.drained or self.costs.returns == "uncordon":
             self.drained.discard(node)
             self._coordinate(NodeUncordoned(ts=EPOCH + self.world.now, node=node, reason="repaired"))
             self._tick_at(self.world.now + self.state.config.tick_s)
-        self._tick_at(self.world.now + self.state.config.readmit_probation_s + EPSILON)
+        else:
+            self._tick_at(self.world.now + self.state.config.readmit_probation_s + EPSILON)
 
     # --- the detector ---------------------------------------------------------------------------
 
@@ -133,20 +137,21 @@ class Healer(Policy):
         """Act on what the coordinator decided: plans move jobs, commands get answered, outcomes
         resume jobs; then tick when the next thing it waits for can be due."""
         now = self.world.now
-        commands: dict[str, list[Command]] = {}
+        commands: dict[tuple[str, str], list[Command]] = {}
         for event in outputs:
             match event:
                 case RecoveryPlanned():
-                    self.plans[event.plan_id] = event
+                    self.plans[event.plan_id, event.job] = event
                     book = self.world.books.get(event.job)
-                    if book is not None and book.is_running and event.kind is not RecoveryKind.REATTEMPT:
+                    if book is not None and book.is_running and event.kind not in (RecoveryKind.REATTEMPT,
+                                                                                   RecoveryKind.START):
                         book.reconfigure(now)  # a planned move: the job stops for it
                     elif book is not None and not book.is_running:
                         book.wait(now, Down.RESTART)
                 case Command():
-                    commands.setdefault(event.plan_id, []).append(event)
+                    commands.setdefault((event.plan_id, event.job), []).append(event)
                 case RecoveryCompleted():
-                    self._completed(self.plans[event.plan_id])
+                    self._completed(self.plans[event.plan_id, event.job])
                 case Incident(category="recovery_failed", job=str(job)) if job in self.world.books:
                     self.gave_up.add(job)  # restarts spent: the coordinator's alert asks for a person
                     self.world.books[job].wait(now, Down.PERSON)
@@ -156,10 +161,11 @@ class Healer(Policy):
                     self.world.at(now + self.costs.operator_s, self._operator)
                 case RecoverySkipped(job=str(job)) if job in self.world.books:
                     self._unanswered(job)
-        for plan_id, sent in commands.items():
-            plan = self.plans[plan_id]
+        for key, sent in commands.items():
+            plan = self.plans[key]
             delay = 0.0 if started else self._transition_s(plan)
-            self.world.at(now + delay, self._answer, sent)
+            self.world.at(now, self._answer, sent, AckStatus.ACCEPTED)
+            self.world.at(now + delay, self._answer, sent, AckStatus.DONE)
             self._tick_at(now + self.state.config.ack_timeout_s + EPSILON)  # for those nobody answers
         self._wake()
 
@@ -170,7 +176,7 @@ class Healer(Policy):
         if held is None or held.state.in_flight or book.is_running:
             return
         book.wait(self.world.now, Down.PERSON)
-        delay = detect_s("hang", book.model.step_s, self.costs.pipeline_s, self.costs.detect_s)
+        delay = detect_s("hang", book.model.step_s, self.costs.pipeline_s, self.costs.detect_s, self.detector)
         self.world.at(self.world.now + delay, self._still_down, job, book.faults)
 
     def _still_down(self, job: str, faults: int) -> None:
@@ -198,12 +204,14 @@ class Healer(Policy):
             seconds += self.costs.checkpoint_load.at(size)
         return seconds
 
-    def _answer(self, commands: list[Command]) -> None:
-        """The executors of healthy nodes say done; the last answer is the one decided on (the
-        coordinator decides the same on each, and would find the plan unfinished before it)."""
+    def _answer(self, commands: list[Command], status: AckStatus) -> None:
+        """The executors of healthy nodes answer: `accepted` at once, `done` once the transition is
+        over. The last answer is the one decided on (the coordinator decides nothing on the others:
+        a plan is complete only once every command is done)."""
         now = EPOCH + self.world.now
-        acks = [CommandAcked(ts=now, node=c.node, command_id=c.id, job=c.job, generation=c.generation,
-                             status=AckStatus.DONE) for c in commands if self.world.healthy(c.node)]
+        acks = [CommandAcked.model_construct(ts=now, node=c.node, command_id=c.id, job=c.job,  # valid: built
+                                             generation=c.generation, status=status)
+                for c in commands if self.world.healthy(c.node)]
         for ack in acks[:-1]:
             apply(self.state, ack)
         if acks:

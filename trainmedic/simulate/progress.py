@@ -54,6 +54,7 @@ class JobProgress:
     lost_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOSSES, 0.0))
     faults: int = 0
     stopped_rate: float = 0.0  # FLOP/s of the step in progress when it stopped
+    resumed: list[float] = field(default_factory=list)  # when it ran again after each stop
 
     @classmethod
     def running(cls, model: JobModel, table: dict[int, float], gpus_per_node: int, now: float) -> JobProgress:
@@ -134,6 +135,7 @@ class JobProgress:
         self.lost_s["recomputation"] += max(0.0, self.work - kept) / self.full
         self.work, self.step_s = kept, 0.0
         self.down, self.size = None, size
+        self.resumed.append(now)
 
     def reconfigure(self, now: float, why: Down = Down.RESTART) -> None:
         """A planned move of a running job (grow or shrink without a fault): it stops for the move."""

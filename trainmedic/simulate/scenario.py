@@ -7,6 +7,7 @@ gives the sources of the bundled scenarios' values.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -98,8 +99,10 @@ class TrainmedicCosts(Strict):
     """What the real coordinator's decisions cost once made; detection comes from the detector's
     configuration per category (`detect_s` overrides it)."""
 
+    detector: dict[str, object] = Field(default_factory=dict, description="detector settings, as "
+                                        "`trainmedic detector --config` takes them (e.g. hang.floor_s)")
     detect_s: dict[str, Seconds] = Field(default_factory=dict, description="category -> seconds "
-                                         "from the fault to its incident on Kafka (overrides)")
+                                         "from the fault to its incident on Kafka (overrides the rules)")
     pipeline_s: Seconds = Field(default=1.5, ge=0, description="telemetry to detector to the incidents "
                                 "topic, added to every category's rule")
     restart: Cost = Field(default=Cost(base_s=5.0, per_node_s=0.01), description="stop and start a job's "
@@ -108,6 +111,9 @@ class TrainmedicCosts(Strict):
                             "and run the step again, same processes")
     checkpoint_load: Cost = Field(default=Cost(base_s=60.0), description="added when a plan restores "
                                   "from the checkpoint (no replica survived)")
+    returns: Literal["readmission", "uncordon"] = Field(
+        default="readmission", description="how a repaired node comes back: re-admitted by the coordinator "
+        "once its probation is over, or uncordoned by a person as soon as it is repaired")
     operator_s: Seconds = Field(default=1800.0, ge=0, description="a person answers the coordinator's "
                                 "alert (the isolation cap reached) after this long")
     coordinator: dict[str, object] = Field(default_factory=dict, description="CoordinatorConfig "
