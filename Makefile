@@ -38,9 +38,9 @@ alertmanager:
 	       apt-get install -y --no-install-recommends prometheus-alertmanager; }; }
 
 # Prometheus and promtool for the rules' tests and the Prometheus integration test (and `demo --observe`):
-# Debian's prometheus package, unpacked once into $TRAINMEDIC_HOME/prometheus (apt-get download +
-# dpkg -x: nothing installed system-wide, no service started), unless both are on PATH already.
-PROM_HOME := $(or $(TRAINMEDIC_HOME),.trainmedic)/prometheus
+# Debian's prometheus package, unpacked once into .trainmedic/prometheus of this checkout (apt-get
+# download + dpkg -x: nothing installed system-wide, no service started), unless both are on PATH.
+PROM_HOME := .trainmedic/prometheus
 prometheus:
 	@{ command -v prometheus >/dev/null && command -v promtool >/dev/null; } || test -x $(PROM_HOME)/usr/bin/promtool || { \
 	  command -v apt-get >/dev/null || { echo "The Prometheus tests need prometheus and promtool and apt-get is" \

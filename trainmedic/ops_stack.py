@@ -1,10 +1,12 @@
 """Prometheus and Alertmanager on this machine, without Docker: Debian's packages, run as processes.
 
 The binaries come from PATH (an installed prometheus / prometheus-alertmanager package) or, for
-Prometheus and promtool, from `$TRAINMEDIC_HOME/prometheus`, where `make prometheus` unpacks
-Debian's package without installing it. Prometheus gets a generated config: the given scrape
-targets on loopback, the shipped alerting rules (compose/prometheus/rules.yml), optionally with
-their `for:` shortened so that a test or the demo sees them fire in seconds, and an Alertmanager.
+Prometheus and promtool, from the checkout's `.trainmedic/prometheus`, where `make prometheus`
+unpacks Debian's package without installing it (a tool like `.venv`, so not under a
+TRAINMEDIC_HOME that a test or a demo run points elsewhere). Prometheus gets a generated config:
+the given scrape targets on loopback, the shipped alerting rules (compose/prometheus/rules.yml),
+optionally with their `for:` shortened so that a test or the demo sees them fire in seconds, and
+an Alertmanager.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from bus.settings import home
-
-RULES = Path(__file__).resolve().parent.parent / "compose" / "prometheus" / "rules.yml"
-HOW_TO_GET = ("make prometheus alertmanager (Debian's prometheus, unpacked into $TRAINMEDIC_HOME/prometheus, "
+CHECKOUT = Path(__file__).resolve().parent.parent
+RULES = CHECKOUT / "compose" / "prometheus" / "rules.yml"
+UNPACKED = CHECKOUT / ".trainmedic" / "prometheus" / "usr" / "bin"
+HOW_TO_GET = ("make prometheus alertmanager (Debian's prometheus, unpacked into .trainmedic/prometheus, "
               "and apt-get install prometheus-alertmanager)")
 _NAMES = {"prometheus": ("prometheus",), "promtool": ("promtool",),
           "alertmanager": ("prometheus-alertmanager", "alertmanager")}
@@ -30,7 +32,7 @@ _NAMES = {"prometheus": ("prometheus",), "promtool": ("promtool",),
 def binary(name: str) -> Path | None:
     """`prometheus`, `promtool` or `alertmanager`: on PATH, else unpacked by `make prometheus`."""
     for candidate in _NAMES[name]:
-        found = shutil.which(candidate) or shutil.which(candidate, path=str(home() / "prometheus/usr/bin"))
+        found = shutil.which(candidate) or shutil.which(candidate, path=str(UNPACKED))
         if found:
             return Path(found)
     return None
