@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 # The editable install maps the top-level packages it saw: a new package means a new stamp.
 STAMP  := $(VENV)/.installed-$(shell (cat requirements.lock pyproject.toml; ls -d */__init__.py) | cksum | cut -d' ' -f1)
 
-.PHONY: setup kafka alertmanager unit test demo lint lock bench clean
+.PHONY: setup kafka alertmanager prometheus unit test demo lint lock bench clean
 
 setup: $(STAMP)
 
@@ -37,13 +37,26 @@ alertmanager:
 	  || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
 	       apt-get install -y --no-install-recommends prometheus-alertmanager; }; }
 
+# Prometheus and promtool for the rules' tests and the Prometheus integration test (and `demo --observe`):
+# Debian's prometheus package, unpacked once into .trainmedic/prometheus of this checkout (apt-get
+# download + dpkg -x: nothing installed system-wide, no service started), unless both are on PATH.
+PROM_HOME := .trainmedic/prometheus
+prometheus:
+	@{ command -v prometheus >/dev/null && command -v promtool >/dev/null; } || test -x $(PROM_HOME)/usr/bin/promtool || { \
+	  command -v apt-get >/dev/null || { echo "The Prometheus tests need prometheus and promtool and apt-get is" \
+	    "not available: install Prometheus 2.42+ with both on PATH"; exit 1; }; \
+	  tmp=$$(mktemp -d) && cd $$tmp && { apt-get download prometheus >/dev/null 2>&1 \
+	    || { $(SUDO) apt-get update >/dev/null && apt-get download prometheus; }; } && cd - >/dev/null \
+	  && mkdir -p $(PROM_HOME) && dpkg -x $$tmp/prometheus_*.deb $(PROM_HOME) && rm -rf $$tmp \
+	  && $(PROM_HOME)/usr/bin/prometheus --version | head -1; }
+
 # The fast tier: pure cores, the layering check, no broker (seconds).
 unit: setup
 	$(BIN)/python -m pytest tests/unit
 
 # The README's test command: the unit tier first, then everything against a real broker, which it
 # starts (and stops) itself unless TRAINMEDIC_KAFKA_BOOTSTRAP names one.
-test: setup kafka alertmanager
+test: setup kafka alertmanager prometheus
 	$(BIN)/python -m pytest tests/unit tests/integration
 
 # The README's main command.

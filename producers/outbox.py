@@ -55,6 +55,9 @@ class Outbox:
         self.sent = 0
         self._reported = 0  # delivery reports served, delivered or failed
         self._flushed = False  # the final flush counted every unreported event: later reports count nothing
+        # both at 0 from the start: a producer that dropped nothing shows 0, not nothing
+        metrics.EVENTS_SENT.labels(what)
+        metrics.EVENTS_DROPPED.labels(what)
 
     @property
     def dropped(self) -> int:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
+from schemas.incident import Severity
+from streams.core.taxonomy import CATEGORIES
+
 _DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 
 DETECTOR_EVENTS = Counter("trainmedic_detector_events", "Telemetry events the detector decided on")
@@ -15,6 +18,14 @@ CLOCK_SKEWED = Counter("trainmedic_detector_clock_skewed",
 DETECTION_DELAY = Histogram("trainmedic_detection_delay_seconds",
                             "Event time from an incident's earliest evidence to its opening (ts - first_ts)",
                             ["severity"], buckets=_DELAY_BUCKETS)
+
+# Every severity, and every category's opening at its severity, from the start at 0: the first
+# incident after a scrape counts as an increase, so the rates and the delay quantiles have data (a
+# series born at 1 has no rate).
+for _severity in Severity:
+    DETECTION_DELAY.labels(str(_severity))
+for _category in CATEGORIES.values():
+    INCIDENTS.labels(_category.name, str(_category.severity), "open")
 
 
 def observe_incident(incident) -> None:

@@ -50,6 +50,9 @@ class Pipeline:
     stats: DetectorStats = field(default_factory=DetectorStats)
     _counted: int = 0  # events already added to the metric
 
+    def __post_init__(self) -> None:
+        DEAD_LETTERS.labels("detector")  # at 0 from the start: no dead letters shows as 0, not as nothing
+
     def on_message(self, message: RawMessage, wall: float) -> list[Output]:
         topic = message.topic
         parsed = parse_message(self.topics, topic, message.partition, message.offset, message.key,

@@ -84,6 +84,8 @@ class LocalCluster:
     # How long a node stopped with SIGTERM waits for its jobs to be moved off it: none by default, as
     # `close` stops the coordinator too and nothing would move them.
     leave_timeout_s: float = 0.0
+    # Service (detector, coordinator, alerts, a node's name) -> the port it serves its metrics on.
+    metrics_ports: dict[str, int] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
@@ -203,6 +205,8 @@ class LocalCluster:
                 proc.wait()
 
     def _start(self, name: str, argv: list[str]) -> None:
+        if name in self.metrics_ports:
+            argv = [*argv, "--metrics-port", str(self.metrics_ports[name])]
         out = open(self.layout.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         # A session of its own: a Ctrl-C at the terminal reaches only the command that started the
         # cluster, which then stops the services in order (`close`).

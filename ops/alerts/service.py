@@ -78,6 +78,12 @@ class AlertBridge:
             "enable.auto.commit": True, "enable.auto.offset.store": False,
         }, logger=log)
         self._consumer.subscribe(topics)
+        # Every sink's counters from the start at 0: a panel shows "none" rather than no data, and a
+        # first retry counts as an increase for the rules (a series born at 1 has no rate).
+        for sink in self.book.queues:
+            for counter in (metrics.ALERTS_DELIVERED, metrics.ALERTS_REJECTED, metrics.ALERT_RETRIES):
+                counter.labels(sink)
+        bus_metrics.DEAD_LETTERS.labels("alerts")
         log.info("alert bridge on %s (group %s): sinks %s; %d incidents open in the log",
                  " and ".join(topics), self.config.group_id, ", ".join(f"{name} {'/'.join(s.severities)}"
                                                 for name, s in self.config.sinks().items()), len(self.open))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from schemas.commands import AckStatus
+from schemas.recovery import RecoveryKind
+
 _ACKED_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
 RECOVERY_PLANS = Counter("trainmedic_recovery_plans", "Plans the coordinator issued, one per job", ["kind"])
@@ -27,3 +30,19 @@ RECOVERY_ACKED = Histogram("trainmedic_recovery_acked_seconds",
                            "its job on nodes acknowledged done", ["kind"], buckets=_ACKED_BUCKETS)
 NODES = Gauge("trainmedic_nodes", "Nodes the coordinator knows, healthy or isolated", ["state"])
 JOBS = Gauge("trainmedic_jobs", "Jobs the coordinator knows, by state", ["state"])
+# For alerting on the healer itself (compose/prometheus/rules.yml): a standby reports 0, so that no
+# coordinator leading shows as a sum of 0 rather than as nothing.
+LEADING = Gauge("trainmedic_coordinator_leading", "1 while this coordinator holds the lease and acts, else 0")
+ISOLATIONS_LEFT = Gauge("trainmedic_isolations_left", "Nodes the coordinator may still isolate in the "
+                        "current isolation window (0: the cap is reached, further node faults wait for a "
+                        "person)")
+
+# Children of every known label value exist from the start at 0: a panel shows "none" rather than no
+# data, and the first event counts as an increase (a series born at 1 has no rate).
+for _kind in RecoveryKind:
+    RECOVERY_PLANS.labels(str(_kind))
+    RECOVERY_ACKED.labels(str(_kind))
+for _outcome in ("completed", "failed", "skipped"):
+    RECOVERY_OUTCOMES.labels(_outcome)
+for _status in AckStatus:
+    COMMAND_ACKS.labels(str(_status))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from recovery.coordinator import metrics
+from recovery.coordinator.limits import isolations_left
 from recovery.coordinator.state import ClusterState, JobState, NodeMode
 from schemas.commands import Command, CommandAcked
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
@@ -40,8 +41,10 @@ def published(state: ClusterState, outputs: list) -> None:
                     metrics.RECOVERY_ACKED.labels(str(plan.kind)).observe(acked_s)
 
 
-def cluster(state: ClusterState) -> None:
-    """Nodes healthy and isolated (and of the healthy, cordoned and draining), jobs by state."""
+def cluster(state: ClusterState, now: float) -> None:
+    """Nodes healthy and isolated (and of the healthy, cordoned and draining), jobs by state, and the
+    isolations the cap still allows."""
+    metrics.ISOLATIONS_LEFT.set(isolations_left(state, now))
     isolated = sum(not node.healthy for node in state.nodes.values())
     metrics.NODES.labels("healthy").set(len(state.nodes) - isolated)
     metrics.NODES.labels("isolated").set(isolated)

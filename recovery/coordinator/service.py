@@ -134,7 +134,7 @@ class CoordinatorService:
         now = self._clock()
         if now >= self._next_tick:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))
-            observe.cluster(self.state)
+            observe.cluster(self.state, now)
             self._next_tick = now + self.state.config.tick_s
 
     def _misplaced(self, letter: DeadLettered) -> str | None:
@@ -194,9 +194,14 @@ def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, tr
     fenced by a newer holder stands down and waits again, with a fresh state from the log.
     """
     lease = Lease(settings)
+    metrics.LEADING.set(0)
     try:
         while lease.acquire(stop):
-            _lead_once(settings, config, sign, trust, stop, lease)
+            metrics.LEADING.set(1)
+            try:
+                _lead_once(settings, config, sign, trust, stop, lease)
+            finally:
+                metrics.LEADING.set(0)
     finally:
         lease.release()
 

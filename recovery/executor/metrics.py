@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
+from schemas.commands import AckStatus
+
 EXECUTOR_ACKS = Counter("trainmedic_executor_acks", "Answers an executor sent, by status", ["status"])
 SEND_FAILURES = Counter("trainmedic_executor_send_failures",
                         "Acks, rank exits and dead letters the executor could not deliver (logged)")
@@ -16,3 +18,10 @@ ADMISSION_REFUSALS = Counter("trainmedic_executor_admission_refusals",
                              "admission policy, by the rule broken", ["rule"])
 UNVERIFIED = Counter("trainmedic_executor_unverified_commands",
                      "Commands refused because their signature did not verify with a trusted key")
+
+# Every known label value from the start at 0: a panel shows "none" rather than no data, and the
+# first event counts as an increase (a series born at 1 has no rate).
+for _status in AckStatus:
+    EXECUTOR_ACKS.labels(str(_status))
+for _outcome in ("clean", "failed", "unknown"):
+    RANK_EXITS.labels(_outcome)

@@ -5,7 +5,8 @@ must each heal, the job must end on two nodes (world size 4), and no completed s
 be lost (a replica survives every one of these faults). Then the Xid 79 node is uncordoned
 and the job must grow back to all three nodes (world size 6), again losing no step. The
 alert bridge runs beside it against a real Alertmanager: every incident's alert must appear
-within seconds, and clear once its incident resolved.
+within seconds, and clear once its incident resolved. With --observe, Prometheus scrapes every
+service: each fault's incident and plan must show in the healer's own metrics.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, alertmana
     env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka_bootstrap, "TRAINMEDIC_HOME": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-m", "trainmedic.cli", "demo", "--nodes", "3", "--ranks-per-node", "2",
-         "--alertmanager", alertmanager],
+         "--alertmanager", alertmanager, "--observe"],
         env=env, capture_output=True, text=True, timeout=600,
     )
     report_path = tmp_path / "demo" / "report.json"
@@ -52,6 +53,14 @@ def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, alertmana
                for f in faults[:4]), summary
     # The restarted and re-planned jobs step again, so those incidents resolve, and so do their alerts.
     assert [f["alert_resolved"] for f in faults[:3]] == [True, True, True], summary
+    # --observe: Prometheus scraped the demo's services and counted each incident and plan soon after
+    # its fault; the healer's own rules ran (an Xid 79 on one of three nodes reaches the isolation cap).
+    assert "Prometheus at http://127.0.0.1:" in done.stdout, summary
+    assert all(f["metrics_incident_after_s"] is not None and f["metrics_incident_after_s"] < 30
+               for f in faults[:4]), summary
+    assert all(f["metrics_plan_after_s"] is not None for f in faults), summary
+    fired = next(line for line in done.stdout.splitlines() if "the healer's own alerts that fired" in line)
+    assert "TrainmedicIsolationCapReached" in fired, summary
     assert done.returncode == 0, summary
     assert "stopping the services and the job" in done.stdout
     assert processes_with_home(tmp_path) == []  # services, fork servers and ranks all ended

@@ -14,6 +14,9 @@ ranks, and then injects, one after the other:
 
 With --alertmanager URL it also runs the alert bridge and reports, per fault, how soon the
 incident's alert appeared in Alertmanager and whether it cleared when the incident resolved.
+With --observe it also runs Prometheus, scraping every service, and (unless --alertmanager names
+one) an Alertmanager, from Debian's packages, prints their URLs, and reports, per fault, when
+the healer's own metrics counted its incident and its plan (docs/metrics.md).
 
 It narrates steps, incidents and recovery actions as they happen, prints a summary table,
 writes $TRAINMEDIC_HOME/demo/report.json, stops everything it started and exits 0 only if
@@ -36,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alertmanager", metavar="URL",
                         help="also run the alert bridge to this Alertmanager and report when each "
                         "incident's alert appeared and cleared")
+    parser.add_argument("--observe", action="store_true",
+                        help="also run Prometheus (every service scraped, the healer's alert rules) and "
+                        "Alertmanager from Debian's packages (`make prometheus alertmanager`), print their "
+                        "URLs, and report when the healer's own metrics showed each fault")
     parser.add_argument("--only", action="append", default=[], metavar="FAULT",
                         help="run only these faults (kill, xid79, hang, flap, and grow, which "
                         "follows xid79); repeatable")

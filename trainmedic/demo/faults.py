@@ -44,6 +44,10 @@ class FaultResult:
     alert_resolved: bool | None = None  # left Alertmanager's active alerts once the incident resolved
     restore_warnings: tuple[str, ...] = ()  # ranks of the new generation whose restore fell back
     published_after_fault_s: float | None = None
+    injected_wall: float | None = None  # when the fault was injected (wall clock)
+    # `demo --observe`: from the injection to Prometheus' first sample counting its incident, its plan
+    metrics_incident_after_s: float | None = None
+    metrics_plan_after_s: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -131,7 +135,7 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
                 fault.name, seen and seen.incident.category, seen and str(seen.incident.severity),
                 seen and str(seen.incident.action), _delay(seen), None, None, world_before, None, False,
                 fault.expected_category, seen and seen.incident.id,
-                published_after_fault_s=published_after(seen, injected))
+                published_after_fault_s=published_after(seen, injected), injected_wall=injected)
         gen, resumed_ts = outcome
         after = timeline.generations[gen]
         # After a reattempt the same processes carry on: a re-run step is not a lost one.
@@ -143,7 +147,7 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
             _delay(seen), round(resumed_ts - injected, 2), lost, world_before, after.world_size, healed,
             fault.expected_category, seen.incident.id,
             restore_warnings=() if gen == before_gen else tuple(timeline.restore_warnings.get(gen, ())),
-            published_after_fault_s=published_after(seen, injected),
+            published_after_fault_s=published_after(seen, injected), injected_wall=injected,
         )
 
 

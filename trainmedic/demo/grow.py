@@ -46,11 +46,11 @@ def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: s
                      if wall >= injected and p.incident_id is None and node in p.nodes), None)
         if gen is None:
             return FaultResult("grow", None, None, plan and str(plan.kind), None, None, None, world_before,
-                               None, False, "-")
+                               None, False, "-", injected_wall=injected)
         after = timeline.generations[gen]
         return FaultResult(
             "grow", None, None, plan and str(plan.kind), None, round(after.first_step_ts - injected, 2),
             timeline.steps_lost(before_gen, gen), world_before, after.world_size,
             after.world_size == full_world, "-",
-            restore_warnings=tuple(timeline.restore_warnings.get(gen, ())),
+            restore_warnings=tuple(timeline.restore_warnings.get(gen, ())), injected_wall=injected,
         )

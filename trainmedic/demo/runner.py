@@ -13,10 +13,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from bus.errors import TrainmedicError
 from bus.settings import KafkaSettings, credentials_dir, home
 from schemas import JobSpec, JobSubmitted
+from trainmedic import ops_stack
+from trainmedic.demo import observe
 from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import (
@@ -60,10 +63,15 @@ def run_demo(args: argparse.Namespace) -> int:
         return 2
     layout = DemoLayout(home() / "demo")
     stop_progress = threading.Event()
+    stack = None
     try:
-        with running_job(args, layout, alertmanager=args.alertmanager) as (cluster, watcher):
+        alertmanager = args.alertmanager
+        if args.observe:
+            stack, alertmanager = observed(args, home() / "observe")
+        with running_job(args, layout, alertmanager=alertmanager,
+                         metrics_ports=stack and stack.metrics_ports) as (cluster, watcher):
             threading.Thread(target=progress, args=(watcher, cluster, stop_progress), daemon=True).start()
-            alerts = AlertWatch(args.alertmanager) if args.alertmanager else None
+            alerts = AlertWatch(alertmanager) if alertmanager else None
             if alerts is not None:
                 alerts.start()
             results: list[FaultResult] = []
@@ -84,13 +92,49 @@ def run_demo(args: argparse.Namespace) -> int:
             if alerts is not None:
                 results = with_alerts(results, watcher, alerts)
                 alerts.stop()
-            report(results, layout)
+            if stack is not None:
+                now = time.time()
+                results = observe.with_metrics(results, stack.prometheus.url, now, say)
+                say("the healer's own alerts that fired: "
+                    f"{', '.join(observe.fired(stack.prometheus.url, stack.started, now)) or 'none'}")
+            report(results, layout, observed=stack is not None)
             return 0 if results and all(r.healed for r in results) else 1
     except (TrainmedicError, RuntimeError) as err:
         say(f"failed: {err}")
         return 1
     finally:
         stop_progress.set()
+        if stack is not None:
+            stack.stop()
+
+
+def observed(args: argparse.Namespace, root: Path) -> tuple[observe.OpsStack | None, str | None]:
+    """Prometheus, and an Alertmanager unless --alertmanager names one, started for --observe (their
+    data in `root`, emptied first); the Alertmanager's URL. Without the packages: says how to get
+    them, and the demo runs without."""
+    missing = [name for name in observe.missing() if name == "prometheus" or not args.alertmanager]
+    if missing:
+        say(f"--observe: {' and '.join(missing)} not installed, running without; get them with "
+            f"{ops_stack.HOW_TO_GET}")
+        return None, args.alertmanager
+    names = ("detector", "coordinator", "alerts", *node_names(args.nodes))
+    stack = observe.OpsStack({name: free_port() for name in names})
+    shutil.rmtree(root, ignore_errors=True)
+    try:
+        if not args.alertmanager:
+            stack.alertmanager = observe.start_alertmanager(root)
+        alertmanager = args.alertmanager or stack.alertmanager.url
+        stack.start(root, alertmanager)
+    except RuntimeError:
+        stack.stop()
+        raise
+    say(f"Prometheus at {stack.prometheus.url} (every service scraped each second, the healer's alert "
+        f"rules), Alertmanager at {alertmanager}")
+    return stack, alertmanager
+
+
+def node_names(count: int) -> tuple[str, ...]:
+    return tuple(f"node-{i}" for i in range(count))
 
 
 def grow_back(cluster: LocalCluster, watcher: Watcher, xid: FaultResult,
@@ -110,13 +154,14 @@ def grow_back(cluster: LocalCluster, watcher: Watcher, xid: FaultResult,
 
 @contextmanager
 def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str], None] = say,
-                alertmanager: str | None = None) -> Iterator[tuple[LocalCluster, Watcher]]:
+                alertmanager: str | None = None,
+                metrics_ports: dict[str, int] | None = None) -> Iterator[tuple[LocalCluster, Watcher]]:
     """The broker (unless TRAINMEDIC_KAFKA_BOOTSTRAP names one), the services and the demo job of
     `args.nodes` x `args.ranks_per_node` ranks, trained past step 10; all stopped on exit.
 
-    With `alertmanager`, an alert bridge forwards the incidents there. `layout.root` is
-    emptied first: snapshots or a ledger left by an earlier run would be restored from, or
-    replayed, by this one.
+    With `alertmanager`, an alert bridge forwards the incidents there; with `metrics_ports`, the
+    services named there serve their metrics. `layout.root` is emptied first: snapshots or a
+    ledger left by an earlier run would be restored from, or replayed, by this one.
     """
     from bus.producer import EventProducer
 
@@ -126,8 +171,9 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
         cluster = watcher = None
         try:
             settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
-            nodes = tuple(f"node-{i}" for i in range(args.nodes))
-            cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir())
+            nodes = node_names(args.nodes)
+            cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir(),
+                                   metrics_ports=metrics_ports or {})
             cluster.prepare(DETECTOR_CONFIG)
             cluster.start_services()
             say(f"starting detector, coordinator and {len(nodes)} nodes "
@@ -227,15 +273,18 @@ def latest_loss(cluster: LocalCluster) -> str | None:
     return found[-1].decode() if found else None
 
 
-def report(results: list[FaultResult], layout: DemoLayout) -> None:
+def report(results: list[FaultResult], layout: DemoLayout, observed: bool = False) -> None:
+    """The table and report.json; `observed` (--observe) adds when Prometheus first counted each
+    fault's incident and plan ("metrics s": incident/plan, from the injection)."""
     path = layout.root / "report.json"
     path.write_text(json.dumps({"faults": [r.as_dict() for r in results]}, indent=2) + "\n")
     header = ("fault", "category", "sev", "action", "detect s", "kafka s", "resume s", "lost", "world",
-              "healed")
+              "healed", *(("metrics s",) if observed else ()))
     rows = [(r.name, r.category or "-", r.severity or "-", r.action or "-",
              _num(r.detection_delay_s), _num(r.published_after_fault_s), _num(r.time_to_resume_s),
              _num(r.steps_lost),
-             f"{r.world_size_before}->{r.world_size_after or '?'}", "yes" if r.healed else "NO")
+             f"{r.world_size_before}->{r.world_size_after or '?'}", "yes" if r.healed else "NO",
+             *((f"{_num(r.metrics_incident_after_s)}/{_num(r.metrics_plan_after_s)}",) if observed else ()))
             for r in results]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     print()

@@ -193,7 +193,7 @@ def test_the_node_gauge_counts_cordoned_and_draining_nodes() -> None:
     rec.feed(cordon("n4", ts=1.0), now=1.0)
     rec.feed(cordon("n5", ts=1.0), now=1.0)
     rec.feed(drain("n6", ts=2.0), now=2.0)
-    observe.cluster(rec.state)
+    observe.cluster(rec.state, 2.0)
     assert [REGISTRY.get_sample_value("trainmedic_nodes", {"state": s})
             for s in ("healthy", "isolated", "cordoned", "draining")] == [6, 0, 2, 1]
 

@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from recovery.coordinator import observe
 from schemas import RecoveryCompleted
-from tests.unit.coordinator.world import Recorder, incident
+from tests.unit.coordinator.world import LIMITED, Recorder, incident
 from tests.unit.streams.test_pipeline import TOPICS, message, pipeline
 from tests.unit.streams.test_scenarios import SCENARIOS
 
@@ -49,8 +49,21 @@ def test_the_coordinator_counts_plans_commands_outcomes_and_the_time_to_its_comm
              value("trainmedic_recovery_acked_seconds_count", kind="reattempt"),
              value("trainmedic_recovery_acked_seconds_sum", kind="reattempt"))
     assert [b - a for a, b in zip(before, after, strict=True)] == [1, 1, 2.0]  # acked 2 s after first_ts
-    observe.cluster(rec.state)
+    observe.cluster(rec.state, 21.0)
     assert value("trainmedic_nodes", state="healthy") == 6 and value("trainmedic_jobs", state="running") == 1
+
+
+def test_the_isolations_left_gauge_reaches_zero_at_the_cap_and_recovers_after_the_window() -> None:
+    rec = Recorder(LIMITED)  # six nodes at the default cap: one isolation per window
+    rec.started(now=1.0)
+    observe.cluster(rec.state, 1.0)
+    assert value("trainmedic_isolations_left") == 1
+    rec.feed(incident("lost-1", "SEV1", node="n1", ts=20.0), now=20.0)
+    rec.tick(now=25.0)  # past the SEV1 grouping window: decided, n1 isolated
+    observe.cluster(rec.state, 25.0)
+    assert value("trainmedic_isolations_left") == 0  # TrainmedicIsolationCapReached fires on this
+    observe.cluster(rec.state, 26.0 + rec.state.config.isolation_window_s)
+    assert value("trainmedic_isolations_left") == 1
 
 
 def test_a_plan_that_leaves_its_job_without_nodes_is_not_counted_as_recovered() -> None:
@@ -67,3 +80,17 @@ def test_a_plan_that_leaves_its_job_without_nodes_is_not_counted_as_recovered() 
     job.plan = placed  # the same plan placing the job: counted
     observe.published(rec.state, completed)
     assert value("trainmedic_recovery_acked_seconds_count", kind=str(placed.kind)) == before + 1
+
+
+def test_labelled_series_exist_at_zero_before_their_first_event() -> None:
+    """Panels show 0 rather than no data, and alert rules see a first event as an increase."""
+    import recovery.executor.metrics  # noqa: F401 - defining the metrics creates the children
+    import streams.metrics  # noqa: F401
+
+    for name, labels in (("trainmedic_detection_delay_seconds_count", {"severity": "WARN"}),
+                         ("trainmedic_recovery_acked_seconds_count", {"kind": "reconfigure"}),
+                         ("trainmedic_recovery_outcomes_total", {"outcome": "failed"}),
+                         ("trainmedic_command_acks_total", {"status": "refused"}),
+                         ("trainmedic_executor_acks_total", {"status": "refused"}),
+                         ("trainmedic_rank_exits_total", {"outcome": "unknown"})):
+        assert REGISTRY.get_sample_value(name, labels) is not None, (name, labels)
