@@ -16,11 +16,12 @@ from streams.core.config import DetectorConfig
 Rule = Callable[[DetectorConfig, float], float]  # (config, the job's step time) -> seconds
 SAMPLE_S = 1.0  # GPU and host telemetry interval (producers' `interval_s` default)
 
+# A fault seen on the next periodic sample waits half a sampling interval on average.
 RULES: dict[str, tuple[str, Rule]] = {
-    "gpu_lost": ("the next NVML sample (an Xid 79 event)", lambda c, _: c.gpu.sample_interval_s),
-    "gpu_ecc": ("the next NVML sample (ECC counter or Xid)", lambda c, _: c.gpu.sample_interval_s),
-    "gpu_driver": ("the next NVML sample (Xid)", lambda c, _: c.gpu.sample_interval_s),
-    "nvlink": ("the next NVML sample (Xid 74 or NVLink counter)", lambda c, _: c.gpu.sample_interval_s),
+    "gpu_lost": ("the next NVML sample (an Xid 79 event)", lambda c, _: c.gpu.sample_interval_s / 2),
+    "gpu_ecc": ("the next NVML sample (ECC counter or Xid)", lambda c, _: c.gpu.sample_interval_s / 2),
+    "gpu_driver": ("the next NVML sample (Xid)", lambda c, _: c.gpu.sample_interval_s / 2),
+    "nvlink": ("the next NVML sample (Xid 74 or NVLink counter)", lambda c, _: c.gpu.sample_interval_s / 2),
     "node_lost": ("heartbeat timeout: max(missed x interval, min_timeout_s)",
                   lambda c, _: c.heartbeat.timeout_s(SAMPLE_S)),
     "process_exit": ("the rank's exit, held evidence_hold_s for a root cause",
