@@ -176,6 +176,7 @@ class Job:
     nodes: tuple[str, ...] = ()
     plan: RecoveryPlanned | None = None
     steps: dict[str, Step] = field(default_factory=dict)  # command id -> step, of `plan`
+    outstanding: set[str] = field(default_factory=set)  # ids of `steps` not done: completion reads only these
     not_started: str | None = None  # why its first start was skipped
     restarts: tuple[tuple[float, str], ...] = ()  # (when, incident) of each restart that blamed the job
     finished: set[tuple[int, str]] = field(default_factory=set)  # (generation, node) whose ranks exited 0
