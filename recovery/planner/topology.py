@@ -28,16 +28,17 @@ class Topology:
     """Where each node of one cluster hangs, and the hops between them."""
 
     def __init__(self, nodes: Iterable[ClusterNode]) -> None:
-        self.attachment: dict[str, Switch] = {  # node id -> the switch it hangs off
-            node.id: SPINE if node.switch is None else ("leaf", node.switch) for node in nodes
-        }
+        # node id -> its leaf switch's name; the tagged switch is made when asked for, since a plan
+        # asks for few of a large cluster's nodes
+        self.leaf: dict[str, str | None] = {node.id: node.switch for node in nodes}
 
     def switch_of(self, node: str) -> Switch:
         """The switch a node hangs off (the spine for a node with no leaf switch)."""
-        return self.attachment[node]
+        leaf = self.leaf[node]
+        return SPINE if leaf is None else ("leaf", leaf)
 
     def hops(self, a: str, b: str) -> int:
         """Hops between two nodes: up to a switch, across the switches, and down."""
         if a == b:
             return 0
-        return 2 + switch_hops(self.attachment[a], self.attachment[b])
+        return 2 + switch_hops(self.switch_of(a), self.switch_of(b))
