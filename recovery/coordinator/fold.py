@@ -181,7 +181,7 @@ def _decided(state: ClusterState, incident_id: str | None, answer: str,
         if not state.in_cluster(node_id):
             log.warning("a decision isolates node %s, which is not in the cluster: ignored", node_id)
             continue
-        lifecycle.isolated(state.node(node_id), blamed, ts)
+        lifecycle.isolated(state, state.node(node_id), blamed, ts)
 
 
 def _isolate_legacy(state: ClusterState, incident_id: str) -> None:
