@@ -1,6 +1,6 @@
 """The exact dynamic program over jobs × node budgets that picks every job's size.
 
-S[i][n] = max over allowed k ≤ n of S[i−1][n−k] + G_i(k), vectorized over n and k with numpy.
+S[i][n] = max over allowed k ≤ n of S[i−1][n−k] + G_i(k), vectorized over n with numpy.
 Ties in Σ G (exact equality) go, in this order, to the plan that resizes fewer jobs, then
 to the one that uses fewer nodes, then to the one whose last job is smallest, then the
 job before it, and so on (so a job listed earlier wins a contested node).
@@ -46,20 +46,22 @@ def solve(jobs: Sequence[JobObjective], budget: int) -> list[int]:
         new_low = min(new_low, new_top)
         best = np.pad(best, (0, new_top - top), mode="edge")  # S[i−1] up to the new top
         rank = np.pad(rank, (0, new_top - top), mode="edge")
-        # One row per size k, one column per n: S[i−1][n − k] + G(k), and −inf where k > n.
-        ks = np.array(sizes)
-        below = np.arange(new_low, new_top + 1) - ks[:, None]
-        fits = below >= 0
-        below = np.where(fits, below - low, 0)
-        cand = np.where(fits, best[below] + np.array([job.gain(k) for k in sizes])[:, None], -np.inf)
-        cand_rank = rank[below] + np.array([tie_rank(job, k, budget) for k in sizes])[:, None]
-        # Each n takes the best Σ G, then the smallest tie-break key, then the smallest size
-        # (argmax takes the first row, and sizes run ascending). Size 0 always fits.
-        new_best = cand.max(axis=0)
-        cand_rank = np.where(cand == new_best, cand_rank, np.iinfo(np.int64).max)
-        new_rank = cand_rank.min(axis=0)
-        choices.append((ks[np.argmax(cand_rank == new_rank, axis=0)], new_low, new_top))
+        # Size 0 fits every budget; larger sizes replace it only where strictly better, and
+        # sizes run ascending, so among equal keys the smallest size stays.
+        new_best = best[new_low - low:] + job.gain(0)
+        new_rank = rank[new_low - low:] + tie_rank(job, 0, budget)
+        choice = np.zeros(new_top + 1 - new_low, dtype=np.int64)
+        for k in sizes[1:]:
+            first = max(k, new_low)  # the smallest n that size k fits in, within the window
+            cand = best[first - k - low: new_top + 1 - k - low] + job.gain(k)
+            cand_rank = rank[first - k - low: new_top + 1 - k - low] + tie_rank(job, k, budget)
+            held, held_rank = new_best[first - new_low:], new_rank[first - new_low:]
+            better = (cand > held) | ((cand == held) & (cand_rank < held_rank))
+            np.copyto(held, cand, where=better)
+            np.copyto(held_rank, cand_rank, where=better)
+            np.copyto(choice[first - new_low:], k, where=better)
         best, rank, low, top = new_best, new_rank, new_low, new_top
+        choices.append((choice, low, top))
     sizes_out = []
     n = budget
     for choice, low, top in reversed(choices):
