@@ -55,7 +55,7 @@ def main() -> None:
     for nodes in sizes:
         print(f"{nodes} nodes, {JOBS} jobs")
         state, log = timed("build: submit, start and ack every job", lambda n=nodes: cluster(n))
-        for i, node in enumerate(("n00003", "n00004")):  # the first call also imports numpy, networkx
+        for i, node in enumerate(("n00003", "n00004")):  # the first call also imports numpy
             sev1 = Incident(ts=100.0 + 10 * i, id=f"inc-{i}", status="open", category="gpu_lost",
                             severity="SEV1", action="reconfigure", job="job-00", node=node,
                             first_ts=99.0 + 10 * i)

@@ -52,7 +52,8 @@ def replan_capacity(state: ClusterState, now: float) -> list:
         )
         out += [plan, *commands_for(state, plan, now)]
     if not out:
-        free = sorted(n.id for n in request.nodes if n.healthy and state.job_on(n.id) is None)
+        busy = {node for job in state.jobs.values() for node in job.nodes}
+        free = sorted(n.id for n in request.nodes if n.healthy and n.id not in busy)
         out.append(RecoverySkipped(ts=now, reason=(
             f"nodes changed; the planner keeps every job where it is: no change pays for its restart "
             f"within the horizon ({request.horizon_s:.0f} s), or no job can use more nodes"

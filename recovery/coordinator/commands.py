@@ -85,10 +85,13 @@ def planned_restore(job: Job, nodes: tuple[str, ...],
     return restore
 
 
-def _own_state(spec: JobSpec, plan: RecoveryPlanned, node: str) -> RestoreSource:
+def _own_state(spec: JobSpec, ranks_before: Mapping[str, int], node: str) -> RestoreSource:
     """A node the plan names no source for keeps its own state: its snapshots, under the rank it
-    ran before the plan; a node new to the job has none, so the checkpoint."""
-    return replica(spec, plan.previous, node) if node in plan.previous else checkpoint(spec)
+    ran before the plan (`ranks_before`: node -> its first rank then, as `replica` names it); a
+    node new to the job has none, so the checkpoint."""
+    if node in ranks_before:
+        return RestoreSource(kind="replica", node=node, rank=ranks_before[node])
+    return checkpoint(spec)
 
 
 def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
@@ -97,7 +100,15 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
     spec = state.jobs[plan.job].spec
     index = {node: i for i, node in enumerate(plan.nodes)}
     rpn = spec.ranks_per_node
-    master = state.node(plan.nodes[0]).address if plan.nodes else ""
+    ranks_before = {node: i * rpn for i, node in enumerate(plan.previous)}
+    # Every node's worker is the job's, but for its ranks and restore source: validated once, then
+    # copied with those two, which are valid by construction (2,048 validations were most of a
+    # 2,048-node restart).
+    job_worker = WorkerSpec(
+        ranks=(), world_size=len(plan.nodes) * rpn, master_addr=state.node(plan.nodes[0]).address,
+        master_port=spec.master_port, command=spec.argv, checkpoint_dir=spec.checkpoint_dir,
+        env=dict(spec.env), workdir=spec.workdir, failure=spec.failure,
+    ) if plan.nodes else None
     commands = []
     for cid, step in plan_steps(plan).items():
         if only is not None and cid not in only:
@@ -105,13 +116,9 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
         worker = None
         if step.action is not CommandAction.STOP:
             i = index[step.node]
-            restore = plan.restore.get(step.node) or _own_state(spec, plan, step.node)
-            worker = WorkerSpec(
-                ranks=tuple(range(i * rpn, (i + 1) * rpn)), world_size=len(plan.nodes) * rpn,
-                master_addr=master, master_port=spec.master_port, restore=restore,
-                command=spec.argv, checkpoint_dir=spec.checkpoint_dir, env=dict(spec.env),
-                workdir=spec.workdir, failure=spec.failure,
-            )
+            restore = plan.restore.get(step.node) or _own_state(spec, ranks_before, step.node)
+            worker = job_worker.model_copy(update={"ranks": tuple(range(i * rpn, (i + 1) * rpn)),
+                                                   "restore": restore})
         commands.append(Command(
             ts=now, node=step.node, id=cid, plan_id=plan.plan_id, incident_id=plan.incident_id,
             job=plan.job, generation=plan.generation, action=step.action, worker=worker,

@@ -237,11 +237,10 @@ def on_ack(state: ClusterState, ack: CommandAcked, now: float) -> list:
 
 def completion(state: ClusterState, job: Job, now: float) -> list:
     """`recovery_completed` once every command to a healthy node not leaving is done; for a job an
-    operator stopped, once no node runs it, `job_ended` (stopped) instead."""
-    for cid, step in job.steps.items():
-        record = state.commands.get(cid)
-        if state.awaited(step.node) and (record is None or record.status is not CommandStatus.DONE):
-            return []
+    operator stopped, once no node runs it, `job_ended` (stopped) instead. Only the steps not done
+    are read (the fold keeps them), so checking after every ack stays cheap on a 2,048-node job."""
+    if any(state.awaited(job.steps[cid].node) for cid in job.outstanding):
+        return []
     if job.stop is not None and not job.plan.nodes:
         return [_stopped(job, now, f"its ranks stopped on {len(job.plan.previous)} node(s)")]
     return [RecoveryCompleted(ts=now, plan_id=job.plan.plan_id, job=job.spec.id, generation=job.generation)]

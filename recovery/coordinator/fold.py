@@ -181,7 +181,7 @@ def _decided(state: ClusterState, incident_id: str | None, answer: str,
         if not state.in_cluster(node_id):
             log.warning("a decision isolates node %s, which is not in the cluster: ignored", node_id)
             continue
-        lifecycle.isolated(state.node(node_id), blamed, ts)
+        lifecycle.isolated(state, state.node(node_id), blamed, ts)
 
 
 def _isolate_legacy(state: ClusterState, incident_id: str) -> None:
@@ -229,6 +229,9 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
     job.state = target
     job.generation, job.nodes, job.plan = plan.generation, plan.nodes, plan
     job.steps = plan_steps(plan)
+    job.outstanding = {cid for cid in job.steps  # commands read before their plan may be done already
+                       if (record := state.commands.get(cid)) is None
+                       or record.status is not CommandStatus.DONE}
 
 
 def _outcome(state: ClusterState, event: RecoveryCompleted | RecoveryFailed) -> None:
@@ -254,15 +257,18 @@ def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
 
 
 def _command(state: ClusterState, command: Command) -> None:
-    # the decision itself: signature and epoch say who sent a copy, and each send sets them anew
-    unsigned = command.model_copy(update={"signature": None, "key_id": None, "epoch": None})
+    # the decision itself: signature and epoch say who sent a copy, and each send sets them anew (the
+    # coordinator folds its own commands before signing them: those need no copy)
+    unsigned = command
+    if (command.signature, command.key_id, command.epoch) != (None, None, None):
+        unsigned = command.model_copy(update={"signature": None, "key_id": None, "epoch": None})
     record = state.commands.get(command.id)
     if record is None:
         record = state.commands[command.id] = CommandRecord(unsigned, (command.ts,))
         for ack in state.early_acks.pop(command.id, []):
             why = unbound(state, record, ack)
             if why is None:
-                _answer(record, ack)
+                _answer(state, record, ack)
             else:
                 log.warning("early ack for %s dropped: %s", command.id, why)
     elif command.ts not in record.sent:  # a re-send
@@ -299,7 +305,7 @@ def _acked(state: ClusterState, ack: CommandAcked) -> None:
         why = unbound(state, record, ack)
         if why is not None:
             raise UnboundAck(why)
-        _answer(record, ack)
+        _answer(state, record, ack)
         return
     early = state.early_acks
     waiting = early.get(ack.command_id)
@@ -313,7 +319,7 @@ def _acked(state: ClusterState, ack: CommandAcked) -> None:
         waiting.append(ack)
 
 
-def _answer(record: CommandRecord, ack: CommandAcked) -> None:
+def _answer(state: ClusterState, record: CommandRecord, ack: CommandAcked) -> None:
     if record.status.terminal:
         return  # the answer to a re-send, or a re-delivered ack
     status = CommandStatus(ack.status.value)
@@ -322,3 +328,5 @@ def _answer(record: CommandRecord, ack: CommandAcked) -> None:
         record.accepted_ts = ack.ts if record.accepted_ts is None else record.accepted_ts
     else:
         record.reason = ack.reason
+    if status is CommandStatus.DONE and (job := state.jobs.get(record.command.job)) is not None:
+        job.outstanding.discard(record.command.id)

@@ -20,10 +20,11 @@ def readmissions(state: ClusterState, now: float) -> list[NodeReadmitted]:
     config = state.config
     if config.readmission == "off":
         return []
-    # Only nodes whose fault is resolved and whose isolation is older than the probation are
-    # worth a look through the incidents (a tick must stay cheap on a long log).
-    isolated = {node.id: node for node in state.nodes.values() if not node.healthy
-                and now - node.isolated_ts >= config.readmit_probation_s
+    # Only isolated nodes whose fault is resolved and whose isolation is older than the probation
+    # are worth a look through the incidents (a tick must stay cheap on a long log and a large
+    # cluster: the fold keeps the isolated nodes' ids).
+    isolated = {node.id: node for node in map(state.nodes.__getitem__, state.isolated)
+                if now - node.isolated_ts >= config.readmit_probation_s
                 and (cause := state.incidents.get(node.isolated_by)) is not None
                 and cause.status is IncidentStatus.RESOLVED}
     if not isolated:

@@ -176,6 +176,7 @@ class Job:
     nodes: tuple[str, ...] = ()
     plan: RecoveryPlanned | None = None
     steps: dict[str, Step] = field(default_factory=dict)  # command id -> step, of `plan`
+    outstanding: set[str] = field(default_factory=set)  # ids of `steps` not done: completion reads only these
     not_started: str | None = None  # why its first start was skipped
     restarts: tuple[tuple[float, str], ...] = ()  # (when, incident) of each restart that blamed the job
     finished: set[tuple[int, str]] = field(default_factory=set)  # (generation, node) whose ranks exited 0
@@ -216,6 +217,7 @@ class ClusterState:
     legacy: set[str] = field(default_factory=set)  # incidents answered by events older than `isolated`
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
     members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
+    isolated: set[str] = field(default_factory=set)  # nodes out of service (`lifecycle.isolated`)
     capacity_ts: float | None = None  # the latest node event that may change the plan (drain, return)
     capacity_decided_ts: float | None = None  # the latest re-plan for it (`capacity.py`)
 

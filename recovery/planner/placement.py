@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from recovery.planner.topology import Switch, Topology
+from recovery.planner.topology import Switch, Topology, switch_hops
 from schemas.plan import PlanRequest
 
 
@@ -22,8 +22,11 @@ def home_switch(nodes: Iterable[str], topology: Topology) -> Switch | None:
 
 def by_nearness(nodes: Iterable[str], home: Switch, topology: Topology) -> list[str]:
     """Nodes ordered by hops from the home switch, then switch, then id."""
-    hops = topology.hops_from_switch(home)
-    return sorted(nodes, key=lambda n: (hops[topology.switch_of(n)], topology.switch_of(n), n))
+    on: dict[Switch, list[str]] = {}
+    for node in nodes:
+        on.setdefault(topology.switch_of(node), []).append(node)
+    nearest_first = sorted(on, key=lambda switch: (switch_hops(home, switch), switch))
+    return [node for switch in nearest_first for node in sorted(on[switch])]
 
 
 def place(
@@ -38,13 +41,17 @@ def place(
     if sum(sizes.values()) > len(healthy):
         raise ValueError(f"sizes ask for {sum(sizes.values())} nodes, {len(healthy)} are healthy")
     up = set(healthy)
-    homes: dict[str, Switch | None] = {}
+    survived: dict[str, list[str]] = {}
     kept: dict[str, list[str]] = {}
+    # A job's home switch is found only where it is used (a job that shrinks, or one that takes
+    # extra nodes): on a large cluster most jobs keep their nodes as they are.
     for job in request.jobs:
-        survivors = [node for node in job.current if node in up]
-        home = homes[job.id] = home_switch(survivors or job.current, topology)
-        keep = set(by_nearness(survivors, home, topology)[: sizes[job.id]]) if home else set()
-        kept[job.id] = [node for node in job.current if node in keep]
+        survivors = survived[job.id] = [node for node in job.current if node in up]
+        if len(survivors) <= sizes[job.id]:  # the job keeps every survivor: no need to rank them
+            kept[job.id] = survivors
+        else:
+            keep = set(by_nearness(survivors, home_switch(survivors, topology), topology)[: sizes[job.id]])
+            kept[job.id] = [node for node in job.current if node in keep]
 
     taken = {node for nodes in kept.values() for node in nodes}
     free: dict[Switch, list[str]] = {}
@@ -56,9 +63,9 @@ def place(
         need = sizes[job.id] - len(kept[job.id])
         extra: list[str] = []
         if need > 0:
-            home = homes[job.id] or min(free, key=lambda switch: (-len(free[switch]), switch))
-            hops = topology.hops_from_switch(home)
-            for switch in sorted(free, key=lambda s: (hops[s], s)):
+            home = (home_switch(survived[job.id] or job.current, topology)
+                    or min(free, key=lambda switch: (-len(free[switch]), switch)))
+            for switch in sorted(free, key=lambda s: (switch_hops(home, s), s)):
                 take = free[switch][: need - len(extra)]
                 del free[switch][: len(take)]
                 extra += take

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from recovery.planner.topology import Switch, Topology
+from recovery.planner.topology import Switch, Topology, switch_hops
 from schemas.commands import RestoreSource
 from schemas.plan import PlanRequest
 
@@ -24,6 +24,8 @@ def restore_sources(
     for job in request.jobs:
         current = set(job.current)
         newcomers = [node for node in allocations[job.id] if node not in current]
+        if not newcomers:
+            continue
         # Survivors are the current nodes the plan keeps: placement keeps only healthy ones.
         nearest_in: dict[Switch, str] = {}  # switch -> its smallest surviving node id
         for node in allocations[job.id]:
@@ -37,7 +39,7 @@ def restore_sources(
                 continue
             switch = topology.switch_of(node)
             if switch not in replica_for:
-                hops = topology.hops_from_switch(switch)
-                replica_for[switch] = min(nearest_in.items(), key=lambda s: (hops[s[0]], s[1]))[1]
+                replica_for[switch] = min(nearest_in.items(),
+                                          key=lambda s: (switch_hops(switch, s[0]), s[1]))[1]
             sources[node] = RestoreSource(kind="replica", node=replica_for[switch])
     return sources

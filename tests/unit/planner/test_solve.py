@@ -2,11 +2,12 @@
 
 import itertools
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recovery.planner.objective import JobObjective
-from recovery.planner.solve import solve
+from recovery.planner.solve import solve, tie_rank
 
 
 def total_gain(jobs, sizes):
@@ -87,3 +88,47 @@ def test_a_tie_between_new_sizes_takes_fewer_nodes():
 
 def test_a_tie_between_jobs_gives_the_node_to_the_earlier_job():
     assert solve([job({4: 5.0}), job({4: 5.0})], 4) == [4, 0]
+
+
+def full_table(jobs, budget):
+    """The dynamic program over every budget 0..budget, one size at a time: what `solve` computes
+    on a part of the table only."""
+    best, rank, choices = np.zeros(budget + 1), np.zeros(budget + 1, dtype=np.int64), []
+    for job in jobs:
+        sizes = [k for k in job.sizes if k <= budget]
+        new_best, new_rank = best + job.gain(0), rank + tie_rank(job, 0, budget)
+        choice = np.zeros(budget + 1, dtype=np.int64)
+        for k in sizes[1:]:
+            cand = best[: budget + 1 - k] + job.gain(k)
+            cand_rank = rank[: budget + 1 - k] + tie_rank(job, k, budget)
+            held, held_rank = new_best[k:], new_rank[k:]
+            better = (cand > held) | ((cand == held) & (cand_rank < held_rank))
+            np.copyto(held, cand, where=better)
+            np.copyto(held_rank, cand_rank, where=better)
+            np.copyto(choice[k:], k, where=better)
+        best, rank = new_best, new_rank
+        choices.append(choice)
+    out, n = [], budget
+    for choice in reversed(choices):
+        out.append(int(choice[n]))
+        n -= out[-1]
+    return out[::-1]
+
+
+@st.composite
+def large_jobs(draw, value):
+    out = []
+    for _ in range(draw(st.integers(0, 8))):
+        sizes = draw(st.lists(st.integers(1, 60), min_size=1, max_size=6, unique=True))
+        out.append(JobObjective(
+            weight=draw(st.sampled_from([1.0, 2.0, 3.0])), table={size: draw(value) for size in sizes},
+            current_size=draw(st.integers(0, 60)), affected=draw(st.booleans()),
+            transition_s=float(draw(st.integers(0, 50))), horizon_s=100.0))
+    return out
+
+
+# Budgets from none to far more than the jobs can use, so that both ends of the table are cut.
+@settings(max_examples=300, deadline=None)
+@given(large_jobs(st.one_of(st.integers(0, 20).map(float), st.floats(0, 1e16))), st.integers(0, 400))
+def test_matches_the_full_table(jobs, budget):
+    assert solve(jobs, budget) == full_table(jobs, budget)
