@@ -209,9 +209,8 @@ class Healer(Policy):
         over. The last answer is the one decided on (the coordinator decides nothing on the others:
         a plan is complete only once every command is done)."""
         now = EPOCH + self.world.now
-        acks = [CommandAcked.model_construct(ts=now, node=c.node, command_id=c.id, job=c.job,  # valid: built
-                                             generation=c.generation, status=status)
-                for c in commands if self.world.healthy(c.node)]
+        acks = [CommandAcked(ts=now, node=c.node, command_id=c.id, job=c.job, generation=c.generation,
+                             status=status) for c in commands if self.world.healthy(c.node)]
         for ack in acks[:-1]:
             apply(self.state, ack)
         if acks:

@@ -9,6 +9,7 @@ Every policy of one seed sees exactly the same faults (and repair times).
 
 from __future__ import annotations
 
+import gc
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -62,6 +63,8 @@ def simulate(scenario: Scenario, policy: str, faults: Sequence[Fault], *, sample
         raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     world = World.of(scenario)
     actor = POLICIES[policy](world, scenario)
+    gc.collect()
+    gc.freeze()  # the cluster's many long-lived objects: a full collection in the run would walk them all
     end = scenario.duration_s
     world.at(0.0, actor.start)
     inject(world, actor, [fault for fault in faults if fault.ts < end])
@@ -74,7 +77,10 @@ def simulate(scenario: Scenario, policy: str, faults: Sequence[Fault], *, sample
         if progress is not None:
             progress(t / end)
 
-    world.run_until(end, sample, [end * (i + 1) / samples for i in range(samples)])
+    try:
+        world.run_until(end, sample, [end * (i + 1) / samples for i in range(samples)])
+    finally:
+        gc.unfreeze()
     goodput, lost = 0.0, dict.fromkeys(LOSSES, 0.0)
     nominal = 0.0
     for book in world.books.values():
