@@ -114,6 +114,7 @@ class CoordinatorService:
                  sum(not n.healthy for n in self.state.nodes.values()))
         now = self._clock()
         self._publish("catch-up after start", catch_up(self.state, now))
+        observe.cluster(self.state, now)  # the gauges say this state from now, not their initial 0s
         self._next_tick = now + self.state.config.tick_s
 
     def step(self, timeout_s: float = 1.0) -> None:
@@ -197,7 +198,6 @@ def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, tr
     metrics.LEADING.set(0)
     try:
         while lease.acquire(stop):
-            metrics.LEADING.set(1)
             try:
                 _lead_once(settings, config, sign, trust, stop, lease)
             finally:
@@ -216,6 +216,9 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
         service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch,
                                      trust=trust)
         service.start()
+        # Leading from here, where it acts on the rebuilt state and its gauges say it: the rules read
+        # the leader's trainmedic_isolations_left, which holds no count before (docs/metrics.md).
+        metrics.LEADING.set(1)
         while not stop.is_set() and lease.held():
             service.step()
         if not stop.is_set():
