@@ -1,7 +1,8 @@
-"""The gauges the healer's own alerts read from a coordinator (compose/prometheus/rules.yml), through a
+"""What the healer's own alerts read from a coordinator (compose/prometheus/rules.yml), through a
 real broker: `trainmedic_coordinator_leading` says 1 only once the coordinator acts on a rebuilt
 state, and by then `trainmedic_isolations_left` holds that state's count, not its initial 0 (which
-TrainmedicIsolationCapReached would take for a reached cap)."""
+TrainmedicIsolationCapReached would take for a reached cap); an invalid record it dead-letters is
+counted (TrainmedicDeadLetters)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,17 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
+from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from recovery.coordinator import metrics
 from recovery.coordinator.service import CoordinatorService, lead
-from tests.integration.test_coordinator import CONFIG, leading, sign
+from tests.integration.test_coordinator import CONFIG, leading, sign, step_until
 
 pytestmark = pytest.mark.kafka
 
 
-def gauge(name: str) -> float | None:
-    return REGISTRY.get_sample_value(name)
+def gauge(name: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(name, labels)
 
 
 def test_a_started_coordinator_reports_its_isolations_left_at_once(kafka: KafkaSettings) -> None:
@@ -62,3 +64,18 @@ def test_a_coordinator_reports_leading_only_once_its_state_is_rebuilt(
         thread.join(60)
     assert not thread.is_alive()
     assert gauge("trainmedic_coordinator_leading") == 0
+
+
+def test_an_invalid_record_the_coordinator_dead_letters_is_counted(kafka: KafkaSettings) -> None:
+    def counted() -> float:
+        return gauge("trainmedic_dead_letters_total", service="coordinator") or 0.0
+
+    service = leading(kafka)
+    try:
+        service.start()
+        before = counted()
+        with EventProducer(kafka) as producer:
+            producer.send(kafka.topics.jobs, b"not a job", key="j")
+        step_until(service, lambda: counted() == before + 1)
+    finally:
+        service.close()
