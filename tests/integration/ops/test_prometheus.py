@@ -157,7 +157,11 @@ def test_prometheus_answers_every_dashboard_query_and_fires_the_healers_alerts(
     finally:
         if standby is not None:  # first: it would take the lease once the coordinator stops
             standby.terminate()
-            standby.wait(timeout=30)
+            try:
+                standby.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                standby.kill()
+                standby.wait()
         if prometheus is not None:
             prometheus.stop()
         cluster.close()
