@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from bus.errors import KafkaError
 from bus.message import Record
+from bus.metrics import DEAD_LETTERS
 from bus.producer import EventProducer
 from bus.reader import TopicReader
 from bus.settings import KafkaSettings
@@ -91,6 +92,7 @@ class CoordinatorService:
         self._reader = TopicReader(settings, read_topics(topics), validate=True, dlq=self._dlq, name=name,
                                    timeout_s=30.0)
         self._next_tick = 0.0
+        DEAD_LETTERS.labels("coordinator")  # at 0 from the start: a first invalid record is an increase
 
     def start(self) -> None:
         """Fold the whole log (jobs first: every other event names a job), then catch up."""
@@ -114,13 +116,14 @@ class CoordinatorService:
                  sum(not n.healthy for n in self.state.nodes.values()))
         now = self._clock()
         self._publish("catch-up after start", catch_up(self.state, now))
+        observe.cluster(self.state, now)  # the gauges say this state from now, not their initial 0s
         self._next_tick = now + self.state.config.tick_s
 
     def step(self, timeout_s: float = 1.0) -> None:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
         trust = self._trust()  # once a poll: a key added or removed counts from the next one
-        for record in valid(self._reader.poll(wait), self._count_misplaced):
+        for record in valid(self._reader.poll(wait), self._count_dead_letter):
             if (why := self._unverified(record, trust)) is not None:
                 self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
                 continue
@@ -145,10 +148,13 @@ class CoordinatorService:
             return spec.suffix
         return None
 
-    def _count_misplaced(self, letter: DeadLettered) -> None:
-        """Count a misplaced record read live (the reader dead-lettered it; nothing acts on it)."""
+    def _count_dead_letter(self, letter: DeadLettered) -> None:
+        """Count a record read live that the reader dead-lettered (nothing acts on it): as misplaced
+        when another topic carries its kind, else as invalid."""
         if (suffix := self._misplaced(letter)) is not None:
             metrics.MISPLACED_RECORDS.labels(suffix).inc()
+        else:
+            DEAD_LETTERS.labels("coordinator").inc()
 
     def _unverified(self, record: Record, trust: Trust | None, *, live: bool = True) -> str | None:
         """Why `record` is not signed by who may write it (logged; counted when read live, not again
@@ -197,7 +203,6 @@ def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, tr
     metrics.LEADING.set(0)
     try:
         while lease.acquire(stop):
-            metrics.LEADING.set(1)
             try:
                 _lead_once(settings, config, sign, trust, stop, lease)
             finally:
@@ -216,6 +221,9 @@ def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer,
         service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch,
                                      trust=trust)
         service.start()
+        # Leading from here, where it acts on the rebuilt state and its gauges say it: the rules read
+        # the leader's trainmedic_isolations_left, which holds no count before (docs/metrics.md).
+        metrics.LEADING.set(1)
         while not stop.is_set() and lease.held():
             service.step()
         if not stop.is_set():

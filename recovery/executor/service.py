@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from bus.credentials import read_role
 from bus.errors import KafkaError
 from bus.message import Record
+from bus.metrics import DEAD_LETTERS
 from bus.producer import EventProducer
 from bus.reader import At, Start, TopicReader, partition_count, partition_of
 from bus.settings import KafkaSettings, credentials_dir
@@ -81,6 +82,7 @@ class Executor:
         self._leave_reason = ""
         self._announced = False
         self._rank_kafka = local_rank_kafka(os.environ)
+        DEAD_LETTERS.labels("executor")  # at 0 from the start: a first invalid command is an increase
 
     def run(self, stop: threading.Event) -> None:
         topic = self.kafka.topics.commands
@@ -216,6 +218,7 @@ class Executor:
         if isinstance(item, DeadLettered):
             log.warning("invalid command at %s[%d]@%d: %s", item.source_topic, item.partition,
                         item.offset, item.reason)
+            DEAD_LETTERS.labels("executor").inc()
             self._dead_letter(item)
             return
         try:

@@ -91,3 +91,16 @@ def test_a_command_that_raises_while_decided_is_dead_lettered_and_read_past(exec
     broken = Record(parsed.topic, parsed.partition, parsed.offset, parsed.key, object(), raw)
     executor._handle(broken)
     assert executor._ledger.state.positions[(executor.kafka.topics.commands, 0)] == 6
+
+
+def test_an_invalid_command_is_dead_lettered_and_counted(executor: Executor) -> None:
+    from prometheus_client import REGISTRY
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("trainmedic_dead_letters_total", {"service": "executor"}) or 0.0
+
+    before = counted()
+    topics = executor.kafka.topics
+    executor._handle(parse_message(topics, topics.commands, 0, 3, b"n1", b"not a command", 0.0))
+    assert executor._ledger.state.positions[(topics.commands, 0)] == 4
+    assert counted() == before + 1  # TrainmedicDeadLetters sees it
