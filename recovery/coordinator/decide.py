@@ -20,7 +20,7 @@ from recovery.coordinator.commands import (
     stop_plan_id,
 )
 from recovery.coordinator.isolation import decide_isolations, node_group, skip
-from recovery.coordinator.lifecycle import new_work_refused
+from recovery.coordinator.lifecycle import new_work_refused, suspects
 from recovery.coordinator.limits import exhausted, policy, restart_due
 from recovery.coordinator.state import ClusterState, CommandRecord, CommandStatus, Job, JobState
 from schemas.commands import CommandAcked, CommandAction, RanksFinished
@@ -67,9 +67,10 @@ def start_job(state: ClusterState, job_id: str, now: float) -> list:
     if (job is None or job.state is not JobState.SUBMITTED or job.plan is not None or job.not_started
             or job.over):
         return []
-    problems = [why for n in job.spec.nodes if (why := new_work_refused(state, n)) is not None]
-    problems += [f"node {n} runs job {other.spec.id}" for n in job.spec.nodes
-                 if (other := state.job_on(n)) is not None]
+    held = suspects(state)  # once, not per node: a job may name thousands
+    problems = [why for n in job.spec.nodes if (why := new_work_refused(state, n, held)) is not None]
+    running = {node: other for other in state.jobs.values() for node in other.nodes}
+    problems += [f"node {n} runs job {running[n].spec.id}" for n in job.spec.nodes if n in running]
     if not job.spec.nodes:
         problems.append("its spec names no nodes")
     if problems:
