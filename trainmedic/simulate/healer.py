@@ -113,6 +113,10 @@ class Healer(Policy):
         elif job is not None:
             self.open.setdefault(job, []).append(incident.id)
         self._coordinate(incident)
+        if fault.breaks_node and self.world.broken.get(fault.node) != fault.ts + fault.repair_s:
+            # repaired before its incident opened: resolved once the coordinator decided it (else the
+            # node waits for a repair that is over, and its job for a decision that never comes)
+            self.world.at(now + self.state.config.group_window_s + 2 * EPSILON, self.repaired, fault.node)
 
     def _resolve(self, incident: Incident) -> None:
         self._coordinate(incident.model_copy(update={"ts": EPOCH + self.world.now,

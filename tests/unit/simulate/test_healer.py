@@ -1,0 +1,40 @@
+"""The trainmedic policy's world: what it tells the real coordinator, and when it lets it tick, so no
+decision waits on news or a tick the simulation never delivers."""
+
+from __future__ import annotations
+
+from trainmedic.simulate.faults import Fault
+from trainmedic.simulate.healer import Healer
+from trainmedic.simulate.scenario import Scenario
+from trainmedic.simulate.world import World, inject
+
+HOUR = 3600.0
+
+
+def cluster(nodes: int, *, job_nodes: int = 4, min_nodes: int = 3, **trainmedic: object) -> Scenario:
+    return Scenario.model_validate({
+        "name": "t", "duration_days": 1, "cluster": {"nodes": nodes, "nodes_per_switch": 4},
+        "jobs": [{"id": "job", "nodes": job_nodes, "min_nodes": min_nodes, "step_s": 2.0}],
+        "policies": {"trainmedic": trainmedic}})
+
+
+def gpu_lost(ts: float, node: str, repair_s: float = 2 * HOUR) -> Fault:
+    return Fault(ts=ts, node=node, category="gpu_lost", cause="faulty GPU", repair_s=repair_s)
+
+
+def healed(scenario: Scenario, faults: list[Fault], until: float) -> tuple[World, Healer]:
+    world = World.of(scenario)
+    healer = Healer(world, scenario.policies.trainmedic)
+    world.at(0.0, healer.start)
+    inject(world, healer, faults)
+    world.run_until(until, lambda t: None, [])
+    return world, healer
+
+
+def test_a_node_repaired_before_its_fault_is_detected_is_readmitted():
+    # repaired one second after the fault, before the next NVML sample reports it: the coordinator
+    # isolates it as for any lost GPU, its incident resolves, and it is back after the probation
+    world, healer = healed(cluster(5), [gpu_lost(5000.0, "n1", repair_s=1.0)], 5000.0 + HOUR)
+    assert healer.state.nodes["n1"].isolations  # the coordinator did isolate it
+    assert healer.state.nodes["n1"].healthy
+    assert world.books["job"].is_running
