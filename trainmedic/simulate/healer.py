@@ -171,6 +171,7 @@ class Healer(Policy):
             self.world.at(now, self._answer, sent, AckStatus.ACCEPTED)
             self.world.at(now + delay, self._answer, sent, AckStatus.DONE)
             self._tick_at(now + self.state.config.ack_timeout_s + EPSILON)  # for those nobody answers
+            self._tick_at(now + self.state.config.done_timeout_s + EPSILON)  # accepted, then the node broke
         self._wake()
 
     def _unanswered(self, job: str) -> None:

@@ -38,3 +38,13 @@ def test_a_node_repaired_before_its_fault_is_detected_is_readmitted():
     assert healer.state.nodes["n1"].isolations  # the coordinator did isolate it
     assert healer.state.nodes["n1"].healthy
     assert world.books["job"].is_running
+
+
+def test_a_command_accepted_and_never_done_times_out_when_the_coordinator_says():
+    # n2 breaks while the job restarts onto it (a 300 s transition), past the isolation cap: its
+    # command was accepted and is never done, and only the coordinator's done timeout (600 s) moves the
+    # job on — not the operator, who answers the cap's alert half an hour later
+    scenario = cluster(5, restart={"base_s": 300.0}, operator_s=1800.0)
+    world, _ = healed(scenario, [gpu_lost(5000.0, "n1"), gpu_lost(5100.0, "n2")], 5000.0 + 2 * HOUR)
+    done_timeout_s = 600.0
+    assert [ts for ts in world.books["job"].resumed if ts > 5100.0][0] < 5004.0 + done_timeout_s + 400.0
