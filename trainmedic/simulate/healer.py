@@ -248,5 +248,7 @@ class Healer(Policy):
             incident = self.state.incidents[incident_id]
             job = self.state.jobs.get(incident.job) if incident.job else None
             due = restart_due(self.state, job, signature(incident), now) if job is not None else now
-            if due > now:  # one not due yet waits on its backoff; one due now waits for a group or a plan
+            if due > now:  # one not due yet waits on its backoff
                 self._tick_at(due - EPOCH + EPSILON)
+            elif not group:  # one due now waited for a group decided since: the next tick decides it
+                self._tick_at(self.world.now + config.tick_s)

@@ -48,3 +48,14 @@ def test_a_command_accepted_and_never_done_times_out_when_the_coordinator_says()
     world, _ = healed(scenario, [gpu_lost(5000.0, "n1"), gpu_lost(5100.0, "n2")], 5000.0 + 2 * HOUR)
     done_timeout_s = 600.0
     assert [ts for ts in world.books["job"].resumed if ts > 5100.0][0] < 5004.0 + done_timeout_s + 400.0
+
+
+def test_an_incident_held_back_for_a_node_group_is_decided_on_the_next_tick_after_the_group():
+    # n1 takes the isolation cap; then the job's software error waits for the group of n3's lost GPU,
+    # which the cap holds: the error is due, and the coordinator's next tick (1 s) restarts the job
+    scenario = cluster(10, job_nodes=8, min_nodes=6)
+    faults = [gpu_lost(5000.0, "n1"), Fault(ts=5100.0, node="n2", category="software_error", cause="bug"),
+              gpu_lost(5100.2, "n3")]
+    _, healer = healed(scenario, faults, 5110.0)
+    software = [i for i in healer.state.incidents.values() if i.category == "software_error"]
+    assert software and not healer.state.pending & {i.id for i in software}
