@@ -171,7 +171,6 @@ class Healer(Policy):
             self.world.at(now, self._answer, sent, AckStatus.ACCEPTED)
             self.world.at(now + delay, self._answer, sent, AckStatus.DONE)
             self._tick_at(now + self.state.config.ack_timeout_s + EPSILON)  # for those nobody answers
-            self._tick_at(now + self.state.config.done_timeout_s + EPSILON)  # accepted, then the node broke
         self._wake()
 
     def _unanswered(self, job: str) -> None:
@@ -221,6 +220,9 @@ class Healer(Policy):
             apply(self.state, ack)
         if acks:
             self._coordinate(acks[-1])
+        silent = [c.ts for c in commands if not self.world.healthy(c.node) and self.state.awaited(c.node)]
+        if status is AckStatus.DONE and silent:  # accepted, then the node broke: its done timeout decides
+            self._tick_at(max(silent) - EPOCH + self.state.config.done_timeout_s + EPSILON)
 
     def _completed(self, plan: RecoveryPlanned) -> None:
         book = self.world.books.get(plan.job)
