@@ -225,10 +225,11 @@ class Healer(Policy):
             self._tick_at(max(silent) - EPOCH + self.state.config.done_timeout_s + EPSILON)
 
     def _completed(self, plan: RecoveryPlanned) -> None:
+        now = self.world.now
+        self._tick_at(now + EPSILON)  # a quiet cluster: a capacity re-plan may be due
         book = self.world.books.get(plan.job)
         if book is None or book.is_running:
             return
-        now = self.world.now
         if not plan.nodes:
             book.wait(now, Down.REPAIR_WAIT)  # the planner gave it no nodes: it waits for capacity
             return
@@ -238,7 +239,6 @@ class Healer(Policy):
             incident = self.state.incidents.get(incident_id)
             if incident is not None and incident.status is IncidentStatus.OPEN:
                 self._resolve(incident)
-        self._tick_at(now + EPSILON)  # a quiet cluster: a capacity re-plan may be due
 
     def _wake(self) -> None:
         """Tick when a waiting incident can be decided: a node group's window, a job's backoff."""

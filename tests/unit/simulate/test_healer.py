@@ -59,3 +59,16 @@ def test_an_incident_held_back_for_a_node_group_is_decided_on_the_next_tick_afte
     _, healer = healed(scenario, faults, 5110.0)
     software = [i for i in healer.state.incidents.values() if i.category == "software_error"]
     assert software and not healer.state.pending & {i.id for i in software}
+
+
+def test_a_job_stopped_for_want_of_nodes_grows_back_on_a_node_readmitted_while_it_stopped():
+    # b (2 nodes, no smaller size) loses n3 and is stopped: a 300 s stop during which n3 is repaired
+    # and re-admitted; the capacity re-plan that waited for the stop gives b its nodes back after it
+    scenario = Scenario.model_validate({
+        "name": "t", "duration_days": 1, "cluster": {"nodes": 5, "nodes_per_switch": 4},
+        "jobs": [{"id": "a", "nodes": 3, "step_s": 2.0}, {"id": "b", "nodes": 2, "step_s": 2.0}],
+        "policies": {"trainmedic": {"restart": {"base_s": 300.0},
+                                    "coordinator": {"readmit_probation_s": 100.0}}}})
+    world, healer = healed(scenario, [gpu_lost(1000.0, "n3", repair_s=10.0)], 5000.0)
+    assert healer.state.nodes["n3"].healthy and healer.state.jobs["b"].nodes
+    assert world.books["b"].is_running and world.books["b"].resumed
