@@ -17,13 +17,16 @@ A job resumes when its plan completes, at the plan's size, its state from a repl
 node of the plan restores from the checkpoint. A down job the coordinator decides not to act on
 waits for a person: past the isolation cap, the person answers the `mass_failure` alert after
 `operator_s` by draining the broken nodes the coordinator kept in service (and uncordons each once
-repaired); a job the coordinator gave up on (`recovery_failed`) stays with the person, counted.
+repaired); paged for a node the coordinator isolated for a failed command (its own escalation, which
+nothing resolves), the person uncordons it once repaired; a job the coordinator gave up on
+(`recovery_failed`) stays with the person, counted.
 """
 
 from __future__ import annotations
 
 from recovery.coordinator.blame import signature
 from recovery.coordinator.config import CoordinatorConfig, NodeConfig
+from recovery.coordinator.decide import ESCALATION
 from recovery.coordinator.fold import apply
 from recovery.coordinator.isolation import node_group
 from recovery.coordinator.limits import restart_due
@@ -44,6 +47,7 @@ from trainmedic.simulate.world import Policy, World
 
 EPOCH = 1_700_000_000.0  # simulated second 0 as the coordinator sees it (Unix time)
 EPSILON = 1e-3  # a tick just after a deadline, so the deadline has passed
+ESCALATIONS = frozenset(category for _, _, category in ESCALATION.values())  # a command failed: paged
 
 
 class Healer(Policy):
@@ -163,6 +167,9 @@ class Healer(Policy):
                     self._tick_at(now + self.state.config.tick_s)
                 case Incident(category="mass_failure"):
                     self.world.at(now + self.costs.operator_s, self._operator)
+                case Incident(category=str(category), node=str(node)) if category in ESCALATIONS:
+                    self.world.at(now + max(self.costs.operator_s, self.state.config.group_window_s + EPSILON),
+                                  self._paged, node)
                 case RecoverySkipped(job=str(job)) if job in self.world.books:
                     self._unanswered(job)
         for key, sent in commands.items():
@@ -198,6 +205,16 @@ class Healer(Policy):
                 self.drained.add(node)
                 self._coordinate(NodeDrained(ts=EPOCH + self.world.now, node=node, reason="broken"))
         self._tick_at(self.world.now + EPSILON)
+
+    def _paged(self, node: str) -> None:
+        """A person answers the page for a node the coordinator blamed for a failed command: its own
+        escalation isolates it and nothing resolves that, so the person returns the node once it is
+        repaired (as a drained one)."""
+        if self.world.healthy(node):
+            self._coordinate(NodeUncordoned(ts=EPOCH + self.world.now, node=node, reason="checked"))
+            self._tick_at(self.world.now + self.state.config.tick_s)
+        else:
+            self.drained.add(node)
 
     def _transition_s(self, plan: RecoveryPlanned) -> float:
         size = max(1, len(plan.nodes))

@@ -72,3 +72,13 @@ def test_a_job_stopped_for_want_of_nodes_grows_back_on_a_node_readmitted_while_i
     world, healer = healed(scenario, [gpu_lost(1000.0, "n3", repair_s=10.0)], 5000.0)
     assert healer.state.nodes["n3"].healthy and healer.state.jobs["b"].nodes
     assert world.books["b"].is_running and world.books["b"].resumed
+
+
+def test_a_node_isolated_for_a_failed_command_is_returned_by_the_person_paged_once_repaired():
+    # n2 breaks past the isolation cap: the job's restart onto it is never answered, and the coordinator
+    # isolates it for the failed restart (an escalation nothing resolves); repaired, a person returns it
+    faults = [gpu_lost(5000.0, "n1"), gpu_lost(5100.0, "n2")]
+    _, healer = healed(cluster(5), faults, 5100.0 + 5 * HOUR)
+    n2 = healer.state.nodes["n2"]
+    assert any(healer.state.incidents[i].category == "restart_failed" for _, i in n2.isolations)
+    assert n2.healthy
