@@ -168,8 +168,8 @@ class Healer(Policy):
                 case Incident(category="mass_failure"):
                     self.world.at(now + self.costs.operator_s, self._operator)
                 case Incident(category=str(category), node=str(node)) if category in ESCALATIONS:
-                    self.world.at(now + max(self.costs.operator_s, self.state.config.group_window_s + EPSILON),
-                                  self._paged, node)
+                    after = max(self.costs.operator_s, self.state.config.group_window_s + EPSILON)
+                    self.world.at(now + after, self._paged, node)  # after the isolation it pages for
                 case RecoverySkipped(job=str(job)) if job in self.world.books:
                     self._unanswered(job)
         for key, sent in commands.items():
