@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         chosen = scenario.load(path)
         if args.days is not None:
-            chosen = chosen.model_copy(update={"duration_days": args.days})
+            chosen = scenario.Scenario.model_validate({**chosen.model_dump(), "duration_days": args.days})
     except FileNotFoundError:
         known = ", ".join(p.stem for p in sorted(SCENARIOS.glob("*.yaml")))
         print(f"trainmedic simulate: no scenario {args.scenario!r}: not a file, nor a bundled one ({known})",

@@ -17,13 +17,16 @@ A job resumes when its plan completes, at the plan's size, its state from a repl
 node of the plan restores from the checkpoint. A down job the coordinator decides not to act on
 waits for a person: past the isolation cap, the person answers the `mass_failure` alert after
 `operator_s` by draining the broken nodes the coordinator kept in service (and uncordons each once
-repaired); a job the coordinator gave up on (`recovery_failed`) stays with the person, counted.
+repaired); paged for a node the coordinator isolated for a failed command (its own escalation, which
+nothing resolves), the person uncordons it once repaired; a job the coordinator gave up on
+(`recovery_failed`) stays with the person, counted.
 """
 
 from __future__ import annotations
 
 from recovery.coordinator.blame import signature
 from recovery.coordinator.config import CoordinatorConfig, NodeConfig
+from recovery.coordinator.decide import ESCALATION
 from recovery.coordinator.fold import apply
 from recovery.coordinator.isolation import node_group
 from recovery.coordinator.limits import restart_due
@@ -44,6 +47,7 @@ from trainmedic.simulate.world import Policy, World
 
 EPOCH = 1_700_000_000.0  # simulated second 0 as the coordinator sees it (Unix time)
 EPSILON = 1e-3  # a tick just after a deadline, so the deadline has passed
+ESCALATIONS = frozenset(category for _, _, category in ESCALATION.values())  # a command failed: paged
 
 
 class Healer(Policy):
@@ -113,6 +117,10 @@ class Healer(Policy):
         elif job is not None:
             self.open.setdefault(job, []).append(incident.id)
         self._coordinate(incident)
+        if fault.breaks_node and self.world.broken.get(fault.node) != fault.ts + fault.repair_s:
+            # repaired before its incident opened: resolved once the coordinator decided it (else the
+            # node waits for a repair that is over, and its job for a decision that never comes)
+            self.world.at(now + self.state.config.group_window_s + 2 * EPSILON, self.repaired, fault.node)
 
     def _resolve(self, incident: Incident) -> None:
         self._coordinate(incident.model_copy(update={"ts": EPOCH + self.world.now,
@@ -159,6 +167,9 @@ class Healer(Policy):
                     self._tick_at(now + self.state.config.tick_s)
                 case Incident(category="mass_failure"):
                     self.world.at(now + self.costs.operator_s, self._operator)
+                case Incident(category=str(category), node=str(node)) if category in ESCALATIONS:
+                    after = max(self.costs.operator_s, self.state.config.group_window_s + EPSILON)
+                    self.world.at(now + after, self._paged, node)  # after the isolation it pages for
                 case RecoverySkipped(job=str(job)) if job in self.world.books:
                     self._unanswered(job)
         for key, sent in commands.items():
@@ -195,6 +206,16 @@ class Healer(Policy):
                 self._coordinate(NodeDrained(ts=EPOCH + self.world.now, node=node, reason="broken"))
         self._tick_at(self.world.now + EPSILON)
 
+    def _paged(self, node: str) -> None:
+        """A person answers the page for a node the coordinator blamed for a failed command: its own
+        escalation isolates it and nothing resolves that, so the person returns the node once it is
+        repaired (as a drained one)."""
+        if self.world.healthy(node):
+            self._coordinate(NodeUncordoned(ts=EPOCH + self.world.now, node=node, reason="checked"))
+            self._tick_at(self.world.now + self.state.config.tick_s)
+        else:
+            self.drained.add(node)
+
     def _transition_s(self, plan: RecoveryPlanned) -> float:
         size = max(1, len(plan.nodes))
         if plan.kind is RecoveryKind.REATTEMPT:
@@ -215,12 +236,16 @@ class Healer(Policy):
             apply(self.state, ack)
         if acks:
             self._coordinate(acks[-1])
+        silent = [c.ts for c in commands if not self.world.healthy(c.node) and self.state.awaited(c.node)]
+        if status is AckStatus.DONE and silent:  # accepted, then the node broke: its done timeout decides
+            self._tick_at(max(silent) - EPOCH + self.state.config.done_timeout_s + EPSILON)
 
     def _completed(self, plan: RecoveryPlanned) -> None:
+        now = self.world.now
+        self._tick_at(now + EPSILON)  # a quiet cluster: a capacity re-plan may be due
         book = self.world.books.get(plan.job)
         if book is None or book.is_running:
             return
-        now = self.world.now
         if not plan.nodes:
             book.wait(now, Down.REPAIR_WAIT)  # the planner gave it no nodes: it waits for capacity
             return
@@ -230,7 +255,6 @@ class Healer(Policy):
             incident = self.state.incidents.get(incident_id)
             if incident is not None and incident.status is IncidentStatus.OPEN:
                 self._resolve(incident)
-        self._tick_at(now + EPSILON)  # a quiet cluster: a capacity re-plan may be due
 
     def _wake(self) -> None:
         """Tick when a waiting incident can be decided: a node group's window, a job's backoff."""
@@ -242,5 +266,7 @@ class Healer(Policy):
             incident = self.state.incidents[incident_id]
             job = self.state.jobs.get(incident.job) if incident.job else None
             due = restart_due(self.state, job, signature(incident), now) if job is not None else now
-            if due > now:  # one not due yet waits on its backoff; one due now waits for a group or a plan
+            if due > now:  # one not due yet waits on its backoff
                 self._tick_at(due - EPOCH + EPSILON)
+            elif not group:  # one due now waited for a group decided since: the next tick decides it
+                self._tick_at(self.world.now + config.tick_s)

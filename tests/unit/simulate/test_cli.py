@@ -71,6 +71,8 @@ def test_what_cannot_run_is_said_in_one_line(tmp_path, capsys):
     assert "the jobs ask for 9 nodes; the cluster has 8" in capsys.readouterr().err
     assert main(["simulate", "unicron-128", "--policies", "torchft"]) == 2
     assert "unknown policy torchft" in capsys.readouterr().err
+    assert main(["simulate", "unicron-128", "--days", "0", "--out", str(tmp_path)]) == 2
+    assert "duration_days" in capsys.readouterr().err  # checked as in the file, not divided by
 
 
 def test_an_incident_log_next_to_the_scenario_is_its_trace(tmp_path):
