@@ -1,11 +1,13 @@
 """Automatic re-admission: an isolated node rejoins the pool once it has earned it.
 
 A node isolated for incident I is re-admitted when I is resolved, no incident naming the
-node is open, none changed in the last `readmit_probation_s` (an incident's time is when it
-was opened or resolved) nor was the node isolated then, and it was isolated at most
-`readmit_max_failures` times within `readmit_window_s`. `readmission: off` leaves every
-node to `trainmedic nodes uncordon`. The re-admission is a `node_readmitted` event with the
-reason; `capacity.py` then grows jobs onto the node when that pays.
+node is open (but one opened before the node's last uncordon or re-admission, which vouched for
+it: the coordinator's own escalations are never resolved), none changed in the last
+`readmit_probation_s` (an incident's time is when it was opened or resolved) nor was the node
+isolated then, and it was isolated at most `readmit_max_failures` times within
+`readmit_window_s`. `readmission: off` leaves every node to `trainmedic nodes uncordon`. The
+re-admission is a `node_readmitted` event with the reason; `capacity.py` then grows jobs onto
+the node when that pays.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ def readmissions(state: ClusterState, now: float) -> list[NodeReadmitted]:
     for incident in state.incidents.values():
         if incident.node in isolated:
             last_seen[incident.node] = max(last_seen.get(incident.node, 0.0), incident.ts)
-            if incident.status is IncidentStatus.OPEN:
-                still_open.add(incident.node)
+            returned = isolated[incident.node].returned_ts
+            if incident.status is IncidentStatus.OPEN and (returned is None or incident.ts > returned):
+                still_open.add(incident.node)  # one older than the node's last return was vouched for
     out = []
     for node_id in sorted(isolated):
         node = isolated[node_id]

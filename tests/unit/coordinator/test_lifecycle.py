@@ -165,6 +165,15 @@ def test_no_readmission_while_the_fault_is_open_when_off_or_after_too_many_failu
     assert of_type(rec.tick(now=20.0 + 86_400.5), "node_readmitted")  # the old failure left the window
 
 
+def test_an_open_incident_older_than_the_nodes_last_return_does_not_keep_it_out() -> None:
+    # an escalation of the coordinator's (never resolved), then a person uncordoned the node
+    for opened, readmitted in ((10.0, True), (60.0, False)):
+        rec = readmission_world()
+        rec.state.incidents["esc"] = incident("esc", "SEV1", node="n3", ts=opened, category="restart_failed")
+        rec.state.nodes["n3"].returned_ts = 20.0
+        assert bool(of_type(rec.tick(now=10_000.0), "node_readmitted")) is readmitted
+
+
 def test_a_node_event_from_a_clock_ahead_waits_until_ours_gets_there() -> None:
     rec = shrunk()
     rec.feed(uncordon("n3", ts=70.0), now=61.0)
