@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.simulate.worlds import healed
 from trainmedic.simulate.faults import Fault
-from trainmedic.simulate.healer import Healer
 from trainmedic.simulate.scenario import Scenario
-from trainmedic.simulate.world import World, inject
 
 STEP_S = 0.25
 # docs/demo.md, "Measured": the run of 2026-12-01 (issue 15), `resume s`: from the fault to the first
@@ -42,11 +41,7 @@ def test_each_demo_fault_resumes_within_a_quarter_of_what_the_demo_measured():
         "flap": Fault(ts=1180.0, node="n0", category="link_flap", cause="ib0 down 2 s"),
     }
     starts = {**{name: f.ts for name, f in faults.items()}, "grow": 1060.0 + 180.0}
-    world = World.of(DEMO)
-    healer = Healer(world, DEMO.policies.trainmedic)
-    world.at(0.0, healer.start)
-    inject(world, healer, list(faults.values()))
-    world.run_until(2000.0, lambda t: None, [])
+    world, _ = healed(DEMO, list(faults.values()), 2000.0)
     resumed = world.books["demo"].resumed
     predicted = {name: min(t for t in resumed if t > start) - start + STEP_S
                  for name, start in starts.items()}

@@ -3,32 +3,9 @@ decision waits on news or a tick the simulation never delivers."""
 
 from __future__ import annotations
 
+from tests.unit.simulate.worlds import HOUR, cluster, gpu_lost, healed
 from trainmedic.simulate.faults import Fault
-from trainmedic.simulate.healer import Healer
 from trainmedic.simulate.scenario import Scenario
-from trainmedic.simulate.world import World, inject
-
-HOUR = 3600.0
-
-
-def cluster(nodes: int, *, job_nodes: int = 4, min_nodes: int = 3, **trainmedic: object) -> Scenario:
-    return Scenario.model_validate({
-        "name": "t", "duration_days": 1, "cluster": {"nodes": nodes, "nodes_per_switch": 4},
-        "jobs": [{"id": "job", "nodes": job_nodes, "min_nodes": min_nodes, "step_s": 2.0}],
-        "policies": {"trainmedic": trainmedic}})
-
-
-def gpu_lost(ts: float, node: str, repair_s: float = 2 * HOUR) -> Fault:
-    return Fault(ts=ts, node=node, category="gpu_lost", cause="faulty GPU", repair_s=repair_s)
-
-
-def healed(scenario: Scenario, faults: list[Fault], until: float) -> tuple[World, Healer]:
-    world = World.of(scenario)
-    healer = Healer(world, scenario.policies.trainmedic)
-    world.at(0.0, healer.start)
-    inject(world, healer, faults)
-    world.run_until(until, lambda t: None, [])
-    return world, healer
 
 
 def test_a_node_repaired_before_its_fault_is_detected_is_readmitted():

@@ -5,24 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.simulate.worlds import HOUR, cluster, gpu_lost, healed
 from trainmedic.simulate.faults import Fault
-from trainmedic.simulate.healer import Healer
 from trainmedic.simulate.run import simulate
 from trainmedic.simulate.scenario import Scenario
-from trainmedic.simulate.world import World, inject
-
-HOUR = 3600.0
-
-
-def cluster(nodes: int, *, job_nodes: int = 4, min_nodes: int = 3, **trainmedic: object) -> Scenario:
-    return Scenario.model_validate({
-        "name": "t", "duration_days": 1, "cluster": {"nodes": nodes, "nodes_per_switch": 4},
-        "jobs": [{"id": "job", "nodes": job_nodes, "min_nodes": min_nodes, "step_s": 2.0}],
-        "policies": {"trainmedic": trainmedic}})
-
-
-def gpu_lost(ts: float, node: str = "n1", repair_s: float = 2 * HOUR) -> Fault:
-    return Fault(ts=ts, node=node, category="gpu_lost", cause="faulty GPU", repair_s=repair_s)
 
 
 def lost(scenario: Scenario, policy: str, faults: list[Fault]) -> dict[str, float]:
@@ -51,12 +37,7 @@ def test_without_a_spare_restart_all_waits_for_the_repair_while_elastic_and_trai
 
 
 def test_trainmedic_is_the_real_coordinator_its_plan_moves_the_job_off_the_broken_node():
-    scenario = cluster(5)
-    world = World.of(scenario)
-    healer = Healer(world, scenario.policies.trainmedic)
-    world.at(0.0, healer.start)
-    inject(world, healer, [gpu_lost(5000.0, "n1", repair_s=10 * HOUR)])
-    world.run_until(6000.0, lambda t: None, [])
+    world, healer = healed(cluster(5), [gpu_lost(5000.0, "n1", repair_s=10 * HOUR)], 6000.0)
     job = healer.state.jobs["job"]
     assert "n1" not in job.nodes and "n4" in job.nodes  # the spare
     assert not healer.state.nodes["n1"].healthy  # isolated by the coordinator, not by the simulation
