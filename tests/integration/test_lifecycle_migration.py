@@ -71,5 +71,6 @@ def test_an_older_coordinators_log_is_migrated_once_and_rebuilds_the_same_state(
     job = coordinator.state.jobs["llm"]
     assert (job.state.value, job.generation, job.nodes) == ("running", 1, rec.state.jobs["llm"].nodes)
     assert coordinator.state.healthy("n2") and coordinator.state.plans == rec.state.plans
-    assert read(kafka, "commands") == commands  # it knows what it did: nothing is issued again
+    # it knows what it did: nothing is issued again (the same records; partitions interleave in any order)
+    assert sorted(map(repr, read(kafka, "commands"))) == sorted(map(repr, commands))
     coordinator.close()
