@@ -52,9 +52,13 @@ def read(settings: KafkaSettings, topic: str, group: str, *, commit: bool = True
     """Fetch from partition 0 (and commit for `group`); None when allowed, else the error's name."""
     answers: list = []  # the commit's outcome (an asynchronous commit: a synchronous one can wait forever
     # while librdkafka retries a coordinator lookup the group ACL refuses)
+    # The group ACL's refusal comes as the commit's outcome or, when the coordinator lookup is what
+    # the broker refused (librdkafka then answers the commit _WAIT_COORD only), as a client error.
+    refusals: list[RdKafkaError] = []
     consumer = clients.consumer(settings, {"group.id": group, "auto.offset.reset": "earliest",
                                            "enable.auto.commit": False,
-                                           "on_commit": lambda err, _parts: answers.append(err)})
+                                           "on_commit": lambda err, _parts: answers.append(err),
+                                           "error_cb": refusals.append})
     try:
         # An assigned partition the role may not read is silently not fetched: its metadata says why.
         refused = consumer.list_topics(topic, timeout=10).topics[topic].error
@@ -75,7 +79,11 @@ def read(settings: KafkaSettings, topic: str, group: str, *, commit: bool = True
             consumer.commit(asynchronous=True)
             deadline = time.monotonic() + 15
             while not answers and time.monotonic() < deadline:
-                consumer.poll(0.2)
+                msg = consumer.poll(0.2)
+                if msg is not None and msg.error() is not None:
+                    refusals.append(msg.error())
+                if any(e.code() == RdKafkaError.GROUP_AUTHORIZATION_FAILED for e in refusals):
+                    return "GROUP_AUTHORIZATION_FAILED"
             err = answers[0] if answers else None
             if not answers or (err is not None and err.name() == "_WAIT_COORD"):
                 time.sleep(0.5)
