@@ -6,10 +6,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import TypeAdapter
 
 from schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
 from schemas.topics import misplaced
@@ -62,20 +61,22 @@ class Record:
 
 def parse_message(
     topics: Topics, topic: str, partition: int, offset: int,
-    key: bytes | None, value: bytes | None, now: float, validator: TypeAdapter | None = None,
-    timestamp_ms: int | None = None,
+    key: bytes | None, value: bytes | None, now: float,
+    decoder: Callable[[bytes | None], Any] | None = None, timestamp_ms: int | None = None,
 ) -> Record | DeadLettered:
-    """Validate one message against its topic's contract (or `validator`). Never raises. An event
-    that another topic carries (a coordinator's decision read from incidents) is refused with
-    that reason: each topic has one writer, and a broker ACL per topic is what proves it."""
+    """Validate one message against its topic's contract (or with `decoder`, which raises
+    InvalidEvent). Never raises. An event that another topic carries (a coordinator's decision read
+    from incidents) is refused with that reason: each topic has one writer, and a broker ACL per
+    topic is what proves it."""
     spec = None
     try:
-        if validator is None:
+        if decoder is None:
             spec = topics.spec_of(topic)
             if spec is None:
                 raise InvalidEvent(f"no contract for topic {topic!r}")
-            validator = adapter(spec.suffix)
-        event = decode(value, validator)
+            event = decode(value, adapter(spec.suffix))
+        else:
+            event = decoder(value)
         text_key = None if key is None else key.decode("utf-8")
     except (InvalidEvent, UnicodeDecodeError) as err:
         reason = str(err) if isinstance(err, InvalidEvent) else f"key is not UTF-8: {err}"

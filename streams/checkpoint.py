@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from bus.message import RawMessage
 from schemas import encode
-from schemas.codec import TELEMETRY
+from schemas.wire import decode_telemetry
 from streams.core import Detector, DetectorState
 from streams.live import Held, LiveDetector
 
@@ -190,7 +190,7 @@ def _decode(head: dict, body: bytes) -> Checkpoint:
         value = body[at:at + length]
         at += length
         origin = None if topic is None else RawMessage(topic, partition, offset, timestamp_ms, key, value)
-        held.append(Held(TELEMETRY.validate_json(value), origin, seq))
+        held.append(Held(decode_telemetry(value), origin, seq))
     if at != len(body):
         raise ValueError(f"{len(body) - at} bytes past the last held event")
     watermark = head["watermark"]

@@ -73,7 +73,7 @@ class Held:
     it to `feed`; None for an event fed without one) and its place among events of the same `ts`
     (`seq`)."""
 
-    event: BaseModel
+    event: BaseModel  # or its fast twin (schemas/wire.py)
     origin: RawMessage | None
     seq: int
 
@@ -83,7 +83,7 @@ class Failure:
     """An event the core raised on: it is not applied; the caller dead-letters it (`origin` as
     in `Held`)."""
 
-    event: BaseModel
+    event: BaseModel  # or its fast twin (schemas/wire.py)
     origin: RawMessage | None
     error: str
 

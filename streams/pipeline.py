@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS
 from schemas import DeadLettered, Incident, Topics, encode
-from schemas.codec import TELEMETRY
+from schemas.wire import decode_telemetry, retimed
 from streams import metrics
 from streams.live import LiveDetector
 
@@ -56,7 +56,7 @@ class Pipeline:
     def on_message(self, message: RawMessage, wall: float) -> list[Output]:
         topic = message.topic
         parsed = parse_message(self.topics, topic, message.partition, message.offset, message.key,
-                               message.value, wall, TELEMETRY)
+                               message.value, wall, decode_telemetry)
         if isinstance(parsed, DeadLettered):
             self.stats.dead_lettered += 1
             DEAD_LETTERS.labels("detector").inc()
@@ -99,7 +99,7 @@ class Pipeline:
                     getattr(event, "node", None), reason)
         letter = DeadLettered.of(ts=wall, reason=reason, topic=message.topic, partition=message.partition,
                                  offset=message.offset, key=message.key, value=message.value)
-        return (event.model_copy(update={"ts": stamped}),
+        return (retimed(event, stamped),
                 [Output(self.topics.dlq, message.topic.encode(), encode(letter))])
 
     def _failures(self, wall: float) -> list[Output]:

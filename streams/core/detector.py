@@ -12,15 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from schemas import telemetry, wire
 from schemas.incident import Incident
-from schemas.telemetry import (
-    GpuSample,
-    NodeHeartbeat,
-    WorkerExited,
-    WorkerFailed,
-    WorkerStarted,
-    WorkerStepped,
-)
 from streams.core.config import DetectorConfig
 from streams.core.deadlines import Deadlines, Timer
 from streams.core.incidents import IncidentBook
@@ -41,14 +34,16 @@ class Detector:
         self._timers = Deadlines()
         self._nodes = NodeRules(self.state, self.config, self._book, self._timers)
         self._jobs = JobRules(self.state, self.config, self._book, self._timers, self._nodes)
-        self._on: dict[type, Callable] = {
-            GpuSample: self._nodes.on_gpu_sample,
-            NodeHeartbeat: self._nodes.on_heartbeat,
-            WorkerStepped: self._jobs.on_step,
-            WorkerStarted: self._jobs.on_start,
-            WorkerFailed: self._jobs.on_error,
-            WorkerExited: self._jobs.on_exit,
-        }
+        self._on: dict[type, Callable] = {}
+        for kinds in (telemetry, wire):  # the contract's models, and their fast twins (schemas/wire.py)
+            self._on.update({
+                kinds.GpuSample: self._nodes.on_gpu_sample,
+                kinds.NodeHeartbeat: self._nodes.on_heartbeat,
+                kinds.WorkerStepped: self._jobs.on_step,
+                kinds.WorkerStarted: self._jobs.on_start,
+                kinds.WorkerFailed: self._jobs.on_error,
+                kinds.WorkerExited: self._jobs.on_exit,
+            })
         self._fire: dict[Timer, Callable[[str, float], None]] = {
             Timer.NODE_LOST: self._nodes.check_lost,
             Timer.RELEASE: self._jobs.release,

@@ -7,6 +7,7 @@ import pytest
 
 import schemas as s
 from bus.message import RawMessage
+from schemas.wire import decode_telemetry
 from streams.checkpoint import (
     VERSION,
     CheckpointError,
@@ -25,11 +26,13 @@ CONFIG = LiveConfig(lateness_s=0.5, release_every_s=0.0)
 
 def arrivals(name: str) -> list[tuple[float, tuple[str, int], s.Event]]:
     """(wall, source, event): the recording in ts order, arriving 0.3 s late, one partition
-    (the worker topic) 0.6 s later still, so events wait in the buffer for each other."""
+    (the worker topic) 0.6 s later still, so events wait in the buffer for each other. Each event
+    as the engines feed it: decoded from its message by the hot path (schemas/wire.py)."""
     out = []
     for event in sorted(load(name)[0], key=lambda e: e.ts):
         source = source_of(event)
-        out.append((event.ts + (0.9 if source[0] == "worker" else 0.3), source, event))
+        arrives = event.ts + (0.9 if source[0] == "worker" else 0.3)
+        out.append((arrives, source, decode_telemetry(s.encode(event))))
     return sorted(out, key=lambda a: a[0])
 
 
@@ -115,7 +118,7 @@ def test_a_restored_detector_notices_the_silence_that_follows(name: str) -> None
 
 def test_held_events_fed_without_an_origin_are_saved_re_encoded() -> None:
     live = LiveDetector(Detector(), CONFIG)
-    beat = s.NodeHeartbeat(ts=5.0, node="n1", interval=1.0)
+    beat = decode_telemetry(s.encode(s.NodeHeartbeat(ts=5.0, node="n1", interval=1.0)))
     live.feed(beat, ("node", 0), wall=5.0)
     [held] = decode_checkpoint(encode_checkpoint(live, {}, 5.0)).held
     assert (held.event, held.origin) == (beat, None)

@@ -1,0 +1,129 @@
+"""Telemetry decoded fast: msgspec Structs for the six telemetry events, the detector's hot path.
+
+The pydantic models of `schemas/telemetry.py` stay the contract. These mirror them field by field
+with the same bounds (`schemas/bounds.py`), decode several times faster and build lighter objects.
+What msgspec refuses, pydantic decides: msgspec is strict where pydantic is lax (`"5"` for an int,
+`1.0` for a count, `"true"` for a bool), so such a value is still accepted, as the contract model,
+and a refusal always carries pydantic's reason. Both kinds have the same attributes; the detection
+core takes either. tests/unit/schemas/test_wire.py checks that whatever these accept, pydantic
+accepts with the same values, and that the scenario recordings give the same incidents either way.
+
+Fields a producer adds that the contract does not know are dropped here (pydantic keeps them): the
+detector reads none, and the message's own bytes are what a dead letter or a checkpoint keeps.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta, Struct
+
+from schemas.bounds import MAX_FLOPS, MAX_ID, MAX_INT, MAX_NAME, MAX_SMALL_ITEMS, MAX_TEXT, MAX_TS
+from schemas.codec import TELEMETRY, decode
+
+# Python's `$` also matches before a final newline: `\Z` is the end that pydantic's `$` means.
+NAME_PATTERN = r"^[A-Za-z0-9._:\-]+\Z"
+
+Timestamp = Annotated[float, Meta(ge=0, le=MAX_TS)]
+Seconds = Timestamp
+Finite = Annotated[float, Meta(ge=-MAX_FLOPS, le=MAX_FLOPS)]
+Count = Annotated[int, Meta(ge=0, le=MAX_INT)]
+Int64 = Annotated[int, Meta(ge=-MAX_INT - 1, le=MAX_INT)]
+Version = Annotated[int, Meta(ge=1, le=MAX_INT)]
+WorldSize = Annotated[int, Meta(ge=1, le=MAX_INT)]
+Interval = Annotated[float, Meta(gt=0, le=MAX_TS)]
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_NAME, pattern=NAME_PATTERN)]
+Id = Annotated[str, Meta(min_length=1, max_length=MAX_ID, pattern=r"^[^\x00]+\Z")]
+Short = Annotated[str, Meta(max_length=MAX_ID)]
+Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+
+
+class _Event(Struct, frozen=True, tag_field="type", kw_only=True):
+    ts: Timestamp
+    node: Name
+    v: Version = 1
+
+
+class GpuSample(_Event, frozen=True, kw_only=True, tag="gpu_sample"):
+    gpu: Count
+    uuid: Short | None = None
+    util: Finite | None = None
+    mem_used_mb: Finite | None = None
+    mem_total_mb: Finite | None = None
+    temp_c: Finite | None = None
+    power_w: Finite | None = None
+    ecc_sbe: Count | None = None
+    ecc_dbe: Count | None = None
+    nvlink_errors: Count | None = None
+    xids: Annotated[tuple[Int64, ...], Meta(max_length=MAX_SMALL_ITEMS)] = ()
+    throttle: Annotated[tuple[Short, ...], Meta(max_length=MAX_SMALL_ITEMS)] = ()
+
+
+class LinkState(Struct, frozen=True):
+    name: Name
+    up: bool
+
+
+class NodeHeartbeat(_Event, frozen=True, kw_only=True, tag="node_heartbeat"):
+    interval: Interval
+    links: Annotated[tuple[LinkState, ...], Meta(max_length=MAX_SMALL_ITEMS)] = ()
+    leaving: bool = False
+
+
+class _Worker(_Event, frozen=True, kw_only=True):
+    job: Id
+    rank: Count
+    world_size: WorldSize
+    generation: Count = 0
+    pid: Int64 | None = None
+
+
+class WorkerStarted(_Worker, frozen=True, kw_only=True, tag="worker_start"):
+    hang_floor_s: Seconds | None = None
+
+
+class WorkerStepped(_Worker, frozen=True, kw_only=True, tag="worker_step"):
+    step: Count
+    step_time: Seconds
+    restore_warning: Text | None = None
+
+
+class WorkerFailed(_Worker, frozen=True, kw_only=True, tag="worker_error"):
+    error: Text
+
+
+class WorkerExited(_Worker, frozen=True, kw_only=True, tag="worker_exit"):
+    exit_code: Int64 | None = None
+    signal: Int64 | None = None
+    reason: Text | None = None
+    stopped: bool = False
+
+    @property
+    def status_unknown(self) -> bool:
+        return self.exit_code is None and self.signal is None and self.reason is not None
+
+
+Telemetry = GpuSample | NodeHeartbeat | WorkerStarted | WorkerStepped | WorkerFailed | WorkerExited
+KINDS: tuple[type, ...] = (GpuSample, NodeHeartbeat, WorkerStarted, WorkerStepped, WorkerFailed, WorkerExited)
+
+_decoder = msgspec.json.Decoder(Telemetry)
+
+
+def decode_telemetry(raw: bytes | str | None) -> Any:
+    """Any telemetry event: a Struct when msgspec takes it, else what the contract model decides
+    (the model, or InvalidEvent with pydantic's reason). Only ASCII takes the fast path: msgspec
+    does not check the UTF-8 of keys it skips, pydantic refuses invalid UTF-8 anywhere."""
+    if raw is not None and raw.isascii():
+        try:
+            return _decoder.decode(raw)
+        except Exception:  # any refusal (not JSON, not valid, nested too deep: RecursionError)
+            pass
+    return decode(raw, TELEMETRY)
+
+
+def retimed(event: Any, ts: float) -> Any:
+    """The event at another time, whichever kind it is."""
+    if isinstance(event, Struct):
+        return msgspec.structs.replace(event, ts=ts)
+    return event.model_copy(update={"ts": ts})
