@@ -301,7 +301,8 @@ def run_noop_worker(app_id: str, tuning: FaustTuning) -> None:
 
     @app.timer(interval=0.5)
     async def reports():
-        report(count["events"], 0, 0, loop_name())
+        report(count["events"], sum(tp.topic in telemetry.topics for tp in app.consumer.assignment()), 0,
+               loop_name())
 
     run_faust(app, "warning", tuning.loop)
 
