@@ -6,12 +6,22 @@ worker_step per rank each second: ~34.8k events/s), then drained by (a) a bare
 confluent-kafka consumer with pydantic validation, (b) the same plus LiveDetector and the
 detection core, (c) the detector's consumer engine (`streams.service`, a subprocess, with its
 producer and checkpoints), (d) one worker of the Faust engine (`streams.app.build_app`), (e) one
-Faust worker whose agent only counts the events (Faust's own ceiling on this machine).
+Faust worker whose agent only counts the events (Faust's own ceiling on this machine); (d) and
+(e) each twice, as tuned (`FaustTuning()`: on uvloop) and as before issue 18 (`-plain`:
+asyncio's own loop, the same fetch settings).
 Sustained: for each engine and each --rates R, a cluster of about R/17 nodes is produced live
 at 1 Hz for --run-s seconds into fresh topics with a fresh detector; lag = events produced but
 not yet processed, in seconds of input. The highest R with lag < 1 s is its sustained rate.
+Each line also gives the CPU time per event of the producer (this process), of the worker and
+of the broker: all three share the machine's cores.
 
-    python bench/detector_live.py [--seconds 6] [--rates 2500,...] [--run-s 20] [--engines consumer,faust]
+The bench starts a broker of its own (secure, on free ports, in a temporary TRAINMEDIC_HOME,
+with the Kafka jars already fetched under TRAINMEDIC_HOME) and stops it at the end, so the
+topics tests and demos leave on a long-lived broker do not slow it; --bootstrap uses a running
+one instead, with the admin's credentials found as for any trainmedic client.
+
+    python bench/detector_live.py [--seconds 6] [--rates 2500,...] [--run-s 20]
+        [--engines consumer,faust-plain,faust] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -26,17 +37,22 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
-from bus.admin import create_topics
+from bus import settings as bus_settings
+from bus.admin import create_topics, delete_topics, list_topics
 from bus.settings import KafkaSettings
 from schemas.codec import TELEMETRY, decode
 from schemas.topics import BY_SUFFIX, adapter
+from streams.app import FaustTuning
 from streams.core import Detector
 from streams.live import LiveDetector
+from trainmedic.broker import LocalBroker
 
 GPUS, JOBS = 8, 4
 TELEMETRY_PARTITIONS = sum(BY_SUFFIX[name].partitions for name in ("telemetry.gpu", "telemetry.node",
@@ -48,6 +64,16 @@ GPU = ('{"type":"gpu_sample","v":1,"ts":%.3f,"node":"%s","gpu":%d,"uuid":"GPU-%s
 BEAT = '{"type":"node_heartbeat","v":1,"ts":%.3f,"node":"%s","interval":1.0,"links":[]}'
 STEP = ('{"type":"worker_step","v":1,"ts":%.3f,"node":"%s","job":"%s","rank":%d,"world_size":%d,'
         '"generation":0,"pid":%d,"step":%d,"step_time":%.3f}')
+TUNED = FaustTuning()
+# The Faust engine before issue 18 (asyncio's loop), measured next to the tuned one in every run.
+PLAIN = FaustTuning(loop="aio")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def cluster_second(topics, nodes: int, t: int, base: float) -> list[tuple[str, str, bytes]]:
@@ -68,6 +94,38 @@ def cluster_second(topics, nodes: int, t: int, base: float) -> list[tuple[str, s
     return out
 
 
+@contextmanager
+def own_broker(home: Path) -> Iterator[tuple[str, int]]:
+    """A secure broker of the bench's own under `home` on free ports, as (bootstrap, pid); this
+    process and its workers authenticate as its admin. Stopped when done; its Kafka jars are the
+    ones under TRAINMEDIC_HOME (linked, fetched there once if missing)."""
+    jars = bus_settings.home() / "kafka"
+    jars.mkdir(parents=True, exist_ok=True)
+    (home / "kafka").symlink_to(jars, target_is_directory=True)
+    broker = LocalBroker(home, port=free_port_pair())
+    state, _ = broker.start(prefixes=())  # the admin, a super user, needs no ACLs
+    os.environ.pop("TRAINMEDIC_KAFKA_CONFIG", None)
+    os.environ["TRAINMEDIC_CREDENTIALS_DIR"] = str(broker.credentials)
+    try:
+        yield state.bootstrap, state.pid
+    finally:
+        broker.stop()
+
+
+def free_port_pair() -> int:
+    """A free port on 127.0.0.1 whose next one is free too (the broker's controller listens there)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
 def fresh_topics(bootstrap: str, run: str) -> KafkaSettings:
     settings = KafkaSettings.from_env(role="admin", bootstrap=bootstrap, topic_prefix=f"{run}.")
     create_topics(settings)
@@ -83,9 +141,13 @@ def producer(settings: KafkaSettings) -> Producer:
 
 
 def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
-    out, count = producer(settings), 0
+    """`seconds` of the cluster's telemetry from now on, produced as fast as the broker takes it.
+
+    Event time starts now: an event more than max_skew_s (300 s) from its message's timestamp
+    is dead-lettered and logged (`Pipeline`), which is not what a drain measures."""
+    out, count, base = producer(settings), 0, time.time()
     for t in range(seconds):
-        for topic, key, value in cluster_second(settings.topics, nodes, t, 1_700_000_000.0):
+        for topic, key, value in cluster_second(settings.topics, nodes, t, base):
             while True:
                 try:
                     out.produce(topic, value, key)
@@ -124,7 +186,8 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None) -> flo
 
 class Worker:
     """`python bench/detector_live.py --worker MODE APP_ID`: a detector of one engine (or, with
-    `noop`, a Faust agent that only counts) plus a twice-a-second report on stdout."""
+    `noop`, a Faust agent that only counts) plus a twice-a-second report on stdout (the event
+    loop it runs on included)."""
 
     def __init__(self, settings: KafkaSettings, run: str, home: Path, mode: str) -> None:
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
@@ -150,6 +213,9 @@ class Worker:
             time.sleep(0.05)
         raise RuntimeError(f"worker gave up; its log:\n{self.log.read_text()[-3000:]}")
 
+    def cpu_s(self) -> float:
+        return cpu_s(self.proc.pid)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -159,9 +225,16 @@ class Worker:
             self.proc.wait()
 
 
-def report(events: int, assigned: int, buffered: int) -> None:
-    print(json.dumps({"wall": time.time(), "events": events, "assigned": assigned, "buffered": buffered}),
-          flush=True)
+def report(events: int, assigned: int, buffered: int, loop: str = "none") -> None:
+    print(json.dumps({"wall": time.time(), "events": events, "assigned": assigned, "buffered": buffered,
+                      "loop": loop}), flush=True)
+
+
+def loop_name() -> str:
+    """The running event loop's module: "asyncio.unix_events" or "uvloop"."""
+    import asyncio
+
+    return type(asyncio.get_running_loop()).__module__
 
 
 def run_consumer_worker(app_id: str) -> None:
@@ -188,33 +261,35 @@ def run_consumer_worker(app_id: str) -> None:
         service.run(stop.is_set)
 
 
-def run_faust_worker(app_id: str) -> None:
+def run_faust_worker(app_id: str, tuning: FaustTuning) -> None:
     from streams.app import build_app
     from streams.cli import run_worker as run_faust
 
     settings = KafkaSettings.from_env(role="admin")
-    detector = build_app(settings, app_id=app_id, datadir=os.environ["TRAINMEDIC_HOME"])
+    detector = build_app(settings, app_id=app_id, datadir=os.environ["TRAINMEDIC_HOME"], tuning=tuning)
     app, stats, live = detector.app, detector.stats, detector.live
     telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
 
     @app.timer(interval=0.5)
     async def reports():
-        report(stats.events, sum(tp.topic in telemetry for tp in app.consumer.assignment()), live.buffered)
+        report(stats.events, sum(tp.topic in telemetry for tp in app.consumer.assignment()), live.buffered,
+               loop_name())
 
-    run_faust(app, "warning")
+    run_faust(app, "warning", tuning.loop)
 
 
-def run_noop_worker(app_id: str) -> None:
+def run_noop_worker(app_id: str, tuning: FaustTuning) -> None:
     """A Faust app with the detector's topic settings whose agent only counts what it reads."""
     import faust
 
+    from streams.app import faust_credentials
     from streams.cli import run_worker as run_faust
 
     settings = KafkaSettings.from_env(role="admin")
     topics = settings.topics
-    app = faust.App(app_id, broker=f"kafka://{settings.bootstrap}", store="memory://", web_enabled=False,
-                    topic_disable_leader=True, datadir=os.environ["TRAINMEDIC_HOME"],
-                    broker_max_poll_records=2000, stream_buffer_maxsize=16384)
+    app = faust.App(app_id, broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",")],
+                    broker_credentials=faust_credentials(settings), store="memory://", web_enabled=False,
+                    topic_disable_leader=True, datadir=os.environ["TRAINMEDIC_HOME"], **tuning.app_settings())
     telemetry = app.topic(topics.gpu, topics.node, topics.worker, value_serializer="raw",
                           key_serializer="raw")
     count = {"events": 0}
@@ -226,24 +301,30 @@ def run_noop_worker(app_id: str) -> None:
 
     @app.timer(interval=0.5)
     async def reports():
-        report(count["events"], 0, 0)
+        report(count["events"], sum(tp.topic in telemetry.topics for tp in app.consumer.assignment()), 0,
+               loop_name())
 
-    run_faust(app, "warning")
+    run_faust(app, "warning", tuning.loop)
 
 
-def worker_drain(settings: KafkaSettings, run: str, home: Path, total: int, mode: str) -> tuple[float, int]:
-    """(drain s from the first report with events to the one with all, events drained in that time)."""
+def worker_drain(settings: KafkaSettings, run: str, home: Path, total: int, mode: str) -> dict:
+    """The drain from the first report with events to the one with all: its seconds, the events
+    drained in that time, the worker's CPU seconds meanwhile and its event loop."""
     worker = Worker(settings, run, home, mode)
     try:
         first = worker.wait(lambda r: r["events"] > 0)
+        began = worker.cpu_s()
         done = worker.wait(lambda r: r["events"] >= total)
+        cpu = worker.cpu_s() - began
     finally:
         worker.stop()
-    return done["wall"] - first["wall"], total - first["events"]
+    return {"took_s": done["wall"] - first["wall"], "events": total - first["events"], "cpu_s": cpu,
+            "loop": done["loop"]}
 
 
-def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path) -> dict:
-    """Produce a cluster of ~rate/17 nodes at 1 Hz live; the worker's lag, in seconds of input."""
+def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, broker_pid: int | None) -> dict:
+    """Produce a cluster of ~rate/17 nodes at 1 Hz live; the worker's lag, in seconds of input, and
+    the CPU seconds per event of the producer, the worker and the broker (None: not ours)."""
     run = f"bench-{uuid.uuid4().hex[:8]}"
     settings = fresh_topics(bootstrap, run)
     nodes = max(JOBS, round(rate / EVENTS_PER_NODE / JOBS) * JOBS)
@@ -252,6 +333,7 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path) -> d
     try:
         worker.wait(lambda r: r["assigned"] == TELEMETRY_PARTITIONS)
         start = time.time()
+        cpu_before = (time.process_time(), worker.cpu_s(), broker_pid and cpu_s(broker_pid))
         slices = 20
         for t in range(run_s):
             second = cluster_second(settings.topics, nodes, t, start)
@@ -268,36 +350,44 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path) -> d
         produce_end = time.time()
         produce_s = produce_end - start
         out.flush(60)
+        producer_cpu = time.process_time() - cpu_before[0]  # librdkafka's threads included
         try:
             done = worker.wait(lambda r: r["events"] >= produced, give_up_s=60)["wall"]
             caught_up = max(0.0, done - produce_end)  # a report can come before the last flush returns
         except RuntimeError:
             caught_up = None
+        worker_cpu = worker.cpu_s() - cpu_before[1]
+        broker_cpu = broker_pid and cpu_s(broker_pid) - cpu_before[2]
     finally:
         worker.stop()
-        delete_topics(bootstrap, run)
+        delete_run(settings, run)
     lags = []
     for report in worker.reports:
         if start <= report["wall"] <= start + produce_s:
             before = [count for wall, count in sent if wall <= report["wall"]]
             lags.append(((before[-1] if before else 0) - report["events"]) / (produced / produce_s))
     return {"nodes": nodes, "rate": produced / produce_s, "max_lag_s": max(lags),
-            "median_lag_s": statistics.median(lags), "catch_up_s": caught_up}
+            "median_lag_s": statistics.median(lags), "catch_up_s": caught_up,
+            "producer_cpu": producer_cpu / produced, "worker_cpu": worker_cpu / produced,
+            "broker_cpu": broker_cpu and broker_cpu / produced, "loop": worker.reports[-1]["loop"]}
 
 
-def delete_topics(bootstrap: str, run: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [name for name in admin.list_topics(timeout=10).topics if name.startswith(run)]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=30).values():
-            future.result()
+def delete_run(settings: KafkaSettings, run: str) -> None:
+    """The run's topics, the workers' own (their app ids start with the run) included."""
+    delete_topics(settings, [name for name in list_topics(settings) if name.startswith(run)])
 
 
-WORKERS = {"consumer": run_consumer_worker, "faust": run_faust_worker, "noop": run_noop_worker}
+WORKERS = {
+    "consumer": run_consumer_worker,
+    "faust": partial(run_faust_worker, tuning=TUNED), "faust-plain": partial(run_faust_worker, tuning=PLAIN),
+    "noop": partial(run_noop_worker, tuning=TUNED), "noop-plain": partial(run_noop_worker, tuning=PLAIN),
+}
 DRAINERS = (
-    ("consumer", "(c) detector, consumer engine:    ", "trainmedic detector"),
-    ("faust", "(d) detector, Faust engine:       ", "trainmedic detector --engine faust"),
-    ("noop", "(e) Faust worker, no-op agent:    ", "Faust's own ceiling here"),
+    ("consumer", "(c) detector, consumer engine:      ", "trainmedic detector"),
+    ("faust-plain", "(d) detector, Faust engine, before: ", "trainmedic detector --engine faust, before"),
+    ("faust", "(d) detector, Faust engine, tuned:  ", "trainmedic detector --engine faust"),
+    ("noop-plain", "(e) Faust no-op agent, before:      ", "Faust's own ceiling here, before"),
+    ("noop", "(e) Faust no-op agent, tuned:       ", "Faust's own ceiling here"),
 )
 
 
@@ -307,59 +397,83 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2048, help="nodes of the drained cluster (x4)")
     parser.add_argument("--rates", default="2500,5000,10000,20000,35000,50000", help="events/s to sustain")
     parser.add_argument("--run-s", type=int, default=20, help="seconds each rate is produced")
-    parser.add_argument("--engines", default="consumer,faust", help="engines to measure sustained rates of")
+    parser.add_argument("--engines", default="consumer,faust-plain,faust",
+                        help=f"worker modes to measure sustained rates of ({', '.join(WORKERS)})")
     parser.add_argument("--skip-drain", action="store_true", help="only the sustained rates")
+    parser.add_argument("--bootstrap", help="a running broker to use instead of one of the bench's own")
     parser.add_argument("--worker", nargs=2, metavar=("MODE", "APP_ID"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         mode, app_id = args.worker
         WORKERS[mode](app_id)
         return
-    bootstrap = KafkaSettings.from_env().bootstrap
+    engines = [e for e in args.engines.split(",") if e]
+    if not set(engines) <= set(WORKERS):
+        parser.error(f"--engines: each one of {', '.join(WORKERS)}")
     for line in cluster_second(KafkaSettings().topics, JOBS, 0, 0.0):
         decode(line[2], TELEMETRY)  # the synthetic events are valid contract events
     with tempfile.TemporaryDirectory(prefix="bench-detector-") as tmp:
-        measure(args, bootstrap, Path(tmp))
+        if args.bootstrap:
+            measure(args, engines, args.bootstrap, None, Path(tmp))
+            return
+        print("starting a broker of the bench's own ...", flush=True)
+        with own_broker(Path(tmp)) as (bootstrap, pid):
+            print(f"broker at {bootstrap} (pid {pid})", flush=True)
+            measure(args, engines, bootstrap, pid, Path(tmp))
 
 
-def measure(args: argparse.Namespace, bootstrap: str, home: Path) -> None:
+def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker_pid: int | None,
+            home: Path) -> None:
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(1/5/15 min), {os.cpu_count()} cores")
     if not args.skip_drain:
         run = f"bench-{uuid.uuid4().hex[:8]}"
         settings = fresh_topics(bootstrap, run)
         try:
+            began = time.process_time()
             total = prefill(settings, args.nodes, args.seconds)
             print(f"drain: {total:,} events pre-filled ({args.nodes} nodes x {GPUS} GPUs, "
-                  f"{args.seconds} simulated s)")
+                  f"{args.seconds} simulated s), producer {us(time.process_time() - began, total)} CPU/event")
             took = drain(settings, total, None)
-            print(f"(a) consumer + validation:        {total / took:>9,.0f} events/s  ({took:5.2f} s)")
+            print(f"(a) consumer + validation:          {total / took:>9,.0f} events/s  ({took:5.2f} s)")
             live = LiveDetector(Detector())
             took = drain(settings, total, live)
-            print(f"(b) consumer + validation + core: {total / took:>9,.0f} events/s  ({took:5.2f} s)")
+            print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s)")
             for mode, label, what in DRAINERS:
-                took, counted = worker_drain(settings, run, home, total, mode)
-                if took > 0:
-                    print(f"{label}{counted / took:>9,.0f} events/s  ({took:5.2f} s for {counted:,}): {what}")
+                got = worker_drain(settings, run, home, total, mode)
+                if got["took_s"] > 0:
+                    print(f"{label}{got['events'] / got['took_s']:>9,.0f} events/s  ({got['took_s']:5.2f} s "
+                          f"for {got['events']:,}), worker {us(got['cpu_s'], got['events'])} CPU/event, "
+                          f"loop {got['loop']}: {what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
         finally:
-            delete_topics(bootstrap, run)
-    for engine in (e for e in args.engines.split(",") if e):
-        best = None
-        for rate in (int(r) for r in args.rates.split(",") if r):
-            got = sustained(bootstrap, engine, rate, args.run_s, home)
+            delete_run(settings, run)
+    best: dict[str, float | None] = dict.fromkeys(engines)
+    lagging: set[str] = set()
+    for rate in (int(r) for r in args.rates.split(",") if r):
+        for engine in (e for e in engines if e not in lagging):
+            got = sustained(bootstrap, engine, rate, args.run_s, home, broker_pid)
             after = "not within 60 s" if got["catch_up_s"] is None else f"{got['catch_up_s']:.1f} s"
-            print(f"{engine:>8} sustained {rate:>6,}/s: {got['nodes']:>5} nodes, "
+            broker = "" if got["broker_cpu"] is None else f", broker {us(got['broker_cpu'])}"
+            print(f"{engine:>11} sustained {rate:>6,}/s: {got['nodes']:>5} nodes, "
                   f"produced {got['rate']:>7,.0f} events/s for {args.run_s} s, "
                   f"max lag {got['max_lag_s']:5.2f} s (median {got['median_lag_s']:.2f}), "
-                  f"caught up {after} after")
+                  f"caught up {after} after; CPU/event: producer {us(got['producer_cpu'])}, "
+                  f"worker {us(got['worker_cpu'])}{broker}")
             if got["max_lag_s"] >= 1.0:
-                break  # higher rates lag more
-            best = got["rate"]
-        print(f"{engine:>8}: highest sustained rate with lag < 1 s: "
-              + ("none measured" if best is None else f"{best:,.0f} events/s"))
+                lagging.add(engine)  # higher rates lag more
+            else:
+                best[engine] = got["rate"]
+    for engine, rate in best.items():
+        print(f"{engine:>11}: highest sustained rate with lag < 1 s: "
+              + ("none measured" if rate is None else f"{rate:,.0f} events/s"))
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+
+
+def us(cpu_s: float, events: int = 1) -> str:
+    """CPU seconds per event, in microseconds."""
+    return f"{cpu_s / events * 1e6:.1f} µs"
 
 
 if __name__ == "__main__":

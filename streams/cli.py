@@ -118,18 +118,23 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
 
 
 def _run_faust(options: DetectorServiceConfig, settings, config, live_config) -> int:
-    from streams.app import build_app
+    from streams.app import FaustTuning, build_app
 
     datadir = str(options.datadir)
+    tuning = FaustTuning()
     detector = build_app(settings, app_id=options.app_id, config=config, live_config=live_config,
-                         datadir=datadir, web_port=options.web_port)
-    return run_worker(detector.app, options.loglevel)
+                         datadir=datadir, web_port=options.web_port, tuning=tuning)
+    return run_worker(detector.app, options.loglevel, tuning.loop)
 
 
-def run_worker(app, loglevel: str) -> int:
-    """Run a Faust worker in this process until SIGTERM/SIGINT."""
+def run_worker(app, loglevel: str, loop: str) -> int:
+    """Run a Faust worker in this process until SIGTERM/SIGINT, on `loop` (a `mode.loop` name).
+
+    The loop is chosen here, before the worker makes it: the app makes none until it runs."""
     import faust
+    import mode.loop
 
+    mode.loop.use(loop)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     try:
         worker.execute_from_commandline()

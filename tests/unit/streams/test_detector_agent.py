@@ -15,7 +15,7 @@ from faust.types import TP
 import schemas as s
 from bus.message import RawMessage
 from bus.settings import KafkaSettings
-from streams.app import build_app
+from streams.app import FaustTuning, build_app
 from streams.checkpoint import Owner, decode_checkpoint, encode_checkpoint
 from streams.core import Detector
 from streams.faust_checkpoints import FaustCheckpoints
@@ -40,6 +40,15 @@ def run_agent(lines: list[bytes]) -> list[tuple[str, bytes, bytes]]:
 
     asyncio.run(go())
     return sent
+
+
+def test_the_app_reads_with_its_tuning() -> None:
+    async def sink(topic: str, key: bytes, value: bytes) -> None: ...
+
+    tuning = FaustTuning(max_poll_records=7, max_fetch_bytes=4096, buffer_maxsize=64)
+    conf = build_app(SETTINGS, app_id="agent-tuning", sink=sink, tuning=tuning).app.conf
+    assert (conf.broker_max_poll_records, conf.consumer_max_fetch_size, conf.stream_buffer_maxsize) == (
+        7, 4096, 64)
 
 
 def test_a_recording_put_through_the_agent_opens_its_incident() -> None:
