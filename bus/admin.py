@@ -89,15 +89,14 @@ def create_topics(
     return result
 
 
-def delete_topics(settings: KafkaSettings, names: list[str], timeout_s: float = 30.0, *,
-                  wait: bool = True) -> None:
-    """Delete these topics (ones already gone are fine); `wait=False` returns once the controller
-    took the request, before the partitions are gone."""
+def delete_topics(settings: KafkaSettings, names: list[str], timeout_s: float = 30.0) -> None:
+    """Delete these topics (ones already gone are fine), waiting for the controller (tens of ms).
+    Never with an operation timeout of 0: a KRaft controller then answers success and deletes
+    nothing (which left every test's topics on the broker)."""
     if not names:
         return
     admin = _admin(settings)  # kept alive until the futures are done: a destroyed client fails them
-    futures = admin.delete_topics(names, operation_timeout=timeout_s if wait else 0,
-                                  request_timeout=timeout_s)
+    futures = admin.delete_topics(names, operation_timeout=timeout_s, request_timeout=timeout_s)
     for name, future in futures.items():
         try:
             future.result()

@@ -132,7 +132,7 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         for ex in executors:
             ex.stop()
         ours = [name for name in list_topics(admin) if name.startswith(admin.topic_prefix)]
-        delete_topics(admin, ours, wait=False)
+        delete_topics(admin, ours)
         revoke_roles(admin, admin.topic_prefix)
 
 

@@ -170,5 +170,5 @@ def test_topics_create_grants_the_roles_for_its_prefix(kafka: KafkaSettings) -> 
         assert write(agent, agent.topics.gpu) is None
         assert write(agent, agent.topics.commands) == REFUSED
     finally:
-        delete_topics(admin, [n for n in list_topics(admin) if n.startswith(prefix)], wait=False)
+        delete_topics(admin, [n for n in list_topics(admin) if n.startswith(prefix)])
         revoke_roles(admin, prefix)
