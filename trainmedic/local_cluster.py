@@ -216,10 +216,13 @@ class LocalCluster:
 
 
 @contextmanager
-def local_deployment(prefix: str, say: Callable[[str], None]) -> Iterator[str]:
+def local_deployment(prefix: str, say: Callable[[str], None], *, replacing: str | None = None
+                     ) -> Iterator[str]:
     """A broker's bootstrap address with the topics of `prefix` created and every role's ACLs on them
     granted: the broker TRAINMEDIC_KAFKA_BOOTSTRAP names, else the local one (`trainmedic broker start`),
-    started here and stopped on exit unless it already ran."""
+    started here and stopped on exit unless it already ran. With `replacing` (e.g. "demo-"), the topics
+    and ACLs of earlier deployments under prefixes that start with it are removed first: the latest
+    one's stay to be looked at, and runs do not pile topics up on the broker."""
     from bus.admin import create_topics, grant_roles, wait_for_topics
     from bus.settings import KafkaSettings, home
     from trainmedic.broker import LocalBroker
@@ -235,6 +238,8 @@ def local_deployment(prefix: str, say: Callable[[str], None]) -> Iterator[str]:
             if not started:
                 broker = None  # not ours to stop
         admin = KafkaSettings.from_env(role="admin", bootstrap=bootstrap, topic_prefix=prefix)
+        if replacing:
+            _remove_earlier(admin, replacing, say)
         wait_for_topics(admin, list(create_topics(admin)))  # leaders, before services look
         grant_roles(admin, prefix)  # each service as its own role, on these topics
         yield bootstrap
@@ -242,6 +247,21 @@ def local_deployment(prefix: str, say: Callable[[str], None]) -> Iterator[str]:
         if broker is not None:
             broker.stop()
             say("broker stopped")
+
+
+def _remove_earlier(admin, replacing: str, say: Callable[[str], None]) -> None:
+    from bus.admin import delete_topics, list_topics, revoke_roles
+
+    earlier = [name for name in list_topics(admin) if name.startswith(replacing)
+               and not name.startswith(admin.topic_prefix)]
+    if not earlier:
+        return
+    prefixes = sorted({name.split(".", 1)[0] + "." for name in earlier})
+    delete_topics(admin, earlier)
+    for old in prefixes:
+        revoke_roles(admin, old)
+    say(f"deleted the {len(earlier)} topics of {len(prefixes)} earlier run(s) ({replacing}*): "
+        "only the latest run's stay on the broker")
 
 
 def free_port() -> int:

@@ -167,7 +167,8 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
 
     shutil.rmtree(layout.root, ignore_errors=True)
     prefix = f"demo-{uuid.uuid4().hex[:6]}."
-    with local_deployment(prefix, say) as bootstrap:  # the broker stops (if it is ours) after the rest
+    # the broker stops (if it is ours) after the rest; earlier demos' topics are deleted
+    with local_deployment(prefix, say, replacing="demo-") as bootstrap:
         cluster = watcher = None
         try:
             settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
