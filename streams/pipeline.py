@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS
-from schemas import DeadLettered, Incident, Topics, encode
+from schemas import DeadLettered, Incident, InvalidEvent, Topics, encode
 from schemas.wire import decode_telemetry, retimed
 from streams import metrics
 from streams.live import LiveDetector
@@ -54,28 +54,35 @@ class Pipeline:
         DEAD_LETTERS.labels("detector")  # at 0 from the start: no dead letters shows as 0, not as nothing
 
     def on_message(self, message: RawMessage, wall: float) -> list[Output]:
-        topic = message.topic
-        parsed = parse_message(self.topics, topic, message.partition, message.offset, message.key,
-                               message.value, wall, decode_telemetry)
-        if isinstance(parsed, DeadLettered):
-            self.stats.dead_lettered += 1
-            DEAD_LETTERS.labels("detector").inc()
-            log.warning("dead-lettered %s[%d]@%d: %s", topic, message.partition, message.offset,
-                        parsed.reason)
-            return [Output(self.topics.dlq, topic.encode(), encode(parsed))]
+        try:
+            event = decode_telemetry(message.value)
+            if message.key is not None:
+                message.key.decode()  # a key must be UTF-8 (bus.message.parse_message)
+        except (InvalidEvent, UnicodeDecodeError):
+            return self._dead_letter(message, wall)
         self.stats.events += 1
-        event, out = parsed.event, []
+        out = []
         stamp = message.timestamp_ms
         if stamp > 0 and abs(event.ts - stamp / 1000) > self.live.config.max_skew_s:
             event, out = self._skewed(message, event, stamp / 1000, wall)
             # the origin carries the event as fed, so a checkpoint restores it at its stamp too
             message = replace(message, value=encode(event))
-        found = self.live.feed(event, (topic, message.partition), wall, origin=message)
+        found = self.live.feed(event, (message.topic, message.partition), wall, origin=message)
         if found:
             out += self._publish(found)
         if self.live.failed:
             out += self._failures(wall)
         return out
+
+    def _dead_letter(self, message: RawMessage, wall: float) -> list[Output]:
+        """An invalid message, to the dlq with the reason `parse_message` gives."""
+        topic = message.topic
+        letter = parse_message(self.topics, topic, message.partition, message.offset, message.key,
+                               message.value, wall, decode_telemetry)
+        self.stats.dead_lettered += 1
+        DEAD_LETTERS.labels("detector").inc()
+        log.warning("dead-lettered %s[%d]@%d: %s", topic, message.partition, message.offset, letter.reason)
+        return [Output(self.topics.dlq, topic.encode(), encode(letter))]
 
     def on_tick(self, wall: float) -> list[Output]:
         """Time passed with no event: release what is due, fire deadlines. Also brings the events

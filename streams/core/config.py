@@ -5,6 +5,7 @@ Defaults follow TAXONOMY.md; docs/detection.md explains each choice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -189,6 +190,12 @@ class DetectorConfig:
     gap: GapConfig = field(default_factory=GapConfig)
 
     def __post_init__(self) -> None:
+        for part in fields(self):  # finite: the state these make must round-trip through JSON
+            section = getattr(self, part.name)
+            for item in fields(section):
+                value = getattr(section, item.name)
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise ValueError(f"{part.name}.{item.name} must be a finite number, not {value}")
         if self.correlation.symptom_hold_s >= self.hang.floor_s:
             raise ValueError("correlation.symptom_hold_s must be < hang.floor_s")
 
