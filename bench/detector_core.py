@@ -2,8 +2,8 @@
 
 Each simulated second: one gpu_sample per GPU, one heartbeat per node, one worker_step per
 rank of four 4,096-rank jobs (one rank per GPU): ~34.8k events. Events are made in memory
-one simulated second at a time (not timed); only the detector (and, for the validated path,
-JSON decoding into the pydantic models) is timed.
+one simulated second at a time (not timed); only the detector (and, for the validated paths,
+JSON decoding: into the pydantic models, or by the hot path's msgspec Structs) is timed.
 
     python bench/detector_core.py [--seconds 30]
 """
@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 
 from bus.message import RawMessage
 from schemas.codec import decode_telemetry, encode
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerStepped
+from schemas.wire import decode_telemetry as decode_fast
 from streams.checkpoint import decode_checkpoint, encode_checkpoint
 from streams.core import Detector
 from streams.live import LiveDetector
@@ -79,14 +81,14 @@ def live_path(seconds: int) -> tuple[int, float, LiveDetector]:
     return events, busy, live
 
 
-def validated(seconds: int) -> tuple[int, float]:
+def validated(seconds: int, decoder: Callable[[bytes], object]) -> tuple[int, float]:
     detector, events, busy = Detector(), 0, 0.0
     for t in range(seconds):
-        raw = [json.dumps(e.model_dump(mode="json")) for e in second(t)]
+        raw = [json.dumps(e.model_dump(mode="json")).encode() for e in second(t)]
         observe = detector.observe
         start = time.perf_counter()
         for line in raw:
-            observe(decode_telemetry(line))
+            observe(decoder(line))
         busy += time.perf_counter() - start
         events += len(raw)
     return events, busy
@@ -115,9 +117,10 @@ def main() -> None:
     read = time.perf_counter() - start
     print(f"  checkpoint, {live.buffered:,} events held: "
           f"{len(checkpoint) / 1e6:.1f} MB, {made:.2f} s to make, {read:.2f} s to read back")
-    events, busy = validated(min(args.seconds, 10))
-    print(f"JSON decode + core:   {events:>9,} events in {busy:6.2f} s = "
-          f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")
+    for label, decoder in (("pydantic", decode_telemetry), ("msgspec", decode_fast)):
+        events, busy = validated(min(args.seconds, 10), decoder)
+        print(f"JSON decode ({label:8}) + core: {events:>9,} events in {busy:6.2f} s = "
+              f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")
 
 
 if __name__ == "__main__":

@@ -3,17 +3,19 @@
 Drain: fresh telemetry topics are pre-filled with --seconds of a synthetic cluster (2,048
 nodes x 8 GPUs, four 4,096-rank jobs, one gpu_sample per GPU, one heartbeat per node and one
 worker_step per rank each second: ~34.8k events/s), then drained by (a) a bare
-confluent-kafka consumer with pydantic validation, (b) the same plus LiveDetector and the
-detection core, (c) the detector's consumer engine (`streams.service`, a subprocess, with its
-producer and checkpoints), (d) one worker of the Faust engine (`streams.app.build_app`), (e) one
-Faust worker whose agent only counts the events (Faust's own ceiling on this machine); (d) and
-(e) each twice, as tuned (`FaustTuning()`: on uvloop) and as before issue 18 (`-plain`:
-asyncio's own loop, the same fetch settings).
+confluent-kafka consumer with validation (the contract's pydantic models, then the detector's
+own msgspec decoder: the ceiling each engine's rate is a share of), (b) the latter plus
+LiveDetector and the detection core, (c) the detector's consumer engine (`streams.service`, a
+subprocess, with its producer and checkpoints), (d) one worker of the Faust engine
+(`streams.app.build_app`), (e) one Faust worker whose agent only counts the events (Faust's own
+ceiling on this machine); (d) and (e) each twice, as tuned (`FaustTuning()`: on uvloop) and as
+before issue 18 (`-plain`: asyncio's own loop, the same fetch settings).
 Sustained: for each engine and each --rates R, a cluster of about R/17 nodes is produced live
 at 1 Hz for --run-s seconds into fresh topics with a fresh detector; lag = events produced but
 not yet processed, in seconds of input. The highest R with lag < 1 s is its sustained rate.
 Each line also gives the CPU time per event of the producer (this process), of the worker and
-of the broker: all three share the machine's cores.
+of the broker: all three share the machine's cores. After the drain, a paper projection for
+100,000 GPUs from this run's figures (instances, partitions, state per instance).
 
 The bench starts a broker of its own (secure, on free ports, in a temporary TRAINMEDIC_HOME,
 with the Kafka jars already fetched under TRAINMEDIC_HOME) and stops it at the end, so the
@@ -28,8 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -49,10 +51,12 @@ from bus.admin import create_topics, delete_topics, list_topics
 from bus.settings import KafkaSettings
 from schemas.codec import TELEMETRY, decode
 from schemas.topics import BY_SUFFIX, adapter
+from schemas.wire import decode_telemetry as decode_fast
 from streams.app import FaustTuning
 from streams.core import Detector
 from streams.live import LiveDetector
 from trainmedic.broker import LocalBroker
+from trainmedic.local_cluster import free_port_pair
 
 GPUS, JOBS = 8, 4
 TELEMETRY_PARTITIONS = sum(BY_SUFFIX[name].partitions for name in ("telemetry.gpu", "telemetry.node",
@@ -112,20 +116,6 @@ def own_broker(home: Path) -> Iterator[tuple[str, int]]:
         broker.stop()
 
 
-def free_port_pair() -> int:
-    """A free port on 127.0.0.1 whose next one is free too (the broker's controller listens there)."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-
-
 def fresh_topics(bootstrap: str, run: str) -> KafkaSettings:
     settings = KafkaSettings.from_env(role="admin", bootstrap=bootstrap, topic_prefix=f"{run}.")
     create_topics(settings)
@@ -161,8 +151,9 @@ def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
     return count
 
 
-def drain(settings: KafkaSettings, total: int, live: LiveDetector | None) -> float:
-    """Seconds a bare consumer takes to read and validate `total` events (and feed `live`)."""
+def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: bool = True) -> float:
+    """Seconds a bare consumer takes to read and validate `total` events (and feed `live`): with
+    the detector's own decoder (`fast`: schemas/wire.py), or the contract's pydantic models."""
     topics = settings.topics
     client = Consumer(settings.client_config(**{"group.id": "unused", "enable.auto.commit": False}))
     meta = client.list_topics(timeout=10)
@@ -175,7 +166,7 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None) -> flo
         for msg in client.consume(2000, 0.05):  # a long wait would count against the tail
             if msg.error():
                 continue
-            event = decode(msg.value(), validators[msg.topic()])
+            event = decode_fast(msg.value()) if fast else decode(msg.value(), validators[msg.topic()])
             if live is not None:
                 live.feed(event, (msg.topic(), msg.partition()), time.time())
             seen += 1
@@ -391,6 +382,19 @@ DRAINERS = (
 )
 
 
+def project(engine_rate: float, state_per_node: float, gpus: int = 100_000) -> None:
+    """A paper projection, from this run's figures, of detection for `gpus` GPUs at 1 Hz."""
+    nodes = gpus // GPUS
+    rate = nodes * EVENTS_PER_NODE
+    instances = math.ceil(rate / (0.5 * engine_rate))
+    print(f"projection for {gpus:,} GPUs ({nodes:,} nodes, 1 Hz): {rate:,} events/s, "
+          f"{rate / engine_rate:.1f}x what one consumer-engine instance drained here; at half load "
+          f"each, >= {instances} instances and >= {instances} partitions per telemetry topic; state "
+          f"{state_per_node * nodes / 1e6:.0f} MB in all ({state_per_node / 1e3:.1f} kB per node, as "
+          f"measured at {JOBS} jobs), {state_per_node * nodes / instances / 1e6:.0f} MB per instance; "
+          f"one job's {nodes * GPUS:,} ranks step {nodes * GPUS:,} times a second into one job key")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=6, help="simulated seconds pre-filled for the drain")
@@ -434,19 +438,29 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             total = prefill(settings, args.nodes, args.seconds)
             print(f"drain: {total:,} events pre-filled ({args.nodes} nodes x {GPUS} GPUs, "
                   f"{args.seconds} simulated s), producer {us(time.process_time() - began, total)} CPU/event")
+            took = drain(settings, total, None, fast=False)
+            print(f"(a) consumer + pydantic validation: {total / took:>9,.0f} events/s  ({took:5.2f} s)")
             took = drain(settings, total, None)
-            print(f"(a) consumer + validation:          {total / took:>9,.0f} events/s  ({took:5.2f} s)")
+            ceiling = total / took
+            print(f"(a) consumer + validation:          {ceiling:>9,.0f} events/s  ({took:5.2f} s): the "
+                  "ceiling, with the detector's decoder (msgspec, schemas/wire.py)")
             live = LiveDetector(Detector())
             took = drain(settings, total, live)
             print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s)")
+            state_per_node = len(live.detector.state.to_json()) / args.nodes
+            engine_rate = None
             for mode, label, what in DRAINERS:
                 got = worker_drain(settings, run, home, total, mode)
                 if got["took_s"] > 0:
-                    print(f"{label}{got['events'] / got['took_s']:>9,.0f} events/s  ({got['took_s']:5.2f} s "
-                          f"for {got['events']:,}), worker {us(got['cpu_s'], got['events'])} CPU/event, "
-                          f"loop {got['loop']}: {what}")
+                    rate = got["events"] / got["took_s"]
+                    engine_rate = rate if mode == "consumer" else engine_rate
+                    print(f"{label}{rate:>9,.0f} events/s  ({got['took_s']:5.2f} s "
+                          f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling, worker "
+                          f"{us(got['cpu_s'], got['events'])} CPU/event, loop {got['loop']}: {what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
+            if engine_rate is not None:
+                project(engine_rate, state_per_node)
         finally:
             delete_run(settings, run)
     best: dict[str, float | None] = dict.fromkeys(engines)

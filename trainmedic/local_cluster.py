@@ -264,6 +264,21 @@ def _remove_earlier(admin, replacing: str, say: Callable[[str], None]) -> None:
         "only the latest run's stay on the broker")
 
 
+def free_port_pair() -> int:
+    """A port p with p and p + 1 both free on loopback (a broker's controller listens on p + 1)."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        with socket.socket() as other:
+            try:
+                other.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two adjacent free ports on loopback")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

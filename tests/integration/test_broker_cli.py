@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -19,23 +18,9 @@ from bus.consumer import EventConsumer
 from bus.errors import KafkaError
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
+from trainmedic.local_cluster import free_port_pair
 
 pytestmark = pytest.mark.kafka
-
-
-def _free_pair() -> int:
-    """A port p with p and p + 1 both free on loopback."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        with socket.socket() as other:
-            try:
-                other.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two adjacent free ports on loopback")
 
 
 def broker(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -48,7 +33,7 @@ def broker(home: Path, port: int, *args: str) -> subprocess.CompletedProcess[str
 
 
 def test_start_status_round_trip_stop(tmp_path: Path) -> None:
-    port = _free_pair()
+    port = free_port_pair()
     started = broker(tmp_path, port, "start")
     try:
         assert started.returncode == 0, started.stderr
@@ -100,7 +85,7 @@ def plain(port: int, prefix: str = "") -> KafkaSettings:
 
 
 def test_insecure_is_plain_and_warns_and_its_topics_survive_the_secure_start(tmp_path: Path) -> None:
-    port = _free_pair()
+    port = free_port_pair()
     (tmp_path / "credentials").mkdir()
     (tmp_path / "credentials" / "rank.json").write_text("{}")  # a stale one, from a secure run
     started = broker(tmp_path, port, "start", "--insecure")
