@@ -5,11 +5,12 @@ with the same bounds (`schemas/bounds.py`), decode several times faster and buil
 What msgspec refuses, pydantic decides: msgspec is strict where pydantic is lax (`"5"` for an int,
 `1.0` for a count, `"true"` for a bool), so such a value is still accepted, as the contract model,
 and a refusal always carries pydantic's reason. Both kinds have the same attributes; the detection
-core takes either. tests/unit/schemas/test_wire.py checks that whatever these accept, pydantic
-accepts with the same values, and that the scenario recordings give the same incidents either way.
+core takes either. tests/unit/test_wire.py checks that whatever these accept, pydantic accepts
+with the same values, and that the scenario recordings give the same incidents either way.
 
-Fields a producer adds that the contract does not know are dropped here (pydantic keeps them): the
-detector reads none, and the message's own bytes are what a dead letter or a checkpoint keeps.
+A field the contract does not know is pydantic's to judge too (msgspec would skip it without the
+contract's limits: nesting deeper than 200, integers longer than 4,300 digits): producers send none,
+so the fast path keeps telemetry as it is produced.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ Short = Annotated[str, Meta(max_length=MAX_ID)]
 Text = Annotated[str, Meta(max_length=MAX_TEXT)]
 
 
-class _Event(Struct, frozen=True, tag_field="type", kw_only=True):
+class _Event(Struct, frozen=True, tag_field="type", kw_only=True, forbid_unknown_fields=True):
     ts: Timestamp
     node: Name
     v: Version = 1
@@ -60,7 +61,7 @@ class GpuSample(_Event, frozen=True, kw_only=True, tag="gpu_sample"):
     throttle: Annotated[tuple[Short, ...], Meta(max_length=MAX_SMALL_ITEMS)] = ()
 
 
-class LinkState(Struct, frozen=True):
+class LinkState(Struct, frozen=True, forbid_unknown_fields=True):
     name: Name
     up: bool
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS
 from schemas import DeadLettered, Incident, InvalidEvent, Topics, encode
+from schemas.bounds import MAX_TS
 from schemas.wire import decode_telemetry, retimed
 from streams import metrics
 from streams.live import LiveDetector
@@ -65,6 +66,8 @@ class Pipeline:
         stamp = message.timestamp_ms
         if stamp > 0 and abs(event.ts - stamp / 1000) > self.live.config.max_skew_s:
             event, out = self._skewed(message, event, stamp / 1000, wall)
+            if event is None:
+                return out
             # the origin carries the event as fed, so a checkpoint restores it at its stamp too
             message = replace(message, value=encode(event))
         found = self.live.feed(event, (message.topic, message.partition), wall, origin=message)
@@ -94,19 +97,22 @@ class Pipeline:
     def _skewed(self, message: RawMessage, event, stamped: float, wall: float) -> tuple[object, list[Output]]:
         """An event whose own clock is off by more than max_skew_s: its ts never enters event time.
         The message goes to the dlq with the reason; the event is used at the time its message was
-        stamped, so a node with a bad clock still counts as alive."""
+        stamped, so a node with a bad clock still counts as alive, unless that time is past any
+        valid one too (then the event is None: not used)."""
         skew = event.ts - stamped
         direction = "ahead" if skew > 0 else "behind"
         metrics.CLOCK_SKEWED.labels(direction).inc()
         self.stats.dead_lettered += 1
         DEAD_LETTERS.labels("detector").inc()
+        usable = stamped <= MAX_TS  # a producer may stamp its messages with any int64
         reason = (f"ts {event.ts:.3f} is {abs(skew):.1f} s {direction} of the message's timestamp "
-                  f"{stamped:.3f} (max_skew_s {self.live.config.max_skew_s:g}); used at the timestamp")
+                  f"{stamped:.3f} (max_skew_s {self.live.config.max_skew_s:g}); "
+                  + ("used at the timestamp" if usable else "the timestamp is past any valid time: not used"))
         log.warning("clock skew %s[%d]@%d node=%s: %s", message.topic, message.partition, message.offset,
                     getattr(event, "node", None), reason)
         letter = DeadLettered.of(ts=wall, reason=reason, topic=message.topic, partition=message.partition,
                                  offset=message.offset, key=message.key, value=message.value)
-        return (retimed(event, stamped),
+        return (retimed(event, stamped) if usable else None,
                 [Output(self.topics.dlq, message.topic.encode(), encode(letter))])
 
     def _failures(self, wall: float) -> list[Output]:

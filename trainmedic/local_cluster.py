@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -216,13 +217,14 @@ class LocalCluster:
 
 
 @contextmanager
-def local_deployment(prefix: str, say: Callable[[str], None], *, replacing: str | None = None
+def local_deployment(prefix: str, say: Callable[[str], None], *, replacing: re.Pattern | None = None
                      ) -> Iterator[str]:
     """A broker's bootstrap address with the topics of `prefix` created and every role's ACLs on them
     granted: the broker TRAINMEDIC_KAFKA_BOOTSTRAP names, else the local one (`trainmedic broker start`),
-    started here and stopped on exit unless it already ran. With `replacing` (e.g. "demo-"), the topics
-    and ACLs of earlier deployments under prefixes that start with it are removed first: the latest
-    one's stay to be looked at, and runs do not pile topics up on the broker."""
+    started here and stopped on exit unless it already ran. With `replacing` (a pattern that matches
+    the prefixes such runs generate, e.g. the demo's DEMO_PREFIX), the topics and ACLs of earlier
+    deployments under such prefixes are removed first: the latest one's stay to be looked at, and
+    runs do not pile topics up on the broker."""
     from bus.admin import create_topics, grant_roles, wait_for_topics
     from bus.settings import KafkaSettings, home
     from trainmedic.broker import LocalBroker
@@ -249,18 +251,18 @@ def local_deployment(prefix: str, say: Callable[[str], None], *, replacing: str 
             say("broker stopped")
 
 
-def _remove_earlier(admin, replacing: str, say: Callable[[str], None]) -> None:
+def _remove_earlier(admin, replacing: re.Pattern, say: Callable[[str], None]) -> None:
     from bus.admin import delete_topics, list_topics, revoke_roles
 
-    earlier = [name for name in list_topics(admin) if name.startswith(replacing)
-               and not name.startswith(admin.topic_prefix)]
-    if not earlier:
+    found = {name: match.group(0) for name in list_topics(admin)
+             if (match := replacing.match(name)) and match.group(0) != admin.topic_prefix}
+    if not found:
         return
-    prefixes = sorted({name.split(".", 1)[0] + "." for name in earlier})
-    delete_topics(admin, earlier)
+    prefixes = sorted(set(found.values()))
+    delete_topics(admin, sorted(found))
     for old in prefixes:
         revoke_roles(admin, old)
-    say(f"deleted the {len(earlier)} topics of {len(prefixes)} earlier run(s) ({replacing}*): "
+    say(f"deleted the {len(found)} topics of {len(prefixes)} earlier run(s) ({replacing.pattern}): "
         "only the latest run's stay on the broker")
 
 

@@ -5,9 +5,10 @@ Defaults follow TAXONOMY.md; docs/detection.md explains each choice.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from schemas.bounds import MAX_TS
 
 
 def _positive(owner: object, *names: str) -> None:
@@ -190,12 +191,15 @@ class DetectorConfig:
     gap: GapConfig = field(default_factory=GapConfig)
 
     def __post_init__(self) -> None:
-        for part in fields(self):  # finite: the state these make must round-trip through JSON
+        # Bounded like event times: then every product of a setting and an event's value (a hang
+        # threshold: factor x step time) stays finite, and so does the state saved as JSON.
+        for part in fields(self):
             section = getattr(self, part.name)
             for item in fields(section):
                 value = getattr(section, item.name)
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise ValueError(f"{part.name}.{item.name} must be a finite number, not {value}")
+                if isinstance(value, int | float) and not abs(value) <= MAX_TS:
+                    raise ValueError(f"{part.name}.{item.name} must be a number of at most {MAX_TS:g}, "
+                                     f"not {value}")
         if self.correlation.symptom_hold_s >= self.hang.floor_s:
             raise ValueError("correlation.symptom_hold_s must be < hang.floor_s")
 

@@ -3,6 +3,7 @@ and, asked to replace earlier runs, deletes theirs first (the demo keeps only it
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 
@@ -18,11 +19,11 @@ pytestmark = pytest.mark.kafka
 def test_a_new_run_deletes_the_topics_of_earlier_ones_and_keeps_its_own(
         deployment: Callable[..., KafkaSettings], monkeypatch: pytest.MonkeyPatch) -> None:
     stem = f"t{uuid.uuid4().hex[:8]}-"
-    earlier, other = deployment(f"{stem}old."), deployment(f"t{uuid.uuid4().hex[:8]}-other.")
-    latest = deployment(f"{stem}new.")  # made here too, so that teardown removes it
+    earlier, latest = deployment(f"{stem}0ld."), deployment(f"{stem}1a7.")  # latest: for teardown
+    other = deployment(f"{stem}users-own.")  # the stem, but not a generated prefix: kept
     monkeypatch.setenv("TRAINMEDIC_KAFKA_BOOTSTRAP", earlier.bootstrap)
     said: list[str] = []
-    with local_deployment(latest.topic_prefix, said.append, replacing=stem):
+    with local_deployment(latest.topic_prefix, said.append, replacing=re.compile(rf"{stem}[0-9a-z]{{3}}\.")):
         names = list_topics(latest)
         assert not [name for name in names if name.startswith(earlier.topic_prefix)]
         for kept in (latest, other):

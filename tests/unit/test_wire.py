@@ -87,6 +87,11 @@ def test_lax_values_and_odd_bytes_are_the_contracts_to_decide() -> None:
         with pytest.raises(Exception) as contract_refused:
             TELEMETRY.validate_json(json.dumps({**good, **bad}))
         assert str(refused.value).split(":")[0] in str(contract_refused.value)
+    for unknown in (b"[" * 300 + b"]" * 300, b"1" * 5000):  # within msgspec's limits, past the contract's
+        with pytest.raises(InvalidEvent):
+            decode_telemetry(json.dumps(good).encode()[:-1] + b', "extra": ' + unknown + b"}")
+    extra = decode_telemetry(json.dumps({**good, "extra": [1]}).encode())
+    assert not isinstance(extra, msgspec.Struct) and extra.model_extra == {"extra": [1]}
     for raw in (b'{"ts": 5, "type": "worker_step", "no\xffde": 1}', b"[" * 3000 + b"]" * 3000, None):
         with pytest.raises(InvalidEvent):
             decode_telemetry(raw)

@@ -38,6 +38,8 @@ from trainmedic.local_cluster import LocalCluster, free_port, local_deployment
 JOB = "demo"
 # The demo's detector: the defaults, with a hang floor that fits a 0.25 s step.
 DETECTOR_CONFIG = {"hang": {"floor_s": 10.0}}
+# The prefixes demos generate: a run deletes the topics of earlier ones (never a user's "demo-orders").
+DEMO_PREFIX = re.compile(r"demo-[0-9a-f]{6}\.")
 STARTED = time.monotonic()
 
 
@@ -166,9 +168,9 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
     from bus.producer import EventProducer
 
     shutil.rmtree(layout.root, ignore_errors=True)
-    prefix = f"demo-{uuid.uuid4().hex[:6]}."
+    prefix = f"demo-{uuid.uuid4().hex[:6]}."  # what DEMO_PREFIX matches
     # the broker stops (if it is ours) after the rest; earlier demos' topics are deleted
-    with local_deployment(prefix, say, replacing="demo-") as bootstrap:
+    with local_deployment(prefix, say, replacing=DEMO_PREFIX) as bootstrap:
         cluster = watcher = None
         try:
             settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)

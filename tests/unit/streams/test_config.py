@@ -34,7 +34,8 @@ def test_round_trips_through_json():
     {"heartbeat": {"missed": 0.5}},
     {"nope": {}},
     {"hang": {"floor": 3}},
-    {"hang": {"floor_s": float("inf")}},  # finite only: the state it makes is saved as JSON
+    {"hang": {"floor_s": float("inf")}},  # bounded: the state it makes is saved as JSON
+    {"hang": {"factor": 1e300}},  # a threshold of factor x a step time would overflow
     {"heartbeat": {"min_timeout_s": float("nan")}},
 ])
 def test_invalid_settings_are_refused_when_built(bad):

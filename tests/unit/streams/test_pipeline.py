@@ -132,3 +132,14 @@ def test_a_skewed_event_held_in_a_checkpoint_comes_back_at_its_message_time() ->
     assert held.event.ts == now
     [restored] = decode_checkpoint(encode_checkpoint(run.live, {(TOPICS.node, 0): 1}, now)).held
     assert restored.event.ts == now  # not its own clock: that never becomes event time
+
+
+def test_an_event_stamped_past_any_valid_time_is_dead_lettered_and_not_used() -> None:
+    """A producer may stamp a message with any int64: past year 9999 the event has no usable time,
+    and held at such a time it would make every checkpoint unreadable."""
+    run = Pipeline(TOPICS, LiveDetector(Detector(), LiveConfig(lateness_s=5.0)))
+    now = 1_700_000_000.0
+    beat = s.encode(s.NodeHeartbeat(ts=now, node="n1", interval=1.0))
+    [out] = run.on_message(RawMessage(TOPICS.node, 0, 0, 2**62, b"n1", beat), wall=now)
+    assert "past any valid time: not used" in s.decode(out.value, s.adapter("dlq")).reason
+    assert run.live.held() == [] and run.stats.dead_lettered == 1
