@@ -75,7 +75,7 @@ lock:
 
 # Every benchmark, each printing its numbers. Those that need Kafka use the local broker,
 # started here if it is not running (and left running: `trainmedic broker stop`), unless
-# TRAINMEDIC_KAFKA_BOOTSTRAP names another.
+# TRAINMEDIC_KAFKA_BOOTSTRAP names another; bench/detector_live.py starts a broker of its own.
 bench: setup kafka
 	@[ -n "$$TRAINMEDIC_KAFKA_BOOTSTRAP" ] || $(BIN)/trainmedic broker start >/dev/null
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
