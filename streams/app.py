@@ -31,10 +31,12 @@ from streams.core import Detector, DetectorConfig
 from streams.faust_checkpoints import FaustCheckpoints
 from streams.live import LiveConfig, LiveDetector
 from streams.pipeline import DetectorStats, Output, Pipeline
+from streams.read_check import ReadCheck
 
 log = logging.getLogger(__name__)
 
 Sink = Callable[[str, bytes, bytes], Awaitable[None]]
+READ_CHECK_EVERY_S, READ_CHECK_TIMEOUT_S = 0.25, 5.0  # as the consumer engine's (ServiceConfig)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def build_app(
     offsets: Offsets = {}
     # The agent and the timer take turns: a checkpoint sees no message half handled.
     turn = asyncio.Lock()
-    checkpoints = None
+    checkpoints = reads = None
     if sink is None:
         outputs = {name: app.topic(name, value_serializer="raw", key_serializer="raw")
                    for name in (topics.incidents, topics.dlq)}
@@ -111,6 +113,10 @@ def build_app(
 
         checkpoints = FaustCheckpoints(app, settings, app_id, live, offsets, every_s=save_every_s)
         app.on_rebalance_complete.connect(checkpoints.on_rebalance_complete)
+        # Blind is not dead here too: the wall clock becomes event time only as far as reads are
+        # known complete (a restarted worker's backlog, a broker away), as in the consumer engine.
+        reads = ReadCheck(settings, READ_CHECK_EVERY_S, READ_CHECK_TIMEOUT_S)
+        live.watch_reads()
 
     async def send(outs: list[Output]) -> None:
         for out in outs:
@@ -132,6 +138,8 @@ def build_app(
         if checkpoints is not None and not checkpoints.restored:
             return  # the checkpoint is read when partitions are first assigned
         async with turn:
+            if reads is not None and (complete := reads.poll(offsets, time.time())) is not None:
+                live.caught_up(complete)
             await send(pipeline.on_tick(time.time()))
         if checkpoints is not None:
             await checkpoints.maybe_save(time.monotonic(), turn)

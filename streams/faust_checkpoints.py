@@ -56,6 +56,8 @@ class FaustCheckpoints:
         positions = {tp: self.offsets.get((tp.topic, tp.partition), 0) for tp in consumer.assignment()
                      if tp.topic in self._telemetry
                      and (self.from_checkpoint or (tp.topic, tp.partition) in self.offsets)}
+        for tp, at in positions.items():  # read from there: what "reads are complete" is measured by
+            self.offsets.setdefault((tp.topic, tp.partition), at)
         # Faust has no public commit of given offsets. It returns False when the group rebalanced
         # meanwhile: Faust then skips its seek, and the next rebalance commits again.
         if positions and not await consumer._commit(positions):  # noqa: SLF001

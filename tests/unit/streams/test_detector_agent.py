@@ -51,6 +51,17 @@ def test_the_app_reads_with_its_tuning() -> None:
         7, 4096, 64)
 
 
+def test_on_kafka_the_app_lets_the_wall_clock_become_event_time_only_as_far_as_reads_are_complete() -> None:
+    """Blind is not dead, for the Faust engine too: until the end offsets it asks for are reached,
+    a restarted worker's backlog (or a broker away) never looks like silence."""
+    detector = build_app(SETTINGS, app_id="agent-reads")  # nothing connects until a worker runs
+    recorded = build_app(SETTINGS, app_id="agent-sink", sink=lambda *_: None)
+    for app in (detector, recorded):
+        app.live.tick(time.time())
+    assert detector.live.blind_for == float("inf")  # watching, and nothing confirmed yet
+    assert recorded.live.blind_for is None  # in memory: no reads to watch
+
+
 def test_a_recording_put_through_the_agent_opens_its_incident() -> None:
     lines = [line for line in (SCENARIOS / "gpu_lost_xid79.jsonl").read_bytes().splitlines() if line]
     # All of it arrives through one channel here, so it comes in event-time order.
@@ -143,6 +154,7 @@ def test_the_first_rebalance_restores_the_checkpoint_and_commits_its_offsets() -
     assert restoring.restored and [h.origin for h in restoring.live.held()] == [h.origin for h in live.held()]
     # a telemetry partition the checkpoint does not know is read from its start; other topics are Faust's
     assert restoring.app.consumer.committed == [{TP(topics.node, 0): 7, TP(topics.node, 1): 0}]
+    assert restoring.offsets == {(topics.node, 0): 7, (topics.node, 1): 0}  # what complete reads reach
     restoring.offsets[(topics.node, 0)] = 9
     asyncio.run(restoring.on_rebalance_complete())  # a later rebalance: where the live state is
     assert restoring.app.consumer.committed[-1] == {TP(topics.node, 0): 9, TP(topics.node, 1): 0}

@@ -1,0 +1,63 @@
+"""Whether a detector has read everything there is, which is what lets event time follow the wall
+clock (`LiveDetector.caught_up`, "blind is not dead"): both engines ask the broker for the end
+offsets of the partitions they read and compare them with what they have read."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from bus import clients
+from bus.settings import KafkaSettings
+from streams.checkpoint import Offsets
+
+RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
+
+
+class ReadCheck:
+    """Whether the detector has read everything there is: it asks the broker for the telemetry
+    partitions' end offsets (one ListOffsets request, answered in the background) and, once the
+    offsets read reach them, reads were complete as of when it asked. No answer (broker down or
+    frozen, a request that failed) or offsets short of the ends (fetches failing, a backlog after
+    a restart or a pause) confirms nothing: `LiveDetector` then does not let the wall clock
+    become event time."""
+
+    def __init__(self, settings: KafkaSettings, every_s: float, timeout_s: float) -> None:
+        self._settings = settings
+        self._admin = clients.admin(settings)
+        self.every_s, self.timeout_s = every_s, timeout_s
+        self._streak = 0  # failed requests in a row
+        self.error: str | None = None  # the last failure
+        self._asked_at = float("-inf")  # wall time of the request in flight (or the last one)
+        self._futures: dict | None = None
+        self._ends: dict[tuple[str, int], int] | None = None  # the last answer, not yet reached
+        self._ends_at = float("-inf")
+        self.failures = 0
+
+    def poll(self, offsets: Offsets, wall: float) -> float | None:
+        """The wall time up to which reads are now known complete, if newly known; else None."""
+        if self._futures is not None and all(f.done() for f in self._futures.values()):
+            try:
+                ends = {(tp.topic, tp.partition): f.result().offset for tp, f in self._futures.items()}
+                if min(ends.values(), default=0) < 0:  # what a request that timed out answers
+                    raise KafkaException(RdKafkaError(RdKafkaError._TIMED_OUT, "no end offsets in time"))
+                self._ends, self._ends_at, self._streak, self.error = ends, self._asked_at, 0, None
+            except KafkaException as err:
+                self.failures += 1
+                self._streak += 1
+                self.error = err.args[0].str()
+                if self._streak % RENEW_AFTER == 0:
+                    # librdkafka's admin client can keep a restarted broker's old leader epoch
+                    # (FENCED_LEADER_EPOCH on every request): a new client asks afresh.
+                    self._admin = clients.admin(self._settings)
+            self._futures = None
+        confirmed = None
+        if self._ends is not None and all(offsets.get(tp, 0) >= end for tp, end in self._ends.items()):
+            confirmed, self._ends = self._ends_at, None
+        if self._futures is None and wall - self._asked_at >= self.every_s and offsets:
+            self._asked_at = wall
+            self._futures = self._admin.list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in offsets},
+                request_timeout=self.timeout_s)
+        return confirmed
