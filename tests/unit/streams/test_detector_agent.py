@@ -51,10 +51,14 @@ def test_the_app_reads_with_its_tuning() -> None:
         7, 4096, 64)
 
 
-def test_on_kafka_the_app_lets_the_wall_clock_become_event_time_only_as_far_as_reads_are_complete() -> None:
+def test_on_kafka_the_app_lets_the_wall_clock_become_event_time_only_as_far_as_reads_are_complete(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Blind is not dead, for the Faust engine too: until the end offsets it asks for are reached,
     a restarted worker's backlog (or a broker away) never looks like silence."""
-    detector = build_app(SETTINGS, app_id="agent-reads")  # nothing connects until a worker runs
+    asked = []
+    monkeypatch.setattr("streams.app.ReadCheck", lambda *args: asked.append(args))  # no admin client
+    detector = build_app(SETTINGS, app_id="agent-reads")  # nothing else connects until a worker runs
+    assert [settings for settings, *_ in asked] == [SETTINGS]
     recorded = build_app(SETTINGS, app_id="agent-sink", sink=lambda *_: None)
     for app in (detector, recorded):
         app.live.tick(time.time())
