@@ -20,7 +20,7 @@ from schemas.codec import decode_telemetry, encode
 from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerStepped
 from schemas.wire import decode_telemetry as decode_fast
 from streams.checkpoint import decode_checkpoint, encode_checkpoint
-from streams.core import Detector
+from streams.core import Detector, DetectorState
 from streams.live import LiveDetector
 
 NODES, GPUS_PER_NODE, JOBS = 2048, 8, 4
@@ -94,6 +94,12 @@ def validated(seconds: int, decoder: Callable[[bytes], object]) -> tuple[int, fl
     return events, busy
 
 
+def json_state(state: DetectorState) -> bytes:
+    """The state as the standard library encoded it before issue 18, for comparison."""
+    return json.dumps(state, default=lambda part: {name: getattr(part, name) for name in part.__slots__},
+                      separators=(",", ":")).encode()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=30, help="simulated seconds")
@@ -106,6 +112,10 @@ def main() -> None:
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")
     print(f"  state: {len(state.nodes)} nodes, {len(state.jobs)} jobs, "
           f"{len(state.incidents)} open incidents")
+    for label, encode_state in (("json", json_state), ("msgspec", DetectorState.to_json)):
+        start = time.perf_counter()
+        size = len(encode_state(state))
+        print(f"  state as JSON by {label:7}: {size / 1e6:.1f} MB in {time.perf_counter() - start:.3f} s")
     events, busy, live = live_path(min(args.seconds, 10))
     print(f"LiveDetector + core:  {events:>9,} events in {busy:6.2f} s = "
           f"{events / busy:>9,.0f} events/s  ({busy / events * 1e6:.2f} us/event)")

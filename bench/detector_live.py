@@ -47,7 +47,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from bus import settings as bus_settings
-from bus.admin import create_topics, delete_topics, list_topics
+from bus.admin import create_topics, remove_prefix
 from bus.settings import KafkaSettings
 from schemas.codec import TELEMETRY, decode
 from schemas.topics import BY_SUFFIX, adapter
@@ -365,7 +365,7 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
 
 def delete_run(settings: KafkaSettings, run: str) -> None:
     """The run's topics, the workers' own (their app ids start with the run) included."""
-    delete_topics(settings, [name for name in list_topics(settings) if name.startswith(run)])
+    remove_prefix(settings, run)
 
 
 WORKERS = {

@@ -182,6 +182,16 @@ def revoke_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) 
                                  code=code.name()) from None
 
 
+def remove_prefix(settings: KafkaSettings, prefix: str) -> list[str]:
+    """A deployment removed: every topic whose name starts with `prefix` deleted (gone when this
+    returns; services' own topics too, their app ids start with it) and the roles' ACLs on the
+    prefix revoked. The topics deleted."""
+    names = sorted(name for name in list_topics(settings) if name.startswith(prefix))
+    delete_topics(settings, names)
+    revoke_roles(settings, prefix)
+    return names
+
+
 def set_scram_users(settings: KafkaSettings, passwords: dict[str, str], timeout_s: float = 30.0) -> None:
     """Create or update SCRAM-SHA-512 users (name -> password)."""
     from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion

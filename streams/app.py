@@ -36,7 +36,6 @@ from streams.read_check import ReadCheck
 log = logging.getLogger(__name__)
 
 Sink = Callable[[str, bytes, bytes], Awaitable[None]]
-READ_CHECK_EVERY_S, READ_CHECK_TIMEOUT_S = 0.25, 5.0  # as the consumer engine's (ServiceConfig)
 
 
 @dataclass(frozen=True)
@@ -115,7 +114,7 @@ def build_app(
         app.on_rebalance_complete.connect(checkpoints.on_rebalance_complete)
         # Blind is not dead here too: the wall clock becomes event time only as far as reads are
         # known complete (a restarted worker's backlog, a broker away), as in the consumer engine.
-        reads = ReadCheck(settings, READ_CHECK_EVERY_S, READ_CHECK_TIMEOUT_S)
+        reads = ReadCheck(settings)
         live.watch_reads()
 
     async def send(outs: list[Output]) -> None:

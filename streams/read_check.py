@@ -13,6 +13,8 @@ from bus.settings import KafkaSettings
 from streams.checkpoint import Offsets
 
 RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
+EVERY_S = 0.25  # how often to ask for the end offsets
+TIMEOUT_S = 5.0  # how long one request may take
 
 
 class ReadCheck:
@@ -23,7 +25,8 @@ class ReadCheck:
     a restart or a pause) confirms nothing: `LiveDetector` then does not let the wall clock
     become event time."""
 
-    def __init__(self, settings: KafkaSettings, every_s: float, timeout_s: float) -> None:
+    def __init__(self, settings: KafkaSettings, every_s: float = EVERY_S,
+                 timeout_s: float = TIMEOUT_S) -> None:
         self._settings = settings
         self._admin = clients.admin(settings)
         self.every_s, self.timeout_s = every_s, timeout_s

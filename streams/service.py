@@ -29,6 +29,7 @@ from bus.message import RawMessage
 from bus.producer import EventProducer
 from bus.reader import At, locate, watermarks
 from bus.settings import KafkaSettings
+from streams import read_check
 from streams.checkpoint import Cadence, Offsets, encode_checkpoint
 from streams.checkpoint_topic import CheckpointTopic
 from streams.pipeline import Output, Pipeline
@@ -64,8 +65,8 @@ class ServiceConfig:
     batch: int = 2000
     report_every_s: float = 60.0
     partitions_every_s: float = 30.0  # how often to look for partitions added to the telemetry topics
-    read_check_every_s: float = 0.25  # how often to ask for the end offsets (are reads complete?)
-    read_check_timeout_s: float = 5.0
+    read_check_every_s: float = read_check.EVERY_S  # how often to ask for the end offsets
+    read_check_timeout_s: float = read_check.TIMEOUT_S
 
 
 class DetectorService:

@@ -92,7 +92,7 @@ def deployment(kafka_bootstrap: str) -> Iterator[Callable[..., KafkaSettings]]:
     when not given), its topics created and every role's ACLs granted for it (one request). After
     the test every topic under the prefix is deleted (services' own topics too, when their app id
     starts with the prefix) and the ACLs revoked, so that a long-lived broker does not pile them up."""
-    from bus.admin import create_topics, grant_roles
+    from bus.admin import create_topics, grant_roles, remove_prefix
 
     made: list[KafkaSettings] = []
 
@@ -106,16 +106,7 @@ def deployment(kafka_bootstrap: str) -> Iterator[Callable[..., KafkaSettings]]:
 
     yield make
     for settings in made:
-        remove_deployment(settings)
-
-
-def remove_deployment(settings: KafkaSettings) -> None:
-    """Every topic under the settings' prefix deleted (gone when this returns), its ACLs revoked."""
-    from bus.admin import delete_topics, list_topics, revoke_roles
-
-    prefix = settings.topic_prefix
-    delete_topics(settings, [name for name in list_topics(settings) if name.startswith(prefix)])
-    revoke_roles(settings, prefix)
+        remove_prefix(settings, settings.topic_prefix)
 
 
 @pytest.fixture

@@ -252,18 +252,14 @@ def local_deployment(prefix: str, say: Callable[[str], None], *, replacing: re.P
 
 
 def _remove_earlier(admin, replacing: re.Pattern, say: Callable[[str], None]) -> None:
-    from bus.admin import delete_topics, list_topics, revoke_roles
+    from bus.admin import list_topics, remove_prefix
 
-    found = {name: match.group(0) for name in list_topics(admin)
-             if (match := replacing.match(name)) and match.group(0) != admin.topic_prefix}
-    if not found:
-        return
-    prefixes = sorted(set(found.values()))
-    delete_topics(admin, sorted(found))
-    for old in prefixes:
-        revoke_roles(admin, old)
-    say(f"deleted the {len(found)} topics of {len(prefixes)} earlier run(s) ({replacing.pattern}): "
-        "only the latest run's stay on the broker")
+    prefixes = {match.group(0) for name in list_topics(admin) if (match := replacing.match(name))}
+    prefixes.discard(admin.topic_prefix)
+    if prefixes:
+        deleted = sum(len(remove_prefix(admin, old)) for old in sorted(prefixes))
+        say(f"deleted the {deleted} topics of {len(prefixes)} earlier run(s) ({replacing.pattern}): "
+            "only the latest run's stay on the broker")
 
 
 def free_port_pair() -> int:

@@ -9,13 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import schemas as s
-from bus.admin import create_topics, list_topics
+from bus.admin import create_topics, list_topics, remove_prefix
 from bus.consumer import EventConsumer
 from bus.errors import DeliveryError, KafkaError
 from bus.message import Record
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
-from tests.conftest import remove_deployment
 from tests.unit.test_schemas import EXAMPLES
 
 pytestmark = pytest.mark.kafka
@@ -41,7 +40,7 @@ def test_a_tests_topics_are_gone_after_its_teardown(kafka: KafkaSettings) -> Non
     other = KafkaSettings.from_env(role="admin", bootstrap=kafka.bootstrap, topic_prefix=prefix)
     create_topics(other)
     assert len([name for name in list_topics(other) if name.startswith(prefix)]) == len(other.topics.all())
-    remove_deployment(other)
+    remove_prefix(other, prefix)
     assert not [name for name in list_topics(other) if name.startswith(prefix)]
 
 

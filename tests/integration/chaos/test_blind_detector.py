@@ -33,33 +33,13 @@ from bus.settings import KafkaSettings, home
 from schemas import Incident
 from trainmedic.broker import LocalBroker
 from trainmedic.demo.cluster import DemoLayout
-from trainmedic.local_cluster import LocalCluster, free_port
+from trainmedic.local_cluster import LocalCluster, free_port_pair
 
 NODES = ("cn0", "cn1", "cn2")
 CUT = "cn3"  # a fourth node, in a network namespace of its own: cut off for real in (e)
 # CI uses 20 s; a longer outage is measured by hand with TRAINMEDIC_CHAOS_OUTAGE_S=60 (docs/streams.md).
 OUTAGE_S = float(os.environ.get("TRAINMEDIC_CHAOS_OUTAGE_S", "20"))
 SETTLE_S = 15.0  # after a fault ends: time for the services to reconnect and the detector to decide
-
-
-def _ports() -> int:
-    """A free port whose next one (the controller's) is free too."""
-    for _ in range(50):
-        port = free_port()
-        if port < 65535 and _free(port + 1):
-            return port
-    raise RuntimeError("no two free ports in a row")
-
-
-def _free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 class Chaos:
@@ -69,7 +49,7 @@ class Chaos:
         shared = home() / "kafka"
         if (shared / "libs").is_dir():  # the jars, fetched once for the project's own broker
             (kafka_home / "kafka").symlink_to(shared)
-        self.broker = LocalBroker(kafka_home, port=_ports())
+        self.broker = LocalBroker(kafka_home, port=free_port_pair())
         state, _ = self.broker.start()
         found = {"TRAINMEDIC_CREDENTIALS_DIR": str(self.broker.credentials)}  # not the session broker's
         self.settings = KafkaSettings.from_env(found, role="admin", bootstrap=state.bootstrap,
