@@ -3,7 +3,8 @@
 Snapshots: every `snapshot_every` completed steps each rank writes model, optimizer and
 step to its node-local snapshot dir (TRAINMEDIC_SNAPSHOT_DIR). Those files outlive the
 processes, so after a restart a surviving node's snapshot is the "replica" to restore
-from: with `snapshot_every=1` no completed step is lost.
+from: with `snapshot_every=1` no completed step is lost. A sharded model (FSDP2, HSDP) is
+snapshot and restored per shard, onto a mesh of any size (`recovery.worker.sharded`).
 
 Reattempt: the executor sends SIGUSR1. The handler only sets a flag; `agree_reattempt`
 (one 1-element all-reduce, called by every rank at the top of each step) makes all ranks
@@ -27,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,9 +37,10 @@ import torch
 import torch.distributed as dist
 
 from producers.hook import Hook
-from recovery.worker import state_files
+from recovery.worker import sharded, state_files
 from recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
 from recovery.worker.restore import Offer, fallback_warning, restore_state
+from schemas import RestoreSource
 
 log = logging.getLogger(__name__)
 
@@ -77,26 +79,47 @@ class Runtime:
 
     def restore(self, model: torch.nn.Module, optimizer: Stateful) -> int:
         """Load the state the restore source names into every rank; returns the step to resume at.
+        A sharded model (FSDP2 / HSDP) is restored per shard, resharded to this mesh (`sharded`).
 
         A collective: every rank calls it, once, right after `init_from_env`.
         """
-        step, self.restored_from = restore_state(self.env, model, optimizer, self.device)
-        source = self.restored_from
+        if sharded.is_sharded(model):
+            done = sharded.restore(self.env, model, optimizer, self.device)
+            step, source, what = 0, None, "fresh"
+            if done is not None:
+                step, source = done.step, Offer(self.rank, done.step, done.kind, done.path)
+                what = (f"checkpoint {done.path}" if done.kind != "replica" else
+                        f"snapshots per shard: {done.read} elements read on this node, {done.received} "
+                        f"received from other nodes")
+                what += f", {done.seconds:.2f}s"
+        else:
+            step, source = restore_state(self.env, model, optimizer, self.device)
+            what = "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}"
+        self.restored_from = source
         self.restore_warning = fallback_warning(self.env.restore, source)
         self._warning_due = self.restore_warning is not None
         if self.restore_warning:
             log.warning("rank %d g%d: RESTORE FELL BACK: %s", self.rank, self.env.generation,
                         self.restore_warning)
-        log.info("rank %d g%d: resuming at step %d (%s)", self.rank, self.env.generation, step,
-                 "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}")
+        log.info("rank %d g%d: resuming at step %d (%s)", self.rank, self.env.generation, step, what)
         return step
 
     def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: Stateful) -> None:
         """After `step` completed steps: a local snapshot every `snapshot_every` steps (every rank),
-        a checkpoint every `checkpoint_every` steps (rank 0, into TRAINMEDIC_CHECKPOINT_DIR)."""
-        snapshot_due = self.env.snapshot_dir and self.snapshot_every and step % self.snapshot_every == 0
-        checkpoint_due = (self.env.checkpoint_dir and self.checkpoint_every and self.rank == 0
-                          and step % self.checkpoint_every == 0)
+        a checkpoint every `checkpoint_every` steps into TRAINMEDIC_CHECKPOINT_DIR (rank 0; every
+        rank its shards for a sharded model, with DCP)."""
+        env = self.env
+        snapshot_due = env.snapshot_dir and self.snapshot_every and step % self.snapshot_every == 0
+        checkpoint_due = env.checkpoint_dir and self.checkpoint_every and step % self.checkpoint_every == 0
+        if sharded.is_sharded(model):
+            if snapshot_due or checkpoint_due:
+                state = sharded.flat_state(model, optimizer)
+            if snapshot_due:
+                sharded.snapshot(Path(self.env.snapshot_dir), self.rank, step, self.env.generation, state)
+            if checkpoint_due:
+                sharded.checkpoint(Path(self.env.checkpoint_dir), step, state)
+            return
+        checkpoint_due = checkpoint_due and self.rank == 0
         if not (snapshot_due or checkpoint_due):
             return
         payload = {"step": step, "generation": self.env.generation,
@@ -128,7 +151,14 @@ class Runtime:
         return bool(flag.item())
 
     def resync(self, model: torch.nn.Module, optimizer: Stateful) -> None:
-        """Give every rank rank 0's model and optimizer state (before retrying a step). A collective."""
+        """Give every rank rank 0's model and optimizer state (before retrying a step); a sharded
+        model's ranks each take their shards back from the newest snapshot. A collective."""
+        if sharded.is_sharded(model):
+            own = replace(self.env, restore=RestoreSource(kind="replica"))
+            if sharded.restore(own, model, optimizer, self.device) is None:
+                log.warning("rank %d g%d: no snapshot to retry the step from; retrying as it is",
+                            self.rank, self.env.generation)
+            return
         box = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()} if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0, device=self.device)
         model.load_state_dict(box[0]["model"])

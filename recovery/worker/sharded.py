@@ -1,0 +1,229 @@
+"""Sharded training state (FSDP2's `fully_shard`, HSDP): snapshots per shard, restore per shard.
+
+Each rank snapshots only what it holds: its box of every sharded tensor of the model and the
+optimizer (`get_state_dict`, the optimizer flattened to one key per tensor), plus the small
+unsharded values, to its node's snapshot dir as `shards<rank>-step<N>.pt`. On restore, every
+rank offers the snapshot files its node holds and says which box of each tensor the new mesh
+gives it; `shard_plan` picks the newest step the surviving files cover whole and, per piece,
+the nearest copy: a file on the rank's own node is read, a piece held only elsewhere is sent by
+a rank of that node over the process group, tensor by tensor (no pickled state). With HSDP,
+a lost node's shards survive in the other replica group; the new mesh may have another world
+size (a shrink or a grow): the boxes are cut to fit. With no covering snapshot, the newest
+checkpoint (`torch.distributed.checkpoint`, one directory per step, shared storage) is loaded,
+resharded by DCP; with none, the run starts fresh.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+from recovery.worker import state_files
+from recovery.worker.env import WorkerEnv
+from recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
+
+log = logging.getLogger(__name__)
+
+OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+PREFIX = "shards"  # shards<rank>-step<N>.pt
+METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether `model`'s parameters are DTensors (FSDP2 / HSDP), not whole tensors on every rank."""
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def flat_state(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+    """Model and optimizer state as one flat dict (`model/<fqn>`, `optim/<key>`). Sharded tensors
+    are DTensors; an optimizer that has not stepped gets its state initialised (by DCP)."""
+    model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIONS)
+    return {**{f"model/{k}": v for k, v in model_sd.items()},
+            **{f"optim/{k}": v for k, v in optim_sd.items()}}
+
+
+def load_flat(model: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> None:
+    model_sd = {k.removeprefix("model/"): v for k, v in state.items() if k.startswith("model/")}
+    optim_sd = {k.removeprefix("optim/"): v for k, v in state.items() if k.startswith("optim/")}
+    set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=OPTIONS)
+
+
+def box_of(tensor: DTensor) -> Box:
+    mesh, placements = tensor.device_mesh, tensor.placements
+    sizes, offsets = compute_local_shape_and_global_offset(tensor.shape, mesh, placements)
+    return tuple(offsets), tuple(sizes)
+
+
+def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(tensor, device="cpu").copy_(tensor)
+
+
+def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict[str, Any]) -> Path:
+    """Write this rank's shards of `state` (from `flat_state`) after `step` steps, keeping the
+    newest `state_files.SNAPSHOTS_KEPT`."""
+    boxes, tensors, plain = {}, {}, {}
+    for key, value in state.items():
+        if isinstance(value, DTensor):
+            boxes[key] = box_of(value)
+            tensors[key] = _cpu_copy(value.to_local().detach())
+        else:
+            plain[key] = _cpu_copy(value.detach()) if isinstance(value, torch.Tensor) else value
+    payload = {"step": step, "generation": generation, "boxes": boxes, "tensors": tensors, "plain": plain}
+    return state_files.save_keeping(directory, f"{PREFIX}{rank}-", step, payload, state_files.SNAPSHOTS_KEPT)
+
+
+def node_files(env: WorkerEnv) -> list[ShardFile]:
+    """The shard snapshots in this node's snapshot dir (any rank's, any generation's): their boxes
+    only, the tensors are not read."""
+    if not env.snapshot_dir:
+        return []
+    found = []
+    for step, path in state_files.list_states(Path(env.snapshot_dir), PREFIX):
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as err:  # a torn or foreign file is not a copy to restore from
+            log.warning("rank %d: snapshot %s unreadable (%s); not offered", env.rank, path, err)
+            continue
+        boxes = tuple(sorted((key, (tuple(b[0]), tuple(b[1]))) for key, b in payload["boxes"].items()))
+        found.append(ShardFile(env.node, str(path), step, int(payload["generation"]), boxes))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRestore:
+    """What a sharded restore did: `step` from `kind` ("replica": snapshots, "checkpoint": a DCP
+    directory at `path`), and for snapshots the elements this rank read from its own node's
+    files and got sent from other nodes."""
+
+    step: int
+    kind: str
+    path: str = ""
+    read: int = 0
+    received: int = 0
+    seconds: float = 0.0
+
+
+def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any,
+            device: torch.device | None = None) -> ShardRestore | None:
+    """Load the newest state the surviving snapshots (else a checkpoint) hold into `model` and
+    `optimizer` on every rank, resharded to this mesh; None: nothing to restore. A collective."""
+    if env.restore.kind == "none":
+        return None
+    began = time.monotonic()
+    state = flat_state(model, optimizer)
+    sharded = {k: v for k, v in state.items() if isinstance(v, DTensor)}
+    mine = [Need(env.rank, k, box_of(v), tuple(v.shape)) for k, v in sharded.items()]
+    files = node_files(env) if env.restore.kind == "replica" else []
+    gathered: list[Any] = [None] * env.world_size
+    dist.all_gather_object(gathered, (env.node, files, mine, _checkpoints(env)))
+    node_of = {rank: g[0] for rank, g in enumerate(gathered)}
+    every_file = sorted({f for g in gathered for f in g[1]}, key=lambda f: (f.node, f.path))
+    needs = [n for g in gathered for n in g[2]]
+    candidates = restorable(every_file, needs)
+    if candidates:
+        step, generation = candidates[0]
+        chosen = [f for f in every_file if (f.step, f.generation) == (step, generation)]
+        read, received = _copy(plan(chosen, needs, node_of), env.rank, sharded, device)
+        _restore_plain(state, chosen, node_of, env.rank, device)
+        load_flat(model, optimizer, state)
+        return ShardRestore(step, "replica", read=read, received=received, seconds=time.monotonic() - began)
+    common = set.intersection(*(set(g[3]) for g in gathered))
+    if not common:
+        return None
+    step, path = max(common)
+    dcp.load(state, checkpoint_id=path)
+    load_flat(model, optimizer, state)
+    return ShardRestore(step, "checkpoint", path=path, seconds=time.monotonic() - began)
+
+
+def _copy(transfers: list[Transfer], rank: int, sharded: dict[str, DTensor],
+          device: torch.device | None) -> tuple[int, int]:
+    """Carry out this rank's part of `transfers`: reads, sends and receives (one batch)."""
+    opened: dict[str, dict[str, torch.Tensor]] = {}
+
+    def source(t: Transfer) -> torch.Tensor:
+        if t.path not in opened:
+            opened[t.path] = torch.load(t.path, map_location="cpu", weights_only=True, mmap=True)["tensors"]
+        return opened[t.path][t.key][_slices(t.src_at, t.sizes)]
+
+    ops, landed, read, received = [], [], 0, 0
+    for t in transfers:
+        if t.dst == rank:
+            into = sharded[t.key].to_local()[_slices(t.dst_at, t.sizes)]
+            if t.src == rank:
+                into.copy_(source(t))
+                read += t.numel
+            else:
+                buffer = torch.empty(t.sizes, dtype=into.dtype, device=into.device)
+                ops.append(dist.P2POp(dist.irecv, buffer, t.src))
+                landed.append((into, buffer))
+                received += t.numel
+        elif t.src == rank:
+            ops.append(dist.P2POp(dist.isend, source(t).contiguous().to(device or "cpu"), t.dst))
+    if ops:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    for into, buffer in landed:
+        into.copy_(buffer)
+    return read, received
+
+
+def _restore_plain(state: dict[str, Any], files: list[ShardFile], node_of: dict[int, str],
+                   rank: int, device: torch.device | None) -> None:
+    """The unsharded values (optimizer steps, hyper-parameters) in `files`, read by the lowest rank
+    that can read one of them and given to every rank (small: no tensor of the model)."""
+    owners = sorted((r, f.path) for f in files for r, n in node_of.items() if n == f.node)
+    src, path = owners[0]
+    box: list[Any] = [None]
+    if rank == src:
+        box[0] = torch.load(path, map_location="cpu", weights_only=True)["plain"]
+    dist.broadcast_object_list(box, src=src, device=device)
+    for key, value in box[0].items():
+        if key in state and isinstance(state[key], torch.Tensor) and isinstance(value, torch.Tensor):
+            state[key].copy_(value)
+        else:
+            state[key] = value
+
+
+def _slices(at: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(slice(a, a + n) for a, n in zip(at, sizes, strict=True))
+
+
+def checkpoint(directory: Path, step: int, state: dict[str, Any]) -> Path:
+    """Save every rank's shards of `state` to `directory/step<N>` with DCP (a collective; the
+    directory is shared storage) and keep the newest `state_files.CHECKPOINTS_KEPT`."""
+    path = directory / f"step{step:09d}"
+    dcp.save(state, checkpoint_id=str(path))
+    if dist.get_rank() == 0:
+        for _, old in _complete(directory)[:-state_files.CHECKPOINTS_KEPT]:
+            shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def _complete(directory: Path) -> list[tuple[int, Path]]:
+    if not directory.is_dir():
+        return []
+    return sorted((int(p.name.removeprefix("step")), p) for p in directory.glob("step*")
+                  if p.is_dir() and p.name.removeprefix("step").isdigit() and (p / METADATA).is_file())
+
+
+def _checkpoints(env: WorkerEnv) -> list[tuple[int, str]]:
+    """The whole DCP checkpoints this rank can read (restore.path, else the checkpoint dir)."""
+    where = Path(env.restore.path or env.checkpoint_dir or "")
+    if not str(where) or str(where) == ".":
+        return []
+    if (where / METADATA).is_file():
+        name = where.name.removeprefix("step")
+        return [(int(name) if name.isdigit() else 0, str(where))]
+    return [(step, str(path)) for step, path in _complete(where)]

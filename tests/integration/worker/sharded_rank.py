@@ -1,0 +1,74 @@
+"""One rank of a small FSDP2 / HSDP job on gloo (CPU) for the sharded restore tests: it restores
+through the runtime, trains to a step on deterministic data (the same global batch whatever the
+world size), snapshots every step and writes what it saw to `<out>/rank<N>.json`."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from recovery.worker.env import WorkerEnv
+from recovery.worker.runtime import Runtime
+from schemas import RestoreSource
+
+BATCH = 8  # rows per step, split over the ranks (every rank is data parallel)
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    # 10 and 5 rows cut over 2 or 4 ranks: uneven shards, one of them empty
+    return torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.ReLU(), torch.nn.Linear(10, 5))
+
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(BATCH, 6, generator=gen), torch.randn(BATCH, 5, generator=gen)
+
+
+def run(rank: int, spec: dict[str, Any]) -> None:
+    """`spec`: port, nodes (one per rank), replicas (HSDP replica groups; 1: FSDP), root (node
+    dirs below it), restore, until, generation, out, and optionally checkpoint_dir and every."""
+    world = len(spec["nodes"])
+    node = spec["nodes"][rank]
+    logging.basicConfig(filename=Path(spec["out"]) / f"rank{rank}.log", level=logging.INFO)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
+                            world_size=world)
+    replicas = spec["replicas"]
+    mesh = (init_device_mesh("cpu", (replicas, world // replicas), mesh_dim_names=("replicate", "shard"))
+            if replicas > 1 else init_device_mesh("cpu", (world,), mesh_dim_names=("shard",)))
+    net = model()
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.05)
+    env = WorkerEnv(master_addr="127.0.0.1", master_port=spec["port"], rank=rank, world_size=world,
+                    local_rank=spec["nodes"][:rank].count(node), local_world_size=spec["nodes"].count(node),
+                    job="j", node=node, generation=spec["generation"],
+                    restore=RestoreSource(kind=spec["restore"]), checkpoint_dir=spec.get("checkpoint_dir"),
+                    snapshot_dir=str(Path(spec["root"]) / node))
+    runtime = Runtime(env, snapshot_every=1, checkpoint_every=spec.get("every", 0))
+    start = runtime.restore(net, optimizer)
+    losses = {}
+    for step in range(start, spec["until"]):
+        x, y = batch(step)
+        loss = torch.nn.functional.mse_loss(net(x[rank::world]), y[rank::world])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        losses[step + 1] = mean.item() / world
+        runtime.maybe_checkpoint(step + 1, net, optimizer)
+    source = runtime.restored_from
+    (Path(spec["out"]) / f"rank{rank}.json").write_text(json.dumps({
+        "start": start, "losses": losses, "kind": source.kind if source else None,
+        "warning": runtime.restore_warning}))
+    dist.destroy_process_group()
