@@ -40,6 +40,7 @@ from producers.hook import Hook
 from recovery.worker import sharded, state_files
 from recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
 from recovery.worker.restore import Offer, fallback_warning, restore_state
+from recovery.worker.snapshot_writer import SnapshotWriter
 from schemas import RestoreSource
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,15 @@ class Runtime:
     hook: Hook | None = None  # the in-band hook that reports steps and errors (None: report nothing)
     snapshot_every: int = 1
     checkpoint_every: int = 0
+    snapshot_async: bool = False  # sharded snapshots written behind the next step (see SnapshotWriter)
     device: torch.device | None = None
     restored_from: Offer | None = None
     restore_warning: str | None = None  # set by a restore that fell back from the named replica
     _warning_due: bool = field(default=False, repr=False)
     _reattempt: bool = field(default=False, repr=False)
     _stop_held: bool = field(default=False, repr=False)
+    _at_step: int = field(default=0, repr=False)  # the completed steps the state holds (restored or saved)
+    _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
 
     @property
     def rank(self) -> int:
@@ -102,6 +106,7 @@ class Runtime:
             log.warning("rank %d g%d: RESTORE FELL BACK: %s", self.rank, self.env.generation,
                         self.restore_warning)
         log.info("rank %d g%d: resuming at step %d (%s)", self.rank, self.env.generation, step, what)
+        self._at_step = step
         return step
 
     def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: Stateful) -> None:
@@ -109,15 +114,17 @@ class Runtime:
         a checkpoint every `checkpoint_every` steps into TRAINMEDIC_CHECKPOINT_DIR (rank 0; every
         rank its shards for a sharded model, with DCP)."""
         env = self.env
+        self._at_step = step
         snapshot_due = env.snapshot_dir and self.snapshot_every and step % self.snapshot_every == 0
         checkpoint_due = env.checkpoint_dir and self.checkpoint_every and step % self.checkpoint_every == 0
         if sharded.is_sharded(model):
             if snapshot_due or checkpoint_due:
                 state = sharded.flat_state(model, optimizer)
             if snapshot_due:
-                sharded.snapshot(Path(self.env.snapshot_dir), self.rank, step, self.env.generation, state)
+                sharded.snapshot(Path(env.snapshot_dir), self.rank, step, env.generation, state,
+                                 self._writer if self.snapshot_async else None)
             if checkpoint_due:
-                sharded.checkpoint(Path(self.env.checkpoint_dir), step, state)
+                sharded.checkpoint(Path(env.checkpoint_dir), step, env.generation, state)
             return
         checkpoint_due = checkpoint_due and self.rank == 0
         if not (snapshot_due or checkpoint_due):
@@ -152,12 +159,18 @@ class Runtime:
 
     def resync(self, model: torch.nn.Module, optimizer: Stateful) -> None:
         """Give every rank rank 0's model and optimizer state (before retrying a step); a sharded
-        model's ranks each take their shards back from the newest snapshot. A collective."""
+        model's ranks each take their shards back from the snapshot of the last step saved (raises
+        if there is none: the step cannot be retried in place, and a restart takes over). A
+        collective."""
         if sharded.is_sharded(model):
+            self._writer.wait()
             own = replace(self.env, restore=RestoreSource(kind="replica"))
-            if sharded.restore(own, model, optimizer, self.device) is None:
-                log.warning("rank %d g%d: no snapshot to retry the step from; retrying as it is",
-                            self.rank, self.env.generation)
+            done = sharded.restore(own, model, optimizer, self.device, checkpoints=False)
+            if done is None or done.step != self._at_step:
+                raise RuntimeError(
+                    f"cannot retry step {self._at_step} in place: the newest shard snapshots hold "
+                    f"{'no step' if done is None else f'step {done.step}'} (snapshot_every="
+                    f"{self.snapshot_every}); the job restarts instead")
             return
         box = [{"model": model.state_dict(), "optimizer": optimizer.state_dict()} if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=0, device=self.device)
@@ -177,6 +190,7 @@ class Runtime:
             if main:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if self._stop_held:
+                self._writer.wait()
                 log.info("rank %d g%d: stopping, the step's state saved", self.rank, self.env.generation)
                 _die_by_sigterm()
 
@@ -185,6 +199,7 @@ class Runtime:
         signal.signal(signal.SIGUSR1, self._on_reattempt)
 
     def close(self) -> None:
+        self._writer.wait()
         if self.hook is not None:
             self.hook.close()
         if dist.is_initialized():
@@ -240,7 +255,8 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> dist.TCPStore:
 
 def init_from_env(
     *, timeout_s: float | None = None, hook: Hook | None = None, snapshot_every: int = 1,
-    checkpoint_every: int = 0, backend: str | None = None, env: Mapping[str, str] | None = None,
+    checkpoint_every: int = 0, snapshot_async: bool = False, backend: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Runtime:
     """Join the job's process group as the executor's environment says (gloo on CPU, NCCL with CUDA).
 
@@ -248,7 +264,9 @@ def init_from_env(
     `failure.collective_timeout_s` (TRAINMEDIC_COLLECTIVE_TIMEOUT_S, set by the executor) or else
     60 seconds. Installs the SIGUSR1 (reattempt) handler when called from the main thread, and
     reports `worker_start` through `hook`. `env` is where the contract is read (default: this
-    process's environment).
+    process's environment). `snapshot_async` writes a sharded model's snapshots behind the next
+    step (the step pays for the copy to host memory only); a rank stopped while one is written
+    loses it, so a restore may go back one step unless the other replica's copy landed.
     """
     contract = WorkerEnv.from_env(os.environ if env is None else env)
     if timeout_s is None:
@@ -266,7 +284,7 @@ def init_from_env(
     log.info("rank %d/%d of job %s g%d joined the %s process group in %.2fs", contract.rank,
              contract.world_size, contract.job, contract.generation, backend, time.monotonic() - began)
     runtime = Runtime(contract, hook=hook, snapshot_every=snapshot_every,
-                      checkpoint_every=checkpoint_every, device=device)
+                      checkpoint_every=checkpoint_every, snapshot_async=snapshot_async, device=device)
     if threading.current_thread() is threading.main_thread():
         runtime.install_signal_handlers()
     if hook is not None:

@@ -78,14 +78,16 @@ def covers(boxes: Iterable[Box], shape: tuple[int, ...]) -> bool:
 
 
 def restorable(files: Iterable[ShardFile], needs: Iterable[Need]) -> list[tuple[int, int]]:
-    """The (step, generation) pairs, newest first, whose files cover every tensor the new mesh
+    """The (generation, step) pairs, newest first, whose files cover every tensor the new mesh
     needs whole. A generation's files share one layout; two generations may have saved the same
-    step in two layouts (a re-plan that went back), so their files never mix."""
+    step in two layouts, so their files never mix. The newest generation comes first whatever
+    its step: one that went back to an older step (a restore from a checkpoint) is the job's
+    timeline now, not the steps it left behind."""
     shapes = {need.key: need.shape for need in needs}
     held: dict[tuple[int, int], dict[str, set[Box]]] = defaultdict(lambda: defaultdict(set))
     for file in files:
         for key, box in file.boxes:
-            held[(file.step, file.generation)][key].add(box)
+            held[(file.generation, file.step)][key].add(box)
     return sorted((at for at, boxes in held.items()
                    if all(covers(boxes.get(key, ()), shape) for key, shape in shapes.items())),
                   reverse=True)

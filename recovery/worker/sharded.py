@@ -16,6 +16,8 @@ resharded by DCP; with none, the run starts fresh.
 from __future__ import annotations
 
 import logging
+import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -26,17 +28,18 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from recovery.worker import state_files
 from recovery.worker.env import WorkerEnv
 from recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
+from recovery.worker.snapshot_writer import SnapshotWriter
 
 log = logging.getLogger(__name__)
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
-PREFIX = "shards"  # shards<rank>-step<N>.pt
+SNAPSHOT = re.compile(r"shards(\d+)-g(\d+)-step(\d+)\.pt$")  # shards<rank>-g<generation>-step<N>.pt
 METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
 
 
@@ -60,7 +63,12 @@ def load_flat(model: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> 
 
 
 def box_of(tensor: DTensor) -> Box:
+    """The box of `tensor` this rank holds. Only FSDP2's placements cut a tensor into one box per
+    rank; tensor parallelism's strided shards do not."""
     mesh, placements = tensor.device_mesh, tensor.placements
+    if any(type(p) not in (Shard, Replicate) for p in placements):
+        raise NotImplementedError(f"sharded restore supports FSDP2 / HSDP placements (Shard, Replicate), "
+                                  f"not {placements}")
     sizes, offsets = compute_local_shape_and_global_offset(tensor.shape, mesh, placements)
     return tuple(offsets), tuple(sizes)
 
@@ -69,9 +77,12 @@ def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(tensor, device="cpu").copy_(tensor)
 
 
-def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict[str, Any]) -> Path:
-    """Write this rank's shards of `state` (from `flat_state`) after `step` steps, keeping the
-    newest `state_files.SNAPSHOTS_KEPT`."""
+def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict[str, Any],
+             writer: SnapshotWriter | None = None) -> Path:
+    """Write this rank's shards of `state` (from `flat_state`) after `step` steps, keeping this
+    rank's newest `state_files.SNAPSHOTS_KEPT` by (generation, step): a generation that went back
+    to an older step is the job's timeline now, and the one it left is what goes. The shards
+    are copied to host memory here; with `writer` the file is written behind the caller."""
     boxes, tensors, plain = {}, {}, {}
     for key, value in state.items():
         if isinstance(value, DTensor):
@@ -80,7 +91,30 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
         else:
             plain[key] = _cpu_copy(value.detach()) if isinstance(value, torch.Tensor) else value
     payload = {"step": step, "generation": generation, "boxes": boxes, "tensors": tensors, "plain": plain}
-    return state_files.save_keeping(directory, f"{PREFIX}{rank}-", step, payload, state_files.SNAPSHOTS_KEPT)
+    path = directory / f"shards{rank}-g{generation}-step{step:09d}.pt"
+
+    def write() -> None:
+        state_files.write_atomic(path, payload)
+        for _, _, old in _snapshots(directory, rank)[:-state_files.SNAPSHOTS_KEPT]:
+            old.unlink(missing_ok=True)
+
+    if writer is None:
+        write()
+    else:
+        writer.submit(write)
+    return path
+
+
+def _snapshots(directory: Path, rank: int | None = None) -> list[tuple[int, int, Path]]:
+    """(generation, step, path) of the shard snapshots in `directory` (of `rank`, or any), oldest first."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.glob("shards*.pt"):
+        match = SNAPSHOT.fullmatch(path.name)
+        if match and (rank is None or int(match.group(1)) == rank):
+            found.append((int(match.group(2)), int(match.group(3)), path))
+    return sorted(found)
 
 
 def node_files(env: WorkerEnv) -> list[ShardFile]:
@@ -89,7 +123,7 @@ def node_files(env: WorkerEnv) -> list[ShardFile]:
     if not env.snapshot_dir:
         return []
     found = []
-    for step, path in state_files.list_states(Path(env.snapshot_dir), PREFIX):
+    for _, step, path in _snapshots(Path(env.snapshot_dir)):
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception as err:  # a torn or foreign file is not a copy to restore from
@@ -103,8 +137,10 @@ def node_files(env: WorkerEnv) -> list[ShardFile]:
 @dataclass(frozen=True, slots=True)
 class ShardRestore:
     """What a sharded restore did: `step` from `kind` ("replica": snapshots, "checkpoint": a DCP
-    directory at `path`), and for snapshots the elements this rank read from its own node's
-    files and got sent from other nodes."""
+    directory at `path`), for snapshots the elements this rank read from its own node's files
+    and got sent from other nodes, and how long it took: `seconds` in all, of which `prepare_s`
+    went to the state's template (`flat_state`: the same whatever the source; on the first call
+    in a process it pays the optimizer's first step)."""
 
     step: int
     kind: str
@@ -112,39 +148,46 @@ class ShardRestore:
     read: int = 0
     received: int = 0
     seconds: float = 0.0
+    prepare_s: float = 0.0
 
 
-def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any,
-            device: torch.device | None = None) -> ShardRestore | None:
-    """Load the newest state the surviving snapshots (else a checkpoint) hold into `model` and
-    `optimizer` on every rank, resharded to this mesh; None: nothing to restore. A collective."""
+def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torch.device | None = None,
+            checkpoints: bool = True) -> ShardRestore | None:
+    """Load the newest state the surviving snapshots (else, with `checkpoints`, a checkpoint)
+    hold into `model` and `optimizer` on every rank, resharded to this mesh; None: nothing to
+    restore, the optimizer as it was. A collective."""
     if env.restore.kind == "none":
         return None
     began = time.monotonic()
+    stepped = bool(optimizer.state)
     state = flat_state(model, optimizer)
+    prepared = time.monotonic() - began
     sharded = {k: v for k, v in state.items() if isinstance(v, DTensor)}
     mine = [Need(env.rank, k, box_of(v), tuple(v.shape)) for k, v in sharded.items()]
     files = node_files(env) if env.restore.kind == "replica" else []
     gathered: list[Any] = [None] * env.world_size
-    dist.all_gather_object(gathered, (env.node, files, mine, _checkpoints(env)))
+    dist.all_gather_object(gathered, (env.node, files, mine, _checkpoints(env) if checkpoints else []))
     node_of = {rank: g[0] for rank, g in enumerate(gathered)}
     every_file = sorted({f for g in gathered for f in g[1]}, key=lambda f: (f.node, f.path))
     needs = [n for g in gathered for n in g[2]]
     candidates = restorable(every_file, needs)
     if candidates:
-        step, generation = candidates[0]
+        generation, step = candidates[0]
         chosen = [f for f in every_file if (f.step, f.generation) == (step, generation)]
         read, received = _copy(plan(chosen, needs, node_of), env.rank, sharded, device)
         _restore_plain(state, chosen, node_of, env.rank, device)
         load_flat(model, optimizer, state)
-        return ShardRestore(step, "replica", read=read, received=received, seconds=time.monotonic() - began)
+        return ShardRestore(step, "replica", read=read, received=received, seconds=time.monotonic() - began,
+                            prepare_s=prepared)
     common = set.intersection(*(set(g[3]) for g in gathered))
     if not common:
+        if not stepped:
+            optimizer.state.clear()  # what `get_state_dict` initialised (a step taken at lr 0) goes
         return None
     step, path = max(common)
     dcp.load(state, checkpoint_id=path)
     load_flat(model, optimizer, state)
-    return ShardRestore(step, "checkpoint", path=path, seconds=time.monotonic() - began)
+    return ShardRestore(step, "checkpoint", path=path, seconds=time.monotonic() - began, prepare_s=prepared)
 
 
 def _copy(transfers: list[Transfer], rank: int, sharded: dict[str, DTensor],
@@ -187,7 +230,7 @@ def _restore_plain(state: dict[str, Any], files: list[ShardFile], node_of: dict[
     src, path = owners[0]
     box: list[Any] = [None]
     if rank == src:
-        box[0] = torch.load(path, map_location="cpu", weights_only=True)["plain"]
+        box[0] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["plain"]
     dist.broadcast_object_list(box, src=src, device=device)
     for key, value in box[0].items():
         if key in state and isinstance(state[key], torch.Tensor) and isinstance(value, torch.Tensor):
@@ -200,12 +243,19 @@ def _slices(at: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[slice, ...]:
     return tuple(slice(a, a + n) for a, n in zip(at, sizes, strict=True))
 
 
-def checkpoint(directory: Path, step: int, state: dict[str, Any]) -> Path:
+def checkpoint(directory: Path, step: int, generation: int, state: dict[str, Any]) -> Path:
     """Save every rank's shards of `state` to `directory/step<N>` with DCP (a collective; the
-    directory is shared storage) and keep the newest `state_files.CHECKPOINTS_KEPT`."""
+    directory is shared storage) and keep the newest `state_files.CHECKPOINTS_KEPT`. DCP writes
+    into a directory of its own, renamed into place once whole, so a save that dies half way
+    never leaves a `step<N>` with another save's metadata."""
     path = directory / f"step{step:09d}"
-    dcp.save(state, checkpoint_id=str(path))
+    writing = directory / f"{path.name}.tmp-g{generation}"
+    dcp.save(state, checkpoint_id=str(writing))
     if dist.get_rank() == 0:
+        shutil.rmtree(path, ignore_errors=True)  # the same step saved again, by a generation that went back
+        os.replace(writing, path)
+        for stale in directory.glob("step*.tmp-*"):  # saves that died half way
+            shutil.rmtree(stale, ignore_errors=True)
         for _, old in _complete(directory)[:-state_files.CHECKPOINTS_KEPT]:
             shutil.rmtree(old, ignore_errors=True)
     return path

@@ -34,7 +34,9 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def run(rank: int, spec: dict[str, Any]) -> None:
     """`spec`: port, nodes (one per rank), replicas (HSDP replica groups; 1: FSDP), root (node
-    dirs below it), restore, until, generation, out, and optionally checkpoint_dir and every."""
+    dirs below it), restore, until, generation, out, and optionally checkpoint_dir, every, async
+    (snapshots written behind the next step) and resync_at: the step before which the model is
+    spoilt (a step half applied) and `resync` called."""
     world = len(spec["nodes"])
     node = spec["nodes"][rank]
     logging.basicConfig(filename=Path(spec["out"]) / f"rank{rank}.log", level=logging.INFO)
@@ -54,10 +56,16 @@ def run(rank: int, spec: dict[str, Any]) -> None:
                     job="j", node=node, generation=spec["generation"],
                     restore=RestoreSource(kind=spec["restore"]), checkpoint_dir=spec.get("checkpoint_dir"),
                     snapshot_dir=str(Path(spec["root"]) / node))
-    runtime = Runtime(env, snapshot_every=1, checkpoint_every=spec.get("every", 0))
+    runtime = Runtime(env, snapshot_every=1, checkpoint_every=spec.get("every", 0),
+                      snapshot_async=spec.get("async", False))
     start = runtime.restore(net, optimizer)
     losses = {}
     for step in range(start, spec["until"]):
+        if step == spec.get("resync_at"):
+            with torch.no_grad():
+                for param in net.parameters():
+                    param.add_(1.0)
+            runtime.resync(net, optimizer)
         x, y = batch(step)
         loss = torch.nn.functional.mse_loss(net(x[rank::world]), y[rank::world])
         loss.backward()
@@ -71,4 +79,4 @@ def run(rank: int, spec: dict[str, Any]) -> None:
     (Path(spec["out"]) / f"rank{rank}.json").write_text(json.dumps({
         "start": start, "losses": losses, "kind": source.kind if source else None,
         "warning": runtime.restore_warning}))
-    dist.destroy_process_group()
+    runtime.close()  # waits for a snapshot still being written

@@ -55,11 +55,12 @@ def test_hsdp_restores_per_shard_from_the_surviving_replica_through_shrink_and_g
 ) -> None:
     """HSDP shards within a node and replicates across nodes: node b lost after step 3, the job
     shrinks to node a (2 ranks, FSDP) with every shard read from a's own snapshots, then grows
-    onto a new node c (4 ranks, HSDP) whose ranks receive their shards from node a's ranks."""
-    generation(tmp_path, "g0", ["a", "a", "b", "b"], replicas=2, restore="none", until=3)
+    onto a new node c (4 ranks, HSDP) whose ranks receive their shards from node a's ranks. The
+    first two generations write their snapshots behind the next step (`snapshot_async`)."""
+    generation(tmp_path, "g0", ["a", "a", "b", "b"], replicas=2, restore="none", until=3, **{"async": True})
     shutil.rmtree(tmp_path / "nodes" / "b")
 
-    shrunk = generation(tmp_path, "g1", ["a", "a"], until=4, generation=1)
+    shrunk = generation(tmp_path, "g1", ["a", "a"], until=4, generation=1, **{"async": True})
     assert {r["start"] for r in shrunk} == {3} and {r["kind"] for r in shrunk} == {"replica"}
     assert losses(shrunk) == pytest.approx({4: uninterrupted[4]}, rel=1e-5)
     assert all("received from other nodes" in log and " 0 received" in log for log in logs(tmp_path, "g1"))
@@ -88,9 +89,18 @@ def test_fsdp_without_a_replica_falls_back_to_the_checkpoint_loudly(
     assert losses(ranks) == pytest.approx({s: uninterrupted[s] for s in (4, 5, 6)}, rel=1e-5)
 
 
-def test_a_restart_in_place_reads_every_shard_from_its_own_node(tmp_path: Path) -> None:
-    """The same mesh restarted (a reattempt-like restart): no shard crosses the network."""
-    generation(tmp_path, "g0", ["a", "a", "b", "b"], replicas=2, restore="none", until=2)
-    ranks = generation(tmp_path, "g1", ["a", "a", "b", "b"], replicas=2, until=3, generation=1)
+def test_a_restart_in_place_reads_every_shard_from_its_own_node(
+    tmp_path: Path, uninterrupted: dict[int, float],
+) -> None:
+    """A job's first start asks for its checkpoint and finds none: it starts fresh, with the
+    optimizer as fresh as in a run that asked for nothing. Then the same mesh restarted: no
+    shard crosses the network; and a step retried in place (`resync`, after the model was
+    spoilt) takes every shard back from the last snapshot."""
+    first = generation(tmp_path, "g0", ["a", "a", "b", "b"], replicas=2, restore="checkpoint", until=2,
+                       checkpoint_dir=str(tmp_path / "shared"))
+    assert {r["start"] for r in first} == {0}
+    assert losses(first) == pytest.approx({1: uninterrupted[1], 2: uninterrupted[2]}, rel=1e-5)
+    ranks = generation(tmp_path, "g1", ["a", "a", "b", "b"], replicas=2, until=4, generation=1, resync_at=3)
     assert {r["start"] for r in ranks} == {2}
     assert all(" 0 received from other nodes" in log for log in logs(tmp_path, "g1"))
+    assert losses(ranks) == pytest.approx({3: uninterrupted[3], 4: uninterrupted[4]}, rel=1e-5)

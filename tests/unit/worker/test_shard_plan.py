@@ -35,18 +35,21 @@ def test_overlap_and_cover() -> None:
 
 def test_a_step_is_restorable_while_one_copy_of_each_shard_survives() -> None:
     needs = [need(0, 0, 10)]
-    assert restorable(HSDP, needs) == [(3, 0)]
-    assert restorable(HSDP[:2], needs) == [(3, 0)]  # node b lost
-    assert restorable([HSDP[0], HSDP[3]], needs) == [(3, 0)]
+    assert restorable(HSDP, needs) == [(0, 3)]
+    assert restorable(HSDP[:2], needs) == [(0, 3)]  # node b lost
+    assert restorable([HSDP[0], HSDP[3]], needs) == [(0, 3)]
     assert restorable(HSDP[:1], needs) == []  # rows 5-9 are gone
 
 
-def test_newest_step_first_and_generations_never_mix() -> None:
+def test_newest_first_and_generations_never_mix() -> None:
     older = [file("a", 0, 2, rows(0, 10))]
     # generation 1 saved step 3 in another layout, of which only one half survives
     mixed = [*older, file("a", 0, 3, rows(0, 5)), file("c", 0, 3, rows(0, 4), generation=1)]
-    assert restorable(mixed, [need(0, 0, 10)]) == [(2, 0)]
-    assert restorable([*older, *HSDP], [need(0, 0, 10)]) == [(3, 0), (2, 0)]
+    assert restorable(mixed, [need(0, 0, 10)]) == [(0, 2)]
+    assert restorable([*older, *HSDP], [need(0, 0, 10)]) == [(0, 3), (0, 2)]
+    # generation 1 went back to step 2 (from a checkpoint): its timeline wins over step 3 left behind
+    back = [*HSDP, file("c", 0, 2, rows(0, 10), generation=1)]
+    assert restorable(back, [need(0, 0, 10)]) == [(1, 2), (0, 3)]
 
 
 def test_each_piece_comes_from_the_needing_ranks_own_node_when_it_can() -> None:
@@ -86,3 +89,16 @@ def test_a_piece_nobody_can_read_is_an_error_not_a_gap() -> None:
         plan(HSDP[:1], [need(0, 0, 10)], {0: "a"})
     with pytest.raises(ValueError, match="no live rank can read"):
         plan(HSDP[2:], [need(0, 0, 10)], {0: "a"})
+
+
+def test_boxes_of_any_dimension_are_cut_to_fit() -> None:
+    """Columns (Shard(1)) saved, rows (Shard(0)) needed: each new rank takes a piece of both."""
+    cols = [ShardFile("a", "/a/c0", 1, 0, (("w", ((0, 0), (4, 3))),)),
+            ShardFile("a", "/a/c1", 1, 0, (("w", ((0, 3), (4, 3))),))]
+    needs = [Need(0, "w", ((0, 0), (2, 6)), (4, 6)), Need(1, "w", ((2, 0), (2, 6)), (4, 6))]
+    assert restorable(cols, needs) == [(0, 1)]
+    assert plan(cols, needs, {0: "a", 1: "a"}) == [
+        Transfer(0, 0, "/a/c0", "w", (0, 0), (0, 0), (2, 3)),
+        Transfer(0, 0, "/a/c1", "w", (0, 0), (0, 3), (2, 3)),
+        Transfer(1, 1, "/a/c0", "w", (2, 0), (0, 0), (2, 3)),
+        Transfer(1, 1, "/a/c1", "w", (2, 0), (0, 3), (2, 3))]
