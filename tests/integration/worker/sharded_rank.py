@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def run(rank: int, spec: dict[str, Any]) -> None:
     node = spec["nodes"][rank]
     logging.basicConfig(filename=Path(spec["out"]) / f"rank{rank}.log", level=logging.INFO)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=timedelta(seconds=120))  # a hang fails the test
     replicas = spec["replicas"]
     mesh = (init_device_mesh("cpu", (replicas, world // replicas), mesh_dim_names=("replicate", "shard"))
             if replicas > 1 else init_device_mesh("cpu", (world,), mesh_dim_names=("shard",)))
