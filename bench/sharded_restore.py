@@ -6,14 +6,16 @@ MLP of `--width`-square layers with AdamW, snapshotting every step and checkpoin
 the last. Node b is then lost and the job restarts on nodes a and c, `--runs` times each way,
 alternating: restoring from the snapshots (node a reads its own shards, node c's ranks receive
 theirs from a) and from the checkpoint on the same disk. Printed, as medians over the runs: each
-restore's wall time (the slowest rank's `ShardRestore.seconds`) and the part of it that moves
-the state (without `prepare_s`, the template both ways build alike: gathering offers,
-planning, reading, sending and loading for the snapshots; DCP's load for the checkpoint); and
-the median step time with no snapshot, with one every step written in the step, and with one
-every step written behind it (`SnapshotWriter`), `--steps` steps of each mode in turn, twice
-over, after two steps of warm-up (the last step's snapshot is the one restored). Four ranks
-share this machine's cores: a write behind the step still takes CPU from the other ranks, and
-the step times vary by several per cent from run to run.
+restore's wall time (the slowest rank's `ShardRestore.seconds`, from a barrier) and the part of
+it that moves the state (after the slowest rank's `prepare_s`, the template both ways build
+alike: gathering offers, planning, reading, sending and loading for the snapshots; DCP's load
+for the checkpoint); and the median step time with no snapshot, with one every step written
+in the step, and with one every step written behind it (`SnapshotWriter`), `--steps` steps of
+each mode in turn, twice over, after two steps of warm-up (the last step's snapshot is the one
+restored): for the HSDP job, whose four ranks share this machine's two cores (a write
+behind the step takes CPU from the other ranks), and for the same model on one rank alone,
+which leaves the writer a core, as a GPU node's host has. The step times vary by several per
+cent from run to run.
 Run: .venv/bin/python bench/sharded_restore.py [--width 1024] [--layers 4] [--steps 5] [--runs 3]
 """
 
@@ -52,9 +54,11 @@ def _port() -> int:
 
 
 def _job(rank: int, nodes: list[str], spec: dict[str, Any]) -> tuple[torch.nn.Module, Any, WorkerEnv]:
+    torch.set_num_threads(1)  # one core per rank's compute: the lone rank leaves the writer the other
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
                             world_size=len(nodes))
-    mesh = init_device_mesh("cpu", (2, len(nodes) // 2), mesh_dim_names=("replicate", "shard"))
+    mesh = (init_device_mesh("cpu", (2, len(nodes) // 2), mesh_dim_names=("replicate", "shard"))
+            if len(nodes) > 1 else init_device_mesh("cpu", (1,), mesh_dim_names=("shard",)))
     torch.manual_seed(0)
     net = torch.nn.Sequential(*(torch.nn.Linear(spec["width"], spec["width"]) for _ in range(spec["layers"])))
     for layer in net:
@@ -70,7 +74,7 @@ def _job(rank: int, nodes: list[str], spec: dict[str, Any]) -> tuple[torch.nn.Mo
 
 
 def _train(rank: int, spec: dict[str, Any]) -> None:
-    net, optimizer, env = _job(rank, NODES["before"], spec)
+    net, optimizer, env = _job(rank, spec["nodes"], spec)
     x = torch.randn(16, spec["width"], generator=torch.Generator().manual_seed(rank))
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     writer, step = SnapshotWriter(), 0
@@ -97,13 +101,15 @@ def _train(rank: int, spec: dict[str, Any]) -> None:
 
 def _restore(rank: int, spec: dict[str, Any]) -> None:
     net, optimizer, env = _job(rank, NODES["after"], spec)
+    dist.barrier()  # every rank starts the restore together
     done = sharded.restore(env, net, optimizer)
     assert done is not None and done.kind == spec["restore"], done
-    seconds = torch.tensor([done.seconds, done.seconds - done.prepare_s])
+    # the slowest rank's end, and the slowest rank's template (no rank moves state before it)
+    seconds = torch.tensor([done.seconds, done.prepare_s])
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
     if rank == 0:
         (Path(spec["root"]) / f"{spec['restore']}-{spec['generation']}.json").write_text(json.dumps(
-            {"seconds": seconds[0].item(), "moving": seconds[1].item(), "step": done.step}))
+            {"seconds": seconds[0].item(), "moving": (seconds[0] - seconds[1]).item(), "step": done.step}))
     dist.destroy_process_group()
 
 
@@ -121,12 +127,15 @@ def main() -> None:
         params = args.layers * (args.width + 1) * args.width
         print(f"HSDP 2 nodes x 2 ranks, {params / 1e6:.1f} M parameters ({params * 12 / 2**20:.0f} MiB with "
               f"AdamW's state, {params * 12 / 2 / 2**20:.0f} MiB per rank)")
-        mp.spawn(_train, args=({**spec, "port": _port()},), nprocs=4, join=True)
-        trained = json.loads((root / "train.json").read_text())
-        plain, sync, behind = (statistics.median(trained["times"][mode]) for mode in MODES)
-        print(f"median step: no snapshot {plain * 1e3:6.1f} ms | a snapshot every step, written in the step "
-              f"{sync * 1e3:6.1f} ms ({100 * (sync - plain) / plain:+5.1f} %) | written behind it "
-              f"{behind * 1e3:6.1f} ms ({100 * (behind - plain) / plain:+5.1f} %)")
+        for label, nodes, at in (("1 rank alone (a spare core)", ["a"], root / "alone"),
+                                 ("HSDP 2 x 2 ranks", NODES["before"], root)):
+            mp.spawn(_train, args=({**spec, "root": str(at), "nodes": nodes, "port": _port()},),
+                     nprocs=len(nodes), join=True)
+            trained = json.loads((at / "train.json").read_text())
+            plain, sync, behind = (statistics.median(trained["times"][mode]) for mode in MODES)
+            print(f"median step, {label:27}: no snapshot {plain * 1e3:6.1f} ms | a snapshot every step, "
+                  f"written in the step {sync * 1e3:6.1f} ms ({100 * (sync - plain) / plain:+5.1f} %) | "
+                  f"written behind it {behind * 1e3:6.1f} ms ({100 * (behind - plain) / plain:+5.1f} %)")
         shutil.rmtree(root / "b")  # node b lost, with its disk
         runs = [(generation, kind) for generation in range(1, args.runs + 1)
                 for kind in ("replica", "checkpoint")]

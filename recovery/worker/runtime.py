@@ -3,13 +3,14 @@
 Snapshots: every `snapshot_every` completed steps each rank writes model, optimizer and
 step to its node-local snapshot dir (TRAINMEDIC_SNAPSHOT_DIR). Those files outlive the
 processes, so after a restart a surviving node's snapshot is the "replica" to restore
-from: with `snapshot_every=1` no completed step is lost. A sharded model (FSDP2, HSDP) is
-snapshot and restored per shard, onto a mesh of any size (`recovery.worker.sharded`).
+from: with `snapshot_every=1` no completed step is lost (unless the snapshots are written
+behind the step, `snapshot_async`). A sharded model (FSDP2, HSDP) is snapshot and restored
+per shard, onto a mesh of any size (`recovery.worker.sharded`).
 
 Reattempt: the executor sends SIGUSR1. The handler only sets a flag; `agree_reattempt`
 (one 1-element all-reduce, called by every rank at the top of each step) makes all ranks
-see it at the same step, and `resync` re-broadcasts rank 0's state before the step is
-run again.
+see it at the same step, and `resync` re-broadcasts rank 0's state (a sharded model's ranks
+take their shards back from the last snapshot) before the step is run again.
 
 Stop: the executor stops ranks with SIGTERM. One that arrives inside `with rt.finishing_step():`
 (what follows a step's collective: its snapshot and its report) is held until the block
@@ -190,7 +191,11 @@ class Runtime:
             if main:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if self._stop_held:
-                self._writer.wait()
+                try:
+                    self._writer.wait()
+                except Exception:  # the rank still ends by SIGTERM, as the executor expects
+                    log.exception("rank %d g%d: the last snapshot was not written", self.rank,
+                                  self.env.generation)
                 log.info("rank %d g%d: stopping, the step's state saved", self.rank, self.env.generation)
                 _die_by_sigterm()
 
@@ -199,11 +204,13 @@ class Runtime:
         signal.signal(signal.SIGUSR1, self._on_reattempt)
 
     def close(self) -> None:
-        self._writer.wait()
-        if self.hook is not None:
-            self.hook.close()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        try:
+            self._writer.wait()
+        finally:
+            if self.hook is not None:
+                self.hook.close()
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
     def _on_reattempt(self, signum: int, frame: Any) -> None:
         self._reattempt = True
@@ -266,7 +273,7 @@ def init_from_env(
     reports `worker_start` through `hook`. `env` is where the contract is read (default: this
     process's environment). `snapshot_async` writes a sharded model's snapshots behind the next
     step (the step pays for the copy to host memory only); a rank stopped while one is written
-    loses it, so a restore may go back one step unless the other replica's copy landed.
+    loses it, so a restore may go back up to two steps unless the other replica's copy landed.
     """
     contract = WorkerEnv.from_env(os.environ if env is None else env)
     if timeout_s is None:

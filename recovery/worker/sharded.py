@@ -2,9 +2,10 @@
 
 Each rank snapshots only what it holds: its box of every sharded tensor of the model and the
 optimizer (`get_state_dict`, the optimizer flattened to one key per tensor), plus the small
-unsharded values, to its node's snapshot dir as `shards<rank>-step<N>.pt`. On restore, every
-rank offers the snapshot files its node holds and says which box of each tensor the new mesh
-gives it; `shard_plan` picks the newest step the surviving files cover whole and, per piece,
+unsharded values, to its node's snapshot dir as `shards<rank>-g<generation>-step<N>.pt`. On
+restore, every rank offers the snapshot files its node holds and says which box of each tensor
+the new mesh gives it; `shard_plan` picks the newest (generation, step) the surviving files
+cover whole and, per piece,
 the nearest copy: a file on the rank's own node is read, a piece held only elsewhere is sent by
 a rank of that node over the process group, tensor by tensor (no pickled state). With HSDP,
 a lost node's shards survive in the other replica group; the new mesh may have another world
@@ -82,7 +83,11 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
     """Write this rank's shards of `state` (from `flat_state`) after `step` steps, keeping this
     rank's newest `state_files.SNAPSHOTS_KEPT` by (generation, step): a generation that went back
     to an older step is the job's timeline now, and the one it left is what goes. The shards
-    are copied to host memory here; with `writer` the file is written behind the caller."""
+    are copied to host memory here; with `writer` the file is written behind the caller (once the
+    previous write is done: one copy in host memory), and one more snapshot is kept: a rank
+    stopped with its write in flight may be two saved steps behind the others, not one."""
+    if writer is not None:
+        writer.wait()
     boxes, tensors, plain = {}, {}, {}
     for key, value in state.items():
         if isinstance(value, DTensor):
@@ -92,10 +97,11 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
             plain[key] = _cpu_copy(value.detach()) if isinstance(value, torch.Tensor) else value
     payload = {"step": step, "generation": generation, "boxes": boxes, "tensors": tensors, "plain": plain}
     path = directory / f"shards{rank}-g{generation}-step{step:09d}.pt"
+    kept = state_files.SNAPSHOTS_KEPT + (writer is not None)
 
     def write() -> None:
         state_files.write_atomic(path, payload)
-        for _, _, old in _snapshots(directory, rank)[:-state_files.SNAPSHOTS_KEPT]:
+        for _, _, old in _snapshots(directory, rank)[:-kept]:
             old.unlink(missing_ok=True)
 
     if writer is None:
@@ -254,8 +260,10 @@ def checkpoint(directory: Path, step: int, generation: int, state: dict[str, Any
     if dist.get_rank() == 0:
         shutil.rmtree(path, ignore_errors=True)  # the same step saved again, by a generation that went back
         os.replace(writing, path)
-        for stale in directory.glob("step*.tmp-*"):  # saves that died half way
-            shutil.rmtree(stale, ignore_errors=True)
+        for stale in directory.glob("step*.tmp-g*"):  # earlier generations' saves that died half way
+            match = re.fullmatch(r"step\d+\.tmp-g(\d+)", stale.name)
+            if match and int(match.group(1)) < generation:
+                shutil.rmtree(stale, ignore_errors=True)
         for _, old in _complete(directory)[:-state_files.CHECKPOINTS_KEPT]:
             shutil.rmtree(old, ignore_errors=True)
     return path

@@ -4,7 +4,8 @@ One write at a time, in a thread of its own: a new one first waits for the last 
 extra copy of the shards is held), and `wait` returns once nothing is being written, raising
 what a failed write raised. A rank ended by a signal while a write is in flight loses that
 snapshot (its temporary file is never renamed into place): the restore then finds the step in
-the other replica's files, or takes the step before.
+the other replica's files, or goes back up to two steps. The thread is not a daemon: a script
+that ends without `Runtime.close` still lands its last snapshot.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class SnapshotWriter:
     def submit(self, write: Callable[[], object]) -> None:
         """Run `write` in the background once the previous write is done."""
         self.wait()
-        self._thread = threading.Thread(target=self._run, args=(write,), name="snapshot-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(write,), name="snapshot-writer")
         self._thread.start()
 
     def wait(self) -> None:
