@@ -116,8 +116,9 @@ class Sink(Protocol):
     def count_dropped(self, count: int, why: str) -> None: ...
 
 
-# What the training thread enqueues: (event type, ts, step or error text, step_time, restore warning).
-_Item = tuple[str, float, Any, float, str | None]
+# What the training thread enqueues: (event type, ts, step or error text, step_time, the step's
+# optional fields: restore_warning, restored).
+_Item = tuple[str, float, Any, float, dict[str, Any] | None]
 
 
 class Hook:
@@ -185,10 +186,14 @@ class Hook:
         """The rank has joined its process group (worker_start)."""
         self._put(("worker_start", self._clock(), None, 0.0, None))
 
-    def step(self, step: int, step_time: float, restore_warning: str | None = None) -> None:
+    def step(self, step: int, step_time: float, restore_warning: str | None = None,
+             restored: dict[str, Any] | None = None) -> None:
         """Step `step` finished and took `step_time` seconds (worker_step). Never blocks.
-        `restore_warning`: the restore before this step fell back from its replica (see the schema)."""
-        self._put(("worker_step", self._clock(), step, step_time, restore_warning))
+        `restore_warning`: the restore before this step fell back from its replica; `restored`:
+        where the state came from, the fields of `schemas.Restored` (see the schema)."""
+        extra = {key: value for key, value in (("restore_warning", restore_warning), ("restored", restored))
+                 if value is not None}
+        self._put(("worker_step", self._clock(), step, step_time, extra or None))
 
     def error(self, exc: BaseException) -> None:
         """Report an exception that escaped the training step (worker_error), once per exception."""
@@ -288,11 +293,10 @@ class Hook:
 
         from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
-        kind, ts, value, step_time, warning = item
+        kind, ts, value, step_time, extra = item
         try:
             if kind == "worker_step":
-                extra = {} if warning is None else {"restore_warning": warning}
-                return WorkerStepped(ts=ts, step=value, step_time=step_time, **extra, **self._common)
+                return WorkerStepped(ts=ts, step=value, step_time=step_time, **(extra or {}), **self._common)
             if kind == "worker_error":
                 return WorkerFailed(ts=ts, error=value, **self._common)
             return WorkerStarted(ts=ts, hang_floor_s=self.identity.hang_floor_s, **self._common)

@@ -36,6 +36,7 @@ from schemas.telemetry import (
     GpuSample,
     LinkState,
     NodeHeartbeat,
+    Restored,
     Telemetry,
     WorkerEvent,
     WorkerExited,
@@ -55,7 +56,8 @@ __all__ = [
     "NodeJoined", "NodeLeaving", "NodeReport", "NodeUncordoned", "PlanRequest", "PlannedJob", "RanksFinished",
     "RecoveryCompleted",
     "RecoveryFailed", "RecoveryKind", "RecoveryLog", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
-    "RestartPolicy", "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics", "WorkerEvent",
+    "RestartPolicy", "Restored", "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics",
+    "WorkerEvent",
     "WorkerExited", "WorkerFailed", "WorkerSpec", "WorkerStarted", "WorkerStepped",
     "adapter", "decode", "decode_telemetry", "encode",
 ]

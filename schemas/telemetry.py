@@ -76,15 +76,30 @@ class WorkerStarted(WorkerEvent):
         default=None, description="the job spec's failure.hang_floor_s, which the detector uses")
 
 
+class Restored(Model):
+    """Where a rank's state came from when it (re)started: `kind` "replica" (node-local snapshots)
+    or "checkpoint", the `step` it holds, and how long the restore took. For a sharded model, the
+    elements of its shards it read on its own node (`read`) and got sent from other nodes
+    (`received`); None for a whole state broadcast from one rank."""
+
+    kind: Literal["replica", "checkpoint"]
+    step: Count
+    seconds: Seconds
+    read: Count | None = None
+    received: Count | None = None
+
+
 class WorkerStepped(WorkerEvent):
-    """The rank finished a training step. `restore_warning` (optional, on the first step after a
-    restore) says that the restore could not use the replica its source named and fell back to an
-    older state (a checkpoint, or nothing): steps were lost."""
+    """The rank finished a training step. On the first step after a restore, `restored` (optional)
+    says where its state came from, and `restore_warning` (optional) that the restore could not use
+    the replica its source named and fell back to an older state (a checkpoint, or nothing): steps
+    were lost."""
 
     type: Literal["worker_step"] = "worker_step"
     step: Count
     step_time: Seconds
     restore_warning: Text | None = None
+    restored: Restored | None = None
 
 
 class WorkerFailed(WorkerEvent):

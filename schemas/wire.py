@@ -15,7 +15,7 @@ so the fast path keeps telemetry as it is produced.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -84,10 +84,19 @@ class WorkerStarted(_Worker, frozen=True, kw_only=True, tag="worker_start"):
     hang_floor_s: Seconds | None = None
 
 
+class Restored(Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    kind: Literal["replica", "checkpoint"]
+    step: Count
+    seconds: Seconds
+    read: Count | None = None
+    received: Count | None = None
+
+
 class WorkerStepped(_Worker, frozen=True, kw_only=True, tag="worker_step"):
     step: Count
     step_time: Seconds
     restore_warning: Text | None = None
+    restored: Restored | None = None
 
 
 class WorkerFailed(_Worker, frozen=True, kw_only=True, tag="worker_error"):

@@ -36,6 +36,8 @@ class IncidentHistory:
     skips: dict[str, RecoverySkipped] = field(default_factory=dict)  # incident id
     # worker steps that say their restore fell back from its replica: (job, generation, rank)
     restore_warnings: dict[tuple[str, int, int], WorkerStepped] = field(default_factory=dict)
+    # worker steps that say where their rank's restored state came from: (job, generation, rank)
+    restores: dict[tuple[str, int, int], WorkerStepped] = field(default_factory=dict)
     # when a step of each (job, generation) completed, by any rank (the `ts` of its worker_step)
     steps: dict[tuple[str, int], set[float]] = field(default_factory=dict)
     published: dict[tuple[str, str], float] = field(default_factory=dict)  # (id, status) -> first on Kafka
@@ -71,9 +73,11 @@ def apply(history: IncidentHistory, event: object, published: float | None = Non
             history.skips[event.incident_id] = _first(history.skips.get(event.incident_id), event)
         case WorkerStepped():
             history.steps.setdefault((event.job, event.generation), set()).add(event.ts)
+            key = (event.job, event.generation, event.rank)
             if event.restore_warning:
-                key = (event.job, event.generation, event.rank)
                 history.restore_warnings[key] = _first(history.restore_warnings.get(key), event)
+            if event.restored is not None:
+                history.restores[key] = _first(history.restores.get(key), event)
     return history
 
 

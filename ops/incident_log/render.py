@@ -99,6 +99,9 @@ def details(view: IncidentView) -> str:
                   f"{'' if p.nodes else ' (no nodes: the job is stopped and queued)'}" for p in view.plans]
     if view.skipped:
         lines.append(f"no action: {view.skipped.reason}")
+    if view.restores:
+        lines.append("restored:")
+        lines += [f"  - {r.describe()}" for r in view.restores]
     if view.restore_warnings:
         lines.append("RESTORE FELL BACK (steps lost):")
         lines += [f"  - {w.job} generation {w.generation} rank {w.rank} on {w.node}: {w.restore_warning}"

@@ -24,6 +24,47 @@ class Resumed(NamedTuple):
     ts: float
 
 
+class Restore(NamedTuple):
+    """Where the ranks of one (job, generation) took their state from: the `kinds` of source
+    ("replica", "checkpoint"), the `steps` restored, the elements of sharded state read on the
+    ranks' own nodes and received from others (None: whole states, not counted), the slowest
+    rank's seconds; `ts`: the first of their first steps."""
+
+    job: str
+    generation: int
+    ts: float
+    ranks: int
+    kinds: tuple[str, ...]
+    steps: tuple[int, ...]
+    read: int | None
+    received: int | None
+    slowest_s: float
+
+    def describe(self) -> str:
+        moved = ("" if self.read is None else
+                 f" ({self.read:,} elements read on their own nodes, {self.received or 0:,} received "
+                 f"from other nodes)")
+        steps = ", ".join(str(s) for s in self.steps)
+        return (f"{self.job} generation {self.generation}: {self.ranks} rank{'s' * (self.ranks != 1)} from "
+                f"{' and '.join(self.kinds)} at step {steps}{moved}, slowest rank {self.slowest_s:.2f}s")
+
+
+def restores(steps: Collection[WorkerStepped]) -> tuple[Restore, ...]:
+    """One `Restore` per (job, generation) of `steps` (first steps that carry `restored`)."""
+    by_generation: dict[tuple[str, int], list[WorkerStepped]] = {}
+    for step in steps:
+        by_generation.setdefault((step.job, step.generation), []).append(step)
+    out = []
+    for (job, generation), group in sorted(by_generation.items()):
+        done = [s.restored for s in group]
+        counted = [r for r in done if r.read is not None]
+        out.append(Restore(
+            job, generation, min(s.ts for s in group), len(group), tuple(sorted({r.kind for r in done})),
+            tuple(sorted({r.step for r in done})), sum(r.read for r in counted) if counted else None,
+            sum(r.received or 0 for r in counted) if counted else None, max(r.seconds for r in done)))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class IncidentView:
     """One incident's whole lifecycle: its latest fields and what recovery did about it.
@@ -42,6 +83,7 @@ class IncidentView:
     restore_warnings: tuple[WorkerStepped, ...] = ()  # ranks of its plans' generations that lost steps
     published: float | None = None  # when the opened incident reached Kafka (its message time)
     resumed: tuple[Resumed, ...] = ()  # per job placed on nodes, its first step after the repair
+    restores: tuple[Restore, ...] = ()  # per job and generation of its plans, where the state came from
 
     @property
     def id(self) -> str:
@@ -138,6 +180,7 @@ def _view(history: IncidentHistory, iid: str, escalations: dict[str, str]) -> In
     generations = {(p.job, p.generation) for p in plans}
     warnings = tuple(sorted((w for (job, gen, _), w in history.restore_warnings.items()
                              if (job, gen) in generations), key=lambda w: (w.ts, w.rank)))
+    restored = restores([s for (job, gen, _), s in history.restores.items() if (job, gen) in generations])
     resumed = []
     for job, plan in sorted(latest_plans(plans).items()):
         ts = first_step_after_repair(plan, outcomes, history.steps.get((job, plan.generation), set()))
@@ -147,7 +190,7 @@ def _view(history: IncidentHistory, iid: str, escalations: dict[str, str]) -> In
                         outcomes=outcomes, skipped=history.skips.get(iid),
                         escalated_from=escalations.get(iid), restore_warnings=warnings,
                         published=history.published.get((iid, str(IncidentStatus.OPEN))),
-                        resumed=tuple(resumed))
+                        resumed=tuple(resumed), restores=restored)
 
 
 def _escalations(history: IncidentHistory) -> dict[str, str]:
@@ -197,7 +240,7 @@ def _nodes(nodes: tuple[str, ...]) -> str:
 
 # How entries at the same instant are told: what was seen before what was decided from it.
 ORDER = ("detected", "evidence", "opened", "escalated", "on kafka", "no action", "plan issued",
-         "acknowledged", "queued", "recovery failed", "resumed", "RESTORE FELL BACK", "resolved")
+         "acknowledged", "queued", "recovery failed", "restored", "resumed", "RESTORE FELL BACK", "resolved")
 
 
 def _evidence(lines: tuple[str, ...], default_ts: float, skip: Collection[str] = ()) -> list[Entry]:
@@ -256,6 +299,8 @@ def timeline(view: IncidentView) -> list[Entry]:
                                                    "waiting for nodes"))
     for r in view.resumed:
         entries.append(Entry(r.ts, "resumed", f"{r.job} generation {r.generation}: first step completed"))
+    for r in view.restores:
+        entries.append(Entry(r.ts, "restored", r.describe()))
     for w in view.restore_warnings:
         entries.append(Entry(w.ts, "RESTORE FELL BACK", f"{w.job} generation {w.generation} rank {w.rank} "
                                                         f"on {w.node}: {w.restore_warning}"))

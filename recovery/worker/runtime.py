@@ -68,7 +68,8 @@ class Runtime:
     device: torch.device | None = None
     restored_from: Offer | None = None
     restore_warning: str | None = None  # set by a restore that fell back from the named replica
-    _warning_due: bool = field(default=False, repr=False)
+    restored: dict[str, Any] | None = None  # where the state came from (`schemas.Restored`'s fields)
+    _report_due: bool = field(default=False, repr=False)  # the next step carries the two above
     _reattempt: bool = field(default=False, repr=False)
     _stop_held: bool = field(default=False, repr=False)
     _at_step: int = field(default=0, repr=False)  # the completed steps the state holds (restored or saved)
@@ -88,21 +89,28 @@ class Runtime:
 
         A collective: every rank calls it, once, right after `init_from_env`.
         """
+        began = time.monotonic()
         if sharded.is_sharded(model):
             done = sharded.restore(self.env, model, optimizer, self.device)
             step, source, what = 0, None, "fresh"
             if done is not None:
                 step, source = done.step, Offer(self.rank, done.step, done.kind, done.path)
-                what = (f"checkpoint {done.path}" if done.kind != "replica" else
-                        f"snapshots per shard: {done.read} elements read on this node, {done.received} "
-                        f"received from other nodes")
+                self.restored = {"kind": done.kind, "step": step, "seconds": round(done.seconds, 3)}
+                what = f"checkpoint {done.path}"
+                if done.kind == "replica":
+                    self.restored |= {"read": done.read, "received": done.received}
+                    what = (f"snapshots per shard: {done.read} elements read on this node, {done.received} "
+                            f"received from other nodes")
                 what += f", {done.seconds:.2f}s"
         else:
             step, source = restore_state(self.env, model, optimizer, self.device)
             what = "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}"
+            if source is not None:
+                self.restored = {"kind": source.kind, "step": step,
+                                 "seconds": round(time.monotonic() - began, 3)}
         self.restored_from = source
         self.restore_warning = fallback_warning(self.env.restore, source)
-        self._warning_due = self.restore_warning is not None
+        self._report_due = self.restore_warning is not None or self.restored is not None
         if self.restore_warning:
             log.warning("rank %d g%d: RESTORE FELL BACK: %s", self.rank, self.env.generation,
                         self.restore_warning)
@@ -141,10 +149,11 @@ class Runtime:
 
     def step_done(self, step: int, step_time_s: float) -> None:
         """Report a finished step through the hook (never blocks); the first one after a restore
-        that fell back carries the warning."""
+        carries where the state came from, and the warning if it fell back."""
         if self.hook is not None:
-            warning, self._warning_due = (self.restore_warning if self._warning_due else None), False
-            self.hook.step(step, step_time_s, restore_warning=warning)
+            due, self._report_due = self._report_due, False
+            self.hook.step(step, step_time_s, restore_warning=self.restore_warning if due else None,
+                           restored=self.restored if due else None)
 
     def report_error(self, err: BaseException) -> None:
         """Report an exception that escaped the training step."""

@@ -97,6 +97,22 @@ def test_lax_values_and_odd_bytes_are_the_contracts_to_decide() -> None:
             decode_telemetry(raw)
 
 
+def test_a_step_that_says_where_its_state_came_from_decodes_as_its_model() -> None:
+    step = {"ts": 5, "type": "worker_step", "node": "n1", "job": "j", "rank": 1, "world_size": 8, "step": 3,
+            "step_time": 0.5, "restored": {"kind": "replica", "step": 2, "seconds": 0.25, "read": 7}}
+    fast = decode_telemetry(json.dumps(step).encode())
+    assert isinstance(fast, msgspec.Struct) and (fast.restored.read, fast.restored.received) == (7, None)
+    assert contract(encode(fast)) == TELEMETRY.validate_json(json.dumps(step))
+    extra = decode_telemetry(json.dumps({**step, "restored": {**step["restored"], "extra": 1}}).encode())
+    assert not isinstance(extra, msgspec.Struct) and extra.restored.read == 7  # the contract's to decide
+    for bad in ({"kind": "disk"}, {"read": -1}):
+        raw = json.dumps({**step, "restored": {**step["restored"], **bad}})
+        with pytest.raises(InvalidEvent):
+            decode_telemetry(raw.encode())
+        with pytest.raises(Exception):  # noqa: B017 - the contract refuses it too, whatever its error type
+            TELEMETRY.validate_json(raw)
+
+
 def test_a_fast_event_encodes_and_retimes_as_its_model_does() -> None:
     for template in TEMPLATES[:200]:
         raw = json.dumps(template).encode()

@@ -79,5 +79,5 @@ def run(rank: int, spec: dict[str, Any]) -> None:
     source = runtime.restored_from
     (Path(spec["out"]) / f"rank{rank}.json").write_text(json.dumps({
         "start": start, "losses": losses, "kind": source.kind if source else None,
-        "warning": runtime.restore_warning}))
+        "warning": runtime.restore_warning, "restored": runtime.restored}))
     runtime.close()  # waits for a snapshot still being written

@@ -70,6 +70,9 @@ def test_hsdp_restores_per_shard_from_the_surviving_replica_through_shrink_and_g
     assert losses(grown) == pytest.approx({5: uninterrupted[5], 6: uninterrupted[6]}, rel=1e-5)
     on_a, _, on_c, _ = logs(tmp_path, "g2")
     assert " 0 received" in on_a and " 0 elements read" in on_c and " 0 received" not in on_c
+    # what the first step reports (worker_step.restored): node c's ranks received all they hold
+    assert [(r["restored"]["kind"], r["restored"]["read"] > 0, r["restored"]["received"] > 0)
+            for r in grown] == [("replica", True, False)] * 2 + [("replica", False, True)] * 2
 
 
 def test_fsdp_without_a_replica_falls_back_to_the_checkpoint_loudly(
@@ -86,6 +89,8 @@ def test_fsdp_without_a_replica_falls_back_to_the_checkpoint_loudly(
                        checkpoint_dir=checkpoints)
     assert {r["start"] for r in ranks} == {3} and {r["kind"] for r in ranks} == {"checkpoint"}
     assert all("restored step 3 from the checkpoint" in r["warning"] for r in ranks)
+    assert {(r["restored"]["kind"], r["restored"]["step"], r["restored"].get("read")) for r in ranks} == {
+        ("checkpoint", 3, None)}
     assert losses(ranks) == pytest.approx({s: uninterrupted[s] for s in (4, 5, 6)}, rel=1e-5)
 
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ops.incident_log import fold, timeline, views
 from ops.incident_log.render import details
-from ops.incident_log.views import find
-from schemas import RecoveryFailed, WorkerStepped
+from ops.incident_log.views import find, restores
+from schemas import RecoveryFailed, Restored, WorkerStepped
 from tests.unit.ops.incident_log import placed, recorded
 
 
@@ -93,6 +93,30 @@ def test_a_restore_that_fell_back_is_in_the_story_of_the_incident_whose_plan_it_
     assert "RESTORE FELL BACK" not in [e.what for e in timeline(find(log, "net-1")[0])]
     assert warning in details(find(log, "xid-3")[0])
     assert fold([*reversed(steps), *events]) == log
+
+
+def test_where_each_generations_state_came_from_is_in_the_story_one_line_per_generation() -> None:
+    events = recorded()
+    [plan] = [e for e in events if e.type == "recovery_planned" and e.incident_id == "xid-3"]
+    common = {"node": "n3", "job": plan.job, "world_size": 6, "step": 66, "step_time": 0.1}
+    shards = [Restored(kind="replica", step=65, seconds=0.2 + rank / 10, read=100 * rank, received=7)
+              for rank in range(3)]
+    steps = [WorkerStepped(ts=plan.ts + 3 + rank, rank=rank, generation=plan.generation,
+                           restored=shards[rank], **common) for rank in range(3)]
+    steps += [WorkerStepped(ts=plan.ts + 9, rank=0, generation=plan.generation + 5, **common,
+                            restored=Restored(kind="checkpoint", step=40, seconds=1.0))]  # another plan's
+    log = fold([*events, *steps])
+    [restored] = [e for e in timeline(find(log, "xid-3")[0]) if e.what == "restored"]
+    assert restored.ts == plan.ts + 3
+    assert restored.detail == (f"{plan.job} generation {plan.generation}: 3 ranks from replica at step 65 "
+                               "(300 elements read on their own nodes, 21 received from other nodes), "
+                               "slowest rank 0.40s")
+    assert restored.detail in details(find(log, "xid-3")[0])
+    assert fold([*reversed(steps), *events]) == log
+    whole = restores([WorkerStepped(ts=1, rank=r, generation=2, **common, restored=Restored(
+        kind=kind, step=65, seconds=0.5)) for r, kind in enumerate(("replica", "checkpoint"))])
+    assert [r.describe() for r in whole] == [
+        f"{plan.job} generation 2: 2 ranks from checkpoint and replica at step 65, slowest rank 0.50s"]
 
 
 def test_find_takes_an_unambiguous_prefix() -> None:

@@ -108,6 +108,16 @@ def test_a_restore_warning_rides_on_its_step() -> None:
     assert adapter("telemetry.worker").validate_json(encode(warned)) == warned
 
 
+def test_where_the_state_came_from_rides_on_the_first_step() -> None:
+    sink = ListSink()
+    h = hook(sink)
+    h.step(7, 0.05, restored={"kind": "replica", "step": 6, "seconds": 0.25, "read": 10, "received": 5})
+    h.close()
+    [first] = sink.events
+    assert (first.restored.kind, first.restored.step, first.restored.received) == ("replica", 6, 5)
+    assert adapter("telemetry.worker").validate_json(encode(first)) == first
+
+
 def test_start_steps_and_an_error_become_contract_events() -> None:
     sink = ListSink()
     h = hook(sink)
