@@ -78,9 +78,10 @@ class WorkerStarted(WorkerEvent):
 
 class Restored(Model):
     """Where a rank's state came from when it (re)started: `kind` "replica" (node-local snapshots)
-    or "checkpoint", the `step` it holds, and how long the restore took. For a sharded model, the
-    elements of its shards it read on its own node (`read`) and got sent from other nodes
-    (`received`); None for a whole state broadcast from one rank."""
+    or "checkpoint", the `step` it holds, and how long the restore took. Restored from a sharded
+    model's snapshots: the elements of its shards it read on its own node (`read`) and got sent
+    from other nodes (`received`); None otherwise. A step retried in place (`resync`) is not
+    reported."""
 
     kind: Literal["replica", "checkpoint"]
     step: Count

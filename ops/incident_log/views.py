@@ -44,9 +44,10 @@ class Restore(NamedTuple):
         moved = ("" if self.read is None else
                  f" ({self.read:,} elements read on their own nodes, {self.received or 0:,} received "
                  f"from other nodes)")
-        steps = ", ".join(str(s) for s in self.steps)
-        return (f"{self.job} generation {self.generation}: {self.ranks} rank{'s' * (self.ranks != 1)} from "
-                f"{' and '.join(self.kinds)} at step {steps}{moved}, slowest rank {self.slowest_s:.2f}s")
+        steps = f"step{'s' * (len(self.steps) > 1)} {', '.join(str(s) for s in self.steps)}"
+        sources = " and ".join("replica snapshots" if kind == "replica" else kind for kind in self.kinds)
+        return (f"{self.job} generation {self.generation}: {self.ranks} rank{'s' * (self.ranks != 1)} "
+                f"restored {steps} from {sources}{moved}, slowest {self.slowest_s:.2f}s")
 
 
 def restores(steps: Collection[WorkerStepped]) -> tuple[Restore, ...]:

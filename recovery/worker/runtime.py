@@ -90,6 +90,7 @@ class Runtime:
         A collective: every rank calls it, once, right after `init_from_env`.
         """
         began = time.monotonic()
+        self.restored = None
         if sharded.is_sharded(model):
             done = sharded.restore(self.env, model, optimizer, self.device)
             step, source, what = 0, None, "fresh"
@@ -153,7 +154,7 @@ class Runtime:
         if self.hook is not None:
             due, self._report_due = self._report_due, False
             self.hook.step(step, step_time_s, restore_warning=self.restore_warning if due else None,
-                           restored=self.restored if due else None)
+                           restored=dict(self.restored) if due and self.restored else None)
 
     def report_error(self, err: BaseException) -> None:
         """Report an exception that escaped the training step."""

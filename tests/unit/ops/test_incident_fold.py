@@ -108,15 +108,17 @@ def test_where_each_generations_state_came_from_is_in_the_story_one_line_per_gen
     log = fold([*events, *steps])
     [restored] = [e for e in timeline(find(log, "xid-3")[0]) if e.what == "restored"]
     assert restored.ts == plan.ts + 3
-    assert restored.detail == (f"{plan.job} generation {plan.generation}: 3 ranks from replica at step 65 "
-                               "(300 elements read on their own nodes, 21 received from other nodes), "
-                               "slowest rank 0.40s")
+    assert restored.detail == (f"{plan.job} generation {plan.generation}: 3 ranks restored step 65 from "
+                               "replica snapshots (300 elements read on their own nodes, 21 received from "
+                               "other nodes), slowest 0.40s")
     assert restored.detail in details(find(log, "xid-3")[0])
     assert fold([*reversed(steps), *events]) == log
+    mixed = (("replica", 65), ("checkpoint", 60))
     whole = restores([WorkerStepped(ts=1, rank=r, generation=2, **common, restored=Restored(
-        kind=kind, step=65, seconds=0.5)) for r, kind in enumerate(("replica", "checkpoint"))])
+        kind=kind, step=step, seconds=0.5)) for r, (kind, step) in enumerate(mixed)])
     assert [r.describe() for r in whole] == [
-        f"{plan.job} generation 2: 2 ranks from checkpoint and replica at step 65, slowest rank 0.50s"]
+        f"{plan.job} generation 2: 2 ranks restored steps 60, 65 from checkpoint and replica snapshots, "
+        "slowest 0.50s"]
 
 
 def test_find_takes_an_unambiguous_prefix() -> None:
