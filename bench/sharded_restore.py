@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -41,16 +40,11 @@ from recovery.worker import sharded
 from recovery.worker.env import WorkerEnv
 from recovery.worker.snapshot_writer import SnapshotWriter
 from schemas import RestoreSource
+from trainmedic.local_cluster import free_port
 
 NODES = {"before": ["a", "a", "b", "b"], "after": ["a", "a", "c", "c"]}
 MODES = ("plain", "sync", "async")  # no snapshot; one every step, written in the step; written behind it
 ROUNDS = 2
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _job(rank: int, nodes: list[str], spec: dict[str, Any]) -> tuple[torch.nn.Module, Any, WorkerEnv]:
@@ -129,7 +123,7 @@ def main() -> None:
               f"AdamW's state, {params * 12 / 2 / 2**20:.0f} MiB per rank)")
         for label, nodes, at in (("1 rank alone (a spare core)", ["a"], root / "alone"),
                                  ("HSDP 2 x 2 ranks", NODES["before"], root)):
-            mp.spawn(_train, args=({**spec, "root": str(at), "nodes": nodes, "port": _port()},),
+            mp.spawn(_train, args=({**spec, "root": str(at), "nodes": nodes, "port": free_port()},),
                      nprocs=len(nodes), join=True)
             trained = json.loads((at / "train.json").read_text())
             plain, sync, behind = (statistics.median(trained["times"][mode]) for mode in MODES)
@@ -140,8 +134,8 @@ def main() -> None:
         runs = [(generation, kind) for generation in range(1, args.runs + 1)
                 for kind in ("replica", "checkpoint")]
         for generation, kind in runs:
-            mp.spawn(_restore, args=({**spec, "port": _port(), "generation": generation, "restore": kind},),
-                     nprocs=4, join=True)
+            run = {**spec, "port": free_port(), "generation": generation, "restore": kind}
+            mp.spawn(_restore, args=(run,), nprocs=4, join=True)
         got = {kind: [json.loads((root / f"{kind}-{g}.json").read_text()) for g, k in runs if k == kind]
                for kind in ("replica", "checkpoint")}
         assert {r["step"] for rs in got.values() for r in rs} == {trained["step"]}

@@ -50,9 +50,16 @@ def local_offers(env: WorkerEnv) -> list[Offer]:
     return offers
 
 
+def checkpoint_location(env: WorkerEnv) -> Path | None:
+    """Where this rank looks for checkpoints: `restore.path` (a checkpoint itself, or a directory
+    of them), else the job's checkpoint dir; None when neither is set."""
+    where = env.restore.path or env.checkpoint_dir
+    return Path(where) if where else None
+
+
 def _checkpoint_offer(env: WorkerEnv) -> Offer | None:
-    where = Path(env.restore.path or env.checkpoint_dir or "")
-    if not str(where) or str(where) == ".":
+    where = checkpoint_location(env)
+    if where is None:
         return None
     if where.is_file():
         step = state_files.load(where)["step"]

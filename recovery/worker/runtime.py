@@ -96,13 +96,7 @@ class Runtime:
             step, source, what = 0, None, "fresh"
             if done is not None:
                 step, source = done.step, Offer(self.rank, done.step, done.kind, done.path)
-                self.restored = {"kind": done.kind, "step": step, "seconds": round(done.seconds, 3)}
-                what = f"checkpoint {done.path}"
-                if done.kind == "replica":
-                    self.restored |= {"read": done.read, "received": done.received}
-                    what = (f"snapshots per shard: {done.read} elements read on this node, {done.received} "
-                            f"received from other nodes")
-                what += f", {done.seconds:.2f}s"
+                self.restored, what = done.report(), done.describe()
         else:
             step, source = restore_state(self.env, model, optimizer, self.device)
             what = "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}"

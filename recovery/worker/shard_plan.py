@@ -97,8 +97,8 @@ def plan(files: Iterable[ShardFile], needs: Iterable[Need], node_of: Mapping[int
     """The copies that fill every need from `files` (one step's, of one generation), nearest
     first: a file on the needing rank's node it reads itself; else a file on another node, read
     and sent by the rank on that node with the least to send so far (ties: the lowest rank). The
-    same on every rank:
-    inputs in any order give the same list, ordered as each pair of ranks must post them.
+    same on every rank: inputs in any order give the same list, ordered as each pair of ranks
+    must post them.
     Raises ValueError if a need cannot be filled."""
     readers: dict[str, list[int]] = defaultdict(list)
     for rank, node in sorted(node_of.items()):

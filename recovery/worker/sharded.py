@@ -5,9 +5,9 @@ optimizer (`get_state_dict`, the optimizer flattened to one key per tensor), plu
 unsharded values, to its node's snapshot dir as `shards<rank>-g<generation>-step<N>.pt`. On
 restore, every rank offers the snapshot files its node holds and says which box of each tensor
 the new mesh gives it; `shard_plan` picks the newest (generation, step) the surviving files
-cover whole and, per piece,
-the nearest copy: a file on the rank's own node is read, a piece held only elsewhere is sent by
-a rank of that node over the process group, tensor by tensor (no pickled state). With HSDP,
+cover whole and, per piece, the nearest copy: a file on the rank's own node is read, a piece
+held only elsewhere is sent by a rank of that node over the process group, tensor by tensor (no
+pickled state). With HSDP,
 a lost node's shards survive in the other replica group; the new mesh may have another world
 size (a shrink or a grow): the boxes are cut to fit. With no covering snapshot, the newest
 checkpoint (`torch.distributed.checkpoint`, one directory per step, shared storage) is loaded,
@@ -34,13 +34,14 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 
 from recovery.worker import state_files
 from recovery.worker.env import WorkerEnv
+from recovery.worker.restore import checkpoint_location
 from recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
 from recovery.worker.snapshot_writer import SnapshotWriter
 
 log = logging.getLogger(__name__)
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
-SNAPSHOT = re.compile(r"shards(\d+)-g(\d+)-step(\d+)\.pt$")  # shards<rank>-g<generation>-step<N>.pt
+SNAPSHOT = re.compile(r"shards(\d+)-g(\d+)-step(\d+)\.pt")  # shards<rank>-g<generation>-step<N>.pt
 METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
 
 
@@ -155,6 +156,17 @@ class ShardRestore:
     received: int = 0
     seconds: float = 0.0
     prepare_s: float = 0.0
+
+    def report(self) -> dict[str, Any]:
+        """The fields of `schemas.Restored` (shard counts only for snapshots)."""
+        counts = {"read": self.read, "received": self.received} if self.kind == "replica" else {}
+        return {"kind": self.kind, "step": self.step, "seconds": round(self.seconds, 3), **counts}
+
+    def describe(self) -> str:
+        where = (f"checkpoint {self.path}" if self.kind != "replica" else
+                 f"snapshots per shard: {self.read} elements read on this node, {self.received} received "
+                 f"from other nodes")
+        return f"{where}, {self.seconds:.2f}s"
 
 
 def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torch.device | None = None,
@@ -278,8 +290,8 @@ def _complete(directory: Path) -> list[tuple[int, Path]]:
 
 def _checkpoints(env: WorkerEnv) -> list[tuple[int, str]]:
     """The whole DCP checkpoints this rank can read (restore.path, else the checkpoint dir)."""
-    where = Path(env.restore.path or env.checkpoint_dir or "")
-    if not str(where) or str(where) == ".":
+    where = checkpoint_location(env)
+    if where is None:
         return []
     if (where / METADATA).is_file():
         name = where.name.removeprefix("step")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +14,14 @@ import pytest
 import torch.multiprocessing as mp
 
 from tests.integration.worker import sharded_rank
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from trainmedic.local_cluster import free_port
 
 
 def generation(tmp_path: Path, name: str, nodes: list[str], **spec: Any) -> list[dict]:
     """Run one generation of the job to completion; what each rank reported."""
     out = tmp_path / name
     out.mkdir()
-    spec = {"port": _port(), "nodes": nodes, "root": str(tmp_path / "nodes"), "restore": "replica",
+    spec = {"port": free_port(), "nodes": nodes, "root": str(tmp_path / "nodes"), "restore": "replica",
             "generation": 0, "replicas": 1, "out": str(out), **spec}
     mp.spawn(sharded_rank.run, args=(spec,), nprocs=len(nodes), join=True)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(len(nodes))]
