@@ -23,6 +23,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -123,10 +124,9 @@ class LocalBroker:
         `passwords` are given); later starts reuse it."""
         if self.formatted:
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         scram = broker_auth.add_scram_argument(passwords) if passwords else []
         done = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), *scram),
+            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config), *scram),
             capture_output=True, text=True,
         )
         if done.returncode != 0:
@@ -253,6 +253,15 @@ class LocalBroker:
             f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
             "-cp", f"{self.libs}/*", main, *args,
         ]
+
+
+def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A new KRaft cluster id: 16 random bytes in URL-safe base64. One in 64 would begin with '-',
+    which kafka-storage reads as an option and refuses; like Kafka's own Uuid.randomUuid, draw again."""
+    while True:
+        drawn = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not drawn.startswith("-"):
+            return drawn
 
 
 def server_properties(data: Path, port: int, controller_port: int,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bus.errors import BrokerError
-from trainmedic.broker import LocalBroker, server_properties
+from trainmedic.broker import LocalBroker, cluster_id, server_properties
 
 
 def test_server_properties_are_kraft_combined_on_loopback(tmp_path: Path) -> None:
@@ -20,6 +20,14 @@ def test_server_properties_are_kraft_combined_on_loopback(tmp_path: Path) -> Non
     assert props["controller.quorum.voters"] == "1@127.0.0.1:19093"
     assert props["log.dirs"] == str(tmp_path / "d")
     assert props["offsets.topic.replication.factor"] == "1"
+
+
+def test_a_cluster_id_never_begins_with_a_dash() -> None:
+    # 0xf8 encodes to '-' first; kafka-storage took such an id for an option and would not format
+    draws = iter([b"\xf8" + bytes(15), b"\x01" * 16])
+    drawn = cluster_id(lambda: next(draws))
+    assert drawn == "AQEBAQEBAQEBAQEBAQEBAQ"
+    assert next(draws, None) is None
 
 
 def test_missing_java_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
