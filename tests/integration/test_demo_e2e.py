@@ -77,3 +77,34 @@ def processes_with_home(home: Path) -> list[int]:
         except OSError:  # ended meanwhile, or not ours to read
             continue
     return found
+
+
+def test_the_hsdp_transformer_heals_every_fault_and_trains_as_if_never_broken(kafka_bootstrap: str,
+                                                                              tmp_path: Path) -> None:
+    """`--model gpt-hsdp`: three nodes x two ranks shard within a node and replicate across nodes.
+    Every fault heals from the surviving shards, with no step lost; the Xid 79 leaves a 2 x 2 mesh,
+    the node's return a 3 x 2 one again, whose returned node receives its shards from the others;
+    and every loss rank 0 logged equals an uninterrupted single-process run's."""
+    env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka_bootstrap, "TRAINMEDIC_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "trainmedic.cli", "demo", "--model", "gpt-hsdp", "--nodes", "3",
+         "--ranks-per-node", "2"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    report_path = tmp_path / "demo" / "report.json"
+    assert report_path.exists(), done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads(report_path.read_text())
+    faults, summary = report["faults"], done.stdout[-3000:]
+    assert [(f["name"], f["healed"], f["steps_lost"]) for f in faults] == [
+        (name, True, 0) for name in ("kill", "xid79", "hang", "flap", "grow")], summary
+    assert [(f["world_size_before"], f["world_size_after"]) for f in faults] == [
+        (6, 6), (6, 4), (4, 4), (4, 4), (4, 6)], summary
+    restored = {f["name"]: f["restored"] for f in faults}
+    assert restored["flap"] is None, summary  # a reattempt re-runs the step in the same processes
+    for name, ranks in (("kill", 6), ("xid79", 4), ("hang", 4), ("grow", 6)):
+        assert f": {ranks} ranks restored step " in restored[name], summary
+        assert "from replica snapshots" in restored[name], summary
+    assert "0 received from other nodes" not in restored["grow"], summary  # the returned node's shards
+    assert report["losses"]["matches"] and report["losses"]["generations"] == 5, summary
+    assert done.returncode == 0, summary
+    assert processes_with_home(tmp_path) == []

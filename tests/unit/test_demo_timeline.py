@@ -55,3 +55,18 @@ def test_after_a_reattempt_the_job_resumed_at_its_first_step_after_the_ack():
     assert timeline.resumed_in_place("flap-1", 3) is None  # not acknowledged yet
     timeline.apply(RecoveryCompleted(ts=104.6, plan_id="p", job="job", generation=3), wall=106.0)
     assert timeline.resumed_in_place("flap-1", 3) == 104.75  # not the last step when the ack was read
+
+
+def test_a_generation_s_restores_are_told_in_one_line_once_its_ranks_report_them():
+    from schemas import Restored, WorkerStepped
+
+    timeline = Timeline("job")
+    common = {"ts": 1.0, "node": "node-2", "job": "job", "world_size": 2, "step_time": 0.1, "generation": 3}
+    assert timeline.restore_of(3) is None
+    for rank, read, received in ((0, 100, 0), (1, 40, 60)):
+        restored = Restored(kind="replica", step=41, seconds=0.2 + rank, read=read, received=received)
+        timeline.apply(WorkerStepped(rank=rank, step=41, restored=restored, **common), wall=1.0)
+    timeline.apply(WorkerStepped(rank=0, step=42, **common), wall=1.1)
+    assert timeline.restore_of(3) == ("job generation 3: 2 ranks restored step 41 from replica snapshots "
+                                      "(140 elements read on their own nodes, 60 received from other nodes), "
+                                      "slowest 1.20s")

@@ -43,6 +43,7 @@ class FaultResult:
     alerted_after_s: float | None = None  # from the incident to its alert in Alertmanager
     alert_resolved: bool | None = None  # left Alertmanager's active alerts once the incident resolved
     restore_warnings: tuple[str, ...] = ()  # ranks of the new generation whose restore fell back
+    restored: str | None = None  # where the new generation's ranks took their state from
     published_after_fault_s: float | None = None
     injected_wall: float | None = None  # when the fault was injected (wall clock)
     # `demo --observe`: from the injection to Prometheus' first sample counting its incident, its plan
@@ -127,6 +128,8 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
         return (max(newer), t.generations[max(newer)].first_step_ts) if newer else None
 
     outcome = watcher.wait_for(resumed, timeout_s)
+    if outcome is not None and outcome[0] != before_gen:
+        all_restored(watcher, outcome[0])
     with watcher.lock:
         timeline = watcher.timeline
         seen = incident(timeline)
@@ -147,8 +150,16 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
             _delay(seen), round(resumed_ts - injected, 2), lost, world_before, after.world_size, healed,
             fault.expected_category, seen.incident.id,
             restore_warnings=() if gen == before_gen else tuple(timeline.restore_warnings.get(gen, ())),
+            restored=None if gen == before_gen else timeline.restore_of(gen),
             published_after_fault_s=published_after(seen, injected), injected_wall=injected,
         )
+
+
+def all_restored(watcher: Watcher, generation: int, wait_s: float = 10.0) -> None:
+    """Wait (a little) until every rank of `generation` said where its state came from: the first
+    rank to step is not the last to report."""
+    watcher.wait_for(lambda t: len(t.restored.get(generation, ())) >= t.generations[generation].world_size,
+                     wait_s)
 
 
 def _delay(seen: SeenIncident | None) -> float | None:

@@ -14,7 +14,7 @@ import time
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from schemas.nodes import NodeUncordoned
-from trainmedic.demo.faults import FaultResult
+from trainmedic.demo.faults import FaultResult, all_restored
 from trainmedic.demo.watch import Watcher
 from trainmedic.local_cluster import LocalCluster
 
@@ -40,6 +40,8 @@ def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: s
         return max(larger) if larger else None
 
     gen = watcher.wait_for(grown, timeout_s)
+    if gen is not None:
+        all_restored(watcher, gen)
     with watcher.lock:
         timeline = watcher.timeline
         plan = next((p for wall, p in timeline.planned
@@ -52,5 +54,6 @@ def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: s
             "grow", None, None, plan and str(plan.kind), None, round(after.first_step_ts - injected, 2),
             timeline.steps_lost(before_gen, gen), world_before, after.world_size,
             after.world_size == full_world, "-",
-            restore_warnings=tuple(timeline.restore_warnings.get(gen, ())), injected_wall=injected,
+            restore_warnings=tuple(timeline.restore_warnings.get(gen, ())), restored=timeline.restore_of(gen),
+            injected_wall=injected,
         )

@@ -19,7 +19,7 @@ from bus.errors import TrainmedicError
 from bus.settings import KafkaSettings, credentials_dir, home
 from schemas import JobSpec, JobSubmitted
 from trainmedic import ops_stack
-from trainmedic.demo import observe
+from trainmedic.demo import losses, observe
 from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import (
@@ -38,6 +38,9 @@ from trainmedic.local_cluster import LocalCluster, free_port, local_deployment
 JOB = "demo"
 # The demo's detector: the defaults, with a hang floor that fits a 0.25 s step.
 DETECTOR_CONFIG = {"hang": {"floor_s": 10.0}}
+# What a gpt-hsdp rank imports besides torch (FSDP2, DCP, and dynamo, which torch.optim loads): ranks
+# forked warm skip a second or more of CPU each.
+GPT_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.checkpoint.state_dict", "torch._dynamo")
 # The prefixes demos generate: a run deletes the topics of earlier ones (never a user's "demo-orders").
 DEMO_PREFIX = re.compile(r"demo-[0-9a-f]{6}\.")
 STARTED = time.monotonic()
@@ -63,6 +66,15 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.nodes < 2 or args.ranks_per_node < 1:
         print("trainmedic demo: needs at least 2 nodes and 1 rank per node", file=sys.stderr)
         return 2
+    if args.model == "gpt-hsdp":
+        from trainmedic.demo.gpt import BATCH
+
+        worlds = (args.nodes * args.ranks_per_node, (args.nodes - 1) * args.ranks_per_node)
+        if any(BATCH % w for w in worlds):
+            print(f"trainmedic demo: --model gpt-hsdp splits a batch of {BATCH} rows over the ranks; world "
+                  f"sizes {worlds[0]} and, after the Xid 79, {worlds[1]} must both divide it (the default "
+                  f"4 nodes x 2 ranks do)", file=sys.stderr)
+            return 2
     layout = DemoLayout(home() / "demo")
     stop_progress = threading.Event()
     stack = None
@@ -91,6 +103,7 @@ def run_demo(args: argparse.Namespace) -> int:
             if xid is not None and (not args.only or "grow" in args.only):
                 results.append(grow_back(cluster, watcher, xid, args))
             stop_progress.set()
+            check = loss_check(cluster) if args.model == "gpt-hsdp" else None
             if alerts is not None:
                 results = with_alerts(results, watcher, alerts)
                 alerts.stop()
@@ -99,8 +112,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 results = observe.with_metrics(results, stack.prometheus.url, now, say)
                 say("the healer's own alerts that fired: "
                     f"{', '.join(observe.fired(stack.prometheus.url, stack.started, now)) or 'none'}")
-            report(results, layout, observed=stack is not None)
-            return 0 if results and all(r.healed for r in results) else 1
+            report(results, layout, observed=stack is not None, check=check)
+            healed = bool(results) and all(r.healed for r in results)
+            return 0 if healed and (check is None or check.matches) else 1
     except (TrainmedicError, RuntimeError) as err:
         say(f"failed: {err}")
         return 1
@@ -176,7 +190,8 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
             settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
             nodes = node_names(args.nodes)
             cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir(),
-                                   metrics_ports=metrics_ports or {})
+                                   metrics_ports=metrics_ports or {},
+                                   warm_preload=GPT_PRELOAD if args.model == "gpt-hsdp" else ())
             cluster.prepare(DETECTOR_CONFIG)
             cluster.start_services()
             say(f"starting detector, coordinator and {len(nodes)} nodes "
@@ -240,7 +255,7 @@ def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayou
         # Sizes in nodes -> FLOP/s: the job can shrink by a node and keep going.
         throughput={size: 1.0e14 * size * ranks for size in range(max(1, n - 2), n + 1)},
         # nice: on two cores the ranks must leave room for heartbeats and the broker.
-        command=("nice", "-n", "10", sys.executable, "-m", "trainmedic.demo.train",
+        command=("nice", "-n", "10", sys.executable, "-m", "trainmedic.demo.train", "--model", args.model,
                  "--steps", "1000000", "--step-s", str(args.step_s), "--report", "--timeout-s", "300"),
         checkpoint_dir=str(layout.root / "checkpoints"),
         transition_s=30,
@@ -266,6 +281,19 @@ def progress(watcher: Watcher, cluster: LocalCluster, stop: threading.Event) -> 
             f"world size {current.world_size}")
 
 
+def loss_check(cluster: LocalCluster) -> losses.LossCheck:
+    """Every loss rank 0 of each generation logged so far against an uninterrupted run's."""
+    from trainmedic.demo.gpt import reference_losses
+
+    logs = [path for node in cluster.nodes
+            for path in (cluster.layout.executor_dir(node) / "logs" / JOB).glob("g*-rank0.log")]
+    logged = losses.logged(logs)
+    say(f"checking {len(logged)} logged losses against an uninterrupted run in one process")
+    check = losses.compare(logged, list(reference_losses(max((s for _, s in logged), default=-1) + 1)))
+    say(check.describe())
+    return check
+
+
 def latest_loss(cluster: LocalCluster) -> str | None:
     path = cluster.latest_rank_log(JOB)
     if path is None:
@@ -276,11 +304,14 @@ def latest_loss(cluster: LocalCluster) -> str | None:
     return found[-1].decode() if found else None
 
 
-def report(results: list[FaultResult], layout: DemoLayout, observed: bool = False) -> None:
+def report(results: list[FaultResult], layout: DemoLayout, observed: bool = False,
+           check: losses.LossCheck | None = None) -> None:
     """The table and report.json; `observed` (--observe) adds when Prometheus first counted each
-    fault's incident and plan ("metrics s": incident/plan, from the injection)."""
+    fault's incident and plan ("metrics s": incident/plan, from the injection); `check` (gpt-hsdp)
+    how the logged losses compare with an uninterrupted run's."""
     path = layout.root / "report.json"
-    path.write_text(json.dumps({"faults": [r.as_dict() for r in results]}, indent=2) + "\n")
+    path.write_text(json.dumps({"faults": [r.as_dict() for r in results],
+                                **({"losses": check.as_dict()} if check else {})}, indent=2) + "\n")
     header = ("fault", "category", "sev", "action", "detect s", "kafka s", "resume s", "lost", "world",
               "healed", *(("metrics s",) if observed else ()))
     rows = [(r.name, r.category or "-", r.severity or "-", r.action or "-",
@@ -296,6 +327,11 @@ def report(results: list[FaultResult], layout: DemoLayout, observed: bool = Fals
     for r in results:
         for warning in r.restore_warnings:
             print(f"WARNING: {r.name}: RESTORE FELL BACK from the replica, steps lost: {warning}")
+    for r in results:
+        if r.restored:
+            print(f"{r.name}: {r.restored}")
+    if check is not None:
+        print(check.describe())
     print(f"\nreport: {path}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ops.incident_log.views import first_step_after_repair
+from ops.incident_log.views import first_step_after_repair, restores
 from schemas import Incident, WorkerStepped
 from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
 
@@ -46,6 +46,8 @@ class Timeline:
     failed: list[tuple[float, RecoveryFailed]] = field(default_factory=list)
     # generation -> "rank R on NODE: warning" for each rank whose restore fell back from its replica
     restore_warnings: dict[int, list[str]] = field(default_factory=dict)
+    # generation -> the first step of each rank that says where its restored state came from
+    restored: dict[int, list[WorkerStepped]] = field(default_factory=dict)
 
     def apply(self, event: object, wall: float, published: float | None = None) -> None:
         """Fold one event read at `wall`; `published` is its Kafka message time, where known."""
@@ -54,6 +56,8 @@ class Timeline:
             if event.restore_warning:
                 self.restore_warnings.setdefault(event.generation, []).append(
                     f"rank {event.rank} on {event.node}: {event.restore_warning}")
+            if event.restored is not None:
+                self.restored.setdefault(event.generation, []).append(event)
         elif isinstance(event, Incident):
             seen = self.incidents.get(event.id)
             if seen is None:
@@ -81,6 +85,11 @@ class Timeline:
             if step >= gen.last_step:
                 gen.last_step, gen.last_step_ts = step, ts
         gen.step_times.add(ts)
+
+    def restore_of(self, generation: int) -> str | None:
+        """Where `generation`'s ranks took their state from, in a line (None: none reported yet)."""
+        done = restores(self.restored.get(generation, ()))
+        return done[0].describe() if done else None
 
     def steps_lost(self, before: int, after: int) -> int:
         """Completed steps of generation `before` that generation `after` had to run again."""

@@ -1,15 +1,18 @@
-"""A tiny data-parallel training job that uses the worker runtime; launched by the executor.
+"""The demo's training job, which uses the worker runtime; launched by the executor.
 
-A 2-layer MLP regresses a fixed random linear map on synthetic batches (deterministic per
-step and rank), gradients are averaged with one gloo all-reduce, and each step is padded
-to `--step-s` seconds to look like real work. Prints one line per step:
+`--model mlp` (the default): a 2-layer MLP regresses a fixed random linear map on synthetic
+batches (deterministic per step and rank), gradients are averaged with one gloo all-reduce.
+`--model gpt-hsdp`: a small GPT-style transformer sharded within each node and replicated
+across nodes (HSDP, `trainmedic.demo.gpt`); its printed loss is the mean over all ranks, the
+loss of the whole step. Each step is padded to `--step-s` seconds to look like real work.
+Prints one line per step:
 
-    step 41 loss 0.1234 gen 0 rank 1 t 1712345678.123
+    step 41 loss 0.123456 gen 0 rank 1 t 1712345678.123
 
 Faults for rehearsals come from a control file (see recovery.worker.faults): hang, kill -9,
 crash. SIGUSR1 (the executor's `reattempt`) re-syncs from rank 0 and re-runs the step.
 
-    python -m trainmedic.demo.train --steps 200 --step-s 0.1
+    python -m trainmedic.demo.train --steps 200 --step-s 0.1 [--model gpt-hsdp]
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -27,9 +32,10 @@ import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
 
 from producers.hook import Hook  # noqa: E402
 from recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
-from recovery.worker.runtime import Runtime, init_from_env  # noqa: E402
+from recovery.worker.runtime import Runtime, Stateful, init_from_env  # noqa: E402
 
 FEATURES = 16
+MODELS = ("mlp", "gpt-hsdp")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,6 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1000, help="train until this many steps (default 1000)")
     parser.add_argument("--step-s", type=float, default=0.1, help="pad each step to this long (default 0.1)")
+    parser.add_argument("--model", choices=MODELS, default="mlp",
+                        help="mlp: data parallel (default); gpt-hsdp: a small transformer, HSDP over nodes")
     parser.add_argument("--hidden", type=int, default=32, help="hidden width of the MLP (default 32)")
     parser.add_argument("--snapshot-every", type=int, default=1, help="node-local snapshot period, steps")
     parser.add_argument("--checkpoint-every", type=int, default=0,
@@ -85,6 +93,48 @@ class Momentum:
             v.copy_(saved)
 
 
+class Job(NamedTuple):
+    """What the loop trains: the model and optimizer the runtime saves, and one step (-> its loss)."""
+
+    model: torch.nn.Module
+    optimizer: Stateful
+    step: Callable[[int], float]
+
+
+def mlp_job(rt: Runtime, hidden: int) -> Job:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(hidden, 1))
+    optimizer = Momentum(list(model.parameters()), lr=0.01)
+    return Job(model, optimizer, lambda step: train_step(rt, model, optimizer, step))
+
+
+def gpt_hsdp_job(rt: Runtime) -> Job:
+    """HSDP: the mesh is (nodes, ranks per node), shard within a node, replicate across nodes."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from trainmedic.demo import gpt
+
+    local = rt.env.local_world_size
+    device = rt.device or torch.device("cpu")
+    mesh = init_device_mesh(device.type, (rt.world_size // local, local),
+                            mesh_dim_names=("replicate", "shard"))
+    model = gpt.shard(gpt.model().to(device), mesh)
+    optimizer = gpt.optimizer(model)
+
+    def step(n: int) -> float:
+        inputs, targets = gpt.share(n, rt.rank, rt.world_size)
+        loss = gpt.loss(model, inputs.to(device), targets.to(device))
+        loss.backward()  # FSDP averages the gradients over every rank
+        optimizer.step()
+        optimizer.zero_grad()
+        total = loss.detach().clone()
+        torch.distributed.all_reduce(total)
+        return total.item() / rt.world_size
+
+    return Job(model, optimizer, step)
+
+
 def train_step(rt: Runtime, model: torch.nn.Module, optimizer: Momentum, step: int) -> float:
     x, y = batch(step, rt.rank)
     optimizer.zero_grad()
@@ -108,10 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     rt = init_from_env(timeout_s=args.timeout_s, snapshot_every=args.snapshot_every,
                        checkpoint_every=args.checkpoint_every, hook=Hook.from_env() if args.report else None)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, args.hidden), torch.nn.Tanh(),
-                                torch.nn.Linear(args.hidden, 1))
-    optimizer = Momentum(list(model.parameters()), lr=0.01)
+    job = gpt_hsdp_job(rt) if args.model == "gpt-hsdp" else mlp_job(rt, args.hidden)
+    model, optimizer = job.model, job.optimizer
     start = rt.restore(model, optimizer)
     source = rt.restored_from
     print(f"restored step {start} from {'nothing' if source is None else source.kind} "
@@ -126,12 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                 rt.resync(model, optimizer)
                 print(f"reattempt: re-synced from rank 0, re-running step {step}", flush=True)
             began = time.monotonic()
-            loss = train_step(rt, model, optimizer, step)
+            loss = job.step(step)
             with rt.finishing_step():  # a stop now waits for the snapshot: no rank runs a step others lose
                 time.sleep(max(0.0, args.step_s - (time.monotonic() - began)))
                 rt.maybe_checkpoint(step + 1, model, optimizer)
                 rt.step_done(step, time.monotonic() - began)
-                print(f"step {step} loss {loss:.4f} gen {rt.env.generation} rank {rt.rank} "
+                print(f"step {step} loss {loss:.6f} gen {rt.env.generation} rank {rt.rank} "
                       f"t {time.time():.3f}", flush=True)
             step += 1
     except Exception as err:

@@ -1,0 +1,56 @@
+"""The gpt-hsdp demo's job and its loss check, in one process."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainmedic.demo import gpt
+from trainmedic.demo.losses import TOLERANCE, compare, logged
+
+
+def test_rank_0_s_losses_are_read_per_generation_and_step(tmp_path: Path) -> None:
+    (tmp_path / "g0-rank0.log").write_text(
+        "restored step 0 from nothing gen 0 rank 0 t 1.0\n"
+        "step 0 loss 4.248820 gen 0 rank 0 t 1.1\nstep 1 loss 4.1 gen 0 rank 0 t 1.2\n"
+        "INFO some log line mentioning step 7 loss 9.0 gen 0 rank 0\n")
+    (tmp_path / "g1-rank0.log").write_text("step 1 loss 4.100001 gen 1 rank 0 t 2.0\n")
+    (tmp_path / "g1-rank1.log").write_text("step 1 loss 5.0 gen 1 rank 1 t 2.0\n")  # not rank 0: not read
+    assert logged([tmp_path / "g0-rank0.log", tmp_path / "g1-rank0.log"]) == {
+        (0, 0): 4.24882, (0, 1): 4.1, (1, 1): 4.100001}
+
+
+def test_the_check_finds_the_worst_step_and_refuses_what_it_cannot_compare() -> None:
+    reference = [4.0, 3.0, 2.0]
+    good = compare({(0, 0): 4.0, (0, 1): 3.00001, (1, 1): 3.0, (1, 2): 2.00002}, reference)
+    assert (good.steps, good.generations, good.worst_step, good.matches) == (4, 2, 2, True)
+    assert math.isclose(good.max_abs_diff, 2e-5, rel_tol=1e-3)
+    bad = compare({(0, 0): 4.0, (1, 1): 3.0 + 10 * TOLERANCE}, reference)
+    assert (bad.worst_step, bad.matches) == (1, False)
+    assert "DO NOT MATCH" in bad.describe()
+    assert not compare({(0, 5): 1.0}, reference).matches  # past the reference
+    assert not compare({}, reference).matches  # nothing logged is no evidence
+
+
+def test_every_rank_s_share_makes_the_same_global_batch_at_any_world_size() -> None:
+    inputs, targets = gpt.batch(3)
+    assert inputs.shape == targets.shape == (gpt.BATCH, gpt.CONTEXT)
+    assert torch.equal(inputs[:, 1:], targets[:, :-1])  # next-token targets
+    assert torch.equal(gpt.batch(3)[0], inputs) and not torch.equal(gpt.batch(4)[0], inputs)
+    for world in (4, 6, 8):
+        shares = [gpt.share(3, rank, world)[0] for rank in range(world)]
+        assert sorted(map(tuple, torch.cat(shares).tolist())) == sorted(map(tuple, inputs.tolist()))
+    with pytest.raises(ValueError, match="does not split over 5 ranks"):
+        gpt.share(3, 0, 5)
+
+
+def test_the_mean_of_the_shares_losses_is_the_whole_batch_s_loss_and_it_falls() -> None:
+    net = gpt.model()
+    whole = gpt.loss(net, *gpt.batch(0)).item()
+    shares = [gpt.loss(net, *gpt.share(0, rank, 6)).item() for rank in range(6)]
+    assert math.isclose(sum(shares) / 6, whole, rel_tol=1e-5)
+    losses = list(gpt.reference_losses(60))
+    assert losses[0] == pytest.approx(whole) and losses[-1] < losses[0] - 1.0

@@ -1,0 +1,56 @@
+"""Whether a healed run trained as if nothing had happened: the losses rank 0 of every generation
+logged, step by step, against an uninterrupted run's (`gpt-hsdp` logs the whole step's loss)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+STEP = re.compile(r"^step (\d+) loss ([0-9.]+) gen (\d+) rank 0 ", re.M)
+TOLERANCE = 1e-4  # the runs differ only in the order of float sums (world sizes, reshards)
+
+
+@dataclass(frozen=True)
+class LossCheck:
+    """`steps` logged (a step run by two generations counts twice) by `generations`; the largest
+    difference from the reference and its step."""
+
+    steps: int
+    generations: int
+    max_abs_diff: float
+    worst_step: int | None
+
+    @property
+    def matches(self) -> bool:
+        return self.steps > 0 and self.max_abs_diff <= TOLERANCE
+
+    def describe(self) -> str:
+        if not self.steps:
+            return "losses: rank 0 logged no step"
+        return (f"losses: {self.steps} steps of {self.generations} generations, largest difference from an "
+                f"uninterrupted run {self.max_abs_diff:.1e} (step {self.worst_step}): "
+                f"{'MATCH' if self.matches else 'DO NOT MATCH'} (tolerance {TOLERANCE:g})")
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "matches": self.matches}
+
+
+def logged(logs: Iterable[Path]) -> dict[tuple[int, int], float]:
+    """(generation, step) -> loss, from rank 0's logs."""
+    found = {}
+    for path in logs:
+        for step, loss, gen in STEP.findall(path.read_text(errors="replace")):
+            found[int(gen), int(step)] = float(loss)
+    return found
+
+
+def compare(losses: dict[tuple[int, int], float], reference: list[float]) -> LossCheck:
+    """`losses` against `reference` (the loss of each step from 0); a step past it is a failure."""
+    worst, worst_step = 0.0, None
+    for (_, step), loss in losses.items():
+        diff = abs(loss - reference[step]) if step < len(reference) else float("inf")
+        if worst_step is None or diff > worst:
+            worst, worst_step = diff, step
+    return LossCheck(len(losses), len({gen for gen, _ in losses}), worst, worst_step)
