@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,18 @@ def test_the_mean_of_the_shares_losses_is_the_whole_batch_s_loss_and_it_falls() 
     assert math.isclose(sum(shares) / 6, whole, rel_tol=1e-5)
     losses = list(gpt.reference_losses(60))
     assert losses[0] == pytest.approx(whole) and losses[-1] < losses[0] - 1.0
+
+
+def test_the_gpt_hsdp_demo_s_nodes_fork_ranks_with_fsdp_already_imported(tmp_path: Path) -> None:
+    from recovery.executor.forkserver import PRELOAD_ENV
+    from trainmedic.demo.cluster import DemoLayout
+    from trainmedic.demo.runner import GPT_PRELOAD
+    from trainmedic.local_cluster import LocalCluster
+
+    nodes = ("node-0", "node-1")
+    plain = LocalCluster(DemoLayout(tmp_path), "127.0.0.1:9092", "demo-abcdef.", nodes)
+    assert plain.env().get(PRELOAD_ENV) == os.environ.get(PRELOAD_ENV)  # the MLP's: what the user set
+    hsdp = LocalCluster(DemoLayout(tmp_path), "127.0.0.1:9092", "demo-abcdef.", nodes,
+                        warm_preload=GPT_PRELOAD)
+    assert hsdp.env()[PRELOAD_ENV].split(",") == list(GPT_PRELOAD)
+    assert "torch.distributed.fsdp" in GPT_PRELOAD
