@@ -10,8 +10,8 @@ against an uninterrupted run.
 
     python bench/hsdp_vs_ddp_demo.py [--nodes 4] [--ranks-per-node 2] [--json OUT]
 
-Each demo starts and stops the local broker unless TRAINMEDIC_KAFKA_BOOTSTRAP names one; their
-files go to $TRAINMEDIC_HOME/bench-hsdp-vs-ddp/<model>/ (emptied at the start).
+Each demo starts and stops the local broker unless TRAINMEDIC_KAFKA_BOOTSTRAP names one and
+empties $TRAINMEDIC_HOME/demo/ first; their output goes to $TRAINMEDIC_HOME/bench-hsdp-vs-ddp/.
 """
 
 from __future__ import annotations
@@ -19,30 +19,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-MODELS = ("mlp", "gpt-hsdp")
+from bus.settings import home
+from trainmedic.demo import MODELS
 
 
-def run_demo(model: str, home: Path, args: argparse.Namespace) -> dict:
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    print(f"running `trainmedic demo --model {model}` (output in {home / 'demo.log'}) ...", flush=True)
+def run_demo(model: str, output: Path, args: argparse.Namespace) -> dict:
+    output.mkdir(parents=True, exist_ok=True)
+    log = output / f"{model}.log"
+    print(f"running `trainmedic demo --model {model}` (output in {log}) ...", flush=True)
     began = time.monotonic()
-    with (home / "demo.log").open("w") as out:
+    with log.open("w") as out:
         done = subprocess.run(
             [sys.executable, "-m", "trainmedic.cli", "demo", "--model", model, "--nodes", str(args.nodes),
              "--ranks-per-node", str(args.ranks_per_node)],
-            env={**os.environ, "TRAINMEDIC_HOME": str(home)}, stdout=out, stderr=subprocess.STDOUT,
-            timeout=1200)
-    report = home / "demo" / "report.json"
+            stdout=out, stderr=subprocess.STDOUT, timeout=1200)
+    report = home() / "demo" / "report.json"  # the demo empties its folder first: this run's
     if not report.exists():
-        raise SystemExit(f"the {model} demo wrote no report (exit {done.returncode}); "
-                         f"see {home / 'demo.log'}")
+        raise SystemExit(f"the {model} demo wrote no report (exit {done.returncode}); see {log}")
     print(f"  done in {time.monotonic() - began:.0f}s, exit {done.returncode}", flush=True)
     return {**json.loads(report.read_text()), "exit": done.returncode}
 
@@ -54,8 +52,7 @@ def main() -> int:
     parser.add_argument("--ranks-per-node", type=int, default=2)
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
-    root = Path(os.environ.get("TRAINMEDIC_HOME", ".trainmedic")).resolve() / "bench-hsdp-vs-ddp"
-    runs = {model: run_demo(model, root / model, args) for model in MODELS}
+    runs = {model: run_demo(model, home() / "bench-hsdp-vs-ddp", args) for model in MODELS}
     ddp = {f["name"]: f for f in runs["mlp"]["faults"]}
     hsdp = {f["name"]: f for f in runs["gpt-hsdp"]["faults"]}
     print(f"\n{args.nodes} nodes x {args.ranks_per_node} ranks, gloo on CPU, this machine "

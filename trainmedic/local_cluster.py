@@ -84,7 +84,8 @@ class LocalCluster:
     alertmanager: str | None = None  # when set, an alert bridge forwards incidents there
     credentials: Path | None = None  # the broker's role credentials (each service reads its own)
     node_args: tuple[str, ...] = ()  # more options of every `trainmedic node` (e.g. its admission policy)
-    warm_preload: tuple[str, ...] = ()  # modules the nodes' warm launchers import besides torch
+    warm_preload: tuple[str, ...] = ()  # modules the nodes' warm launchers import besides torch (and
+    #                                     besides those the user's TRAINMEDIC_WARM_PRELOAD names)
     # How long a node stopped with SIGTERM waits for its jobs to be moved off it: none by default, as
     # `close` stops the coordinator too and nothing would move them.
     leave_timeout_s: float = 0.0
@@ -104,7 +105,8 @@ class LocalCluster:
             "TRAINMEDIC_EXECUTOR_KEYS_DIR": str(self.layout.keys_dir),
             "TRAINMEDIC_DEMO_FAULTS": str(self.layout.rank_faults),
             "PYTHONUNBUFFERED": "1",
-            **({PRELOAD_ENV: ",".join(self.warm_preload)} if self.warm_preload else {}),
+            **({PRELOAD_ENV: ",".join(filter(None, (os.environ.get(PRELOAD_ENV), *self.warm_preload)))}
+               if self.warm_preload else {}),
         }
 
     def prepare(self, detector_config: dict) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,16 @@ def test_the_check_finds_the_worst_step_and_refuses_what_it_cannot_compare() -> 
     assert "DO NOT MATCH" in bad.describe()
     assert not compare({(0, 5): 1.0}, reference).matches  # past the reference
     assert not compare({}, reference).matches  # nothing logged is no evidence
+    diverged = compare({(0, 0): 4.0, (0, 1): math.nan, (0, 2): 2.0}, reference)  # a nan never compares
+    assert (diverged.max_abs_diff, diverged.worst_step, diverged.matches) == (math.inf, 1, False)
+    unheard = compare({(0, 0): 4.0, (2, 1): 3.0}, reference, stepped={0, 1, 2})
+    assert (unheard.silent, unheard.matches) == ((1,), False)
+    assert "no loss logged by generation 1" in unheard.describe()
+
+
+def test_a_diverged_rank_s_nan_is_read_not_skipped(tmp_path: Path) -> None:
+    (tmp_path / "g3-rank0.log").write_text("step 9 loss nan gen 3 rank 0 t 1.0\n")
+    assert math.isnan(logged([tmp_path / "g3-rank0.log"])[3, 9])
 
 
 def test_every_rank_s_share_makes_the_same_global_batch_at_any_world_size() -> None:
@@ -57,16 +66,17 @@ def test_the_mean_of_the_shares_losses_is_the_whole_batch_s_loss_and_it_falls() 
     assert losses[0] == pytest.approx(whole) and losses[-1] < losses[0] - 1.0
 
 
-def test_the_gpt_hsdp_demo_s_nodes_fork_ranks_with_fsdp_already_imported(tmp_path: Path) -> None:
+def test_the_gpt_hsdp_demo_s_nodes_tell_their_warm_launchers_to_preload_fsdp(tmp_path: Path,
+                                                                             monkeypatch) -> None:
     from recovery.executor.forkserver import PRELOAD_ENV
     from trainmedic.demo.cluster import DemoLayout
     from trainmedic.demo.runner import GPT_PRELOAD
     from trainmedic.local_cluster import LocalCluster
 
     nodes = ("node-0", "node-1")
+    monkeypatch.setenv(PRELOAD_ENV, "mylib")  # what the user preloads stays
     plain = LocalCluster(DemoLayout(tmp_path), "127.0.0.1:9092", "demo-abcdef.", nodes)
-    assert plain.env().get(PRELOAD_ENV) == os.environ.get(PRELOAD_ENV)  # the MLP's: what the user set
+    assert plain.env()[PRELOAD_ENV] == "mylib"
     hsdp = LocalCluster(DemoLayout(tmp_path), "127.0.0.1:9092", "demo-abcdef.", nodes,
                         warm_preload=GPT_PRELOAD)
-    assert hsdp.env()[PRELOAD_ENV].split(",") == list(GPT_PRELOAD)
-    assert "torch.distributed.fsdp" in GPT_PRELOAD
+    assert hsdp.env()[PRELOAD_ENV].split(",") == ["mylib", *GPT_PRELOAD]

@@ -66,6 +66,7 @@ def test_a_generation_s_restores_are_told_in_one_line_once_its_ranks_report_them
     for rank, read, received in ((0, 100, 0), (1, 40, 60)):
         restored = Restored(kind="replica", step=41, seconds=0.2 + rank, read=read, received=received)
         timeline.apply(WorkerStepped(rank=rank, step=41, restored=restored, **common), wall=1.0)
+        timeline.apply(WorkerStepped(rank=rank, step=41, restored=restored, **common), wall=1.0)  # again
     timeline.apply(WorkerStepped(rank=0, step=42, **common), wall=1.1)
     assert timeline.restore_of(3) == ("job generation 3: 2 ranks restored step 41 from replica snapshots "
                                       "(140 elements read on their own nodes, 60 received from other nodes), "

@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 
+MODELS = ("mlp", "gpt-hsdp")  # the demo's jobs: `trainmedic.demo.train --model`
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--nodes", type=int, default=4, help="simulated nodes (default 4, at least 2)")
-    parser.add_argument("--model", choices=("mlp", "gpt-hsdp"), default="mlp",
+    parser.add_argument("--model", choices=MODELS, default="mlp",
                         help="the job: mlp, data parallel (default); gpt-hsdp, a small transformer with "
                         "HSDP, losses checked against an uninterrupted run")
     parser.add_argument("--ranks-per-node", type=int, default=2, help="training ranks per node (default 2)")

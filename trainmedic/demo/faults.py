@@ -155,11 +155,11 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
         )
 
 
-def all_restored(watcher: Watcher, generation: int, wait_s: float = 10.0) -> None:
+def all_restored(watcher: Watcher, generation: int, wait_s: float = 30.0) -> None:
     """Wait (a little) until every rank of `generation` said where its state came from: the first
     rank to step is not the last to report."""
-    watcher.wait_for(lambda t: len(t.restored.get(generation, ())) >= t.generations[generation].world_size,
-                     wait_s)
+    watcher.wait_for(lambda t: len({s.rank for s in t.restored.get(generation, ())})
+                     >= t.generations[generation].world_size, wait_s)
 
 
 def _delay(seen: SeenIncident | None) -> float | None:

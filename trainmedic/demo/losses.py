@@ -1,36 +1,41 @@
 """Whether a healed run trained as if nothing had happened: the losses rank 0 of every generation
-logged, step by step, against an uninterrupted run's (`gpt-hsdp` logs the whole step's loss)."""
+logged, step by step, against an uninterrupted run's (`gpt-hsdp` logs the whole step's loss).
+That a generation resumed where the last one stopped (no step lost, no fresh start) is the
+demo's other check, `steps_lost`."""
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-STEP = re.compile(r"^step (\d+) loss ([0-9.]+) gen (\d+) rank 0 ", re.M)
+STEP = re.compile(r"^step (\d+) loss (\S+) gen (\d+) rank 0 ", re.M)  # nan and inf too
 TOLERANCE = 1e-4  # the runs differ only in the order of float sums (world sizes, reshards)
 
 
 @dataclass(frozen=True)
 class LossCheck:
     """`steps` logged (a step run by two generations counts twice) by `generations`; the largest
-    difference from the reference and its step."""
+    difference from the reference and its step; the generations that stepped but logged nothing."""
 
     steps: int
     generations: int
     max_abs_diff: float
     worst_step: int | None
+    silent: tuple[int, ...] = ()
 
     @property
     def matches(self) -> bool:
-        return self.steps > 0 and self.max_abs_diff <= TOLERANCE
+        return self.steps > 0 and self.max_abs_diff <= TOLERANCE and not self.silent
 
     def describe(self) -> str:
         if not self.steps:
             return "losses: rank 0 logged no step"
+        silent = f"; no loss logged by generation {', '.join(map(str, self.silent))}" if self.silent else ""
         return (f"losses: {self.steps} steps of {self.generations} generations, largest difference from an "
-                f"uninterrupted run {self.max_abs_diff:.1e} (step {self.worst_step}): "
+                f"uninterrupted run {self.max_abs_diff:.1e} (step {self.worst_step}){silent}: "
                 f"{'MATCH' if self.matches else 'DO NOT MATCH'} (tolerance {TOLERANCE:g})")
 
     def as_dict(self) -> dict:
@@ -46,11 +51,16 @@ def logged(logs: Iterable[Path]) -> dict[tuple[int, int], float]:
     return found
 
 
-def compare(losses: dict[tuple[int, int], float], reference: list[float]) -> LossCheck:
-    """`losses` against `reference` (the loss of each step from 0); a step past it is a failure."""
+def compare(losses: dict[tuple[int, int], float], reference: list[float],
+            stepped: Collection[int] = ()) -> LossCheck:
+    """`losses` against `reference` (the loss of each step from 0); a step past it, or a loss or
+    difference that is not finite, is a failure, and so is a generation of `stepped` (those seen
+    stepping) that logged none."""
     worst, worst_step = 0.0, None
     for (_, step), loss in losses.items():
-        diff = abs(loss - reference[step]) if step < len(reference) else float("inf")
+        diff = abs(loss - reference[step]) if step < len(reference) else math.inf
+        diff = diff if math.isfinite(diff) else math.inf
         if worst_step is None or diff > worst:
             worst, worst_step = diff, step
-    return LossCheck(len(losses), len({gen for gen, _ in losses}), worst, worst_step)
+    logged_by = {gen for gen, _ in losses}
+    return LossCheck(len(losses), len(logged_by), worst, worst_step, tuple(sorted(set(stepped) - logged_by)))

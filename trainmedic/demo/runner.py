@@ -103,7 +103,7 @@ def run_demo(args: argparse.Namespace) -> int:
             if xid is not None and (not args.only or "grow" in args.only):
                 results.append(grow_back(cluster, watcher, xid, args))
             stop_progress.set()
-            check = loss_check(cluster) if args.model == "gpt-hsdp" else None
+            check = loss_check(cluster, watcher) if args.model == "gpt-hsdp" else None
             if alerts is not None:
                 results = with_alerts(results, watcher, alerts)
                 alerts.stop()
@@ -114,7 +114,10 @@ def run_demo(args: argparse.Namespace) -> int:
                     f"{', '.join(observe.fired(stack.prometheus.url, stack.started, now)) or 'none'}")
             report(results, layout, observed=stack is not None, check=check)
             healed = bool(results) and all(r.healed for r in results)
-            return 0 if healed and (check is None or check.matches) else 1
+            if check is not None:  # the sharded job's promise: resumed where it stopped, the same run
+                healed = healed and check.matches and all(r.steps_lost == 0 and not r.restore_warnings
+                                                          for r in results)
+            return 0 if healed else 1
     except (TrainmedicError, RuntimeError) as err:
         say(f"failed: {err}")
         return 1
@@ -281,15 +284,17 @@ def progress(watcher: Watcher, cluster: LocalCluster, stop: threading.Event) -> 
             f"world size {current.world_size}")
 
 
-def loss_check(cluster: LocalCluster) -> losses.LossCheck:
+def loss_check(cluster: LocalCluster, watcher: Watcher) -> losses.LossCheck:
     """Every loss rank 0 of each generation logged so far against an uninterrupted run's."""
+    from recovery.executor.rank_logs import find
     from trainmedic.demo.gpt import reference_losses
 
-    logs = [path for node in cluster.nodes
-            for path in (cluster.layout.executor_dir(node) / "logs" / JOB).glob("g*-rank0.log")]
-    logged = losses.logged(logs)
+    logged = losses.logged(log.path for log in find(cluster.layout.home, JOB, rank=0))
+    with watcher.lock:
+        stepped = set(watcher.timeline.generations)
     say(f"checking {len(logged)} logged losses against an uninterrupted run in one process")
-    check = losses.compare(logged, list(reference_losses(max((s for _, s in logged), default=-1) + 1)))
+    reference = list(reference_losses(max((s for _, s in logged), default=-1) + 1))
+    check = losses.compare(logged, reference, stepped)
     say(check.describe())
     return check
 

@@ -56,7 +56,8 @@ class Timeline:
             if event.restore_warning:
                 self.restore_warnings.setdefault(event.generation, []).append(
                     f"rank {event.rank} on {event.node}: {event.restore_warning}")
-            if event.restored is not None:
+            if event.restored is not None and all(
+                    seen.rank != event.rank for seen in self.restored.get(event.generation, ())):
                 self.restored.setdefault(event.generation, []).append(event)
         elif isinstance(event, Incident):
             seen = self.incidents.get(event.id)

@@ -33,9 +33,9 @@ import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
 from producers.hook import Hook  # noqa: E402
 from recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
 from recovery.worker.runtime import Runtime, Stateful, init_from_env  # noqa: E402
+from trainmedic.demo import MODELS  # noqa: E402
 
 FEATURES = 16
-MODELS = ("mlp", "gpt-hsdp")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
