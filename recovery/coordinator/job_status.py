@@ -6,7 +6,8 @@ passed in to say how long ago the last step was.
 Steps lost are counted where they show: a generation whose first step is at or below the previous
 generation's last completed step ran those steps again (a restore from an older state than the
 newest). A rank whose restore fell back from the replica it was told to use says so in
-`restore_warning` on its first step; those are listed as well.
+`restore_warning` on its first step; those are listed as well, and so is where the latest
+generation's ranks took their state from (`restored` on their first steps).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from recovery.coordinator.state import Job
+from schemas.restores import restores
 from schemas.telemetry import WorkerStepped
 
 RATE_STEPS = 20  # the step rate is over the latest generation's last this many steps
@@ -51,11 +53,13 @@ class GenerationSteps:
 
 @dataclass
 class StepHistory:
-    """A job's steps per generation, and the restore warnings its ranks reported."""
+    """A job's steps per generation, the restore warnings its ranks reported, and each rank's
+    first step that said where its state came from, by (generation, rank)."""
 
     job: str
     generations: dict[int, GenerationSteps] = field(default_factory=dict)
     restore_warnings: list[str] = field(default_factory=list)
+    restored: dict[tuple[int, int], WorkerStepped] = field(default_factory=dict)
 
     @classmethod
     def of(cls, job: str, events: Iterable[object]) -> StepHistory:
@@ -77,6 +81,8 @@ class StepHistory:
         if event.restore_warning:
             self.restore_warnings.append(f"generation {event.generation}, rank {event.rank} on {event.node}: "
                                          f"{event.restore_warning}")
+        if event.restored is not None:
+            self.restored.setdefault((event.generation, event.rank), event)
 
     @property
     def steps_lost(self) -> int:
@@ -88,6 +94,15 @@ class StepHistory:
     @property
     def latest(self) -> GenerationSteps | None:
         return self.generations[max(self.generations)] if self.generations else None
+
+    @property
+    def latest_restore(self) -> str | None:
+        """Where the latest generation's ranks took their state from (None: it restored nothing)."""
+        if not self.generations:
+            return None
+        newest = max(self.generations)
+        done = restores([s for (gen, _), s in self.restored.items() if gen == newest])
+        return done[0].describe() if done else None
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,7 @@ class JobStatus:
     restarts: int
     steps_lost: int
     restore_warnings: tuple[str, ...]
+    restored: str | None = None  # where the latest generation's ranks took their state from
 
 
 def job_status(job: Job, history: StepHistory) -> JobStatus:
@@ -117,6 +133,7 @@ def job_status(job: Job, history: StepHistory) -> JobStatus:
         step=None if latest is None else latest.last_step, step_ts=None if latest is None else latest.last_ts,
         step_rate=None if latest is None else latest.rate, restarts=len(job.restarts),
         steps_lost=history.steps_lost, restore_warnings=tuple(history.restore_warnings),
+        restored=history.latest_restore,
     )
 
 
@@ -138,6 +155,8 @@ def render(status: JobStatus, now: float) -> list[str]:
         ("restarts", str(status.restarts)),
         ("steps lost", str(status.steps_lost)),
     ]
+    if status.restored:
+        lines.append(("restored", status.restored))
     out = [f"{name:11} {value}" for name, value in lines]
     out += [f"WARNING: restore fell back: {warning}" for warning in status.restore_warnings]
     return out

@@ -32,28 +32,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from producers.hook import Hook
-from recovery.worker import sharded, state_files
+from recovery.worker import rank_state, sharded, state_files
 from recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
+from recovery.worker.rank_state import Stateful  # what the runtime saves: an optimizer, a data loader
 from recovery.worker.restore import Offer, fallback_warning, restore_state
 from recovery.worker.snapshot_writer import SnapshotWriter
 from schemas import RestoreSource
 
 log = logging.getLogger(__name__)
 
-
-
-class Stateful(Protocol):
-    """What the runtime saves and restores: a torch.optim.Optimizer, or anything like it."""
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -69,6 +62,7 @@ class Runtime:
     restored_from: Offer | None = None
     restore_warning: str | None = None  # set by a restore that fell back from the named replica
     restored: dict[str, Any] | None = None  # where the state came from (`schemas.Restored`'s fields)
+    own_state: str | None = None  # what the restore did with this rank's RNG and data position, in words
     _report_due: bool = field(default=False, repr=False)  # the next step carries the two above
     _reattempt: bool = field(default=False, repr=False)
     _stop_held: bool = field(default=False, repr=False)
@@ -83,26 +77,35 @@ class Runtime:
     def world_size(self) -> int:
         return self.env.world_size
 
-    def restore(self, model: torch.nn.Module, optimizer: Stateful) -> int:
+    def restore(self, model: torch.nn.Module, optimizer: Stateful, data: Stateful | None = None) -> int:
         """Load the state the restore source names into every rank; returns the step to resume at.
         A sharded model (FSDP2 / HSDP) is restored per shard, resharded to this mesh (`sharded`).
+        From snapshots onto the same world size, each rank also takes back its own RNG streams and
+        `data`'s position (a data loader or sampler with `state_dict`), as `rank_state` says.
 
         A collective: every rank calls it, once, right after `init_from_env`.
         """
         began = time.monotonic()
-        self.restored = None
+        self.restored = self.own_state = None
+        own: dict[str, Any] | None = None
         if sharded.is_sharded(model):
             done = sharded.restore(self.env, model, optimizer, self.device)
             step, source, what = 0, None, "fresh"
             if done is not None:
                 step, source = done.step, Offer(self.rank, done.step, done.kind, done.path)
-                self.restored, what = done.report(), done.describe()
+                self.restored, what, own = done.report(), done.describe(), done.own
         else:
             step, source = restore_state(self.env, model, optimizer, self.device)
             what = "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}"
             if source is not None:
                 self.restored = {"kind": source.kind, "step": step,
                                  "seconds": round(time.monotonic() - began, 3)}
+                if source.kind == "replica" and self.env.snapshot_dir:
+                    own = rank_state.read(state_files.state_path(
+                        Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank), step))
+        if source is not None:
+            self.own_state = rank_state.apply(own, self.world_size, data, self.device)
+            what = f"{what}; {self.own_state}"
         self.restored_from = source
         self.restore_warning = fallback_warning(self.env.restore, source)
         self._report_due = self.restore_warning is not None or self.restored is not None
@@ -113,10 +116,12 @@ class Runtime:
         self._at_step = step
         return step
 
-    def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: Stateful) -> None:
-        """After `step` completed steps: a local snapshot every `snapshot_every` steps (every rank),
-        a checkpoint every `checkpoint_every` steps into TRAINMEDIC_CHECKPOINT_DIR (rank 0; every
-        rank its shards for a sharded model, with DCP)."""
+    def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: Stateful,
+                         data: Stateful | None = None) -> None:
+        """After `step` completed steps: a local snapshot every `snapshot_every` steps (every rank;
+        with this rank's RNG streams and `data`'s position), a checkpoint every `checkpoint_every`
+        steps into TRAINMEDIC_CHECKPOINT_DIR (rank 0; every rank its shards for a sharded model,
+        with DCP)."""
         env = self.env
         self._at_step = step
         snapshot_due = env.snapshot_dir and self.snapshot_every and step % self.snapshot_every == 0
@@ -126,7 +131,8 @@ class Runtime:
                 state = sharded.flat_state(model, optimizer)
             if snapshot_due:
                 sharded.snapshot(Path(env.snapshot_dir), self.rank, step, env.generation, state,
-                                 self._writer if self.snapshot_async else None)
+                                 self._writer if self.snapshot_async else None,
+                                 own=rank_state.capture(self.world_size, data, self.device))
             if checkpoint_due:
                 sharded.checkpoint(Path(env.checkpoint_dir), step, env.generation, state)
             return
@@ -136,8 +142,9 @@ class Runtime:
         payload = {"step": step, "generation": self.env.generation,
                    "model": model.state_dict(), "optimizer": optimizer.state_dict()}
         if snapshot_due:
+            own = rank_state.capture(self.world_size, data, self.device)
             state_files.save_keeping(Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank),
-                                     step, payload, state_files.SNAPSHOTS_KEPT)
+                                     step, {**payload, "own": own}, state_files.SNAPSHOTS_KEPT)
         if checkpoint_due:
             state_files.save_keeping(Path(self.env.checkpoint_dir), "", step, payload,
                                      state_files.CHECKPOINTS_KEPT)

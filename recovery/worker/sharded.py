@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-from recovery.worker import state_files
+from recovery.worker import rank_state, state_files
 from recovery.worker.env import WorkerEnv
 from recovery.worker.restore import checkpoint_location
 from recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
@@ -80,8 +80,9 @@ def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict[str, Any],
-             writer: SnapshotWriter | None = None) -> Path:
-    """Write this rank's shards of `state` (from `flat_state`) after `step` steps, keeping this
+             writer: SnapshotWriter | None = None, own: dict[str, Any] | None = None) -> Path:
+    """Write this rank's shards of `state` (from `flat_state`) and what is its `own` (RNG streams,
+    data position: `rank_state.capture`) after `step` steps, keeping this
     rank's newest `state_files.SNAPSHOTS_KEPT` by (generation, step): a generation that went back
     to an older step is the job's timeline now, and the one it left is what goes. The shards
     are copied to host memory here; with `writer` the file is written behind the caller (once the
@@ -96,8 +97,9 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
             tensors[key] = _cpu_copy(value.to_local().detach())
         else:
             plain[key] = _cpu_copy(value.detach()) if isinstance(value, torch.Tensor) else value
-    payload = {"step": step, "generation": generation, "boxes": boxes, "tensors": tensors, "plain": plain}
-    path = directory / f"shards{rank}-g{generation}-step{step:09d}.pt"
+    payload = {"step": step, "generation": generation, "boxes": boxes, "tensors": tensors, "plain": plain,
+               "own": own}
+    path = _snapshot_path(directory, rank, generation, step)
     kept = state_files.SNAPSHOTS_KEPT + (writer is not None)
 
     def write() -> None:
@@ -110,6 +112,10 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
     else:
         writer.submit(write)
     return path
+
+
+def _snapshot_path(directory: Path, rank: int, generation: int, step: int) -> Path:
+    return directory / f"shards{rank}-g{generation}-step{step:09d}.pt"
 
 
 def _snapshots(directory: Path, rank: int | None = None) -> list[tuple[int, int, Path]]:
@@ -156,6 +162,7 @@ class ShardRestore:
     received: int = 0
     seconds: float = 0.0
     prepare_s: float = 0.0
+    own: dict[str, Any] | None = field(default=None, repr=False)  # this rank number's RNG, data position
 
     def report(self) -> dict[str, Any]:
         """The fields of `schemas.Restored` (shard counts only for snapshots)."""
@@ -195,8 +202,10 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
         read, received = _copy(plan(chosen, needs, node_of), env.rank, sharded, device)
         _restore_plain(state, chosen, node_of, env.rank, device)
         load_flat(model, optimizer, state)
+        own = None if not env.snapshot_dir else rank_state.read(
+            _snapshot_path(Path(env.snapshot_dir), env.rank, generation, step))
         return ShardRestore(step, "replica", read=read, received=received, seconds=time.monotonic() - began,
-                            prepare_s=prepared)
+                            prepare_s=prepared, own=own)
     common = set.intersection(*(set(g[3]) for g in gathered))
     if not common:
         if not stepped:

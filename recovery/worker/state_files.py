@@ -51,11 +51,15 @@ def list_states(directory: Path, prefix: str) -> list[tuple[int, Path]]:
 
 def save_keeping(directory: Path, prefix: str, step: int, payload: dict[str, Any], keep: int) -> Path:
     """Write `PREFIXstepN.pt` atomically and delete all but the newest `keep` of that prefix."""
-    path = directory / f"{prefix}step{step:09d}.pt"
+    path = state_path(directory, prefix, step)
     write_atomic(path, payload)
     for _, old in list_states(directory, prefix)[:-keep]:
         old.unlink(missing_ok=True)
     return path
+
+
+def state_path(directory: Path, prefix: str, step: int) -> Path:
+    return directory / f"{prefix}step{step:09d}.pt"
 
 
 def snapshot_prefix(rank: int | None) -> str:

@@ -33,11 +33,30 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(BATCH, 6, generator=gen), torch.randn(BATCH, 5, generator=gen)
 
 
+class Sampler:
+    """A data position: the index of the next batch (restored with the rank's own state)."""
+
+    def __init__(self) -> None:
+        self.position = 0
+
+    def next(self) -> int:
+        self.position += 1
+        return self.position - 1
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = state["position"]
+
+
 def run(rank: int, spec: dict[str, Any]) -> None:
     """`spec`: port, nodes (one per rank), replicas (HSDP replica groups; 1: FSDP), root (node
     dirs below it), restore, until, generation, out, and optionally checkpoint_dir, every, async
-    (snapshots written behind the next step) and resync_at: the step before which the model is
-    spoilt (a step half applied) and `resync` called."""
+    (snapshots written behind the next step), resync_at: the step before which the model is
+    spoilt (a step half applied) and `resync` called, and own: each rank draws noise for its rows
+    from its own torch stream and takes its batches from a sampler, both of which only the rank's
+    own restored state continues."""
     world = len(spec["nodes"])
     node = spec["nodes"][rank]
     logging.basicConfig(filename=Path(spec["out"]) / f"rank{rank}.log", level=logging.INFO)
@@ -59,7 +78,9 @@ def run(rank: int, spec: dict[str, Any]) -> None:
                     snapshot_dir=str(Path(spec["root"]) / node))
     runtime = Runtime(env, snapshot_every=1, checkpoint_every=spec.get("every", 0),
                       snapshot_async=spec.get("async", False))
-    start = runtime.restore(net, optimizer)
+    sampler, own = Sampler(), spec.get("own", False)
+    torch.manual_seed(100 + rank)  # each rank's own stream (what a restore onto this world takes back)
+    start = runtime.restore(net, optimizer, data=sampler)
     losses = {}
     for step in range(start, spec["until"]):
         if step == spec.get("resync_at"):
@@ -67,17 +88,20 @@ def run(rank: int, spec: dict[str, Any]) -> None:
                 for param in net.parameters():
                     param.add_(1.0)
             runtime.resync(net, optimizer)
-        x, y = batch(step)
-        loss = torch.nn.functional.mse_loss(net(x[rank::world]), y[rank::world])
+        x, y = batch(sampler.next() if own else step)
+        x = x[rank::world]
+        if own:
+            x = x + 0.1 * torch.randn_like(x)
+        loss = torch.nn.functional.mse_loss(net(x), y[rank::world])
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         mean = loss.detach().clone()
         dist.all_reduce(mean)
         losses[step + 1] = mean.item() / world
-        runtime.maybe_checkpoint(step + 1, net, optimizer)
+        runtime.maybe_checkpoint(step + 1, net, optimizer, data=sampler)
     source = runtime.restored_from
     (Path(spec["out"]) / f"rank{rank}.json").write_text(json.dumps({
         "start": start, "losses": losses, "kind": source.kind if source else None,
-        "warning": runtime.restore_warning, "restored": runtime.restored}))
+        "warning": runtime.restore_warning, "restored": runtime.restored, "own": runtime.own_state}))
     runtime.close()  # waits for a snapshot still being written

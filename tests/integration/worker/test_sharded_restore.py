@@ -103,3 +103,19 @@ def test_a_restart_in_place_reads_every_shard_from_its_own_node(
     assert {r["start"] for r in ranks} == {2}
     assert all(" 0 received from other nodes" in log for log in logs(tmp_path, "g1"))
     assert losses(ranks) == pytest.approx({3: uninterrupted[3], 4: uninterrupted[4]}, rel=1e-5)
+
+
+def test_a_restart_in_place_continues_each_rank_s_random_stream_and_data_position(tmp_path: Path) -> None:
+    """Each rank adds noise from its own torch stream and takes its batches from a sampler: after
+    a restart on the same mesh the losses equal an uninterrupted run's only if every rank took
+    back its own stream and position from its snapshot; onto another world size they are not
+    taken, and the restore says so."""
+    whole = generation(tmp_path, "whole", ["a", "a", "b", "b"], replicas=2, restore="none", until=4,
+                       own=True, root=str(tmp_path / "whole-nodes"))
+    generation(tmp_path, "g0", ["a", "a", "b", "b"], replicas=2, restore="none", until=2, own=True)
+    ranks = generation(tmp_path, "g1", ["a", "a", "b", "b"], replicas=2, until=4, generation=1, own=True)
+    assert {r["start"] for r in ranks} == {2}
+    assert {r["own"] for r in ranks} == {"RNG and data position restored"}
+    assert losses(ranks) == pytest.approx({s: losses(whole)[s] for s in (3, 4)}, rel=1e-5)
+    shrunk = generation(tmp_path, "g2", ["a", "a"], until=5, generation=2, own=True)
+    assert {r["own"] for r in shrunk} == {"RNG and data position not restored (saved at world size 4, now 2)"}

@@ -63,3 +63,21 @@ def test_a_single_step_has_no_rate_and_steps_reported_out_of_order_keep_the_high
     events = steps(0, 3, 3, 10.0, ranks=1) + steps(0, 1, 1, 11.0, ranks=1)
     status = job_status(running(generation=0, restarts=0), StepHistory.of("j", events))
     assert (status.step, status.step_rate) == (3, None)
+
+
+def test_the_latest_generation_says_where_its_ranks_took_their_state_from() -> None:
+    from schemas import Restored
+
+    first = steps(1, 10, 12, 20.0)
+    earlier = [e.model_copy(update={"restored": Restored(kind="checkpoint", step=9, seconds=3.0)})
+               for e in first if e.step == 10]
+    latest = steps(2, 13, 14, 40.0)
+    told = [e.model_copy(update={"restored": Restored(kind="replica", step=13, seconds=0.5 + e.rank,
+                                                      read=10, received=5)})
+            for e in latest if e.step == 13]
+    events = [*first, *earlier, *latest, *told, told[0]]  # a report read twice counts once
+    status = job_status(running(), StepHistory.of("j", events))
+    assert status.restored == ("j generation 2: 2 ranks restored step 13 from replica snapshots (20 elements "
+                               "read on their own nodes, 10 received from other nodes), slowest 1.50s")
+    assert f"restored    {status.restored}" in render(status, 50.0)
+    assert job_status(running(), StepHistory.of("j", steps(0, 0, 3, 0.0))).restored is None  # a fresh start

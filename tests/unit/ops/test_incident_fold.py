@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from ops.incident_log import fold, timeline, views
 from ops.incident_log.render import details
-from ops.incident_log.views import find, restores
+from ops.incident_log.views import find
 from schemas import RecoveryFailed, Restored, WorkerStepped
+from schemas.restores import restores
 from tests.unit.ops.incident_log import placed, recorded
 
 

@@ -1,0 +1,70 @@
+"""What belongs to one rank alone: its random number generators and its place in the data.
+
+Model and optimizer state are the job's (every replica holds the same, or its shard of it); a
+rank's RNG streams (torch's CPU generator, the CUDA generator of its device, Python's `random`)
+and its data loader's or sampler's position (`state_dict` / `load_state_dict`, as torchdata's
+`StatefulDataLoader` has) are its own. They are saved in the rank's snapshot beside its model
+state, and a restore onto the same world size gives each rank back its own: the state rank r
+saved at the restored step, read from rank r's file on its own node (a restart in place keeps
+every rank on its node). With another world size the ranks' streams and shares of the data are
+cut differently, so nothing is taken back and the script's own seeding stands; neither is it
+where rank r's file is missing (a rank killed before its snapshot of that step). Either way
+the restore says so. numpy's generator is not saved (its state does not load without
+unpickling code).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+
+class Stateful(Protocol):
+    """What the runtime saves and restores: a torch.optim.Optimizer, a data loader or sampler, or
+    anything like them."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def capture(world_size: int, data: Stateful | None, device: torch.device | None) -> dict[str, Any]:
+    """This rank's RNG streams and data position now (after a step: what the next one starts from)."""
+    version, internal, gauss = random.getstate()
+    rng = {"torch": torch.get_rng_state(), "python": [version, list(internal), gauss]}
+    if device is not None and device.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(device)
+    return {"world_size": world_size, "rng": rng, "data": None if data is None else data.state_dict()}
+
+
+def read(snapshot: Path) -> dict[str, Any] | None:
+    """What `snapshot` (a file of this rank number on this node) saved as the rank's own; None
+    when there is no such file (the rank ran on another node, or was killed before it) or it is
+    torn."""
+    try:
+        return torch.load(snapshot, map_location="cpu", weights_only=True, mmap=True).get("own")
+    except (OSError, RuntimeError):
+        return None
+
+
+def apply(saved: dict[str, Any] | None, world_size: int, data: Stateful | None,
+          device: torch.device | None) -> str:
+    """Take back `saved` (what `capture` returned, or None: no file) when it was this world size's;
+    what was done, in words for the restore's log line."""
+    if saved is None:
+        return "RNG and data position not restored (no snapshot of this rank number at that step here)"
+    if saved["world_size"] != world_size:
+        return (f"RNG and data position not restored (saved at world size {saved['world_size']}, "
+                f"now {world_size})")
+    rng = saved["rng"]
+    torch.set_rng_state(rng["torch"])
+    version, internal, gauss = rng["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in rng and device is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(rng["cuda"], device)
+    if data is not None and saved["data"] is not None:
+        data.load_state_dict(saved["data"])
+    return "RNG and data position restored" if data is not None else "RNG restored"

@@ -1,0 +1,97 @@
+"""A rank's own state (RNG streams, data position) saved with its snapshot and taken back on a
+restore onto the same world size, and only then."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from recovery.worker import rank_state
+from recovery.worker.env import WorkerEnv
+from recovery.worker.runtime import Runtime
+from schemas import RestoreSource
+
+
+class Sampler:
+    """A data position: the index of the next batch."""
+
+    def __init__(self) -> None:
+        self.position = 0
+
+    def next(self) -> int:
+        self.position += 1
+        return self.position - 1
+
+    def state_dict(self) -> dict:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.position = state["position"]
+
+
+def draws() -> tuple[list[float], float]:
+    return torch.rand(3).tolist(), random.random()
+
+
+def test_the_streams_and_the_position_come_back_as_they_were_saved() -> None:
+    torch.manual_seed(1)
+    random.seed(1)
+    sampler = Sampler()
+    sampler.next()
+    saved = rank_state.capture(4, sampler, None)
+    expected, position = draws(), sampler.position
+    sampler.next()
+    assert rank_state.apply(saved, 4, sampler, None) == "RNG and data position restored"
+    assert (draws(), sampler.position) == (expected, position)
+
+
+def test_another_world_size_or_no_file_takes_nothing_back() -> None:
+    saved = rank_state.capture(4, Sampler(), None)
+    sampler = Sampler()
+    sampler.next()
+    after = torch.get_rng_state()
+    assert "saved at world size 4, now 6" in rank_state.apply(saved, 6, sampler, None)
+    assert "no snapshot" in rank_state.apply(None, 4, sampler, None)
+    assert sampler.position == 1 and torch.equal(torch.get_rng_state(), after)
+
+
+def test_a_missing_or_torn_file_reads_as_nothing(tmp_path: Path) -> None:
+    assert rank_state.read(tmp_path / "none.pt") is None
+    (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04 torn")
+    assert rank_state.read(tmp_path / "torn.pt") is None
+
+
+@pytest.fixture
+def group(tmp_path: Path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def runtime(tmp_path: Path, kind: str) -> Runtime:
+    env = WorkerEnv(master_addr="127.0.0.1", master_port=1, rank=0, world_size=1, local_rank=0,
+                    local_world_size=1, job="j", node="n", generation=1, restore=RestoreSource(kind=kind),
+                    snapshot_dir=str(tmp_path / "snapshots"))
+    return Runtime(env)
+
+
+def test_a_data_parallel_restart_resumes_the_rank_s_streams_and_data(tmp_path: Path, group) -> None:
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    sampler = Sampler()
+    torch.manual_seed(5)
+    before = runtime(tmp_path, "none")
+    for step in range(3):
+        sampler.next()
+        before.maybe_checkpoint(step + 1, model, optimizer, data=sampler)
+    expected = draws()  # what step 3 would have drawn, had nothing happened
+    torch.manual_seed(0)  # the restarted process seeds afresh
+    fresh = Sampler()
+    rt = runtime(tmp_path, "replica")
+    assert rt.restore(model, optimizer, data=fresh) == 3
+    assert (draws(), fresh.position) == (expected, 3)
+    assert rt.own_state == "RNG and data position restored"
