@@ -33,8 +33,9 @@ class Stateful(Protocol):
 
 def capture(world_size: int, data: Stateful | None, device: torch.device | None) -> dict[str, Any]:
     """This rank's RNG streams and data position now (after a step: what the next one starts from)."""
-    version, internal, gauss = random.getstate()
-    rng = {"torch": torch.get_rng_state(), "python": [version, list(internal), gauss]}
+    version, internal, gauss = random.getstate()  # 625 ints: one tensor, not 625 pickled objects
+    rng = {"torch": torch.get_rng_state(),
+           "python": [version, torch.tensor(internal, dtype=torch.int64), gauss]}
     if device is not None and device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(device)
     return {"world_size": world_size, "rng": rng, "data": None if data is None else data.state_dict()}
@@ -62,7 +63,7 @@ def apply(saved: dict[str, Any] | None, world_size: int, data: Stateful | None,
     rng = saved["rng"]
     torch.set_rng_state(rng["torch"])
     version, internal, gauss = rng["python"]
-    random.setstate((version, tuple(internal), gauss))
+    random.setstate((version, tuple(internal.tolist()), gauss))
     if "cuda" in rng and device is not None and device.type == "cuda":
         torch.cuda.set_rng_state(rng["cuda"], device)
     if data is not None and saved["data"] is not None:

@@ -175,7 +175,7 @@ class Runtime:
         if there is none: the step cannot be retried in place, and a restart takes over). A
         collective."""
         if sharded.is_sharded(model):
-            self._writer.wait()
+            self.flush()
             own = replace(self.env, restore=RestoreSource(kind="replica"))
             done = sharded.restore(own, model, optimizer, self.device, checkpoints=False)
             if done is None or done.step != self._at_step:
@@ -203,7 +203,7 @@ class Runtime:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
             if self._stop_held:
                 try:
-                    self._writer.wait()
+                    self.flush()
                 except Exception:  # the rank still ends by SIGTERM, as the executor expects
                     log.exception("rank %d g%d: the last snapshot was not written", self.rank,
                                   self.env.generation)
@@ -214,9 +214,14 @@ class Runtime:
         """SIGUSR1: reattempt at the next step (SIGTERM is handled only in `finishing_step`). Main thread."""
         signal.signal(signal.SIGUSR1, self._on_reattempt)
 
+    def flush(self) -> None:
+        """Wait until a snapshot still being written behind the step (`snapshot_async`) is on disk;
+        raises what the write raised."""
+        self._writer.wait()
+
     def close(self) -> None:
         try:
-            self._writer.wait()
+            self.flush()
         finally:
             if self.hook is not None:
                 self.hook.close()

@@ -16,7 +16,9 @@ resharded by DCP; with none, the run starts fresh.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import os
 import re
 import shutil
@@ -67,16 +69,52 @@ def load_flat(model: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> 
 def box_of(tensor: DTensor) -> Box:
     """The box of `tensor` this rank holds. Only FSDP2's placements cut a tensor into one box per
     rank; tensor parallelism's strided shards do not."""
-    mesh, placements = tensor.device_mesh, tensor.placements
+    return _box(tuple(tensor.shape), tensor.device_mesh, tuple(tensor.placements))
+
+
+@functools.lru_cache(maxsize=65536)  # the same few layouts at every snapshot: computed once each
+def _box(shape: tuple[int, ...], mesh: Any, placements: tuple[Any, ...]) -> Box:
     if any(type(p) not in (Shard, Replicate) for p in placements):
         raise NotImplementedError(f"sharded restore supports FSDP2 / HSDP placements (Shard, Replicate), "
                                   f"not {placements}")
-    sizes, offsets = compute_local_shape_and_global_offset(tensor.shape, mesh, placements)
+    sizes, offsets = compute_local_shape_and_global_offset(shape, mesh, placements)
     return tuple(offsets), tuple(sizes)
 
 
-def _cpu_copy(tensor: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(tensor, device="cpu").copy_(tensor)
+def _pack(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, tuple]]:
+    """`tensors` copied to host memory into one flat buffer per dtype, with where each lies
+    (key -> dtype, offset, shape): a snapshot pickles a few buffers and an index, not a hundred
+    tensors (which took most of a small model's snapshot time)."""
+    keys_of: dict[torch.dtype, list[str]] = {}
+    for key, tensor in tensors.items():
+        keys_of.setdefault(tensor.dtype, []).append(key)
+    buffers, index = {}, {}
+    for dtype, keys in keys_of.items():
+        name = str(dtype).removeprefix("torch.")
+        buffer = buffers[name] = torch.empty(sum(tensors[k].numel() for k in keys), dtype=dtype)
+        at = 0
+        for key in keys:
+            tensor = tensors[key]
+            buffer[at:at + tensor.numel()].view(tensor.shape).copy_(tensor)
+            index[key] = (name, at, tuple(tensor.shape))
+            at += tensor.numel()
+    return buffers, index
+
+
+def _unpack(buffers: dict[str, torch.Tensor], index: dict[str, tuple]) -> dict[str, torch.Tensor]:
+    return {key: buffers[name][at:at + math.prod(shape)].view(shape)
+            for key, (name, at, shape) in index.items()}
+
+
+def _read(path: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """A snapshot's shards (key -> this rank's local tensor) and its unsharded values, mapped from
+    disk (a shard is read when it is sliced). The unsharded tensors are copied out of the shared
+    buffer: pickled, a view would carry the whole buffer with it."""
+    payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    tensors = _unpack(payload["buffers"], payload["index"])
+    shards = {key: tensors[key] for key in payload["boxes"]}
+    plain = {**payload["values"], **{k: v.clone() for k, v in tensors.items() if k not in payload["boxes"]}}
+    return shards, plain
 
 
 def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict[str, Any],
@@ -90,15 +128,12 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
     stopped with its write in flight may be two saved steps behind the others, not one."""
     if writer is not None:
         writer.wait()
-    boxes, tensors, plain = {}, {}, {}
-    for key, value in state.items():
-        if isinstance(value, DTensor):
-            boxes[key] = box_of(value)
-            tensors[key] = _cpu_copy(value.to_local().detach())
-        else:
-            plain[key] = _cpu_copy(value.detach()) if isinstance(value, torch.Tensor) else value
-    payload = {"step": step, "generation": generation, "boxes": boxes, "tensors": tensors, "plain": plain,
-               "own": own}
+    boxes = {key: box_of(value) for key, value in state.items() if isinstance(value, DTensor)}
+    buffers, index = _pack({key: value.to_local().detach() if key in boxes else value.detach()
+                            for key, value in state.items() if isinstance(value, torch.Tensor)})
+    values = {key: value for key, value in state.items() if not isinstance(value, torch.Tensor)}
+    payload = {"step": step, "generation": generation, "boxes": boxes, "buffers": buffers, "index": index,
+               "values": values, "own": own}
     path = _snapshot_path(directory, rank, generation, step)
     kept = state_files.SNAPSHOTS_KEPT + (writer is not None)
 
@@ -224,7 +259,7 @@ def _copy(transfers: list[Transfer], rank: int, sharded: dict[str, DTensor],
 
     def source(t: Transfer) -> torch.Tensor:
         if t.path not in opened:
-            opened[t.path] = torch.load(t.path, map_location="cpu", weights_only=True, mmap=True)["tensors"]
+            opened[t.path] = _read(t.path)[0]
         return opened[t.path][t.key][_slices(t.src_at, t.sizes)]
 
     ops, landed, read, received = [], [], 0, 0
@@ -257,7 +292,7 @@ def _restore_plain(state: dict[str, Any], files: list[ShardFile], node_of: dict[
     src, path = owners[0]
     box: list[Any] = [None]
     if rank == src:
-        box[0] = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["plain"]
+        box[0] = _read(path)[1]
     dist.broadcast_object_list(box, src=src, device=device)
     for key, value in box[0].items():
         if key in state and isinstance(state[key], torch.Tensor) and isinstance(value, torch.Tensor):
