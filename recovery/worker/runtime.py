@@ -104,8 +104,11 @@ class Runtime:
                     own = rank_state.read(state_files.state_path(
                         Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank), step))
         if source is not None:
-            self.own_state = rank_state.apply(own, self.world_size, data, self.device)
+            missing = ("no snapshot of this rank number at that step here" if source.kind == "replica"
+                       else "a checkpoint holds neither")
+            taken, self.own_state = rank_state.apply(own, self.world_size, data, self.device, missing)
             what = f"{what}; {self.own_state}"
+            self._warn_if_some_ranks_resumed_their_streams(taken)
         self.restored_from = source
         self.restore_warning = fallback_warning(self.env.restore, source)
         self._report_due = self.restore_warning is not None or self.restored is not None
@@ -115,6 +118,17 @@ class Runtime:
         log.info("rank %d g%d: resuming at step %d (%s)", self.rank, self.env.generation, step, what)
         self._at_step = step
         return step
+
+    def _warn_if_some_ranks_resumed_their_streams(self, taken: bool) -> None:
+        """A collective: loud when some ranks took back their RNG and data position and others
+        could not (a replaced node's ranks have no snapshot of their own): those start their
+        streams afresh, and may see data again, while the rest resume."""
+        count = torch.tensor([int(taken)], device=self.device)
+        dist.all_reduce(count)
+        if 0 < count.item() < self.world_size:
+            log.warning("rank %d g%d: %d of %d ranks took back their RNG and data position; the others "
+                        "start afresh (this rank: %s)", self.rank, self.env.generation, count.item(),
+                        self.world_size, self.own_state)
 
     def maybe_checkpoint(self, step: int, model: torch.nn.Module, optimizer: Stateful,
                          data: Stateful | None = None) -> None:
@@ -176,8 +190,8 @@ class Runtime:
         collective."""
         if sharded.is_sharded(model):
             self.flush()
-            own = replace(self.env, restore=RestoreSource(kind="replica"))
-            done = sharded.restore(own, model, optimizer, self.device, checkpoints=False)
+            from_snapshots = replace(self.env, restore=RestoreSource(kind="replica"))
+            done = sharded.restore(from_snapshots, model, optimizer, self.device, checkpoints=False)
             if done is None or done.step != self._at_step:
                 raise RuntimeError(
                     f"cannot retry step {self._at_step} in place: the newest shard snapshots hold "

@@ -70,11 +70,14 @@ def load_flat(model: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> 
 def box_of(tensor: DTensor) -> Box:
     """The box of `tensor` this rank holds. Only FSDP2's placements cut a tensor into one box per
     rank; tensor parallelism's strided shards do not."""
-    return _box(tuple(tensor.shape), tensor.device_mesh, tuple(tensor.placements))
+    mesh = tensor.device_mesh
+    return _box(tuple(tensor.shape), mesh, tuple(mesh.get_coordinate() or ()), tuple(tensor.placements))
 
 
-@functools.lru_cache(maxsize=65536)  # the same few layouts at every snapshot: computed once each
-def _box(shape: tuple[int, ...], mesh: Any, placements: tuple[Any, ...]) -> Box:
+# The same few layouts at every snapshot: computed once each. Meshes compare equal whatever the
+# rank, so the rank's coordinate is part of the key.
+@functools.lru_cache(maxsize=1024)
+def _box(shape: tuple[int, ...], mesh: Any, coordinate: tuple[int, ...], placements: tuple[Any, ...]) -> Box:
     if any(type(p) not in (Shard, Replicate) for p in placements):
         raise NotImplementedError(f"sharded restore supports FSDP2 / HSDP placements (Shard, Replicate), "
                                   f"not {placements}")
@@ -191,6 +194,9 @@ def node_files(env: WorkerEnv) -> list[ShardFile]:
             payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception as err:  # a torn or foreign file is not a copy to restore from
             log.warning("rank %d: snapshot %s unreadable (%s); not offered", env.rank, path, err)
+            continue
+        if "index" not in payload:  # written by an earlier trainmedic, before snapshots were packed
+            log.warning("rank %d: snapshot %s is in an older format; not offered", env.rank, path)
             continue
         boxes = tuple(sorted((key, (tuple(b[0]), tuple(b[1]))) for key, b in payload["boxes"].items()))
         found.append(ShardFile(env.node, str(path), step, int(payload["generation"]), boxes))

@@ -59,6 +59,7 @@ def save_keeping(directory: Path, prefix: str, step: int, payload: dict[str, Any
 
 
 def state_path(directory: Path, prefix: str, step: int) -> Path:
+    """Where `save_keeping` writes `prefix`'s state after `step` steps."""
     return directory / f"{prefix}step{step:09d}.pt"
 
 

@@ -18,6 +18,7 @@ from torch.distributed.fsdp import fully_shard
 from recovery.worker.env import WorkerEnv
 from recovery.worker.runtime import Runtime
 from schemas import RestoreSource
+from tests.unit.worker.test_rank_state import Sampler
 
 BATCH = 8  # rows per step, split over the ranks (every rank is data parallel)
 
@@ -31,23 +32,6 @@ def model() -> torch.nn.Module:
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(1000 + step)
     return torch.randn(BATCH, 6, generator=gen), torch.randn(BATCH, 5, generator=gen)
-
-
-class Sampler:
-    """A data position: the index of the next batch (restored with the rank's own state)."""
-
-    def __init__(self) -> None:
-        self.position = 0
-
-    def next(self) -> int:
-        self.position += 1
-        return self.position - 1
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = state["position"]
 
 
 def run(rank: int, spec: dict[str, Any]) -> None:

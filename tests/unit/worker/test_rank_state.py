@@ -4,6 +4,7 @@ restore onto the same world size, and only then."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,10 @@ def test_the_streams_and_the_position_come_back_as_they_were_saved() -> None:
     saved = rank_state.capture(4, sampler, None)
     expected, position = draws(), sampler.position
     sampler.next()
-    assert rank_state.apply(saved, 4, sampler, None) == "RNG and data position restored"
+    assert rank_state.apply(saved, 4, sampler, None) == (True, "RNG and data position restored")
     assert (draws(), sampler.position) == (expected, position)
+    assert rank_state.apply(rank_state.capture(4, None, None), 4, sampler, None) == (
+        True, "RNG restored; no data position was saved")
 
 
 def test_another_world_size_or_no_file_takes_nothing_back() -> None:
@@ -54,9 +57,25 @@ def test_another_world_size_or_no_file_takes_nothing_back() -> None:
     sampler = Sampler()
     sampler.next()
     after = torch.get_rng_state()
-    assert "saved at world size 4, now 6" in rank_state.apply(saved, 6, sampler, None)
-    assert "no snapshot" in rank_state.apply(None, 4, sampler, None)
+    assert rank_state.apply(saved, 6, sampler, None) == (
+        False, "RNG and data position not restored (saved at world size 4, now 6)")
+    assert rank_state.apply(None, 4, sampler, None, "a checkpoint holds neither") == (
+        False, "RNG and data position not restored (a checkpoint holds neither)")
     assert sampler.position == 1 and torch.equal(torch.get_rng_state(), after)
+
+
+class Cursor:
+    """A position a snapshot cannot keep: loading it would unpickle this class."""
+
+
+class OddSampler(Sampler):
+    def state_dict(self) -> dict:
+        return {"cursor": Cursor()}
+
+
+def test_a_data_state_no_restore_could_read_is_refused_when_saved() -> None:
+    with pytest.raises(TypeError, match=r"OddSampler.state_dict\(\) holds what a snapshot cannot keep"):
+        rank_state.capture(2, OddSampler(), None)
 
 
 def test_a_missing_or_torn_file_reads_as_nothing(tmp_path: Path) -> None:
@@ -95,3 +114,8 @@ def test_a_data_parallel_restart_resumes_the_rank_s_streams_and_data(tmp_path: P
     assert rt.restore(model, optimizer, data=fresh) == 3
     assert (draws(), fresh.position) == (expected, 3)
     assert rt.own_state == "RNG and data position restored"
+    env = replace(runtime(tmp_path, "checkpoint").env, checkpoint_dir=str(tmp_path / "shared"))
+    Runtime(env, snapshot_every=0, checkpoint_every=3).maybe_checkpoint(3, model, optimizer, data=sampler)
+    checkpointed = Runtime(env)
+    assert checkpointed.restore(model, optimizer, data=fresh) == 3
+    assert checkpointed.own_state == "RNG and data position not restored (a checkpoint holds neither)"

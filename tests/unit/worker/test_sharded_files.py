@@ -88,3 +88,15 @@ def test_packed_tensors_come_back_whole_across_buffers_dtypes_and_odd_shapes(mon
     back = sharded._unpack(buffers, index)
     assert back.keys() == tensors.keys()
     assert all(torch.equal(back[k], tensors[k]) and back[k].dtype == tensors[k].dtype for k in tensors)
+
+
+def test_a_snapshot_in_an_older_format_is_not_offered(tmp_path: Path, job) -> None:
+    net, optimizer = job
+    where = tmp_path / "node"
+    sharded.snapshot(where, 0, 4, 0, sharded.flat_state(net, optimizer))
+    torch.save({"step": 5, "generation": 0, "boxes": {}, "tensors": {}, "plain": {}},
+               where / "shards0-g0-step000000005.pt")  # before snapshots were packed
+    env = WorkerEnv(master_addr="127.0.0.1", master_port=1, rank=0, world_size=1, local_rank=0,
+                    local_world_size=1, job="j", node="n", generation=1,
+                    restore=RestoreSource(kind="replica"), snapshot_dir=str(where))
+    assert [f.step for f in sharded.node_files(env)] == [4]
