@@ -33,6 +33,9 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+MISSING = "no snapshot of this rank number at that step and generation here"
+
+
 def capture(world_size: int, data: Stateful | None, device: torch.device | None) -> dict[str, Any]:
     """This rank's RNG streams and data position now (after a step: what the next one starts from).
     Raises TypeError when `data`'s state is not what a snapshot can hold (plain values and
@@ -60,18 +63,20 @@ def _check_loadable(state: dict[str, Any], owner: str) -> None:
                         f"strings, lists, tuples and dicts load without unpickling code ({err})") from None
 
 
-def read(snapshot: Path) -> dict[str, Any] | None:
-    """What `snapshot` (a file of this rank number on this node) saved as the rank's own; None
-    when there is no such file (the rank ran on another node, or was killed before it) or it
-    cannot be read."""
+def read(snapshot: Path, generation: int) -> dict[str, Any] | None:
+    """What `snapshot` (a file of this rank number on this node) saved as the rank's own, if the
+    state restored is that file's: written by `generation` (a file of the same step left by a
+    timeline the job went back from is not). None when there is no such file (the rank ran on
+    another node, or was killed before it), or it cannot be read."""
     try:
-        return torch.load(snapshot, map_location="cpu", weights_only=True, mmap=True).get("own")
+        payload = torch.load(snapshot, map_location="cpu", weights_only=True, mmap=True)
     except (OSError, RuntimeError, pickle.UnpicklingError):
         return None
+    return payload.get("own") if payload.get("generation") == generation else None
 
 
 def apply(saved: dict[str, Any] | None, world_size: int, data: Stateful | None,
-          device: torch.device | None, missing: str = "no snapshot of this rank number at that step here",
+          device: torch.device | None, missing: str = MISSING,
           ) -> tuple[bool, str]:
     """Take back `saved` (what `capture` returned; None, for the reason `missing`) when it was this
     world size's: whether it was, and what was done, in words for the restore's log line."""

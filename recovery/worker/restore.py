@@ -26,12 +26,14 @@ REPLICA, CHECKPOINT = "replica", "checkpoint"
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """State one rank can load: `step` completed steps, from a replica snapshot or a checkpoint."""
+    """State one rank can load: `step` completed steps saved by `generation`, from a replica
+    snapshot or a checkpoint."""
 
     rank: int
     step: int
     kind: str
     path: str
+    generation: int = state_files.UNNAMED
 
 
 def local_offers(env: WorkerEnv) -> list[Offer]:
@@ -43,7 +45,8 @@ def local_offers(env: WorkerEnv) -> list[Offer]:
     if source.kind == REPLICA and env.snapshot_dir and source.node in (None, env.node):
         found = state_files.newest(Path(env.snapshot_dir), state_files.snapshot_prefix(source.rank))
         if found:
-            offers.append(Offer(env.rank, found[0], REPLICA, str(found[1])))
+            generation, step, path = found
+            offers.append(Offer(env.rank, step, REPLICA, str(path), generation))
     checkpoint = _checkpoint_offer(env)
     if checkpoint is not None:
         offers.append(checkpoint)
@@ -62,17 +65,23 @@ def _checkpoint_offer(env: WorkerEnv) -> Offer | None:
     if where is None:
         return None
     if where.is_file():
-        step = state_files.load(where)["step"]
-        return Offer(env.rank, int(step), CHECKPOINT, str(where))
+        saved = state_files.load(where)
+        return Offer(env.rank, int(saved["step"]), CHECKPOINT, str(where),
+                     int(saved.get("generation", state_files.UNNAMED)))
     found = state_files.newest(where, "")
-    return None if found is None else Offer(env.rank, found[0], CHECKPOINT, str(found[1]))
+    if found is None:
+        return None
+    generation, step, path = found
+    return Offer(env.rank, step, CHECKPOINT, str(path), generation)
 
 
 def choose(offers: list[Offer]) -> Offer | None:
-    """The newest state; on a tie a replica before a checkpoint, then the lowest rank."""
+    """The newest state by (generation, step): a generation that went back to an older step is
+    the timeline, not the steps of one it left; on a tie a replica before a checkpoint, then the
+    lowest rank."""
     if not offers:
         return None
-    return max(offers, key=lambda o: (o.step, o.kind == REPLICA, -o.rank))
+    return max(offers, key=lambda o: (o.generation, o.step, o.kind == REPLICA, -o.rank))
 
 
 def fallback_warning(source: RestoreSource, chosen: Offer | None) -> str | None:
@@ -87,22 +96,24 @@ def fallback_warning(source: RestoreSource, chosen: Offer | None) -> str | None:
     return f"no replica snapshot of {named} on {where}: {used}; the steps after it are lost"
 
 
-def restore_state(env: WorkerEnv, model: Any, optimizer: Any, device: Any = None) -> tuple[int, Offer | None]:
-    """Load the chosen state into `model` and `optimizer` on every rank; returns (step, source)."""
+def restore_state(env: WorkerEnv, model: Any, optimizer: Any,
+                  device: Any = None) -> tuple[int, Offer | None, int | None]:
+    """Load the chosen state into `model` and `optimizer` on every rank; returns (step, source, the
+    generation that saved it)."""
     import torch.distributed as dist
 
     if env.restore.kind == "none":
-        return 0, None
+        return 0, None, None
     gathered: list[list[Offer] | None] = [None] * env.world_size
     dist.all_gather_object(gathered, local_offers(env))
     chosen = choose([offer for offers in gathered for offer in offers or []])
     if chosen is None:
         log.warning("restore %s: no rank has a snapshot or checkpoint; starting fresh", env.restore.kind)
-        return 0, None
+        return 0, None, None
     mine = env.rank == chosen.rank
     box: list[dict[str, Any] | None] = [state_files.load(Path(chosen.path)) if mine else None]
     dist.broadcast_object_list(box, src=chosen.rank, device=device)
     payload = box[0]
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
-    return int(payload["step"]), chosen
+    return int(payload["step"]), chosen, chosen.generation

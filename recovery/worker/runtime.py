@@ -95,17 +95,17 @@ class Runtime:
                 step, source = done.step, Offer(self.rank, done.step, done.kind, done.path)
                 self.restored, what, own = done.report(), done.describe(), done.own
         else:
-            step, source = restore_state(self.env, model, optimizer, self.device)
+            step, source, saved_by = restore_state(self.env, model, optimizer, self.device)
             what = "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}"
             if source is not None:
                 self.restored = {"kind": source.kind, "step": step,
                                  "seconds": round(time.monotonic() - began, 3)}
                 if source.kind == "replica" and self.env.snapshot_dir:
                     own = rank_state.read(state_files.state_path(
-                        Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank), step))
+                        Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank), saved_by, step),
+                        saved_by)
         if source is not None:
-            missing = ("no snapshot of this rank number at that step here" if source.kind == "replica"
-                       else "a checkpoint holds neither")
+            missing = rank_state.MISSING if source.kind == "replica" else "a checkpoint holds neither"
             taken, self.own_state = rank_state.apply(own, self.world_size, data, self.device, missing)
             what = f"{what}; {self.own_state}"
             self._warn_if_some_ranks_resumed_their_streams(taken)
@@ -158,9 +158,10 @@ class Runtime:
         if snapshot_due:
             own = rank_state.capture(self.world_size, data, self.device)
             state_files.save_keeping(Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank),
-                                     step, {**payload, "own": own}, state_files.SNAPSHOTS_KEPT)
+                                     env.generation, step, {**payload, "own": own},
+                                     state_files.SNAPSHOTS_KEPT)
         if checkpoint_due:
-            state_files.save_keeping(Path(self.env.checkpoint_dir), "", step, payload,
+            state_files.save_keeping(Path(self.env.checkpoint_dir), "", env.generation, step, payload,
                                      state_files.CHECKPOINTS_KEPT)
 
     def step_done(self, step: int, step_time_s: float) -> None:

@@ -259,7 +259,7 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
         _restore_plain(state, chosen, node_of, env.rank, device)
         load_flat(model, optimizer, state)
         own = None if not env.snapshot_dir else rank_state.read(
-            _snapshot_path(Path(env.snapshot_dir), env.rank, generation, step))
+            _snapshot_path(Path(env.snapshot_dir), env.rank, generation, step), generation)
         return ShardRestore(step, "replica", read=read, received=received, seconds=time.monotonic() - began,
                             prepare_s=prepared, own=own)
     common = set.intersection(*(set(g[3]) for g in gathered))

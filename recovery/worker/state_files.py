@@ -1,8 +1,12 @@
 """Training state on disk: node-local per-rank snapshots and shared checkpoints, written atomically.
 
 A file is written under a temporary name and renamed into place, so a reader sees a
-whole file or none. File names carry the step (`rank1-step000000042.pt`,
-`step000000040.pt`), so the newest can be found without opening anything.
+whole file or none. File names carry the generation that wrote the state and its step
+(`rank1-g3-step000000042.pt`, `g3-step000000040.pt`), so the newest can be found without
+opening anything. Newest is by (generation, step): a generation that went back to an older
+step (a restore from a checkpoint) is the job's timeline, and the higher steps of the one it
+left are not. A name without a generation (written before generations were named) counts as
+older than any generation.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import torch
 
 SNAPSHOTS_KEPT = 2
 CHECKPOINTS_KEPT = 3
-_STEP = re.compile(r"step(\d+)\.pt$")
+_NAME = re.compile(r"(?:g(\d+)-)?step(\d+)\.pt$")
+UNNAMED = -1  # the generation of a state whose file name gives none
 
 
 def write_atomic(path: Path, payload: dict[str, Any]) -> None:
@@ -32,35 +37,38 @@ def load(path: Path) -> dict[str, Any]:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def newest(directory: Path, prefix: str) -> tuple[int, Path] | None:
-    """(step, path) of the newest `PREFIXstepN.pt` in `directory`, or None."""
+def newest(directory: Path, prefix: str) -> tuple[int, int, Path] | None:
+    """(generation, step, path) of the newest `PREFIX[gG-]stepN.pt` in `directory`, or None."""
     found = list_states(directory, prefix)
     return found[-1] if found else None
 
 
-def list_states(directory: Path, prefix: str) -> list[tuple[int, Path]]:
+def list_states(directory: Path, prefix: str) -> list[tuple[int, int, Path]]:
+    """(generation, step, path) of `prefix`'s states in `directory`, oldest first."""
     if not directory.is_dir():
         return []
     states = []
     for path in directory.glob(f"{prefix}*.pt"):
-        match = _STEP.search(path.name)
+        match = _NAME.search(path.name)
         if match:
-            states.append((int(match.group(1)), path))
+            generation = UNNAMED if match.group(1) is None else int(match.group(1))
+            states.append((generation, int(match.group(2)), path))
     return sorted(states)
 
 
-def save_keeping(directory: Path, prefix: str, step: int, payload: dict[str, Any], keep: int) -> Path:
-    """Write `PREFIXstepN.pt` atomically and delete all but the newest `keep` of that prefix."""
-    path = state_path(directory, prefix, step)
+def save_keeping(directory: Path, prefix: str, generation: int, step: int, payload: dict[str, Any],
+                 keep: int) -> Path:
+    """Write `PREFIXgG-stepN.pt` atomically and delete all but the newest `keep` of that prefix."""
+    path = state_path(directory, prefix, generation, step)
     write_atomic(path, payload)
-    for _, old in list_states(directory, prefix)[:-keep]:
+    for _, _, old in list_states(directory, prefix)[:-keep]:
         old.unlink(missing_ok=True)
     return path
 
 
-def state_path(directory: Path, prefix: str, step: int) -> Path:
-    """Where `save_keeping` writes `prefix`'s state after `step` steps."""
-    return directory / f"{prefix}step{step:09d}.pt"
+def state_path(directory: Path, prefix: str, generation: int, step: int) -> Path:
+    """Where `save_keeping` writes `prefix`'s state of `generation` after `step` steps."""
+    return directory / f"{prefix}g{generation}-step{step:09d}.pt"
 
 
 def snapshot_prefix(rank: int | None) -> str:

@@ -1,6 +1,6 @@
 """A re-plan renumbers the survivors; their restore source must still name the snapshots they wrote.
 
-Snapshots are written under the rank a process ran (`rank4-step…pt` in its node's snapshot dir),
+Snapshots are written under the rank a process ran (`rank4-g0-step…pt` in its node's snapshot dir),
 so a survivor that becomes ranks 2-3 after the re-plan still holds only `rank4-` files. These
 tests write those files for real and ask the worker side what each new rank could restore.
 """
@@ -32,7 +32,7 @@ def write_snapshots(root: Path, ran: dict[str, tuple[int, ...]]) -> None:
     payload = {"step": STEP, "model": {"w": torch.zeros(1)}, "optimizer": {}}
     for node, ranks in ran.items():
         for rank in ranks:
-            state_files.save_keeping(root / node, state_files.snapshot_prefix(rank), STEP, payload, keep=2)
+            state_files.save_keeping(root / node, state_files.snapshot_prefix(rank), 0, STEP, payload, keep=2)
 
 
 def replica_offers(root: Path, command) -> list:

@@ -79,9 +79,9 @@ def test_a_data_state_no_restore_could_read_is_refused_when_saved() -> None:
 
 
 def test_a_missing_or_torn_file_reads_as_nothing(tmp_path: Path) -> None:
-    assert rank_state.read(tmp_path / "none.pt") is None
+    assert rank_state.read(tmp_path / "none.pt", 0) is None
     (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04 torn")
-    assert rank_state.read(tmp_path / "torn.pt") is None
+    assert rank_state.read(tmp_path / "torn.pt", 0) is None
 
 
 @pytest.fixture
@@ -119,3 +119,24 @@ def test_a_data_parallel_restart_resumes_the_rank_s_streams_and_data(tmp_path: P
     checkpointed = Runtime(env)
     assert checkpointed.restore(model, optimizer, data=fresh) == 3
     assert checkpointed.own_state == "RNG and data position not restored (a checkpoint holds neither)"
+
+
+def test_a_file_of_that_step_left_by_a_timeline_the_job_went_back_from_is_not_taken(tmp_path: Path,
+                                                                                   group) -> None:
+    from recovery.worker import state_files
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    stale = Sampler()
+    stale.position = 99
+    old = runtime(tmp_path, "none")
+    Runtime(replace(old.env, generation=0)).maybe_checkpoint(3, model, optimizer, data=stale)  # rank 0, gen 0
+    restored = {"step": 3, "generation": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "own": rank_state.capture(1, Sampler(), None)}  # what generation 1's rank 1 saved at step 3
+    state_files.save_keeping(tmp_path / "snapshots", "rank1-", 1, 3, restored, 2)
+    rt = Runtime(replace(old.env, generation=2, restore=RestoreSource(kind="replica", rank=1)))
+    fresh = Sampler()
+    assert rt.restore(model, optimizer, data=fresh) == 3
+    assert rt.restored_from.path.endswith("rank1-g1-step000000003.pt")
+    assert fresh.position == 0
+    assert rt.own_state == f"RNG and data position not restored ({rank_state.MISSING})"

@@ -12,6 +12,18 @@ def test_the_newest_state_wins_then_replica_then_lowest_rank():
               Offer(2, 9, REPLICA, "d")]
     assert choose(offers).path == "b"
     assert choose([Offer(0, 8, REPLICA, "r"), Offer(0, 12, CHECKPOINT, "c")]).path == "c"
+    # generation 3 went back to step 40 (a checkpoint): its timeline, not generation 2's step 50
+    assert choose([Offer(0, 50, REPLICA, "g2", 2), Offer(1, 41, REPLICA, "g3", 3)]).path == "g3"
+
+
+def test_a_generation_that_went_back_is_kept_and_found_newest_over_the_steps_it_left(tmp_path):
+    payload = {"step": 0, "model": {}, "optimizer": {}}
+    for step in (49, 50):
+        state_files.save_keeping(tmp_path, "rank0-", 2, step, payload, keep=2)
+    state_files.save_keeping(tmp_path, "rank0-", 3, 41, payload, keep=2)
+    assert [(g, s) for g, s, _ in state_files.list_states(tmp_path, "rank0-")] == [(2, 50), (3, 41)]
+    (tmp_path / "rank0-step000000060.pt").write_bytes(b"")  # named before generations were: the oldest
+    assert state_files.newest(tmp_path, "rank0-")[:2] == (3, 41)
 
 
 def env(tmp_path, restore: RestoreSource, node="n1", rank=0) -> WorkerEnv:
@@ -23,9 +35,9 @@ def env(tmp_path, restore: RestoreSource, node="n1", rank=0) -> WorkerEnv:
 def test_offers_follow_the_restore_source(tmp_path):
     payload = {"step": 0, "model": {"w": torch.zeros(1)}, "optimizer": {}}
     for step in (3, 4, 5):
-        state_files.save_keeping(tmp_path / "snap", "rank0-", step, payload, keep=2)
-    state_files.save_keeping(tmp_path / "snap", "rank1-", 6, payload, keep=2)
-    state_files.save_keeping(tmp_path / "ckpt", "", 2, payload, keep=3)
+        state_files.save_keeping(tmp_path / "snap", "rank0-", 1, step, payload, keep=2)
+    state_files.save_keeping(tmp_path / "snap", "rank1-", 1, 6, payload, keep=2)
+    state_files.save_keeping(tmp_path / "ckpt", "", 1, 2, payload, keep=3)
     assert len(list((tmp_path / "snap").glob("rank0-*"))) == 2
 
     replica_of_0 = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n1")))
