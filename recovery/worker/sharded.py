@@ -159,6 +159,7 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
         state_files.write_atomic(path, payload)
         for _, _, old in _snapshots(directory, rank)[:-kept]:
             old.unlink(missing_ok=True)
+        state_files.remove_orphans(directory, f"shards{rank}-")
 
     if writer is None:
         write()

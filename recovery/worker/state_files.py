@@ -32,6 +32,25 @@ def write_atomic(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def remove_orphans(directory: Path, prefix: str) -> None:
+    """Delete `prefix`'s temporary files whose writer is gone (a rank killed while writing):
+    they are never renamed into place, and would pile up. A live writer's are left alone."""
+    for tmp in directory.glob(f".{prefix}*.tmp-*"):
+        pid = tmp.name.rsplit(".tmp-", 1)[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
 def load(path: Path) -> dict[str, Any]:
     """A state written by `write_atomic`; tensors land on the CPU. Never unpickles code."""
     return torch.load(path, map_location="cpu", weights_only=True)
@@ -63,6 +82,7 @@ def save_keeping(directory: Path, prefix: str, generation: int, step: int, paylo
     write_atomic(path, payload)
     for _, _, old in list_states(directory, prefix)[:-keep]:
         old.unlink(missing_ok=True)
+    remove_orphans(directory, prefix)
     return path
 
 

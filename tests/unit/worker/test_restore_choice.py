@@ -1,3 +1,5 @@
+import os
+
 import torch
 
 from recovery.worker import state_files
@@ -58,3 +60,18 @@ def test_a_restore_that_named_a_replica_and_got_none_is_a_fallback_warning():
     assert lost == ("no replica snapshot of rank 4 on n3: restored step 65 from the checkpoint "
                     "/ckpt/step000000065.pt; the steps after it are lost")
     assert "started fresh at step 0" in fallback_warning(replica, None)
+
+
+def test_a_killed_writer_s_temporary_file_goes_and_a_live_one_s_stays(tmp_path):
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    orphan = tmp_path / f".rank0-g1-step000000004.pt.tmp-{gone.stdout.strip()}"
+    live = tmp_path / f".rank0-g1-step000000006.pt.tmp-{os.getpid()}"  # being written
+    other = tmp_path / f".rank1-g1-step000000004.pt.tmp-{gone.stdout.strip()}"  # another rank's prefix
+    for path in (orphan, live, other):
+        path.write_bytes(b"half")
+    state_files.save_keeping(tmp_path, "rank0-", 1, 5, {"step": 5}, keep=2)
+    assert not orphan.exists() and live.exists() and other.exists()
