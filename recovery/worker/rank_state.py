@@ -63,16 +63,14 @@ def _check_loadable(state: dict[str, Any], owner: str) -> None:
                         f"strings, lists, tuples and dicts load without unpickling code ({err})") from None
 
 
-def read(snapshot: Path, generation: int) -> dict[str, Any] | None:
-    """What `snapshot` (a file of this rank number on this node) saved as the rank's own, if the
-    state restored is that file's: written by `generation` (a file of the same step left by a
-    timeline the job went back from is not). None when there is no such file (the rank ran on
-    another node, or was killed before it), or it cannot be read."""
+def read(snapshot: Path) -> dict[str, Any] | None:
+    """What `snapshot` (this rank number's file of the restored generation and step, on this node)
+    saved as the rank's own; None when there is no such file (the rank ran on another node, or
+    was killed before it) or it cannot be read."""
     try:
-        payload = torch.load(snapshot, map_location="cpu", weights_only=True, mmap=True)
+        return torch.load(snapshot, map_location="cpu", weights_only=True, mmap=True).get("own")
     except (OSError, RuntimeError, pickle.UnpicklingError):
         return None
-    return payload.get("own") if payload.get("generation") == generation else None
 
 
 def apply(saved: dict[str, Any] | None, world_size: int, data: Stateful | None,

@@ -96,24 +96,22 @@ def fallback_warning(source: RestoreSource, chosen: Offer | None) -> str | None:
     return f"no replica snapshot of {named} on {where}: {used}; the steps after it are lost"
 
 
-def restore_state(env: WorkerEnv, model: Any, optimizer: Any,
-                  device: Any = None) -> tuple[int, Offer | None, int | None]:
-    """Load the chosen state into `model` and `optimizer` on every rank; returns (step, source, the
-    generation that saved it)."""
+def restore_state(env: WorkerEnv, model: Any, optimizer: Any, device: Any = None) -> tuple[int, Offer | None]:
+    """Load the chosen state into `model` and `optimizer` on every rank; returns (step, source)."""
     import torch.distributed as dist
 
     if env.restore.kind == "none":
-        return 0, None, None
+        return 0, None
     gathered: list[list[Offer] | None] = [None] * env.world_size
     dist.all_gather_object(gathered, local_offers(env))
     chosen = choose([offer for offers in gathered for offer in offers or []])
     if chosen is None:
         log.warning("restore %s: no rank has a snapshot or checkpoint; starting fresh", env.restore.kind)
-        return 0, None, None
+        return 0, None
     mine = env.rank == chosen.rank
     box: list[dict[str, Any] | None] = [state_files.load(Path(chosen.path)) if mine else None]
     dist.broadcast_object_list(box, src=chosen.rank, device=device)
     payload = box[0]
     model.load_state_dict(payload["model"])
     optimizer.load_state_dict(payload["optimizer"])
-    return int(payload["step"]), chosen, chosen.generation
+    return int(payload["step"]), chosen

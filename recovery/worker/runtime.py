@@ -67,6 +67,7 @@ class Runtime:
     _reattempt: bool = field(default=False, repr=False)
     _stop_held: bool = field(default=False, repr=False)
     _at_step: int = field(default=0, repr=False)  # the completed steps the state holds (restored or saved)
+    _restored_generation: int = field(default=state_files.UNNAMED, repr=False)  # that saved what was restored
     _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
 
     @property
@@ -76,6 +77,15 @@ class Runtime:
     @property
     def world_size(self) -> int:
         return self.env.world_size
+
+    @property
+    def saves_as(self) -> int:
+        """The generation this rank's snapshots and checkpoints are saved under: the job's, or one
+        more than the restored state's when that is higher. Files are chosen and pruned by
+        (generation, step), and a job submitted again over an old checkpoint dir starts again at
+        generation 0: saved under 0, its first checkpoints would be older than those it resumed
+        from, and pruned as soon as written."""
+        return max(self.env.generation, self._restored_generation + 1)
 
     def restore(self, model: torch.nn.Module, optimizer: Stateful, data: Stateful | None = None) -> int:
         """Load the state the restore source names into every rank; returns the step to resume at.
@@ -92,24 +102,25 @@ class Runtime:
             done = sharded.restore(self.env, model, optimizer, self.device)
             step, source, what = 0, None, "fresh"
             if done is not None:
-                step, source = done.step, Offer(self.rank, done.step, done.kind, done.path)
+                step, source = done.step, Offer(self.rank, done.step, done.kind, done.path, done.generation)
                 self.restored, what, own = done.report(), done.describe(), done.own
         else:
-            step, source, saved_by = restore_state(self.env, model, optimizer, self.device)
+            step, source = restore_state(self.env, model, optimizer, self.device)
             what = "fresh" if source is None else f"{source.kind} from rank {source.rank}: {source.path}"
             if source is not None:
                 self.restored = {"kind": source.kind, "step": step,
                                  "seconds": round(time.monotonic() - began, 3)}
                 if source.kind == "replica" and self.env.snapshot_dir:
-                    own = rank_state.read(state_files.state_path(
-                        Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank), saved_by, step),
-                        saved_by)
+                    prefix = state_files.snapshot_prefix(self.rank)
+                    own = rank_state.read(state_files.state_path(Path(self.env.snapshot_dir), prefix,
+                                                                 source.generation, step))
         if source is not None:
             missing = rank_state.MISSING if source.kind == "replica" else "a checkpoint holds neither"
             taken, self.own_state = rank_state.apply(own, self.world_size, data, self.device, missing)
             what = f"{what}; {self.own_state}"
             self._warn_if_some_ranks_resumed_their_streams(taken)
         self.restored_from = source
+        self._restored_generation = state_files.UNNAMED if source is None else source.generation
         self.restore_warning = fallback_warning(self.env.restore, source)
         self._report_due = self.restore_warning is not None or self.restored is not None
         if self.restore_warning:
@@ -144,24 +155,25 @@ class Runtime:
             if snapshot_due or checkpoint_due:
                 state = sharded.flat_state(model, optimizer)
             if snapshot_due:
-                sharded.snapshot(Path(env.snapshot_dir), self.rank, step, env.generation, state,
+                sharded.snapshot(Path(env.snapshot_dir), self.rank, step, self.saves_as, state,
                                  self._writer if self.snapshot_async else None,
                                  own=rank_state.capture(self.world_size, data, self.device))
             if checkpoint_due:
-                sharded.checkpoint(Path(env.checkpoint_dir), step, env.generation, state)
+                sharded.checkpoint(Path(env.checkpoint_dir), step, self.saves_as, state)
             return
         checkpoint_due = checkpoint_due and self.rank == 0
         if not (snapshot_due or checkpoint_due):
             return
-        payload = {"step": step, "generation": self.env.generation,
+        payload = {"step": step, "generation": self.saves_as,
                    "model": model.state_dict(), "optimizer": optimizer.state_dict()}
         if snapshot_due:
             own = rank_state.capture(self.world_size, data, self.device)
-            state_files.save_keeping(Path(self.env.snapshot_dir), state_files.snapshot_prefix(self.rank),
-                                     env.generation, step, {**payload, "own": own},
-                                     state_files.SNAPSHOTS_KEPT)
+            prefix = state_files.snapshot_prefix(self.rank)
+            state_files.save_keeping(Path(env.snapshot_dir), prefix, self.saves_as, step,
+                                     {**payload, "own": own}, state_files.SNAPSHOTS_KEPT)
+            state_files.remove_orphans(Path(env.snapshot_dir), prefix)
         if checkpoint_due:
-            state_files.save_keeping(Path(self.env.checkpoint_dir), "", env.generation, step, payload,
+            state_files.save_keeping(Path(env.checkpoint_dir), "", self.saves_as, step, payload,
                                      state_files.CHECKPOINTS_KEPT)
 
     def step_done(self, step: int, step_time_s: float) -> None:

@@ -159,7 +159,7 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
         state_files.write_atomic(path, payload)
         for _, _, old in _snapshots(directory, rank)[:-kept]:
             old.unlink(missing_ok=True)
-        state_files.remove_orphans(directory, f"shards{rank}-")
+        state_files.remove_orphans(directory, f"shards{rank}-")  # `.shards<r>-g<G>-step<N>.pt.tmp-<pid>`
 
     if writer is None:
         write()
@@ -215,6 +215,7 @@ class ShardRestore:
     step: int
     kind: str
     path: str = ""
+    generation: int = state_files.UNNAMED  # that saved the snapshots (a DCP checkpoint's is not known)
     read: int = 0
     received: int = 0
     seconds: float = 0.0
@@ -260,9 +261,9 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
         _restore_plain(state, chosen, node_of, env.rank, device)
         load_flat(model, optimizer, state)
         own = None if not env.snapshot_dir else rank_state.read(
-            _snapshot_path(Path(env.snapshot_dir), env.rank, generation, step), generation)
-        return ShardRestore(step, "replica", read=read, received=received, seconds=time.monotonic() - began,
-                            prepare_s=prepared, own=own)
+            _snapshot_path(Path(env.snapshot_dir), env.rank, generation, step))
+        return ShardRestore(step, "replica", generation=generation, read=read, received=received,
+                            seconds=time.monotonic() - began, prepare_s=prepared, own=own)
     common = set.intersection(*(set(g[3]) for g in gathered))
     if not common:
         if not stepped:

@@ -33,9 +33,11 @@ def write_atomic(path: Path, payload: dict[str, Any]) -> None:
 
 
 def remove_orphans(directory: Path, prefix: str) -> None:
-    """Delete `prefix`'s temporary files whose writer is gone (a rank killed while writing):
-    they are never renamed into place, and would pile up. A live writer's are left alone."""
-    for tmp in directory.glob(f".{prefix}*.tmp-*"):
+    """Delete the temporary files of `prefix`'s states (`.PREFIXgG-stepN.pt.tmp-PID`) whose
+    writer is gone (a rank killed while writing): never renamed into place, they would pile up.
+    A live writer's are left alone. For node-local snapshot dirs only: on shared storage a pid
+    is another host's."""
+    for tmp in directory.glob(f".{prefix}g*-step*.pt.tmp-*"):
         pid = tmp.name.rsplit(".tmp-", 1)[1]
         if pid.isdigit() and not _alive(int(pid)):
             tmp.unlink(missing_ok=True)
@@ -82,7 +84,6 @@ def save_keeping(directory: Path, prefix: str, generation: int, step: int, paylo
     write_atomic(path, payload)
     for _, _, old in list_states(directory, prefix)[:-keep]:
         old.unlink(missing_ok=True)
-    remove_orphans(directory, prefix)
     return path
 
 

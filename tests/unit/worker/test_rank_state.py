@@ -79,9 +79,9 @@ def test_a_data_state_no_restore_could_read_is_refused_when_saved() -> None:
 
 
 def test_a_missing_or_torn_file_reads_as_nothing(tmp_path: Path) -> None:
-    assert rank_state.read(tmp_path / "none.pt", 0) is None
+    assert rank_state.read(tmp_path / "none.pt") is None
     (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04 torn")
-    assert rank_state.read(tmp_path / "torn.pt", 0) is None
+    assert rank_state.read(tmp_path / "torn.pt") is None
 
 
 @pytest.fixture

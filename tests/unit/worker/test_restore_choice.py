@@ -67,11 +67,12 @@ def test_a_killed_writer_s_temporary_file_goes_and_a_live_one_s_stays(tmp_path):
     import sys
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True)
-    orphan = tmp_path / f".rank0-g1-step000000004.pt.tmp-{gone.stdout.strip()}"
+                          text=True, check=True).stdout.strip()
+    orphan = tmp_path / f".rank0-g1-step000000004.pt.tmp-{gone}"
     live = tmp_path / f".rank0-g1-step000000006.pt.tmp-{os.getpid()}"  # being written
-    other = tmp_path / f".rank1-g1-step000000004.pt.tmp-{gone.stdout.strip()}"  # another rank's prefix
-    for path in (orphan, live, other):
+    other = tmp_path / f".rank10-g1-step000000004.pt.tmp-{gone}"  # another rank's
+    foreign = tmp_path / f".notes.tmp-{gone}"  # not a state's: never ours to delete
+    for path in (orphan, live, other, foreign):
         path.write_bytes(b"half")
-    state_files.save_keeping(tmp_path, "rank0-", 1, 5, {"step": 5}, keep=2)
-    assert not orphan.exists() and live.exists() and other.exists()
+    state_files.remove_orphans(tmp_path, "rank0-")
+    assert not orphan.exists() and live.exists() and other.exists() and foreign.exists()

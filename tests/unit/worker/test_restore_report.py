@@ -61,3 +61,25 @@ def test_a_first_start_with_nothing_to_restore_reports_nothing(tmp_path: Path, g
     assert rt.restore(model, torch.optim.SGD(model.parameters(), lr=0.1)) == 0
     rt.step_done(1, 0.1)
     assert hook.calls == [(1, None, None)]
+
+
+def test_a_job_submitted_again_over_an_old_checkpoint_dir_saves_above_what_it_resumed(tmp_path: Path,
+                                                                                      group) -> None:
+    """The earlier run's generation 4 left checkpoints of steps 8-10; the new job starts at
+    generation 0, resumes step 10, and its checkpoint of step 11 must be the newest, not pruned."""
+    from dataclasses import replace
+
+    from recovery.worker import state_files
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    shared = replace(runtime(tmp_path, "checkpoint").env, checkpoint_dir=str(tmp_path / "ckpt"))
+    earlier = Runtime(replace(shared, generation=4), snapshot_every=0, checkpoint_every=1)
+    for step in (8, 9, 10):
+        earlier.maybe_checkpoint(step, model, optimizer)
+    again = Runtime(replace(shared, generation=0), snapshot_every=0, checkpoint_every=1)
+    assert again.restore(model, optimizer) == 10 and again.saves_as == 5
+    again.maybe_checkpoint(11, model, optimizer)
+    kept = [(g, s) for g, s, _ in state_files.list_states(tmp_path / "ckpt", "")]
+    assert kept == [(4, 9), (4, 10), (5, 11)]
+    assert Runtime(replace(shared, generation=1)).restore(model, optimizer) == 11
