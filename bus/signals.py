@@ -1,13 +1,16 @@
 """Stopping a long-running service cleanly: SIGTERM and SIGINT end its loop instead of the process,
-or, for a service that winds down in steps, start its leave first and end it at a second signal."""
+or, for a service that winds down in steps, start its leave first and end it at a second signal;
+and whether a process still runs."""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -51,3 +54,18 @@ def _handling(handler) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs on this host (another user's counts; a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); /proc tells it apart.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (FileNotFoundError, IndexError):
+        return True

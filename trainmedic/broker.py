@@ -32,6 +32,7 @@ from bus.acls import ADMIN, GRANTS
 from bus.admin import grant_roles, set_scram_users, wait_for_broker
 from bus.errors import BrokerError, TrainmedicError
 from bus.settings import KafkaSettings
+from bus.signals import alive
 from schemas import DEFAULT_PREFIX
 from trainmedic import broker_auth
 
@@ -81,7 +82,7 @@ class LocalBroker:
             state = BrokerState(**json.loads(self.state_file.read_text()))
         except (FileNotFoundError, ValueError, TypeError):
             return None
-        if _alive(state.pid):
+        if alive(state.pid):
             return state
         self.state_file.unlink(missing_ok=True)
         return None
@@ -238,9 +239,9 @@ class LocalBroker:
             return False
         os.kill(state.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _alive(state.pid) and time.monotonic() < deadline:
+        while alive(state.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(state.pid):
+        if alive(state.pid):
             log.warning("the broker did not stop within %.0fs; killing it", timeout_s)
             os.kill(state.pid, signal.SIGKILL)
         self.state_file.unlink(missing_ok=True)
@@ -303,20 +304,6 @@ log4j.logger.kafka.server.KafkaServer=INFO
 def _require(program: str, message: str) -> None:
     if shutil.which(program) is None:
         raise BrokerError(message)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child still answers kill(0); /proc tells it apart.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 def _port_free(port: int) -> bool:

@@ -36,18 +36,20 @@ class Stateful(Protocol):
 MISSING = "no snapshot of this rank number at that step and generation here"
 
 
-def capture(world_size: int, data: Stateful | None, device: torch.device | None) -> dict[str, Any]:
+def capture(world_size: int, data: Stateful | None, device: torch.device | None,
+            check: bool = True) -> dict[str, Any]:
     """This rank's RNG streams and data position now (after a step: what the next one starts from).
-    Raises TypeError when `data`'s state is not what a snapshot can hold (plain values and
-    tensors: snapshots are read without unpickling code), rather than write a snapshot no
-    restore could read."""
+    With `check` (the first capture of a run is enough: it serializes the state once more), raises
+    TypeError when `data`'s state is not what a snapshot can hold (plain values and tensors:
+    snapshots are read without unpickling code), rather than write a snapshot no restore could
+    read."""
     version, internal, gauss = random.getstate()  # 625 ints: one tensor, not 625 pickled objects
     rng = {"torch": torch.get_rng_state(),
            "python": [version, torch.tensor(internal, dtype=torch.int64), gauss]}
     if device is not None and device.type == "cuda":
         rng["cuda"] = torch.cuda.get_rng_state(device)
     position = None if data is None else data.state_dict()
-    if position is not None:
+    if check and position is not None:
         _check_loadable(position, type(data).__name__)
     return {"world_size": world_size, "rng": rng, "data": position}
 

@@ -68,6 +68,7 @@ class Runtime:
     _stop_held: bool = field(default=False, repr=False)
     _at_step: int = field(default=0, repr=False)  # the completed steps the state holds (restored or saved)
     _restored_generation: int = field(default=state_files.UNNAMED, repr=False)  # that saved what was restored
+    _data_checked: bool = field(default=False, repr=False)  # the data state proved loadable once
     _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
 
     @property
@@ -157,7 +158,7 @@ class Runtime:
             if snapshot_due:
                 sharded.snapshot(Path(env.snapshot_dir), self.rank, step, self.saves_as, state,
                                  self._writer if self.snapshot_async else None,
-                                 own=rank_state.capture(self.world_size, data, self.device))
+                                 own=self._own(data))
             if checkpoint_due:
                 sharded.checkpoint(Path(env.checkpoint_dir), step, self.saves_as, state)
             return
@@ -167,14 +168,20 @@ class Runtime:
         payload = {"step": step, "generation": self.saves_as,
                    "model": model.state_dict(), "optimizer": optimizer.state_dict()}
         if snapshot_due:
-            own = rank_state.capture(self.world_size, data, self.device)
+            own = self._own(data)
             prefix = state_files.snapshot_prefix(self.rank)
-            state_files.save_keeping(Path(env.snapshot_dir), prefix, self.saves_as, step,
-                                     {**payload, "own": own}, state_files.SNAPSHOTS_KEPT)
-            state_files.remove_orphans(Path(env.snapshot_dir), prefix)
+            state_files.save_snapshot(Path(env.snapshot_dir), prefix, self.saves_as, step,
+                                      {**payload, "own": own}, state_files.SNAPSHOTS_KEPT)
         if checkpoint_due:
             state_files.save_keeping(Path(env.checkpoint_dir), "", self.saves_as, step, payload,
                                      state_files.CHECKPOINTS_KEPT)
+
+    def _own(self, data: Stateful | None) -> dict[str, Any]:
+        """What this rank's snapshot keeps as its own (`rank_state.capture`), its data state checked
+        at the first snapshot only."""
+        own = rank_state.capture(self.world_size, data, self.device, check=not self._data_checked)
+        self._data_checked = self._data_checked or data is not None
+        return own
 
     def step_done(self, step: int, step_time_s: float) -> None:
         """Report a finished step through the hook (never blocks); the first one after a restore

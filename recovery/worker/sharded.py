@@ -43,7 +43,7 @@ from recovery.worker.snapshot_writer import SnapshotWriter
 log = logging.getLogger(__name__)
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
-SNAPSHOT = re.compile(r"shards(\d+)-g(\d+)-step(\d+)\.pt")  # shards<rank>-g<generation>-step<N>.pt
+SHARDS = "shards"  # the prefix of shard snapshot files, named as `state_files` names states
 CHUNK = 8 << 20  # bytes per host buffer of a snapshot (see _pack)
 METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
 
@@ -90,8 +90,7 @@ def _pack(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], di
     (key -> buffer, offset, shape): a snapshot pickles a few buffers and an index, not a hundred
     tensors (which took most of a small model's snapshot time). A buffer holds up to `CHUNK`
     bytes (a bigger tensor has one of its own): the allocator reuses freed blocks that size,
-    while one fresh 48 MiB buffer per snapshot pays its page faults each time (copying 48 MiB
-    into it took 36 ms here, into 8 MiB chunks 11 ms)."""
+    while one fresh buffer of a whole large state would pay its page faults at every snapshot."""
     buffers: dict[str, torch.Tensor] = {}
     index: dict[str, tuple] = {}
     keys_of: dict[torch.dtype, list[str]] = {}
@@ -152,36 +151,21 @@ def snapshot(directory: Path, rank: int, step: int, generation: int, state: dict
     values = {key: value for key, value in state.items() if not isinstance(value, torch.Tensor)}
     payload = {"step": step, "generation": generation, "boxes": boxes, "buffers": buffers, "index": index,
                "values": values, "own": own}
-    path = _snapshot_path(directory, rank, generation, step)
     kept = state_files.SNAPSHOTS_KEPT + (writer is not None)
 
     def write() -> None:
-        state_files.write_atomic(path, payload)
-        for _, _, old in _snapshots(directory, rank)[:-kept]:
-            old.unlink(missing_ok=True)
-        state_files.remove_orphans(directory, f"shards{rank}-")  # `.shards<r>-g<G>-step<N>.pt.tmp-<pid>`
+        state_files.save_snapshot(directory, _prefix(rank), generation, step, payload, kept)
 
     if writer is None:
         write()
     else:
         writer.submit(write)
-    return path
+    return state_files.state_path(directory, _prefix(rank), generation, step)
 
 
-def _snapshot_path(directory: Path, rank: int, generation: int, step: int) -> Path:
-    return directory / f"shards{rank}-g{generation}-step{step:09d}.pt"
-
-
-def _snapshots(directory: Path, rank: int | None = None) -> list[tuple[int, int, Path]]:
-    """(generation, step, path) of the shard snapshots in `directory` (of `rank`, or any), oldest first."""
-    if not directory.is_dir():
-        return []
-    found = []
-    for path in directory.glob("shards*.pt"):
-        match = SNAPSHOT.fullmatch(path.name)
-        if match and (rank is None or int(match.group(1)) == rank):
-            found.append((int(match.group(2)), int(match.group(3)), path))
-    return sorted(found)
+def _prefix(rank: int | None) -> str:
+    """File-name prefix of one rank's shard snapshots (`shards<r>-g<G>-step<N>.pt`), or of any's."""
+    return SHARDS if rank is None else f"{SHARDS}{rank}-"
 
 
 def node_files(env: WorkerEnv) -> list[ShardFile]:
@@ -190,7 +174,7 @@ def node_files(env: WorkerEnv) -> list[ShardFile]:
     if not env.snapshot_dir:
         return []
     found = []
-    for _, step, path in _snapshots(Path(env.snapshot_dir)):
+    for _, step, path in state_files.list_states(Path(env.snapshot_dir), _prefix(None)):
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception as err:  # a torn or foreign file is not a copy to restore from
@@ -261,7 +245,7 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
         _restore_plain(state, chosen, node_of, env.rank, device)
         load_flat(model, optimizer, state)
         own = None if not env.snapshot_dir else rank_state.read(
-            _snapshot_path(Path(env.snapshot_dir), env.rank, generation, step))
+            state_files.state_path(Path(env.snapshot_dir), _prefix(env.rank), generation, step))
         return ShardRestore(step, "replica", generation=generation, read=read, received=received,
                             seconds=time.monotonic() - began, prepare_s=prepared, own=own)
     common = set.intersection(*(set(g[3]) for g in gathered))

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from bus.signals import alive
+
 SNAPSHOTS_KEPT = 2
 CHECKPOINTS_KEPT = 3
 _NAME = re.compile(r"(?:g(\d+)-)?step(\d+)\.pt$")
@@ -39,18 +41,8 @@ def remove_orphans(directory: Path, prefix: str) -> None:
     is another host's."""
     for tmp in directory.glob(f".{prefix}g*-step*.pt.tmp-*"):
         pid = tmp.name.rsplit(".tmp-", 1)[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -84,6 +76,15 @@ def save_keeping(directory: Path, prefix: str, generation: int, step: int, paylo
     write_atomic(path, payload)
     for _, _, old in list_states(directory, prefix)[:-keep]:
         old.unlink(missing_ok=True)
+    return path
+
+
+def save_snapshot(directory: Path, prefix: str, generation: int, step: int, payload: dict[str, Any],
+                  keep: int) -> Path:
+    """`save_keeping` into a node-local snapshot dir, where the temporary files of a writer killed
+    half way are removed too (`remove_orphans`)."""
+    path = save_keeping(directory, prefix, generation, step, payload, keep)
+    remove_orphans(directory, prefix)
     return path
 
 

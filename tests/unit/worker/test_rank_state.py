@@ -140,3 +140,12 @@ def test_a_file_of_that_step_left_by_a_timeline_the_job_went_back_from_is_not_ta
     assert rt.restored_from.path.endswith("rank1-g1-step000000003.pt")
     assert fresh.position == 0
     assert rt.own_state == f"RNG and data position not restored ({rank_state.MISSING})"
+
+
+def test_a_run_whose_data_state_no_snapshot_could_keep_is_stopped_at_its_first_snapshot(tmp_path: Path,
+                                                                                        group) -> None:
+    model = torch.nn.Linear(2, 1)
+    rt = runtime(tmp_path, "none")
+    with pytest.raises(TypeError, match="OddSampler"):
+        rt.maybe_checkpoint(1, model, torch.optim.SGD(model.parameters(), lr=0.1), data=OddSampler())
+    assert not list((tmp_path / "snapshots").glob("*.pt"))  # no snapshot no restore could read

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from recovery.worker import sharded
+from recovery.worker import sharded, state_files
 from recovery.worker.env import WorkerEnv
 from recovery.worker.runtime import Runtime
 from recovery.worker.snapshot_writer import SnapshotWriter
@@ -28,7 +28,7 @@ def job(tmp_path: Path):
 
 
 def kept(directory: Path) -> list[tuple[int, int]]:
-    return [(generation, step) for generation, step, _ in sharded._snapshots(directory)]
+    return [(generation, step) for generation, step, _ in state_files.list_states(directory, "shards")]
 
 
 def test_the_newest_two_snapshots_by_generation_then_step_are_kept_three_when_written_behind(
