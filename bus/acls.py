@@ -72,7 +72,10 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
     "agent": writes("telemetry.gpu", "telemetry.node"),
     # Training ranks' in-band hook.
     "rank": writes("telemetry.worker"),
-    "detector": (*reads(*TELEMETRY), *writes("incidents", "dlq"), *owns("detector")),
+    "detector": (
+        *reads(*TELEMETRY), *writes("incidents", "dlq"), *owns("detector"),
+        Grant(TXN, "detector", (WRITE, DESCRIBE), PREFIXED),  # a sharded detector's ingest instances
+    ),
     "coordinator": (
         *reads("jobs", "nodes", "incidents", "acks", "commands", "recovery"),
         *writes("commands", "recovery", "dlq"),  # `recovery`: its decisions, which no one else writes

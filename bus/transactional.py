@@ -28,11 +28,13 @@ class Fenced(KafkaError):
 class TransactionalProducer(EventProducer):
     """An EventProducer whose sends happen inside `with producer.transaction():`."""
 
-    def __init__(self, settings: KafkaSettings, *, transactional_id: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, settings: KafkaSettings, *, transactional_id: str, timeout_s: float = 30.0,
+                 transaction_timeout_s: float = 60.0, linger_ms: int = 0) -> None:
         super().__init__(settings, client_id=transactional_id, config={
             "transactional.id": transactional_id,
-            "transaction.timeout.ms": 60_000,  # one dead mid-transaction holds readers back at most this
-            "linger.ms": 0,  # a transaction is a handful of records, sent at once
+            # one dead mid-transaction holds readers back at most this
+            "transaction.timeout.ms": int(transaction_timeout_s * 1000),
+            "linger.ms": linger_ms,  # 0: a transaction is a handful of records, sent at once
         })
         self.transactional_id = transactional_id
         self._timeout_s = timeout_s

@@ -94,6 +94,8 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: 
             flat += [item.seq, origin.topic, origin.partition, origin.offset, origin.timestamp_ms,
                      -1 if key is None else len(key)]
             value = origin.value
+            if value is None:  # from the ingest stage (streams/batches.py): the decoded event stands for it
+                value = encode(item.event)
             if key:
                 tail.append(key)
         flat.append(len(value))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import threading
 import time
@@ -60,7 +61,7 @@ def build_config(args: argparse.Namespace, settings, env: Mapping[str, str] = os
     from bus.settings import home
 
     return OPTIONS.build(DETECTOR, args, env, app_id=lambda _: settings.topics.owned("detector"),
-                         datadir=lambda _: home(env) / "detector")
+                         datadir=lambda _: home(env) / "detector", instance=lambda _: socket.gethostname())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from bus.lag import LagSampler
     from bus.metrics import serve_metrics
     from bus.settings import KafkaSettings
+    from streams.batches import events_topic
 
     try:
         settings = KafkaSettings.from_env(role="detector", bootstrap=args.bootstrap)
@@ -84,7 +86,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"trainmedic detector: {err}", file=sys.stderr)
         return 1
     if serve_metrics(args.metrics_port) is not None:
-        LagSampler(settings, options.app_id, [topics.gpu, topics.node, topics.worker]).start()
+        group, watched = options.app_id, [topics.gpu, topics.node, topics.worker]
+        if options.stage == "ingest":
+            group = f"{options.app_id}-ingest"
+        elif options.stage == "decide":
+            watched = [events_topic(options.app_id)]
+        LagSampler(settings, group, watched).start()
     if options.engine == "faust":
         return _run_faust(options, settings, config, live)
     return _run_consumer(options, settings, config, live)
@@ -94,6 +101,8 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
     from bus.errors import TrainmedicError
     from bus.signals import stop_on_signals
     from streams.core import Detector
+    from streams.decider import DeciderService
+    from streams.ingest import IngestConfig, IngestService
     from streams.live import LiveDetector
     from streams.pipeline import Pipeline
     from streams.service import DetectorService, ServiceConfig, tune_gc
@@ -101,9 +110,18 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
     tune_gc()
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger().setLevel(options.loglevel.upper())
-    pipeline = Pipeline(settings.topics, LiveDetector(Detector(config), live_config))
-    service = DetectorService(settings, pipeline, ServiceConfig(app_id=options.app_id,
-                                                                 start=options.start_at(time.time())))
+    start = options.start_at(time.time())
+    if options.stage == "ingest":
+        pipeline = Pipeline(settings.topics, None, max_skew_s=live_config.max_skew_s)
+        service = IngestService(settings, pipeline, IngestConfig(
+            app_id=options.app_id, start=start, instance=options.instance,
+            events_partitions=options.events_partitions))
+    else:
+        pipeline = Pipeline(settings.topics, LiveDetector(Detector(config), live_config))
+        service_config = ServiceConfig(app_id=options.app_id, start=start)
+        service = (DetectorService(settings, pipeline, service_config) if options.stage == "all" else
+                   DeciderService(settings, pipeline, service_config,
+                                  events_partitions=options.events_partitions))
     stop = threading.Event()
     try:
         with stop_on_signals(stop):

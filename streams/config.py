@@ -45,7 +45,20 @@ class DetectorServiceConfig(BaseModel):
     engine: Literal["consumer", "faust"] = Field("consumer", description="consumer: a plain Kafka "
                                                  "consumer loop; faust: a Faust worker")
     start: str = Field("latest", description="consumer engine, with no checkpoint (or one it cannot "
-                       "read): where to begin: earliest, latest, an ISO 8601 time or a span ago like 10m")
+                       "read): where to begin: earliest, latest, an ISO 8601 time or a span ago like 10m "
+                       "(sharded: the ingest stage's, for partitions its group has no offset for)")
+    stage: Literal["all", "ingest", "decide"] = Field("all", description="all: one detector reads the "
+                                                      "telemetry and decides (the default, for up to a few "
+                                                      "thousand nodes); a sharded detector runs any number "
+                                                      "of ingest instances (validation, in the consumer "
+                                                      "group <app-id>-ingest) and one decide instance "
+                                                      "(docs/streams.md, 'Detection for a large cluster')")
+    instance: str = Field(min_length=1, max_length=200,
+                          pattern=r"^[A-Za-z0-9._-]+$", description="ingest stage: this instance's name, "
+                          "unique in the group and the same across its restarts (names its Kafka "
+                          "transactions; default: the host name)")
+    events_partitions: int = Field(12, ge=1, le=10_000, description="sharded: partitions of "
+                                   "<app-id>-events, when an instance creates it")
     live: LiveConfig = LiveConfig()
     datadir: Path = Field(description="faust engine: Faust's local data directory "
                           "(default: $TRAINMEDIC_HOME/detector)")
@@ -73,6 +86,9 @@ class DetectorServiceConfig(BaseModel):
     @model_validator(mode="after")
     def _core_rules(self) -> DetectorServiceConfig:
         self.detection  # noqa: B018 - DetectorConfig checks the rules across its sections when built
+        if self.engine == "faust" and self.stage != "all":
+            raise ValueError(f"stage {self.stage} runs on the consumer engine only: the Faust engine "
+                             "reads the telemetry itself (docs/streams.md says why)")
         return self
 
     @property

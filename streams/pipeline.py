@@ -47,32 +47,45 @@ class Pipeline:
     """Telemetry messages and ticks in, `Output`s out."""
 
     topics: Topics
-    live: LiveDetector
+    live: LiveDetector | None  # None: validation only (`check`), as the ingest stage uses it
     stats: DetectorStats = field(default_factory=DetectorStats)
+    max_skew_s: float | None = None  # the clock bound (None: the live detector's)
     _counted: int = 0  # events already added to the metric
 
     def __post_init__(self) -> None:
         DEAD_LETTERS.labels("detector")  # at 0 from the start: no dead letters shows as 0, not as nothing
+        if self.max_skew_s is None:
+            self.max_skew_s = self.live.config.max_skew_s
 
     def on_message(self, message: RawMessage, wall: float) -> list[Output]:
+        event, message, out = self.check(message, wall)
+        if event is None:
+            return out
+        return out + self.on_event(event, (message.topic, message.partition), message, wall)
+
+    def check(self, message: RawMessage, wall: float) -> tuple[object | None, RawMessage, list[Output]]:
+        """Validate one message: (the event to use or None, its message as the event is used, dead
+        letters). An event whose clock is off is used at its message's timestamp ("Bounded clocks")."""
         try:
             event = decode_telemetry(message.value)
             if message.key is not None:
                 message.key.decode()  # a key must be UTF-8 (bus.message.parse_message)
         except (InvalidEvent, UnicodeDecodeError):
-            return self._dead_letter(message, wall)
+            return None, message, self._dead_letter(message, wall)
         self.stats.events += 1
-        out = []
         stamp = message.timestamp_ms
-        if stamp > 0 and abs(event.ts - stamp / 1000) > self.live.config.max_skew_s:
+        if stamp > 0 and abs(event.ts - stamp / 1000) > self.max_skew_s:
             event, out = self._skewed(message, event, stamp / 1000, wall)
             if event is None:
-                return out
+                return None, message, out
             # the origin carries the event as fed, so a checkpoint restores it at its stamp too
-            message = replace(message, value=encode(event))
-        found = self.live.feed(event, (message.topic, message.partition), wall, origin=message)
-        if found:
-            out += self._publish(found)
+            return event, replace(message, value=encode(event)), out
+        return event, message, []
+
+    def on_event(self, event: object, source: tuple, origin: RawMessage | None, wall: float) -> list[Output]:
+        """Feed one valid event (from `check`, or from the ingest stage: streams/batches.py)."""
+        found = self.live.feed(event, source, wall, origin=origin)
+        out = self._publish(found) if found else []
         if self.live.failed:
             out += self._failures(wall)
         return out
@@ -106,7 +119,7 @@ class Pipeline:
         DEAD_LETTERS.labels("detector").inc()
         usable = stamped <= MAX_TS  # a producer may stamp its messages with any int64
         reason = (f"ts {event.ts:.3f} is {abs(skew):.1f} s {direction} of the message's timestamp "
-                  f"{stamped:.3f} (max_skew_s {self.live.config.max_skew_s:g}); "
+                  f"{stamped:.3f} (max_skew_s {self.max_skew_s:g}); "
                   + ("used at the timestamp" if usable else "the timestamp is past any valid time: not used"))
         log.warning("clock skew %s[%d]@%d node=%s: %s", message.topic, message.partition, message.offset,
                     getattr(event, "node", None), reason)
@@ -120,13 +133,14 @@ class Pipeline:
         (one fed without its message, re-encoded, from topic "" at offset -1)."""
         out = []
         for failure in self.live.take_failures():
-            origin = failure.origin or RawMessage("", -1, -1, -1, None, encode(failure.event))
+            origin = failure.origin or RawMessage("", -1, -1, -1, None, None)
+            value = encode(failure.event) if origin.value is None else origin.value
             self.stats.dead_lettered += 1
             DEAD_LETTERS.labels("detector").inc()
             out.append(Output(self.topics.dlq, origin.topic.encode(), encode(DeadLettered.of(
                 ts=wall, reason=f"detector error ({failure.error}; see the detector's log)",
                 topic=origin.topic, partition=origin.partition, offset=origin.offset, key=origin.key,
-                value=origin.value))))
+                value=value))))
         return out
 
     def _publish(self, incidents: list[Incident]) -> list[Output]:

@@ -104,7 +104,7 @@ class DetectorService:
         partitions = self._partitions()
         fresh = [tp for tp in partitions if saved is None or tp not in saved.offsets]
         # With a checkpoint, a partition it does not know was added since: all of it is unread.
-        start = self.config.start if saved is None else "earliest"
+        start = self._first_start() if saved is None else "earliest"
         if saved is not None:  # inside what each partition holds now (retention may have removed some)
             known = [tp for tp in partitions if tp not in fresh]
             self.offsets = self._start_offsets(known, {tp: saved.offsets[tp] for tp in known})
@@ -113,11 +113,23 @@ class DetectorService:
             saved.restore(self.pipeline.live, time.time())
             log.info("detector state restored from %s (event time %.3f, %d events held)",
                      self._checkpoints.topic, saved.state.clock, len(saved.held))
-        self._expect_backlog(self.offsets)
+            self._resumed(saved.offsets)
+        self._expect_start()
         self.pipeline.live.watch_reads()
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in self.offsets.items()])
-        log.info("detector ready: reading %d partitions of 3 topics (%d from the checkpoint, %d from %r)",
-                 len(partitions), len(partitions) - len(fresh), len(fresh), start)
+        log.info("detector ready: reading %d partitions of %d topics (%d from the checkpoint, %d from %r)",
+                 len(partitions), len(self.input_topics()), len(partitions) - len(fresh), len(fresh), start)
+
+    def _first_start(self) -> Start:
+        """Where input partitions begin with no checkpoint."""
+        return self.config.start
+
+    def _resumed(self, saved: Offsets) -> None:
+        """After a checkpoint's state is restored, with its offsets (the input's are taken already)."""
+
+    def _expect_start(self) -> None:
+        """At start: hold event time back for the telemetry partitions with a backlog."""
+        self._expect_backlog(self.offsets)
 
     def _expect_backlog(self, offsets: Offsets) -> None:
         """Partitions with messages before their end hold event time back until they deliver."""
@@ -125,9 +137,13 @@ class DetectorService:
         behind = [tp for tp, offset in offsets.items() if offset < marks[tp][1]]
         self.pipeline.live.expect(behind, time.time())
 
+    def _expect_new(self, offsets: Offsets) -> None:
+        """Partitions added while it runs: read from their beginning, so hold event time back."""
+        self._expect_backlog(offsets)
+
     def _partitions(self) -> list[tuple[str, int]]:
-        topics = self.settings.topics
-        counts = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
+        """The partitions it reads."""
+        counts = wait_for_topics(self.settings, self.input_topics())
         return [(name, p) for name, count in counts.items() for p in range(count)]
 
     def _start_offsets(self, partitions: list[tuple[str, int]], start: Start | Offsets) -> Offsets:
@@ -138,6 +154,7 @@ class DetectorService:
 
     def _loop(self, stopping: Callable[[], bool]) -> None:
         pipeline, config, send, offsets = self.pipeline, self.config, self._send, self.offsets
+        take = self._take
         last_tick = last_commit = last_report = last_scan = time.monotonic()
         reported = 0
         while not stopping():
@@ -151,13 +168,12 @@ class DetectorService:
                 if msg.error():
                     self._on_error(msg.error())
                     continue
-                message = RawMessage.of(msg)
-                outs = pipeline.on_message(message, wall)
+                outs = take(msg, wall)
                 if outs:
                     send(outs)
-                offsets[(message.topic, message.partition)] = message.offset + 1
+                offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
             now = time.monotonic()
-            complete = self._reads.poll(offsets, wall)
+            complete = self._reads.poll(self.read_offsets(), wall)
             if complete is not None:
                 pipeline.live.caught_up(complete)
             if now - last_tick >= config.tick_s:
@@ -186,19 +202,34 @@ class DetectorService:
                            + " (broker unreachable or slow, or a backlog): event time waits for the data"
                            + (f"; last end-offset request: {self._reads.error}" if self._reads.error else ""))
 
+    def _take(self, msg, wall: float) -> list[Output]:
+        """One message read (without error): what to send."""
+        return self.pipeline.on_message(RawMessage.of(msg), wall)
+
+    def read_offsets(self) -> Offsets:
+        """The telemetry partitions' next offsets, for `ReadCheck`."""
+        return self.offsets
+
+    def saved_offsets(self) -> Offsets:
+        """What a checkpoint keeps of where reading stands."""
+        return self.offsets
+
+    def input_topics(self) -> list[str]:
+        topics = self.settings.topics
+        return [topics.gpu, topics.node, topics.worker]
+
     def _send(self, outs: list[Output]) -> None:
         for out in outs:
             self._out.send(out.topic, out.value, key=out.key)
 
     def _add_new_partitions(self) -> None:
         """Partitions added to a telemetry topic while it runs: read from their beginning."""
-        topics = self.settings.topics
         try:  # the consumer's own metadata: it must know a partition before it can read it
             meta = self._consumer.list_topics(timeout=10).topics
-            new = [(name, p) for name in (topics.gpu, topics.node, topics.worker) if name in meta
+            new = [(name, p) for name in self.input_topics() if name in meta
                    for p in meta[name].partitions if (name, p) not in self.offsets]
             start = self._start_offsets(new, "earliest")
-            self._expect_backlog(start)
+            self._expect_new(start)
         except KafkaException as err:
             self._warn("partitions", f"could not look for new partitions: {err.args[0].str()} (retrying)")
             return
@@ -224,7 +255,8 @@ class DetectorService:
             self._warn("flush", f"checkpoint postponed: {unsent} incidents or dead letters not yet "
                        f"acknowledged after {FLUSH_WAIT_S:.0f} s (is the broker up?)")
             return False
-        self._checkpoints.write(encode_checkpoint(live, self.offsets, time.time(), self._checkpoints.owner))
+        saved = encode_checkpoint(live, self.saved_offsets(), time.time(), self._checkpoints.owner)
+        self._checkpoints.write(saved)
         self._cadence.saved(clock, now, time.monotonic() - began)
         return True
 

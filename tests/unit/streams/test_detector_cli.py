@@ -100,6 +100,8 @@ def test_the_core_sections_are_no_flags() -> None:
     ([], {}, "correlation: {symptom_hold_s: 25}\n", "correlation.symptom_hold_s must be < hang.floor_s"),
     ([], {}, "nope: {}\n", "d.yaml: nope: Extra inputs are not permitted"),
     (["--web-port", "0"], {}, "", "--web-port: Input should be greater than or equal to 1"),
+    (["--stage", "ingest", "--engine", "faust"], {}, "", "stage ingest runs on the consumer engine only"),
+    (["--instance", "a b"], {}, "", "--instance: String should match pattern"),
 ])
 def test_a_bad_setting_is_one_line_naming_its_source(tmp_path: Path, argv: list[str], env: dict[str, str],
                                                      text: str, says: str) -> None:
@@ -118,3 +120,12 @@ def test_every_section_of_the_core_is_a_section_of_the_service_config() -> None:
     from streams.config import CORE_SECTIONS, DetectorServiceConfig
 
     assert set(CORE_SECTIONS) <= set(DetectorServiceConfig.model_fields)
+
+
+def test_a_sharded_detector_is_two_stages_of_one_app_id() -> None:
+    """Every ingest instance and the decider share the app id: its group, its events topic."""
+    ingest = config(["--stage", "ingest", "--instance", "host-7"])
+    decide = config(["--stage", "decide"])
+    assert (ingest.stage, ingest.instance, decide.stage) == ("ingest", "host-7", "decide")
+    assert ingest.app_id == decide.app_id == "acme.detector" and ingest.events_partitions == 12
+    assert config([]).stage == "all"

@@ -1,0 +1,102 @@
+"""The deciding detector of a sharded deployment (`trainmedic detector --stage decide`).
+
+The consumer engine's loop (`streams/service.py`), reading the ingest stage's batches from
+`<app-id>-events` (`streams/batches.py`) instead of the telemetry topics: every event validated
+already, many to a message. Each source offset is applied once (`SourceOffsets`). A checkpoint keeps
+the next offset of the events topic's partitions and of every telemetry partition together, so a
+restart re-reads the events topic from there and skips what it had applied.
+
+Reads count as complete only when every telemetry partition is known read to its end, through the
+ingest stage: with the ingest instances down or behind, event time waits exactly as it does for a
+detector that cannot reach the broker ("Blind is not dead", docs/streams.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import msgspec
+
+from bus.admin import ensure_topic, wait_for_topics
+from bus.message import RawMessage
+from bus.reader import watermarks
+from schemas import DeadLettered, encode
+from streams.batches import EVENTS_TOPIC_CONFIG, SourceOffsets, decode_batch, events_topic
+from streams.checkpoint import Offsets, Owner
+from streams.pipeline import Output
+from streams.service import DetectorService, Start
+
+log = logging.getLogger(__name__)
+
+EVENTS_PARTITIONS = 12  # the events topic's partitions when the decider creates it
+
+
+class DeciderService(DetectorService):
+    def __init__(self, *args, events_partitions: int = EVENTS_PARTITIONS, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.events_topic = events_topic(self.config.app_id)
+        self.events_partitions = events_partitions
+        self.sources = SourceOffsets()
+        self._telemetry: list[tuple[str, int]] = []
+        # Its checkpoints name the events topic too: a whole detector never resumes one, nor it a whole one's.
+        owner = self._checkpoints.owner
+        self._checkpoints.owner = Owner(owner.prefix, (*owner.topics, self.events_topic))
+
+    def input_topics(self) -> list[str]:
+        return [self.events_topic]
+
+    def _partitions(self) -> list[tuple[str, int]]:
+        ensure_topic(self.settings, self.events_topic, partitions=self.events_partitions,
+                     config=EVENTS_TOPIC_CONFIG)
+        topics = self.settings.topics
+        counts = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
+        self._telemetry = [(name, p) for name, count in counts.items() for p in range(count)]
+        return super()._partitions()
+
+    def _first_start(self) -> Start:
+        return "earliest"  # the ingest stage's `--start` says where telemetry begins
+
+    def _resumed(self, saved: Offsets) -> None:
+        self.sources.next = {tp: offset for tp, offset in saved.items() if tp[0] != self.events_topic}
+
+    def _expect_start(self) -> None:
+        marks = watermarks(self._consumer, self._telemetry, timeout_s=10)
+        behind = [tp for tp in self._telemetry if self.sources.next.get(tp, -1) < marks[tp][1]]
+        self.pipeline.live.expect(behind, time.time())
+
+    def _expect_new(self, offsets: Offsets) -> None:
+        """Partitions added to the events topic: nothing of telemetry's to wait for."""
+
+    def read_offsets(self) -> Offsets:
+        known = self.sources.next
+        return {tp: known.get(tp, 0) for tp in self._telemetry} | known
+
+    def saved_offsets(self) -> Offsets:
+        return self.offsets | self.sources.next
+
+    def _take(self, msg, wall: float) -> list[Output]:
+        try:
+            batch = decode_batch(msg.value())
+        except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
+            return self._not_a_batch(msg, err, wall)
+        source = batch.source
+        on_event, out = self.pipeline.on_event, []
+        entries = self.sources.new_entries(batch)
+        topic, partition = source
+        for entry in entries:
+            origin = RawMessage(topic, partition, entry.offset, entry.timestamp_ms, entry.key, None)
+            found = on_event(entry.event, source, origin, wall)
+            if found:
+                out += found
+        self.pipeline.stats.events += len(entries)
+        return out
+
+    def _not_a_batch(self, msg, err: Exception, wall: float) -> list[Output]:
+        """Only the ingest stage writes the events topic: anything else is kept on the dlq."""
+        reason = f"not an ingest batch: {err}"
+        log.warning("dead-lettered %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason)
+        self.pipeline.stats.dead_lettered += 1
+        letter = DeadLettered.of(ts=wall, reason=reason, topic=msg.topic(), partition=msg.partition(),
+                                 offset=msg.offset(), key=msg.key(), value=msg.value())
+        return [Output(self.settings.topics.dlq, msg.topic().encode(), encode(letter))]

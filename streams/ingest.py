@@ -1,0 +1,255 @@
+"""The ingest stage of a sharded detector (`trainmedic detector --stage ingest`), N instances.
+
+Every instance joins the consumer group `<app-id>-ingest` on the three telemetry topics
+(cooperative-sticky assignment: a rebalance moves only the partitions that change hands). It
+validates each message as the whole detector does (`Pipeline.check`: the contract, UTF-8 keys,
+bounded clocks), sends what is invalid to the dlq with the reason, and sends the valid events of
+each partition as `Batch`es to `<app-id>-events` (`streams/batches.py`) for the one deciding
+detector. Batches, dead letters and the group's offsets are written in one Kafka transaction
+every `flush_every_s` (exactly once: an instance that dies mid-way leaves nothing the decider
+reads, and its partitions are read again from the committed offsets by the others; a stale member
+that the group has replaced cannot commit, KIP-447). The decider reads committed batches only and
+applies each source offset once anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+from confluent_kafka import KafkaException, TopicPartition
+
+from bus import clients
+from bus.admin import ensure_topic, wait_for_topics
+from bus.errors import KafkaError
+from bus.message import RawMessage
+from bus.reader import At, locate
+from bus.settings import KafkaSettings
+from bus.transactional import Fenced, TransactionalProducer
+from schemas import encode
+from schemas.wire import KINDS, Telemetry
+from streams.batches import (
+    EVENTS_TOPIC_CONFIG,
+    MAX_EVENTS,
+    Batch,
+    Entry,
+    encode_batch,
+    events_partition,
+    events_topic,
+)
+from streams.decider import EVENTS_PARTITIONS
+from streams.pipeline import Output, Pipeline
+from streams.service import WARN_EVERY_S, Start
+
+log = logging.getLogger(__name__)
+
+Where = tuple[str, int]
+_to_wire = msgspec.json.Decoder(Telemetry)
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    app_id: str
+    start: Start = "latest"  # where a partition the group has no offset for begins
+    instance: str = socket.gethostname()  # names its transactions: one per instance, stable across restarts
+    events_partitions: int = EVENTS_PARTITIONS  # if it creates the events topic
+    flush_every_s: float = 0.05  # one transaction per this much wall time (the decider's added latency)
+    batch: int = 2000
+    session_timeout_s: float = 10.0  # a dead instance's partitions move after this
+    transaction_timeout_s: float = 10.0  # how long a dead instance's open transaction can hold the decider
+    report_every_s: float = 60.0
+
+
+def wire_event(event: object) -> object:
+    """The event as a Struct (schemas/wire.py), whichever kind validated it: batches carry Structs."""
+    return event if isinstance(event, KINDS) else _to_wire.decode(encode(event))
+
+
+class IngestService:
+    """`run()` until `stopping()` says so; then a last transaction and a clean leave of the group."""
+
+    def __init__(self, settings: KafkaSettings, pipeline: Pipeline, config: IngestConfig) -> None:
+        self.settings, self.pipeline, self.config = settings, pipeline, config
+        self.topic = events_topic(config.app_id)
+        self.forwarded = 0
+        self._partitions = config.events_partitions
+        self._first: dict[Where, int] = {}  # per assigned partition: the first offset not yet committed
+        self._next: dict[Where, int] = {}  # ... and the next offset to read
+        self._pending: dict[Where, list[Entry]] = {}
+        self._dead: list[Output] = []
+        self._announced: set[Where] = set()  # partitions whose start the decider has been told
+        self._warned: dict[str, float] = {}
+        self._consumer = clients.consumer(settings, {
+            "group.id": f"{config.app_id}-ingest", "enable.auto.commit": False,
+            "enable.partition.eof": False, "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": int(config.session_timeout_s * 1000),
+            "heartbeat.interval.ms": int(config.session_timeout_s * 1000 / 5),
+            "topic.metadata.refresh.interval.ms": 30_000,  # partitions added to telemetry: read within this
+        }, logger=log)
+        self._out = TransactionalProducer(
+            settings, transactional_id=f"{config.app_id}-ingest-{config.instance}",
+            transaction_timeout_s=config.transaction_timeout_s, linger_ms=5)
+
+    def run(self, stopping: Callable[[], bool]) -> None:
+        topics = self.settings.topics
+        ensure_topic(self.settings, self.topic, partitions=self.config.events_partitions,
+                     config=EVENTS_TOPIC_CONFIG)
+        self._partitions = wait_for_topics(self.settings, [self.topic])[self.topic]
+        self._out.init()
+        try:
+            self._consumer.subscribe([topics.gpu, topics.node, topics.worker], on_assign=self._assigned,
+                                     on_revoke=self._revoked, on_lost=self._lost)
+            log.info("ingest %s ready: group %s-ingest, batches to %s (%d partitions)", self.config.instance,
+                     self.config.app_id, self.topic, self._partitions)
+            self._loop(stopping)
+            self._flush()
+        except KafkaException as err:
+            raise KafkaError(f"ingest: {err.args[0].str()}", code=err.args[0].name()) from None
+        finally:
+            try:
+                self._consumer.close()  # leaves the group: its partitions move now, not after the session
+            finally:
+                self._out.close()
+
+    def _loop(self, stopping: Callable[[], bool]) -> None:
+        config, check, pending, nexts = self.config, self.pipeline.check, self._pending, self._next
+        last_flush = last_report = time.monotonic()
+        reported = 0
+        while not stopping():
+            first = self._consumer.poll(config.flush_every_s)
+            messages = [] if first is None else [first, *self._consumer.consume(config.batch - 1, 0)]
+            wall = time.time()
+            for msg in messages:
+                if msg.error():
+                    self._on_error(msg.error())
+                    continue
+                where = (msg.topic(), msg.partition())
+                if where not in nexts:  # revoked since it was fetched
+                    continue
+                event, message, dead = check(RawMessage.of(msg), wall)
+                if dead:
+                    self._dead += dead
+                if event is not None:
+                    pending[where].append(Entry(message.offset, message.timestamp_ms, message.key,
+                                                wire_event(event)))
+                nexts[where] = message.offset + 1
+            now = time.monotonic()
+            if now - last_flush >= config.flush_every_s:
+                self._flush()
+                last_flush = now
+            if now - last_report >= config.report_every_s:
+                log.info("%d events forwarded in the last %.0f s (%.0f/s), %d dead letters in all; "
+                         "%d partitions", self.forwarded - reported, now - last_report,
+                         (self.forwarded - reported) / (now - last_report), self.pipeline.stats.dead_lettered,
+                         len(nexts))
+                reported, last_report = self.forwarded, now
+
+    def _flush(self) -> None:
+        """One transaction: the batches read since the last, the dead letters, the group's offsets."""
+        moved = [where for where, offset in self._next.items() if offset != self._first[where]
+                 or where not in self._announced]
+        if not moved and not self._dead:
+            return
+        try:
+            with self._out.transaction():
+                for where in moved:
+                    self._send(where)
+                for out in self._dead:
+                    self._out.send(out.topic, out.value, key=out.key)
+                if moved:
+                    self._out.client.send_offsets_to_transaction(
+                        [TopicPartition(t, p, self._next[(t, p)]) for t, p in moved],
+                        self._consumer.consumer_group_metadata(), 30)
+        except Fenced as err:
+            raise KafkaError(f"{err} (another ingest instance uses the id {self.config.instance!r}: "
+                             "give each its own --instance)") from None
+        except (KafkaError, KafkaException) as err:
+            self._warn("flush", f"transaction aborted: {err}; reading again from the last commit")
+            self._rewind()
+            return
+        for where in moved:
+            self.forwarded += len(self._pending[where])
+            self._pending[where] = []
+            self._first[where] = self._next[where]
+            self._announced.add(where)
+        self._dead = []
+
+    def _send(self, where: Where) -> None:
+        entries, start = self._pending[where], self._first[where]
+        partition = events_partition(where, self._partitions)
+        key = f"{where[0]}:{where[1]}".encode()
+        for i in range(0, max(len(entries), 1), MAX_EVENTS):
+            chunk = entries[i:i + MAX_EVENTS]
+            end = self._next[where] if i + MAX_EVENTS >= len(entries) else chunk[-1].offset + 1
+            self._out.client.produce(self.topic, encode_batch(Batch(*where, start, end, chunk)), key=key,
+                                     partition=partition)
+            start = end
+
+    def _rewind(self) -> None:
+        """After an aborted transaction: read again what it held."""
+        for where, offset in self._first.items():
+            self._next[where] = offset
+            self._pending[where] = []
+            self._consumer.seek(TopicPartition(*where, offset))
+        self._dead = []
+
+    # -- the group ---------------------------------------------------------------------
+
+    def _assigned(self, consumer, partitions: list[TopicPartition]) -> None:
+        """Given partitions: from the group's committed offsets, or `start` for those with none. Each
+        is announced to the decider (an empty batch at its start) at the next flush."""
+        committed = consumer.committed(partitions, timeout=30)
+        offsets = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+        fresh = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
+        start = self.config.start
+        offsets |= locate(consumer, fresh, At(start) if isinstance(start, float | int) else start,
+                          timeout_s=30)
+        for where, offset in offsets.items():
+            self._first[where] = self._next[where] = offset
+            self._pending[where] = []
+            self._announced.discard(where)
+        consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+        log.info("assigned %d partitions (%d from the group's offsets, %d from %r): %s", len(offsets),
+                 len(offsets) - len(fresh), len(fresh), start, _names(offsets))
+
+    def _revoked(self, consumer, partitions: list[TopicPartition]) -> None:
+        """Handing partitions over: commit what was read of them first, so the next owner goes on
+        from there."""
+        self._flush()
+        self._forget(partitions)
+        log.info("revoked %d partitions: %s", len(partitions),
+                 _names([(tp.topic, tp.partition) for tp in partitions]))
+
+    def _lost(self, consumer, partitions: list[TopicPartition]) -> None:
+        """The group gave them away already (this instance missed its session): what was read of them
+        and not committed is the next owner's to read again."""
+        self._forget(partitions)
+        log.warning("lost %d partitions to the group (session timed out): %s", len(partitions),
+                    _names([(tp.topic, tp.partition) for tp in partitions]))
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            where = (tp.topic, tp.partition)
+            for table in (self._first, self._next, self._pending):
+                table.pop(where, None)
+            self._announced.discard(where)
+
+    def _on_error(self, err) -> None:
+        if err.fatal():
+            raise KafkaError(f"consumer failed: {err.str()}", code=err.name())
+        self._warn(err.name(), f"consumer: {err.str()} (retrying)")
+
+    def _warn(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(kind, float("-inf")) >= WARN_EVERY_S:
+            self._warned[kind] = now
+            log.warning(message)
+
+
+def _names(parts) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(parts))

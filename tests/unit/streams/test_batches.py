@@ -1,0 +1,130 @@
+"""The ingest stage's batches: the format, each source offset applied once whatever is sent again,
+and the scenarios decided through ingest and decider exactly as by one detector."""
+
+from __future__ import annotations
+
+import pytest
+
+import schemas as s
+from bus.message import RawMessage
+from schemas import wire
+from streams.batches import Batch, Entry, SourceOffsets, decode_batch, encode_batch, events_partition
+from streams.core import Detector
+from streams.ingest import wire_event
+from streams.live import LiveConfig, LiveDetector
+from streams.pipeline import Pipeline
+from tests.unit.streams.test_checkpoint import arrivals
+from tests.unit.streams.test_scenarios import NAMES
+
+FLUSH_S = 0.05  # IngestConfig.flush_every_s
+CONFIG = LiveConfig(lateness_s=0.5, release_every_s=0.0, max_skew_s=1e10)  # the recordings are from 2023
+
+
+def entry(offset: int, ts: float = 1.0) -> Entry:
+    return Entry(offset, 1000, b"node-00", wire.NodeHeartbeat(ts=ts, node="node-00", interval=1.0))
+
+
+def batch(first: int, next_: int, offsets: list[int]) -> Batch:
+    return Batch("gpu", 0, first, next_, [entry(o) for o in offsets])
+
+
+def test_a_batch_round_trips_with_its_events_as_decoded() -> None:
+    sample = wire.decode_telemetry(s.encode(s.GpuSample(ts=5.0, node="n1", gpu=3, xids=[79], temp_c=80.0)))
+    sent = Batch("acme.telemetry.gpu", 7, 10, 13,
+                 [Entry(10, 5000, b"n1", sample), Entry(12, 5001, None, sample)])
+    assert decode_batch(encode_batch(sent)) == sent
+
+
+def test_what_is_not_a_batch_is_refused() -> None:
+    import msgspec
+
+    for junk in (b"", b"\x93\x01\x02\x03", s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))):
+        with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)):
+            decode_batch(junk)
+
+
+def test_each_source_offset_is_applied_once_whatever_is_sent_again() -> None:
+    seen = SourceOffsets()
+    assert seen.new_entries(batch(5, 5, [])) == []  # an instance announces where it starts
+    assert [e.offset for e in seen.new_entries(batch(5, 9, [5, 6, 8]))] == [5, 6, 8]  # 7 was dead-lettered
+    assert seen.new_entries(batch(5, 9, [5, 6, 8])) == []  # the same again (a dead instance's, read anew)
+    assert [e.offset for e in seen.new_entries(batch(6, 12, [6, 8, 9, 11]))] == [9, 11]  # overlapping
+    assert seen.new_entries(batch(12, 12, [])) == []  # a new owner announces itself
+    assert seen.next == {("gpu", 0): 12} and seen.repeated == 5 and seen.gaps == 0
+
+
+def test_a_batch_past_a_gap_is_taken_and_counted() -> None:
+    """Messages the decider never got (retention removed them before an instance read them): what
+    comes after is still used."""
+    seen = SourceOffsets({("gpu", 0): 10})
+    assert [e.offset for e in seen.new_entries(batch(20, 22, [20, 21]))] == [20, 21]
+    assert seen.gaps == 1 and seen.next[("gpu", 0)] == 22
+
+
+def test_every_batch_of_a_partition_goes_to_one_events_partition() -> None:
+    spread = {events_partition(("acme.telemetry.gpu", p), 12) for p in range(12)}
+    assert events_partition(("acme.telemetry.gpu", 3), 12) == events_partition(("acme.telemetry.gpu", 3), 12)
+    assert len(spread) > 4  # a stable hash, spread over the events topic
+
+
+def test_an_event_the_contract_model_took_travels_as_its_fast_twin() -> None:
+    error = "RuntimeError: d\u00e9j\u00e0 vu"
+    raw = s.encode(s.WorkerFailed(ts=1.0, node="n1", job="j", rank=2, generation=0, world_size=4,
+                                  error=error))
+    raw = raw.replace(b'"rank":2', b'"rank":2.0')
+    lax = wire.decode_telemetry(raw)  # not ASCII, and a lax rank: the contract model decides
+    assert not isinstance(lax, wire.KINDS)
+    fast = wire_event(lax)
+    assert isinstance(fast, wire.WorkerFailed) and (fast.rank, fast.error) == (2, error)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_ingest_and_decider_decide_as_one_detector_with_batches_sent_twice(name: str) -> None:
+    """Each partition's messages validated by the ingest stage's pipeline and sent in batches every
+    FLUSH_S of wall time, as the ingest service does, every batch sent again ahead of the next (an
+    instance that died before committing, its partitions read again by another): the decider applies
+    each offset once and decides exactly what one detector decides."""
+    items = arrivals(name)
+    whole = Pipeline(s.Topics(), LiveDetector(Detector(), CONFIG))
+    ingest = Pipeline(s.Topics(), None, max_skew_s=CONFIG.max_skew_s)
+    decider = Pipeline(s.Topics(), LiveDetector(Detector(), CONFIG))
+    seen = SourceOffsets()
+    offsets: dict[tuple, int] = {}
+    pending: dict[tuple, list[Entry]] = {}
+    last: dict[tuple, Batch] = {}
+    expected, got = [], []
+
+    def flush(wall: float) -> list:
+        out = []
+        for source, entries in pending.items():
+            batch = Batch(*source, entries[0].offset, entries[-1].offset + 1, entries)
+            for sent in [last[source], batch] if source in last else [batch]:
+                for e in seen.new_entries(decode_batch(encode_batch(sent))):
+                    origin = RawMessage(*source, e.offset, 0, None, None)
+                    out += decider.on_event(e.event, source, origin, wall)
+            last[source] = batch
+        pending.clear()
+        return out
+
+    flushed = float("-inf")
+    for wall, source, event in items:
+        if wall - flushed >= FLUSH_S:
+            got += flush(wall)
+            flushed = wall
+        offset = offsets[source] = offsets.get(source, -1) + 1
+        message = RawMessage(*source, offset, int(event.ts * 1000), event.node.encode(), s.encode(event))
+        expected += whole.on_message(message, wall)
+        checked, message, dead = ingest.check(message, wall)
+        assert not dead
+        fast = wire_event(checked)
+        pending.setdefault(source, []).append(Entry(offset, message.timestamp_ms, message.key, fast))
+    got += flush(items[-1][0])
+    for tick in range(1, 121):  # a minute of silence after the end: lost nodes are decided too
+        expected += whole.on_tick(items[-1][0] + tick / 2)
+        got += decider.on_tick(items[-1][0] + tick / 2)
+    assert seen.repeated > 0
+    assert incidents(got) == incidents(expected) and incidents(expected)
+
+
+def incidents(outs) -> list[tuple[bytes, bytes]]:
+    return [(out.key, out.value) for out in outs if out.topic == s.Topics().incidents]
