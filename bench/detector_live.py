@@ -80,6 +80,14 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def children(pid: int) -> list[int]:
+    """The running child processes of `pid`."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
 def cluster_second(topics, nodes: int, t: int, base: float) -> list[tuple[str, str, bytes]]:
     """One second of telemetry of `nodes` nodes (a multiple of 4), as (topic, key, value), ts order."""
     per_job = nodes // JOBS
@@ -205,6 +213,10 @@ class Worker:
         raise RuntimeError(f"worker gave up; its log:\n{self.log.read_text()[-3000:]}")
 
     def cpu_s(self) -> float:
+        """The worker's CPU seconds so far, and its children's (a sharded detector's ingest instances)."""
+        return cpu_s(self.proc.pid) + sum(cpu_s(child) for child in children(self.proc.pid))
+
+    def own_cpu_s(self) -> float:
         return cpu_s(self.proc.pid)
 
     def stop(self) -> None:
@@ -248,6 +260,69 @@ def run_consumer_worker(app_id: str) -> None:
             report(pipeline.stats.events, len(service.offsets), pipeline.live.buffered)
 
     threading.Thread(target=reports, daemon=True).start()
+    with stop_on_signals(stop):
+        service.run(stop.is_set)
+
+
+def run_sharded_worker(app_id: str, instances: int) -> None:
+    """A sharded detector: `instances` ingest processes (`--worker ingest`) and the decider, here."""
+    import logging
+
+    from bus.signals import stop_on_signals
+    from streams.decider import DeciderService
+    from streams.pipeline import Pipeline
+    from streams.service import ServiceConfig, tune_gc
+
+    tune_gc()
+    logging.basicConfig(level=logging.WARNING)
+    ingest = [subprocess.Popen([sys.executable, __file__, "--worker", "ingest", app_id],
+                               env={**os.environ, "BENCH_INSTANCE": f"i{n}"}) for n in range(instances)]
+    given = [Path(os.environ["TRAINMEDIC_HOME"]) / f"{app_id}-i{n}.assigned" for n in range(instances)]
+    deadline = time.monotonic() + 120
+    while not all(flag.exists() for flag in given) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the group settles (every instance given partitions) before the clock starts
+    settings = KafkaSettings.from_env(role="admin")
+    pipeline = Pipeline(settings.topics, LiveDetector(Detector()))
+    service = DeciderService(settings, pipeline, ServiceConfig(app_id=app_id, start="earliest"))
+    stop = threading.Event()
+
+    def reports() -> None:
+        while not stop.wait(0.5):
+            report(pipeline.stats.events, len(service.sources.next), pipeline.live.buffered)
+
+    threading.Thread(target=reports, daemon=True).start()
+    try:
+        with stop_on_signals(stop):
+            service.run(stop.is_set)
+    finally:
+        for proc in ingest:
+            proc.terminate()
+        for proc in ingest:
+            proc.wait(30)
+
+
+def run_ingest_worker(app_id: str) -> None:
+    """One ingest instance of a sharded detector (its name from BENCH_INSTANCE)."""
+    import logging
+
+    from bus.signals import stop_on_signals
+    from streams.ingest import IngestConfig, IngestService
+    from streams.pipeline import Pipeline
+
+    logging.basicConfig(level=logging.WARNING)
+    settings = KafkaSettings.from_env(role="admin")
+    instance = os.environ["BENCH_INSTANCE"]
+    flag = Path(os.environ["TRAINMEDIC_HOME"]) / f"{app_id}-{instance}.assigned"
+
+    class Reporting(IngestService):
+        def _assigned(self, consumer, partitions) -> None:
+            super()._assigned(consumer, partitions)
+            if self._next:
+                flag.touch()
+
+    service = Reporting(settings, Pipeline(settings.topics, None, max_skew_s=300.0), IngestConfig(
+        app_id=app_id, start="earliest", instance=instance))
+    stop = threading.Event()
     with stop_on_signals(stop):
         service.run(stop.is_set)
 
@@ -304,13 +379,13 @@ def worker_drain(settings: KafkaSettings, run: str, home: Path, total: int, mode
     worker = Worker(settings, run, home, mode)
     try:
         first = worker.wait(lambda r: r["events"] > 0)
-        began = worker.cpu_s()
+        began, own = worker.cpu_s(), worker.own_cpu_s()
         done = worker.wait(lambda r: r["events"] >= total)
-        cpu = worker.cpu_s() - began
+        cpu, own = worker.cpu_s() - began, worker.own_cpu_s() - own
     finally:
         worker.stop()
     return {"took_s": done["wall"] - first["wall"], "events": total - first["events"], "cpu_s": cpu,
-            "loop": done["loop"]}
+            "own_cpu_s": own, "loop": done["loop"]}
 
 
 def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, broker_pid: int | None) -> dict:
@@ -369,12 +444,16 @@ def delete_run(settings: KafkaSettings, run: str) -> None:
 
 
 WORKERS = {
-    "consumer": run_consumer_worker,
+    "consumer": run_consumer_worker, "ingest": run_ingest_worker,
+    "sharded-1": partial(run_sharded_worker, instances=1),
+    "sharded-2": partial(run_sharded_worker, instances=2),
     "faust": partial(run_faust_worker, tuning=TUNED), "faust-plain": partial(run_faust_worker, tuning=PLAIN),
     "noop": partial(run_noop_worker, tuning=TUNED), "noop-plain": partial(run_noop_worker, tuning=PLAIN),
 }
 DRAINERS = (
     ("consumer", "(c) detector, consumer engine:      ", "trainmedic detector"),
+    ("sharded-1", "(f) sharded detector, 1 ingest:     ", "trainmedic detector --stage ingest x1 + decide"),
+    ("sharded-2", "(f) sharded detector, 2 ingest:     ", "trainmedic detector --stage ingest x2 + decide"),
     ("faust-plain", "(d) detector, Faust engine, before: ", "trainmedic detector --engine faust, before"),
     ("faust", "(d) detector, Faust engine, tuned:  ", "trainmedic detector --engine faust"),
     ("noop-plain", "(e) Faust no-op agent, before:      ", "Faust's own ceiling here, before"),
@@ -404,6 +483,8 @@ def main() -> None:
     parser.add_argument("--engines", default="consumer,faust-plain,faust",
                         help=f"worker modes to measure sustained rates of ({', '.join(WORKERS)})")
     parser.add_argument("--skip-drain", action="store_true", help="only the sustained rates")
+    parser.add_argument("--drains", default=",".join(mode for mode, _, _ in DRAINERS),
+                        help="worker modes whose drain is measured, in this order")
     parser.add_argument("--bootstrap", help="a running broker to use instead of one of the bench's own")
     parser.add_argument("--worker", nargs=2, metavar=("MODE", "APP_ID"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -449,14 +530,16 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s)")
             state_per_node = len(live.detector.state.to_json()) / args.nodes
             engine_rate = None
-            for mode, label, what in DRAINERS:
+            for mode, label, what in sorted((d for d in DRAINERS if d[0] in args.drains.split(",")),
+                                            key=lambda d: args.drains.split(",").index(d[0])):
                 got = worker_drain(settings, run, home, total, mode)
                 if got["took_s"] > 0:
                     rate = got["events"] / got["took_s"]
                     engine_rate = rate if mode == "consumer" else engine_rate
                     print(f"{label}{rate:>9,.0f} events/s  ({got['took_s']:5.2f} s "
                           f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling, worker "
-                          f"{us(got['cpu_s'], got['events'])} CPU/event, loop {got['loop']}: {what}")
+                          f"{us(got['cpu_s'], got['events'])} CPU/event{decider(got)}, loop {got['loop']}: "
+                          f"{what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
             if engine_rate is not None:
@@ -483,6 +566,14 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
         print(f"{engine:>11}: highest sustained rate with lag < 1 s: "
               + ("none measured" if rate is None else f"{rate:,.0f} events/s"))
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+
+
+def decider(got: dict) -> str:
+    """A sharded detector's decider's own share of the worker's CPU."""
+    if got["own_cpu_s"] >= got["cpu_s"] * 0.999:
+        return ""
+    ingest = got["cpu_s"] - got["own_cpu_s"]
+    return f" (decider {us(got['own_cpu_s'], got['events'])}, ingest {us(ingest, got['events'])})"
 
 
 def us(cpu_s: float, events: int = 1) -> str:

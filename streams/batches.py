@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from schemas.wire import Telemetry
+from schemas.wire import TrustedTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +37,15 @@ def events_topic(app_id: str) -> str:
 
 
 class Entry(msgspec.Struct, array_like=True, frozen=True):
-    """One valid event (retimed to its message's timestamp if its clock was off) and its message."""
+    """One valid event (retimed to its message's timestamp if its clock was off) and its message. The
+    ingest stage puts in the event as it validated it (schemas/wire.py); the decider reads it back as
+    its trusted twin (`wire.TRUSTED`), decoded without checking the contract's bounds again: only
+    the detector's principal may write the events topic (bus/acls.py)."""
 
     offset: int
     timestamp_ms: int
     key: bytes | None
-    event: Telemetry
+    event: TrustedTelemetry
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):

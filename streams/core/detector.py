@@ -44,6 +44,7 @@ class Detector:
                 kinds.WorkerFailed: self._jobs.on_error,
                 kinds.WorkerExited: self._jobs.on_exit,
             })
+        self._on.update({twin: self._on[kind] for kind, twin in wire.TRUSTED.items() if kind in self._on})
         self._fire: dict[Timer, Callable[[str, float], None]] = {
             Timer.NODE_LOST: self._nodes.check_lost,
             Timer.RELEASE: self._jobs.release,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import encode
+from schemas import encode, wire
 from schemas.codec import TELEMETRY, InvalidEvent
 from schemas.wire import KINDS, decode_telemetry, retimed
 from streams.replay import replay
@@ -127,3 +127,19 @@ def test_the_core_decides_the_same_incidents_from_either_kind(name: str) -> None
     fast = [decode_telemetry(encode(event)) for event in models]
     assert all(isinstance(event, msgspec.Struct) for event in fast)
     assert replay(fast, tail_s=60.0) == replay(models, tail_s=60.0)
+
+
+def test_each_kind_has_a_trusted_twin_with_its_fields_and_no_bounds() -> None:
+    """What the ingest stage validated is read back by the decider unchecked (streams/batches.py):
+    the same fields and defaults, a subclass, and a value out of the contract's bounds decodes."""
+    for kind, twin in wire.TRUSTED.items():
+        assert issubclass(twin, kind)
+        assert [(f.name, f.default) for f in msgspec.structs.fields(twin)] == [
+            (f.name, f.default) for f in msgspec.structs.fields(kind)]
+    raw = (b'{"type":"node_heartbeat","ts":-5.0,"node":"no spaces allowed","interval":1.0,'
+           b'"links":[{"name":"x y","up":true}]}')
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.json.decode(raw, type=wire.Telemetry)
+    beat = msgspec.json.decode(raw, type=wire.TrustedTelemetry)
+    assert type(beat) is wire.TRUSTED[wire.NodeHeartbeat] and beat.ts == -5.0
+    assert type(beat.links[0]) is wire.TRUSTED[wire.LinkState]

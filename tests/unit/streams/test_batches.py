@@ -32,7 +32,11 @@ def test_a_batch_round_trips_with_its_events_as_decoded() -> None:
     sample = wire.decode_telemetry(s.encode(s.GpuSample(ts=5.0, node="n1", gpu=3, xids=[79], temp_c=80.0)))
     sent = Batch("acme.telemetry.gpu", 7, 10, 13,
                  [Entry(10, 5000, b"n1", sample), Entry(12, 5001, None, sample)])
-    assert decode_batch(encode_batch(sent)) == sent
+    got = decode_batch(encode_batch(sent))
+    assert encode_batch(got) == encode_batch(sent) and got.source == ("acme.telemetry.gpu", 7)
+    # read back as the trusted twin: the same values, a subclass the core takes alike
+    assert type(got.entries[0].event) is wire.TRUSTED[wire.GpuSample]
+    assert isinstance(got.entries[0].event, wire.GpuSample) and got.entries[0].event.xids == (79,)
 
 
 def test_what_is_not_a_batch_is_refused() -> None:
