@@ -188,9 +188,11 @@ class Worker:
     `noop`, a Faust agent that only counts) plus a twice-a-second report on stdout (the event
     loop it runs on included)."""
 
-    def __init__(self, settings: KafkaSettings, run: str, home: Path, mode: str) -> None:
+    def __init__(self, settings: KafkaSettings, run: str, home: Path, mode: str, *,
+                 settle: bool = False) -> None:
         env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
-               "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(home)}
+               "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(home),
+               "BENCH_SETTLE": "1" if settle else ""}
         self.log = home / f"{run}-{mode}.log"
         self.proc = subprocess.Popen([sys.executable, __file__, "--worker", mode, f"{run}-{mode}"], env=env,
                                      stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True)
@@ -278,9 +280,9 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
     ingest = [subprocess.Popen([sys.executable, __file__, "--worker", "ingest", app_id],
                                env={**os.environ, "BENCH_INSTANCE": f"i{n}"}) for n in range(instances)]
     given = [Path(os.environ["TRAINMEDIC_HOME"]) / f"{app_id}-i{n}.assigned" for n in range(instances)]
-    deadline = time.monotonic() + 120
-    while not all(flag.exists() for flag in given) and time.monotonic() < deadline:
-        time.sleep(0.1)  # the group settles (every instance given partitions) before the clock starts
+    deadline = time.monotonic() + (120 if os.environ.get("BENCH_SETTLE") else 0)
+    while not all(f.exists() for f in given) and time.monotonic() < deadline:
+        time.sleep(0.1)  # sustained rates: the group settles (every instance given partitions) first
     settings = KafkaSettings.from_env(role="admin")
     pipeline = Pipeline(settings.topics, LiveDetector(Detector()))
     service = DeciderService(settings, pipeline, ServiceConfig(app_id=app_id, start="earliest"))
@@ -295,6 +297,33 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
         with stop_on_signals(stop):
             service.run(stop.is_set)
     finally:
+        for proc in ingest:
+            proc.terminate()
+        for proc in ingest:
+            proc.wait(30)
+
+
+def run_ingest_stage(app_id: str, instances: int) -> None:
+    """The ingest stage alone: `instances` ingest processes into <app-id>-events, no decider; the
+    events they have read are the group's committed offsets (the telemetry topics are fresh)."""
+    from bus.signals import stop_on_signals
+
+    ingest = [subprocess.Popen([sys.executable, __file__, "--worker", "ingest", app_id],
+                               env={**os.environ, "BENCH_INSTANCE": f"i{n}"}) for n in range(instances)]
+    settings = KafkaSettings.from_env(role="admin")
+    topics = settings.topics
+    group = Consumer(settings.client_config(**{"group.id": f"{app_id}-ingest", "enable.auto.commit": False}))
+    meta = group.list_topics(timeout=10).topics
+    parts = [TopicPartition(name, p) for name in (topics.gpu, topics.node, topics.worker)
+             for p in meta[name].partitions]
+    stop = threading.Event()
+    try:
+        with stop_on_signals(stop):
+            while not stop.wait(0.5):
+                done = group.committed(parts, timeout=10)
+                report(sum(max(tp.offset, 0) for tp in done), sum(tp.offset >= 0 for tp in done), 0)
+    finally:
+        group.close()
         for proc in ingest:
             proc.terminate()
         for proc in ingest:
@@ -394,12 +423,13 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
     run = f"bench-{uuid.uuid4().hex[:8]}"
     settings = fresh_topics(bootstrap, run)
     nodes = max(JOBS, round(rate / EVENTS_PER_NODE / JOBS) * JOBS)
-    worker = Worker(settings, run, home, mode)
+    worker = Worker(settings, run, home, mode, settle=True)
     out, produced, sent = producer(settings), 0, []
     try:
         worker.wait(lambda r: r["assigned"] == TELEMETRY_PARTITIONS)
         start = time.time()
-        cpu_before = (time.process_time(), worker.cpu_s(), broker_pid and cpu_s(broker_pid))
+        cpu_before = (time.process_time(), worker.cpu_s(), broker_pid and cpu_s(broker_pid),
+                      worker.own_cpu_s())
         slices = 20
         for t in range(run_s):
             second = cluster_second(settings.topics, nodes, t, start)
@@ -422,7 +452,7 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
             caught_up = max(0.0, done - produce_end)  # a report can come before the last flush returns
         except RuntimeError:
             caught_up = None
-        worker_cpu = worker.cpu_s() - cpu_before[1]
+        worker_cpu, own_cpu = worker.cpu_s() - cpu_before[1], worker.own_cpu_s() - cpu_before[3]
         broker_cpu = broker_pid and cpu_s(broker_pid) - cpu_before[2]
     finally:
         worker.stop()
@@ -435,6 +465,7 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
     return {"nodes": nodes, "rate": produced / produce_s, "max_lag_s": max(lags),
             "median_lag_s": statistics.median(lags), "catch_up_s": caught_up,
             "producer_cpu": producer_cpu / produced, "worker_cpu": worker_cpu / produced,
+            "split": decider({"cpu_s": worker_cpu, "own_cpu_s": own_cpu, "events": produced}),
             "broker_cpu": broker_cpu and broker_cpu / produced, "loop": worker.reports[-1]["loop"]}
 
 
@@ -447,6 +478,7 @@ WORKERS = {
     "consumer": run_consumer_worker, "ingest": run_ingest_worker,
     "sharded-1": partial(run_sharded_worker, instances=1),
     "sharded-2": partial(run_sharded_worker, instances=2),
+    "ingest-1": partial(run_ingest_stage, instances=1), "ingest-2": partial(run_ingest_stage, instances=2),
     "faust": partial(run_faust_worker, tuning=TUNED), "faust-plain": partial(run_faust_worker, tuning=PLAIN),
     "noop": partial(run_noop_worker, tuning=TUNED), "noop-plain": partial(run_noop_worker, tuning=PLAIN),
 }
@@ -454,6 +486,8 @@ DRAINERS = (
     ("consumer", "(c) detector, consumer engine:      ", "trainmedic detector"),
     ("sharded-1", "(f) sharded detector, 1 ingest:     ", "trainmedic detector --stage ingest x1 + decide"),
     ("sharded-2", "(f) sharded detector, 2 ingest:     ", "trainmedic detector --stage ingest x2 + decide"),
+    ("ingest-1", "(g) ingest stage alone, 1 instance: ", "trainmedic detector --stage ingest x1, no decider"),
+    ("ingest-2", "(g) ingest stage alone, 2 instances:", "trainmedic detector --stage ingest x2, no decider"),
     ("faust-plain", "(d) detector, Faust engine, before: ", "trainmedic detector --engine faust, before"),
     ("faust", "(d) detector, Faust engine, tuned:  ", "trainmedic detector --engine faust"),
     ("noop-plain", "(e) Faust no-op agent, before:      ", "Faust's own ceiling here, before"),
@@ -461,17 +495,23 @@ DRAINERS = (
 )
 
 
-def project(engine_rate: float, state_per_node: float, gpus: int = 100_000) -> None:
-    """A paper projection, from this run's figures, of detection for `gpus` GPUs at 1 Hz."""
+def project(engine_rate: float, state_per_node: float, sharded: dict | None, gpus: int = 100_000) -> None:
+    """A paper projection, from this run's figures, of detection for `gpus` GPUs at 1 Hz: one
+    consumer-engine instance's share, and a sharded detector's (its stages' CPU per event)."""
     nodes = gpus // GPUS
     rate = nodes * EVENTS_PER_NODE
-    instances = math.ceil(rate / (0.5 * engine_rate))
     print(f"projection for {gpus:,} GPUs ({nodes:,} nodes, 1 Hz): {rate:,} events/s, "
-          f"{rate / engine_rate:.1f}x what one consumer-engine instance drained here; at half load "
-          f"each, >= {instances} instances and >= {instances} partitions per telemetry topic; state "
-          f"{state_per_node * nodes / 1e6:.0f} MB in all ({state_per_node / 1e3:.1f} kB per node, as "
-          f"measured at {JOBS} jobs), {state_per_node * nodes / instances / 1e6:.0f} MB per instance; "
-          f"one job's {nodes * GPUS:,} ranks step {nodes * GPUS:,} times a second into one job key")
+          f"{rate / engine_rate:.1f}x what one consumer-engine instance drained here; state "
+          f"{state_per_node * nodes / 1e6:.0f} MB ({state_per_node / 1e3:.1f} kB per node, as measured at "
+          f"{JOBS} jobs); one job's {nodes * GPUS:,} ranks step {nodes * GPUS:,} times a second")
+    if sharded is None:
+        return
+    decider_s = sharded["own_cpu_s"] / sharded["events"]
+    ingest_s = (sharded["cpu_s"] - sharded["own_cpu_s"]) / sharded["events"]
+    instances = math.ceil(rate * ingest_s / 0.5)
+    print(f"  sharded: ingest {us(ingest_s)} CPU/event -> >= {instances} ingest instances at half a core "
+          f"each (and >= {instances} partitions per telemetry topic); the decider {us(decider_s)} "
+          f"CPU/event -> {rate * decider_s:.0%} of one core for all of it")
 
 
 def main() -> None:
@@ -529,21 +569,22 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             took = drain(settings, total, live)
             print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s)")
             state_per_node = len(live.detector.state.to_json()) / args.nodes
-            engine_rate = None
+            engine_rate, sharded = None, None
             for mode, label, what in sorted((d for d in DRAINERS if d[0] in args.drains.split(",")),
                                             key=lambda d: args.drains.split(",").index(d[0])):
                 got = worker_drain(settings, run, home, total, mode)
                 if got["took_s"] > 0:
                     rate = got["events"] / got["took_s"]
                     engine_rate = rate if mode == "consumer" else engine_rate
+                    sharded = got if mode == "sharded-1" else sharded
+                    split = decider(got) if mode.startswith("sharded") else ""
                     print(f"{label}{rate:>9,.0f} events/s  ({got['took_s']:5.2f} s "
                           f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling, worker "
-                          f"{us(got['cpu_s'], got['events'])} CPU/event{decider(got)}, loop {got['loop']}: "
-                          f"{what}")
+                          f"{us(got['cpu_s'], got['events'])} CPU/event{split}, loop {got['loop']}: {what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
             if engine_rate is not None:
-                project(engine_rate, state_per_node)
+                project(engine_rate, state_per_node, sharded)
         finally:
             delete_run(settings, run)
     best: dict[str, float | None] = dict.fromkeys(engines)
@@ -557,7 +598,7 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                   f"produced {got['rate']:>7,.0f} events/s for {args.run_s} s, "
                   f"max lag {got['max_lag_s']:5.2f} s (median {got['median_lag_s']:.2f}), "
                   f"caught up {after} after; CPU/event: producer {us(got['producer_cpu'])}, "
-                  f"worker {us(got['worker_cpu'])}{broker}")
+                  f"worker {us(got['worker_cpu'])}{got['split']}{broker}")
             if got["max_lag_s"] >= 1.0:
                 lagging.add(engine)  # higher rates lag more
             else:

@@ -6,7 +6,9 @@ dlq topic with the reason. Both engines checkpoint its state with the offsets it
 the compacted topic <app-id>-checkpoints, so a restarted detector (even after kill -9) resumes
 exactly where the checkpoint was taken. The app id (consumer group, Faust app id, stem of its
 own topics) defaults to <topic prefix>detector, so two deployments on one Kafka cluster never
-share one. Run one detector per cluster (see docs/streams.md).
+share one. Run one detector per cluster (see docs/streams.md), or for a large one a sharded
+detector: any number of `--stage ingest` instances (validation and dead letters, in the consumer
+group <app-id>-ingest) and one `--stage decide` (the decisions), with one app id.
 
 Every option can also be set by its variable (TRAINMEDIC_DETECTOR_*, e.g.
 TRAINMEDIC_DETECTOR_APP_ID, TRAINMEDIC_DETECTOR_LATENESS_S) or in the --config file (format
