@@ -29,12 +29,14 @@ class TransactionalProducer(EventProducer):
     """An EventProducer whose sends happen inside `with producer.transaction():`."""
 
     def __init__(self, settings: KafkaSettings, *, transactional_id: str, timeout_s: float = 30.0,
-                 transaction_timeout_s: float = 60.0, linger_ms: int = 0) -> None:
+                 transaction_timeout_s: float = 60.0, linger_ms: int = 0,
+                 config: dict[str, object] | None = None) -> None:
         super().__init__(settings, client_id=transactional_id, config={
             "transactional.id": transactional_id,
             # one dead mid-transaction holds readers back at most this
             "transaction.timeout.ms": int(transaction_timeout_s * 1000),
             "linger.ms": linger_ms,  # 0: a transaction is a handful of records, sent at once
+            **(config or {}),
         })
         self.transactional_id = transactional_id
         self._timeout_s = timeout_s
@@ -52,7 +54,21 @@ class TransactionalProducer(EventProducer):
         except BaseException:
             self._abort()
             raise
-        self._call("commit the transaction", lambda: self.client.commit_transaction(self._timeout_s))
+        commit = lambda: self.client.commit_transaction(self._timeout_s)  # noqa: E731
+        try:
+            self._call("commit the transaction", commit)
+        except Fenced:
+            raise
+        except KafkaError as err:
+            if not err.retryable:
+                raise
+            try:  # a commit that timed out may be retried (librdkafka); one that fails again is aborted,
+                self._call("commit the transaction", commit)  # or the next begin would fail for good
+            except Fenced:
+                raise
+            except KafkaError:
+                self._abort()
+                raise
         self.raise_failures()
 
     def _abort(self) -> None:

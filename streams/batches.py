@@ -25,10 +25,13 @@ from schemas.wire import TrustedTelemetry
 
 log = logging.getLogger(__name__)
 
-MAX_EVENTS = 2_000  # per batch: a few hundred kB, well inside a topic's default 1 MB message limit
+MAX_EVENTS = 2_000  # per batch (a few hundred kB of 1 Hz samples)
+MAX_BATCH_BYTES = 4 * 1024 * 1024  # per batch, encoded: an event may hold a traceback of 1 MB
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024 + 65_536  # the events topic's and the ingest producer's limit
+EVENTS_PARTITIONS = 12  # the events topic's partitions when an instance creates it
 EVENTS_TOPIC_CONFIG = {
     "retention.ms": str(3_600_000),  # an hour for a stopped decider to come back; telemetry keeps a week
-    "max.message.bytes": str(8 * 1024 * 1024),
+    "max.message.bytes": str(MAX_MESSAGE_BYTES),
 }
 
 

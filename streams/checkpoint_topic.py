@@ -69,8 +69,9 @@ class CheckpointTopic:
             return None
         why = foreign(saved, self.owner)
         if why is not None:
-            log.error("the last checkpoint on %s is another deployment's (%s): not resumed, starting as "
-                      "configured. Two deployments share the app id %r: give each its own --app-id",
+            log.error("the last checkpoint on %s is another deployment's or another stage's (%s): not "
+                      "resumed, starting as configured. If two deployments share the app id %r, give each "
+                      "its own --app-id; a detector switched between --stage all and decide starts afresh",
                       self.topic, why, self.app_id)
             return None
         return saved

@@ -17,20 +17,18 @@ import logging
 import time
 
 import msgspec
+from confluent_kafka import KafkaException
 
 from bus.admin import ensure_topic, wait_for_topics
 from bus.message import RawMessage
 from bus.reader import watermarks
 from schemas import DeadLettered, encode
-from streams.batches import EVENTS_TOPIC_CONFIG, SourceOffsets, decode_batch, events_topic
+from streams.batches import EVENTS_PARTITIONS, EVENTS_TOPIC_CONFIG, SourceOffsets, decode_batch, events_topic
 from streams.checkpoint import Offsets, Owner
 from streams.pipeline import Output
-from streams.service import DetectorService, Start
+from streams.service import DetectorService
 
 log = logging.getLogger(__name__)
-
-EVENTS_PARTITIONS = 12  # the events topic's partitions when the decider creates it
-
 
 class DeciderService(DetectorService):
     def __init__(self, *args, events_partitions: int = EVENTS_PARTITIONS, **kwargs) -> None:
@@ -54,8 +52,18 @@ class DeciderService(DetectorService):
         self._telemetry = [(name, p) for name, count in counts.items() for p in range(count)]
         return super()._partitions()
 
-    def _first_start(self) -> Start:
-        return "earliest"  # the ingest stage's `--start` says where telemetry begins
+    def _add_new_partitions(self) -> None:
+        """Partitions added to the events topic, and to the telemetry topics: a telemetry partition the
+        ingest stage has not announced yet counts as unread (`read_offsets`)."""
+        super()._add_new_partitions()
+        try:
+            meta = self._consumer.list_topics(timeout=10).topics
+        except KafkaException as err:
+            self._warn("partitions", f"could not look for new partitions: {err.args[0].str()} (retrying)")
+            return
+        topics = self.settings.topics
+        self._telemetry = [(name, p) for name in (topics.gpu, topics.node, topics.worker) if name in meta
+                           for p in sorted(meta[name].partitions)]
 
     def _resumed(self, saved: Offsets) -> None:
         self.sources.next = {tp: offset for tp, offset in saved.items() if tp[0] != self.events_topic}

@@ -33,21 +33,25 @@ from bus.transactional import Fenced, TransactionalProducer
 from schemas import encode
 from schemas.wire import KINDS, Telemetry
 from streams.batches import (
+    EVENTS_PARTITIONS,
     EVENTS_TOPIC_CONFIG,
+    MAX_BATCH_BYTES,
     MAX_EVENTS,
+    MAX_MESSAGE_BYTES,
     Batch,
     Entry,
     encode_batch,
     events_partition,
     events_topic,
 )
-from streams.decider import EVENTS_PARTITIONS
 from streams.pipeline import Output, Pipeline
 from streams.service import WARN_EVERY_S, Start
 
 log = logging.getLogger(__name__)
 
 Where = tuple[str, int]
+ANNOUNCE_EVERY_S = 10.0  # a partition with no news tells the decider where it stands this often
+MAX_FAILED_FLUSHES = 10  # transactions failed in a row before the instance stops (its partitions move)
 _to_wire = msgspec.json.Decoder(Telemetry)
 
 
@@ -80,8 +84,12 @@ class IngestService:
         self._first: dict[Where, int] = {}  # per assigned partition: the first offset not yet committed
         self._next: dict[Where, int] = {}  # ... and the next offset to read
         self._pending: dict[Where, list[Entry]] = {}
-        self._dead: list[Output] = []
-        self._announced: set[Where] = set()  # partitions whose start the decider has been told
+        self._dead: dict[Where, list[Output]] = {}  # ... its dead letters since the last transaction
+        self._announced: dict[Where, float] = {}  # ... when a batch last told the decider where it stands
+        self._restart: set[Where] = set()  # assigned or rewound: the next message must be at `_next`
+        self._failed = 0  # transactions failed in a row
+        self._at_start: set[Where] = set()  # the telemetry partitions when it started
+        self._fresh_group = True  # ... none of which had offsets in the group
         self._warned: dict[str, float] = {}
         self._consumer = clients.consumer(settings, {
             "group.id": f"{config.app_id}-ingest", "enable.auto.commit": False,
@@ -93,7 +101,8 @@ class IngestService:
         }, logger=log)
         self._out = TransactionalProducer(
             settings, transactional_id=f"{config.app_id}-ingest-{config.instance}",
-            transaction_timeout_s=config.transaction_timeout_s, linger_ms=5)
+            transaction_timeout_s=config.transaction_timeout_s, linger_ms=5,
+            config={"message.max.bytes": MAX_MESSAGE_BYTES})
 
     def run(self, stopping: Callable[[], bool]) -> None:
         topics = self.settings.topics
@@ -101,6 +110,10 @@ class IngestService:
                      config=EVENTS_TOPIC_CONFIG)
         self._partitions = wait_for_topics(self.settings, [self.topic])[self.topic]
         self._out.init()
+        counts = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
+        self._at_start = {(name, p) for name, count in counts.items() for p in range(count)}
+        committed = self._consumer.committed([TopicPartition(*where) for where in self._at_start], timeout=30)
+        self._fresh_group = all(tp.offset < 0 for tp in committed)
         try:
             self._consumer.subscribe([topics.gpu, topics.node, topics.worker], on_assign=self._assigned,
                                      on_revoke=self._revoked, on_lost=self._lost)
@@ -129,11 +142,16 @@ class IngestService:
                     self._on_error(msg.error())
                     continue
                 where = (msg.topic(), msg.partition())
-                if where not in nexts:  # revoked since it was fetched
+                expected = nexts.get(where)
+                # Revoked since it was fetched, or fetched before a rewind or a new assignment: what
+                # follows a rewind or an assignment must begin where it says.
+                if expected is None or msg.offset() < expected or (
+                        where in self._restart and msg.offset() != expected):
                     continue
+                self._restart.discard(where)
                 event, message, dead = check(RawMessage.of(msg), wall)
                 if dead:
-                    self._dead += dead
+                    self._dead[where] += dead
                 if event is not None:
                     pending[where].append(Entry(message.offset, message.timestamp_ms, message.key,
                                                 wire_event(event)))
@@ -150,53 +168,64 @@ class IngestService:
                 reported, last_report = self.forwarded, now
 
     def _flush(self) -> None:
-        """One transaction: the batches read since the last, the dead letters, the group's offsets."""
+        """One transaction: the batches read since the last, the dead letters, the group's offsets.
+        A partition with nothing new is announced again every ANNOUNCE_EVERY_S (where it stands), so
+        that a decider starting afresh learns it without waiting for its next message."""
+        now = time.monotonic()
         moved = [where for where, offset in self._next.items() if offset != self._first[where]
-                 or where not in self._announced]
-        if not moved and not self._dead:
+                 or now - self._announced.get(where, float("-inf")) >= ANNOUNCE_EVERY_S]
+        if not moved:
             return
         try:
             with self._out.transaction():
                 for where in moved:
                     self._send(where)
-                for out in self._dead:
-                    self._out.send(out.topic, out.value, key=out.key)
-                if moved:
-                    self._out.client.send_offsets_to_transaction(
-                        [TopicPartition(t, p, self._next[(t, p)]) for t, p in moved],
-                        self._consumer.consumer_group_metadata(), 30)
+                    for out in self._dead[where]:
+                        self._out.send(out.topic, out.value, key=out.key)
+                self._out.client.send_offsets_to_transaction(
+                    [TopicPartition(t, p, self._next[(t, p)]) for t, p in moved],
+                    self._consumer.consumer_group_metadata(), 30)
         except Fenced as err:
             raise KafkaError(f"{err} (another ingest instance uses the id {self.config.instance!r}: "
                              "give each its own --instance)") from None
-        except (KafkaError, KafkaException) as err:
+        except (KafkaError, KafkaException, BufferError) as err:
+            self._failed += 1
+            if self._failed >= MAX_FAILED_FLUSHES:  # let the group give its partitions to the others
+                raise KafkaError(f"ingest: {self._failed} transactions failed in a row, the last: {err}"
+                                 ) from None
             self._warn("flush", f"transaction aborted: {err}; reading again from the last commit")
             self._rewind()
             return
+        self._failed = 0
         for where in moved:
             self.forwarded += len(self._pending[where])
-            self._pending[where] = []
+            self._pending[where], self._dead[where] = [], []
             self._first[where] = self._next[where]
-            self._announced.add(where)
-        self._dead = []
+            self._announced[where] = now
 
     def _send(self, where: Where) -> None:
-        entries, start = self._pending[where], self._first[where]
+        """The partition's events since the last transaction, in batches of MAX_EVENTS at most."""
         partition = events_partition(where, self._partitions)
         key = f"{where[0]}:{where[1]}".encode()
+        entries, start, last = self._pending[where], self._first[where], self._next[where]
         for i in range(0, max(len(entries), 1), MAX_EVENTS):
             chunk = entries[i:i + MAX_EVENTS]
-            end = self._next[where] if i + MAX_EVENTS >= len(entries) else chunk[-1].offset + 1
-            self._out.client.produce(self.topic, encode_batch(Batch(*where, start, end, chunk)), key=key,
-                                     partition=partition)
+            end = last if i + MAX_EVENTS >= len(entries) else chunk[-1].offset + 1
+            for data in _encoded(where, start, end, chunk):
+                self._out.client.produce(self.topic, data, key=key, partition=partition)
             start = end
 
     def _rewind(self) -> None:
-        """After an aborted transaction: read again what it held."""
+        """After an aborted transaction: read again what it held, from where it began."""
         for where, offset in self._first.items():
             self._next[where] = offset
-            self._pending[where] = []
-            self._consumer.seek(TopicPartition(*where, offset))
-        self._dead = []
+            self._pending[where], self._dead[where] = [], []
+            self._restart.add(where)
+            try:
+                self._consumer.seek(TopicPartition(*where, offset))
+            except KafkaException:  # a partition assigned a moment ago cannot be sought yet
+                self._consumer.incremental_unassign([TopicPartition(*where)])
+                self._consumer.incremental_assign([TopicPartition(*where, offset)])
 
     # -- the group ---------------------------------------------------------------------
 
@@ -204,18 +233,25 @@ class IngestService:
         """Given partitions: from the group's committed offsets, or `start` for those with none. Each
         is announced to the decider (an empty batch at its start) at the next flush."""
         committed = consumer.committed(partitions, timeout=30)
-        offsets = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+        saved = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+        offsets = locate(consumer, list(saved), saved, timeout_s=30)  # inside what each holds now
         fresh = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
+        # `start` on the group's first start; a partition added to a topic since is read whole.
+        first = [where for where in fresh if self._fresh_group and where in self._at_start]
         start = self.config.start
-        offsets |= locate(consumer, fresh, At(start) if isinstance(start, float | int) else start,
+        added = [where for where in fresh if where not in first]
+        offsets |= locate(consumer, first, At(start) if isinstance(start, float | int) else start,
                           timeout_s=30)
+        offsets |= locate(consumer, added, "earliest", timeout_s=30)
         for where, offset in offsets.items():
             self._first[where] = self._next[where] = offset
-            self._pending[where] = []
-            self._announced.discard(where)
+            self._pending[where], self._dead[where] = [], []
+            self._announced.pop(where, None)
+            self._restart.add(where)
         consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
-        log.info("assigned %d partitions (%d from the group's offsets, %d from %r): %s", len(offsets),
-                 len(offsets) - len(fresh), len(fresh), start, _names(offsets))
+        log.info("assigned %d partitions (%d from the group's offsets, %d from %r, %d added since: from "
+                 "the earliest): %s", len(offsets), len(saved), len(first), start, len(added),
+                 _names(offsets))
 
     def _revoked(self, consumer, partitions: list[TopicPartition]) -> None:
         """Handing partitions over: commit what was read of them first, so the next owner goes on
@@ -235,9 +271,9 @@ class IngestService:
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             where = (tp.topic, tp.partition)
-            for table in (self._first, self._next, self._pending):
+            for table in (self._first, self._next, self._pending, self._dead, self._announced):
                 table.pop(where, None)
-            self._announced.discard(where)
+            self._restart.discard(where)
 
     def _on_error(self, err) -> None:
         if err.fatal():
@@ -253,3 +289,14 @@ class IngestService:
 
 def _names(parts) -> str:
     return ", ".join(f"{t}[{p}]" for t, p in sorted(parts))
+
+
+def _encoded(where: Where, first: int, next_: int, entries: list[Entry]) -> list[bytes]:
+    """The batch of these entries, split in halves until each is under MAX_BATCH_BYTES (an event may
+    carry a traceback of 1 MB)."""
+    data = encode_batch(Batch(*where, first, next_, entries))
+    if len(data) <= MAX_BATCH_BYTES or len(entries) < 2:
+        return [data]
+    half = len(entries) // 2
+    middle = entries[half].offset
+    return _encoded(where, first, middle, entries[:half]) + _encoded(where, middle, next_, entries[half:])

@@ -61,7 +61,9 @@ def test_bindings_stay_under_the_prefix_and_the_filters_match_them_all() -> None
     made = bindings(PREFIX)
     assert all(b.name.startswith(PREFIX) for b in made)
     assert "admin" not in {b.principal for b in made}  # the super user needs none
-    assert {b.name for b in made if b.restype == ResourceType.TRANSACTIONAL_ID} == {"acme.coordinator"}
+    # the coordinator's decisions, and a sharded detector's ingest instances (`acme.detector-ingest-*`)
+    assert {(b.name, b.principal) for b in made if b.restype == ResourceType.TRANSACTIONAL_ID} == {
+        ("acme.coordinator", "User:coordinator"), ("acme.detector", "User:detector")}
     keys = {(f.restype, f.name, f.resource_pattern_type, f.principal) for f in filters(PREFIX)}
     assert keys == {(b.restype, b.name, b.resource_pattern_type, b.principal) for b in made}
     assert len(made) == sum(len(g.operations) for grants in GRANTS.values() for g in grants)

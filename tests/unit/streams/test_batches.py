@@ -132,3 +132,18 @@ def test_ingest_and_decider_decide_as_one_detector_with_batches_sent_twice(name:
 
 def incidents(outs) -> list[tuple[bytes, bytes]]:
     return [(out.key, out.value) for out in outs if out.topic == s.Topics().incidents]
+
+
+def test_batches_of_big_events_are_split_under_the_size_limit_covering_every_offset() -> None:
+    """Tracebacks of a megabyte each (a mass failure): each batch stays under MAX_BATCH_BYTES, and
+    together they cover the offsets of the whole read, in order, with none lost."""
+    from streams.batches import MAX_BATCH_BYTES
+    from streams.ingest import _encoded
+
+    big = wire.WorkerFailed(ts=1.0, node="n1", job="j", rank=0, world_size=8, error="x" * 1_000_000)
+    entries = [Entry(offset, 1000, b"j", big) for offset in range(10, 30, 2)]  # odd offsets dead-lettered
+    pieces = [decode_batch(data) for data in _encoded(("worker", 3), 10, 31, entries)]
+    assert len(pieces) > 2 and all(len(encode_batch(p)) <= MAX_BATCH_BYTES for p in pieces)
+    assert [(p.first, p.next) for p in pieces][0][0] == 10 and pieces[-1].next == 31
+    assert all(a.next == b.first for a, b in zip(pieces, pieces[1:], strict=False))
+    assert [e.offset for p in pieces for e in p.entries] == list(range(10, 30, 2))
