@@ -30,7 +30,10 @@ from streams.service import DetectorService
 
 log = logging.getLogger(__name__)
 
+
 class DeciderService(DetectorService):
+    """`run()` as `DetectorService`, on the events topic."""
+
     def __init__(self, *args, events_partitions: int = EVENTS_PARTITIONS, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.events_topic = events_topic(self.config.app_id)
@@ -62,15 +65,21 @@ class DeciderService(DetectorService):
             self._warn("partitions", f"could not look for new partitions: {err.args[0].str()} (retrying)")
             return
         topics = self.settings.topics
-        self._telemetry = [(name, p) for name in (topics.gpu, topics.node, topics.worker) if name in meta
-                           for p in sorted(meta[name].partitions)]
+        now = [(name, p) for name in (topics.gpu, topics.node, topics.worker) if name in meta
+               for p in sorted(meta[name].partitions)]
+        added = [tp for tp in now if tp not in self._telemetry]
+        if added:  # read by the ingest stage from their beginning: hold event time back for them
+            self.pipeline.live.expect(added, time.time())
+            log.info("telemetry partitions added since the start: %s",
+                     ", ".join(f"{t}[{p}]" for t, p in added))
+        self._telemetry = now
 
     def _resumed(self, saved: Offsets) -> None:
         self.sources.next = {tp: offset for tp, offset in saved.items() if tp[0] != self.events_topic}
 
     def _expect_start(self) -> None:
         marks = watermarks(self._consumer, self._telemetry, timeout_s=10)
-        behind = [tp for tp in self._telemetry if self.sources.next.get(tp, -1) < marks[tp][1]]
+        behind = [tp for tp in self._telemetry if self.sources.next.get(tp, 0) < marks[tp][1]]
         self.pipeline.live.expect(behind, time.time())
 
     def _expect_new(self, offsets: Offsets) -> None:

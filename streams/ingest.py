@@ -45,7 +45,7 @@ from streams.batches import (
     events_topic,
 )
 from streams.pipeline import Output, Pipeline
-from streams.service import WARN_EVERY_S, Start
+from streams.service import Start, Warnings, fetch
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class IngestService:
         self._failed = 0  # transactions failed in a row
         self._at_start: set[Where] = set()  # the telemetry partitions when it started
         self._fresh_group = True  # ... none of which had offsets in the group
-        self._warned: dict[str, float] = {}
+        self._warn = Warnings()
         self._consumer = clients.consumer(settings, {
             "group.id": f"{config.app_id}-ingest", "enable.auto.commit": False,
             "enable.partition.eof": False, "auto.offset.reset": "earliest",
@@ -134,12 +134,11 @@ class IngestService:
         last_flush = last_report = time.monotonic()
         reported = 0
         while not stopping():
-            first = self._consumer.poll(config.flush_every_s)
-            messages = [] if first is None else [first, *self._consumer.consume(config.batch - 1, 0)]
+            messages = fetch(self._consumer, config.flush_every_s, config.batch)
             wall = time.time()
             for msg in messages:
                 if msg.error():
-                    self._on_error(msg.error())
+                    self._warn.consumer_error(msg.error())
                     continue
                 where = (msg.topic(), msg.partition())
                 expected = nexts.get(where)
@@ -274,17 +273,6 @@ class IngestService:
             for table in (self._first, self._next, self._pending, self._dead, self._announced):
                 table.pop(where, None)
             self._restart.discard(where)
-
-    def _on_error(self, err) -> None:
-        if err.fatal():
-            raise KafkaError(f"consumer failed: {err.str()}", code=err.name())
-        self._warn(err.name(), f"consumer: {err.str()} (retrying)")
-
-    def _warn(self, kind: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._warned.get(kind, float("-inf")) >= WARN_EVERY_S:
-            self._warned[kind] = now
-            log.warning(message)
 
 
 def _names(parts) -> str:

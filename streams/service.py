@@ -50,6 +50,32 @@ GC_THRESHOLDS = (100_000, 50, 100)
 Start = str | float
 
 
+def fetch(consumer, wait_s: float, most: int) -> list:
+    """Messages read now: the first as it comes (up to `wait_s`), then what is already fetched, up
+    to `most` in all. (consume(n, timeout) waits for n messages: at a low rate that is the whole
+    timeout, an Xid's detection held up by it.)"""
+    first = consumer.poll(wait_s)
+    return [] if first is None else [first, *consumer.consume(most - 1, 0)]
+
+
+class Warnings:
+    """Logs each kind of warning at most every WARN_EVERY_S; a fatal consumer error is raised."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, float] = {}
+
+    def __call__(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        if now - self._at.get(kind, float("-inf")) >= WARN_EVERY_S:
+            self._at[kind] = now
+            log.warning(message)
+
+    def consumer_error(self, err: RdKafkaError) -> None:
+        if err.fatal():
+            raise KafkaError(f"consumer failed: {err.str()}", code=err.name())
+        self(err.name(), f"consumer: {err.str()} (retrying)")
+
+
 def tune_gc() -> None:
     """For a process that runs the detector: collect garbage cycles less often (its events make
     no cycles; reference counting frees them)."""
@@ -76,7 +102,7 @@ class DetectorService:
         self.settings, self.pipeline, self.config = settings, pipeline, config
         self.offsets: Offsets = {}  # next offset to read, per telemetry partition
         self._cadence = Cadence(config.checkpoint_every_s)
-        self._warned: dict[str, float] = {}
+        self._warn = Warnings()
         self._consumer = clients.consumer(settings, {
             "group.id": config.app_id, "enable.auto.commit": False, "enable.partition.eof": False,
             "auto.offset.reset": "earliest",  # an offset retention removed: lose no more than it did
@@ -158,15 +184,11 @@ class DetectorService:
         last_tick = last_commit = last_report = last_scan = time.monotonic()
         reported = 0
         while not stopping():
-            # consume(n, timeout) waits for n messages: at a low rate that is the whole timeout, an
-            # Xid's detection held up by 0.25 s. The first message is taken as it comes, then what
-            # is already fetched.
-            first = self._consumer.poll(config.tick_s)
-            messages = [] if first is None else [first, *self._consumer.consume(config.batch - 1, 0)]
+            messages = fetch(self._consumer, config.tick_s, config.batch)
             wall = time.time()
             for msg in messages:
                 if msg.error():
-                    self._on_error(msg.error())
+                    self._warn.consumer_error(msg.error())
                     continue
                 outs = take(msg, wall)
                 if outs:
@@ -268,14 +290,3 @@ class DetectorService:
                                   asynchronous=True)
         except KafkaException as err:  # only lag monitoring reads these
             self._warn("commit", f"offsets not committed: {err.args[0].str()}")
-
-    def _on_error(self, err: RdKafkaError) -> None:
-        if err.fatal():
-            raise KafkaError(f"consumer failed: {err.str()}", code=err.name())
-        self._warn(err.name(), f"consumer: {err.str()} (retrying)")
-
-    def _warn(self, kind: str, message: str) -> None:
-        now = time.monotonic()
-        if now - self._warned.get(kind, float("-inf")) >= WARN_EVERY_S:
-            self._warned[kind] = now
-            log.warning(message)

@@ -5,7 +5,6 @@ fault, never resuming the other's checkpoint."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import schemas as s
 from bus.admin import list_topics
 from bus.settings import KafkaSettings
 from streams.replay import replay
-from tests.integration.streams.test_detector_live import incidents_until, key, publish
+from tests.integration.streams.test_detector_live import incidents_until, key, publish, stop
 from tests.unit.streams.test_scenarios import load
 
 pytestmark = pytest.mark.kafka
@@ -42,12 +41,7 @@ def run_detector(settings: KafkaSettings, log: Path, until: callable, *flags: st
         try:
             until()
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop([proc])
 
 
 def expected(recording: str) -> tuple[list[s.Event], set[tuple]]:

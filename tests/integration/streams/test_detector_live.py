@@ -61,6 +61,11 @@ def detector(kafka: KafkaSettings, tmp_path: Path, engine: str) -> Iterator[call
 
     start.app_id = app_id
     yield start
+    stop(procs)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to those still running, SIGKILL to those still running 30 s later."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

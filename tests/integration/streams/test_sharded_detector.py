@@ -20,7 +20,7 @@ import schemas as s
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from streams.replay import replay
-from tests.integration.streams.test_detector_live import incidents_until, key
+from tests.integration.streams.test_detector_live import incidents_until, key, stop
 from tests.unit.streams.test_scenarios import load
 
 pytestmark = pytest.mark.kafka
@@ -60,14 +60,7 @@ def sharded(kafka: KafkaSettings, tmp_path: Path) -> Iterator[callable]:
         return procs[-1]
 
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    stop(procs)
 
 
 def per_incident(keys: list[tuple]) -> dict[str, list[tuple]]:
