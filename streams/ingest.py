@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 
 Where = tuple[str, int]
 ANNOUNCE_EVERY_S = 10.0  # a partition with no news tells the decider where it stands this often
-MAX_FAILED_FLUSHES = 10  # transactions failed in a row before the instance stops (its partitions move)
+TXN_CALL_TIMEOUT_S = 10.0  # how long one transactional call may block the loop
+RETRY_MAX_S = 10.0  # the longest pause between failed transactions
 _to_wire = msgspec.json.Decoder(Telemetry)
 
 
@@ -90,7 +91,7 @@ class IngestService:
         self._failed = 0  # transactions failed in a row
         self._at_start: set[Where] = set()  # the telemetry partitions when it started
         self._fresh_group = True  # ... none of which had offsets in the group
-        self._warn = Warnings()
+        self._warn = Warnings(log)
         self._consumer = clients.consumer(settings, {
             "group.id": f"{config.app_id}-ingest", "enable.auto.commit": False,
             "enable.partition.eof": False, "auto.offset.reset": "earliest",
@@ -99,17 +100,15 @@ class IngestService:
             "heartbeat.interval.ms": int(config.session_timeout_s * 1000 / 5),
             "topic.metadata.refresh.interval.ms": 30_000,  # partitions added to telemetry: read within this
         }, logger=log)
-        self._out = TransactionalProducer(
-            settings, transactional_id=f"{config.app_id}-ingest-{config.instance}",
-            transaction_timeout_s=config.transaction_timeout_s, linger_ms=5,
-            config={"message.max.bytes": MAX_MESSAGE_BYTES})
+        self._out: TransactionalProducer | None = None  # made (and registered) when a transaction needs one
+        self._retry_at = float("-inf")  # after a failed transaction: no other before this (monotonic)
 
     def run(self, stopping: Callable[[], bool]) -> None:
         topics = self.settings.topics
         ensure_topic(self.settings, self.topic, partitions=self.config.events_partitions,
                      config=EVENTS_TOPIC_CONFIG)
         self._partitions = wait_for_topics(self.settings, [self.topic])[self.topic]
-        self._out.init()
+        self._producer()
         counts = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
         self._at_start = {(name, p) for name, count in counts.items() for p in range(count)}
         committed = self._consumer.committed([TopicPartition(*where) for where in self._at_start], timeout=30)
@@ -127,7 +126,8 @@ class IngestService:
             try:
                 self._consumer.close()  # leaves the group: its partitions move now, not after the session
             finally:
-                self._out.close()
+                if self._out is not None:
+                    self._out.close(TXN_CALL_TIMEOUT_S)
 
     def _loop(self, stopping: Callable[[], bool]) -> None:
         config, check, pending, nexts = self.config, self.pipeline.check, self._pending, self._next
@@ -173,27 +173,33 @@ class IngestService:
         now = time.monotonic()
         moved = [where for where, offset in self._next.items() if offset != self._first[where]
                  or now - self._announced.get(where, float("-inf")) >= ANNOUNCE_EVERY_S]
-        if not moved:
+        if not moved or now < self._retry_at:
             return
+        out = self._producer()
         try:
-            with self._out.transaction():
+            if out is None:
+                raise KafkaError("no transactional producer: the broker did not register it")
+            with out.transaction():
                 for where in moved:
                     self._send(where)
-                    for out in self._dead[where]:
-                        self._out.send(out.topic, out.value, key=out.key)
-                self._out.client.send_offsets_to_transaction(
+                    for letter in self._dead[where]:
+                        out.send(letter.topic, letter.value, key=letter.key)
+                out.client.send_offsets_to_transaction(
                     [TopicPartition(t, p, self._next[(t, p)]) for t, p in moved],
-                    self._consumer.consumer_group_metadata(), 30)
+                    self._consumer.consumer_group_metadata(), TXN_CALL_TIMEOUT_S)
         except Fenced as err:
             raise KafkaError(f"{err} (another ingest instance uses the id {self.config.instance!r}: "
                              "give each its own --instance)") from None
         except (KafkaError, KafkaException, BufferError) as err:
+            # A broker away or restarted can leave the producer in a state no abort mends: a new one
+            # (registering aborts what this one left open) and what it held read again, after a pause
+            # that doubles while it fails.
             self._failed += 1
-            if self._failed >= MAX_FAILED_FLUSHES:  # let the group give its partitions to the others
-                raise KafkaError(f"ingest: {self._failed} transactions failed in a row, the last: {err}"
-                                 ) from None
-            self._warn("flush", f"transaction aborted: {err}; reading again from the last commit")
+            self._retry_at = now + min(RETRY_MAX_S, 0.1 * 2 ** self._failed)
+            self._warn("flush", f"transaction failed ({self._failed} in a row): {err}; reading again "
+                       "from the last commit with a new producer")
             self._rewind()
+            self._discard_producer()
             return
         self._failed = 0
         for where in moved:
@@ -213,6 +219,30 @@ class IngestService:
             for data in _encoded(where, start, end, chunk):
                 self._out.client.produce(self.topic, data, key=key, partition=partition)
             start = end
+
+    def _producer(self) -> TransactionalProducer | None:
+        """The transactional producer, made and registered if there is none; None if the broker does
+        not answer (tried again at the next transaction). Registering fences an older one of this id."""
+        if self._out is None:
+            out = TransactionalProducer(
+                self.settings, transactional_id=f"{self.config.app_id}-ingest-{self.config.instance}",
+                timeout_s=TXN_CALL_TIMEOUT_S, transaction_timeout_s=self.config.transaction_timeout_s,
+                linger_ms=5, config={"message.max.bytes": MAX_MESSAGE_BYTES})
+            try:
+                out.init()
+            except Fenced:
+                raise
+            except KafkaError as err:
+                self._warn("init", f"cannot register the transactional producer: {err} (retrying)")
+                out.client.purge()
+                return None
+            self._out = out
+        return self._out
+
+    def _discard_producer(self) -> None:
+        out, self._out = self._out, None
+        if out is not None:
+            out.client.purge()  # what it queued is read again and sent by the next one
 
     def _rewind(self) -> None:
         """After an aborted transaction: read again what it held, from where it began."""

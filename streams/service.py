@@ -61,14 +61,15 @@ def fetch(consumer, wait_s: float, most: int) -> list:
 class Warnings:
     """Logs each kind of warning at most every WARN_EVERY_S; a fatal consumer error is raised."""
 
-    def __init__(self) -> None:
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
         self._at: dict[str, float] = {}
 
     def __call__(self, kind: str, message: str) -> None:
         now = time.monotonic()
         if now - self._at.get(kind, float("-inf")) >= WARN_EVERY_S:
             self._at[kind] = now
-            log.warning(message)
+            self._log.warning(message)
 
     def consumer_error(self, err: RdKafkaError) -> None:
         if err.fatal():
@@ -102,7 +103,7 @@ class DetectorService:
         self.settings, self.pipeline, self.config = settings, pipeline, config
         self.offsets: Offsets = {}  # next offset to read, per telemetry partition
         self._cadence = Cadence(config.checkpoint_every_s)
-        self._warn = Warnings()
+        self._warn = Warnings(log)
         self._consumer = clients.consumer(settings, {
             "group.id": config.app_id, "enable.auto.commit": False, "enable.partition.eof": False,
             "auto.offset.reset": "earliest",  # an offset retention removed: lose no more than it did
