@@ -54,22 +54,26 @@ class TransactionalProducer(EventProducer):
         except BaseException:
             self._abort()
             raise
-        commit = lambda: self.client.commit_transaction(self._timeout_s)  # noqa: E731
-        try:
-            self._call("commit the transaction", commit)
-        except Fenced:
-            raise
-        except KafkaError as err:
-            if not err.retryable:
-                raise
-            try:  # a commit that timed out may be retried (librdkafka); one that fails again is aborted,
-                self._call("commit the transaction", commit)  # or the next begin would fail for good
-            except Fenced:
-                raise
-            except KafkaError:
-                self._abort()
-                raise
+        self._commit()
         self.raise_failures()
+
+    def _commit(self) -> None:
+        """Commit; a commit that timed out is retried once (librdkafka allows it), then aborted: left
+        half-committed, the producer could begin no other transaction."""
+        for attempt in (1, 2):
+            try:
+                self.client.commit_transaction(self._timeout_s)
+                return
+            except KafkaException as err:
+                code = err.args[0]
+                if code.fatal() or code.txn_requires_abort() or not code.retriable() or attempt == 2:
+                    break
+        if code.fatal():
+            raise Fenced(f"{self.transactional_id}: cannot commit the transaction: {code.str()}",
+                         code=code.name())
+        self._abort()
+        raise KafkaError(f"{self.transactional_id}: cannot commit the transaction: {code.str()}",
+                         code=code.name(), retryable=True)
 
     def _abort(self) -> None:
         try:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import OFFSET_STORED, KafkaException, TopicPartition
 
 from bus import clients
 from bus.admin import ensure_topic, wait_for_topics
@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 
 Where = tuple[str, int]
 ANNOUNCE_EVERY_S = 10.0  # a partition with no news tells the decider where it stands this often
-TXN_CALL_TIMEOUT_S = 10.0  # how long one transactional call may block the loop
+TXN_CALL_TIMEOUT_S = 4.0  # how long one transactional call may block the loop (4 in a row fit a transaction)
+RESTART_WAIT_S = 10.0  # after a rewind or an assignment: how long a message past the restart offset is stale
+FENCED_IN_A_ROW = 3  # fenced this often with a new producer each time: another instance has its id
 RETRY_MAX_S = 10.0  # the longest pause between failed transactions
 _to_wire = msgspec.json.Decoder(Telemetry)
 
@@ -65,7 +67,7 @@ class IngestConfig:
     flush_every_s: float = 0.05  # one transaction per this much wall time (the decider's added latency)
     batch: int = 2000
     session_timeout_s: float = 10.0  # a dead instance's partitions move after this
-    transaction_timeout_s: float = 10.0  # how long a dead instance's open transaction can hold the decider
+    transaction_timeout_s: float = 20.0  # how long a dead instance's open transaction can hold the decider
     report_every_s: float = 60.0
 
 
@@ -87,7 +89,9 @@ class IngestService:
         self._pending: dict[Where, list[Entry]] = {}
         self._dead: dict[Where, list[Output]] = {}  # ... its dead letters since the last transaction
         self._announced: dict[Where, float] = {}  # ... when a batch last told the decider where it stands
-        self._restart: set[Where] = set()  # assigned or rewound: the next message must be at `_next`
+        self._restart: dict[Where, float] = {}  # assigned or rewound (when): the next message is at `_next`
+        self._fenced = 0  # transactions fenced in a row
+        self._closing = False  # leaving after an error: no transaction while the group takes the partitions
         self._failed = 0  # transactions failed in a row
         self._at_start: set[Where] = set()  # the telemetry partitions when it started
         self._fresh_group = True  # ... none of which had offsets in the group
@@ -121,7 +125,11 @@ class IngestService:
             self._loop(stopping)
             self._flush()
         except KafkaException as err:
+            self._closing = True
             raise KafkaError(f"ingest: {err.args[0].str()}", code=err.args[0].name()) from None
+        except BaseException:
+            self._closing = True
+            raise
         finally:
             try:
                 self._consumer.close()  # leaves the group: its partitions move now, not after the session
@@ -143,11 +151,21 @@ class IngestService:
                 where = (msg.topic(), msg.partition())
                 expected = nexts.get(where)
                 # Revoked since it was fetched, or fetched before a rewind or a new assignment: what
-                # follows a rewind or an assignment must begin where it says.
-                if expected is None or msg.offset() < expected or (
-                        where in self._restart and msg.offset() != expected):
+                # follows a rewind or an assignment begins where it says (or, RESTART_WAIT_S later,
+                # past messages that retention removed meanwhile).
+                if expected is None:
                     continue
-                self._restart.discard(where)
+                if expected < 0:  # assigned at the group's offset as the consumer found it: here
+                    expected = self._first[where] = msg.offset()
+                if msg.offset() < expected:
+                    continue
+                if where in self._restart:
+                    if msg.offset() != expected:
+                        if time.monotonic() - self._restart[where] < RESTART_WAIT_S:
+                            continue
+                        log.warning("%s[%d]: offsets %d to %d are gone (retention?): going on from %d",
+                                    *where, expected, msg.offset() - 1, msg.offset())
+                    del self._restart[where]
                 event, message, dead = check(RawMessage.of(msg), wall)
                 if dead:
                     self._dead[where] += dead
@@ -171,8 +189,9 @@ class IngestService:
         A partition with nothing new is announced again every ANNOUNCE_EVERY_S (where it stands), so
         that a decider starting afresh learns it without waiting for its next message."""
         now = time.monotonic()
-        moved = [where for where, offset in self._next.items() if offset != self._first[where]
-                 or now - self._announced.get(where, float("-inf")) >= ANNOUNCE_EVERY_S]
+        due = now - ANNOUNCE_EVERY_S
+        moved = [where for where, offset in self._next.items() if offset >= 0 and (  # < 0: not read yet
+                 offset != self._first[where] or self._announced.get(where, float("-inf")) <= due)]
         if not moved or now < self._retry_at:
             return
         out = self._producer()
@@ -187,13 +206,16 @@ class IngestService:
                 out.client.send_offsets_to_transaction(
                     [TopicPartition(t, p, self._next[(t, p)]) for t, p in moved],
                     self._consumer.consumer_group_metadata(), TXN_CALL_TIMEOUT_S)
-        except Fenced as err:
-            raise KafkaError(f"{err} (another ingest instance uses the id {self.config.instance!r}: "
-                             "give each its own --instance)") from None
         except (KafkaError, KafkaException, BufferError) as err:
-            # A broker away or restarted can leave the producer in a state no abort mends: a new one
-            # (registering aborts what this one left open) and what it held read again, after a pause
-            # that doubles while it fails.
+            # A broker away, slow or restarted can leave the producer in a state no abort mends, or
+            # fenced (the broker aborted a transaction that outlived its timeout): a new one
+            # (registering aborts what this one left open), what it held read again, after a pause
+            # that doubles while it fails. Fenced with a new producer each time: another instance
+            # registers the same id.
+            self._fenced = self._fenced + 1 if isinstance(err, Fenced) else 0
+            if self._fenced >= FENCED_IN_A_ROW:
+                raise KafkaError(f"{err} (another ingest instance uses the id {self.config.instance!r}: "
+                                 "give each its own --instance)") from None
             self._failed += 1
             self._retry_at = now + min(RETRY_MAX_S, 0.1 * 2 ** self._failed)
             self._warn("flush", f"transaction failed ({self._failed} in a row): {err}; reading again "
@@ -201,7 +223,7 @@ class IngestService:
             self._rewind()
             self._discard_producer()
             return
-        self._failed = 0
+        self._failed = self._fenced = 0
         for where in moved:
             self.forwarded += len(self._pending[where])
             self._pending[where], self._dead[where] = [], []
@@ -230,11 +252,10 @@ class IngestService:
                 linger_ms=5, config={"message.max.bytes": MAX_MESSAGE_BYTES})
             try:
                 out.init()
-            except Fenced:
-                raise
             except KafkaError as err:
                 self._warn("init", f"cannot register the transactional producer: {err} (retrying)")
                 out.client.purge()
+                out.client.flush(0)
                 return None
             self._out = out
         return self._out
@@ -243,13 +264,15 @@ class IngestService:
         out, self._out = self._out, None
         if out is not None:
             out.client.purge()  # what it queued is read again and sent by the next one
+            out.client.flush(0)  # serves the purged messages' reports, which hold on to the producer
 
     def _rewind(self) -> None:
         """After an aborted transaction: read again what it held, from where it began."""
+        now = time.monotonic()
         for where, offset in self._first.items():
             self._next[where] = offset
             self._pending[where], self._dead[where] = [], []
-            self._restart.add(where)
+            self._restart[where] = now
             try:
                 self._consumer.seek(TopicPartition(*where, offset))
             except KafkaException:  # a partition assigned a moment ago cannot be sought yet
@@ -261,32 +284,44 @@ class IngestService:
     def _assigned(self, consumer, partitions: list[TopicPartition]) -> None:
         """Given partitions: from the group's committed offsets, or `start` for those with none. Each
         is announced to the decider (an empty batch at its start) at the next flush."""
-        committed = consumer.committed(partitions, timeout=30)
+        try:
+            offsets, how = self._start_offsets(consumer, partitions)
+        except KafkaException as err:
+            # The broker does not answer now: the consumer takes the group's offsets itself (the
+            # earliest where there are none; the decider skips what it has applied already).
+            offsets = {(tp.topic, tp.partition): OFFSET_STORED for tp in partitions}
+            how = f"the group's offsets as the consumer finds them ({err.args[0].str()})"
+        now = time.monotonic()
+        for where, offset in offsets.items():
+            self._first[where] = self._next[where] = offset
+            self._pending[where], self._dead[where] = [], []
+            self._announced.pop(where, None)
+            self._restart[where] = now
+        consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+        log.info("assigned %d partitions (%s): %s", len(offsets), how, _names(offsets))
+
+    def _start_offsets(self, consumer, partitions: list[TopicPartition]) -> tuple[dict[Where, int], str]:
+        committed = consumer.committed(partitions, timeout=TXN_CALL_TIMEOUT_S)
         saved = {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
-        offsets = locate(consumer, list(saved), saved, timeout_s=30)  # inside what each holds now
+        offsets = locate(consumer, list(saved), saved, timeout_s=TXN_CALL_TIMEOUT_S)  # inside what each holds
         fresh = [(tp.topic, tp.partition) for tp in committed if tp.offset < 0]
         # `start` on the group's first start; a partition added to a topic since is read whole.
         first = [where for where in fresh if self._fresh_group and where in self._at_start]
         start = self.config.start
         added = [where for where in fresh if where not in first]
         offsets |= locate(consumer, first, At(start) if isinstance(start, float | int) else start,
-                          timeout_s=30)
-        offsets |= locate(consumer, added, "earliest", timeout_s=30)
-        for where, offset in offsets.items():
-            self._first[where] = self._next[where] = offset
-            self._pending[where], self._dead[where] = [], []
-            self._announced.pop(where, None)
-            self._restart.add(where)
-        consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
-        log.info("assigned %d partitions (%d from the group's offsets, %d from %r, %d added since: from "
-                 "the earliest): %s", len(offsets), len(saved), len(first), start, len(added),
-                 _names(offsets))
+                          timeout_s=TXN_CALL_TIMEOUT_S)
+        offsets |= locate(consumer, added, "earliest", timeout_s=TXN_CALL_TIMEOUT_S)
+        return offsets, (f"{len(saved)} from the group's offsets, {len(first)} from {start!r}, "
+                         f"{len(added)} added since: from the earliest")
 
     def _revoked(self, consumer, partitions: list[TopicPartition]) -> None:
         """Handing partitions over: commit what was read of them first, so the next owner goes on
         from there."""
-        self._flush()
+        if not self._closing:
+            self._flush()
         self._forget(partitions)
+        consumer.incremental_unassign(partitions)  # explicitly: a rewind in the flush may have assigned them
         log.info("revoked %d partitions: %s", len(partitions),
                  _names([(tp.topic, tp.partition) for tp in partitions]))
 
@@ -302,7 +337,7 @@ class IngestService:
             where = (tp.topic, tp.partition)
             for table in (self._first, self._next, self._pending, self._dead, self._announced):
                 table.pop(where, None)
-            self._restart.discard(where)
+            self._restart.pop(where, None)
 
 
 def _names(parts) -> str:
