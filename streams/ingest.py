@@ -115,9 +115,10 @@ class IngestService:
         self._producer()
         counts = wait_for_topics(self.settings, [topics.gpu, topics.node, topics.worker])
         self._at_start = {(name, p) for name, count in counts.items() for p in range(count)}
-        committed = self._consumer.committed([TopicPartition(*where) for where in self._at_start], timeout=30)
-        self._fresh_group = all(tp.offset < 0 for tp in committed)
         try:
+            committed = self._consumer.committed([TopicPartition(*where) for where in self._at_start],
+                                                 timeout=30)
+            self._fresh_group = all(tp.offset < 0 for tp in committed)
             self._consumer.subscribe([topics.gpu, topics.node, topics.worker], on_assign=self._assigned,
                                      on_revoke=self._revoked, on_lost=self._lost)
             log.info("ingest %s ready: group %s-ingest, batches to %s (%d partitions)", self.config.instance,
