@@ -163,6 +163,11 @@ def assert_no_harm(chaos: Chaos, began: float, what: str, spells: int | None = N
 
 
 def test_a_broker_stopped_and_started_again_is_no_node_fault(chaos: Chaos) -> None:
+    broker_stopped_and_started(chaos)
+
+
+def broker_stopped_and_started(chaos: Chaos) -> None:
+    """The broker stopped for OUTAGE_S: no node fault, and the detector reads again."""
     began = time.time()
     chaos.broker.stop()
     time.sleep(OUTAGE_S)
@@ -210,6 +215,11 @@ def only_lost(chaos: Chaos, began: float, node: str) -> None:
 
 
 def test_one_node_killed_is_that_node_lost_in_time(chaos: Chaos) -> None:
+    node_killed(chaos)
+
+
+def node_killed(chaos: Chaos) -> None:
+    """The first node killed (SIGKILL): that node's node_lost alone, in time."""
     began = time.time()
     node = chaos.cluster.procs[NODES[0]]
     node.send_signal(signal.SIGKILL)

@@ -12,14 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.chaos.test_blind_detector import (
-    NODES,
-    OUTAGE_S,
-    SETTLE_S,
-    Chaos,
-    assert_no_harm,
-    only_lost,
-)
+from tests.integration.chaos.test_blind_detector import Chaos, broker_stopped_and_started, node_killed
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +42,9 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
 
 
 def test_a_broker_stopped_and_started_again_is_no_node_fault_for_a_sharded_detector(chaos: Chaos) -> None:
-    began = time.time()
-    chaos.broker.stop()
-    time.sleep(OUTAGE_S)
-    chaos.broker.start()
-    time.sleep(SETTLE_S)
-    assert_no_harm(chaos, began - 1, "broker stopped", spells=1)
+    broker_stopped_and_started(chaos)
     chaos.cluster.check_alive("ingest")
 
 
 def test_one_node_killed_is_that_node_lost_in_time_for_a_sharded_detector(chaos: Chaos) -> None:
-    began = time.time()
-    node = chaos.cluster.procs[NODES[0]]
-    node.send_signal(signal.SIGKILL)
-    node.wait()
-    only_lost(chaos, began, NODES[0])
+    node_killed(chaos)
