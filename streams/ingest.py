@@ -14,6 +14,7 @@ applies each source offset once anyway.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import time
@@ -136,7 +137,8 @@ class IngestService:
                 self._consumer.close()  # leaves the group: its partitions move now, not after the session
             finally:
                 if self._out is not None:
-                    self._out.close(TXN_CALL_TIMEOUT_S)
+                    with contextlib.suppress(KafkaException):  # in a fatal state: nothing to deliver
+                        self._out.close(TXN_CALL_TIMEOUT_S)
 
     def _loop(self, stopping: Callable[[], bool]) -> None:
         config, check, pending, nexts = self.config, self.pipeline.check, self._pending, self._next
@@ -255,8 +257,7 @@ class IngestService:
                 out.init()
             except KafkaError as err:
                 self._warn("init", f"cannot register the transactional producer: {err} (retrying)")
-                out.client.purge()
-                out.client.flush(0)
+                _drop(out)
                 return None
             self._out = out
         return self._out
@@ -264,8 +265,7 @@ class IngestService:
     def _discard_producer(self) -> None:
         out, self._out = self._out, None
         if out is not None:
-            out.client.purge()  # what it queued is read again and sent by the next one
-            out.client.flush(0)  # serves the purged messages' reports, which hold on to the producer
+            _drop(out)
 
     def _rewind(self) -> None:
         """After an aborted transaction: read again what it held, from where it began."""
@@ -339,6 +339,14 @@ class IngestService:
             for table in (self._first, self._next, self._pending, self._dead, self._announced):
                 table.pop(where, None)
             self._restart.pop(where, None)
+
+
+def _drop(out: TransactionalProducer) -> None:
+    """Let go of a producer: what it queued is read again and sent by the next one. Serving the
+    purged messages' reports frees what holds on to it; one in a fatal state raises on either."""
+    with contextlib.suppress(KafkaException):
+        out.client.purge()
+        out.client.flush(0)
 
 
 def _names(parts) -> str:
