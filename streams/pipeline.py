@@ -61,7 +61,8 @@ class Pipeline:
         event, message, out = self.check(message, wall)
         if event is None:
             return out
-        return out + self.on_event(event, (message.topic, message.partition), message, wall)
+        found = self.on_event(event, (message.topic, message.partition), message, wall)
+        return out + found if out else found  # per event: no new list unless both have something
 
     def check(self, message: RawMessage, wall: float) -> tuple[object | None, RawMessage, list[Output]]:
         """Validate one message: (the event to use or None, its message as the event is used, dead
