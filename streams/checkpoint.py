@@ -28,6 +28,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from bus.message import RawMessage
 from schemas import encode
 from schemas.wire import decode_telemetry
@@ -84,22 +86,20 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: 
     """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint of `owner`."""
     flat: list = []
     tail: list[bytes] = []
-    for item in live.held():
-        origin = item.origin
+    add, keep = flat.extend, tail.append
+    for seq, (_, event, origin) in enumerate(live.held_entries()):  # seq: arrival order
         if origin is None:  # fed without its message: the event re-encoded stands for it
-            flat += [item.seq, None, None, None, None, -1]
-            value = encode(item.event)
+            value = encode(event)
+            add((seq, None, None, None, None, -1, len(value)))
         else:
-            key = origin.key
-            flat += [item.seq, origin.topic, origin.partition, origin.offset, origin.timestamp_ms,
-                     -1 if key is None else len(key)]
-            value = origin.value
+            key, value = origin.key, origin.value
             if value is None:  # from the ingest stage (streams/batches.py): the decoded event stands for it
-                value = encode(item.event)
+                value = encode(event)
             if key:
-                tail.append(key)
-        flat.append(len(value))
-        tail.append(value)
+                keep(key)
+            add((seq, origin.topic, origin.partition, origin.offset, origin.timestamp_ms,
+                 -1 if key is None else len(key), len(value)))
+        keep(value)
     state = live.detector.state.to_json()
     head = json.dumps({
         "v": VERSION,
@@ -108,9 +108,10 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: 
         "watermark": live.watermark if math.isfinite(live.watermark) else None,
         "sources": [[*source, max_ts, quiet_s] for source, (max_ts, quiet_s) in live.sources(wall).items()],
         "state": len(state),
-        "held": flat,
     }, separators=(",", ":")).encode()
-    return b"".join([head, b"\n", state, *tail])
+    # the held list, the head's bulk, by msgspec (strings and integers only: the same JSON as json's)
+    head = b"".join([head[:-1], b',"held":', msgspec.json.encode(flat), b"}\n"])
+    return b"".join([head, state, *tail])
 
 
 def _v1_to_v2(head: dict, body: bytes) -> tuple[dict, bytes]:

@@ -2,11 +2,14 @@
 
 Kafka orders events within a partition only; the telemetry of one moment arrives spread over
 three topics and many partitions. `LiveDetector` holds events in a buffer and releases them
-in `ts` order up to a watermark: the slowest active partition's newest event time, minus an
-allowed lateness. A partition whose event time has not moved on for `idle_s` (wall time; a
-trickle of old timestamps does not count) stops holding the watermark back; when every partition
-is idle, event time moves on with wall time, which is how a silent node is noticed when nothing
-else arrives.
+in `ts` order (arrival order among equal ones) up to a watermark: the slowest active partition's
+newest event time, minus an allowed lateness. The buffer is a table of buckets of 10 ms of event
+time, each in arrival order: holding an event is an append, and a release sorts only what it
+takes (a heap of every held event was a fifth of the detector's time: docs/streams.md, "A leaner
+hot path"). A partition whose event time has not moved on for `idle_s` (wall time; a trickle of
+old timestamps does not count) stops holding the watermark back; when every partition is idle,
+event time moves on with wall time, which is how a silent node is noticed when nothing else
+arrives.
 
 Blind is not dead: event time moves on with the wall clock only while the detector is known to
 have read everything there is. An engine that can tell (`watch_reads`) reports each moment up to
@@ -20,9 +23,9 @@ partition idle either. Wall time is passed in.
 from __future__ import annotations
 
 import heapq
-import itertools
 import logging
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from pydantic import BaseModel, Field
 
@@ -31,6 +34,9 @@ from schemas import Incident
 from streams.core import Detector
 
 log = logging.getLogger(__name__)
+
+BUCKETS_PER_S = 100  # a bucket holds 10 ms of event time: a release splits at most one
+_TS = itemgetter(0)
 
 
 class LiveConfig(BaseModel):
@@ -99,8 +105,11 @@ class LiveDetector:
     config: LiveConfig = field(default_factory=LiveConfig)
     forced: int = 0  # events released early because the buffer was full
     failed: list[Failure] = field(default_factory=list)
-    _heap: list = field(default_factory=list)
-    _seq: itertools.count = field(default_factory=itertools.count)
+    # Held events as (ts, event, origin) in arrival order, per bucket of event time (int(ts *
+    # BUCKETS_PER_S)); the buckets' keys in a heap of their own.
+    _buckets: dict[int, list] = field(default_factory=dict)
+    _keys: list[int] = field(default_factory=list)
+    _count: int = 0
     _sources: dict[tuple, _Source] = field(default_factory=dict)
     _watermark: float = float("-inf")
     _released_at: float = float("-inf")  # wall time of the last watermark update
@@ -114,7 +123,7 @@ class LiveDetector:
              origin: RawMessage | None = None) -> list[Incident]:
         """Take one event that arrived from `source` (a topic partition) at `wall`, in `origin`."""
         ts = event.ts
-        heapq.heappush(self._heap, (ts, next(self._seq), event, origin))
+        self._hold(ts, event, origin)
         if wall - self._called_at > self.config.stall_s:
             self._stalled(wall)
         self._called_at = wall
@@ -125,9 +134,18 @@ class LiveDetector:
             seen.max_ts = ts
             seen.last_wall = wall
         config = self.config
-        if wall - self._released_at < config.release_every_s and len(self._heap) <= config.max_buffered:
+        if wall - self._released_at < config.release_every_s and self._count <= config.max_buffered:
             return []  # a later arrival or the next tick releases it, in the same order
         return self._release(wall)
+
+    def _hold(self, ts: float, event: BaseModel, origin: RawMessage | None) -> None:
+        key = int(ts * BUCKETS_PER_S)  # ts is finite (the contract's bounds)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = []
+            heapq.heappush(self._keys, key)
+        bucket.append((ts, event, origin))
+        self._count += 1
 
     def tick(self, wall: float) -> list[Incident]:
         """Let time pass with no event: releases what is due and fires deadlines."""
@@ -195,7 +213,7 @@ class LiveDetector:
 
     @property
     def buffered(self) -> int:
-        return len(self._heap)
+        return self._count
 
     @property
     def watermark(self) -> float:
@@ -203,7 +221,13 @@ class LiveDetector:
 
     def held(self) -> list[Held]:
         """The events held for ordering (in no particular order: `seq` orders those of equal `ts`)."""
-        return [Held(event, origin, seq) for _, seq, event, origin in self._heap]
+        return [Held(event, origin, seq) for seq, (_, event, origin) in enumerate(self.held_entries())]
+
+    def held_entries(self) -> list[tuple[float, object, RawMessage | None]]:
+        """The held events as (ts, event, origin), those of equal `ts` in arrival order (no Held
+        made: a checkpoint takes tens of thousands)."""
+        buckets = self._buckets
+        return [entry for key in sorted(buckets) for entry in buckets[key]]
 
     def sources(self, wall: float) -> dict[tuple, tuple[float, float]]:
         """Per source: the newest event time seen, and the wall time it has been quiet at `wall`."""
@@ -218,9 +242,8 @@ class LiveDetector:
         (or `idle_s` passes), so a backlog read a partition at a time after a restart is released
         in the order it would have been."""
         self._watermark = watermark
-        self._heap += [(item.event.ts, item.seq, item.event, item.origin) for item in held]
-        heapq.heapify(self._heap)
-        self._seq = itertools.count(max((entry[1] for entry in self._heap), default=-1) + 1)
+        for item in sorted(held, key=lambda item: (item.event.ts, item.seq)):
+            self._hold(item.event.ts, item.event, item.origin)
         for source, (max_ts, quiet_s) in sources.items():
             self._sources[source] = _Source(max_ts, wall - quiet_s)
 
@@ -236,16 +259,13 @@ class LiveDetector:
             mark = min(mark, self._held_at)
         self._watermark = max(self._watermark, mark)
         incidents: list[Incident] = []
-        heap, observe, mark = self._heap, self.detector.observe, self._watermark
-        while heap and (heap[0][0] <= mark or len(heap) > self.config.max_buffered):
-            if heap[0][0] > mark:
-                self.forced += 1  # released early: the buffer is full
-            entry = heapq.heappop(heap)
+        observe = self.detector.observe
+        for _, event, origin in self._take_due(self._watermark):
             try:
-                incidents += observe(entry[2])
+                incidents += observe(event)
             except Exception as err:  # a core bug must not stop the others; the caller keeps the event
-                log.exception("detector failed on %s from %s", type(entry[2]).__name__, entry[3])
-                self.failed.append(Failure(entry[2], entry[3], f"{type(err).__name__}: {err}"))
+                log.exception("detector failed on %s from %s", type(event).__name__, origin)
+                self.failed.append(Failure(event, origin, f"{type(err).__name__}: {err}"))
         if self._watermark > self.detector.state.clock:
             try:
                 incidents += self.detector.advance(self._watermark)
@@ -254,6 +274,40 @@ class LiveDetector:
                     self._advance_failed_at = wall
                     log.exception("detector failed to advance to %.3f", self._watermark)
         return incidents
+
+    def _take_due(self, mark: float) -> list[tuple]:
+        """The held events with `ts` <= `mark`, then the oldest others while more than `max_buffered`
+        are held, in `ts` order (arrival order among equal ones): taken out of the buffer."""
+        keys, buckets = self._keys, self._buckets
+        due: list[tuple] = []
+        last = int(mark * BUCKETS_PER_S) if mark != float("-inf") else None
+        while keys and last is not None and keys[0] <= last:
+            key = keys[0]
+            bucket = buckets[key]
+            if key == last:  # the bucket `mark` falls in: only a part of it may be due
+                now = [entry for entry in bucket if entry[0] <= mark]
+                if len(now) < len(bucket):
+                    buckets[key] = [entry for entry in bucket if entry[0] > mark]
+                    due += now
+                    break
+            heapq.heappop(keys)
+            del buckets[key]
+            due += bucket
+        due.sort(key=_TS)  # stable: each bucket is in arrival order, and equal ts share a bucket
+        self._count -= len(due)
+        over = self._count - self.config.max_buffered
+        while over > 0:  # the buffer is full: the oldest go early, in order
+            bucket = buckets[keys[0]]
+            bucket.sort(key=_TS)
+            early = bucket[:over]
+            del bucket[:over]
+            if not bucket:
+                del buckets[heapq.heappop(keys)]
+            due += early
+            self.forced += len(early)
+            self._count -= len(early)
+            over -= len(early)
+        return due
 
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:

@@ -11,7 +11,9 @@ Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+from msgspec.structs import replace
 
 from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS

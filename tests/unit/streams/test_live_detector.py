@@ -85,6 +85,73 @@ def test_a_full_buffer_releases_its_oldest_events() -> None:
     assert live.forced == 21  # 31 events in, the newest 10 held
 
 
+class Recording:
+    """Stands in for the core: keeps what it observes, in order (its clock as the core's moves)."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+        self.state = Detector().state
+
+    def observe(self, event) -> list:
+        self.seen.append(event)
+        self.state.clock = max(self.state.clock, event.ts)
+        return []
+
+    def advance(self, now: float) -> list:
+        self.state.clock = max(self.state.clock, now)
+        return []
+
+
+def fed_at_random(live: LiveDetector, rng: random.Random, count: int, wall: float, check) -> float:
+    """`count` heartbeats from 4 partitions, ts on and next to bucket edges, many equal; `check`
+    after each."""
+    for n in range(count):
+        ts = round(rng.uniform(0, 3), rng.choice([1, 2, 3, 6])) + rng.choice([0.0, 1e-9, -1e-9])
+        event = s.NodeHeartbeat.model_construct(ts=max(ts, 0.0), node=f"n{n}", interval=1.0)
+        wall += 0.001
+        live.feed(event, ("node", n % 4), wall)
+        check(event)
+    return wall
+
+
+@pytest.mark.parametrize("max_buffered", [500_000, 40])
+def test_each_release_is_what_is_due_in_ts_then_arrival_order(max_buffered: int) -> None:
+    """Against a sort of everything held by (ts, arrival): each call releases exactly the held
+    events at or before the watermark, then (a full buffer) the oldest of the others."""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.05, release_every_s=0.0,
+                                                max_buffered=max_buffered))
+    held: list[tuple] = []
+
+    def check(event) -> None:
+        nonlocal held
+        held.append((event.ts, len(live.detector.seen) + len(held), event))
+        held.sort(key=lambda entry: entry[:2])
+        due = [entry for entry in held if entry[0] <= live.watermark]
+        early = held[len(due):][:max(0, len(held) - len(due) - max_buffered)]
+        released = live.detector.seen[-len(due + early):] if due + early else []
+        assert [id(e) for e in released] == [id(entry[2]) for entry in due + early]
+        held = held[len(due + early):]
+        assert live.buffered == len(held)
+
+    fed_at_random(live, random.Random(7), 3_000, 0.0, check)
+    assert live.forced > 0 if max_buffered == 40 else live.forced == 0
+
+
+def test_held_events_resume_in_the_order_they_would_have_been_released() -> None:
+    rng = random.Random(3)
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5))
+    wall = fed_at_random(live, rng, 500, 0.0, lambda event: None)
+    held = live.buffered
+    assert held > 50
+    resumed = LiveDetector(Recording(), LiveConfig(lateness_s=0.5))
+    resumed.resume(live.watermark, list(reversed(live.held())), live.sources(wall), wall)
+    for each in (live, resumed):
+        for n in range(1, 40):
+            each.tick(wall + n * 0.25)
+    assert resumed.buffered == live.buffered == 0
+    assert [id(e) for e in resumed.detector.seen] == [id(e) for e in live.detector.seen[-held:]]
+
+
 def test_the_watermark_never_goes_back() -> None:
     live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5))
     live.feed(s.NodeHeartbeat(ts=10.0, node="a", interval=1.0), ("node", 0), 0.0)
