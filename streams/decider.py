@@ -23,12 +23,32 @@ from bus.admin import ensure_topic, wait_for_topics
 from bus.message import RawMessage
 from bus.reader import watermarks
 from schemas import DeadLettered, encode
-from streams.batches import EVENTS_PARTITIONS, EVENTS_TOPIC_CONFIG, SourceOffsets, decode_batch, events_topic
+from streams.batches import (
+    EVENTS_PARTITIONS,
+    EVENTS_TOPIC_CONFIG,
+    Batch,
+    SourceOffsets,
+    decode_batch,
+    events_topic,
+)
 from streams.checkpoint import Offsets, Owner
-from streams.pipeline import Output
+from streams.pipeline import Output, Pipeline
 from streams.service import DetectorService
 
 log = logging.getLogger(__name__)
+
+
+def apply_batch(pipeline: Pipeline, sources: SourceOffsets, batch: Batch, wall: float) -> list[Output]:
+    """The events of `batch` not applied before, fed to `pipeline` under their telemetry partition,
+    each with an origin that has no value (a checkpoint re-encodes the event): what to send."""
+    entries = sources.new_entries(batch)
+    pipeline.stats.events += len(entries)
+    if not entries:
+        return []
+    topic, partition = source = batch.source
+    held = [(entry.event.ts, entry.event, RawMessage(topic, partition, entry.offset, entry.timestamp_ms,
+                                                     entry.key, None)) for entry in entries]
+    return pipeline.on_events(held, source, wall)
 
 
 class DeciderService(DetectorService):
@@ -92,21 +112,20 @@ class DeciderService(DetectorService):
     def saved_offsets(self) -> Offsets:
         return self.offsets | self.sources.next
 
-    def _take(self, msg, wall: float) -> list[Output]:
-        try:
-            batch = decode_batch(msg.value())
-        except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
-            return self._not_a_batch(msg, err, wall)
-        source = batch.source
-        on_event, out = self.pipeline.on_event, []
-        entries = self.sources.new_entries(batch)
-        topic, partition = source
-        for entry in entries:
-            origin = RawMessage(topic, partition, entry.offset, entry.timestamp_ms, entry.key, None)
-            found = on_event(entry.event, source, origin, wall)
-            if found:
-                out += found
-        self.pipeline.stats.events += len(entries)
+    def _take(self, messages: list, wall: float) -> list[Output]:
+        out: list[Output] = []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                self._warn.consumer_error(err)
+                continue
+            self.offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+            try:
+                batch = decode_batch(msg.value())
+            except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
+                out += self._not_a_batch(msg, err, wall)
+                continue
+            out += apply_batch(self.pipeline, self.sources, batch, wall)
         return out
 
     def _not_a_batch(self, msg, err: Exception, wall: float) -> list[Output]:

@@ -122,30 +122,45 @@ class LiveDetector:
     def feed(self, event: BaseModel, source: tuple, wall: float,
              origin: RawMessage | None = None) -> list[Incident]:
         """Take one event that arrived from `source` (a topic partition) at `wall`, in `origin`."""
-        ts = event.ts
-        self._hold(ts, event, origin)
+        return self.feed_many([(event.ts, event, origin)], source, wall)
+
+    def feed_many(self, entries: list[tuple], source: tuple, wall: float) -> list[Incident]:
+        """Take events that arrived together from `source` at `wall`, each as (ts, event, origin) in
+        arrival order: as `feed` one by one would, with the watermark updated once, after the last
+        (not after the first: all arrived at `wall`). Holds the entries themselves, not copies."""
+        top = self._hold(entries)
         if wall - self._called_at > self.config.stall_s:
             self._stalled(wall)
         self._called_at = wall
         seen = self._sources.get(source)
         if seen is None:
-            self._sources[source] = _Source(ts, wall)
-        elif ts > seen.max_ts:  # only progress in event time keeps a partition active
-            seen.max_ts = ts
+            self._sources[source] = _Source(top, wall)
+        elif top > seen.max_ts:  # only progress in event time keeps a partition active
+            seen.max_ts = top
             seen.last_wall = wall
         config = self.config
         if wall - self._released_at < config.release_every_s and self._count <= config.max_buffered:
             return []  # a later arrival or the next tick releases it, in the same order
         return self._release(wall)
 
-    def _hold(self, ts: float, event: BaseModel, origin: RawMessage | None) -> None:
-        key = int(ts * BUCKETS_PER_S)  # ts is finite (the contract's bounds)
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = []
-            heapq.heappush(self._keys, key)
-        bucket.append((ts, event, origin))
-        self._count += 1
+    def _hold(self, entries: list[tuple]) -> float:
+        """Put (ts, event, origin) entries in their buckets, in order; the newest ts among them."""
+        buckets, keys = self._buckets, self._keys
+        key = bucket = None
+        top = float("-inf")
+        for entry in entries:  # ts is finite (the contract's bounds)
+            ts = entry[0]
+            if ts > top:
+                top = ts
+            if int(ts * BUCKETS_PER_S) != key:  # a partition's events mostly share one bucket
+                key = int(ts * BUCKETS_PER_S)
+                bucket = buckets.get(key)
+                if bucket is None:
+                    bucket = buckets[key] = []
+                    heapq.heappush(keys, key)
+            bucket.append(entry)
+        self._count += len(entries)
+        return top
 
     def tick(self, wall: float) -> list[Incident]:
         """Let time pass with no event: releases what is due and fires deadlines."""
@@ -242,8 +257,8 @@ class LiveDetector:
         (or `idle_s` passes), so a backlog read a partition at a time after a restart is released
         in the order it would have been."""
         self._watermark = watermark
-        for item in sorted(held, key=lambda item: (item.event.ts, item.seq)):
-            self._hold(item.event.ts, item.event, item.origin)
+        self._hold([(item.event.ts, item.event, item.origin)
+                    for item in sorted(held, key=lambda item: (item.event.ts, item.seq))])
         for source, (max_ts, quiet_s) in sources.items():
             self._sources[source] = _Source(max_ts, wall - quiet_s)
 
@@ -258,14 +273,16 @@ class LiveDetector:
         if wall < self._held_until:  # blind, or rejoining after a blind spell
             mark = min(mark, self._held_at)
         self._watermark = max(self._watermark, mark)
-        incidents: list[Incident] = []
-        observe = self.detector.observe
-        for _, event, origin in self._take_due(self._watermark):
-            try:
-                incidents += observe(event)
-            except Exception as err:  # a core bug must not stop the others; the caller keeps the event
-                log.exception("detector failed on %s from %s", type(event).__name__, origin)
-                self.failed.append(Failure(event, origin, f"{type(err).__name__}: {err}"))
+        due = self._take_due(self._watermark)
+
+        def failed(n: int, err: Exception) -> None:  # a core bug: the others go on; the caller keeps it
+            _, event, origin = due[n]
+            log.error("detector failed on %s from %s", type(event).__name__, origin, exc_info=err)
+            self.failed.append(Failure(event, origin, f"{type(err).__name__}: {err}"))
+
+        incidents: list[Incident] = []  # a list of its own: the core's may be the one it fills next
+        if due:
+            incidents += self.detector.observe_each([entry[1] for entry in due], failed)
         if self._watermark > self.detector.state.clock:
             try:
                 incidents += self.detector.advance(self._watermark)

@@ -60,11 +60,27 @@ class Pipeline:
             self.max_skew_s = self.live.config.max_skew_s
 
     def on_message(self, message: RawMessage, wall: float) -> list[Output]:
-        event, message, out = self.check(message, wall)
-        if event is None:
-            return out
-        found = self.on_event(event, (message.topic, message.partition), message, wall)
-        return out + found if out else found  # per event: no new list unless both have something
+        return self.on_messages([message], wall)
+
+    def on_messages(self, messages: list[RawMessage], wall: float) -> list[Output]:
+        """Messages read together at `wall`, in the order read: each validated (`check`), and each
+        partition's run of events fed to the live detector at once (`on_events`)."""
+        out: list[Output] = []
+        check, run, topic, partition = self.check, [], None, None
+        for message in messages:
+            event, message, dead = check(message, wall)
+            if dead:
+                out += dead
+            if event is None:
+                continue
+            if message.partition != partition or message.topic != topic:
+                if run:
+                    out += self.on_events(run, (topic, partition), wall)
+                run, topic, partition = [], message.topic, message.partition
+            run.append((event.ts, event, message))
+        if run:
+            out += self.on_events(run, (topic, partition), wall)
+        return out
 
     def check(self, message: RawMessage, wall: float) -> tuple[object | None, RawMessage, list[Output]]:
         """Validate one message: (the event to use or None, its message as the event is used, dead
@@ -85,9 +101,10 @@ class Pipeline:
             return event, replace(message, value=encode(event)), out
         return event, message, []
 
-    def on_event(self, event: object, source: tuple, origin: RawMessage | None, wall: float) -> list[Output]:
-        """Feed one valid event (from `check`, or from the ingest stage: streams/batches.py)."""
-        found = self.live.feed(event, source, wall, origin=origin)
+    def on_events(self, entries: list[tuple], source: tuple, wall: float) -> list[Output]:
+        """Valid events from one partition, as (ts, event, origin) in arrival order (from `check`, or
+        from the ingest stage: streams/batches.py)."""
+        found = self.live.feed_many(entries, source, wall)
         out = self._publish(found) if found else []
         if self.live.failed:
             out += self._failures(wall)

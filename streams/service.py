@@ -180,21 +180,14 @@ class DetectorService:
                       timeout_s=10)
 
     def _loop(self, stopping: Callable[[], bool]) -> None:
-        pipeline, config, send, offsets = self.pipeline, self.config, self._send, self.offsets
-        take = self._take
+        pipeline, config, send = self.pipeline, self.config, self._send
         last_tick = last_commit = last_report = last_scan = time.monotonic()
         reported = 0
         while not stopping():
             messages = fetch(self._consumer, config.tick_s, config.batch)
             wall = time.time()
-            for msg in messages:
-                if msg.error():
-                    self._warn.consumer_error(msg.error())
-                    continue
-                outs = take(msg, wall)
-                if outs:
-                    send(outs)
-                offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+            if messages:
+                send(self._take(messages, wall))
             now = time.monotonic()
             complete = self._reads.poll(self.read_offsets(), wall)
             if complete is not None:
@@ -225,9 +218,19 @@ class DetectorService:
                            + " (broker unreachable or slow, or a backlog): event time waits for the data"
                            + (f"; last end-offset request: {self._reads.error}" if self._reads.error else ""))
 
-    def _take(self, msg, wall: float) -> list[Output]:
-        """One message read (without error): what to send."""
-        return self.pipeline.on_message(RawMessage.of(msg), wall)
+    def _take(self, messages: list, wall: float) -> list[Output]:
+        """Messages read (consumer errors among them are logged or raised): what to send. `offsets`
+        moves past them."""
+        offsets, raw, read = self.offsets, RawMessage, []
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                self._warn.consumer_error(err)
+                continue
+            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+            read.append(raw(topic, partition, offset, msg.timestamp()[1], msg.key(), msg.value()))
+            offsets[(topic, partition)] = offset + 1
+        return self.pipeline.on_messages(read, wall)
 
     def read_offsets(self) -> Offsets:
         """The telemetry partitions' next offsets, for `ReadCheck`."""

@@ -57,6 +57,21 @@ class Detector:
     def observe(self, event: object) -> list[Incident]:
         """Take one telemetry event. Deadlines before its ts fire first, so callers need not
         call `advance` for event time; an event older than the clock is still used."""
+        self._apply(event)
+        return self._book.take()
+
+    def observe_each(self, events: list, failed: Callable[[int, Exception], None]) -> list[Incident]:
+        """`observe` each of `events` in turn; one it raises on (a bug) goes to `failed` with its
+        index, not applied in full, and the others go on. The incidents of them all, in order."""
+        apply = self._apply
+        for n, event in enumerate(events):
+            try:
+                apply(event)
+            except Exception as err:
+                failed(n, err)
+        return self._book.take()
+
+    def _apply(self, event: object) -> None:
         ts = event.ts
         if ts > self.state.clock:
             self._advance(ts)
@@ -64,7 +79,6 @@ class Detector:
         if handler is None:
             raise TypeError(f"not a telemetry event: {type(event).__name__}")
         handler(event)
-        return self._book.take()
 
     def advance(self, now: float) -> list[Incident]:
         """Move the clock to `now` and fire the time-based rules whose deadline is before it.

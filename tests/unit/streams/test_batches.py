@@ -10,6 +10,7 @@ from bus.message import RawMessage
 from schemas import wire
 from streams.batches import Batch, Entry, SourceOffsets, decode_batch, encode_batch, events_partition
 from streams.core import Detector
+from streams.decider import apply_batch
 from streams.ingest import wire_event
 from streams.live import LiveConfig, LiveDetector
 from streams.pipeline import Pipeline
@@ -103,9 +104,7 @@ def test_ingest_and_decider_decide_as_one_detector_with_batches_sent_twice(name:
         for source, entries in pending.items():
             batch = Batch(*source, entries[0].offset, entries[-1].offset + 1, entries)
             for sent in [last[source], batch] if source in last else [batch]:
-                for e in seen.new_entries(decode_batch(encode_batch(sent))):
-                    origin = RawMessage(*source, e.offset, 0, None, None)
-                    out += decider.on_event(e.event, source, origin, wall)
+                out += apply_batch(decider, seen, decode_batch(encode_batch(sent)), wall)
             last[source] = batch
         pending.clear()
         return out

@@ -85,21 +85,16 @@ def test_a_full_buffer_releases_its_oldest_events() -> None:
     assert live.forced == 21  # 31 events in, the newest 10 held
 
 
-class Recording:
-    """Stands in for the core: keeps what it observes, in order (its clock as the core's moves)."""
+class Recording(Detector):
+    """A core that only keeps what it observes, in order."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.seen: list = []
-        self.state = Detector().state
 
-    def observe(self, event) -> list:
+    def _apply(self, event) -> None:
         self.seen.append(event)
         self.state.clock = max(self.state.clock, event.ts)
-        return []
-
-    def advance(self, now: float) -> list:
-        self.state.clock = max(self.state.clock, now)
-        return []
 
 
 def fed_at_random(live: LiveDetector, rng: random.Random, count: int, wall: float, check) -> float:

@@ -11,7 +11,10 @@ from bus.message import RawMessage
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
 from streams.pipeline import Pipeline
-from tests.unit.streams.test_scenarios import SCENARIOS
+from streams.replay import replay
+from tests.unit.streams.test_checkpoint import arrivals
+from tests.unit.streams.test_live_detector import until
+from tests.unit.streams.test_scenarios import NAMES, SCENARIOS
 
 TOPICS = s.Topics("mem.")
 
@@ -53,19 +56,51 @@ def test_malformed_values_become_dead_letters_with_the_reason() -> None:
     assert run.stats.events == 1 and run.stats.dead_lettered == 2
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_messages_read_in_batches_decide_what_replay_decides(name: str) -> None:
+    """As the consumer engine reads them: up to 64 messages at a time, one wall time for them all,
+    partitions interleaved in runs, a tick every 0.25 s, an invalid message among them."""
+    items = arrivals(name)
+    run = Pipeline(TOPICS, LiveDetector(Detector(), LiveConfig(lateness_s=0.5, max_skew_s=1e10)))
+    offsets: dict[tuple, int] = {}
+    out, batch, ticked = [], [], items[0][0]
+    for n, (wall, source, event) in enumerate(items):
+        offset = offsets[source] = offsets.get(source, -1) + 1
+        batch.append(RawMessage(*source, offset, int(wall * 1000), event.node.encode(), s.encode(event)))
+        if n == len(items) // 2:
+            batch.append(RawMessage(*source, offset + 1, -1, None, b"{not json"))
+            offsets[source] += 1
+        if len(batch) >= 64 or n + 1 == len(items) or items[n + 1][0] - ticked >= 0.25:
+            out += run.on_messages(batch, wall)
+            batch = []
+        if wall - ticked >= 0.25:
+            out += run.on_tick(wall)
+            ticked = wall
+    for tick in range(1, 11):
+        out += run.on_tick(items[-1][0] + tick / 2)
+    found = [s.decode(o.value, s.adapter("incidents")) for o in out if o.topic == TOPICS.incidents]
+    newest: dict[tuple, float] = {}
+    for _, source, event in items:
+        newest[source] = max(newest.get(source, event.ts), event.ts)
+    assert {source: max_ts for source, (max_ts, _) in run.live.sources(0.0).items()} == newest
+    last_ts = max(newest.values())
+    assert until(found, last_ts) == until(replay([event for _, _, event in items]), last_ts) and found
+    assert run.stats.dead_lettered == 1
+
+
 def test_an_event_the_core_fails_on_is_dead_lettered_and_the_others_are_taken(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     run = pipeline()
     beat = s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))
-    observe = run.live.detector.observe
+    apply = run.live.detector._apply
 
     def broken(event):
         if event.node == "bad":
             raise RuntimeError("a bug")
-        return observe(event)
+        apply(event)
 
-    monkeypatch.setattr(run.live.detector, "observe", broken)
+    monkeypatch.setattr(run.live.detector, "_apply", broken)
     bad = s.encode(s.NodeHeartbeat(ts=2.0, node="bad", interval=1.0))
     out = run.on_message(message(TOPICS.node, 0, 7, b"n", beat), wall=1.0)
     out += run.on_message(message(TOPICS.node, 0, 8, b"bad", bad), wall=2.0)
@@ -94,7 +129,7 @@ def test_an_event_fed_without_its_message_is_dead_lettered_re_encoded(
     def broken(event):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(run.live.detector, "observe", broken)
+    monkeypatch.setattr(run.live.detector, "_apply", broken)
     beat = s.NodeHeartbeat(ts=1.0, node="n", interval=1.0)
     run.live.feed(beat, (TOPICS.node, 0), wall=1.0)
     [out] = run.on_tick(wall=2.0)
