@@ -171,13 +171,17 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
     validators = {name: adapter(spec.suffix) for name, spec in topics.all().items()}
     seen, start = 0, time.perf_counter()
     while seen < total:
+        runs: dict[tuple, list] = {}  # as the detector feeds LiveDetector: a run per partition
         for msg in client.consume(2000, 0.05):  # a long wait would count against the tail
             if msg.error():
                 continue
             event = decode_fast(msg.value()) if fast else decode(msg.value(), validators[msg.topic()])
             if live is not None:
-                live.feed(event, (msg.topic(), msg.partition()), time.time())
+                runs.setdefault((msg.topic(), msg.partition()), []).append((event.ts, event, None))
             seen += 1
+        wall = time.time()
+        for source, run in runs.items():
+            live.feed_many(run, source, wall)
     elapsed = time.perf_counter() - start
     client.close()
     return elapsed
@@ -568,7 +572,7 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             live = LiveDetector(Detector())
             took = drain(settings, total, live)
             print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s)")
-            state_per_node = len(live.detector.state.to_json()) / args.nodes
+            state_per_node = len(live.detector.state.to_msgpack()) / args.nodes
             engine_rate, sharded = None, None
             for mode, label, what in sorted((d for d in DRAINERS if d[0] in args.drains.split(",")),
                                             key=lambda d: args.drains.split(",").index(d[0])):

@@ -7,13 +7,21 @@ from it re-reads exactly the messages after those offsets: no event is lost or a
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
 ids. `streams/checkpoint_topic.py` keeps checkpoints on Kafka; `Cadence` says when to take one.
 
-Formats 2 to 4: one line of JSON (version, owner, offsets, watermark, sources, the state's length, and in
-one flat list per held event its seq, topic, partition, offset, timestamp_ms, key length (-1:
-no key) and value length), then the state as JSON, then each held event's key and value bytes
-exactly as they arrived, back to back. Held events are not re-encoded and nothing is compressed
-here: at a large cluster's rate the detector holds tens of thousands of them, and re-encoding
-them plus zlib stalled the loop's thread (docs/streams.md, "State", has the cost). The producer
-compresses (lz4) on librdkafka's own thread. Format 3 is format 2 whose state carries the
+Format 5: one line of JSON (version, owner, offsets, watermark, sources, the state's length and
+the number of held events), then the state, then the held events, each as the message it came
+from: [topic, partition, offset, timestamp_ms, key, value], its bytes exactly as they arrived
+(topic null: fed without one, the event re-encoded as JSON stands for the value; so does it for
+the ingest stage's events, whose messages carry none). State and held events are msgpack (the
+state's dict keys keep their type; the bytes stay bytes), encoded in C in one call each: at a
+large cluster's rate the detector holds tens of thousands of events, and listing them one by one
+in Python plus the state as JSON took more than the whole loop's budget allows
+(docs/streams.md, "A leaner hot path"). Held events are listed in the order they are released
+(arrival order among equal `ts`). Nothing is compressed here: the producer compresses (lz4) on
+librdkafka's own thread.
+
+Formats 2 to 4 had the state as JSON and, in the first line, one flat list per held event (its
+seq, topic, partition, offset, timestamp_ms, key length (-1: no key) and value length), the
+keys and values back to back after the state. Format 3 is format 2 whose state carries the
 escalation's `job_errors` and each pending clue's signature; format 4 is format 3 whose jobs carry
 their own hang floor (`hang_floor_s`). Older formats are upgraded when read
 (`UPCASTERS`); a newer one is refused (`NewerCheckpoint`): a rollback must not overwrite what
@@ -29,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
+from msgspec.structs import astuple
 
 from bus.message import RawMessage
 from schemas import encode
@@ -36,8 +45,9 @@ from schemas.wire import decode_telemetry
 from streams.core import Detector, DetectorState
 from streams.live import Held, LiveDetector
 
-VERSION = 4
-HELD_FIELDS = 7  # per held event in the head's flat list: seq, topic, partition, offset, ts_ms, key, value
+VERSION = 5
+# formats 2-4, per held event in the head's list: seq, topic, partition, offset, timestamp_ms, key, value
+HELD_FIELDS = 7
 SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
 Offsets = dict[tuple[str, int], int]  # (topic, partition) -> next offset to read
 
@@ -82,25 +92,27 @@ def foreign(checkpoint: Checkpoint, owner: Owner) -> str | None:
     return f"it read topics {', '.join(other)}" if other else None
 
 
+class HeldMessage(msgspec.Struct, array_like=True, gc=False):
+    """A held event in a checkpoint, as the message it came from (`RawMessage`'s fields, in order;
+    topic None: fed without one, the event's JSON as its value)."""
+
+    topic: str | None
+    partition: int | None
+    offset: int | None
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes
+
+
+_msgpack = msgspec.msgpack.Encoder()
+_held_decoder = msgspec.msgpack.Decoder(list[HeldMessage])
+
+
 def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: Owner | None = None) -> bytes:
     """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint of `owner`."""
-    flat: list = []
-    tail: list[bytes] = []
-    add, keep = flat.extend, tail.append
-    for seq, (_, event, origin) in enumerate(live.held_entries()):  # seq: arrival order
-        if origin is None:  # fed without its message: the event re-encoded stands for it
-            value = encode(event)
-            add((seq, None, None, None, None, -1, len(value)))
-        else:
-            key, value = origin.key, origin.value
-            if value is None:  # from the ingest stage (streams/batches.py): the decoded event stands for it
-                value = encode(event)
-            if key:
-                keep(key)
-            add((seq, origin.topic, origin.partition, origin.offset, origin.timestamp_ms,
-                 -1 if key is None else len(key), len(value)))
-        keep(value)
-    state = live.detector.state.to_json()
+    held = [origin if origin is not None and origin.value is not None else _stand_in(event, origin)
+            for _, event, origin in live.held_entries()]  # a RawMessage encodes as a HeldMessage does
+    state = live.detector.state.to_msgpack()
     head = json.dumps({
         "v": VERSION,
         "owner": None if owner is None else {"prefix": owner.prefix, "topics": list(owner.topics)},
@@ -108,10 +120,18 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: 
         "watermark": live.watermark if math.isfinite(live.watermark) else None,
         "sources": [[*source, max_ts, quiet_s] for source, (max_ts, quiet_s) in live.sources(wall).items()],
         "state": len(state),
+        "held": len(held),
     }, separators=(",", ":")).encode()
-    # the held list, the head's bulk, by msgspec (strings and integers only: the same JSON as json's)
-    head = b"".join([head[:-1], b',"held":', msgspec.json.encode(flat), b"}\n"])
-    return b"".join([head, state, *tail])
+    return b"".join([head, b"\n", state, _msgpack.encode(held)])
+
+
+def _stand_in(event: object, origin: RawMessage | None) -> HeldMessage:
+    """A held event without its message's bytes: fed without a message, or from the ingest stage
+    (streams/batches.py). The event re-encoded stands for the value."""
+    if origin is None:
+        return HeldMessage(None, None, None, None, None, encode(event))
+    return HeldMessage(origin.topic, origin.partition, origin.offset, origin.timestamp_ms, origin.key,
+                       encode(event))
 
 
 def _v1_to_v2(head: dict, body: bytes) -> tuple[dict, bytes]:
@@ -154,8 +174,31 @@ def _v3_to_v4(head: dict, body: bytes) -> tuple[dict, bytes]:
     return {**head, "v": 4, "state": len(raw)}, raw + body[at:]
 
 
+def _v4_to_v5(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 4 (before 5): the state as JSON, the held events in the head's flat list (in no order:
+    seq orders those of equal ts) with their keys and values after the state."""
+    at = head["state"]
+    state = _msgpack.encode(json.loads(body[:at]))
+    held, flat = [], head["held"]
+    for i in range(0, len(flat), HELD_FIELDS):
+        seq, topic, partition, offset, timestamp_ms, key_length, length = flat[i:i + HELD_FIELDS]
+        key = None
+        if key_length >= 0:
+            key = body[at:at + key_length]
+            at += key_length
+        held.append((seq, HeldMessage(topic, partition, offset, timestamp_ms, key, body[at:at + length])))
+        at += length
+    if at != len(body):
+        raise ValueError(f"{len(body) - at} bytes past the last held event")
+    held.sort(key=lambda item: item[0])
+    return ({**head, "v": 5, "state": len(state), "held": len(held)},
+            state + _msgpack.encode([message for _, message in held]))
+
+
 # Format n -> n + 1, applied in turn until the format is VERSION.
-UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
+}
 
 
 def decode_checkpoint(data: bytes) -> Checkpoint:
@@ -181,21 +224,12 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
 
 def _decode(head: dict, body: bytes) -> Checkpoint:
     at = head["state"]
-    state = DetectorState.from_dict(json.loads(body[:at]))
-    held = []
-    flat = head["held"]
-    for i in range(0, len(flat), HELD_FIELDS):
-        seq, topic, partition, offset, timestamp_ms, key_length, length = flat[i:i + HELD_FIELDS]
-        key = None
-        if key_length >= 0:
-            key = body[at:at + key_length]
-            at += key_length
-        value = body[at:at + length]
-        at += length
-        origin = None if topic is None else RawMessage(topic, partition, offset, timestamp_ms, key, value)
-        held.append(Held(decode_telemetry(value), origin, seq))
-    if at != len(body):
-        raise ValueError(f"{len(body) - at} bytes past the last held event")
+    state = DetectorState.from_dict(msgspec.msgpack.decode(body[:at]))
+    messages = _held_decoder.decode(body[at:])
+    if len(messages) != head["held"]:
+        raise ValueError(f"{len(messages)} held events, the head says {head['held']}")
+    held = [Held(decode_telemetry(m.value), None if m.topic is None else RawMessage(*astuple(m)), seq)
+            for seq, m in enumerate(messages)]
     watermark = head["watermark"]
     owner = head.get("owner")
     return Checkpoint(

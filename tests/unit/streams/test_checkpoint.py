@@ -3,6 +3,9 @@ formats upgraded, newer ones refused."""
 
 from __future__ import annotations
 
+import json
+
+import msgspec
 import pytest
 
 import schemas as s
@@ -12,8 +15,10 @@ from streams.checkpoint import (
     VERSION,
     CheckpointError,
     NewerCheckpoint,
+    Owner,
     decode_checkpoint,
     encode_checkpoint,
+    foreign,
 )
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
@@ -156,9 +161,13 @@ def test_a_checkpoint_it_cannot_use_is_refused_with_the_reason() -> None:
         decode_checkpoint(b'{"v":true}\n')
     good = encode_checkpoint(LiveDetector(Detector()), {}, 0.0)
     head, _, rest = good.partition(b"\n")
-    damaged = rest.replace(b'"nodes":{}', b'"nodes":[]')
+    empty = msgspec.msgpack.encode({"nodes": {}})[1:]  # the state's msgpack, its map header left out
+    assert rest.count(empty) == 1
+    damaged = rest.replace(empty, msgspec.msgpack.encode({"nodes": []})[1:])
     with pytest.raises(CheckpointError, match="unreadable: AttributeError"):
         decode_checkpoint(head + b"\n" + damaged)  # same length: only the shape of `nodes` is wrong
+    with pytest.raises(CheckpointError, match="unreadable: ValueError: 0 held events, the head says 1"):
+        decode_checkpoint(good.replace(b'"held":0', b'"held":1'))
     with pytest.raises(CheckpointError, match="format 0; this detector reads 1 to"):
         decode_checkpoint(b'{"v":0}\n')
     with pytest.raises(NewerCheckpoint, match="format 99 was written by a newer trainmedic"):
@@ -188,9 +197,9 @@ def test_a_format_1_checkpoint_is_upgraded_when_read() -> None:
     assert saved.sources == {("node", 0): (2.0, 4.0), ("node", 2): (5.0, 1.0), ("node", 1): (5.0, 1.0)}
     first, second = sorted(saved.held, key=lambda h: h.seq)
     raw = b'{"type": "node_heartbeat", "ts": 5, "node": "n1", "interval": 1, "extra": NaN}'
-    assert first.seq == 1 and first.origin == RawMessage("node", 2, 41, -1, b"n1", raw)  # no timestamp in 1
+    assert first.origin == RawMessage("node", 2, 41, -1, b"n1", raw)  # no timestamp in 1
     assert first.event.node == "n1"
-    assert second.seq == 2 and second.origin is None and second.event.node == "n2"
+    assert second.origin is None and second.event.node == "n2"  # seq 1 and 2 then: their order kept
 
 
 def test_a_format_1_checkpoint_restores_a_detector_that_decides_on() -> None:
@@ -207,9 +216,42 @@ def test_a_format_1_checkpoint_restores_a_detector_that_decides_on() -> None:
     assert set(live.detector.state.nodes) == {"n0", "n1", "n2"} and live.buffered == 0
 
 
-def test_a_checkpoint_names_its_owner_and_another_deployments_is_foreign() -> None:
-    from streams.checkpoint import Owner, foreign
+# Written by trainmedic's format-4 encoder: gpu[0] read up to 6, node[0] to 7, node[2] to 42; one GPU
+# sample applied (n0's GPU 3), four heartbeats held: n0 from node[0]@6, n3 from the ingest stage
+# (node[1]@3, no key, its value not kept), n1 from node[2]@41, n2 fed without its message.
+V4 = (
+    b'{"v":4,"owner":{"prefix":"","topics":["gpu","node"]},"offsets":[["gpu",0,6],["node",0,7],["node",2,42]'
+    b'],"watermark":1.0,"sources":[["gpu",0,1.0,1.0],["node",0,2.0,1.0],["node",2,5.0,0.5],["node",1,5.0,'
+    b'0.40000000000000036]],"state":367,"held":[0,"node",0,6,2000,2,94,1,"node",1,3,4900,-1,94,2,"node",2,'
+    b'41,5000,2,94,3,null,null,null,null,-1,94]}\n{"clock":1.0,"nodes":{"n0":{"last_seen":1.0,"interval":'
+    b'null,"lost_since":null,"hw_id":null,"gap_id":null,"gap_until":null,"leaving":false,"jobs":{},"gpus":'
+    b'{"3":{"last_ts":1.0,"ecc_dbe":0,"nvlink_errors":null,"hot_since":null,"cool_since":null,"thermal_id":'
+    b'null,"silent":false}},"nics":{}}},"jobs":{},"incidents":{},"sev3_history":{},"sev2_history":{},'
+    b'"job_errors":{}}n0{"v":1,"ts":2.0,"node":"n0","type":"node_heartbeat","interval":1.0,"links":[],'
+    b'"leaving":false}{"v":1,"ts":4.9,"node":"n3","type":"node_heartbeat","interval":1.0,"links":[],'
+    b'"leaving":false}n1{"v":1,"ts":5.0,"node":"n1","type":"node_heartbeat","interval":1.0,"links":[],'
+    b'"leaving":false}{"v":1,"ts":5.0,"node":"n2","type":"node_heartbeat","interval":1.0,"links":[],'
+    b'"leaving":false}'
+)
 
+
+def test_a_format_4_checkpoint_is_upgraded_when_read_and_saves_again_as_it_was() -> None:
+    saved = decode_checkpoint(V4)
+    assert saved.owner == Owner("", ("gpu", "node"))
+    assert saved.offsets == {("gpu", 0): 6, ("node", 0): 7, ("node", 2): 42} and saved.watermark == 1.0
+    assert saved.state.nodes["n0"].gpus[3].ecc_dbe == 0 and saved.state.clock == 1.0
+    assert [(h.event.node, h.origin and (h.origin.topic, h.origin.partition, h.origin.offset, h.origin.key))
+            for h in sorted(saved.held, key=lambda h: h.seq)] == [
+        ("n0", ("node", 0, 6, b"n0")), ("n3", ("node", 1, 3, None)), ("n1", ("node", 2, 41, b"n1")),
+        ("n2", None)]
+    live = LiveDetector(Detector(), CONFIG)
+    saved.restore(live, wall=12.0)
+    again = decode_checkpoint(encode_checkpoint(live, saved.offsets, 12.0, saved.owner))
+    assert again.state.to_dict() == saved.state.to_dict() and again.watermark == saved.watermark
+    assert [(h.event, h.origin) for h in again.held] == [(h.event, h.origin) for h in saved.held]
+
+
+def test_a_checkpoint_names_its_owner_and_another_deployments_is_foreign() -> None:
     ours, theirs = Owner("a.", ("a.gpu", "a.node", "a.worker")), Owner("b.", ("b.gpu", "b.node", "b.worker"))
     saved = decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {("a.node", 0): 3}, 1.0, ours))
     assert saved.owner == ours
@@ -273,10 +315,9 @@ def test_a_jobs_own_hang_floor_survives_a_checkpoint_and_a_format_3_one_loads_wi
     data = encode_checkpoint(LiveDetector(det), {}, 3.0)
     saved = decode_checkpoint(data)
     assert saved.state.jobs["j"].hang_floor_s == 90.0 and saved.state.to_dict() == det.state.to_dict()
-    # the same checkpoint as format 3 wrote it: no hang_floor_s in a job
-    head, _, body = data.partition(b"\n")
-    old = body.replace(b',"hang_floor_s":90.0', b"")
-    old_head = head.replace(f'"v":{VERSION}'.encode(), b'"v":3').replace(
-        f'"state":{len(body)}'.encode(), f'"state":{len(old)}'.encode())
+    # the same detector as format 3 wrote it (state as JSON, nothing held): no hang_floor_s in a job
+    old = json.dumps(det.state.to_dict(), separators=(",", ":")).encode()
+    old = old.replace(b',"hang_floor_s":90.0', b"")
+    old_head = (b'{"v":3,"offsets":[],"watermark":null,"sources":[],"state":%d,"held":[]}' % len(old))
     upgraded = decode_checkpoint(old_head + b"\n" + old)
     assert upgraded.state.jobs["j"].hang_floor_s is None  # the config's floor, as format 3 meant
