@@ -4,7 +4,8 @@ Drain: fresh telemetry topics are pre-filled with --seconds of a synthetic clust
 nodes x 8 GPUs, four 4,096-rank jobs, one gpu_sample per GPU, one heartbeat per node and one
 worker_step per rank each second: ~34.8k events/s), then drained by (a) a bare
 confluent-kafka consumer with validation (the contract's pydantic models, then the detector's
-own msgspec decoder: the ceiling each engine's rate is a share of), (b) the latter plus
+own msgspec decoder: the ceiling; measured again just before each engine's drain, and each
+engine's rate is given as a share of that, since this shared machine's speed drifts), (b) the latter plus
 LiveDetector and the detection core, (c) the detector's consumer engine (`streams.service`, a
 subprocess, with its producer and checkpoints), (d) one worker of the Faust engine
 (`streams.app.build_app`), (e) one Faust worker whose agent only counts the events (Faust's own
@@ -576,6 +577,9 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             engine_rate, sharded = None, None
             for mode, label, what in sorted((d for d in DRAINERS if d[0] in args.drains.split(",")),
                                             key=lambda d: args.drains.split(",").index(d[0])):
+                # This machine's speed drifts between minutes: the ceiling again, just before each
+                # engine, is what its ratio is taken to.
+                ceiling = total / drain(settings, total, None)
                 got = worker_drain(settings, run, home, total, mode)
                 if got["took_s"] > 0:
                     rate = got["events"] / got["took_s"]
@@ -583,8 +587,10 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                     sharded = got if mode == "sharded-1" else sharded
                     split = decider(got) if mode.startswith("sharded") else ""
                     print(f"{label}{rate:>9,.0f} events/s  ({got['took_s']:5.2f} s "
-                          f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling, worker "
-                          f"{us(got['cpu_s'], got['events'])} CPU/event{split}, loop {got['loop']}: {what}")
+                          f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling "
+                          f"({ceiling / 1000:,.0f}k just before), worker {us(got['cpu_s'], got['events'])} "
+                          f"CPU/event{split}, "
+                          f"loop {got['loop']}: {what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
             if engine_rate is not None:
