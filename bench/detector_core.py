@@ -80,12 +80,11 @@ def live_path(seconds: int) -> tuple[int, float, LiveDetector]:
                 source = (type(e).__name__, hash(getattr(e, "job", None) or e.node) % 10)
                 origin = RawMessage(*source, 0, 0, e.node.encode(), encode(e))
                 runs.setdefault(source, []).append((e.ts, e, origin))
-            fetches.append((batch[min(first + FETCH, len(batch)) - 1].ts, runs))
+            fetches.append((batch[min(first + FETCH, len(batch)) - 1].ts, list(runs.items())))
         feed = live.feed_many
         start = time.perf_counter()
         for wall, runs in fetches:
-            for source, run in runs.items():
-                feed(run, source, wall)
+            feed(runs, wall)
         busy += time.perf_counter() - start
         events += len(batch)
     return events, busy, live

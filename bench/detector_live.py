@@ -180,9 +180,8 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
             if live is not None:
                 runs.setdefault((msg.topic(), msg.partition()), []).append((event.ts, event, None))
             seen += 1
-        wall = time.time()
-        for source, run in runs.items():
-            live.feed_many(run, source, wall)
+        if runs:
+            live.feed_many(list(runs.items()), time.time())
     elapsed = time.perf_counter() - start
     client.close()
     return elapsed

@@ -15,8 +15,9 @@ the ingest stage's events, whose messages carry none). State and held events are
 state's dict keys keep their type; the bytes stay bytes), encoded in C in one call each: at a
 large cluster's rate the detector holds tens of thousands of events, and listing them one by one
 in Python plus the state as JSON took more than the whole loop's budget allows
-(docs/streams.md, "A leaner hot path"). Held events are listed in the order they are released
-(arrival order among equal `ts`). Nothing is compressed here: the producer compresses (lz4) on
+(docs/streams.md, "A leaner hot path"). Held events are listed by bucket of event time, each in
+arrival order: a held event's index is its `seq`, so sorting by (ts, seq) is the order of release.
+Nothing is compressed here: the producer compresses (lz4) on
 librdkafka's own thread.
 
 Formats 2 to 4 had the state as JSON and, in the first line, one flat list per held event (its

@@ -23,6 +23,7 @@ from bus.admin import ensure_topic, wait_for_topics
 from bus.message import RawMessage
 from bus.reader import watermarks
 from schemas import DeadLettered, encode
+from schemas.bounds import MAX_TS
 from streams.batches import (
     EVENTS_PARTITIONS,
     EVENTS_TOPIC_CONFIG,
@@ -32,23 +33,34 @@ from streams.batches import (
     events_topic,
 )
 from streams.checkpoint import Offsets, Owner
-from streams.pipeline import Output, Pipeline
+from streams.pipeline import Output
 from streams.service import DetectorService
 
 log = logging.getLogger(__name__)
 
 
-def apply_batch(pipeline: Pipeline, sources: SourceOffsets, batch: Batch, wall: float) -> list[Output]:
-    """The events of `batch` not applied before, fed to `pipeline` under their telemetry partition,
-    each with an origin that has no value (a checkpoint re-encodes the event): what to send."""
-    entries = sources.new_entries(batch)
-    pipeline.stats.events += len(entries)
-    if not entries:
-        return []
-    topic, partition = source = batch.source
-    held = [(entry.event.ts, entry.event, RawMessage(topic, partition, entry.offset, entry.timestamp_ms,
-                                                     entry.key, None)) for entry in entries]
-    return pipeline.on_events(held, source, wall)
+def new_events(sources: SourceOffsets, batch: Batch, dlq: str,
+               wall: float) -> tuple[list[tuple], list[Output]]:
+    """The events of `batch` not applied before, as the live detector holds them: (ts, event, origin),
+    the origin without a value (a checkpoint re-encodes the event); and dead letters for any whose
+    time is out of the contract's bounds, which ingest never sends (its twins are decoded unchecked:
+    one NaN would stop the decider at every restart)."""
+    topic, partition = batch.source
+    held, dead = [], []
+    for entry in sources.new_entries(batch):
+        event = entry.event
+        ts = event.ts
+        if not 0.0 <= ts <= MAX_TS:  # NaN too
+            reason = f"not an ingest event: ts {ts!r} is out of bounds"
+            log.warning("dead-lettered %s[%d]@%d from %s: %s", topic, partition, entry.offset, batch.source,
+                        reason)
+            dead.append(Output(dlq, topic.encode(), encode(DeadLettered.of(
+                ts=wall, reason=reason, topic=topic, partition=partition, offset=entry.offset, key=entry.key,
+                value=encode(event)))))
+            continue
+        origin = RawMessage(topic, partition, entry.offset, entry.timestamp_ms, entry.key, None)
+        held.append((ts, event, origin))
+    return held, dead
 
 
 class DeciderService(DetectorService):
@@ -114,6 +126,7 @@ class DeciderService(DetectorService):
 
     def _take(self, messages: list, wall: float) -> list[Output]:
         out: list[Output] = []
+        runs = []
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -125,7 +138,13 @@ class DeciderService(DetectorService):
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
                 out += self._not_a_batch(msg, err, wall)
                 continue
-            out += apply_batch(self.pipeline, self.sources, batch, wall)
+            held, dead = new_events(self.sources, batch, self.settings.topics.dlq, wall)
+            out += dead
+            if held:
+                runs.append((batch.source, held))
+            self.pipeline.stats.events += len(held)
+        if runs:
+            out += self.pipeline.on_runs(runs, wall)
         return out
 
     def _not_a_batch(self, msg, err: Exception, wall: float) -> list[Output]:

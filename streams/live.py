@@ -96,7 +96,8 @@ class Failure:
 
 @dataclass
 class LiveDetector:
-    """Feeds `detector` in event-time order; `feed` per event, `tick` on a timer.
+    """Feeds `detector` in event-time order; `feed_many` per fetch (`feed` per event), `tick` on a
+    timer.
 
     Sources are `(topic, partition)` tuples. An event the core raises on is logged, skipped and
     kept in `failed` for the caller to take with `take_failures()`; the others go on."""
@@ -122,22 +123,25 @@ class LiveDetector:
     def feed(self, event: BaseModel, source: tuple, wall: float,
              origin: RawMessage | None = None) -> list[Incident]:
         """Take one event that arrived from `source` (a topic partition) at `wall`, in `origin`."""
-        return self.feed_many([(event.ts, event, origin)], source, wall)
+        return self.feed_many([(source, [(event.ts, event, origin)])], wall)
 
-    def feed_many(self, entries: list[tuple], source: tuple, wall: float) -> list[Incident]:
-        """Take events that arrived together from `source` at `wall`, each as (ts, event, origin) in
-        arrival order: as `feed` one by one would, with the watermark updated once, after the last
-        (not after the first: all arrived at `wall`). Holds the entries themselves, not copies."""
-        top = self._hold(entries)
+    def feed_many(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> list[Incident]:
+        """Take what arrived together at `wall` (a fetch): per source, its events as (ts, event,
+        origin) in arrival order. Every run is held and every source brought up to date before the
+        watermark is, at most once: a source later in the fetch is not made late by an earlier
+        one's newer events. Holds the entries themselves, not copies."""
         if wall - self._called_at > self.config.stall_s:
             self._stalled(wall)
         self._called_at = wall
-        seen = self._sources.get(source)
-        if seen is None:
-            self._sources[source] = _Source(top, wall)
-        elif top > seen.max_ts:  # only progress in event time keeps a partition active
-            seen.max_ts = top
-            seen.last_wall = wall
+        sources = self._sources
+        for source, entries in runs:
+            top = self._hold(entries)
+            seen = sources.get(source)
+            if seen is None:
+                sources[source] = _Source(top, wall)
+            elif top > seen.max_ts:  # only progress in event time keeps a partition active
+                seen.max_ts = top
+                seen.last_wall = wall
         config = self.config
         if wall - self._released_at < config.release_every_s and self._count <= config.max_buffered:
             return []  # a later arrival or the next tick releases it, in the same order
@@ -148,7 +152,7 @@ class LiveDetector:
         buckets, keys = self._buckets, self._keys
         key = bucket = None
         top = float("-inf")
-        for entry in entries:  # ts is finite (the contract's bounds)
+        for entry in entries:  # ts is within the contract's bounds (the decider checks its input's)
             ts = entry[0]
             if ts > top:
                 top = ts

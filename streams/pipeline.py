@@ -64,9 +64,9 @@ class Pipeline:
 
     def on_messages(self, messages: list[RawMessage], wall: float) -> list[Output]:
         """Messages read together at `wall`, in the order read: each validated (`check`), and each
-        partition's run of events fed to the live detector at once (`on_events`)."""
+        partition's runs of events fed to the live detector together (`on_runs`)."""
         out: list[Output] = []
-        check, run, topic, partition = self.check, [], None, None
+        check, runs, run, topic, partition = self.check, [], None, None, None
         for message in messages:
             event, message, dead = check(message, wall)
             if dead:
@@ -74,12 +74,11 @@ class Pipeline:
             if event is None:
                 continue
             if message.partition != partition or message.topic != topic:
-                if run:
-                    out += self.on_events(run, (topic, partition), wall)
-                run, topic, partition = [], message.topic, message.partition
+                topic, partition, run = message.topic, message.partition, []
+                runs.append(((topic, partition), run))
             run.append((event.ts, event, message))
-        if run:
-            out += self.on_events(run, (topic, partition), wall)
+        if runs:
+            out += self.on_runs(runs, wall)
         return out
 
     def check(self, message: RawMessage, wall: float) -> tuple[object | None, RawMessage, list[Output]]:
@@ -101,10 +100,10 @@ class Pipeline:
             return event, replace(message, value=encode(event)), out
         return event, message, []
 
-    def on_events(self, entries: list[tuple], source: tuple, wall: float) -> list[Output]:
-        """Valid events from one partition, as (ts, event, origin) in arrival order (from `check`, or
-        from the ingest stage: streams/batches.py)."""
-        found = self.live.feed_many(entries, source, wall)
+    def on_runs(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> list[Output]:
+        """Valid events read together: per partition, (ts, event, origin) in arrival order (from
+        `check`, or from the ingest stage: streams/decider.py)."""
+        found = self.live.feed_many(runs, wall)
         out = self._publish(found) if found else []
         if self.live.failed:
             out += self._failures(wall)

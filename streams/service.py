@@ -281,7 +281,12 @@ class DetectorService:
             self._warn("flush", f"checkpoint postponed: {unsent} incidents or dead letters not yet "
                        f"acknowledged after {FLUSH_WAIT_S:.0f} s (is the broker up?)")
             return False
-        saved = encode_checkpoint(live, self.saved_offsets(), time.time(), self._checkpoints.owner)
+        try:
+            saved = encode_checkpoint(live, self.saved_offsets(), time.time(), self._checkpoints.owner)
+        except (OverflowError, TypeError, ValueError) as err:  # a value msgpack cannot hold (an int past
+            self._cadence.postponed(now)  # 64 bits): only input no validator passed; keep detecting
+            self._warn("encode", f"checkpoint not written: the state holds what cannot be saved ({err})")
+            return False
         self._checkpoints.write(saved)
         self._cadence.saved(clock, now, time.monotonic() - began)
         return True

@@ -10,7 +10,7 @@ from bus.message import RawMessage
 from schemas import wire
 from streams.batches import Batch, Entry, SourceOffsets, decode_batch, encode_batch, events_partition
 from streams.core import Detector
-from streams.decider import apply_batch
+from streams.decider import new_events
 from streams.ingest import wire_event
 from streams.live import LiveConfig, LiveDetector
 from streams.pipeline import Pipeline
@@ -46,6 +46,22 @@ def test_what_is_not_a_batch_is_refused() -> None:
     for junk in (b"", b"\x93\x01\x02\x03", s.encode(s.NodeHeartbeat(ts=1.0, node="n", interval=1.0))):
         with pytest.raises((msgspec.DecodeError, msgspec.ValidationError)):
             decode_batch(junk)
+
+
+@pytest.mark.parametrize("ts", [float("nan"), float("inf"), 1e307, -1.0])
+def test_an_event_time_ingest_never_sends_is_dead_lettered_not_held(ts: float) -> None:
+    """The decider decodes batches without the contract's bounds (ingest checked them): an event time
+    out of them would stop it at every restart, so it goes to the dlq, and the others are held."""
+    sent = Batch("gpu", 0, 5, 8, [entry(5, 1.0), entry(6, ts), entry(7, 2.0)])
+    held, dead = new_events(SourceOffsets(), decode_batch(encode_batch(sent)), "dlq", 9.0)
+    assert [(ts, origin.offset) for ts, _, origin in held] == [(1.0, 5), (2.0, 7)]
+    [letter] = dead
+    assert letter.topic == "dlq" and b"out of bounds" in letter.value
+    live = LiveDetector(Detector(), CONFIG)
+    live.feed_many([(sent.source, held)], 9.0)
+    for n in range(1, 30):
+        live.tick(9.0 + n * 0.25)
+    assert live.buffered == 0 and live.detector.state.clock >= 2.0
 
 
 def test_each_source_offset_is_applied_once_whatever_is_sent_again() -> None:
@@ -99,15 +115,17 @@ def test_ingest_and_decider_decide_as_one_detector_with_batches_sent_twice(name:
     last: dict[tuple, Batch] = {}
     expected, got = [], []
 
-    def flush(wall: float) -> list:
-        out = []
+    def flush(wall: float) -> list:  # what the decider reads of it, in one fetch
+        runs = []
         for source, entries in pending.items():
             batch = Batch(*source, entries[0].offset, entries[-1].offset + 1, entries)
             for sent in [last[source], batch] if source in last else [batch]:
-                out += apply_batch(decider, seen, decode_batch(encode_batch(sent)), wall)
+                held, dead = new_events(seen, decode_batch(encode_batch(sent)), "dlq", wall)
+                assert not dead
+                runs += [(source, held)] if held else []
             last[source] = batch
         pending.clear()
-        return out
+        return decider.on_runs(runs, wall) if runs else []
 
     flushed = float("-inf")
     for wall, source, event in items:

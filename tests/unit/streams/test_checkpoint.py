@@ -251,6 +251,25 @@ def test_a_format_4_checkpoint_is_upgraded_when_read_and_saves_again_as_it_was()
     assert [(h.event, h.origin) for h in again.held] == [(h.event, h.origin) for h in saved.held]
 
 
+def test_a_format_4_checkpoints_held_events_of_equal_ts_keep_their_seq_order() -> None:
+    """Format 4 listed held events in heap order, not by seq: upgraded, equal times keep seq order."""
+    head, _, body = V4.partition(b"\n")
+    meta = json.loads(head)
+    at = meta["state"]
+    flat, values = meta["held"], []
+    for i in range(0, len(flat), 7):  # each held event's key and value, as listed
+        key_length, length = flat[i + 5], flat[i + 6]
+        values.append(body[at:at + max(key_length, 0) + length])
+        at += max(key_length, 0) + length
+    order = [3, 1, 0, 2]  # n2 (seq 3) listed before n1 (seq 2); both at ts 5.0
+    meta["held"] = [x for i in order for x in flat[7 * i:7 * i + 7]]
+    shuffled = json.dumps(meta, separators=(",", ":")).encode() + b"\n" + body[:meta["state"]]
+    shuffled += b"".join(values[i] for i in order)
+    saved = decode_checkpoint(shuffled)
+    in_release_order = sorted(saved.held, key=lambda h: (h.event.ts, h.seq))  # as `resume` takes them
+    assert [h.event.node for h in in_release_order] == ["n0", "n3", "n1", "n2"]
+
+
 def test_a_checkpoint_names_its_owner_and_another_deployments_is_foreign() -> None:
     ours, theirs = Owner("a.", ("a.gpu", "a.node", "a.worker")), Owner("b.", ("b.gpu", "b.node", "b.worker"))
     saved = decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {("a.node", 0): 3}, 1.0, ours))
