@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
-from msgspec.structs import astuple
 
 from bus.message import RawMessage
 from schemas import encode
@@ -93,26 +92,18 @@ def foreign(checkpoint: Checkpoint, owner: Owner) -> str | None:
     return f"it read topics {', '.join(other)}" if other else None
 
 
-class HeldMessage(msgspec.Struct, array_like=True, gc=False):
-    """A held event in a checkpoint, as the message it came from (`RawMessage`'s fields, in order;
-    topic None: fed without one, the event's JSON as its value)."""
-
-    topic: str | None
-    partition: int | None
-    offset: int | None
-    timestamp_ms: int | None
-    key: bytes | None
-    value: bytes
-
+# A held event in a checkpoint: its message's fields, as `RawMessage` has them and encodes them
+# (topic None: fed without one; the event's JSON as the value where the message kept none).
+HeldRow = tuple[str | None, int | None, int | None, int | None, bytes | None, bytes]
 
 _msgpack = msgspec.msgpack.Encoder()
-_held_decoder = msgspec.msgpack.Decoder(list[HeldMessage])
+_held_decoder = msgspec.msgpack.Decoder(list[HeldRow])
 
 
 def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: Owner | None = None) -> bytes:
     """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint of `owner`."""
     held = [origin if origin is not None and origin.value is not None else _stand_in(event, origin)
-            for _, event, origin in live.held_entries()]  # a RawMessage encodes as a HeldMessage does
+            for _, event, origin in live.held_entries()]  # a RawMessage encodes as a HeldRow
     state = live.detector.state.to_msgpack()
     head = json.dumps({
         "v": VERSION,
@@ -126,13 +117,12 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: 
     return b"".join([head, b"\n", state, _msgpack.encode(held)])
 
 
-def _stand_in(event: object, origin: RawMessage | None) -> HeldMessage:
+def _stand_in(event: object, origin: RawMessage | None) -> HeldRow:
     """A held event without its message's bytes: fed without a message, or from the ingest stage
     (streams/batches.py). The event re-encoded stands for the value."""
     if origin is None:
-        return HeldMessage(None, None, None, None, None, encode(event))
-    return HeldMessage(origin.topic, origin.partition, origin.offset, origin.timestamp_ms, origin.key,
-                       encode(event))
+        return (None, None, None, None, None, encode(event))
+    return (origin.topic, origin.partition, origin.offset, origin.timestamp_ms, origin.key, encode(event))
 
 
 def _v1_to_v2(head: dict, body: bytes) -> tuple[dict, bytes]:
@@ -187,13 +177,13 @@ def _v4_to_v5(head: dict, body: bytes) -> tuple[dict, bytes]:
         if key_length >= 0:
             key = body[at:at + key_length]
             at += key_length
-        held.append((seq, HeldMessage(topic, partition, offset, timestamp_ms, key, body[at:at + length])))
+        held.append((seq, (topic, partition, offset, timestamp_ms, key, body[at:at + length])))
         at += length
     if at != len(body):
         raise ValueError(f"{len(body) - at} bytes past the last held event")
     held.sort(key=lambda item: item[0])
     return ({**head, "v": 5, "state": len(state), "held": len(held)},
-            state + _msgpack.encode([message for _, message in held]))
+            state + _msgpack.encode([row for _, row in held]))
 
 
 # Format n -> n + 1, applied in turn until the format is VERSION.
@@ -226,11 +216,11 @@ def decode_checkpoint(data: bytes) -> Checkpoint:
 def _decode(head: dict, body: bytes) -> Checkpoint:
     at = head["state"]
     state = DetectorState.from_dict(msgspec.msgpack.decode(body[:at]))
-    messages = _held_decoder.decode(body[at:])
-    if len(messages) != head["held"]:
-        raise ValueError(f"{len(messages)} held events, the head says {head['held']}")
-    held = [Held(decode_telemetry(m.value), None if m.topic is None else RawMessage(*astuple(m)), seq)
-            for seq, m in enumerate(messages)]
+    rows = _held_decoder.decode(body[at:])
+    if len(rows) != head["held"]:
+        raise ValueError(f"{len(rows)} held events, the head says {head['held']}")
+    held = [Held(decode_telemetry(row[5]), None if row[0] is None else RawMessage(*row), seq)
+            for seq, row in enumerate(rows)]
     watermark = head["watermark"]
     owner = head.get("owner")
     return Checkpoint(

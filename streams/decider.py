@@ -124,19 +124,14 @@ class DeciderService(DetectorService):
     def saved_offsets(self) -> Offsets:
         return self.offsets | self.sources.next
 
-    def _take(self, messages: list, wall: float) -> list[Output]:
+    def _take(self, messages: list[RawMessage], wall: float) -> list[Output]:
         out: list[Output] = []
         runs = []
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                self._warn.consumer_error(err)
-                continue
-            self.offsets[(msg.topic(), msg.partition())] = msg.offset() + 1
+        for message in messages:
             try:
-                batch = decode_batch(msg.value())
+                batch = decode_batch(message.value)
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
-                out += self._not_a_batch(msg, err, wall)
+                out += self._not_a_batch(message, err, wall)
                 continue
             held, dead = new_events(self.sources, batch, self.settings.topics.dlq, wall)
             out += dead
@@ -147,11 +142,11 @@ class DeciderService(DetectorService):
             out += self.pipeline.on_runs(runs, wall)
         return out
 
-    def _not_a_batch(self, msg, err: Exception, wall: float) -> list[Output]:
+    def _not_a_batch(self, message: RawMessage, err: Exception, wall: float) -> list[Output]:
         """Only the ingest stage writes the events topic: anything else is kept on the dlq."""
         reason = f"not an ingest batch: {err}"
-        log.warning("dead-lettered %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), reason)
+        log.warning("dead-lettered %s[%d]@%d: %s", message.topic, message.partition, message.offset, reason)
         self.pipeline.stats.dead_lettered += 1
-        letter = DeadLettered.of(ts=wall, reason=reason, topic=msg.topic(), partition=msg.partition(),
-                                 offset=msg.offset(), key=msg.key(), value=msg.value())
-        return [Output(self.settings.topics.dlq, msg.topic().encode(), encode(letter))]
+        letter = DeadLettered.of(ts=wall, reason=reason, topic=message.topic, partition=message.partition,
+                                 offset=message.offset, key=message.key, value=message.value)
+        return [Output(self.settings.topics.dlq, message.topic.encode(), encode(letter))]

@@ -156,8 +156,9 @@ class LiveDetector:
             ts = entry[0]
             if ts > top:
                 top = ts
-            if int(ts * BUCKETS_PER_S) != key:  # a partition's events mostly share one bucket
-                key = int(ts * BUCKETS_PER_S)
+            at = int(ts * BUCKETS_PER_S)
+            if at != key:  # a partition's events mostly share one bucket
+                key = at
                 bucket = buckets.get(key)
                 if bucket is None:
                     bucket = buckets[key] = []
@@ -308,8 +309,9 @@ class LiveDetector:
             if key == last:  # the bucket `mark` falls in: only a part of it may be due
                 now = [entry for entry in bucket if entry[0] <= mark]
                 if len(now) < len(bucket):
-                    buckets[key] = [entry for entry in bucket if entry[0] > mark]
-                    due += now
+                    if now:
+                        buckets[key] = [entry for entry in bucket if entry[0] > mark]
+                        due += now
                     break
             heapq.heappop(keys)
             del buckets[key]

@@ -187,7 +187,7 @@ class DetectorService:
             messages = fetch(self._consumer, config.tick_s, config.batch)
             wall = time.time()
             if messages:
-                send(self._take(messages, wall))
+                send(self._take(self._read(messages), wall))
             now = time.monotonic()
             complete = self._reads.poll(self.read_offsets(), wall)
             if complete is not None:
@@ -218,19 +218,23 @@ class DetectorService:
                            + " (broker unreachable or slow, or a backlog): event time waits for the data"
                            + (f"; last end-offset request: {self._reads.error}" if self._reads.error else ""))
 
-    def _take(self, messages: list, wall: float) -> list[Output]:
-        """Messages read (consumer errors among them are logged or raised): what to send. `offsets`
-        moves past them."""
-        offsets, raw, read = self.offsets, RawMessage, []
+    def _read(self, messages: list) -> list[RawMessage]:
+        """A fetch's messages, consumer errors left out (logged, or raised if fatal); `offsets` moves
+        past them."""
+        offsets, read = self.offsets, []
         for msg in messages:
             err = msg.error()
             if err is not None:
                 self._warn.consumer_error(err)
                 continue
-            topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
-            read.append(raw(topic, partition, offset, msg.timestamp()[1], msg.key(), msg.value()))
-            offsets[(topic, partition)] = offset + 1
-        return self.pipeline.on_messages(read, wall)
+            message = RawMessage.of(msg)
+            offsets[(message.topic, message.partition)] = message.offset + 1
+            read.append(message)
+        return read
+
+    def _take(self, messages: list[RawMessage], wall: float) -> list[Output]:
+        """A fetch's messages (`_read`): what to send."""
+        return self.pipeline.on_messages(messages, wall)
 
     def read_offsets(self) -> Offsets:
         """The telemetry partitions' next offsets, for `ReadCheck`."""
