@@ -11,6 +11,15 @@ old timestamps does not count) stops holding the watermark back; when every part
 event time moves on with wall time, which is how a silent node is noticed when nothing else
 arrives.
 
+A backlog (a restart, a broker outage) arrives a partition at a time, so everything read waits for
+the partition read last. With `order_at` events held, an event that arrives more than `AHEAD_S`
+ahead of the slowest partition is not fed: it waits with its partition's others, in arrival order,
+until the slowest partitions catch up. So what is held stays small, and the oldest are never
+released early and out of order: a node whose telemetry was not read yet would look silent (a false
+node_lost). An engine that can stop reading the partitions whose events wait does so past
+`pause_at` (streams/backpressure.py). `max_buffered` held events still force the oldest out, as a
+last resort.
+
 Blind is not dead: event time moves on with the wall clock only while the detector is known to
 have read everything there is. An engine that can tell (`watch_reads`) reports each moment up to
 which it had read all the broker held (`caught_up`); wall time past the last such moment never
@@ -36,6 +45,7 @@ from streams.core import Detector
 log = logging.getLogger(__name__)
 
 BUCKETS_PER_S = 100  # a bucket holds 10 ms of event time: a release splits at most one
+AHEAD_S = 0.5  # past `order_at`, event time an arrival may be ahead of the slowest partition and be fed
 _TS = itemgetter(0)
 
 
@@ -48,7 +58,16 @@ class LiveConfig(BaseModel):
     idle_s: float = Field(default=2.0, gt=0, description="wall time after which a silent partition "
                           "no longer holds the watermark back")
     max_buffered: int = Field(default=500_000, ge=1, description="events held before the oldest "
-                              "are released regardless")
+                              "are released regardless, out of order: a last resort, kept well above "
+                              "order_at")
+    order_at: int = Field(default=100_000, ge=1, description="events held from which an event that "
+                          "arrives over 0.5 s (event time) ahead of the slowest partition waits, "
+                          "unfed, until that partition catches up; set it above what the cluster "
+                          "holds in steady state (its events/s x lateness_s)")
+    pause_at: int = Field(default=250_000, ge=1, description="events held and waiting from which the "
+                          "consumer engine stops reading each partition with more than its share of "
+                          "them waiting, until they are fed: at most about 2 x pause_at + order_at are held "
+                          "and waiting")
     release_every_s: float = Field(default=0.01, ge=0, description="wall time between watermark "
                                    "updates on arrival (ticks always update): the watermark spans "
                                    "every partition, too costly to recompute per event")
@@ -69,8 +88,9 @@ class LiveConfig(BaseModel):
 
 @dataclass
 class _Source:
-    max_ts: float
+    max_ts: float  # the newest event time fed
     last_wall: float
+    arrived: float = float("-inf")  # the newest event time arrived, fed or waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +132,9 @@ class LiveDetector:
     _keys: list[int] = field(default_factory=list)
     _count: int = 0
     _sources: dict[tuple, _Source] = field(default_factory=dict)
+    # Past `order_at`: per source, the events that arrived ahead of the slowest, unfed, in arrival order.
+    _ahead: dict[tuple, list] = field(default_factory=dict)
+    _waiting: int = 0
     _watermark: float = float("-inf")
     _released_at: float = float("-inf")  # wall time of the last watermark update
     _called_at: float = float("-inf")  # wall time of the last feed or tick
@@ -133,19 +156,56 @@ class LiveDetector:
         if wall - self._called_at > self.config.stall_s:
             self._stalled(wall)
         self._called_at = wall
-        sources = self._sources
-        for source, entries in runs:
-            top = self._hold(entries)
-            seen = sources.get(source)
-            if seen is None:
-                sources[source] = _Source(top, wall)
-            elif top > seen.max_ts:  # only progress in event time keeps a partition active
-                seen.max_ts = top
-                seen.last_wall = wall
         config = self.config
+        if self._ahead or self._count >= config.order_at:
+            self._order(runs, wall)
+        else:
+            for source, entries in runs:
+                self._fed(source, self._hold(entries), wall)
         if wall - self._released_at < config.release_every_s and self._count <= config.max_buffered:
             return []  # a later arrival or the next tick releases it, in the same order
         return self._release(wall)
+
+    def _fed(self, source: tuple, top: float, wall: float) -> None:
+        """`source`'s events up to `top` were fed at `wall`."""
+        seen = self._sources.get(source)
+        if seen is None:
+            self._sources[source] = _Source(top, wall, top)
+        elif top > seen.max_ts:  # only progress in event time keeps a partition active
+            seen.max_ts = top
+            seen.last_wall = wall
+            if top > seen.arrived:
+                seen.arrived = top
+
+    def _order(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> None:
+        """Many held: each run waits behind its source's waiting events, then every source's waiting
+        events up to AHEAD_S past the slowest source's newest arrival are fed, in arrival order."""
+        ahead, sources = self._ahead, self._sources
+        for source, entries in runs:
+            ahead.setdefault(source, []).extend(entries)
+            self._waiting += len(entries)
+            top = max(entry[0] for entry in entries)
+            seen = sources.get(source)
+            if seen is None:
+                sources[source] = _Source(float("-inf"), wall, top)
+            elif top > seen.arrived:
+                seen.arrived = top
+        if not ahead:
+            return
+        holding = self.holding(wall)
+        cutoff = min(sources[source].arrived for source in holding) + AHEAD_S
+        for source, waiting in list(ahead.items()):
+            n = 0
+            for entry in waiting:
+                if entry[0] > cutoff:
+                    break
+                n += 1
+            if n:
+                self._fed(source, self._hold(waiting[:n]), wall)
+                del waiting[:n]
+                self._waiting -= n
+            if not waiting:
+                del ahead[source]
 
     def _hold(self, entries: list[tuple]) -> float:
         """Put (ts, event, origin) entries in their buckets, in order; the newest ts among them."""
@@ -172,6 +232,8 @@ class LiveDetector:
         if wall - self._called_at > self.config.stall_s:
             self._stalled(wall)
         self._called_at = wall
+        if self._ahead:  # the slowest may have gone quiet: what waits for it may be due
+            self._order([], wall)
         return self._release(wall)
 
     def watch_reads(self) -> None:
@@ -227,13 +289,28 @@ class LiveDetector:
         for source in sources:
             self._sources.setdefault(source, _Source(float("-inf"), wall))
 
+    def holding(self, wall: float) -> dict[tuple, float]:
+        """The sources holding event time back at `wall` (not quiet for `idle_s`, or with events
+        waiting), with how far they have delivered: the newest event time fed, or for a source with
+        events waiting, the time of the first (all before it are fed; it must not come late)."""
+        # Quiet counts only as far as reads are known complete: unread data is not silence.
+        read_until, idle_s, ahead = min(wall, self._caught_up_at), self.config.idle_s, self._ahead
+        return {source: ahead[source][0][0] if source in ahead else seen.max_ts
+                for source, seen in self._sources.items()
+                if read_until - seen.last_wall < idle_s or source in ahead}
+
+    def waiting(self) -> dict[tuple, int]:
+        """Per source, its events waiting unfed (`order_at`)."""
+        return {source: len(entries) for source, entries in self._ahead.items()}
+
     def take_failures(self) -> list[Failure]:
         failed, self.failed = self.failed, []
         return failed
 
     @property
     def buffered(self) -> int:
-        return self._count
+        """Events held and waiting."""
+        return self._count + self._waiting
 
     @property
     def watermark(self) -> float:
@@ -243,11 +320,16 @@ class LiveDetector:
         """The events held for ordering (in no particular order: `seq` orders those of equal `ts`)."""
         return [Held(event, origin, seq) for seq, (_, event, origin) in enumerate(self.held_entries())]
 
-    def held_entries(self) -> list[tuple[float, object, RawMessage | None]]:
-        """The held events as (ts, event, origin), those of equal `ts` in arrival order (no Held
-        made: a checkpoint takes tens of thousands)."""
+    def held_entries(self, waiting: bool = True) -> list[tuple[float, object, RawMessage | None]]:
+        """The held events as (ts, event, origin), those of equal `ts` in arrival order, then those
+        waiting unless not `waiting` (no Held made: a checkpoint takes tens of thousands)."""
         buckets = self._buckets
-        return [entry for key in sorted(buckets) for entry in buckets[key]]
+        held = [entry for key in sorted(buckets) for entry in buckets[key]]
+        return held + [entry for entries in self._ahead.values() for entry in entries] if waiting else held
+
+    def waiting_entries(self) -> dict[tuple, list[tuple]]:
+        """Per source, its events waiting unfed as (ts, event, origin), in arrival order (not copies)."""
+        return self._ahead
 
     def sources(self, wall: float) -> dict[tuple, tuple[float, float]]:
         """Per source: the newest event time seen, and the wall time it has been quiet at `wall`."""
@@ -265,7 +347,7 @@ class LiveDetector:
         self._hold([(item.event.ts, item.event, item.origin)
                     for item in sorted(held, key=lambda item: (item.event.ts, item.seq))])
         for source, (max_ts, quiet_s) in sources.items():
-            self._sources[source] = _Source(max_ts, wall - quiet_s)
+            self._sources[source] = _Source(max_ts, wall - quiet_s, max_ts)
 
     def _release(self, wall: float) -> list[Incident]:
         self._released_at = wall
@@ -335,13 +417,12 @@ class LiveDetector:
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:
             return None
-        # Quiet counts only as far as reads are known complete: unread data is not silence.
-        read_until = min(wall, self._caught_up_at)
-        active = [s.max_ts for s in self._sources.values() if read_until - s.last_wall < self.config.idle_s]
+        active = self.holding(wall)
         if active:
-            return min(active) - self.config.lateness_s
+            return min(active.values()) - self.config.lateness_s
         # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
         # far as reads are known complete (not at all while the detector is blind).
+        read_until = min(wall, self._caught_up_at)
         newest = max(self._sources.values(), key=lambda s: s.max_ts)
         last_wall = max(s.last_wall for s in self._sources.values())
         if read_until <= last_wall:
