@@ -30,6 +30,7 @@ from streams.batches import (
     Batch,
     SourceOffsets,
     decode_batch,
+    events_partition,
     events_topic,
 )
 from streams.checkpoint import Offsets, Owner
@@ -65,6 +66,8 @@ def new_events(sources: SourceOffsets, batch: Batch, dlq: str,
 
 class DeciderService(DetectorService):
     """`run()` as `DetectorService`, on the events topic."""
+
+    REWINDS = False  # a batch holds many sources' events: those waiting are saved in its checkpoints
 
     def __init__(self, *args, events_partitions: int = EVENTS_PARTITIONS, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -118,8 +121,14 @@ class DeciderService(DetectorService):
         """Partitions added to the events topic: nothing of telemetry's to wait for."""
 
     def read_offsets(self) -> Offsets:
-        known = self.sources.next
-        return {tp: known.get(tp, 0) for tp in self._telemetry} | known
+        known, paused = self.sources.next, self._paused_sources
+        read = {tp: known.get(tp, 0) for tp in self._telemetry} | known
+        return {tp: offset for tp, offset in read.items() if tp not in paused} if paused else read
+
+    def _routes(self) -> dict[tuple[str, int], tuple[str, int]]:
+        """Per telemetry partition, the events partition its batches go to (`events_partition`)."""
+        topic, partitions = self.events_topic, len(self.offsets)
+        return {source: (topic, events_partition(source, partitions)) for source in self._telemetry}
 
     def saved_offsets(self) -> Offsets:
         return self.offsets | self.sources.next

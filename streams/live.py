@@ -63,7 +63,7 @@ class LiveConfig(BaseModel):
     order_at: int = Field(default=100_000, ge=1, description="events held from which an event that "
                           "arrives over 0.5 s (event time) ahead of the slowest partition waits, "
                           "unfed, until that partition catches up; set it above what the cluster "
-                          "holds in steady state (its events/s x lateness_s)")
+                          "holds in steady state (its events/s x about 0.6 s)")
     pause_at: int = Field(default=250_000, ge=1, description="events held and waiting from which the "
                           "consumer engine stops reading each partition with more than its share of "
                           "them waiting, until they are fed: at most about 2 x pause_at + order_at are held "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from schemas.incident import Severity
 from streams.core.taxonomy import CATEGORIES
@@ -15,6 +15,9 @@ INCIDENTS = Counter("trainmedic_incidents", "Incident events published (opened, 
 CLOCK_SKEWED = Counter("trainmedic_detector_clock_skewed",
                        "Events whose ts was further than max_skew_s from their message's timestamp: "
                        "dead-lettered, used at the message's timestamp", ["direction"])
+PAUSED_PARTITIONS = Gauge("trainmedic_detector_paused_partitions",
+                          "Partitions the detector does not read now: too many events held, it reads those "
+                          "behind in event time first (streams/backpressure.py)")
 DETECTION_DELAY = Histogram("trainmedic_detection_delay_seconds",
                             "Event time from an incident's earliest evidence to its opening (ts - first_ts)",
                             ["severity"], buckets=_DELAY_BUCKETS)

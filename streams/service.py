@@ -29,7 +29,8 @@ from bus.message import RawMessage
 from bus.producer import EventProducer
 from bus.reader import At, locate, watermarks
 from bus.settings import KafkaSettings
-from streams import read_check
+from streams import metrics, read_check
+from streams.backpressure import to_pause
 from streams.checkpoint import Cadence, Offsets, encode_checkpoint
 from streams.checkpoint_topic import CheckpointTopic
 from streams.pipeline import Output, Pipeline
@@ -41,6 +42,11 @@ COMMIT_EVERY_S = 1.0
 FLUSH_WAIT_S = 5.0  # how long a checkpoint waits for the incidents before it to be acknowledged
 WARN_EVERY_S = 30.0  # the same consumer error is logged at most this often
 BLIND_WARN_S = 5.0  # reads unconfirmed for longer than this are logged (at most every WARN_EVERY_S)
+
+# How long the broker may hold a fetch for data (librdkafka's default: 500 ms). A partition the
+# detector reads again after a pause (`_backpressure`) waits for the fetch in flight: at 500 ms, an
+# 18 s backlog drained in 6.8-8.4 s, at 20 ms in 5.5-6.3 (docs/streams.md, "Reading a backlog").
+FETCH_WAIT_MS = 20
 
 # Python's default (700 allocations) runs a collection every few hundred events over the
 # detector's hundreds of thousands of objects; these drain markedly more (docs/streams.md has the rates).
@@ -99,6 +105,8 @@ class ServiceConfig:
 class DetectorService:
     """`run()` until `stopping()` says so; then a last checkpoint and a clean close."""
 
+    REWINDS = True  # its offsets are the telemetry partitions': events waiting are read again after a restart
+
     def __init__(self, settings: KafkaSettings, pipeline: Pipeline, config: ServiceConfig) -> None:
         self.settings, self.pipeline, self.config = settings, pipeline, config
         self.offsets: Offsets = {}  # next offset to read, per telemetry partition
@@ -107,10 +115,13 @@ class DetectorService:
         self._consumer = clients.consumer(settings, {
             "group.id": config.app_id, "enable.auto.commit": False, "enable.partition.eof": False,
             "auto.offset.reset": "earliest",  # an offset retention removed: lose no more than it did
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
         }, logger=log)
         self._out = EventProducer(settings, client_id=f"{config.app_id}-out")
         self._checkpoints = CheckpointTopic(settings, config.app_id)
         self._reads = ReadCheck(settings, config.read_check_every_s, config.read_check_timeout_s)
+        self._paused: frozenset = frozenset()  # input partitions not read now (`_backpressure`)
+        self._paused_sources: frozenset = frozenset()  # the telemetry partitions that leaves unread
 
     def run(self, stopping: Callable[[], bool]) -> None:
         with ExitStack() as closing:
@@ -182,13 +193,15 @@ class DetectorService:
     def _loop(self, stopping: Callable[[], bool]) -> None:
         pipeline, config, send = self.pipeline, self.config, self._send
         last_tick = last_commit = last_report = last_scan = time.monotonic()
-        reported = 0
+        reported, pause_at = 0, pipeline.live.config.pause_at
         while not stopping():
             messages = fetch(self._consumer, config.tick_s, config.batch)
             wall = time.time()
             if messages:
                 send(self._take(self._read(messages), wall))
             now = time.monotonic()
+            if self._paused or pipeline.live.buffered >= pause_at:
+                self._backpressure(wall)
             complete = self._reads.poll(self.read_offsets(), wall)
             if complete is not None:
                 pipeline.live.caught_up(complete)
@@ -236,8 +249,43 @@ class DetectorService:
         """A fetch's messages (`_read`): what to send."""
         return self.pipeline.on_messages(messages, wall)
 
+    def _backpressure(self, wall: float) -> None:
+        """Too many events held and waiting: stop reading the partitions whose events wait, each until
+        they are fed (streams/backpressure.py)."""
+        live = self.pipeline.live
+        routes = self._routes()
+        pause = to_pause(live.waiting(), live.buffered, self._paused_sources, live.config.pause_at,
+                         len(routes))
+        reading = {routes[source] for source in routes if source not in pause}
+        paused = frozenset(routes[source] for source in pause if source in routes) - reading
+        if paused == self._paused:
+            return
+        try:
+            if self._paused - paused:
+                self._consumer.resume([TopicPartition(t, p) for t, p in self._paused - paused])
+            if paused - self._paused:
+                self._consumer.pause([TopicPartition(t, p) for t, p in paused - self._paused])
+        except KafkaException as err:
+            self._warn("pause", f"could not pause or resume partitions: {err.args[0].str()} (retrying)")
+            return
+        if not self._paused:
+            log.info("holding %d events: not reading the %d of %d partitions ahead in event time until "
+                     "the others catch up", live.buffered, len(paused), len(self.offsets))
+        elif not paused:
+            log.info("reading every partition again (holding %d events)", live.buffered)
+        self._paused = paused
+        self._paused_sources = frozenset(source for source, tp in routes.items() if tp in paused)
+        metrics.PAUSED_PARTITIONS.set(len(paused))
+
+    def _routes(self) -> dict[tuple[str, int], tuple[str, int]]:
+        """Per telemetry partition, the partition it is read from."""
+        return {tp: tp for tp in self.offsets}
+
     def read_offsets(self) -> Offsets:
-        """The telemetry partitions' next offsets, for `ReadCheck`."""
+        """The telemetry partitions' next offsets, for `ReadCheck`: those paused left out (unread on
+        purpose; they hold event time back whatever ReadCheck says)."""
+        if self._paused_sources:
+            return {tp: offset for tp, offset in self.offsets.items() if tp not in self._paused_sources}
         return self.offsets
 
     def saved_offsets(self) -> Offsets:
@@ -286,7 +334,8 @@ class DetectorService:
                        f"acknowledged after {FLUSH_WAIT_S:.0f} s (is the broker up?)")
             return False
         try:
-            saved = encode_checkpoint(live, self.saved_offsets(), time.time(), self._checkpoints.owner)
+            saved = encode_checkpoint(live, self.saved_offsets(), time.time(), self._checkpoints.owner,
+                                      rewind=self.REWINDS)
         except (OverflowError, TypeError, ValueError) as err:  # a value msgpack cannot hold (an int past
             self._cadence.postponed(now)  # 64 bits): only input no validator passed; keep detecting
             self._warn("encode", f"checkpoint not written: the state holds what cannot be saved ({err})")
