@@ -2,7 +2,9 @@
 
 The detector's state, the watermark, the events `LiveDetector` still holds for ordering (with
 the message each came from), the newest event time of each partition and the next offset of
-every telemetry partition are taken at the same moment and saved together. A detector restored
+every telemetry partition are taken at the same moment and saved together. Events waiting unfed
+behind a slow partition (`LiveConfig.order_at`) are left to Kafka where the engine reads the
+telemetry itself: their partition's offset is that of the first of them (`rewind`). A detector restored
 from it re-reads exactly the messages after those offsets: no event is lost or applied twice,
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
 ids. `streams/checkpoint_topic.py` keeps checkpoints on Kafka; `Cadence` says when to take one.
@@ -100,10 +102,24 @@ _msgpack = msgspec.msgpack.Encoder()
 _held_decoder = msgspec.msgpack.Decoder(list[HeldRow])
 
 
-def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: Owner | None = None) -> bytes:
-    """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint of `owner`."""
+def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: Owner | None = None,
+                      rewind: bool = False) -> bytes:
+    """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint of `owner`.
+
+    `rewind`: where `offsets` are those of the partitions the events came from (a whole detector's,
+    Faust's), the events waiting unfed (`LiveConfig.order_at`) are left to Kafka: their partition's
+    offset goes back to the first of them, and a restart reads them again. (A backlog's may be
+    hundreds of thousands: kept, they took the checkpoint over its limit.) Without it they are
+    saved with the held ones."""
+    entries, offsets = live.held_entries(waiting=False), dict(offsets)
+    for source, waiting in live.waiting_entries().items():
+        first = waiting[0][2]
+        if rewind and first is not None and first.where == source and source in offsets:
+            offsets[source] = min(offsets[source], first.offset)
+        else:
+            entries += waiting
     held = [origin if origin is not None and origin.value is not None else _stand_in(event, origin)
-            for _, event, origin in live.held_entries()]  # a RawMessage encodes as a HeldRow
+            for _, event, origin in entries]  # a RawMessage encodes as a HeldRow
     state = live.detector.state.to_msgpack()
     head = json.dumps({
         "v": VERSION,

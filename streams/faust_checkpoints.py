@@ -72,7 +72,7 @@ class FaustCheckpoints:
             return
         began = time.monotonic()
         async with turn:
-            data = encode_checkpoint(self.live, self.offsets, time.time(), self.topic.owner)
+            data = encode_checkpoint(self.live, self.offsets, time.time(), self.topic.owner, rewind=True)
             waiting, self.pending = self.pending, []
         if waiting:
             _, unsent = await asyncio.wait(waiting, timeout=FLUSH_WAIT_S)

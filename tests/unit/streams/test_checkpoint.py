@@ -129,6 +129,27 @@ def test_held_events_fed_without_an_origin_are_saved_re_encoded() -> None:
     assert (held.event, held.origin) == (beat, None)
 
 
+def test_events_waiting_are_left_to_kafka_where_their_partition_can_be_read_again() -> None:
+    """Past order_at, what arrives ahead of the slowest partition waits unfed: a whole detector's
+    checkpoint puts that partition's offset back to the first of them instead of saving them."""
+    live = LiveDetector(Detector(), LiveConfig(order_at=2, lateness_s=0.5))
+    live.expect([("node", 0), ("node", 1)], 0.0)
+
+    def beat(ts: float, partition: int, offset: int) -> tuple:
+        event = decode_telemetry(s.encode(s.NodeHeartbeat(ts=ts, node=f"n{partition}", interval=1.0)))
+        return ts, event, RawMessage("node", partition, offset, int(ts * 1000), None, s.encode(event))
+
+    live.feed_many([(("node", 0), [beat(10.0 + k, 0, 100 + k) for k in range(2)])], 0.1)  # held
+    live.feed_many([(("node", 0), [beat(12.0 + k, 0, 102 + k) for k in range(4)])], 0.1)  # past order_at
+    assert live.waiting() == {("node", 0): 4}  # offsets 102-105 wait for node 1
+    offsets = {("node", 0): 106, ("node", 1): 7}
+    kept = decode_checkpoint(encode_checkpoint(live, offsets, 0.2, rewind=True))
+    assert kept.offsets == {("node", 0): 102, ("node", 1): 7}
+    assert [h.origin.offset for h in kept.held] == [100, 101]
+    whole = decode_checkpoint(encode_checkpoint(live, offsets, 0.2))
+    assert whole.offsets == offsets and [h.origin.offset for h in whole.held] == [100, 101, 102, 103, 104, 105]
+
+
 def test_a_checkpoint_with_nothing_seen_yet_round_trips() -> None:
     saved = decode_checkpoint(encode_checkpoint(LiveDetector(Detector()), {}, 0.0))
     assert saved.offsets == {} and saved.held == [] and saved.sources == {}
