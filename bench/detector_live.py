@@ -10,7 +10,9 @@ LiveDetector and the detection core, (c) the detector's consumer engine (`stream
 subprocess, with its producer and checkpoints), (d) one worker of the Faust engine
 (`streams.app.build_app`), (e) one Faust worker whose agent only counts the events (Faust's own
 ceiling on this machine); (d) and (e) each twice, as tuned (`FaustTuning()`: on uvloop) and as
-before issue 18 (`-plain`: asyncio's own loop, the same fetch settings).
+before issue 18 (`-plain`: asyncio's own loop, the same fetch settings). Each engine's line also
+gives the most it held and had waiting (sampled every 0.5 s) and how many it released early, out
+of order (streams/live.py: `order_at`, `pause_at`, `max_buffered`).
 Sustained: for each engine and each --rates R, a cluster of about R/17 nodes is produced live
 at 1 Hz for --run-s seconds into fresh topics with a fresh detector; lag = events produced but
 not yet processed, in seconds of input. The highest R with lag < 1 s is its sustained rate.
@@ -56,6 +58,7 @@ from schemas.wire import decode_telemetry as decode_fast
 from streams.app import FaustTuning
 from streams.core import Detector
 from streams.live import LiveDetector
+from streams.service import FETCH_WAIT_MS
 from trainmedic.broker import LocalBroker
 from trainmedic.local_cluster import free_port_pair
 
@@ -164,7 +167,8 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
     """Seconds a bare consumer takes to read and validate `total` events (and feed `live`): with
     the detector's own decoder (`fast`: schemas/wire.py), or the contract's pydantic models."""
     topics = settings.topics
-    client = Consumer(settings.client_config(**{"group.id": "unused", "enable.auto.commit": False}))
+    client = Consumer(settings.client_config(**{"group.id": "unused", "enable.auto.commit": False,
+                                                "fetch.wait.max.ms": FETCH_WAIT_MS}))  # as the engine reads
     meta = client.list_topics(timeout=10)
     client.assign([TopicPartition(name, p, OFFSET_BEGINNING)
                    for name in (topics.gpu, topics.node, topics.worker)
@@ -234,9 +238,9 @@ class Worker:
             self.proc.wait()
 
 
-def report(events: int, assigned: int, buffered: int, loop: str = "none") -> None:
+def report(events: int, assigned: int, buffered: int, loop: str = "none", forced: int = 0) -> None:
     print(json.dumps({"wall": time.time(), "events": events, "assigned": assigned, "buffered": buffered,
-                      "loop": loop}), flush=True)
+                      "loop": loop, "forced": forced}), flush=True)
 
 
 def loop_name() -> str:
@@ -263,7 +267,8 @@ def run_consumer_worker(app_id: str) -> None:
 
     def reports() -> None:
         while not stop.wait(0.5):
-            report(pipeline.stats.events, len(service.offsets), pipeline.live.buffered)
+            report(pipeline.stats.events, len(service.offsets), pipeline.live.buffered,
+                   forced=pipeline.live.forced)
 
     threading.Thread(target=reports, daemon=True).start()
     with stop_on_signals(stop):
@@ -294,7 +299,8 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
 
     def reports() -> None:
         while not stop.wait(0.5):
-            report(pipeline.stats.events, len(service.sources.next), pipeline.live.buffered)
+            report(pipeline.stats.events, len(service.sources.next), pipeline.live.buffered,
+                   forced=pipeline.live.forced)
 
     threading.Thread(target=reports, daemon=True).start()
     try:
@@ -372,7 +378,7 @@ def run_faust_worker(app_id: str, tuning: FaustTuning) -> None:
     @app.timer(interval=0.5)
     async def reports():
         report(stats.events, sum(tp.topic in telemetry for tp in app.consumer.assignment()), live.buffered,
-               loop_name())
+               loop_name(), live.forced)
 
     run_faust(app, "warning", tuning.loop)
 
@@ -418,7 +424,8 @@ def worker_drain(settings: KafkaSettings, run: str, home: Path, total: int, mode
     finally:
         worker.stop()
     return {"took_s": done["wall"] - first["wall"], "events": total - first["events"], "cpu_s": cpu,
-            "own_cpu_s": own, "loop": done["loop"]}
+            "own_cpu_s": own, "loop": done["loop"], "forced": done["forced"],
+            "most_held": max(r["buffered"] for r in worker.reports)}
 
 
 def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, broker_pid: int | None) -> dict:
@@ -588,8 +595,8 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                     print(f"{label}{rate:>9,.0f} events/s  ({got['took_s']:5.2f} s "
                           f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling "
                           f"({ceiling / 1000:,.0f}k just before), worker {us(got['cpu_s'], got['events'])} "
-                          f"CPU/event{split}, "
-                          f"loop {got['loop']}: {what}")
+                          f"CPU/event{split}, held at most {got['most_held']:,} ({got['forced']:,} released "
+                          f"early), loop {got['loop']}: {what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
             if engine_rate is not None:
