@@ -30,7 +30,6 @@ from streams.batches import (
     Batch,
     SourceOffsets,
     decode_batch,
-    events_partition,
     events_topic,
 )
 from streams.checkpoint import Offsets, Owner
@@ -75,6 +74,7 @@ class DeciderService(DetectorService):
         self.events_partitions = events_partitions
         self.sources = SourceOffsets()
         self._telemetry: list[tuple[str, int]] = []
+        self._carried_by: dict[tuple[str, int], tuple[str, int]] = {}  # telemetry -> events partition
         # Its checkpoints name the events topic too: a whole detector never resumes one, nor it a whole one's.
         owner = self._checkpoints.owner
         self._checkpoints.owner = Owner(owner.prefix, (*owner.topics, self.events_topic))
@@ -126,9 +126,9 @@ class DeciderService(DetectorService):
         return {tp: offset for tp, offset in read.items() if tp not in paused} if paused else read
 
     def _routes(self) -> dict[tuple[str, int], tuple[str, int]]:
-        """Per telemetry partition, the events partition its batches go to (`events_partition`)."""
-        topic, partitions = self.events_topic, len(self.offsets)
-        return {source: (topic, events_partition(source, partitions)) for source in self._telemetry}
+        """Per telemetry partition, the events partition its batches came on (as seen, not as
+        computed: the ingest stage counts the events topic's partitions on its own)."""
+        return self._carried_by
 
     def saved_offsets(self) -> Offsets:
         return self.offsets | self.sources.next
@@ -142,6 +142,7 @@ class DeciderService(DetectorService):
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:
                 out += self._not_a_batch(message, err, wall)
                 continue
+            self._carried_by[batch.source] = message.where
             held, dead = new_events(self.sources, batch, self.settings.topics.dlq, wall)
             out += dead
             if held:

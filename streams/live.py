@@ -158,7 +158,7 @@ class LiveDetector:
         self._called_at = wall
         config = self.config
         if self._ahead or self._count >= config.order_at:
-            self._order(runs, wall)
+            self._wait(runs, wall)  # fed, as far as due, by the next release
         else:
             for source, entries in runs:
                 self._fed(source, self._hold(entries), wall)
@@ -177,35 +177,45 @@ class LiveDetector:
             if top > seen.arrived:
                 seen.arrived = top
 
-    def _order(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> None:
-        """Many held: each run waits behind its source's waiting events, then every source's waiting
-        events up to AHEAD_S past the slowest source's newest arrival are fed, in arrival order."""
+    def _wait(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> None:
+        """Many held: each run waits behind its source's waiting events (`_feed_waiting` feeds them)."""
         ahead, sources = self._ahead, self._sources
         for source, entries in runs:
             ahead.setdefault(source, []).extend(entries)
             self._waiting += len(entries)
-            top = max(entry[0] for entry in entries)
+            top = max(entries, key=_TS)[0]
             seen = sources.get(source)
             if seen is None:
                 sources[source] = _Source(float("-inf"), wall, top)
             elif top > seen.arrived:
                 seen.arrived = top
-        if not ahead:
-            return
-        holding = self.holding(wall)
-        cutoff = min(sources[source].arrived for source in holding) + AHEAD_S
+
+    def _feed_waiting(self, wall: float) -> None:
+        """Feed each source's waiting events, in arrival order, up to the first more than AHEAD_S
+        past the slowest source's newest arrival; while event time stands still (a blind spell and
+        the rejoin after it), more than AHEAD_S past where it stands. Once fewer than half of
+        `order_at` are held and waiting, all are fed: none can come late, they are ahead."""
+        ahead = self._ahead
+        if self._count + self._waiting < self.config.order_at // 2:
+            cutoff = float("inf")
+        else:
+            cutoff = min(self._sources[source].arrived for source in self.holding(wall)) + AHEAD_S
+            if wall < self._held_until:
+                cutoff = min(cutoff, self._held_at + self.config.lateness_s + AHEAD_S)
         for source, waiting in list(ahead.items()):
             n = 0
             for entry in waiting:
                 if entry[0] > cutoff:
                     break
                 n += 1
-            if n:
-                self._fed(source, self._hold(waiting[:n]), wall)
-                del waiting[:n]
-                self._waiting -= n
-            if not waiting:
+            if not n:
+                continue
+            self._fed(source, self._hold(waiting[:n]), wall)
+            if n == len(waiting):
                 del ahead[source]
+            else:
+                del waiting[:n]
+            self._waiting -= n
 
     def _hold(self, entries: list[tuple]) -> float:
         """Put (ts, event, origin) entries in their buckets, in order; the newest ts among them."""
@@ -232,8 +242,6 @@ class LiveDetector:
         if wall - self._called_at > self.config.stall_s:
             self._stalled(wall)
         self._called_at = wall
-        if self._ahead:  # the slowest may have gone quiet: what waits for it may be due
-            self._order([], wall)
         return self._release(wall)
 
     def watch_reads(self) -> None:
@@ -292,7 +300,8 @@ class LiveDetector:
     def holding(self, wall: float) -> dict[tuple, float]:
         """The sources holding event time back at `wall` (not quiet for `idle_s`, or with events
         waiting), with how far they have delivered: the newest event time fed, or for a source with
-        events waiting, the time of the first (all before it are fed; it must not come late)."""
+        events waiting, the time of the first of them. (One that arrived behind it, more than
+        lateness_s earlier, may come late: as it may when its partition is the slowest.)"""
         # Quiet counts only as far as reads are known complete: unread data is not silence.
         read_until, idle_s, ahead = min(wall, self._caught_up_at), self.config.idle_s, self._ahead
         return {source: ahead[source][0][0] if source in ahead else seen.max_ts
@@ -351,6 +360,8 @@ class LiveDetector:
 
     def _release(self, wall: float) -> list[Incident]:
         self._released_at = wall
+        if self._ahead:
+            self._feed_waiting(wall)
         mark = self._compute_watermark(wall)
         if mark is None:
             return []

@@ -147,7 +147,8 @@ def test_events_waiting_are_left_to_kafka_where_their_partition_can_be_read_agai
     assert kept.offsets == {("node", 0): 102, ("node", 1): 7}
     assert [h.origin.offset for h in kept.held] == [100, 101]
     whole = decode_checkpoint(encode_checkpoint(live, offsets, 0.2))
-    assert whole.offsets == offsets and [h.origin.offset for h in whole.held] == [100, 101, 102, 103, 104, 105]
+    assert whole.offsets == offsets
+    assert [h.origin.offset for h in whole.held] == [100, 101, 102, 103, 104, 105]
 
 
 def test_a_checkpoint_with_nothing_seen_yet_round_trips() -> None:

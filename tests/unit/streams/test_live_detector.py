@@ -222,9 +222,12 @@ def test_a_backlog_read_a_partition_at_a_time_gives_the_incidents_of_replay(name
     assert live.forced == 0
 
 
+def beat(ts: float, node: str) -> tuple:
+    return ts, s.NodeHeartbeat.model_construct(ts=ts, node=node, interval=1.0), None
+
+
 def test_past_order_at_what_arrives_ahead_of_the_slowest_partition_waits_unfed() -> None:
     live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, release_every_s=0.0, order_at=3))
-    beat = lambda ts, node: (ts, s.NodeHeartbeat.model_construct(ts=ts, node=node, interval=1.0), None)  # noqa: E731
     live.expect([("node", 0), ("node", 1)], 0.0)
     live.feed_many([(("node", 0), [beat(10.0 + k, "a") for k in range(3)])], 0.1)  # under order_at: held
     live.feed_many([(("node", 0), [beat(13.0 + k, "a") for k in range(5)])], 0.2)  # past it: they wait
@@ -243,15 +246,38 @@ def test_past_order_at_what_arrives_ahead_of_the_slowest_partition_waits_unfed()
 
 def test_a_source_with_events_waiting_holds_event_time_back_however_quiet() -> None:
     live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, release_every_s=0.0, order_at=1, idle_s=2.0))
-    beat = lambda ts, node: (ts, s.NodeHeartbeat.model_construct(ts=ts, node=node, interval=1.0), None)  # noqa: E731
     live.watch_reads()
     live.feed_many([(("node", 1), [beat(10.0, "b")])], 0.0)
-    live.feed_many([(("node", 0), [beat(20.0, "a")])], 0.0)  # 10 s ahead: it waits for node 1
-    live.caught_up(0.0)
-    for n in range(1, 9):  # node 1 is quiet and read to its end: idle after 2 s; node 0 still waits...
+    live.feed_many([(("node", 0), [beat(20.0, "a"), beat(21.0, "a")])], 0.0)  # far ahead: they wait
+    for n in range(1, 13):  # node 0 is quiet and read to its end for 3 s; node 1 delivers, slowly
         live.caught_up(n * 0.25)
-        live.tick(n * 0.25)
-    assert ("node", 0) in live.holding(2.0) and live.watermark <= 19.5
+        live.feed_many([(("node", 1), [beat(10.0 + n / 100, "b")])], n * 0.25)
+    assert live.waiting() == {("node", 0): 2}
+    assert live.holding(3.0)[("node", 0)] == 20.0 and live.watermark == 10.12 - 0.5
+    assert all(e.ts < 20.0 for e in live.detector.seen)
+
+
+def test_while_event_time_stands_still_what_arrives_waits_instead_of_filling_the_buffer() -> None:
+    """A blind spell: reads not confirmed, event time stands still. Past order_at, arrivals wait
+    (and an engine can stop reading them) rather than being held until max_buffered forces the
+    oldest out of order."""
+    config = LiveConfig(lateness_s=0.5, release_every_s=0.0, order_at=10, max_buffered=30, blind_s=3.0,
+                        rejoin_s=2.0, idle_s=2.0)
+    live = LiveDetector(Recording(), config)
+    live.watch_reads()
+    most_held = 0
+    for n in range(120):  # 30 s at 4 fetches a second, two partitions; reads unconfirmed from 5 s to 20 s
+        wall = n * 0.25
+        if not 20 <= n < 80:
+            live.caught_up(wall)
+        live.feed_many([(("node", p), [beat(100.0 + wall + p / 10, f"n{p}")]) for p in range(2)], wall)
+        most_held = max(most_held, live.buffered - sum(live.waiting().values()))
+    for n in range(1, 20):
+        live.caught_up(30.0 + n * 0.25)
+        live.tick(30.0 + n * 0.25)
+    assert live.forced == 0 and most_held <= config.order_at + 2
+    seen = [e.ts for e in live.detector.seen]
+    assert seen == sorted(seen) and len(seen) == 240
 
 
 def _beats(live: LiveDetector, nodes: list[str], t0: float, t1: int, wall0: float) -> None:
