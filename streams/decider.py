@@ -121,9 +121,8 @@ class DeciderService(DetectorService):
         """Partitions added to the events topic: nothing of telemetry's to wait for."""
 
     def read_offsets(self) -> Offsets:
-        known, paused = self.sources.next, self._paused_sources
-        read = {tp: known.get(tp, 0) for tp in self._telemetry} | known
-        return {tp: offset for tp, offset in read.items() if tp not in paused} if paused else read
+        known = self.sources.next
+        return {tp: known.get(tp, 0) for tp in self._telemetry} | known
 
     def _routes(self) -> dict[tuple[str, int], tuple[str, int]]:
         """Per telemetry partition, the events partition its batches came on (as seen, not as

@@ -139,6 +139,7 @@ class LiveDetector:
     _released_at: float = float("-inf")  # wall time of the last watermark update
     _called_at: float = float("-inf")  # wall time of the last feed or tick
     _caught_up_at: float = float("inf")  # everything the broker held then was read (inf: not watched)
+    _read_through_at: float = float("-inf")  # ... all but the partitions the engine does not read now
     _held_until: float = float("-inf")  # in or after a blind spell: wall time until which event time
     _held_at: float = float("-inf")  # ... stays at this watermark (inf: until the spell is over)
     _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
@@ -192,16 +193,13 @@ class LiveDetector:
 
     def _feed_waiting(self, wall: float) -> None:
         """Feed each source's waiting events, in arrival order, up to the first more than AHEAD_S
-        past the slowest source's newest arrival; while event time stands still (a blind spell and
-        the rejoin after it), more than AHEAD_S past where it stands. Once fewer than half of
-        `order_at` are held and waiting, all are fed: none can come late, they are ahead."""
+        past the slowest source's newest arrival. Once fewer than half of `order_at` are held and
+        waiting, all are fed: none can come late, they are ahead."""
         ahead = self._ahead
         if self._count + self._waiting < self.config.order_at // 2:
             cutoff = float("inf")
         else:
             cutoff = min(self._sources[source].arrived for source in self.holding(wall)) + AHEAD_S
-            if wall < self._held_until:
-                cutoff = min(cutoff, self._held_at + self.config.lateness_s + AHEAD_S)
         for source, waiting in list(ahead.items()):
             n = 0
             for entry in waiting:
@@ -267,6 +265,12 @@ class LiveDetector:
                         "backlog", wall - last, rejoin)
         self._caught_up_at = wall
 
+    def read_through(self, wall: float) -> None:
+        """As `caught_up`, for all but the partitions the engine has stopped reading (backpressure,
+        streams/backpressure.py; those have events waiting, which hold event time back): a partition
+        read to its end can be found quiet, but it says nothing of a blind spell."""
+        self._read_through_at = max(self._read_through_at, wall)
+
     @property
     def blind_for(self) -> float | None:
         """Wall seconds since reads were last known complete, as of the last call (None when
@@ -284,6 +288,7 @@ class LiveDetector:
             self._shift_quiet(self._called_at, wall)
             if self._caught_up_at != float("inf"):
                 self._caught_up_at = min(self._caught_up_at, self._called_at)
+                self._read_through_at = min(self._read_through_at, self._called_at)
 
     def _shift_quiet(self, start: float, end: float) -> None:
         """Wall time between `start` and `end` was blind: it does not count as a source's quiet."""
@@ -303,7 +308,7 @@ class LiveDetector:
         events waiting, the time of the first of them. (One that arrived behind it, more than
         lateness_s earlier, may come late: as it may when its partition is the slowest.)"""
         # Quiet counts only as far as reads are known complete: unread data is not silence.
-        read_until, idle_s, ahead = min(wall, self._caught_up_at), self.config.idle_s, self._ahead
+        read_until, idle_s, ahead = self._read_until(wall), self.config.idle_s, self._ahead
         return {source: ahead[source][0][0] if source in ahead else seen.max_ts
                 for source, seen in self._sources.items()
                 if read_until - seen.last_wall < idle_s or source in ahead}
@@ -425,6 +430,9 @@ class LiveDetector:
             over -= len(early)
         return due
 
+    def _read_until(self, wall: float) -> float:
+        return min(wall, max(self._caught_up_at, self._read_through_at))
+
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:
             return None
@@ -433,7 +441,7 @@ class LiveDetector:
             return min(active.values()) - self.config.lateness_s
         # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
         # far as reads are known complete (not at all while the detector is blind).
-        read_until = min(wall, self._caught_up_at)
+        read_until = self._read_until(wall)
         newest = max(self._sources.values(), key=lambda s: s.max_ts)
         last_wall = max(s.last_wall for s in self._sources.values())
         if read_until <= last_wall:

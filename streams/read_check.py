@@ -15,6 +15,7 @@ from streams.checkpoint import Offsets
 RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
 EVERY_S = 0.25  # how often to ask for the end offsets
 TIMEOUT_S = 5.0  # how long one request may take
+RENEW_TARGET_S = 10.0  # ends not reached in this long are asked for anew (a partition truncated under them)
 
 
 class ReadCheck:
@@ -37,6 +38,7 @@ class ReadCheck:
         self._ends: dict[tuple[str, int], int] | None = None  # the last answer, not yet reached
         self._ends_at = float("-inf")
         self.failures = 0
+        self.confirmed: frozenset = frozenset()  # the partitions the last confirmation covered
 
     def poll(self, offsets: Offsets, wall: float) -> float | None:
         """The wall time up to which reads are now known complete, if newly known; else None."""
@@ -56,9 +58,14 @@ class ReadCheck:
                     self._admin = clients.admin(self._settings)
             self._futures = None
         confirmed = None
-        if self._ends is not None and all(offsets.get(tp, 0) >= end for tp, end in self._ends.items()):
-            confirmed, self._ends = self._ends_at, None
-        if self._futures is None and wall - self._asked_at >= self.every_s and offsets:
+        if self._ends is not None and (not self._ends.keys() <= offsets.keys()  # one paused: ask anew
+                                       or wall - self._ends_at > RENEW_TARGET_S):
+            self._ends = None
+        if self._ends is not None and all(offsets[tp] >= end for tp, end in self._ends.items()):
+            confirmed, self.confirmed, self._ends = self._ends_at, frozenset(self._ends), None
+        # One answer at a time, until the reads reach it: a newer one each time would be a target
+        # that a detector reading a second behind never reaches, and it would count as blind.
+        if self._futures is None and self._ends is None and wall - self._asked_at >= self.every_s and offsets:
             self._asked_at = wall
             self._futures = self._admin.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in offsets},

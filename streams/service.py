@@ -202,9 +202,7 @@ class DetectorService:
             now = time.monotonic()
             if self._paused or pipeline.live.buffered >= pause_at:
                 self._backpressure(wall)
-            complete = self._reads.poll(self.read_offsets(), wall)
-            if complete is not None:
-                pipeline.live.caught_up(complete)
+            self._poll_reads(wall)
             if now - last_tick >= config.tick_s:
                 send(pipeline.on_tick(wall))
                 last_tick = now
@@ -281,11 +279,21 @@ class DetectorService:
         """Per telemetry partition, the partition it is read from."""
         return {tp: tp for tp in self.offsets}
 
+    def _poll_reads(self, wall: float) -> None:
+        """Whether everything is read (`ReadCheck`). While partitions are paused, they are left out:
+        the others can be found read to their end, so quiet (`LiveDetector.read_through`)."""
+        offsets, paused = self.read_offsets(), self._paused_sources
+        reading = {tp: offset for tp, offset in offsets.items() if tp not in paused} if paused else offsets
+        complete = self._reads.poll(reading, wall)
+        if complete is None:
+            return
+        if self._reads.confirmed >= offsets.keys():
+            self.pipeline.live.caught_up(complete)
+        else:
+            self.pipeline.live.read_through(complete)
+
     def read_offsets(self) -> Offsets:
-        """The telemetry partitions' next offsets, for `ReadCheck`: those paused left out (unread on
-        purpose; they hold event time back whatever ReadCheck says)."""
-        if self._paused_sources:
-            return {tp: offset for tp, offset in self.offsets.items() if tp not in self._paused_sources}
+        """The telemetry partitions' next offsets, for `ReadCheck`."""
         return self.offsets
 
     def saved_offsets(self) -> Offsets:

@@ -257,27 +257,18 @@ def test_a_source_with_events_waiting_holds_event_time_back_however_quiet() -> N
     assert all(e.ts < 20.0 for e in live.detector.seen)
 
 
-def test_while_event_time_stands_still_what_arrives_waits_instead_of_filling_the_buffer() -> None:
-    """A blind spell: reads not confirmed, event time stands still. Past order_at, arrivals wait
-    (and an engine can stop reading them) rather than being held until max_buffered forces the
-    oldest out of order."""
-    config = LiveConfig(lateness_s=0.5, release_every_s=0.0, order_at=10, max_buffered=30, blind_s=3.0,
-                        rejoin_s=2.0, idle_s=2.0)
-    live = LiveDetector(Recording(), config)
+def test_a_partition_read_to_its_end_goes_quiet_while_the_engine_reads_no_other() -> None:
+    """The slowest partition has nothing more; the one ahead, with events waiting, is paused. Reads
+    confirmed for all but the paused one let the slowest go quiet, so what waited is fed."""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, release_every_s=0.0, order_at=1, idle_s=2.0))
     live.watch_reads()
-    most_held = 0
-    for n in range(120):  # 30 s at 4 fetches a second, two partitions; reads unconfirmed from 5 s to 20 s
-        wall = n * 0.25
-        if not 20 <= n < 80:
-            live.caught_up(wall)
-        live.feed_many([(("node", p), [beat(100.0 + wall + p / 10, f"n{p}")]) for p in range(2)], wall)
-        most_held = max(most_held, live.buffered - sum(live.waiting().values()))
-    for n in range(1, 20):
-        live.caught_up(30.0 + n * 0.25)
-        live.tick(30.0 + n * 0.25)
-    assert live.forced == 0 and most_held <= config.order_at + 2
-    seen = [e.ts for e in live.detector.seen]
-    assert seen == sorted(seen) and len(seen) == 240
+    live.feed_many([(("node", 1), [beat(10.0, "b")])], 0.0)
+    live.feed_many([(("node", 0), [beat(20.0, "a"), beat(21.0, "a")])], 0.0)  # far ahead: they wait
+    for n in range(1, 13):
+        live.read_through(n * 0.25)  # everything but node 0's partition is read to its end
+        live.tick(n * 0.25)
+    assert live.waiting() == {} and [e.ts for e in live.detector.seen] == [10.0, 20.0]
+    assert live.blind_for == float("inf")  # no read confirmed whole: that says nothing of blindness
 
 
 def _beats(live: LiveDetector, nodes: list[str], t0: float, t1: int, wall0: float) -> None:

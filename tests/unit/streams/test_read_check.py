@@ -1,0 +1,61 @@
+"""ReadCheck: when a detector's reads are known complete (streams/read_check.py)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+
+from bus.settings import KafkaSettings
+from streams import read_check
+from streams.read_check import ReadCheck
+
+TP = ("t.telemetry.gpu", 0)
+
+
+class Broker:
+    """An admin client whose ListOffsets answers at once: the partition's end, 100 more each 0.25 s."""
+
+    def __init__(self) -> None:
+        self.end = 0
+
+    def list_offsets(self, request: dict, request_timeout: float) -> dict:
+        answers = {}
+        for tp in request:
+            future: Future = Future()
+            future.set_result(SimpleNamespace(offset=self.end))
+            answers[tp] = future
+        return answers
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> Broker:
+    fake = Broker()
+    monkeypatch.setattr(read_check.clients, "admin", lambda settings: fake)
+    return fake
+
+
+def test_a_detector_reading_a_little_behind_is_confirmed_as_of_when_it_asked(broker: Broker) -> None:
+    """Data keeps coming, and the detector reads 150 messages (under half a second) behind: each
+    answer is kept until the reads reach it. (A newer answer each time was a target it never
+    reached: it counted as blind, and event time stood still, at any rate that kept it behind.)"""
+    check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.25)
+    confirmed = []
+    for n in range(40):
+        wall = n * 0.25
+        broker.end = 100 * n
+        if (at := check.poll({TP: max(0, broker.end - 150)}, wall)) is not None:
+            confirmed.append(at)
+    assert len(confirmed) >= 10 and max(confirmed) >= 8.0
+    assert check.confirmed == {TP}
+
+
+def test_an_answer_covering_a_partition_no_longer_read_is_asked_again(broker: Broker) -> None:
+    check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.25)
+    other = ("t.telemetry.node", 0)
+    broker.end = 10
+    assert check.poll({TP: 0, other: 0}, 0.0) is None  # asked for both
+    assert check.poll({TP: 0, other: 0}, 0.3) is None  # answered: 10 and 10, not reached
+    assert check.poll({TP: 10}, 0.6) is None  # `other` is paused: the answer is dropped, asked anew
+    assert check.poll({TP: 10}, 0.9) == 0.6 and check.confirmed == {TP}
