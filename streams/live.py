@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 
 BUCKETS_PER_S = 100  # a bucket holds 10 ms of event time: a release splits at most one
 AHEAD_S = 0.5  # past `order_at`, event time an arrival may be ahead of the slowest partition and be fed
+# ... and how many waiting events past it are looked at for more within that: one node's clock far
+# ahead must not keep its partition's others waiting behind it (they are fed with it, in order).
+LOOKAHEAD = 256
 _TS = itemgetter(0)
 
 
@@ -91,6 +94,7 @@ class _Source:
     max_ts: float  # the newest event time fed
     last_wall: float
     arrived: float = float("-inf")  # the newest event time arrived, fed or waiting
+    read_at: float = float("-inf")  # it alone was read to its end then (`read_through`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +143,6 @@ class LiveDetector:
     _released_at: float = float("-inf")  # wall time of the last watermark update
     _called_at: float = float("-inf")  # wall time of the last feed or tick
     _caught_up_at: float = float("inf")  # everything the broker held then was read (inf: not watched)
-    _read_through_at: float = float("-inf")  # ... all but the partitions the engine does not read now
     _held_until: float = float("-inf")  # in or after a blind spell: wall time until which event time
     _held_at: float = float("-inf")  # ... stays at this watermark (inf: until the spell is over)
     _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
@@ -192,8 +195,9 @@ class LiveDetector:
                 seen.arrived = top
 
     def _feed_waiting(self, wall: float) -> None:
-        """Feed each source's waiting events, in arrival order, up to the first more than AHEAD_S
-        past the slowest source's newest arrival. Once fewer than half of `order_at` are held and
+        """Feed each source's waiting events, in arrival order, up to the last within AHEAD_S past the
+        slowest source's newest arrival (looking LOOKAHEAD past any later): a prefix, so that a
+        checkpoint can leave the rest to Kafka. Once fewer than half of `order_at` are held and
         waiting, all are fed: none can come late, they are ahead."""
         ahead = self._ahead
         if self._count + self._waiting < self.config.order_at // 2:
@@ -201,11 +205,12 @@ class LiveDetector:
         else:
             cutoff = min(self._sources[source].arrived for source in self.holding(wall)) + AHEAD_S
         for source, waiting in list(ahead.items()):
-            n = 0
-            for entry in waiting:
-                if entry[0] > cutoff:
+            n = 0  # up to the last within the cutoff, looking LOOKAHEAD past the last found
+            for scanned, entry in enumerate(waiting, 1):
+                if entry[0] <= cutoff:
+                    n = scanned
+                elif scanned - n > LOOKAHEAD:
                     break
-                n += 1
             if not n:
                 continue
             self._fed(source, self._hold(waiting[:n]), wall)
@@ -255,7 +260,9 @@ class LiveDetector:
         last = self._caught_up_at
         if last == float("inf") or wall <= last:
             return
-        if last != float("-inf") and wall - last > self.config.blind_s:
+        # A spell ends at the first confirmation after it began (`_release` noticed it), however soon
+        # after the one before: confirmations a lag apart would never be blind_s apart.
+        if last != float("-inf") and (wall - last > self.config.blind_s or self._held_until == float("inf")):
             rejoin = self.config.rejoin_s
             self._shift_quiet(last, wall + max(0.0, rejoin - self.config.idle_s))
             if self._held_until != float("inf"):  # no release noticed the spell
@@ -265,11 +272,13 @@ class LiveDetector:
                         "backlog", wall - last, rejoin)
         self._caught_up_at = wall
 
-    def read_through(self, wall: float) -> None:
-        """As `caught_up`, for all but the partitions the engine has stopped reading (backpressure,
-        streams/backpressure.py; those have events waiting, which hold event time back): a partition
-        read to its end can be found quiet, but it says nothing of a blind spell."""
-        self._read_through_at = max(self._read_through_at, wall)
+    def read_through(self, wall: float, sources: frozenset) -> None:
+        """As `caught_up`, for `sources` alone (the engine asked about no others: it is not reading
+        them, streams/backpressure.py): each can be found quiet, but that says nothing of a blind spell."""
+        for source in sources:
+            seen = self._sources.get(source)
+            if seen is not None and wall > seen.read_at:
+                seen.read_at = wall
 
     @property
     def blind_for(self) -> float | None:
@@ -288,7 +297,8 @@ class LiveDetector:
             self._shift_quiet(self._called_at, wall)
             if self._caught_up_at != float("inf"):
                 self._caught_up_at = min(self._caught_up_at, self._called_at)
-                self._read_through_at = min(self._read_through_at, self._called_at)
+                for seen in self._sources.values():
+                    seen.read_at = min(seen.read_at, self._called_at)
 
     def _shift_quiet(self, start: float, end: float) -> None:
         """Wall time between `start` and `end` was blind: it does not count as a source's quiet."""
@@ -308,10 +318,10 @@ class LiveDetector:
         events waiting, the time of the first of them. (One that arrived behind it, more than
         lateness_s earlier, may come late: as it may when its partition is the slowest.)"""
         # Quiet counts only as far as reads are known complete: unread data is not silence.
-        read_until, idle_s, ahead = self._read_until(wall), self.config.idle_s, self._ahead
+        caught_up, idle_s, ahead = self._caught_up_at, self.config.idle_s, self._ahead
         return {source: ahead[source][0][0] if source in ahead else seen.max_ts
                 for source, seen in self._sources.items()
-                if read_until - seen.last_wall < idle_s or source in ahead}
+                if min(wall, max(caught_up, seen.read_at)) - seen.last_wall < idle_s or source in ahead}
 
     def waiting(self) -> dict[tuple, int]:
         """Per source, its events waiting unfed (`order_at`)."""
@@ -430,9 +440,6 @@ class LiveDetector:
             over -= len(early)
         return due
 
-    def _read_until(self, wall: float) -> float:
-        return min(wall, max(self._caught_up_at, self._read_through_at))
-
     def _compute_watermark(self, wall: float) -> float | None:
         if not self._sources:
             return None
@@ -441,7 +448,7 @@ class LiveDetector:
             return min(active.values()) - self.config.lateness_s
         # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
         # far as reads are known complete (not at all while the detector is blind).
-        read_until = self._read_until(wall)
+        read_until = min(wall, self._caught_up_at)
         newest = max(self._sources.values(), key=lambda s: s.max_ts)
         last_wall = max(s.last_wall for s in self._sources.values())
         if read_until <= last_wall:

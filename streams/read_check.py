@@ -15,7 +15,7 @@ from streams.checkpoint import Offsets
 RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
 EVERY_S = 0.25  # how often to ask for the end offsets
 TIMEOUT_S = 5.0  # how long one request may take
-RENEW_TARGET_S = 10.0  # ends not reached in this long are asked for anew (a partition truncated under them)
+MAX_ANSWERS = 64  # answers kept until reads reach them (16 s of them at EVERY_S): the oldest go first
 
 
 class ReadCheck:
@@ -24,7 +24,8 @@ class ReadCheck:
     offsets read reach them, reads were complete as of when it asked. No answer (broker down or
     frozen, a request that failed) or offsets short of the ends (fetches failing, a backlog after
     a restart or a pause) confirms nothing: `LiveDetector` then does not let the wall clock
-    become event time."""
+    become event time. `confirmed` says which partitions the last confirmation covered (the engine
+    may leave some out: streams/service.py, `_poll_reads`)."""
 
     def __init__(self, settings: KafkaSettings, every_s: float = EVERY_S,
                  timeout_s: float = TIMEOUT_S) -> None:
@@ -35,8 +36,7 @@ class ReadCheck:
         self.error: str | None = None  # the last failure
         self._asked_at = float("-inf")  # wall time of the request in flight (or the last one)
         self._futures: dict | None = None
-        self._ends: dict[tuple[str, int], int] | None = None  # the last answer, not yet reached
-        self._ends_at = float("-inf")
+        self._answers: list[tuple[float, dict[tuple[str, int], int]]] = []  # (asked at, ends) not reached
         self.failures = 0
         self.confirmed: frozenset = frozenset()  # the partitions the last confirmation covered
 
@@ -47,7 +47,8 @@ class ReadCheck:
                 ends = {(tp.topic, tp.partition): f.result().offset for tp, f in self._futures.items()}
                 if min(ends.values(), default=0) < 0:  # what a request that timed out answers
                     raise KafkaException(RdKafkaError(RdKafkaError._TIMED_OUT, "no end offsets in time"))
-                self._ends, self._ends_at, self._streak, self.error = ends, self._asked_at, 0, None
+                self._answers = [*self._answers[1 - MAX_ANSWERS:], (self._asked_at, ends)]
+                self._streak, self.error = 0, None
             except KafkaException as err:
                 self.failures += 1
                 self._streak += 1
@@ -57,15 +58,21 @@ class ReadCheck:
                     # (FENCED_LEADER_EPOCH on every request): a new client asks afresh.
                     self._admin = clients.admin(self._settings)
             self._futures = None
+        # Every answer is kept until the reads reach it, and the newest reached confirms: a detector
+        # reading a second behind is confirmed a second late. (Only the newest kept, each a target
+        # further on, it was never confirmed at all: it counted as blind.) Ends only grow, so the
+        # first not reached stops the look. An answer about a partition no longer asked about
+        # (paused) is dropped.
         confirmed = None
-        if self._ends is not None and (not self._ends.keys() <= offsets.keys()  # one paused: ask anew
-                                       or wall - self._ends_at > RENEW_TARGET_S):
-            self._ends = None
-        if self._ends is not None and all(offsets[tp] >= end for tp, end in self._ends.items()):
-            confirmed, self.confirmed, self._ends = self._ends_at, frozenset(self._ends), None
-        # One answer at a time, until the reads reach it: a newer one each time would be a target
-        # that a detector reading a second behind never reaches, and it would count as blind.
-        if self._futures is None and self._ends is None and wall - self._asked_at >= self.every_s and offsets:
+        answers = [(at, ends) for at, ends in self._answers if ends.keys() <= offsets.keys()]
+        reached = 0
+        while reached < len(answers) and all(offsets[tp] >= end for tp, end in answers[reached][1].items()):
+            reached += 1
+        if reached:
+            at, ends = answers[reached - 1]
+            confirmed, self.confirmed = at, frozenset(ends)
+        self._answers = answers[reached:]
+        if self._futures is None and wall - self._asked_at >= self.every_s and offsets:
             self._asked_at = wall
             self._futures = self._admin.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in offsets},

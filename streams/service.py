@@ -280,17 +280,20 @@ class DetectorService:
         return {tp: tp for tp in self.offsets}
 
     def _poll_reads(self, wall: float) -> None:
-        """Whether everything is read (`ReadCheck`). While partitions are paused, they are left out:
-        the others can be found read to their end, so quiet (`LiveDetector.read_through`)."""
-        offsets, paused = self.read_offsets(), self._paused_sources
+        """Whether everything is read (`ReadCheck`). Paused partitions are not asked about. Reads
+        confirmed for all the others are complete if every partition left out has events waiting
+        (those hold event time back whatever is unread behind them); else they say only that the
+        partitions confirmed can be found quiet (`LiveDetector.read_through`)."""
+        offsets, paused, live = self.read_offsets(), self._paused_sources, self.pipeline.live
         reading = {tp: offset for tp, offset in offsets.items() if tp not in paused} if paused else offsets
         complete = self._reads.poll(reading, wall)
         if complete is None:
             return
-        if self._reads.confirmed >= offsets.keys():
-            self.pipeline.live.caught_up(complete)
+        left_out = offsets.keys() - self._reads.confirmed
+        if not left_out or left_out <= live.waiting().keys():
+            live.caught_up(complete)
         else:
-            self.pipeline.live.read_through(complete)
+            live.read_through(complete, self._reads.confirmed)
 
     def read_offsets(self) -> Offsets:
         """The telemetry partitions' next offsets, for `ReadCheck`."""

@@ -265,10 +265,38 @@ def test_a_partition_read_to_its_end_goes_quiet_while_the_engine_reads_no_other(
     live.feed_many([(("node", 1), [beat(10.0, "b")])], 0.0)
     live.feed_many([(("node", 0), [beat(20.0, "a"), beat(21.0, "a")])], 0.0)  # far ahead: they wait
     for n in range(1, 13):
-        live.read_through(n * 0.25)  # everything but node 0's partition is read to its end
+        live.read_through(n * 0.25, frozenset({("node", 1)}))  # read to its end; node 0 not asked
         live.tick(n * 0.25)
     assert live.waiting() == {} and [e.ts for e in live.detector.seen] == [10.0, 20.0]
     assert live.blind_for == float("inf")  # no read confirmed whole: that says nothing of blindness
+
+
+def test_one_event_far_ahead_does_not_keep_its_partitions_others_waiting() -> None:
+    """A node whose clock runs 5 s fast shares a partition with on-time nodes: what comes behind
+    its event is fed in order with it, not kept until the slowest partition reaches its time."""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, release_every_s=0.0, order_at=1))
+    live.feed_many([(("node", 1), [beat(10.0, "b")])], 0.0)
+    arrived = [beat(10.1, "a"), beat(15.2, "fast"), beat(10.3, "a"), beat(10.4, "c")]
+    live.feed_many([(("node", 0), arrived)], 0.0)
+    assert live.waiting() == {}  # all four fed: 15.2 is held, 10.3 and 10.4 are not kept behind it
+    live.feed_many([(("node", 1), [beat(11.0, "b")])], 0.1)
+    assert [e.ts for e in live.detector.seen] == [10.0, 10.1, 10.3, 10.4]
+
+
+def test_a_blind_spell_ends_at_the_first_confirmation_however_soon_after_the_last() -> None:
+    """A detector reading 2 s behind: each confirmation is 2 s after the one before, under blind_s,
+    but the wall clock is 3 s past the last when the spell begins. It ends at the next one."""
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, blind_s=3.0, rejoin_s=1.0, idle_s=2.0))
+    live.watch_reads()
+    live.caught_up(0.0)
+    live.feed(s.NodeHeartbeat(ts=100.0, node="n", interval=1.0), ("node", 0), 0.0)
+    live.tick(3.1)  # 3.1 s since the last confirmation: blind
+    assert live.watermark == 99.5
+    live.caught_up(2.0)  # asked at 2.0, reached now
+    for n in range(1, 20):
+        live.feed(s.NodeHeartbeat(ts=100.0 + n / 4, node="n", interval=1.0), ("node", 0), 3.1 + n / 4)
+        live.caught_up(2.0 + n / 4)
+    assert live.watermark > 103.0  # event time moved on after the 1 s rejoin
 
 
 def _beats(live: LiveDetector, nodes: list[str], t0: float, t1: int, wall0: float) -> None:

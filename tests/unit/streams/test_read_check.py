@@ -51,6 +51,19 @@ def test_a_detector_reading_a_little_behind_is_confirmed_as_of_when_it_asked(bro
     assert check.confirmed == {TP}
 
 
+def test_a_detector_reading_two_seconds_behind_is_confirmed_two_seconds_late(broker: Broker) -> None:
+    """Not later: every answer is kept, and the newest the reads reach confirms (one kept at a
+    time, each confirmation came two lags late, and at 1.5 s behind that was past blind_s)."""
+    check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.25)
+    trailing = []
+    for n in range(80):
+        wall = n * 0.25
+        broker.end = 100 * n
+        if (at := check.poll({TP: max(0, broker.end - 800)}, wall)) is not None:  # 2 s of data behind
+            trailing.append(wall - at)
+    assert len(trailing) > 60 and max(trailing[5:]) <= 2.25
+
+
 def test_an_answer_covering_a_partition_no_longer_read_is_asked_again(broker: Broker) -> None:
     check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.25)
     other = ("t.telemetry.node", 0)
