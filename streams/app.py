@@ -137,8 +137,7 @@ def build_app(
         if checkpoints is not None and not checkpoints.restored:
             return  # the checkpoint is read when partitions are first assigned
         async with turn:
-            complete = None if reads is None else reads.poll(offsets, time.time())
-            if complete is not None and reads.confirmed >= offsets.keys():  # none read since it asked
+            if reads is not None and (complete := reads.poll(offsets, time.time())) is not None:
                 live.caught_up(complete)
             await send(pipeline.on_tick(time.time()))
         if checkpoints is not None:

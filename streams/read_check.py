@@ -24,8 +24,8 @@ class ReadCheck:
     offsets read reach them, reads were complete as of when it asked. No answer (broker down or
     frozen, a request that failed) or offsets short of the ends (fetches failing, a backlog after
     a restart or a pause) confirms nothing: `LiveDetector` then does not let the wall clock
-    become event time. `confirmed` says which partitions the last confirmation covered (the engine
-    may leave some out: streams/service.py, `_poll_reads`)."""
+    become event time. Only an answer about exactly the partitions asked about now confirms (the
+    consumer engine leaves paused ones out; partitions are added)."""
 
     def __init__(self, settings: KafkaSettings, every_s: float = EVERY_S,
                  timeout_s: float = TIMEOUT_S) -> None:
@@ -38,7 +38,6 @@ class ReadCheck:
         self._futures: dict | None = None
         self._answers: list[tuple[float, dict[tuple[str, int], int]]] = []  # (asked at, ends) not reached
         self.failures = 0
-        self.confirmed: frozenset = frozenset()  # the partitions the last confirmation covered
 
     def poll(self, offsets: Offsets, wall: float) -> float | None:
         """The wall time up to which reads are now known complete, if newly known; else None."""
@@ -61,16 +60,15 @@ class ReadCheck:
         # Every answer is kept until the reads reach it, and the newest reached confirms: a detector
         # reading a second behind is confirmed a second late. (Only the newest kept, each a target
         # further on, it was never confirmed at all: it counted as blind.) Ends only grow, so the
-        # first not reached stops the look. An answer about a partition no longer asked about
-        # (paused) is dropped.
+        # first not reached stops the look. An answer about other partitions than those asked about
+        # now is dropped.
         confirmed = None
-        answers = [(at, ends) for at, ends in self._answers if ends.keys() <= offsets.keys()]
+        answers = [(at, ends) for at, ends in self._answers if ends.keys() == offsets.keys()]
         reached = 0
         while reached < len(answers) and all(offsets[tp] >= end for tp, end in answers[reached][1].items()):
             reached += 1
         if reached:
-            at, ends = answers[reached - 1]
-            confirmed, self.confirmed = at, frozenset(ends)
+            confirmed = answers[reached - 1][0]
         self._answers = answers[reached:]
         if self._futures is None and wall - self._asked_at >= self.every_s and offsets:
             self._asked_at = wall

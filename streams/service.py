@@ -289,11 +289,10 @@ class DetectorService:
         complete = self._reads.poll(reading, wall)
         if complete is None:
             return
-        left_out = offsets.keys() - self._reads.confirmed
-        if not left_out or left_out <= live.waiting().keys():
+        if offsets.keys() & paused <= live.waiting().keys():
             live.caught_up(complete)
         else:
-            live.read_through(complete, self._reads.confirmed)
+            live.read_through(complete, frozenset(reading))
 
     def read_offsets(self) -> Offsets:
         """The telemetry partitions' next offsets, for `ReadCheck`."""
