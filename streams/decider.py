@@ -132,10 +132,10 @@ class DeciderService(DetectorService):
     def saved_offsets(self) -> Offsets:
         return self.offsets | self.sources.next
 
-    def _take(self, messages: list[RawMessage], wall: float) -> list[Output]:
+    def _take(self, messages: list, wall: float) -> list[Output]:
         out: list[Output] = []
         runs = []
-        for message in messages:
+        for message in self._read(messages):
             try:
                 batch = decode_batch(message.value)
             except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as err:

@@ -11,6 +11,7 @@ Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from msgspec.structs import replace
@@ -19,7 +20,7 @@ from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS
 from schemas import DeadLettered, Incident, InvalidEvent, Topics, encode
 from schemas.bounds import MAX_TS
-from schemas.wire import decode_telemetry, retimed
+from schemas.wire import decode_telemetry, fast_decoder, retimed
 from streams import metrics
 from streams.live import LiveDetector
 
@@ -77,6 +78,55 @@ class Pipeline:
                 topic, partition, run = message.topic, message.partition, []
                 runs.append(((topic, partition), run))
             run.append((event.ts, event, message))
+        if runs:
+            out += self.on_runs(runs, wall)
+        return out
+
+    def on_fetch(self, messages: list, wall: float, offsets: dict[tuple[str, int], int],
+                 on_error: Callable[[object], None]) -> list[Output]:
+        """`on_messages` for a fetch as confluent_kafka gives it (the consumer engine), in one pass:
+        each partition's next offset set in `offsets`, a consumer error passed to `on_error`. The
+        common message (ASCII JSON the fast decoder takes, an ASCII key, its clock within bounds)
+        is taken here; any other goes through `check`, which gives the reason. (`RawMessage.of`, then
+        `check`, per message cost about 0.4 µs an event more: docs/streams.md, "A leaner hot path".)"""
+        out: list[Output] = []
+        runs: list = []
+        run: list = []
+        topic = partition = last = None
+        decode, check, max_skew_s, valid = fast_decoder.decode, self.check, self.max_skew_s, 0
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                on_error(err)
+                continue
+            t, p, value, key = msg.topic(), msg.partition(), msg.value(), msg.key()
+            if p != partition or t != topic:
+                if last is not None:
+                    offsets[(topic, partition)] = last + 1
+                topic, partition, run = t, p, []
+                runs.append(((t, p), run))
+            last = msg.offset()
+            stamp = msg.timestamp()[1]
+            message = RawMessage(t, p, last, stamp, key, value)
+            event = None
+            if value is not None and value.isascii() and (key is None or key.isascii()):
+                try:  # noqa: SIM105 (contextlib.suppress costs a context manager per event)
+                    event = decode(value)
+                except Exception:  # check gives the reason
+                    pass
+            if event is None or (stamp > 0 and abs(event.ts - stamp / 1000) > max_skew_s):
+                event, message, dead = check(message, wall)
+                if dead:
+                    out += dead
+                if event is None:
+                    continue
+            else:
+                valid += 1
+            run.append((event.ts, event, message))
+        if last is not None:
+            offsets[(topic, partition)] = last + 1
+        self.stats.events += valid
+        runs = [entry for entry in runs if entry[1]]  # a partition whose messages were all dead letters
         if runs:
             out += self.on_runs(runs, wall)
         return out

@@ -198,7 +198,7 @@ class DetectorService:
             messages = fetch(self._consumer, config.tick_s, config.batch)
             wall = time.time()
             if messages:
-                send(self._take(self._read(messages), wall))
+                send(self._take(messages, wall))
             now = time.monotonic()
             if self._paused or pipeline.live.buffered >= pause_at:
                 self._backpressure(wall)
@@ -243,9 +243,9 @@ class DetectorService:
             read.append(message)
         return read
 
-    def _take(self, messages: list[RawMessage], wall: float) -> list[Output]:
-        """A fetch's messages (`_read`): what to send."""
-        return self.pipeline.on_messages(messages, wall)
+    def _take(self, messages: list, wall: float) -> list[Output]:
+        """A fetch's messages, as confluent_kafka gives them: what to send; `offsets` moves past them."""
+        return self.pipeline.on_fetch(messages, wall, self.offsets, self._warn.consumer_error)
 
     def _backpressure(self, wall: float) -> None:
         """Too many events held and waiting: stop reading the partitions whose events wait, each until

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message
 
 import schemas as s
 from bus.message import RawMessage
@@ -86,6 +87,67 @@ def test_messages_read_in_batches_decide_what_replay_decides(name: str) -> None:
     last_ts = max(newest.values())
     assert until(found, last_ts) == until(replay([event for _, _, event in items]), last_ts) and found
     assert run.stats.dead_lettered == 1
+
+
+def odd_messages(now: float) -> list[RawMessage]:
+    """One of each message `on_fetch` cannot take on its fast path, among common ones."""
+    def beat(ts: float, node: str = "n") -> bytes:
+        return s.encode(s.NodeHeartbeat(ts=ts, node=node, interval=1.0))
+
+    stamp = int(now * 1000)
+    values = [
+        (b"n", beat(now)),
+        (b"n", b"{not json"),
+        (b"n", None),  # a tombstone
+        (b"n", beat(now + 3600.0)),  # its clock an hour ahead
+        (b"n", s.encode(s.GpuSample(ts=now, node="n", gpu=0, uuid="GPU-\u00e9"))),  # non-ASCII, valid
+        (b"\xff", beat(now)),  # a key that is not UTF-8
+        (None, beat(now)),
+        (b"n\xc3\xa9", beat(now + 0.5, "m")),  # a UTF-8 key, not ASCII
+        (b"n", json.dumps({"type": "gpu_sample", "ts": now}).encode()),
+    ]
+    return [RawMessage(TOPICS.node, 0, offset, stamp, key, value)
+            for offset, (key, value) in enumerate(values)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_fetch_as_confluent_kafka_gives_it_is_taken_as_its_messages_are(name: str) -> None:
+    """`on_fetch` (the consumer engine, in one pass) and `on_messages` (RawMessages) give the same
+    output, stats, held origins and offsets, over a scenario with odd messages and a consumer error
+    among its fetches."""
+    now = arrivals(name)[0][0]
+    fetches, offsets = [], {}
+    for n, (wall, source, event) in enumerate(arrivals(name)):
+        offset = offsets[source] = offsets.get(source, -1) + 1
+        fetches.append((wall, [RawMessage(*source, offset, int(wall * 1000), event.node.encode(),
+                                          s.encode(event))]))
+        if n % 7 == 0 and len(fetches) > 1:  # fetches of several partitions' runs
+            fetches[-2][1].extend(fetches.pop()[1])
+    fetches.insert(len(fetches) // 2, (fetches[len(fetches) // 2][0], odd_messages(now)))
+    error = KafkaError(KafkaError._TRANSPORT, "the broker went away")
+    runs, errors = {}, []
+    for way in ("messages", "fetch"):
+        run, out, read = pipeline(), [], {}
+        for wall, batch in fetches:
+            if way == "messages":
+                out += run.on_messages(batch, wall)
+                read.update({m.where: m.offset + 1 for m in batch})
+            else:
+                got = [Message(topic=m.topic, partition=m.partition, offset=m.offset, key=m.key,
+                               value=m.value, timestamp=(TIMESTAMP_CREATE_TIME, m.timestamp_ms))
+                       for m in batch]
+                got.insert(len(got) // 2, Message(topic=batch[0].topic, partition=batch[0].partition,
+                                                  error=error))
+                out += run.on_fetch(got, wall, read, errors.append)
+            out += run.on_tick(wall)
+        held = [(h.event, h.origin) for h in run.live.held()]
+        out += run.on_tick(fetches[-1][0] + 60.0)
+        runs[way] = (out, run.stats, read, held)
+    assert runs["fetch"] == runs["messages"]
+    out, stats, read, held = runs["fetch"]
+    assert errors == [error] * len(fetches)
+    assert read == {**{tp: n + 1 for tp, n in offsets.items()}, (TOPICS.node, 0): 9}
+    assert stats.dead_lettered == 5 and any(o.topic == TOPICS.incidents for o in out) and held
 
 
 def test_an_event_the_core_fails_on_is_dead_lettered_and_the_others_are_taken(
