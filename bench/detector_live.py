@@ -60,7 +60,7 @@ from schemas.wire import decode_telemetry as decode_fast
 from streams.app import FaustTuning
 from streams.core import Detector
 from streams.live import LiveDetector
-from streams.service import FETCH_WAIT_MS
+from streams.service import READING
 from trainmedic.broker import LocalBroker
 from trainmedic.local_cluster import free_port_pair
 
@@ -170,7 +170,7 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
     the detector's own decoder (`fast`: schemas/wire.py), or the contract's pydantic models."""
     topics = settings.topics
     client = Consumer(settings.client_config(**{"group.id": "unused", "enable.auto.commit": False,
-                                                "fetch.wait.max.ms": FETCH_WAIT_MS}))  # as the engine reads
+                                                **READING}))  # as the engine reads
     meta = client.list_topics(timeout=10)
     client.assign([TopicPartition(name, p, OFFSET_BEGINNING)
                    for name in (topics.gpu, topics.node, topics.worker)

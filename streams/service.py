@@ -43,10 +43,14 @@ FLUSH_WAIT_S = 5.0  # how long a checkpoint waits for the incidents before it to
 WARN_EVERY_S = 30.0  # the same consumer error is logged at most this often
 BLIND_WARN_S = 5.0  # reads unconfirmed for longer than this are logged (at most every WARN_EVERY_S)
 
-# How long the broker may hold a fetch for data (librdkafka's default: 500 ms). A partition the
-# detector reads again after a pause (`_backpressure`) waits for the fetch in flight: at 500 ms, an
-# 18 s backlog drained in 6.8-8.4 s, at 20 ms in 5.5-6.3 (docs/streams.md, "Reading a backlog").
-FETCH_WAIT_MS = 20
+# How the detector's consumer fetches: a partition it reads again after a pause (`_backpressure`)
+# waits for its next fetch. fetch.wait.max.ms, how long the broker may hold a fetch for data
+# (librdkafka's default 500 ms): an 18 s backlog drained in 6.8-8.4 s at 500, in 5.5-6.3 at 20.
+# fetch.queue.backoff.ms, how long librdkafka puts off fetching a partition once its queue was full
+# (default 1,000 ms, which a backlog's is): the detector waited whole ticks for a partition read
+# again, 1.3-2.7 s of a 4.7-6.5 s drain; at 20 ms it waits 0.4-0.45 s of 3.4-3.8 (ad hoc, three
+# drains each; docs/streams.md, "Reading a backlog").
+READING = {"fetch.wait.max.ms": 20, "fetch.queue.backoff.ms": 20}
 
 # Python's default (700 allocations) runs a collection every few hundred events over the
 # detector's hundreds of thousands of objects; these drain markedly more (docs/streams.md has the rates).
@@ -115,7 +119,7 @@ class DetectorService:
         self._consumer = clients.consumer(settings, {
             "group.id": config.app_id, "enable.auto.commit": False, "enable.partition.eof": False,
             "auto.offset.reset": "earliest",  # an offset retention removed: lose no more than it did
-            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            **READING,
         }, logger=log)
         self._out = EventProducer(settings, client_id=f"{config.app_id}-out")
         self._checkpoints = CheckpointTopic(settings, config.app_id)
