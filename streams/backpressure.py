@@ -14,6 +14,8 @@ had fetched ahead for it, so a partition with only a little waiting is left alon
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 
 def to_pause(waiting: dict[tuple, int], buffered: int, paused: frozenset, pause_at: int,
              sources: int) -> frozenset:
@@ -24,3 +26,11 @@ def to_pause(waiting: dict[tuple, int], buffered: int, paused: frozenset, pause_
         return frozenset(source for source in paused if source in waiting)
     share = pause_at // max(1, sources)
     return frozenset(source for source, count in waiting.items() if count > share or source in paused)
+
+
+def unread_waits(partitions: Iterable, paused: frozenset, waiting: Mapping) -> bool:
+    """Whether each of `partitions` not read now (`paused`) has events waiting: what is unread in it
+    comes after them in its partition, and they hold event time back, so reads known complete for
+    the partitions read are complete for all (`LiveDetector.caught_up`), and with none read (each
+    paused with events waiting, as while event time stands still) they are complete now."""
+    return all(tp in waiting for tp in partitions if tp in paused)

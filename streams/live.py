@@ -143,6 +143,7 @@ class LiveDetector:
     _released_at: float = float("-inf")  # wall time of the last watermark update
     _called_at: float = float("-inf")  # wall time of the last feed or tick
     _caught_up_at: float = float("inf")  # everything the broker held then was read (inf: not watched)
+    _confirmed_at: float = float("-inf")  # wall time the last `caught_up` came (a lag after the above)
     _held_until: float = float("-inf")  # in or after a blind spell: wall time until which event time
     _held_at: float = float("-inf")  # ... stays at this watermark (inf: until the spell is over)
     _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
@@ -198,10 +199,15 @@ class LiveDetector:
         """Feed each source's waiting events, in arrival order, up to the last within AHEAD_S past the
         slowest source's newest arrival (looking LOOKAHEAD past any later): a prefix, so that a
         checkpoint can leave the rest to Kafka. Once fewer than half of `order_at` are held and
-        waiting, all are fed: none can come late, they are ahead."""
-        ahead = self._ahead
-        if self._count + self._waiting < self.config.order_at // 2:
+        waiting, all are fed: none can come late, they are ahead. None while event time stands still
+        (a blind spell, the rejoin after it), unless `max_buffered` wait: fed, they would be held,
+        and past `max_buffered` the oldest released early, out of order; waiting, they can be left
+        to Kafka (`pause_at`)."""
+        ahead, config = self._ahead, self.config
+        if self._count + self._waiting < config.order_at // 2:
             cutoff = float("inf")
+        elif wall < self._held_until and self._waiting < config.max_buffered:
+            return
         else:
             cutoff = min(self._sources[source].arrived for source in self.holding(wall)) + AHEAD_S
         for source, waiting in list(ahead.items()):
@@ -256,10 +262,13 @@ class LiveDetector:
         """The engine had read, by now, every message the broker held at wall time `wall` (e.g. the
         partitions' end offsets asked for at `wall`). The time since the previous such moment, if
         longer than `blind_s`, was a blind spell: partitions did not go idle in it, and event time
-        stays where it is for `rejoin_s` from now while the producers deliver what they held."""
+        stays where it is for `rejoin_s` from now while the producers deliver what they held. A
+        spell begins when no such news has come for `blind_s`, not when the moment it tells of is
+        that old: a detector reading further behind than that is behind, not blind."""
         last = self._caught_up_at
         if last == float("inf") or wall <= last:
             return
+        self._confirmed_at = max(wall, self._called_at)
         # A spell ends at the first confirmation after it began (`_release` noticed it), however soon
         # after the one before: confirmations a lag apart would never be blind_s apart.
         if last != float("-inf") and (wall - last > self.config.blind_s or self._held_until == float("inf")):
@@ -297,6 +306,7 @@ class LiveDetector:
             self._shift_quiet(self._called_at, wall)
             if self._caught_up_at != float("inf"):
                 self._caught_up_at = min(self._caught_up_at, self._called_at)
+                self._confirmed_at = min(self._confirmed_at, self._called_at)
                 for seen in self._sources.values():
                     seen.read_at = min(seen.read_at, self._called_at)
 
@@ -380,7 +390,7 @@ class LiveDetector:
         mark = self._compute_watermark(wall)
         if mark is None:
             return []
-        if (wall - self._caught_up_at > self.config.blind_s and self._caught_up_at != float("-inf")
+        if (wall - self._confirmed_at > self.config.blind_s and abs(self._caught_up_at) != float("inf")
                 and self._held_until < wall):  # a blind spell: event time stays until it is over
             self._held_until, self._held_at = float("inf"), self._watermark
         if wall < self._held_until:  # blind, or rejoining after a blind spell

@@ -30,7 +30,7 @@ from bus.producer import EventProducer
 from bus.reader import At, locate, watermarks
 from bus.settings import KafkaSettings
 from streams import metrics, read_check
-from streams.backpressure import to_pause
+from streams.backpressure import to_pause, unread_waits
 from streams.checkpoint import Cadence, Offsets, encode_checkpoint
 from streams.checkpoint_topic import CheckpointTopic
 from streams.pipeline import Output, Pipeline
@@ -286,14 +286,19 @@ class DetectorService:
     def _poll_reads(self, wall: float) -> None:
         """Whether everything is read (`ReadCheck`). Paused partitions are not asked about. Reads
         confirmed for all the others are complete if every partition left out has events waiting
-        (those hold event time back whatever is unread behind them); else they say only that the
-        partitions confirmed can be found quiet (`LiveDetector.read_through`)."""
+        (those hold event time back whatever is unread behind them; with every partition so paused,
+        complete now); else they say only that the partitions confirmed can be found quiet
+        (`LiveDetector.read_through`)."""
         offsets, paused, live = self.read_offsets(), self._paused_sources, self.pipeline.live
         reading = {tp: offset for tp, offset in offsets.items() if tp not in paused} if paused else offsets
+        if not reading:  # every partition paused: there is nothing to ask about
+            if paused and unread_waits(offsets, paused, live.waiting()):
+                live.caught_up(wall)  # else a blind spell, and what waits is never fed: a deadlock
+            return
         complete = self._reads.poll(reading, wall)
         if complete is None:
             return
-        if offsets.keys() & paused <= live.waiting().keys():
+        if unread_waits(offsets, paused, live.waiting()):
             live.caught_up(complete)
         else:
             live.read_through(complete, frozenset(reading))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streams.backpressure import to_pause
+from streams.backpressure import to_pause, unread_waits
 
 A, B, C = ("gpu", 0), ("gpu", 1), ("node", 0)
 
@@ -21,3 +21,11 @@ def test_at_pause_at_a_partition_with_more_than_its_share_waiting_is_paused() ->
 def test_a_partition_with_nothing_waiting_is_never_paused() -> None:
     # it may be the one holding event time back: paused, nothing would ever be fed
     assert to_pause({A: 900}, 5_000, frozenset({B, C}), pause_at=1_000, sources=3) == {A}
+
+
+def test_reads_are_complete_when_every_partition_not_read_has_events_waiting() -> None:
+    waiting = {A: 5, B: 1}
+    assert unread_waits([A, B, C], frozenset({A, B}), waiting)  # C is read: its confirmation counts
+    assert not unread_waits([A, B, C], frozenset({A, C}), waiting)  # C paused with nothing waiting
+    assert unread_waits([A, B], frozenset({A, B}), waiting)  # none read: complete now
+    assert unread_waits([A, B, C], frozenset(), {})

@@ -394,3 +394,64 @@ def test_after_a_blind_spell_a_late_backlog_behind_fresh_data_is_not_silence() -
         live.caught_up(wall + n * 0.25)
     assert out == []
     assert live.watermark > 120.0
+
+
+def test_while_event_time_stands_still_what_arrives_waits_and_none_is_released_early() -> None:
+    """After a blind spell, event time stays where it was for rejoin_s while the producers deliver
+    what they held. Past `order_at`, what arrives then waits unfed (an engine stops reading what
+    waits, past `pause_at`): fed, it would be held past `max_buffered` and the oldest released
+    early, out of order, while event time stands still."""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, idle_s=2.0, blind_s=3.0, rejoin_s=10.0,
+                                                release_every_s=0.0, order_at=10, max_buffered=40))
+    live.watch_reads()
+    nodes = ["a", "b", "c", "d"]
+    for t in range(5):
+        live.feed_many([(("node", n), [beat(100.0 + t, node)]) for n, node in enumerate(nodes)], 1000.0 + t)
+        live.caught_up(1000.0 + t)
+    for n in range(1, 80):  # 20 s: the broker is down
+        live.tick(1004.0 + n * 0.25)
+    wall = 1024.0
+    live.caught_up(wall)  # back: event time waits rejoin_s for what the producers held
+    for t in range(11):  # 11 s of each node's telemetry, a second of it every 0.25 s
+        live.feed_many([(("node", n), [beat(105.0 + t, node)]) for n, node in enumerate(nodes)],
+                       wall + t / 4)
+        live.caught_up(wall + t / 4)
+    assert live.forced == 0 and live.buffered == 4 + 44 and live.watermark == 103.5
+    for n in range(11, 60):  # the rejoin is over: fed and released in order
+        live.tick(wall + n / 4)
+        live.caught_up(wall + n / 4)
+    seen = [e.ts for e in live.detector.seen]
+    assert live.forced == 0 and seen == sorted(seen) and len(seen) == 4 * 16 and live.waiting() == {}
+
+
+def test_while_event_time_stands_still_at_most_max_buffered_wait() -> None:
+    """An engine that cannot stop reading (the Faust engine): past `max_buffered` waiting, what
+    waits is fed and the oldest held go early, as the last resort: memory stays bounded (at most
+    `max_buffered` held and as many waiting)."""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, idle_s=2.0, blind_s=3.0, rejoin_s=10.0,
+                                                release_every_s=0.0, order_at=10, max_buffered=40))
+    live.watch_reads()
+    live.caught_up(1000.0)
+    live.feed_many([(("node", n), [beat(100.0, f"n{n}")]) for n in range(4)], 1000.0)
+    live.tick(1004.0)  # blind
+    for t in range(1, 31):
+        live.feed_many([(("node", n), [beat(100.0 + t, f"n{n}")]) for n in range(4)], 1004.0 + t / 100)
+        assert live.buffered <= 2 * 40 + 4
+    assert live.forced > 0
+
+
+def test_a_detector_reading_further_behind_than_blind_s_is_behind_not_blind() -> None:
+    """Overloaded, a detector reads 4 s behind: each confirmation comes 4 s after it was asked, one
+    every 0.25 s. It is behind, not blind: event time follows what it reads. (Counted blind by the
+    age of what was confirmed, event time stood still for rejoin_s while it read on: in the bench at
+    90k events/s the sharded decider held a million events and released most early, out of order.)"""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, idle_s=2.0, blind_s=3.0, rejoin_s=10.0,
+                                                release_every_s=0.0))
+    live.watch_reads()
+    for k in range(120):  # 30 s, a fetch every 0.25 s, of telemetry from 4 s before
+        wall = 1000.0 + k / 4
+        live.feed_many([(("node", n), [beat(wall - 900.0 - 4.0, node)]) for n, node in enumerate("ab")], wall)
+        if k >= 16:
+            live.caught_up(wall - 4.0)
+    assert live.watermark == 1000.0 + 119 / 4 - 900.0 - 4.0 - 0.5 and live.buffered == 4
+    assert live.blind_for == 4.0  # what it says: reads known complete as of 4 s ago
