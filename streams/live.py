@@ -200,13 +200,15 @@ class LiveDetector:
         slowest source's newest arrival (looking LOOKAHEAD past any later): a prefix, so that a
         checkpoint can leave the rest to Kafka. Once fewer than half of `order_at` are held and
         waiting, all are fed: none can come late, they are ahead. None while event time stands still
-        (a blind spell, the rejoin after it), unless `max_buffered` wait: fed, they would be held,
-        and past `max_buffered` the oldest released early, out of order; waiting, they can be left
-        to Kafka (`pause_at`)."""
+        after a blind spell (`rejoin_s`, as the producers deliver what they held), unless
+        `max_buffered` wait: fed, they would be held, and past `max_buffered` the oldest released
+        early, out of order; waiting, they can be left to Kafka (`pause_at`). (In the spell itself
+        they are fed: an engine that stopped reading a partition whose events wait may need them
+        fed to read on, and be confirmed, and end the spell.)"""
         ahead, config = self._ahead, self.config
         if self._count + self._waiting < config.order_at // 2:
             cutoff = float("inf")
-        elif wall < self._held_until and self._waiting < config.max_buffered:
+        elif wall < self._held_until != float("inf") and self._waiting < config.max_buffered:
             return
         else:
             cutoff = min(self._sources[source].arrived for source in self.holding(wall)) + AHEAD_S
@@ -268,10 +270,12 @@ class LiveDetector:
         last = self._caught_up_at
         if last == float("inf") or wall <= last:
             return
-        self._confirmed_at = max(wall, self._called_at)
+        now, before = max(wall, self._called_at), self._confirmed_at
+        self._confirmed_at = now
         # A spell ends at the first confirmation after it began (`_release` noticed it), however soon
-        # after the one before: confirmations a lag apart would never be blind_s apart.
-        if last != float("-inf") and (wall - last > self.config.blind_s or self._held_until == float("inf")):
+        # after the one before; one that comes more than blind_s after the one before ends one that
+        # no release noticed.
+        if last != float("-inf") and (now - before > self.config.blind_s or self._held_until == float("inf")):
             rejoin = self.config.rejoin_s
             self._shift_quiet(last, wall + max(0.0, rejoin - self.config.idle_s))
             if self._held_until != float("inf"):  # no release noticed the spell

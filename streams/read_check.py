@@ -15,7 +15,7 @@ from streams.checkpoint import Offsets
 RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
 EVERY_S = 0.25  # how often to ask for the end offsets
 TIMEOUT_S = 5.0  # how long one request may take
-MAX_ANSWERS = 64  # answers kept until reads reach them (16 s of them at EVERY_S): the oldest go first
+MAX_ANSWERS = 64  # answers kept until reads reach them (16 s of them at EVERY_S; then fewer per second)
 
 
 class ReadCheck:
@@ -46,7 +46,9 @@ class ReadCheck:
                 ends = {(tp.topic, tp.partition): f.result().offset for tp, f in self._futures.items()}
                 if min(ends.values(), default=0) < 0:  # what a request that timed out answers
                     raise KafkaException(RdKafkaError(RdKafkaError._TIMED_OUT, "no end offsets in time"))
-                self._answers = [*self._answers[1 - MAX_ANSWERS:], (self._asked_at, ends)]
+                self._answers.append((self._asked_at, ends))
+                if len(self._answers) > MAX_ANSWERS:
+                    self._thin()
                 self._streak, self.error = 0, None
             except KafkaException as err:
                 self.failures += 1
@@ -66,16 +68,25 @@ class ReadCheck:
         # paused and resumed partitions every few fetches under load was confirmed seconds apart:
         # a false blind spell, and event time stood still for `rejoin_s`.)
         confirmed = None
-        answers = [(at, ends) for at, ends in self._answers if offsets.keys() <= ends.keys()]
-        reached = 0
-        while reached < len(answers) and all(offsets[tp] >= answers[reached][1][tp] for tp in offsets):
-            reached += 1
-        if reached:
-            confirmed = answers[reached - 1][0]
-        self._answers = answers[reached:]
+        if offsets:  # about no partition, nothing is confirmed
+            answers = [(at, ends) for at, ends in self._answers if offsets.keys() <= ends.keys()]
+            reached = 0
+            while reached < len(answers) and all(offsets[tp] >= answers[reached][1][tp] for tp in offsets):
+                reached += 1
+            if reached:
+                confirmed = answers[reached - 1][0]
+            self._answers = answers[reached:]
         if self._futures is None and wall - self._asked_at >= self.every_s and offsets:
             self._asked_at = wall
             self._futures = self._admin.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in offsets},
                 request_timeout=self.timeout_s)
         return confirmed
+
+    def _thin(self) -> None:
+        """One answer fewer: the one whose neighbours are closest in time, so that those kept span
+        the lag evenly and a detector far behind is still confirmed every lag / MAX_ANSWERS. (The
+        oldest dropped, one more than 16 s behind was never confirmed: it counted as blind.)"""
+        answers = self._answers
+        gone = min(range(1, len(answers) - 1), key=lambda i: answers[i + 1][0] - answers[i - 1][0])
+        del answers[gone]

@@ -107,7 +107,8 @@ def odd_messages(now: float) -> list[RawMessage]:
         (b"n", json.dumps({"type": "gpu_sample", "ts": now}).encode()),
     ]
     return [RawMessage(TOPICS.node, 0, offset, stamp, key, value)
-            for offset, (key, value) in enumerate(values)]
+            for offset, (key, value) in enumerate(values)] + [
+        RawMessage(TOPICS.node, 1, 0, stamp, b"n", b"{not json")]  # a partition with nothing valid
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -142,12 +143,12 @@ def test_a_fetch_as_confluent_kafka_gives_it_is_taken_as_its_messages_are(name: 
             out += run.on_tick(wall)
         held = [(h.event, h.origin) for h in run.live.held()]
         out += run.on_tick(fetches[-1][0] + 60.0)
-        runs[way] = (out, run.stats, read, held)
+        runs[way] = (out, run.stats, read, held, run.live.sources(0.0))
     assert runs["fetch"] == runs["messages"]
-    out, stats, read, held = runs["fetch"]
+    out, stats, read, held, _ = runs["fetch"]
     assert errors == [error] * len(fetches)
-    assert read == {**{tp: n + 1 for tp, n in offsets.items()}, (TOPICS.node, 0): 9}
-    assert stats.dead_lettered == 5 and any(o.topic == TOPICS.incidents for o in out) and held
+    assert read == {**{tp: n + 1 for tp, n in offsets.items()}, (TOPICS.node, 0): 9, (TOPICS.node, 1): 1}
+    assert stats.dead_lettered == 6 and any(o.topic == TOPICS.incidents for o in out) and held
 
 
 def test_an_event_the_core_fails_on_is_dead_lettered_and_the_others_are_taken(

@@ -90,3 +90,28 @@ def test_a_detector_pausing_and_resuming_a_partition_every_fetch_is_still_confir
         if (at := check.poll(reading, wall)) is not None:
             confirmed.append(at)
     assert len(confirmed) >= 10 and max(confirmed) >= 8.0
+
+
+def test_a_detector_a_minute_behind_is_still_confirmed_every_few_seconds(broker: Broker) -> None:
+    """More answers than are kept (64, 16 s of them): those kept span the lag evenly. (The oldest
+    dropped, a detector more than 16 s behind was never confirmed: blind, and event time stood
+    still while it read on.)"""
+    check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.25)
+    confirmed = []
+    for n in range(600):  # 150 s, reading 60 s of data behind
+        wall = n * 0.25
+        broker.end = 100 * n
+        if (at := check.poll({TP: max(0, broker.end - 24_000)}, wall)) is not None:
+            confirmed.append((wall, at))
+    confirmed = confirmed[1:]  # the first: nothing was there to read
+    gaps = [b[0] - a[0] for a, b in zip(confirmed, confirmed[1:], strict=False)]
+    assert confirmed[0][0] <= 61.0 and confirmed[-1][0] >= 147.0 and max(gaps) < 2.0
+    assert all(59.0 <= wall - at <= 61.0 for wall, at in confirmed)
+
+
+def test_asked_about_no_partition_nothing_is_confirmed(broker: Broker) -> None:
+    check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.25)
+    broker.end = 10
+    assert check.poll({TP: 0}, 0.0) is None
+    assert check.poll({}, 0.3) is None  # the answer about TP is there, and says nothing of none
+    assert check.poll({TP: 10}, 0.6) == 0.0
