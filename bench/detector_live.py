@@ -6,7 +6,8 @@ worker_step per rank each second: ~34.8k events/s), then drained by (a) a bare
 confluent-kafka consumer with validation (the contract's pydantic models, then the detector's
 own msgspec decoder: the ceiling; measured again just before each engine's drain, and each
 engine's rate is given as a share of that, since this shared machine's speed drifts), (b) the latter plus
-LiveDetector and the detection core, (c) the detector's consumer engine (`streams.service`, a
+LiveDetector and the detection core (also as a share of the ceiling just before: what bounds any
+engine with this core), (c) the detector's consumer engine (`streams.service`, a
 subprocess, with its producer and checkpoints), (d) one worker of the Faust engine
 (`streams.app.build_app`), (e) one Faust worker whose agent only counts the events (Faust's own
 ceiling on this machine); (d) and (e) each twice, as tuned (`FaustTuning()`: on uvloop) and as
@@ -579,9 +580,12 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             ceiling = total / took
             print(f"(a) consumer + validation:          {ceiling:>9,.0f} events/s  ({took:5.2f} s): the "
                   "ceiling, with the detector's decoder (msgspec, schemas/wire.py)")
+            ceiling = total / drain(settings, total, None)  # again just before, as for each engine below
             live = LiveDetector(Detector())
             took = drain(settings, total, live)
-            print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s)")
+            print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s), "
+                  f"{total / took / ceiling:.2f}x the ceiling ({ceiling / 1000:,.0f}k just before): what an "
+                  "engine with this core and LiveDetector reaches before its loop, checks and checkpoints")
             state_per_node = len(live.detector.state.to_msgpack()) / args.nodes
             engine_rate, sharded = None, None
             for mode, label, what in sorted((d for d in DRAINERS if d[0] in args.drains.split(",")),
