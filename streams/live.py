@@ -268,19 +268,21 @@ class LiveDetector:
         spell begins when no such news has come for `blind_s`, not when the moment it tells of is
         that old: a detector reading further behind than that is behind, not blind."""
         last = self._caught_up_at
-        if last == float("inf") or wall <= last:
+        if last == float("inf"):
             return
         now, before = max(wall, self._called_at), self._confirmed_at
-        self._confirmed_at = now
+        self._confirmed_at = max(before, now)  # news even if of a moment before the last: reads go on
+        if wall <= last:
+            return
         # A spell ends at the first confirmation after it began (`_release` noticed it), however soon
         # after the one before; one that comes more than blind_s after the one before ends one that
         # no release noticed.
         if last != float("-inf") and (now - before > self.config.blind_s or self._held_until == float("inf")):
-            rejoin = self.config.rejoin_s
-            self._shift_quiet(last, wall + max(0.0, rejoin - self.config.idle_s))
+            rejoin = self.config.rejoin_s  # from now: a detector reading behind reads the backlog later
+            self._shift_quiet(last, now + max(0.0, rejoin - self.config.idle_s))
             if self._held_until != float("inf"):  # no release noticed the spell
                 self._held_at = self._watermark
-            self._held_until = wall + rejoin
+            self._held_until = now + rejoin
             log.warning("reads complete again after %.1f s: event time waits %.0f s for the producers' "
                         "backlog", wall - last, rejoin)
         self._caught_up_at = wall

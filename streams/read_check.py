@@ -4,6 +4,8 @@ offsets of the partitions they read and compare them with what they have read.""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
@@ -39,8 +41,12 @@ class ReadCheck:
         self._answers: list[tuple[float, dict[tuple[str, int], int]]] = []  # (asked at, ends) not reached
         self.failures = 0
 
-    def poll(self, offsets: Offsets, wall: float) -> float | None:
-        """The wall time up to which reads are now known complete, if newly known; else None."""
+    def poll(self, offsets: Offsets, wall: float, about: Iterable | None = None) -> float | None:
+        """The wall time up to which the reads of `offsets`' partitions are now known complete, if
+        newly known; else None. Asks about `about` (by default the same partitions): a consumer
+        engine asks about those it paused too, so that what it asked while they were paused still
+        covers them once it reads them again (dropped, a detector far behind went unconfirmed for
+        as long as the pause: a false blind spell)."""
         if self._futures is not None and all(f.done() for f in self._futures.values()):
             try:
                 ends = {(tp.topic, tp.partition): f.result().offset for tp, f in self._futures.items()}
@@ -76,10 +82,11 @@ class ReadCheck:
             if reached:
                 confirmed = answers[reached - 1][0]
             self._answers = answers[reached:]
-        if self._futures is None and wall - self._asked_at >= self.every_s and offsets:
+        asked = list(offsets if about is None else about)
+        if self._futures is None and wall - self._asked_at >= self.every_s and asked:
             self._asked_at = wall
             self._futures = self._admin.list_offsets(
-                {TopicPartition(t, p): OffsetSpec.latest() for t, p in offsets},
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},
                 request_timeout=self.timeout_s)
         return confirmed
 

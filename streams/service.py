@@ -284,18 +284,18 @@ class DetectorService:
         return {tp: tp for tp in self.offsets}
 
     def _poll_reads(self, wall: float) -> None:
-        """Whether everything is read (`ReadCheck`). Paused partitions are not asked about. Reads
-        confirmed for all the others are complete if every partition left out has events waiting
-        (those hold event time back whatever is unread behind them; with every partition so paused,
-        complete now); else they say only that the partitions confirmed can be found quiet
-        (`LiveDetector.read_through`)."""
+        """Whether everything is read (`ReadCheck`). Paused partitions are asked about, but only the
+        others' reads are checked. Reads confirmed for them are complete if every partition left out
+        has events waiting (those hold event time back whatever is unread behind them; with every
+        partition so paused, complete now); else they say only that the partitions confirmed can be
+        found quiet (`LiveDetector.read_through`)."""
         offsets, paused, live = self.read_offsets(), self._paused_sources, self.pipeline.live
         reading = {tp: offset for tp, offset in offsets.items() if tp not in paused} if paused else offsets
-        if not reading:  # every partition paused: there is nothing to ask about
+        complete = self._reads.poll(reading, wall, about=offsets)
+        if not reading:  # every partition paused: nothing is confirmed
             if paused and unread_waits(offsets, paused, live.waiting()):
                 live.caught_up(wall)  # else a blind spell, and what waits is never fed: a deadlock
             return
-        complete = self._reads.poll(reading, wall)
         if complete is None:
             return
         if unread_waits(offsets, paused, live.waiting()):

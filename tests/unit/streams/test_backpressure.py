@@ -42,10 +42,10 @@ def beat(ts: float, node: str) -> tuple:
 
 
 class NoReads:
-    """A ReadCheck asked about nothing: it would confirm nothing."""
+    """A ReadCheck asked to check no partition's reads: it confirms nothing."""
 
-    def poll(self, offsets: dict, wall: float) -> None:
-        assert not offsets, "a paused partition was asked about"
+    def poll(self, offsets: dict, wall: float, about) -> None:
+        assert not offsets, "a paused partition's reads were checked"
 
 
 def test_with_every_partition_paused_behind_waiting_events_the_engine_is_not_blind() -> None:

@@ -455,3 +455,41 @@ def test_a_detector_reading_further_behind_than_blind_s_is_behind_not_blind() ->
             live.caught_up(wall - 4.0)
     assert live.watermark == 1000.0 + 119 / 4 - 900.0 - 4.0 - 0.5 and live.buffered == 4
     assert live.blind_for == 4.0  # what it says: reads known complete as of 4 s ago
+
+
+def test_news_of_a_moment_before_the_last_confirmed_still_says_the_reads_go_on() -> None:
+    """A detector 20 s behind is confirmed complete now once every partition is paused behind
+    events waiting (`DetectorService._poll_reads`); answers asked before that are still reached
+    for 20 s. They say nothing new of what was read, but that reads go on: it is not blind.
+    (Ignored, event time stood still for 20 s after each such moment.)"""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, idle_s=2.0, blind_s=3.0, rejoin_s=10.0,
+                                                release_every_s=0.0))
+    live.watch_reads()
+    for k in range(200):  # 50 s, a fetch every 0.25 s, of telemetry from 20 s before
+        wall = 1000.0 + k / 4
+        live.feed_many([(("node", n), [beat(wall - 900.0 - 20.0, node)]) for n, node in enumerate("ab")],
+                       wall)
+        live.caught_up(wall if k == 60 else wall - 20.0)
+        if k >= 60:  # event time follows the reads all along
+            assert live.watermark == wall - 900.0 - 20.0 - 0.5
+
+
+def test_after_a_blind_spell_a_detector_behind_waits_rejoin_s_from_when_it_knows() -> None:
+    """A detector 15 s behind learns that the broker is back 15 s after it was: the producers'
+    backlog is still ahead of it, so event time waits rejoin_s from then, not from the moment
+    confirmed (by then 5 s past: no wait at all)."""
+    live = LiveDetector(Recording(), LiveConfig(lateness_s=0.5, idle_s=2.0, blind_s=3.0, rejoin_s=10.0,
+                                                release_every_s=0.0))
+    live.watch_reads()
+    wall = 1000.0
+    for k in range(240):  # 60 s; reads 15 s behind; no confirmation between 1020 and 1035
+        wall = 1000.0 + k / 4
+        live.feed_many([(("node", n), [beat(wall - 900.0 - 15.0, node)]) for n, node in enumerate("ab")],
+                       wall)
+        if not 1020.0 <= wall < 1035.0:
+            live.caught_up(wall - 15.0)
+        if wall == 1034.0:
+            held = live.watermark  # blind since 1023
+        if wall == 1044.75:  # 9.75 s after it knew
+            assert live.watermark == held
+    assert live.watermark == wall - 900.0 - 15.0 - 0.5
