@@ -26,8 +26,9 @@ class ReadCheck:
     offsets read reach them, reads were complete as of when it asked. No answer (broker down or
     frozen, a request that failed) or offsets short of the ends (fetches failing, a backlog after
     a restart or a pause) confirms nothing: `LiveDetector` then does not let the wall clock
-    become event time. Only an answer about every partition asked about now confirms, for those
-    (the consumer engine leaves paused ones out; partitions are added)."""
+    become event time. Only an answer about every partition whose reads are checked now confirms,
+    for those (the consumer engine checks the partitions it reads, and asks about the paused ones
+    too; partitions are added)."""
 
     def __init__(self, settings: KafkaSettings, every_s: float = EVERY_S,
                  timeout_s: float = TIMEOUT_S) -> None:
