@@ -137,7 +137,7 @@ def build_app(
         if checkpoints is not None and not checkpoints.restored:
             return  # the checkpoint is read when partitions are first assigned
         async with turn:
-            if reads is not None and (complete := reads.poll(offsets, time.time())) is not None:
+            if reads is not None and (complete := checkpoints.reads_complete(reads, time.time())) is not None:
                 live.caught_up(complete)
             await send(pipeline.on_tick(time.time()))
         if checkpoints is not None:

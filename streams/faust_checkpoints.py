@@ -6,6 +6,13 @@ reads the last checkpoint the first time, restores the live detector from it, an
 rebalance commits the offsets the live state reflects, so Faust's own seek lands exactly there.
 Saving: at the timer's turn (no message half handled), the checkpoint is taken; it is written
 once every incident and dead letter sent before it is acknowledged.
+
+One worker per app id: Faust splits the partitions between the workers of a group, and a detector
+must read them all (docs/streams.md: correlation). A worker that reads only some (a second replica,
+a rolling update) is not `whole`: it confirms no reads, so event time stands still and it decides
+nothing from what it reads, until a rebalance gives it every partition again. Its `offsets` keep the
+partitions taken from it on purpose, as its state reflects them; dropped, it would take the other
+worker's nodes for silent (tests/integration/streams/test_faust_workers.py).
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ import time
 
 import faust
 
+from bus.admin import describe_topics
+from bus.errors import KafkaError
 from bus.settings import KafkaSettings
 from streams.checkpoint import Cadence, Offsets, encode_checkpoint
 from streams.checkpoint_topic import CheckpointTopic
 from streams.live import LiveDetector
+from streams.read_check import ReadCheck
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,9 @@ class FaustCheckpoints:
         self.from_checkpoint = False  # a checkpoint was restored: partitions it lacks start at 0
         self.pending: list[asyncio.Future] = []  # sends a checkpoint must wait for
         self._telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
+        self.app_id = app_id
+        self.whole: bool | None = None  # as of the last rebalance, it reads every telemetry partition
+        self.partition_counts = lambda: describe_topics(settings)  # the broker's topics: partitions
 
     def sent(self, delivery: asyncio.Future) -> None:
         self.pending.append(asyncio.ensure_future(delivery))
@@ -53,6 +66,8 @@ class FaustCheckpoints:
                          self.topic.topic, saved.state.clock, len(saved.held))
             self.restored = True
         consumer = self.app.consumer
+        await self._check_whole({(tp.topic, tp.partition) for tp in consumer.assignment()
+                                 if tp.topic in self._telemetry})
         positions = {tp: self.offsets.get((tp.topic, tp.partition), 0) for tp in consumer.assignment()
                      if tp.topic in self._telemetry
                      and (self.from_checkpoint or (tp.topic, tp.partition) in self.offsets)}
@@ -62,6 +77,34 @@ class FaustCheckpoints:
         # meanwhile: Faust then skips its seek, and the next rebalance commits again.
         if positions and not await consumer._commit(positions):  # noqa: SLF001
             log.warning("offsets not committed (the group is rebalancing again)")
+
+    async def _check_whole(self, mine: set[tuple[str, int]]) -> None:
+        """Whether `mine` are every telemetry partition; if not, those it lacks hold event time back
+        (`LiveDetector.expect`: a worker that never read them would otherwise move on without them)."""
+        try:
+            topics = await asyncio.to_thread(self.partition_counts)
+            counts = {topic: topics[topic] for topic in sorted(self._telemetry)}
+        except (KafkaError, KeyError) as err:  # not known: as before the check, rather than blind for good
+            log.warning("telemetry partitions not counted after a rebalance (%s): not checked that this "
+                        "worker reads them all", err)
+            counts = {}
+        total = sum(counts.values())
+        was, self.whole = self.whole, len(mine) >= total
+        if not self.whole:
+            every = {(topic, p) for topic, n in counts.items() for p in range(n)}
+            self.live.expect(sorted(every - mine), time.time())
+            log.error("this worker reads %d of the %d telemetry partitions: another worker runs with app "
+                      "id %r. A detector must read them all (a lost node and its peers' errors are decided "
+                      "together): it decides nothing until it does, and holds what it reads. Run one Faust "
+                      "worker per app id; to scale out, run the sharded detector (docs/streams.md)",
+                      len(mine), total, self.app_id)
+        elif was is False:
+            log.warning("this worker reads every telemetry partition again: deciding")
+
+    def reads_complete(self, reads: ReadCheck, wall: float) -> float | None:
+        """The wall time up to which reads are newly known complete (`ReadCheck.poll`); never while
+        this worker reads only some of the partitions: it must not decide."""
+        return reads.poll(self.offsets, wall) if self.whole else None
 
     async def maybe_save(self, now: float, turn: asyncio.Lock) -> None:
         """Take a checkpoint if due, at `turn` (no message half handled), and write it once what

@@ -139,10 +139,16 @@ class Consumer:
         return True
 
 
-def faust_checkpoints(last=None, assignment=()) -> FaustCheckpoints:
+def faust_checkpoints(last=None, assignment=(), counts=None) -> FaustCheckpoints:
+    """By default the telemetry partitions assigned are all there are."""
+    if counts is None:
+        counts = {topic: 0 for topic in (SETTINGS.topics.gpu, SETTINGS.topics.node, SETTINGS.topics.worker)}
+        for tp in assignment:
+            counts[tp.topic] = max(counts.get(tp.topic, 0), tp.partition + 1)
     app = SimpleNamespace(consumer=Consumer(set(assignment)))
     saving = FaustCheckpoints(app, SETTINGS, "cp-test", LiveDetector(Detector(), LiveConfig()), {})
     saving.topic = Checkpoints(last)
+    saving.partition_counts = lambda: counts
     return saving
 
 
@@ -168,6 +174,34 @@ def test_with_no_checkpoint_faust_s_own_offsets_apply() -> None:
     fresh = faust_checkpoints(None, [TP(SETTINGS.topics.node, 0)])
     asyncio.run(fresh.on_rebalance_complete())
     assert fresh.restored and fresh.app.consumer.committed == []
+
+
+def test_a_worker_that_reads_only_some_partitions_decides_nothing_until_it_reads_them_all(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A second worker with the same app id (a second replica, a rolling update) takes some of the
+    partitions. This one, started afresh, must not move event time on with the nodes it reads: it
+    would decide a job's failure without the node fault on a partition the other reads. It holds
+    what it reads, and says why, until it reads every partition."""
+    topics = SETTINGS.topics
+    counts = {topics.gpu: 2, topics.node: 2, topics.worker: 2}
+    mine = [TP(topics.gpu, 0), TP(topics.node, 0), TP(topics.worker, 0)]
+    worker = faust_checkpoints(None, mine, counts)
+    asyncio.run(worker.on_rebalance_complete())
+    assert worker.whole is False and "reads 3 of the 6 telemetry partitions" in caplog.text
+    every_read = SimpleNamespace(poll=lambda offsets, wall: wall)  # a ReadCheck that confirms all
+    assert worker.reads_complete(every_read, time.time()) is None  # it confirms nothing
+    live, now = worker.live, time.time()
+    live.watch_reads()  # as the app on Kafka does: the tick confirms reads only for a whole worker
+    for t in range(30):  # 30 s of node a's heartbeats, on a partition it reads
+        live.feed(s.NodeHeartbeat(ts=now + t, node="a", interval=1.0), (topics.node, 0), now + t)
+    assert (live.watermark, live.buffered) == (float("-inf"), 30)
+
+    worker.app.consumer._assignment |= {TP(topic, 1) for topic in counts}  # the other worker left
+    asyncio.run(worker.on_rebalance_complete())
+    assert worker.whole and "every telemetry partition again" in caplog.text
+    live.caught_up(worker.reads_complete(every_read, now + 31))
+    live.feed(s.NodeHeartbeat(ts=now + 32, node="b", interval=1.0), (topics.node, 1), now + 32)
+    assert live.watermark > now  # the partitions that deliver nothing are quiet now: event time moves on
 
 
 def test_a_checkpoint_waits_for_the_sends_before_it() -> None:
