@@ -53,9 +53,9 @@ def test_a_second_faust_worker_makes_neither_decide_on_half_the_cluster(
         time.sleep(3)
         second = detector()
         _wait_for_log(tmp_path / "detector-1.log", "Worker ready")
-        time.sleep(15)  # five times the node-lost timeout (3 s), with the partitions split
+        time.sleep(10)  # over three times the node-lost timeout (3 s), with the partitions split
         stop([second])
-        time.sleep(8)  # the first worker reads every partition again
+        time.sleep(6)  # the first worker reads every partition again
         silent.add("node-03")
         opened: list[s.Incident] = []
         deadline = time.monotonic() + 60
