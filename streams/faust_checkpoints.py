@@ -9,10 +9,12 @@ once every incident and dead letter sent before it is acknowledged.
 
 One worker per app id: Faust splits the partitions between the workers of a group, and a detector
 must read them all (docs/streams.md: correlation). A worker that reads only some (a second replica,
-a rolling update) is not `whole`: it confirms no reads, so event time stands still and it decides
-nothing from what it reads, until a rebalance gives it every partition again. Its `offsets` keep the
-partitions taken from it on purpose, as its state reflects them; dropped, it would take the other
-worker's nodes for silent (tests/integration/streams/test_faust_workers.py).
+a rolling update) is not `whole`: it confirms no reads, and it decides nothing from what it reads
+until a rebalance gives it every partition again. The partitions it never read are expected and
+hold event time back; those taken from it stay in its `offsets`, on purpose: its state reflects
+them, unconfirmed they start a blind spell (`blind_s` after the last confirmation), and read again
+they are read from where its state stops. Dropped, it would skip what the other worker read, and
+take the nodes for silent (tests/integration/streams/test_faust_workers.py).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class FaustCheckpoints:
         self._telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
         self.app_id = app_id
         self.whole: bool | None = None  # as of the last rebalance, it reads every telemetry partition
+        self._mine: set[tuple[str, int]] = set()  # the telemetry partitions assigned to it
+        self._partial = self._counted = False  # it read only some since; it warned of a failed count
         self.partition_counts = lambda: describe_topics(settings)  # the broker's topics: partitions
 
     def sent(self, delivery: asyncio.Future) -> None:
@@ -66,8 +70,9 @@ class FaustCheckpoints:
                          self.topic.topic, saved.state.clock, len(saved.held))
             self.restored = True
         consumer = self.app.consumer
-        await self._check_whole({(tp.topic, tp.partition) for tp in consumer.assignment()
-                                 if tp.topic in self._telemetry})
+        self._mine = {(tp.topic, tp.partition) for tp in consumer.assignment() if tp.topic in self._telemetry}
+        self.whole, self._counted = None, False
+        await self.check_whole()
         positions = {tp: self.offsets.get((tp.topic, tp.partition), 0) for tp in consumer.assignment()
                      if tp.topic in self._telemetry
                      and (self.from_checkpoint or (tp.topic, tp.partition) in self.offsets)}
@@ -78,32 +83,38 @@ class FaustCheckpoints:
         if positions and not await consumer._commit(positions):  # noqa: SLF001
             log.warning("offsets not committed (the group is rebalancing again)")
 
-    async def _check_whole(self, mine: set[tuple[str, int]]) -> None:
-        """Whether `mine` are every telemetry partition; if not, those it lacks hold event time back
-        (`LiveDetector.expect`: a worker that never read them would otherwise move on without them)."""
+    async def check_whole(self) -> None:
+        """Whether this worker reads every telemetry partition (`whole`). If not, those it lacks hold
+        event time back (`LiveDetector.expect`: one that never read them would move on without them;
+        one that did stops confirming reads, and a blind spell holds it). Not known (no broker answer):
+        None, and no reads are confirmed; the tick asks again."""
         try:
             topics = await asyncio.to_thread(self.partition_counts)
             counts = {topic: topics[topic] for topic in sorted(self._telemetry)}
-        except (KafkaError, KeyError) as err:  # not known: as before the check, rather than blind for good
-            log.warning("telemetry partitions not counted after a rebalance (%s): not checked that this "
-                        "worker reads them all", err)
-            counts = {}
+        except (KafkaError, KeyError) as err:
+            if not self._counted:
+                log.warning("telemetry partitions not counted (%s): no reads confirmed until they are", err)
+                self._counted = True  # warned once after a rebalance
+            return
         total = sum(counts.values())
-        was, self.whole = self.whole, len(mine) >= total
+        self.whole = len(self._mine) >= total
         if not self.whole:
             every = {(topic, p) for topic, n in counts.items() for p in range(n)}
-            self.live.expect(sorted(every - mine), time.time())
+            self.live.expect(sorted(every - self._mine), time.time())
+            self._partial = True
             log.error("this worker reads %d of the %d telemetry partitions: another worker runs with app "
                       "id %r. A detector must read them all (a lost node and its peers' errors are decided "
-                      "together): it decides nothing until it does, and holds what it reads. Run one Faust "
-                      "worker per app id; to scale out, run the sharded detector (docs/streams.md)",
-                      len(mine), total, self.app_id)
-        elif was is False:
+                      "together): it decides nothing until it does, and what it reads waits in memory, "
+                      "unbounded. Run one Faust worker per app id; to scale out, run the sharded detector "
+                      "(docs/streams.md)", len(self._mine), total, self.app_id)
+        elif self._partial:
+            self._partial = False
             log.warning("this worker reads every telemetry partition again: deciding")
 
     def reads_complete(self, reads: ReadCheck, wall: float) -> float | None:
         """The wall time up to which reads are newly known complete (`ReadCheck.poll`); never while
-        this worker reads only some of the partitions: it must not decide."""
+        this worker reads only some of the partitions, or is not known to read them all: it must not
+        decide."""
         return reads.poll(self.offsets, wall) if self.whole else None
 
     async def maybe_save(self, now: float, turn: asyncio.Lock) -> None:

@@ -13,6 +13,7 @@ import pytest
 from faust.types import TP
 
 import schemas as s
+from bus.errors import KafkaError
 from bus.message import RawMessage
 from bus.settings import KafkaSettings
 from streams.app import FaustTuning, build_app
@@ -199,9 +200,34 @@ def test_a_worker_that_reads_only_some_partitions_decides_nothing_until_it_reads
     worker.app.consumer._assignment |= {TP(topic, 1) for topic in counts}  # the other worker left
     asyncio.run(worker.on_rebalance_complete())
     assert worker.whole and "every telemetry partition again" in caplog.text
-    live.caught_up(worker.reads_complete(every_read, now + 31))
-    live.feed(s.NodeHeartbeat(ts=now + 32, node="b", interval=1.0), (topics.node, 1), now + 32)
-    assert live.watermark > now  # the partitions that deliver nothing are quiet now: event time moves on
+    for t in range(30, 36):
+        live.tick(now + t)
+    live.caught_up(worker.reads_complete(every_read, now + 35))
+    live.feed(s.NodeHeartbeat(ts=now + 36, node="b", interval=1.0), (topics.node, 1), now + 36)
+    # the partitions that deliver nothing are quiet once reads are confirmed: node a's are decided
+    assert (live.buffered, live.watermark) == (1, now + 36 - 0.5)
+
+
+def test_a_worker_that_cannot_count_the_partitions_decides_nothing_until_it_can(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """No broker answer when the partitions are counted after a rebalance: whether it reads them all
+    is unknown, and it confirms no reads (as if whole, a second worker started afresh decided on half
+    the cluster) until a later count, which the tick asks for, says it does."""
+    topics = SETTINGS.topics
+    mine = [TP(topics.gpu, 0), TP(topics.node, 0), TP(topics.worker, 0)]
+    worker = faust_checkpoints(None, mine)
+
+    def no_broker() -> dict:
+        raise KafkaError("no Kafka broker answered")
+
+    counts, worker.partition_counts = worker.partition_counts, no_broker
+    asyncio.run(worker.on_rebalance_complete())
+    every_read = SimpleNamespace(poll=lambda offsets, wall: wall)
+    assert worker.whole is None and worker.reads_complete(every_read, 1.0) is None
+    assert "not counted" in caplog.text
+    worker.partition_counts = counts
+    asyncio.run(worker.check_whole())
+    assert worker.whole and worker.reads_complete(every_read, 2.0) == 2.0
 
 
 def test_a_checkpoint_waits_for_the_sends_before_it() -> None:
