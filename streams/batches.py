@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import zlib
+from collections import deque
 from dataclasses import dataclass, field
 
 import msgspec
@@ -108,3 +109,38 @@ class SourceOffsets:
         fresh = [entry for entry in batch.entries if entry.offset >= expected]
         self.repeated += len(batch.entries) - len(fresh)
         return fresh
+
+
+@dataclass
+class Carriers:
+    """Per telemetry partition, the events-topic messages that carried its batches lately, so that a
+    decider's checkpoint can leave the events waiting unfed (`LiveConfig.order_at`) to Kafka, as a
+    whole detector's does: the events topic is read again from the message that carried the first
+    of them (`rewind`), and `SourceOffsets` restored to that event's offset takes only those after.
+    (Saved with the checkpoint, a backlog's took it past its limit, and a tombstone replaced it.)"""
+
+    _by_source: dict[tuple[str, int], deque] = field(default_factory=dict)  # (batch next, where, offset)
+
+    def carried(self, batch: Batch, where: tuple[str, int], offset: int) -> None:
+        """`batch`, with events new to the decider, came in the events topic's message `where`@`offset`."""
+        self._by_source.setdefault(batch.source, deque()).append((batch.next, where, offset))
+
+    def rewind(self, offsets: dict[tuple[str, int], int],
+               waiting: dict[tuple[str, int], list[tuple]]) -> dict[tuple[str, int], int]:
+        """The events topic's `offsets`, each moved back to the message that carried the first event
+        waiting of every telemetry partition it carries (`waiting`: per partition, (ts, event,
+        origin) in arrival order, as `LiveDetector.waiting_entries` gives them). Forgets the
+        messages no waiting event needs."""
+        rewound = dict(offsets)
+        for source, carriers in self._by_source.items():
+            entries = waiting.get(source)
+            if not entries:
+                carriers.clear()
+                continue
+            first = entries[0][2].offset
+            while carriers and carriers[0][0] <= first:
+                carriers.popleft()
+            _, where, offset = carriers[0]  # it came in one: kept since, as it waited
+            rewound[where] = min(rewound.get(where, offset), offset)
+        return rewound
+

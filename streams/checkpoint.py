@@ -3,8 +3,9 @@
 The detector's state, the watermark, the events `LiveDetector` still holds for ordering (with
 the message each came from), the newest event time of each partition and the next offset of
 every telemetry partition are taken at the same moment and saved together. Events waiting unfed
-behind a slow partition (`LiveConfig.order_at`) are left to Kafka where the engine reads the
-telemetry itself: their partition's offset is that of the first of them (`rewind`). A detector restored
+behind a slow partition (`LiveConfig.order_at`) are left to Kafka: their partition's offset is that
+of the first of them (`rewind`; the sharded decider also reads its events topic again from the
+message that carried it: `streams.batches.Carriers`). A detector restored
 from it re-reads exactly the messages after those offsets: no event is lost or applied twice,
 even after `kill -9`. Incidents decided after the checkpoint are decided again, with the same
 ids. `streams/checkpoint_topic.py` keeps checkpoints on Kafka; `Cadence` says when to take one.
@@ -107,10 +108,10 @@ def encode_checkpoint(live: LiveDetector, offsets: Offsets, wall: float, owner: 
     """`live` and the `offsets` its events were read up to, now (`wall`): one checkpoint of `owner`.
 
     `rewind`: where `offsets` are those of the partitions the events came from (a whole detector's,
-    Faust's), the events waiting unfed (`LiveConfig.order_at`) are left to Kafka: their partition's
-    offset goes back to the first of them, and a restart reads them again. (A backlog's may be
-    hundreds of thousands: kept, they took the checkpoint over its limit.) Without it they are
-    saved with the held ones."""
+    Faust's; the decider's source offsets, with its events topic's already rewound), the events
+    waiting unfed (`LiveConfig.order_at`) are left to Kafka: their partition's offset goes back to
+    the first of them, and a restart reads them again. (A backlog's may be hundreds of thousands:
+    kept, they took the checkpoint over its limit.) Without it they are saved with the held ones."""
     entries, offsets = live.held_entries(waiting=False), dict(offsets)
     for source, waiting in live.waiting_entries().items():
         first = waiting[0][2]

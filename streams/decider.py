@@ -4,7 +4,8 @@ The consumer engine's loop (`streams/service.py`), reading the ingest stage's ba
 `<app-id>-events` (`streams/batches.py`) instead of the telemetry topics: every event validated
 already, many to a message. Each source offset is applied once (`SourceOffsets`). A checkpoint keeps
 the next offset of the events topic's partitions and of every telemetry partition together, so a
-restart re-reads the events topic from there and skips what it had applied.
+restart re-reads the events topic from there and skips what it had applied. Events waiting unfed are
+not saved: both offsets go back to them (`Carriers`), and a restart reads them again.
 
 Reads count as complete only when every telemetry partition is known read to its end, through the
 ingest stage: with the ingest instances down or behind, event time waits exactly as it does for a
@@ -28,6 +29,7 @@ from streams.batches import (
     EVENTS_PARTITIONS,
     EVENTS_TOPIC_CONFIG,
     Batch,
+    Carriers,
     SourceOffsets,
     decode_batch,
     events_topic,
@@ -66,13 +68,14 @@ def new_events(sources: SourceOffsets, batch: Batch, dlq: str,
 class DeciderService(DetectorService):
     """`run()` as `DetectorService`, on the events topic."""
 
-    REWINDS = False  # a batch holds many sources' events: those waiting are saved in its checkpoints
+    REWINDS = True  # events waiting are read again after a restart: their carriers' too (`Carriers`)
 
     def __init__(self, *args, events_partitions: int = EVENTS_PARTITIONS, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.events_topic = events_topic(self.config.app_id)
         self.events_partitions = events_partitions
         self.sources = SourceOffsets()
+        self.carriers = Carriers()
         self._telemetry: list[tuple[str, int]] = []
         self._carried_by: dict[tuple[str, int], tuple[str, int]] = {}  # telemetry -> events partition
         # Its checkpoints name the events topic too: a whole detector never resumes one, nor it a whole one's.
@@ -130,7 +133,9 @@ class DeciderService(DetectorService):
         return self._carried_by
 
     def saved_offsets(self) -> Offsets:
-        return self.offsets | self.sources.next
+        """The events topic's offsets rewound to what carried the events waiting (their telemetry
+        partitions' are rewound to the first of them by `encode_checkpoint`), and the telemetry's."""
+        return self.carriers.rewind(self.offsets, self.pipeline.live.waiting_entries()) | self.sources.next
 
     def _take(self, messages: list, wall: float) -> list[Output]:
         out: list[Output] = []
@@ -146,6 +151,7 @@ class DeciderService(DetectorService):
             out += dead
             if held:
                 runs.append((batch.source, held))
+                self.carriers.carried(batch, message.where, message.offset)
             self.pipeline.stats.events += len(held)
         if runs:
             out += self.pipeline.on_runs(runs, wall)

@@ -3,12 +3,23 @@ and the scenarios decided through ingest and decider exactly as by one detector.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import schemas as s
 from bus.message import RawMessage
 from schemas import wire
-from streams.batches import Batch, Entry, SourceOffsets, decode_batch, encode_batch, events_partition
+from streams.batches import (
+    Batch,
+    Carriers,
+    Entry,
+    SourceOffsets,
+    decode_batch,
+    encode_batch,
+    events_partition,
+)
+from streams.checkpoint import decode_checkpoint, encode_checkpoint
 from streams.core import Detector
 from streams.decider import new_events
 from streams.ingest import wire_event
@@ -164,3 +175,60 @@ def test_batches_of_big_events_are_split_under_the_size_limit_covering_every_off
     assert [(p.first, p.next) for p in pieces][0][0] == 10 and pieces[-1].next == 31
     assert all(a.next == b.first for a, b in zip(pieces, pieces[1:], strict=False))
     assert [e.offset for p in pieces for e in p.entries] == list(range(10, 30, 2))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_decider_checkpoint_leaves_what_waits_to_the_events_topic_and_resumes_exactly(name: str) -> None:
+    """A decider reading a backlog (each partition's events in batches of 40, so one partition runs
+    ahead of another) holds few (`order_at` 30) and leaves the rest waiting. Its checkpoint does not
+    save what waits: the events topic is read again from the message that carried the first of them,
+    and `SourceOffsets` takes only those from there. Restored from a checkpoint taken half-way, it
+    decides exactly what it decides uninterrupted. (Saved, a backlog's took checkpoints past their
+    limit: a tombstone, and a restart afresh.)"""
+    config = LiveConfig(lateness_s=0.5, release_every_s=0.0, max_skew_s=1e10, order_at=30, pause_at=30)
+    topic: list[tuple[bytes, float]] = []  # the events topic (one partition): batches as sent, and when
+    pending: dict[tuple, list[Entry]] = {}
+    items = arrivals(name)
+    for n, (wall, source, event) in enumerate(items):
+        entries = pending.setdefault(source, [])
+        entries.append(Entry(n, int(wall * 1000), event.node.encode(), wire_event(event)))
+        if len(entries) == 40 or n == len(items) - 1:
+            for full in [source] if n < len(items) - 1 else list(pending):
+                sent = pending.pop(full)
+                topic.append((encode_batch(Batch(*full, sent[0].offset, sent[-1].offset + 1, sent)), wall))
+    where = ("events", 0)
+
+    def decider(live: LiveDetector, seen: SourceOffsets, carriers: Carriers, first: int, last: int,
+                then: Callable[[int], bool] = lambda _: False) -> tuple[Pipeline, list, int]:
+        """Read the events topic from `first` up to `last`, or until `then(offset)` after one."""
+        pipeline, out = Pipeline(s.Topics(), live), []
+        for offset in range(first, last):
+            value, wall = topic[offset]
+            batch = decode_batch(value)
+            held, dead = new_events(seen, batch, "dlq", wall)
+            assert not dead
+            if held:
+                carriers.carried(batch, where, offset)
+                out += pipeline.on_runs([(batch.source, held)], wall)
+            if then(offset):
+                return pipeline, out, offset + 1
+        end = topic[-1][1]
+        for tick in range(1, 121):  # a minute of silence after the end: lost nodes are decided too
+            out += pipeline.on_tick(end + tick / 2)
+        return pipeline, out, last
+
+    _, expected, _ = decider(LiveDetector(Detector(), config), SourceOffsets(), Carriers(), 0, len(topic))
+    live, seen, carriers = LiveDetector(Detector(), config), SourceOffsets(), Carriers()
+    _, before, read = decider(live, seen, carriers, 0, len(topic),
+                              then=lambda offset: offset >= len(topic) // 2 and bool(live.waiting()))
+    waiting = sum(live.waiting().values())
+    assert read < len(topic) and waiting, "stopped with nothing waiting: the rewind is not exercised"
+    offsets = carriers.rewind({where: read}, live.waiting_entries()) | seen.next
+    saved = decode_checkpoint(encode_checkpoint(live, offsets, topic[read - 1][1], rewind=True))
+    assert len(saved.held) == live.buffered - waiting  # what waits is left to the events topic
+    assert saved.offsets[where] < read
+    resumed = LiveDetector(Detector(), config)
+    saved.restore(resumed, topic[read - 1][1])
+    again = SourceOffsets({tp: offset for tp, offset in saved.offsets.items() if tp != where})
+    _, after, _ = decider(resumed, again, Carriers(), saved.offsets[where], len(topic))
+    assert incidents(before + after) == incidents(expected) and incidents(expected)
