@@ -127,10 +127,11 @@ class Carriers:
 
     def rewind(self, offsets: dict[tuple[str, int], int],
                waiting: dict[tuple[str, int], list[tuple]]) -> dict[tuple[str, int], int]:
-        """The events topic's `offsets`, each moved back to the message that carried the first event
-        waiting of every telemetry partition it carries (`waiting`: per partition, (ts, event,
-        origin) in arrival order, as `LiveDetector.waiting_entries` gives them). Forgets the
-        messages no waiting event needs."""
+        """The events topic's `offsets`, each moved back to the first message on it that carried an
+        event waiting (`waiting`: per telemetry partition, (ts, event, origin) in arrival order, as
+        `LiveDetector.waiting_entries` gives them). A telemetry partition's batches may come on two
+        events partitions (an ingest instance that counted them anew): each is read again. Forgets
+        the messages no waiting event needs."""
         rewound = dict(offsets)
         for source, carriers in self._by_source.items():
             entries = waiting.get(source)
@@ -140,7 +141,7 @@ class Carriers:
             first = entries[0][2].offset
             while carriers and carriers[0][0] <= first:
                 carriers.popleft()
-            _, where, offset = carriers[0]  # it came in one: kept since, as it waited
-            rewound[where] = min(rewound.get(where, offset), offset)
+            for _, where, offset in carriers:  # the first came in one, kept since; the others may have
+                rewound[where] = min(rewound.get(where, offset), offset)  # come in another partition
         return rewound
 

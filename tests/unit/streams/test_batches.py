@@ -178,57 +178,94 @@ def test_batches_of_big_events_are_split_under_the_size_limit_covering_every_off
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_decider_checkpoint_leaves_what_waits_to_the_events_topic_and_resumes_exactly(name: str) -> None:
-    """A decider reading a backlog (each partition's events in batches of 40, so one partition runs
-    ahead of another) holds few (`order_at` 30) and leaves the rest waiting. Its checkpoint does not
-    save what waits: the events topic is read again from the message that carried the first of them,
-    and `SourceOffsets` takes only those from there. Restored from a checkpoint taken half-way, it
-    decides exactly what it decides uninterrupted. (Saved, a backlog's took checkpoints past their
-    limit: a tombstone, and a restart afresh.)"""
+def test_a_decider_checkpoint_leaves_what_waits_to_the_events_topic_and_resumes_exactly(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decider reading a backlog (as librdkafka hands one over: three batches of 40 events of a
+    partition, then the next partition's) holds few (`order_at` 30) and leaves the rest waiting. Its
+    checkpoint does not save what waits: each events partition is read again from the first message
+    that carried an event waiting, and `SourceOffsets` takes only those from there. The events topic
+    has two partitions, and half-way every telemetry partition's batches move to the other (an ingest
+    instance that counted them anew). Restored from a checkpoint taken half-way, it applies every
+    event once and decides exactly what it decides uninterrupted. (Saved, a backlog's waiting events
+    took checkpoints past their limit: a tombstone, and a restart afresh.)"""
     config = LiveConfig(lateness_s=0.5, release_every_s=0.0, max_skew_s=1e10, order_at=30, pause_at=30)
-    topic: list[tuple[bytes, float]] = []  # the events topic (one partition): batches as sent, and when
+    batches: dict[tuple, list[Batch]] = {}  # per telemetry partition: its batches
     pending: dict[tuple, list[Entry]] = {}
-    items = arrivals(name)
-    for n, (wall, source, event) in enumerate(items):
+    total: dict[tuple, int] = {}  # per telemetry partition: its end offset
+    for _, source, event in arrivals(name):
+        offset = total[source] = total.get(source, 0) + 1
         entries = pending.setdefault(source, [])
-        entries.append(Entry(n, int(wall * 1000), event.node.encode(), wire_event(event)))
-        if len(entries) == 40 or n == len(items) - 1:
-            for full in [source] if n < len(items) - 1 else list(pending):
-                sent = pending.pop(full)
-                topic.append((encode_batch(Batch(*full, sent[0].offset, sent[-1].offset + 1, sent)), wall))
-    where = ("events", 0)
+        entries.append(Entry(offset - 1, int(event.ts * 1000), event.node.encode(), wire_event(event)))
+        if len(entries) == 40:
+            batches.setdefault(source, []).append(Batch(*source, entries[0].offset, offset, entries))
+            del pending[source]
+    for source, entries in pending.items():
+        batches.setdefault(source, []).append(Batch(*source, entries[0].offset, total[source], entries))
+    backlog = []
+    while any(batches.values()):
+        for source in sorted(batches):
+            backlog += batches[source][:3]
+            del batches[source][:3]
+    topic: list[tuple[tuple[str, int], int, bytes]] = []  # the events topic: where, offset, batch
+    ends = {("events", 0): 0, ("events", 1): 0}
+    for n, batch in enumerate(backlog):
+        where = ("events", (events_partition(batch.source, 2) + (2 * n >= len(backlog))) % 2)
+        topic.append((where, ends[where], encode_batch(batch)))
+        ends[where] += 1
+    applied: list[bytes] = []
+    observe_each = Detector.observe_each
 
-    def decider(live: LiveDetector, seen: SourceOffsets, carriers: Carriers, first: int, last: int,
-                then: Callable[[int], bool] = lambda _: False) -> tuple[Pipeline, list, int]:
-        """Read the events topic from `first` up to `last`, or until `then(offset)` after one."""
-        pipeline, out = Pipeline(s.Topics(), live), []
-        for offset in range(first, last):
-            value, wall = topic[offset]
+    def observing(self, events: list, failed) -> list:
+        applied.extend(s.encode(event) for event in events)
+        return observe_each(self, events, failed)
+
+    monkeypatch.setattr(Detector, "observe_each", observing)
+
+    def decider(live: LiveDetector, seen: SourceOffsets, carriers: Carriers, start: dict, clock: float,
+                then: Callable[[int], bool] = lambda _: False) -> tuple[list, dict, float]:
+        """Read the events topic from `start` (per partition) to its end, a message every 10 ms from
+        `clock` (wall time), or until `then(messages read)`; as `DeciderService._take` does. What it
+        decided, where and when it stopped."""
+        pipeline, out, read, wall = Pipeline(s.Topics(), live), [], dict(start), clock
+        live.watch_reads()  # as the decider: quiet counts only as far as reads are complete
+        live.expect([tp for tp, end in total.items() if seen.next.get(tp, 0) < end], wall)  # _expect_start
+        for where, offset, value in topic:
+            if offset < read[where]:
+                continue
+            read[where], wall = offset + 1, wall + 0.01
             batch = decode_batch(value)
             held, dead = new_events(seen, batch, "dlq", wall)
             assert not dead
             if held:
                 carriers.carried(batch, where, offset)
                 out += pipeline.on_runs([(batch.source, held)], wall)
-            if then(offset):
-                return pipeline, out, offset + 1
-        end = topic[-1][1]
+            live.caught_up(wall)  # all there was is read, as far as the telemetry is concerned
+            if then(round((wall - clock) / 0.01)):
+                return out, read, wall
         for tick in range(1, 121):  # a minute of silence after the end: lost nodes are decided too
-            out += pipeline.on_tick(end + tick / 2)
-        return pipeline, out, last
+            live.caught_up(wall + tick / 2)
+            out += pipeline.on_tick(wall + tick / 2)
+        assert not live.buffered
+        return out, read, wall
 
-    _, expected, _ = decider(LiveDetector(Detector(), config), SourceOffsets(), Carriers(), 0, len(topic))
+    beginning, clock = dict.fromkeys(ends, 0), 1_800_000_000.0
+    whole, waits = LiveDetector(Detector(), config), []  # uninterrupted; what waits after each message
+    expected, _, _ = decider(whole, SourceOffsets(), Carriers(), beginning, clock,
+                             then=lambda _: waits.append(sum(whole.waiting().values())) and False)
+    stop = max(range(len(waits) // 2, len(waits) - 1), key=waits.__getitem__) + 1  # after the move, not last
+    once, applied[:] = list(applied), []
     live, seen, carriers = LiveDetector(Detector(), config), SourceOffsets(), Carriers()
-    _, before, read = decider(live, seen, carriers, 0, len(topic),
-                              then=lambda offset: offset >= len(topic) // 2 and bool(live.waiting()))
+    before, read, wall = decider(live, seen, carriers, beginning, clock,
+                                 then=lambda messages: messages == stop)
     waiting = sum(live.waiting().values())
-    assert read < len(topic) and waiting, "stopped with nothing waiting: the rewind is not exercised"
-    offsets = carriers.rewind({where: read}, live.waiting_entries()) | seen.next
-    saved = decode_checkpoint(encode_checkpoint(live, offsets, topic[read - 1][1], rewind=True))
+    assert read != ends and waiting, "stopped with nothing waiting: the rewind is not exercised"
+    offsets = carriers.rewind(read, live.waiting_entries()) | seen.next
+    saved = decode_checkpoint(encode_checkpoint(live, offsets, wall, rewind=True))
     assert len(saved.held) == live.buffered - waiting  # what waits is left to the events topic
-    assert saved.offsets[where] < read
     resumed = LiveDetector(Detector(), config)
-    saved.restore(resumed, topic[read - 1][1])
-    again = SourceOffsets({tp: offset for tp, offset in saved.offsets.items() if tp != where})
-    _, after, _ = decider(resumed, again, Carriers(), saved.offsets[where], len(topic))
+    saved.restore(resumed, wall + 5)  # restarted 5 s later
+    again = SourceOffsets({tp: offset for tp, offset in saved.offsets.items() if tp not in ends})
+    start = {where: saved.offsets[where] for where in ends}
+    after, _, _ = decider(resumed, again, Carriers(), start, wall + 5)
+    assert sorted(applied) == sorted(once), "an event lost, or applied twice"
     assert incidents(before + after) == incidents(expected) and incidents(expected)
