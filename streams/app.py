@@ -136,8 +136,8 @@ def build_app(
     async def tick():
         if checkpoints is not None and not checkpoints.restored:
             return  # the checkpoint is read when partitions are first assigned
-        if checkpoints is not None and checkpoints.whole is None:
-            await checkpoints.check_whole()  # not counted after the last rebalance: no broker answer
+        if checkpoints is not None:
+            await checkpoints.standby()  # one worker of several with the app id reads nothing
         async with turn:
             if reads is not None and (complete := checkpoints.reads_complete(reads, time.time())) is not None:
                 live.caught_up(complete)

@@ -8,8 +8,8 @@ Saving: at the timer's turn (no message half handled), the checkpoint is taken; 
 once every incident and dead letter sent before it is acknowledged.
 
 One worker per app id: Faust splits the partitions between the workers of a group, and a detector
-must read them all (docs/streams.md: correlation). A worker that reads only some (a second replica,
-a rolling update) is not `whole`: it confirms no reads, and it decides nothing from what it reads
+must read them all (docs/streams.md: correlation). A worker that is given only some (a second
+replica, a rolling update) is not `whole`: it pauses them, confirms no reads and decides nothing,
 until a rebalance gives it every partition again. The partitions it never read are expected and
 hold event time back; those taken from it stay in its `offsets`, on purpose: its state reflects
 them, unconfirmed they start a blind spell (`blind_s` after the last confirmation), and read again
@@ -52,7 +52,8 @@ class FaustCheckpoints:
         self._telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
         self.app_id = app_id
         self.whole: bool | None = None  # as of the last rebalance, it reads every telemetry partition
-        self._mine: set[tuple[str, int]] = set()  # the telemetry partitions assigned to it
+        self._tps: set = set()  # the telemetry partitions assigned to it, as Faust's TPs
+        self._mine: set[tuple[str, int]] = set()  # ... and as (topic, partition)
         self._partial = self._counted = False  # it read only some since; it warned of a failed count
         self.partition_counts = lambda: describe_topics(settings)  # the broker's topics: partitions
 
@@ -70,7 +71,8 @@ class FaustCheckpoints:
                          self.topic.topic, saved.state.clock, len(saved.held))
             self.restored = True
         consumer = self.app.consumer
-        self._mine = {(tp.topic, tp.partition) for tp in consumer.assignment() if tp.topic in self._telemetry}
+        self._tps = {tp for tp in consumer.assignment() if tp.topic in self._telemetry}
+        self._mine = {(tp.topic, tp.partition) for tp in self._tps}
         self.whole, self._counted = None, False
         await self.check_whole()
         positions = {tp: self.offsets.get((tp.topic, tp.partition), 0) for tp in consumer.assignment()
@@ -83,11 +85,20 @@ class FaustCheckpoints:
         if positions and not await consumer._commit(positions):  # noqa: SLF001
             log.warning("offsets not committed (the group is rebalancing again)")
 
+    async def standby(self) -> None:
+        """At each tick: a worker not known to be `whole` counts again if it could not, and pauses
+        its partitions if it is not (Faust resumes every partition after a rebalance)."""
+        if self.whole is None:
+            await self.check_whole()
+        if not self.whole:
+            self.app.consumer.pause_partitions(self._tps)
+
     async def check_whole(self) -> None:
-        """Whether this worker reads every telemetry partition (`whole`). If not, those it lacks hold
-        event time back (`LiveDetector.expect`: one that never read them would move on without them;
-        one that did stops confirming reads, and a blind spell holds it). Not known (no broker answer):
-        None, and no reads are confirmed; the tick asks again."""
+        """Whether this worker is given every telemetry partition (`whole`); if not, it reads and
+        decides nothing (`standby`, `reads_complete`), and the partitions it lacks hold event time
+        back too (`LiveDetector.expect`: one that never read them would move on without them; one that
+        did stops confirming reads, and a blind spell holds it). Not known (no broker answer): None,
+        as not whole until a count at a later tick."""
         try:
             topics = await asyncio.to_thread(self.partition_counts)
             counts = {topic: topics[topic] for topic in sorted(self._telemetry)}
@@ -102,12 +113,14 @@ class FaustCheckpoints:
             every = {(topic, p) for topic, n in counts.items() for p in range(n)}
             self.live.expect(sorted(every - self._mine), time.time())
             self._partial = True
-            log.error("this worker reads %d of the %d telemetry partitions: another worker runs with app "
-                      "id %r. A detector must read them all (a lost node and its peers' errors are decided "
-                      "together): it decides nothing until it does, and what it reads waits in memory, "
-                      "unbounded. Run one Faust worker per app id; to scale out, run the sharded detector "
-                      "(docs/streams.md)", len(self._mine), total, self.app_id)
-        elif self._partial:
+            log.error("this worker was given %d of the %d telemetry partitions: another worker runs with "
+                      "app id %r. A detector must read them all (a lost node and its peers' errors are "
+                      "decided together): it reads and decides nothing until it is given them all. Run one "
+                      "Faust worker per app id; to scale out, run the sharded detector (docs/streams.md)",
+                      len(self._mine), total, self.app_id)
+            return
+        self.app.consumer.resume_partitions(self._tps)
+        if self._partial:
             self._partial = False
             log.warning("this worker reads every telemetry partition again: deciding")
 

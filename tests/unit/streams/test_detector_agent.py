@@ -130,10 +130,16 @@ class Checkpoints:
 
 class Consumer:
     def __init__(self, assignment) -> None:
-        self._assignment, self.committed = assignment, []
+        self._assignment, self.committed, self.paused = assignment, [], set()
 
     def assignment(self):
         return self._assignment
+
+    def pause_partitions(self, tps) -> None:
+        self.paused |= set(tps)
+
+    def resume_partitions(self, tps) -> None:
+        self.paused -= set(tps)
 
     async def _commit(self, offsets) -> bool:
         self.committed.append(dict(offsets))
@@ -180,26 +186,32 @@ def test_with_no_checkpoint_faust_s_own_offsets_apply() -> None:
 def test_a_worker_that_reads_only_some_partitions_decides_nothing_until_it_reads_them_all(
         caplog: pytest.LogCaptureFixture) -> None:
     """A second worker with the same app id (a second replica, a rolling update) takes some of the
-    partitions. This one, started afresh, must not move event time on with the nodes it reads: it
-    would decide a job's failure without the node fault on a partition the other reads. It holds
-    what it reads, and says why, until it reads every partition."""
+    partitions. This one, started afresh, must not read its own and move event time on with their
+    nodes: it would decide a job's failure without the node fault on a partition the other reads. It
+    pauses them and says why until it is given every partition; should anything still come (Faust
+    resumes a partition whose stream buffer drains), it is held."""
     topics = SETTINGS.topics
     counts = {topics.gpu: 2, topics.node: 2, topics.worker: 2}
     mine = [TP(topics.gpu, 0), TP(topics.node, 0), TP(topics.worker, 0)]
     worker = faust_checkpoints(None, mine, counts)
     asyncio.run(worker.on_rebalance_complete())
-    assert worker.whole is False and "reads 3 of the 6 telemetry partitions" in caplog.text
+    asyncio.run(worker.standby())  # at its tick
+    assert worker.whole is False and "given 3 of the 6 telemetry partitions" in caplog.text
+    assert worker.app.consumer.paused == set(mine)
     every_read = SimpleNamespace(poll=lambda offsets, wall: wall)  # a ReadCheck that confirms all
     assert worker.reads_complete(every_read, time.time()) is None  # it confirms nothing
     live, now = worker.live, time.time()
     live.watch_reads()  # as the app on Kafka does: the tick confirms reads only for a whole worker
-    for t in range(30):  # 30 s of node a's heartbeats, on a partition it reads
+    for t in range(30):  # 30 s of node a's heartbeats, on a partition it was given
         live.feed(s.NodeHeartbeat(ts=now + t, node="a", interval=1.0), (topics.node, 0), now + t)
     assert (live.watermark, live.buffered) == (float("-inf"), 30)
 
     worker.app.consumer._assignment |= {TP(topic, 1) for topic in counts}  # the other worker left
     asyncio.run(worker.on_rebalance_complete())
+    worker.app.consumer.paused.clear()  # Faust resumes every partition after a rebalance
+    asyncio.run(worker.standby())
     assert worker.whole and "every telemetry partition again" in caplog.text
+    assert not worker.app.consumer.paused
     for t in range(30, 36):
         live.tick(now + t)
     live.caught_up(worker.reads_complete(every_read, now + 35))
@@ -211,8 +223,8 @@ def test_a_worker_that_reads_only_some_partitions_decides_nothing_until_it_reads
 def test_a_worker_that_cannot_count_the_partitions_decides_nothing_until_it_can(
         caplog: pytest.LogCaptureFixture) -> None:
     """No broker answer when the partitions are counted after a rebalance: whether it reads them all
-    is unknown, and it confirms no reads (as if whole, a second worker started afresh decided on half
-    the cluster) until a later count, which the tick asks for, says it does."""
+    is unknown, and it reads nothing and confirms no reads (as if whole, a second worker started
+    afresh decided on half the cluster) until a later count, which the tick asks for, says it does."""
     topics = SETTINGS.topics
     mine = [TP(topics.gpu, 0), TP(topics.node, 0), TP(topics.worker, 0)]
     worker = faust_checkpoints(None, mine)
@@ -222,12 +234,14 @@ def test_a_worker_that_cannot_count_the_partitions_decides_nothing_until_it_can(
 
     counts, worker.partition_counts = worker.partition_counts, no_broker
     asyncio.run(worker.on_rebalance_complete())
+    asyncio.run(worker.standby())  # at its tick: no broker answer yet
     every_read = SimpleNamespace(poll=lambda offsets, wall: wall)
     assert worker.whole is None and worker.reads_complete(every_read, 1.0) is None
-    assert "not counted" in caplog.text
+    assert "not counted" in caplog.text and worker.app.consumer.paused == set(mine)
     worker.partition_counts = counts
-    asyncio.run(worker.check_whole())
+    asyncio.run(worker.standby())  # a later tick
     assert worker.whole and worker.reads_complete(every_read, 2.0) == 2.0
+    assert not worker.app.consumer.paused
 
 
 def test_a_checkpoint_waits_for_the_sends_before_it() -> None:
