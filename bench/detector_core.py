@@ -3,7 +3,8 @@
 Each simulated second: one gpu_sample per GPU, one heartbeat per node, one worker_step per
 rank of four 4,096-rank jobs (one rank per GPU): ~34.8k events. Events are made in memory
 one simulated second at a time (not timed); only the detector (and, for the validated paths,
-JSON decoding: into the pydantic models, or by the hot path's msgspec Structs) is timed.
+JSON decoding: into the pydantic models, or by the hot path's msgspec Structs) is timed, with
+garbage collection tuned as the detector tunes it (`streams.service.tune_gc`).
 
     python bench/detector_core.py [--seconds 30]
 """
@@ -24,6 +25,7 @@ from schemas.wire import decode_telemetry as decode_fast
 from streams.checkpoint import decode_checkpoint, encode_checkpoint
 from streams.core import Detector, DetectorState
 from streams.live import LiveDetector
+from streams.service import GC_THRESHOLDS, tune_gc
 
 NODES, GPUS_PER_NODE, JOBS = 2048, 8, 4
 FETCH = 2_000  # messages a fetch returns (ServiceConfig.batch)
@@ -113,6 +115,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=30, help="simulated seconds")
     args = parser.parse_args()
+    tune_gc()  # as the detector does: Python's defaults collect every few hundred events
+    print(f"garbage collection as the detector runs it: thresholds {GC_THRESHOLDS}")
     events, busy, detector = core_alone(args.seconds)
     state = detector.state
     print(f"cluster: {NODES} nodes, {NODES * GPUS_PER_NODE} GPUs, {JOBS} jobs of "
