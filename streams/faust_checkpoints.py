@@ -86,11 +86,14 @@ class FaustCheckpoints:
             log.warning("offsets not committed (the group is rebalancing again)")
 
     async def standby(self) -> None:
-        """At each tick: a worker not known to be `whole` counts again if it could not, and pauses
-        its partitions if it is not (Faust resumes every partition after a rebalance)."""
+        """At each tick: a worker that could not count counts again, and one known to be given only
+        some partitions pauses them (Faust resumes every partition after a rebalance). Only a rebalance
+        ends that, and Faust then seeks to the offsets committed for it: a pause drops messages fetched
+        already, and resumed in place they were never read. Best effort: Faust's flow control resumes a
+        partition whose stream buffer drains, and what it reads then is held, not decided."""
         if self.whole is None:
             await self.check_whole()
-        if not self.whole:
+        if self.whole is False:
             self.app.consumer.pause_partitions(self._tps)
 
     async def check_whole(self) -> None:
@@ -98,7 +101,7 @@ class FaustCheckpoints:
         decides nothing (`standby`, `reads_complete`), and the partitions it lacks hold event time
         back too (`LiveDetector.expect`: one that never read them would move on without them; one that
         did stops confirming reads, and a blind spell holds it). Not known (no broker answer): None,
-        as not whole until a count at a later tick."""
+        not paused, and no reads confirmed until a count at a later tick."""
         try:
             topics = await asyncio.to_thread(self.partition_counts)
             counts = {topic: topics[topic] for topic in sorted(self._telemetry)}
@@ -119,7 +122,6 @@ class FaustCheckpoints:
                       "Faust worker per app id; to scale out, run the sharded detector (docs/streams.md)",
                       len(self._mine), total, self.app_id)
             return
-        self.app.consumer.resume_partitions(self._tps)
         if self._partial:
             self._partial = False
             log.warning("this worker reads every telemetry partition again: deciding")

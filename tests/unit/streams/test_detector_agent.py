@@ -138,9 +138,6 @@ class Consumer:
     def pause_partitions(self, tps) -> None:
         self.paused |= set(tps)
 
-    def resume_partitions(self, tps) -> None:
-        self.paused -= set(tps)
-
     async def _commit(self, offsets) -> bool:
         self.committed.append(dict(offsets))
         return True
@@ -189,7 +186,8 @@ def test_a_worker_that_reads_only_some_partitions_decides_nothing_until_it_reads
     partitions. This one, started afresh, must not read its own and move event time on with their
     nodes: it would decide a job's failure without the node fault on a partition the other reads. It
     pauses them and says why until it is given every partition; should anything still come (Faust
-    resumes a partition whose stream buffer drains), it is held."""
+    resumes a partition whose stream buffer drains), it is held. A rebalance gives them back (Faust
+    resumes every partition then, and seeks to the offsets committed)."""
     topics = SETTINGS.topics
     counts = {topics.gpu: 2, topics.node: 2, topics.worker: 2}
     mine = [TP(topics.gpu, 0), TP(topics.node, 0), TP(topics.worker, 0)]
@@ -207,8 +205,8 @@ def test_a_worker_that_reads_only_some_partitions_decides_nothing_until_it_reads
     assert (live.watermark, live.buffered) == (float("-inf"), 30)
 
     worker.app.consumer._assignment |= {TP(topic, 1) for topic in counts}  # the other worker left
+    worker.app.consumer.paused.clear()  # Faust revokes, assigns and resumes every partition
     asyncio.run(worker.on_rebalance_complete())
-    worker.app.consumer.paused.clear()  # Faust resumes every partition after a rebalance
     asyncio.run(worker.standby())
     assert worker.whole and "every telemetry partition again" in caplog.text
     assert not worker.app.consumer.paused
@@ -223,8 +221,9 @@ def test_a_worker_that_reads_only_some_partitions_decides_nothing_until_it_reads
 def test_a_worker_that_cannot_count_the_partitions_decides_nothing_until_it_can(
         caplog: pytest.LogCaptureFixture) -> None:
     """No broker answer when the partitions are counted after a rebalance: whether it reads them all
-    is unknown, and it reads nothing and confirms no reads (as if whole, a second worker started
-    afresh decided on half the cluster) until a later count, which the tick asks for, says it does."""
+    is unknown, and it confirms no reads (as if whole, a second worker started afresh decided on half
+    the cluster) until a later count, which the tick asks for, says it does. It is not paused: a pause
+    drops what was fetched, and resumed without a rebalance's seek that would be lost."""
     topics = SETTINGS.topics
     mine = [TP(topics.gpu, 0), TP(topics.node, 0), TP(topics.worker, 0)]
     worker = faust_checkpoints(None, mine)
@@ -237,11 +236,10 @@ def test_a_worker_that_cannot_count_the_partitions_decides_nothing_until_it_can(
     asyncio.run(worker.standby())  # at its tick: no broker answer yet
     every_read = SimpleNamespace(poll=lambda offsets, wall: wall)
     assert worker.whole is None and worker.reads_complete(every_read, 1.0) is None
-    assert "not counted" in caplog.text and worker.app.consumer.paused == set(mine)
+    assert "not counted" in caplog.text and not worker.app.consumer.paused
     worker.partition_counts = counts
     asyncio.run(worker.standby())  # a later tick
     assert worker.whole and worker.reads_complete(every_read, 2.0) == 2.0
-    assert not worker.app.consumer.paused
 
 
 def test_a_checkpoint_waits_for_the_sends_before_it() -> None:
