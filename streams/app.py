@@ -134,9 +134,9 @@ def build_app(
 
     @app.timer(interval=tick_s)
     async def tick():
-        if checkpoints is not None and not checkpoints.restored:
-            return  # the checkpoint is read when partitions are first assigned
         if checkpoints is not None:
+            if not checkpoints.restored:
+                return  # the checkpoint is read when partitions are first assigned
             await checkpoints.standby()  # one worker of several with the app id reads nothing
         async with turn:
             if reads is not None and (complete := checkpoints.reads_complete(reads, time.time())) is not None:

@@ -50,10 +50,8 @@ class FaustCheckpoints:
         self.from_checkpoint = False  # a checkpoint was restored: partitions it lacks start at 0
         self.pending: list[asyncio.Future] = []  # sends a checkpoint must wait for
         self._telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
-        self.app_id = app_id
         self.whole: bool | None = None  # as of the last rebalance, it reads every telemetry partition
-        self._tps: set = set()  # the telemetry partitions assigned to it, as Faust's TPs
-        self._mine: set[tuple[str, int]] = set()  # ... and as (topic, partition)
+        self._tps: set = set()  # the telemetry partitions assigned to it
         self._partial = self._counted = False  # it read only some since; it warned of a failed count
         self.partition_counts = lambda: describe_topics(settings)  # the broker's topics: partitions
 
@@ -72,7 +70,6 @@ class FaustCheckpoints:
             self.restored = True
         consumer = self.app.consumer
         self._tps = {tp for tp in consumer.assignment() if tp.topic in self._telemetry}
-        self._mine = {(tp.topic, tp.partition) for tp in self._tps}
         self.whole, self._counted = None, False
         await self.check_whole()
         positions = {tp: self.offsets.get((tp.topic, tp.partition), 0) for tp in consumer.assignment()
@@ -111,16 +108,16 @@ class FaustCheckpoints:
                 self._counted = True  # warned once after a rebalance
             return
         total = sum(counts.values())
-        self.whole = len(self._mine) >= total
+        self.whole = len(self._tps) >= total
         if not self.whole:
             every = {(topic, p) for topic, n in counts.items() for p in range(n)}
-            self.live.expect(sorted(every - self._mine), time.time())
+            self.live.expect(sorted(every - {(tp.topic, tp.partition) for tp in self._tps}), time.time())
             self._partial = True
             log.error("this worker was given %d of the %d telemetry partitions: another worker runs with "
                       "app id %r. A detector must read them all (a lost node and its peers' errors are "
                       "decided together): it reads and decides nothing until it is given them all. Run one "
                       "Faust worker per app id; to scale out, run the sharded detector (docs/streams.md)",
-                      len(self._mine), total, self.app_id)
+                      len(self._tps), total, self.topic.app_id)
             return
         if self._partial:
             self._partial = False

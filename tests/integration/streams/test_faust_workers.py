@@ -16,7 +16,7 @@ from tests.integration.streams.test_detector_live import _wait_for_log, detector
 
 pytestmark = pytest.mark.kafka
 
-NODES = [f"node-{n:02d}" for n in range(12)]  # over the six partitions of telemetry.node
+NODES = [f"node-{n:02d}" for n in range(12)]  # over every partition of the test's telemetry.node
 
 
 @pytest.fixture

@@ -112,7 +112,7 @@ async def _discard(topic: str, key: bytes, value: bytes) -> None:
 class Checkpoints:
     """The checkpoint topic, in memory."""
 
-    topic = "cp-test-checkpoints"
+    topic, app_id = "cp-test-checkpoints", "cp-test"
     owner = Owner(SETTINGS.topic_prefix, (SETTINGS.topics.gpu, SETTINGS.topics.node, SETTINGS.topics.worker))
 
     def __init__(self, last=None) -> None:
