@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -54,13 +55,14 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from bus import settings as bus_settings
 from bus.admin import create_topics, remove_prefix
+from bus.message import RawMessage
 from bus.settings import KafkaSettings
 from schemas.codec import TELEMETRY, decode
 from schemas.topics import BY_SUFFIX, adapter
 from schemas.wire import decode_telemetry as decode_fast
 from streams.app import FaustTuning
 from streams.core import Detector
-from streams.live import LiveDetector
+from streams.live import LiveConfig, LiveDetector
 from streams.service import READING
 from trainmedic.broker import LocalBroker
 from trainmedic.local_cluster import free_port_pair
@@ -166,9 +168,12 @@ def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
     return count
 
 
-def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: bool = True) -> float:
+def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: bool = True,
+          keep: int = 0) -> float:
     """Seconds a bare consumer takes to read and validate `total` events (and feed `live`): with
-    the detector's own decoder (`fast`: schemas/wire.py), or the contract's pydantic models."""
+    the detector's own decoder (`fast`: schemas/wire.py), or the contract's pydantic models. With
+    `keep`, the last `keep` events read stay in memory as the detector holds them, with their
+    messages, and no rule runs."""
     topics = settings.topics
     client = Consumer(settings.client_config(**{"group.id": "unused", "enable.auto.commit": False,
                                                 **READING}))  # as the engine reads
@@ -177,6 +182,7 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
                    for name in (topics.gpu, topics.node, topics.worker)
                    for p in meta.topics[name].partitions])
     validators = {name: adapter(spec.suffix) for name, spec in topics.all().items()}
+    kept: deque = deque(maxlen=keep or None)
     seen, start = 0, time.perf_counter()
     while seen < total:
         runs: dict[tuple, list] = {}  # as the detector feeds LiveDetector: a run per partition
@@ -186,6 +192,8 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
             event = decode_fast(msg.value()) if fast else decode(msg.value(), validators[msg.topic()])
             if live is not None:
                 runs.setdefault((msg.topic(), msg.partition()), []).append((event.ts, event, None))
+            elif keep:
+                kept.append((event.ts, event, RawMessage.of(msg)))
             seen += 1
         if runs:
             live.feed_many(list(runs.items()), time.time())
@@ -581,6 +589,13 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             print(f"(a) consumer + validation:          {ceiling:>9,.0f} events/s  ({took:5.2f} s): the "
                   "ceiling, with the detector's decoder (msgspec, schemas/wire.py)")
             ceiling = total / drain(settings, total, None)  # again just before, as for each engine below
+            most = LiveConfig().pause_at + LiveConfig().order_at
+            took = drain(settings, total, None, keep=most)
+            print(f"(a) consumer + validation, kept:    {total / took:>9,.0f} events/s  ({took:5.2f} s), "
+                  f"{total / took / ceiling:.2f}x the ceiling ({ceiling / 1000:,.0f}k just before): the last "
+                  f"{most:,} events read kept in memory with their messages, as a detector reading a backlog "
+                  "in event-time order holds them (pause_at + order_at), no rule run")
+            ceiling = total / drain(settings, total, None)
             live = LiveDetector(Detector())
             took = drain(settings, total, live)
             print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s), "
