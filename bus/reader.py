@@ -32,7 +32,7 @@ from schemas import DeadLettered
 
 __all__ = ["EARLIEST", "END_GRACE_S", "LATEST", "NOW", "At", "End", "Item", "Marks", "Start", "TopicReader",
            "Where", "end_due", "end_offsets", "locate", "offsets_at", "partition_count", "partition_of",
-           "start_offsets", "watermarks"]
+           "start_offsets", "watermark", "watermarks"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -107,9 +107,31 @@ def end_due(end: End, now: float) -> bool:
     return isinstance(end, At) and now >= end.ts + END_GRACE_S
 
 
+# A partition whose leader the broker asked does not lead it yet, or not any more (a topic created a
+# moment ago, whose metadata already names its leaders; a leader moving): librdkafka does not ask
+# again for watermarks, so `watermark` does, until its timeout.
+LEADER_MOVING = frozenset({RdKafkaError.NOT_LEADER_FOR_PARTITION, RdKafkaError.LEADER_NOT_AVAILABLE})
+LEADER_WAIT_S = 0.1
+
+
+def watermark(client: Consumer, where: Where, timeout_s: float) -> tuple[int, int]:
+    """Low and high watermark of one partition, as the broker has them now; a partition whose leader
+    is moving (`LEADER_MOVING`) is asked again until `timeout_s`. Raises KafkaException as
+    librdkafka does."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return client.get_watermark_offsets(TopicPartition(*where),
+                                                timeout=max(LEADER_WAIT_S, deadline - time.monotonic()))
+        except KafkaException as err:
+            if err.args[0].code() not in LEADER_MOVING or time.monotonic() + LEADER_WAIT_S >= deadline:
+                raise
+        time.sleep(LEADER_WAIT_S)
+
+
 def watermarks(client: Consumer, parts: list[Where], timeout_s: float) -> Marks:
-    """Low and high watermark of each partition, as the broker has them now."""
-    return {(t, p): client.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s) for t, p in parts}
+    """Low and high watermark of each partition, as the broker has them now (`watermark`)."""
+    return {where: watermark(client, where, timeout_s) for where in parts}
 
 
 def offsets_at(client: Consumer, parts: list[Where], at: At, timeout_s: float) -> dict[Where, int]:

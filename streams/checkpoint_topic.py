@@ -17,6 +17,7 @@ from bus import clients
 from bus.admin import ensure_topic, wait_for_topics
 from bus.errors import KafkaError
 from bus.producer import EventProducer
+from bus.reader import watermark
 from bus.settings import KafkaSettings
 from streams.checkpoint import Checkpoint, CheckpointError, NewerCheckpoint, Owner, decode_checkpoint, foreign
 
@@ -78,7 +79,7 @@ class CheckpointTopic:
 
     def _last_value(self, consumer: Consumer) -> bytes | None:
         """The last message's value (b"" for a tombstone), None for an empty topic."""
-        low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=10)
+        low, high = watermark(consumer, (self.topic, 0), timeout_s=10)  # created a moment ago, perhaps
         if high <= low:
             return None
         consumer.assign([TopicPartition(self.topic, 0, high - 1)])

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from bus.reader import END_GRACE_S, NOW, At, end_due, end_offsets, partition_of, start_offsets
+from bus.reader import (
+    END_GRACE_S,
+    NOW,
+    At,
+    end_due,
+    end_offsets,
+    partition_of,
+    start_offsets,
+    watermarks,
+)
 
 A, B = ("t", 0), ("t", 1)
 MARKS = {A: (5, 10), B: (0, 0)}  # A holds 5..9; B is empty
@@ -60,3 +70,34 @@ def test_partition_of_is_crc32_modulo_the_count() -> None:
     assert {partition_of(f"node-{i}", 4) for i in range(40)} == {0, 1, 2, 3}
     with pytest.raises(ValueError):
         partition_of("n1", 0)
+
+
+class Leaderless:
+    """A consumer whose broker answers a watermark request with `errors` first (error codes), then
+    (0, 5), counting the requests."""
+
+    def __init__(self, *errors: int) -> None:
+        self.errors, self.asked = list(errors), 0
+
+    def get_watermark_offsets(self, partition, timeout):
+        self.asked += 1
+        if self.errors:
+            raise KafkaException(KafkaError(self.errors.pop(0)))
+        return 0, 5
+
+
+def test_a_partition_whose_leader_is_moving_is_asked_again() -> None:
+    client = Leaderless(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    assert watermarks(client, [A], timeout_s=5) == {A: (0, 5)}
+    assert client.asked == 3
+
+
+def test_any_other_error_and_a_leader_that_never_comes_are_raised() -> None:
+    client = Leaderless(KafkaError._TRANSPORT)
+    with pytest.raises(KafkaException, match="_TRANSPORT"):
+        watermarks(client, [A], timeout_s=5)
+    assert client.asked == 1
+    client = Leaderless(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 100)
+    with pytest.raises(KafkaException, match="NOT_LEADER_FOR_PARTITION"):
+        watermarks(client, [A], timeout_s=0.5)
+    assert 2 <= client.asked <= 6
