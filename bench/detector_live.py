@@ -487,7 +487,8 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
     return {"nodes": nodes, "rate": produced / produce_s, "max_lag_s": max(lags),
             "median_lag_s": statistics.median(lags), "catch_up_s": caught_up,
             "producer_cpu": producer_cpu / produced, "worker_cpu": worker_cpu / produced,
-            "split": decider({"cpu_s": worker_cpu, "own_cpu_s": own_cpu, "events": produced}),
+            "split": decider({"cpu_s": worker_cpu, "own_cpu_s": own_cpu, "events": produced})
+            if mode.startswith("sharded") else "",
             "broker_cpu": broker_cpu and broker_cpu / produced, "loop": worker.reports[-1]["loop"],
             "most_held": max(r["buffered"] for r in worker.reports), "forced": worker.reports[-1]["forced"]}
 
