@@ -12,13 +12,17 @@ subprocess, with its producer and checkpoints), (d) one worker of the Faust engi
 (`streams.app.build_app`), (e) one Faust worker whose agent only counts the events (Faust's own
 ceiling on this machine); (d) and (e) each twice, as tuned (`FaustTuning()`: on uvloop) and as
 before issue 18 (`-plain`: asyncio's own loop, the same fetch settings). Each engine's line also
-gives the most it held and had waiting (sampled every 0.5 s) and how many it released early, out
-of order (streams/live.py: `order_at`, `pause_at`, `max_buffered`).
+gives the most it held and had waiting (sampled every 0.5 s), how many it released early, out
+of order (streams/live.py: `order_at`, `pause_at`, `max_buffered`), and the incidents it had decided
+once it had read everything: the cluster is healthy, so every one is false. (a) also once with
+the last pause_at + order_at events read kept in memory with their messages, as a detector
+reading a backlog in event-time order holds them: what holding costs, apart from any rule.
 Sustained: for each engine and each --rates R, a cluster of about R/17 nodes is produced live
 at 1 Hz for --run-s seconds into fresh topics with a fresh detector; lag = events produced but
 not yet processed, in seconds of input. Each line also says the most the detector held (and had
-waiting) and how many it released early, out of order: read in time is not decided in order. The
-highest R with lag < 1 s and none released early is its sustained rate.
+waiting), how many it released early, out of order (read in time is not decided in order), and
+its incidents once caught up (all false). The highest R with lag < 1 s, none released early and no
+incident is its sustained rate.
 Each line also gives the CPU time per event of the producer (this process), of the worker and
 of the broker: all three share the machine's cores. After the drain, a paper projection for
 100,000 GPUs from this run's figures (instances, partitions, state per instance).
@@ -249,9 +253,10 @@ class Worker:
             self.proc.wait()
 
 
-def report(events: int, assigned: int, buffered: int, loop: str = "none", forced: int = 0) -> None:
+def report(events: int, assigned: int, buffered: int, loop: str = "none", forced: int = 0,
+           incidents: int = 0) -> None:
     print(json.dumps({"wall": time.time(), "events": events, "assigned": assigned, "buffered": buffered,
-                      "loop": loop, "forced": forced}), flush=True)
+                      "loop": loop, "forced": forced, "incidents": incidents}), flush=True)
 
 
 def loop_name() -> str:
@@ -279,7 +284,7 @@ def run_consumer_worker(app_id: str) -> None:
     def reports() -> None:
         while not stop.wait(0.5):
             report(pipeline.stats.events, len(service.offsets), pipeline.live.buffered,
-                   forced=pipeline.live.forced)
+                   forced=pipeline.live.forced, incidents=pipeline.stats.incidents)
 
     threading.Thread(target=reports, daemon=True).start()
     with stop_on_signals(stop):
@@ -311,7 +316,7 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
     def reports() -> None:
         while not stop.wait(0.5):
             report(pipeline.stats.events, len(service.sources.next), pipeline.live.buffered,
-                   forced=pipeline.live.forced)
+                   forced=pipeline.live.forced, incidents=pipeline.stats.incidents)
 
     threading.Thread(target=reports, daemon=True).start()
     try:
@@ -389,7 +394,7 @@ def run_faust_worker(app_id: str, tuning: FaustTuning) -> None:
     @app.timer(interval=0.5)
     async def reports():
         report(stats.events, sum(tp.topic in telemetry for tp in app.consumer.assignment()), live.buffered,
-               loop_name(), live.forced)
+               loop_name(), live.forced, stats.incidents)
 
     run_faust(app, "warning", tuning.loop)
 
@@ -435,7 +440,7 @@ def worker_drain(settings: KafkaSettings, run: str, home: Path, total: int, mode
     finally:
         worker.stop()
     return {"took_s": done["wall"] - first["wall"], "events": total - first["events"], "cpu_s": cpu,
-            "own_cpu_s": own, "loop": done["loop"], "forced": done["forced"],
+            "own_cpu_s": own, "loop": done["loop"], "forced": done["forced"], "incidents": done["incidents"],
             "most_held": max(r["buffered"] for r in worker.reports)}
 
 
@@ -470,10 +475,10 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
         out.flush(60)
         producer_cpu = time.process_time() - cpu_before[0]  # librdkafka's threads included
         try:
-            done = worker.wait(lambda r: r["events"] >= produced, give_up_s=60)["wall"]
-            caught_up = max(0.0, done - produce_end)  # a report can come before the last flush returns
+            done = worker.wait(lambda r: r["events"] >= produced, give_up_s=60)
+            caught_up = max(0.0, done["wall"] - produce_end)  # a report may come before the flush returns
         except RuntimeError:
-            caught_up = None
+            done, caught_up = worker.reports[-1], None
         worker_cpu, own_cpu = worker.cpu_s() - cpu_before[1], worker.own_cpu_s() - cpu_before[3]
         broker_cpu = broker_pid and cpu_s(broker_pid) - cpu_before[2]
     finally:
@@ -490,7 +495,8 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
             "split": decider({"cpu_s": worker_cpu, "own_cpu_s": own_cpu, "events": produced})
             if mode.startswith("sharded") else "",
             "broker_cpu": broker_cpu and broker_cpu / produced, "loop": worker.reports[-1]["loop"],
-            "most_held": max(r["buffered"] for r in worker.reports), "forced": worker.reports[-1]["forced"]}
+            "most_held": max(r["buffered"] for r in worker.reports), "forced": done["forced"],
+            "incidents": done["incidents"]}
 
 
 def delete_run(settings: KafkaSettings, run: str) -> None:
@@ -619,7 +625,7 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                           f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling "
                           f"({ceiling / 1000:,.0f}k just before), worker {us(got['cpu_s'], got['events'])} "
                           f"CPU/event{split}, held at most {got['most_held']:,} ({got['forced']:,} released "
-                          f"early), loop {got['loop']}: {what}")
+                          f"early), {got['incidents']} incidents, loop {got['loop']}: {what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
             if engine_rate is not None:
@@ -637,14 +643,14 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                   f"produced {got['rate']:>7,.0f} events/s for {args.run_s} s, "
                   f"max lag {got['max_lag_s']:5.2f} s (median {got['median_lag_s']:.2f}), "
                   f"caught up {after} after, held at most {got['most_held']:,} ({got['forced']:,} released "
-                  f"early); CPU/event: producer {us(got['producer_cpu'])}, "
+                  f"early), {got['incidents']} incidents; CPU/event: producer {us(got['producer_cpu'])}, "
                   f"worker {us(got['worker_cpu'])}{got['split']}{broker}")
-            if got["max_lag_s"] >= 1.0 or got["forced"]:
+            if got["max_lag_s"] >= 1.0 or got["forced"] or got["incidents"]:
                 lagging.add(engine)  # higher rates lag more
             else:
                 best[engine] = got["rate"]
     for engine, rate in best.items():
-        print(f"{engine:>11}: highest sustained rate with lag < 1 s, none released early: "
+        print(f"{engine:>11}: highest sustained rate with lag < 1 s, none released early, no incident: "
               + ("none measured" if rate is None else f"{rate:,.0f} events/s"))
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
