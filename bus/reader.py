@@ -36,6 +36,7 @@ __all__ = ["EARLIEST", "END_GRACE_S", "LATEST", "NOW", "At", "End", "Item", "Mar
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+LEADER_WAIT_S = 0.1  # between requests a broker refused as not ready (`watermark`)
 # librdkafka repeats every failed connection attempt; a reader reports errors itself.
 _rdkafka_log = logging.getLogger(f"{__name__}.librdkafka")
 
@@ -107,31 +108,28 @@ def end_due(end: End, now: float) -> bool:
     return isinstance(end, At) and now >= end.ts + END_GRACE_S
 
 
-# A partition whose leader the broker asked does not lead it yet, or not any more (a topic created a
-# moment ago, whose metadata already names its leaders; a leader moving): librdkafka does not ask
-# again for watermarks, so `watermark` does, until its timeout.
-LEADER_MOVING = frozenset({RdKafkaError.NOT_LEADER_FOR_PARTITION, RdKafkaError.LEADER_NOT_AVAILABLE})
-LEADER_WAIT_S = 0.1
-
-
-def watermark(client: Consumer, where: Where, timeout_s: float) -> tuple[int, int]:
-    """Low and high watermark of one partition, as the broker has them now; a partition whose leader
-    is moving (`LEADER_MOVING`) is asked again until `timeout_s`. Raises KafkaException as
-    librdkafka does."""
-    deadline = time.monotonic() + timeout_s
+def watermark(client: Consumer, where: Where, timeout_s: float,
+              until: float | None = None) -> tuple[int, int]:
+    """Low and high watermark of one partition, as the broker has them now. A topic created a moment
+    ago has leaders in the metadata a moment before they lead it, and librdkafka does not ask again
+    for watermarks: a refusal that passes by itself (`clients.not_ready`) is asked again until
+    `until` (monotonic; `timeout_s` from now if None), each request given `timeout_s`. Raises
+    KafkaException as librdkafka does."""
+    until = time.monotonic() + timeout_s if until is None else until
     while True:
         try:
-            return client.get_watermark_offsets(TopicPartition(*where),
-                                                timeout=max(LEADER_WAIT_S, deadline - time.monotonic()))
+            return client.get_watermark_offsets(TopicPartition(*where), timeout=timeout_s)
         except KafkaException as err:
-            if err.args[0].code() not in LEADER_MOVING or time.monotonic() + LEADER_WAIT_S >= deadline:
+            if not clients.not_ready(err.args[0]) or time.monotonic() + LEADER_WAIT_S >= until:
                 raise
         time.sleep(LEADER_WAIT_S)
 
 
 def watermarks(client: Consumer, parts: list[Where], timeout_s: float) -> Marks:
-    """Low and high watermark of each partition, as the broker has them now (`watermark`)."""
-    return {where: watermark(client, where, timeout_s) for where in parts}
+    """Low and high watermark of each partition, as the broker has them now (`watermark`): each
+    request given `timeout_s`, refusals asked again for `timeout_s` in all."""
+    until = time.monotonic() + timeout_s
+    return {where: watermark(client, where, timeout_s, until) for where in parts}
 
 
 def offsets_at(client: Consumer, parts: list[Where], at: At, timeout_s: float) -> dict[Where, int]:

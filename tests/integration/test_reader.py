@@ -127,8 +127,8 @@ def test_the_watermarks_of_a_topic_created_a_moment_ago_are_asked_until_its_lead
 ) -> None:
     """The metadata names a new topic's leaders a moment before they lead it: a watermark request
     then was refused (NOT_LEADER_FOR_PARTITION) and raised, and a sharded detector's decider that had
-    just created its events topic stopped (bench/detector_live.py, 2026-12-02). Here one fresh topic
-    in about eight was so refused (ad hoc; of 16 in a row, one at least in two runs of three)."""
+    just created its events topic stopped (bench/detector_live.py, 2026-12-02). Before the fix, 16
+    fresh topics in a row here had one at least so refused in two runs of three (ad hoc)."""
     client = Consumer(kafka.client_config(**{"group.id": "unused"}))
     try:
         for n in range(24):

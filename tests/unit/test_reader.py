@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from bus import reader
 from bus.reader import (
     END_GRACE_S,
     NOW,
@@ -73,31 +76,38 @@ def test_partition_of_is_crc32_modulo_the_count() -> None:
 
 
 class Leaderless:
-    """A consumer whose broker answers a watermark request with `errors` first (error codes), then
-    (0, 5), counting the requests."""
+    """A consumer whose broker refuses watermark requests (error codes) a partition at a time: `errors`
+    first for partition 0, then for 1, and answers (0, 5) once a partition's are used up; `forever`
+    for a partition refuses it always. Counts the requests."""
 
-    def __init__(self, *errors: int) -> None:
-        self.errors, self.asked = list(errors), 0
+    def __init__(self, *errors: int, forever: int | None = None) -> None:
+        self.errors, self.forever, self.asked = list(errors), forever, 0
 
     def get_watermark_offsets(self, partition, timeout):
         self.asked += 1
+        if partition.partition == self.forever:
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
         if self.errors:
             raise KafkaException(KafkaError(self.errors.pop(0)))
         return 0, 5
 
 
-def test_a_partition_whose_leader_is_moving_is_asked_again() -> None:
+def test_a_partition_whose_leader_is_moving_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "LEADER_WAIT_S", 0.01)
     client = Leaderless(KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
-    assert watermarks(client, [A], timeout_s=5) == {A: (0, 5)}
-    assert client.asked == 3
+    assert watermarks(client, [A, B], timeout_s=5) == {A: (0, 5), B: (0, 5)}
+    assert client.asked == 4
 
 
-def test_any_other_error_and_a_leader_that_never_comes_are_raised() -> None:
+def test_any_other_error_and_a_leader_that_never_comes_are_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(reader, "LEADER_WAIT_S", 0.01)
     client = Leaderless(KafkaError._TRANSPORT)
     with pytest.raises(KafkaException, match="_TRANSPORT"):
         watermarks(client, [A], timeout_s=5)
     assert client.asked == 1
-    client = Leaderless(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 100)
+    # A is refused for about 0.4 s, then B always: 0.5 s is for both together, not for each.
+    client = Leaderless(*[KafkaError.NOT_LEADER_FOR_PARTITION] * 40, forever=B[1])
+    began = time.monotonic()
     with pytest.raises(KafkaException, match="NOT_LEADER_FOR_PARTITION"):
-        watermarks(client, [A], timeout_s=0.5)
-    assert 2 <= client.asked <= 6
+        watermarks(client, [A, B], timeout_s=0.5)
+    assert 0.45 <= time.monotonic() - began < 0.75 and client.asked > 41
