@@ -17,6 +17,7 @@ of order (streams/live.py: `order_at`, `pause_at`, `max_buffered`), and the inci
 once it had read everything: the cluster is healthy, so every one is false. (a) also once with
 the last pause_at + order_at events read kept in memory with their messages, as a detector
 reading a backlog in event-time order holds them: what holding costs, apart from any rule.
+The bench's own process collects garbage as the detector does (`tune_gc`).
 Sustained: for each engine and each --rates R, a cluster of about R/17 nodes is produced live
 at 1 Hz for --run-s seconds into fresh topics with a fresh detector; lag = events produced but
 not yet processed, in seconds of input. Each line also says the most the detector held (and had
@@ -67,7 +68,7 @@ from schemas.wire import decode_telemetry as decode_fast
 from streams.app import FaustTuning
 from streams.core import Detector
 from streams.live import LiveConfig, LiveDetector
-from streams.service import READING
+from streams.service import READING, tune_gc
 from trainmedic.broker import LocalBroker
 from trainmedic.local_cluster import free_port_pair
 
@@ -186,6 +187,7 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
                    for name in (topics.gpu, topics.node, topics.worker)
                    for p in meta.topics[name].partitions])
     validators = {name: adapter(spec.suffix) for name, spec in topics.all().items()}
+    assert not (keep and live), "keep: with no LiveDetector, which holds what it holds"
     kept: deque = deque(maxlen=keep or None)
     seen, start = 0, time.perf_counter()
     while seen < total:
@@ -254,7 +256,8 @@ class Worker:
 
 
 def report(events: int, assigned: int, buffered: int, loop: str = "none", forced: int = 0,
-           incidents: int = 0) -> None:
+           incidents: int | None = None) -> None:
+    """One report line; `incidents` None from a worker that decides nothing (ingest alone, no-op)."""
     print(json.dumps({"wall": time.time(), "events": events, "assigned": assigned, "buffered": buffered,
                       "loop": loop, "forced": forced, "incidents": incidents}), flush=True)
 
@@ -579,6 +582,7 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker_pid: int | None,
             home: Path) -> None:
+    tune_gc()  # (a), kept, and (b) hold events here as the engines do, with the engines' collection
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} "
           f"(1/5/15 min), {os.cpu_count()} cores")
     if not args.skip_drain:
@@ -600,8 +604,8 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
             took = drain(settings, total, None, keep=most)
             print(f"(a) consumer + validation, kept:    {total / took:>9,.0f} events/s  ({took:5.2f} s), "
                   f"{total / took / ceiling:.2f}x the ceiling ({ceiling / 1000:,.0f}k just before): the last "
-                  f"{most:,} events read kept in memory with their messages, as a detector reading a backlog "
-                  "in event-time order holds them (pause_at + order_at), no rule run")
+                  f"{min(most, total):,} events read kept in memory with their messages, as a detector "
+                  "reading a backlog in event-time order holds them (up to pause_at + order_at), no rule run")
             ceiling = total / drain(settings, total, None)
             live = LiveDetector(Detector())
             took = drain(settings, total, live)
@@ -625,7 +629,7 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                           f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling "
                           f"({ceiling / 1000:,.0f}k just before), worker {us(got['cpu_s'], got['events'])} "
                           f"CPU/event{split}, held at most {got['most_held']:,} ({got['forced']:,} released "
-                          f"early), {got['incidents']} incidents, loop {got['loop']}: {what}")
+                          f"early){incidents(got)}, loop {got['loop']}: {what}")
                 else:
                     print(f"{label}drained before it reported twice; pre-fill more")
             if engine_rate is not None:
@@ -643,7 +647,7 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                   f"produced {got['rate']:>7,.0f} events/s for {args.run_s} s, "
                   f"max lag {got['max_lag_s']:5.2f} s (median {got['median_lag_s']:.2f}), "
                   f"caught up {after} after, held at most {got['most_held']:,} ({got['forced']:,} released "
-                  f"early), {got['incidents']} incidents; CPU/event: producer {us(got['producer_cpu'])}, "
+                  f"early){incidents(got)}; CPU/event: producer {us(got['producer_cpu'])}, "
                   f"worker {us(got['worker_cpu'])}{got['split']}{broker}")
             if got["max_lag_s"] >= 1.0 or got["forced"] or got["incidents"]:
                 lagging.add(engine)  # higher rates lag more
@@ -653,6 +657,12 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
         print(f"{engine:>11}: highest sustained rate with lag < 1 s, none released early, no incident: "
               + ("none measured" if rate is None else f"{rate:,.0f} events/s"))
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+
+
+def incidents(got: dict) -> str:
+    """The incidents a worker that decides had decided once it had read everything (the cluster is
+    healthy: each is false; what it still held, the last ~lateness_s of input, not yet decided)."""
+    return "" if got["incidents"] is None else f", {got['incidents']} incidents"
 
 
 def decider(got: dict) -> str:
