@@ -6,8 +6,9 @@ worker_step per rank each second: ~34.8k events/s), then drained by (a) a bare
 confluent-kafka consumer with validation (the contract's pydantic models, then the detector's
 own msgspec decoder: the ceiling; measured again just before each engine's drain, and each
 engine's rate is given as a share of that, since this shared machine's speed drifts), (b) the latter plus
-LiveDetector and the detection core (also as a share of the ceiling just before: what bounds any
-engine with this core), (c) the detector's consumer engine (`streams.service`, a
+LiveDetector and the detection core (also as a share of the ceiling just before; it orders only the
+partitions it has seen, where an engine expects every partition with a backlog and so holds far
+more of it: not a bound on an engine's drain), (c) the detector's consumer engine (`streams.service`, a
 subprocess, with its producer and checkpoints), (d) one worker of the Faust engine
 (`streams.app.build_app`), (e) one Faust worker whose agent only counts the events (Faust's own
 ceiling on this machine); (d) and (e) each twice, as tuned (`FaustTuning()`: on uvloop) and as
@@ -174,11 +175,11 @@ def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
 
 
 def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: bool = True,
-          keep: int = 0) -> float:
+          keep: int = 0, held: list[int] | None = None) -> float:
     """Seconds a bare consumer takes to read and validate `total` events (and feed `live`): with
     the detector's own decoder (`fast`: schemas/wire.py), or the contract's pydantic models. With
     `keep`, the last `keep` events read stay in memory as the detector holds them, with their
-    messages, and no rule runs."""
+    messages, and no rule runs. `held` gets the most `live` held and had waiting."""
     topics = settings.topics
     client = Consumer(settings.client_config(**{"group.id": "unused", "enable.auto.commit": False,
                                                 **READING}))  # as the engine reads
@@ -189,7 +190,7 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
     validators = {name: adapter(spec.suffix) for name, spec in topics.all().items()}
     assert not (keep and live), "keep: with no LiveDetector, which holds what it holds"
     kept: deque = deque(maxlen=keep or None)
-    seen, start = 0, time.perf_counter()
+    seen, most, start = 0, 0, time.perf_counter()
     while seen < total:
         runs: dict[tuple, list] = {}  # as the detector feeds LiveDetector: a run per partition
         for msg in client.consume(2000, 0.05):  # a long wait would count against the tail
@@ -203,7 +204,10 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
             seen += 1
         if runs:
             live.feed_many(list(runs.items()), time.time())
+            most = max(most, live.buffered)
     elapsed = time.perf_counter() - start
+    if held is not None:
+        held.append(most)
     client.close()
     return elapsed
 
@@ -608,10 +612,13 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                   "reading a backlog in event-time order holds them (up to pause_at + order_at), no rule run")
             ceiling = total / drain(settings, total, None)
             live = LiveDetector(Detector())
-            took = drain(settings, total, live)
+            held: list[int] = []
+            took = drain(settings, total, live, held=held)
             print(f"(b) consumer + validation + core:   {total / took:>9,.0f} events/s  ({took:5.2f} s), "
-                  f"{total / took / ceiling:.2f}x the ceiling ({ceiling / 1000:,.0f}k just before): what an "
-                  "engine with this core and LiveDetector reaches before its loop, checks and checkpoints")
+                  f"{total / took / ceiling:.2f}x the ceiling ({ceiling / 1000:,.0f}k just before), "
+                  f"held at most {held[0]:,}: the core and LiveDetector on what this consumer reads, "
+                  "ordering only the partitions it has seen (an engine expects every partition with a "
+                  "backlog, and holds more)")
             state_per_node = len(live.detector.state.to_msgpack()) / args.nodes
             engine_rate, sharded = None, None
             for mode, label, what in sorted((d for d in DRAINERS if d[0] in args.drains.split(",")),
