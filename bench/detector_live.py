@@ -502,7 +502,7 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
             "split": decider({"cpu_s": worker_cpu, "own_cpu_s": own_cpu, "events": produced})
             if mode.startswith("sharded") else "",
             "broker_cpu": broker_cpu and broker_cpu / produced, "loop": worker.reports[-1]["loop"],
-            "most_held": max(r["buffered"] for r in worker.reports), "forced": done["forced"],
+            "most_held": max(r["buffered"] for r in worker.reports), "forced": worker.reports[-1]["forced"],
             "incidents": done["incidents"]}
 
 
