@@ -1,6 +1,6 @@
 """The in-band training hook: what a training loop imports to report its rank's start, steps and
 errors on telemetry.worker. It never blocks a step: events go into a bounded queue that a
-background thread batches into Kafka; when the queue is full the event is dropped and counted.
+background thread writes to the node's executor; when the queue is full the event is dropped and counted.
 
     from producers.hook import Hook
 
@@ -15,8 +15,11 @@ background thread batches into Kafka; when the queue is full the event is droppe
 
 Identity comes from RANK, WORLD_SIZE, LOCAL_RANK (as torchrun sets them), TRAINMEDIC_JOB,
 TRAINMEDIC_NODE (default: the host name) and TRAINMEDIC_GENERATION (default: torchrun's
-TORCHELASTIC_RESTART_COUNT, else 0); Kafka from the usual TRAINMEDIC_KAFKA_* variables.
-worker_start carries the job's hang floor from TRAINMEDIC_HANG_FLOOR_S when the executor set it.
+TORCHELASTIC_RESTART_COUNT, else 0). The hook holds no Kafka credentials: it reports to the
+executor that launched the rank, over the socket TRAINMEDIC_REPORT_SOCKET names
+(producers/report_channel.py); the executor checks each report against the rank it launched,
+stamps its own time and publishes it on telemetry.worker. Without that socket (a script run
+by hand or under torchrun alone) the hook does nothing and says so once.
 Events also carry `local_rank` (an extra field) so that a GPU's faults can be matched to
 the rank that drives it.
 """
@@ -39,6 +42,7 @@ from typing import Any, Protocol
 
 from bus.errors import ConfigError
 from bus.timespan import env_seconds
+from producers.report_channel import SOCKET_ENV, ReportChannel
 
 log = logging.getLogger(__name__)
 
@@ -84,17 +88,16 @@ class WorkerIdentity:
 
 @dataclass(frozen=True)
 class HookConfig:
-    """The hook's bounds: events waiting in its queue, and then in librdkafka's; the exit flush."""
+    """The hook's bounds: events waiting in its queue, a batch the sender takes; the exit flush."""
 
     queue_size: int = 10_000
     batch_size: int = 500
-    linger_s: float = 0.05  # the sender's longest wait for a first event (it polls Kafka meanwhile)
-    max_buffered: int = 10_000
+    linger_s: float = 0.05  # the sender's longest wait for a first event
     flush_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if min(self.queue_size, self.batch_size, self.max_buffered) < 1:
-            raise ConfigError("the hook's queue, batch and buffer sizes must be at least 1")
+        if min(self.queue_size, self.batch_size) < 1:
+            raise ConfigError("the hook's queue and batch sizes must be at least 1")
         for name in ("linger_s", "flush_timeout_s"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -102,12 +105,12 @@ class HookConfig:
 
 
 class Sink(Protocol):
-    """Where the sender thread puts events: `producers.outbox.Outbox` over Kafka."""
+    """Where the sender thread puts events: `producers.report_channel.ReportChannel` to the executor."""
 
     @property
     def dropped(self) -> int: ...
 
-    def send(self, topic: str, event: Any, key: str | None) -> bool: ...
+    def send(self, event: Any) -> bool: ...
 
     def poll(self) -> None: ...
 
@@ -125,13 +128,12 @@ class Hook:
     """Reports one rank's life on telemetry.worker without ever blocking the training step."""
 
     def __init__(
-        self, identity: WorkerIdentity | None, sink: Sink | None, topic: str, *,
+        self, identity: WorkerIdentity | None, sink: Sink | None, *,
         config: HookConfig = HookConfig(), clock: Callable[[], float] = time.time,
     ) -> None:
         self.identity = identity
         self.config = config
         self._sink = sink
-        self._topic = topic
         self._clock = clock
         self._queue: queue.Queue[_Item] = queue.Queue(config.queue_size)
         self._thread: threading.Thread | None = None
@@ -151,22 +153,18 @@ class Hook:
     def from_env(
         cls, env: Mapping[str, str] = os.environ, *, config: HookConfig = HookConfig(),
     ) -> Hook:
-        """A hook for the rank the environment describes, or a no-op hook when TRAINMEDIC_JOB is unset."""
+        """A hook for the rank the environment describes, reporting to the executor's socket; a no-op
+        hook when TRAINMEDIC_JOB or the socket (TRAINMEDIC_REPORT_SOCKET) is unset."""
         identity = WorkerIdentity.from_env(env)
         if identity is None:
             log.info("trainmedic hook: TRAINMEDIC_JOB is not set, so this rank reports nothing")
-            return cls(None, None, "", config=config)
-        from bus.producer import EventProducer
-        from bus.settings import KafkaSettings
-        from producers.outbox import Outbox
-
-        settings = KafkaSettings.from_env(env, role="rank")
-        producer = EventProducer(
-            settings, client_id=settings.topics.owned(f"hook-{identity.job}-{identity.rank}"),
-            max_buffered=config.max_buffered, config={"queue.buffering.max.kbytes": 16_384},
-        )
-        return cls(identity, Outbox(producer, what=f"hook of rank {identity.rank}"),
-                   settings.topics.worker, config=config)
+            return cls(None, None, config=config)
+        path = env.get(SOCKET_ENV, "")
+        if not path:
+            log.info("trainmedic hook: %s is not set (no trainmedic executor launched this rank), so it "
+                     "reports nothing", SOCKET_ENV)
+            return cls(None, None, config=config)
+        return cls(identity, ReportChannel(path, what=f"hook of rank {identity.rank}"), config=config)
 
     @property
     def enabled(self) -> bool:
@@ -174,7 +172,7 @@ class Hook:
 
     @property
     def dropped(self) -> int:
-        """Events lost so far: refused by a full queue, or never delivered to Kafka."""
+        """Events lost so far: refused by a full queue, or never written to the executor."""
         return 0 if self._sink is None else self._sink.dropped
 
     @property
@@ -273,7 +271,7 @@ class Hook:
             for item in batch:
                 event = self._event(item, sink)
                 if event is not None:
-                    sink.send(self._topic, event, key=self._common["job"])
+                    sink.send(event)
             sink.poll()
             if not batch and self._closing.is_set():
                 return

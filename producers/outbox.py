@@ -4,9 +4,7 @@ and counted, and the count is told in one log line once the broker takes events 
 from __future__ import annotations
 
 import logging
-import threading
 from contextlib import suppress
-from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import Message
@@ -15,34 +13,9 @@ from pydantic import BaseModel
 from bus.errors import DeliveryError, KafkaError
 from bus.producer import EventProducer
 from producers import metrics
+from producers.drops import DropLedger
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DropLedger:
-    """Counts dropped events: in all (`total`) and since deliveries last succeeded (`outage`).
-    Thread-safe: the training hook counts from the training thread, deliveries from its sender."""
-
-    total: int = 0
-    outage: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def drop(self, count: int = 1) -> bool:
-        """Count `count` drops; True when they start an outage (the moment to say so)."""
-        with self._lock:
-            starts = self.outage == 0
-            self.total += count
-            self.outage += count
-            return starts
-
-    def delivered(self) -> int:
-        """A delivery succeeded: returns how many were dropped in the outage it ends (0 if none)."""
-        if not self.outage:  # the common case, without taking the lock
-            return 0
-        with self._lock:
-            ended, self.outage = self.outage, 0
-            return ended
 
 
 class Outbox:

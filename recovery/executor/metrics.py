@@ -18,6 +18,12 @@ ADMISSION_REFUSALS = Counter("trainmedic_executor_admission_refusals",
                              "admission policy, by the rule broken", ["rule"])
 UNVERIFIED = Counter("trainmedic_executor_unverified_commands",
                      "Commands refused because their signature did not verify with a trusted key")
+RANK_REPORTS = Counter("trainmedic_executor_rank_reports",
+                       "What ranks reported over the executor's socket: published on telemetry.worker, "
+                       "or refused and why (another job, node, generation or rank; a step backwards or "
+                       "leaping ahead; over the rate; malformed; oversized; not a rank's process; too many "
+                       "connections)",
+                       ["outcome"])
 
 # Every known label value from the start at 0: a panel shows "none" rather than no data, and the
 # first event counts as an increase (a series born at 1 has no rate).
@@ -25,3 +31,7 @@ for _status in AckStatus:
     EXECUTOR_ACKS.labels(str(_status))
 for _outcome in ("clean", "failed", "unknown"):
     RANK_EXITS.labels(_outcome)
+for _outcome in ("published", "rate", "malformed", "oversized", "other_job", "other_node", "other_generation",
+                 "other_rank", "other_world_size", "step_backwards", "step_leap", "unknown_process",
+                 "connections"):
+    RANK_REPORTS.labels(_outcome)

@@ -2,17 +2,16 @@
 
 A rank runs the job's code, so it gets what a program needs to run (PATH, HOME, locale,
 PYTHONPATH, the accelerator's CUDA_*/NCCL_*/OMP_* settings), the worker contract
-(recovery/worker/env.py), where the in-band hook sends worker telemetry (the bootstrap and
-topic prefix, and the rank principal's own Kafka settings from TRAINMEDIC_RANK_KAFKA_CONFIG or
-the local broker's credentials/rank.json, see `service.local_rank_kafka`),
-and the variables the cluster's admission policy names in `rank_env`. Nothing else: not the
-cluster key, not the executor's Kafka credentials (TRAINMEDIC_KAFKA_CONFIG), not any variable
-whose name says it is a secret unless the policy names it exactly.
+(recovery/worker/env.py), where the in-band hook reports (the executor's socket: a rank holds
+no Kafka settings at all), and the variables the cluster's admission policy names in
+`rank_env`. Nothing else: not the cluster key, not the executor's Kafka credentials
+(TRAINMEDIC_KAFKA_CONFIG), not any variable whose name says it is a secret unless the policy
+names it exactly.
 
 On top of that comes the job's own `env` (its spec, through the worker spec): it may set or
 override any of the executor's variables but those in NEVER; the admission policy refuses a job
-env that chooses what code runs (admission.CODE_NAMES) before anything starts. The hook's Kafka
-settings and the worker contract come last, so a job's env never redirects its telemetry nor
+env that chooses what code runs (admission.CODE_NAMES) before anything starts. The hook's
+channel and the worker contract come last, so a job's env never redirects its telemetry nor
 changes who a rank is.
 """
 
@@ -30,15 +29,12 @@ BASE_NAMES = frozenset({
 # Name prefixes a rank gets: locale, the accelerator and its collectives, thread counts.
 BASE_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "MKL_", "GLOO_", "TORCH_")
 
-# Never passed, whatever a policy lists: trainmedic's own keys and the executor's Kafka credentials.
+# Never passed, whatever a policy lists: trainmedic's own keys and Kafka credentials (the retired
+# rank principal's among them).
 NEVER = frozenset({"TRAINMEDIC_CLUSTER_KEY", "TRAINMEDIC_CLUSTER_KEY_FILE", "TRAINMEDIC_KAFKA_CONFIG",
-                   "TRAINMEDIC_RANK_KAFKA_CONFIG"})
+                   "TRAINMEDIC_RANK_KAFKA_CONFIG", "TRAINMEDIC_CREDENTIALS_DIR"})
 # A name that says it holds a secret passes only when the policy names it exactly (e.g. HF_TOKEN).
 SECRET = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|SASL|JAAS|AUTH|COOKIE", re.IGNORECASE)
-
-# The rank principal's librdkafka settings (JSON, as TRAINMEDIC_KAFKA_CONFIG): the rank's own
-# credentials, which may only write worker telemetry. It reaches the rank as TRAINMEDIC_KAFKA_CONFIG.
-RANK_KAFKA_CONFIG = "TRAINMEDIC_RANK_KAFKA_CONFIG"
 
 
 def _passes(name: str, extra: Iterable[str]) -> bool:
@@ -54,16 +50,13 @@ def _passes(name: str, extra: Iterable[str]) -> bool:
 def base_env(parent: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
     """What every rank of this executor inherits from `parent` (the executor's environment);
     `extra` are the policy's `rank_env` names and prefixes."""
-    env = {name: value for name, value in parent.items() if _passes(name, extra)}
-    if parent.get(RANK_KAFKA_CONFIG):
-        env["TRAINMEDIC_KAFKA_CONFIG"] = parent[RANK_KAFKA_CONFIG]
-    return env
+    return {name: value for name, value in parent.items() if _passes(name, extra)}
 
 
-def rank_env(parent: Mapping[str, str], extra: tuple[str, ...], kafka: Mapping[str, str],
+def rank_env(parent: Mapping[str, str], extra: tuple[str, ...], channel: Mapping[str, str],
              contract: Mapping[str, str], job: Mapping[str, str] | None = None) -> dict[str, str]:
     """One rank's environment: `base_env`, then the job's env (`job`, less the names in NEVER), then
-    where its hook writes (`kafka`: bootstrap, topic prefix, its credentials), then the worker
-    contract, which nothing overrides."""
+    where its hook reports (`channel`: the executor's socket), then the worker contract, which
+    nothing overrides."""
     own = {name: value for name, value in (job or {}).items() if name not in NEVER}
-    return {**base_env(parent, extra), **own, **kafka, **contract}
+    return {**base_env(parent, extra), **own, **channel, **contract}

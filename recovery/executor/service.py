@@ -3,6 +3,10 @@
 Thin: every decision is `decide`, every state move is the `GroupState` table; this file
 only moves data between Kafka, the ledger and the supervisor.
 
+It is the one writer of its ranks' telemetry: their hook reports over a local socket
+(report_server.py), and what `reports.check` lets through (about the very rank that speaks,
+at this executor's time) goes on telemetry.worker; ranks hold no Kafka credentials.
+
 What it reports on the acks topic is signed with this node's key: command acks,
 `node_joined` once it reads its partition, `ranks_finished` when every rank it launched for a
 job's generation exited 0 on its own, and `node_leaving` when told that the node shuts down on
@@ -17,30 +21,32 @@ included, is logged and counted while the ranks keep training.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from bus.credentials import read_role
 from bus.errors import KafkaError
 from bus.message import Record
 from bus.metrics import DEAD_LETTERS
 from bus.producer import EventProducer
 from bus.reader import At, Start, TopicReader, partition_count, partition_of
-from bus.settings import KafkaSettings, credentials_dir
+from bus.settings import KafkaSettings
+from producers.outbox import Outbox
+from producers.report_channel import SOCKET_ENV
 from recovery.executor import leftovers, metrics
 from recovery.executor.admission import admit
 from recovery.executor.config import ExecutorConfig
 from recovery.executor.decide import Apply, Decision, Reack, Refuse, Skip, Step, decide
 from recovery.executor.forkserver import PRELOAD_ENV, WarmLauncher, become_subreaper
 from recovery.executor.ledger import Ledger, RecordedAck
-from recovery.executor.rank_env import RANK_KAFKA_CONFIG, base_env, rank_env
+from recovery.executor.rank_env import base_env, rank_env
+from recovery.executor.report_server import ReportServer, socket_path
+from recovery.executor.reports import LaunchedRank, Report
 from recovery.executor.restart import interrupted_answer, unanswered
 from recovery.executor.state import GroupState, LocalGroup, after_exit, fenced_at
 from recovery.executor.supervisor import RankExit, Supervisor
@@ -81,7 +87,12 @@ class Executor:
         self._leaving = threading.Event()  # set by `leave`: announced on the loop's next turn
         self._leave_reason = ""
         self._announced = False
-        self._rank_kafka = local_rank_kafka(os.environ)
+        self._launched: dict[int, LaunchedRank] = {}  # by pid: who each rank's reports must say it is
+        self._reports = ReportServer(socket_path(config.state_dir), node=config.node,
+                                     resolve=self._launched.get, publish=self._publish_report, clock=clock)
+        self._report_outbox = Outbox(
+            EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}-reports")),
+            what="rank reports")
         DEAD_LETTERS.labels("executor")  # at 0 from the start: a first invalid command is an increase
 
     def run(self, stop: threading.Event) -> None:
@@ -96,6 +107,7 @@ class Executor:
                 log.warning("cannot become a child subreaper here: every rank starts cold")
         self.supervisor.use_launcher(launcher)
         self._take_over(ledger)
+        self._reports.start()
         reader = self._reader(topic, partition)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
                  self.config.node, topic, partition,
@@ -124,6 +136,8 @@ class Executor:
             exits = self.supervisor.stop_all(self.config.stop_grace_s)
             reader.close()
             ledger.close()
+            self._reports.close()
+            self._report_outbox.flush(5.0)
             if launcher is not None:
                 launcher.close()
             try:
@@ -166,6 +180,8 @@ class Executor:
         says they should, report those killed or ended, answer the command it was applying."""
         found = leftovers.take_over(self.config.state_dir / "ranks.json", ledger.state)
         self.supervisor.adopt(found.adopt)
+        for rank in found.adopt:  # they keep reporting; their place among local ranks is not recorded
+            self._launched[rank.pid] = LaunchedRank(rank.job, rank.generation, rank.rank, rank.world_size)
         for rank, _ in found.kill:  # ranks the ledger says must not run: this executor's own stop
             self._publish_exit(RankExit(rank.job, rank.generation, rank.rank, rank.world_size, rank.pid,
                                         None, signal.SIGKILL), stopped=True)
@@ -317,8 +333,11 @@ class Executor:
         if step == Step.LAUNCH:
             spec = command.worker
             envs = [self._rank_env(command, local_rank) for local_rank in range(len(spec.ranks))]
-            self.supervisor.launch(command.job, command.generation, spec, envs,
-                                   self.config.logs_dir / command.job)
+            pids = self.supervisor.launch(command.job, command.generation, spec, envs,
+                                          self.config.logs_dir / command.job)
+            for local_rank, (rank, pid) in enumerate(zip(spec.ranks, pids, strict=True)):
+                self._launched[pid] = LaunchedRank(command.job, command.generation, rank, spec.world_size,
+                                                   local_rank, spec.failure.hang_floor_s)
             return group.to(GroupState.RUNNING, spec=spec)
         sent = self.supervisor.signal(command.job, signal.SIGUSR1)
         if sent == 0:
@@ -335,20 +354,24 @@ class Executor:
             checkpoint_dir=spec.checkpoint_dir, snapshot_dir=str(self.config.snapshot_dir(command.job)),
             collective_timeout_s=spec.failure.collective_timeout_s, hang_floor_s=spec.failure.hang_floor_s,
         )
-        return rank_env(os.environ, self.config.admission.rank_env, self._hook_kafka(), contract.to_env(),
+        return rank_env(os.environ, self.config.admission.rank_env, self._channel(), contract.to_env(),
                         job=spec.env)
 
     def _server_env(self) -> dict[str, str]:
         """The warm fork server's environment: what every rank gets, so that no credential is in the
         memory a forked rank inherits (its /proc/PID/environ is the server's)."""
         preload = {PRELOAD_ENV: os.environ[PRELOAD_ENV]} if os.environ.get(PRELOAD_ENV) else {}
-        return {**base_env(os.environ, self.config.admission.rank_env), **self._hook_kafka(), **preload}
+        return {**base_env(os.environ, self.config.admission.rank_env), **self._channel(), **preload}
 
-    def _hook_kafka(self) -> dict[str, str]:
-        """Where a rank's in-band hook writes worker telemetry: this executor's broker and topics."""
-        where = {"TRAINMEDIC_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-                 "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
-        return where if self._rank_kafka is None else {**where, "TRAINMEDIC_KAFKA_CONFIG": self._rank_kafka}
+    def _channel(self) -> dict[str, str]:
+        """Where a rank's in-band hook reports: this executor's socket (no broker, no credentials)."""
+        return {SOCKET_ENV: str(self._reports.path)}
+
+    def _publish_report(self, report: Report) -> None:
+        """A rank's report, checked and stamped (report_server.py's thread): on telemetry.worker, or
+        dropped and counted, never waited for."""
+        self._report_outbox.send(self.kafka.topics.worker, report, key=report.job)
+        self._report_outbox.poll()
 
     def _on_exit(self, ended: RankExit, still_alive: int) -> None:
         """One rank ended on its own; `still_alive` of its job's ranks have not (yet) been folded."""
@@ -373,6 +396,8 @@ class Executor:
     def _publish_exit(self, ended: RankExit, stopped: bool = False) -> None:
         """`stopped`: the exit is this executor's own stop on a command, or as its node leaves on
         purpose, which the detector must not read as a fault."""
+        if self._launched.pop(ended.pid, None) is not None:
+            self._reports.forget(ended.pid)
         event = WorkerExited(
             ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
@@ -418,12 +443,3 @@ class Executor:
             metrics.SEND_FAILURES.inc()
             log.error("Kafka delivery failed: %s", err)
 
-
-def local_rank_kafka(env: Mapping[str, str]) -> str | None:
-    """The local broker's `rank` credentials (credentials/rank.json) as the JSON a rank gets in
-    TRAINMEDIC_KAFKA_CONFIG, when this executor found its own there too: neither
-    TRAINMEDIC_KAFKA_CONFIG nor TRAINMEDIC_RANK_KAFKA_CONFIG (which `base_env` passes) is set."""
-    if env.get("TRAINMEDIC_KAFKA_CONFIG") or env.get(RANK_KAFKA_CONFIG):
-        return None
-    config = read_role(credentials_dir(env), "rank")
-    return None if config is None else json.dumps(config)

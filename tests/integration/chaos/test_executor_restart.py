@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from bus.producer import EventProducer
 from recovery import keyring
 from recovery.executor import leftovers
+from recovery.executor.report_server import socket_path
 from recovery.signing import TrustedKeys
 from schemas import Command, CommandAction, RestoreSource, WorkerSpec, encode
 from tests.integration.executor.conftest import KEY, Events, processes_with
@@ -89,7 +90,8 @@ class Node:
 @pytest.fixture
 def node_root(kafka, tmp_path) -> Iterator[Path]:
     yield tmp_path
-    for pid in processes_with(f"TRAINMEDIC_TOPIC_PREFIX={kafka.topic_prefix}"):  # executors, ranks, launchers
+    ranks = processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(tmp_path / 'state')}")  # + launcher
+    for pid in processes_with(f"TRAINMEDIC_TOPIC_PREFIX={kafka.topic_prefix}") + ranks:  # executors
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

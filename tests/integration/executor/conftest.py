@@ -19,6 +19,7 @@ from bus.producer import EventProducer
 from bus.settings import KafkaSettings
 from recovery.executor.admission import AdmissionPolicy
 from recovery.executor.config import ExecutorConfig
+from recovery.executor.report_server import socket_path
 from recovery.executor.service import Executor
 from recovery.signing import SigningKey, TrustedKeys, generate
 from schemas import Command
@@ -156,11 +157,18 @@ def processes_with(assignment: str) -> list[int]:
     return found
 
 
+def ranks_of(state_dir: Path) -> list[int]:
+    """Pids of the live ranks the executor of `state_dir` launched: they name its socket."""
+    return processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(state_dir)}")
+
+
 @pytest.fixture(autouse=True)
-def no_orphans(kafka: KafkaSettings) -> Iterator[None]:
-    """After each test, SIGKILL any process started for it (ranks carry the test's topic prefix)."""
+def no_orphans(kafka: KafkaSettings, tmp_path: Path) -> Iterator[None]:
+    """After each test, SIGKILL any process started for it: services carry the test's topic prefix,
+    ranks their executor's socket (executors' state folders are tmp_path/NODE)."""
     yield
-    for pid in processes_with(f"TRAINMEDIC_TOPIC_PREFIX={kafka.topic_prefix}"):
+    ranks = [pid for state in tmp_path.iterdir() if state.is_dir() for pid in ranks_of(state)]
+    for pid in processes_with(f"TRAINMEDIC_TOPIC_PREFIX={kafka.topic_prefix}") + ranks:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

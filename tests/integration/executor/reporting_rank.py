@@ -1,5 +1,5 @@
 """A rank for the warm-launcher tests that reports through the in-band hook and never closes it:
-its reports reach Kafka only if the process flushes the hook on its way out, as interpreter exit does.
+its reports reach the executor only if the process flushes the hook on its way out, as interpreter exit does.
 
 PROBE_END says how it ends: `raise` (an uncaught exception), `exit` (sys.exit(3) after reporting an
 error) or `return` (falls off the end after one step).

@@ -43,17 +43,34 @@ def test_no_secret_of_the_executors_environment_reaches_a_rank(start_executor, s
 
 
 @pytest.mark.kafka
-def test_a_rank_of_the_local_broker_gets_the_rank_principal_never_the_executors(
+def test_a_rank_holds_no_kafka_settings_and_reports_through_its_executor_only_about_itself(
         start_executor, send, events, monkeypatch, tmp_path: Path) -> None:
-    from bus.credentials import read_role
-    from bus.settings import credentials_dir
+    from prometheus_client import REGISTRY
 
     monkeypatch.delenv("TRAINMEDIC_KAFKA_CONFIG", raising=False)  # the executor's own: its role's file
-    monkeypatch.delenv("TRAINMEDIC_RANK_KAFKA_CONFIG", raising=False)
-    rank, executor = read_role(credentials_dir(), "rank"), read_role(credentials_dir(), "executor")
-    assert rank and executor, f"no role credentials in {credentials_dir()}: this needs the secure broker"
     start_executor("n1")
     found, _ = rank_environment(send, events, tmp_path)
-    assert json.loads(found["environ"]["TRAINMEDIC_KAFKA_CONFIG"]) == rank
-    assert executor["sasl.password"] not in json.dumps(found["environ"]) + found["proc"]
-    assert "TRAINMEDIC_CREDENTIALS_DIR" not in found["environ"]  # nor where the others' files are
+    kafka = [name for name in found["environ"] if "KAFKA" in name or name == "TRAINMEDIC_CREDENTIALS_DIR"]
+    assert kafka == [] and "sasl" not in found["proc"]
+    assert found["environ"]["TRAINMEDIC_REPORT_SOCKET"]
+
+    def refused(label: str) -> float:
+        return REGISTRY.get_sample_value("trainmedic_executor_rank_reports_total", {"outcome": label}) or 0.0
+
+    before = {label: refused(label) for label in ("other_job", "other_generation")}
+    job = f"hook-{uuid.uuid4().hex[:8]}"
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+                        command=(sys.executable, "-m", "tests.integration.executor.hook_rank"))
+    sent = time.time()
+    send(Command(ts=sent, node="n1", id=f"start-{job}", job=job, generation=0,
+                 action=CommandAction.START, worker=worker))
+    error = events.wait_for(lambda e: e.type == "worker_error" and e.job == job, timeout_s=90)
+    exited = events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=30)
+    assert error.error == "RuntimeError: boom in a reporting rank"
+    assert error.pid == exited.pid and sent <= error.ts <= time.time()  # the executor's stamp, not the rank's
+    assert [e.type for e in events.seen if getattr(e, "job", None) == job and e.type.startswith("worker_")
+            and e.type != "worker_exit"] == ["worker_start", "worker_step", "worker_error"]
+    for label, count in before.items():
+        assert refused(label) == count + 1, label
+    assert not [e for e in events.seen if getattr(e, "job", None) == "someone-else"
+                or getattr(e, "error", None) == "forged"]

@@ -35,28 +35,31 @@ def test_trainmedics_own_credentials_never_pass_even_when_listed() -> None:
     assert not set(listed) & set(base_env(EXECUTOR_ENV, listed))
 
 
-def test_a_rank_principals_kafka_settings_reach_the_rank_as_its_kafka_config() -> None:
-    env = base_env({**EXECUTOR_ENV, "TRAINMEDIC_RANK_KAFKA_CONFIG": '{"sasl.username": "rank"}'})
-    assert env["TRAINMEDIC_KAFKA_CONFIG"] == '{"sasl.username": "rank"}'
-    assert "TRAINMEDIC_RANK_KAFKA_CONFIG" not in env
+def test_no_kafka_settings_reach_a_rank_not_even_the_retired_rank_principals() -> None:
+    parent = {**EXECUTOR_ENV, "TRAINMEDIC_RANK_KAFKA_CONFIG": '{"sasl.username": "rank"}',
+              "TRAINMEDIC_CREDENTIALS_DIR": "/var/tm/credentials"}
+    env = base_env(parent, ("TRAINMEDIC_*",))
+    kafka = {"TRAINMEDIC_KAFKA_CONFIG", "TRAINMEDIC_RANK_KAFKA_CONFIG", "TRAINMEDIC_CREDENTIALS_DIR"}
+    assert not kafka & set(env)
 
 
-def test_the_hook_kafka_and_the_worker_contract_win_over_the_parent() -> None:
+def test_the_hooks_channel_and_the_worker_contract_win_over_the_parent() -> None:
     parent = {**EXECUTOR_ENV, "RANK": "7", "NCCL_X": "1"}
-    kafka = {"TRAINMEDIC_KAFKA_BOOTSTRAP": "b:9092", "TRAINMEDIC_TOPIC_PREFIX": "p."}
-    env = rank_env(parent, ("RANK",), kafka, {"RANK": "0", "TRAINMEDIC_JOB": "llm"})
-    assert (env["RANK"], env["TRAINMEDIC_JOB"], env["TRAINMEDIC_KAFKA_BOOTSTRAP"]) == ("0", "llm", "b:9092")
+    channel = {"TRAINMEDIC_REPORT_SOCKET": "/tmp/trainmedic-0/a.sock"}
+    env = rank_env(parent, ("RANK",), channel, {"RANK": "0", "TRAINMEDIC_JOB": "llm"})
+    assert (env["RANK"], env["TRAINMEDIC_JOB"], env["TRAINMEDIC_REPORT_SOCKET"]) == (
+        "0", "llm", "/tmp/trainmedic-0/a.sock")
     assert env["NCCL_X"] == "1" and "TRAINMEDIC_CLUSTER_KEY" not in env
 
 
 def test_the_jobs_env_sits_between_the_executors_and_the_contract_and_never_passes_a_credential() -> None:
-    kafka = {"TRAINMEDIC_KAFKA_BOOTSTRAP": "b:9092", "TRAINMEDIC_TOPIC_PREFIX": "p."}
+    channel = {"TRAINMEDIC_REPORT_SOCKET": "/tmp/trainmedic-0/a.sock"}
     job = {"NCCL_DEBUG": "WARN", "LR": "3e-4", "HF_TOKEN": "the-jobs-own", "RANK": "7",
-           "TRAINMEDIC_KAFKA_BOOTSTRAP": "elsewhere:9092", "TRAINMEDIC_CLUSTER_KEY": "k2",
+           "TRAINMEDIC_REPORT_SOCKET": "/tmp/mine.sock", "TRAINMEDIC_CLUSTER_KEY": "k2",
            "TRAINMEDIC_KAFKA_CONFIG": "{}", "TRAINMEDIC_RANK_KAFKA_CONFIG": "{}"}
-    env = rank_env(EXECUTOR_ENV, (), kafka, {"RANK": "0"}, job=job)
+    env = rank_env(EXECUTOR_ENV, (), channel, {"RANK": "0"}, job=job)
     assert (env["NCCL_DEBUG"], env["LR"], env["HF_TOKEN"]) == ("WARN", "3e-4", "the-jobs-own")  # over base
-    assert (env["RANK"], env["TRAINMEDIC_KAFKA_BOOTSTRAP"]) == ("0", "b:9092")  # the contract and hook win
+    assert (env["RANK"], env["TRAINMEDIC_REPORT_SOCKET"]) == ("0", "/tmp/trainmedic-0/a.sock")  # they win
     assert not NEVER & env.keys()
-    without = rank_env(EXECUTOR_ENV, (), kafka, {"RANK": "0"})
-    assert without == rank_env(EXECUTOR_ENV, (), kafka, {"RANK": "0"}, job={})
+    without = rank_env(EXECUTOR_ENV, (), channel, {"RANK": "0"})
+    assert without == rank_env(EXECUTOR_ENV, (), channel, {"RANK": "0"}, job={})

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from bus.errors import ConfigError
+from producers.drops import DropLedger
 from producers.hook import Hook, HookConfig, WorkerIdentity
-from producers.outbox import DropLedger
 from schemas import WorkerFailed, WorkerStarted, WorkerStepped, adapter, encode
 
 ENV = {"TRAINMEDIC_JOB": "llama-70b", "RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1",
@@ -24,7 +24,6 @@ class ListSink:
 
     def __init__(self) -> None:
         self.events: list[Any] = []
-        self.keys: list[str | None] = []
         self.ledger = DropLedger()
         self.gate = threading.Event()
         self.gate.set()
@@ -34,10 +33,9 @@ class ListSink:
     def dropped(self) -> int:
         return self.ledger.total
 
-    def send(self, topic: str, event: Any, key: str | None) -> bool:
+    def send(self, event: Any) -> bool:
         self.gate.wait()
         self.events.append(event)
-        self.keys.append(key)
         return True
 
     def poll(self) -> None:
@@ -51,7 +49,7 @@ class ListSink:
 
 
 def hook(sink: ListSink, **config: Any) -> Hook:
-    return Hook(IDENTITY, sink, "t.telemetry.worker", config=HookConfig(**config), clock=lambda: 1000.0)
+    return Hook(IDENTITY, sink, config=HookConfig(**config), clock=lambda: 1000.0)
 
 
 def test_identity_comes_from_the_launcher_environment() -> None:
@@ -128,7 +126,7 @@ def test_start_steps_and_an_error_become_contract_events() -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
     h.close()
     assert [type(e) for e in sink.events] == [WorkerStarted, WorkerStepped, WorkerStepped, WorkerFailed]
-    assert sink.keys == ["llama-70b"] * 4 and sink.flushed
+    assert sink.flushed
     for event in sink.events:
         assert adapter("telemetry.worker").validate_json(encode(event)) == event
         dumped = event.model_dump()
@@ -221,8 +219,27 @@ def test_worker_start_carries_the_jobs_hang_floor_from_the_environment() -> None
     identity = WorkerIdentity.from_env({**ENV, "TRAINMEDIC_HANG_FLOOR_S": "90.0"})
     assert identity.hang_floor_s == 90.0 and WorkerIdentity.from_env(ENV).hang_floor_s is None
     sink = ListSink()
-    h = Hook(identity, sink, "telemetry.worker")
+    h = Hook(identity, sink)
     h.started()
     h.close()
     (started,) = sink.events
     assert isinstance(started, WorkerStarted) and started.hang_floor_s == 90.0
+
+
+def test_with_no_executor_listening_steps_never_wait_memory_stays_bounded_and_every_loss_is_counted(
+        tmp_path) -> None:
+    env = {"TRAINMEDIC_JOB": "gpt-j", "TRAINMEDIC_REPORT_SOCKET": str(tmp_path / "nobody.sock")}
+    hook = Hook.from_env(env, config=HookConfig(queue_size=100, flush_timeout_s=0.2))
+    assert hook.enabled
+    for step in range(20_000):
+        hook.step(step, 0.05)
+    assert hook.queued <= 100
+    hook.close()
+    assert hook.dropped == 20_000  # nothing was written, and nothing went uncounted
+
+
+def test_without_the_executors_socket_the_hook_does_nothing_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="producers.hook"):
+        noop = Hook.from_env({"TRAINMEDIC_JOB": "gpt-j", "TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:9092"})
+    assert "TRAINMEDIC_REPORT_SOCKET is not set" in caplog.text and not noop.enabled

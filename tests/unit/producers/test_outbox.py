@@ -11,7 +11,8 @@ import pytest
 from bus.errors import DeliveryError, KafkaError
 from bus.producer import EventProducer
 from bus.settings import KafkaSettings
-from producers.outbox import DropLedger, Outbox
+from producers.drops import DropLedger
+from producers.outbox import Outbox
 from schemas import GpuSample
 
 SAMPLE = GpuSample(ts=1.0, node="n01", gpu=0)

@@ -1,0 +1,271 @@
+"""The executor's end of its ranks' local channel: a Unix socket that takes their reports.
+
+Ranks hold no Kafka credentials: their hook writes one JSON event a line to this socket,
+and the executor publishes what `reports.check` lets through, as the one writer of its
+ranks' telemetry. Who speaks is the kernel's word (SO_PEERCRED: the connecting process's
+pid), resolved to a rank this executor launched, or one of its descendants; a process that
+is none is refused. The socket lives in a folder only the executor's user may write, so a
+rank running as another user cannot put a socket of its own in its place.
+
+One thread serves every connection with a selector; it never blocks on Kafka (the
+publisher drops and counts, as the hook did). Everything is bounded: connections, one
+rank's connections, a line, the lines held while a new process is not yet known.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import selectors
+import socket
+import struct
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from recovery.executor import metrics
+from recovery.executor.reports import (
+    MAX_LINE,
+    LaunchedRank,
+    RankReports,
+    Refused,
+    Report,
+    ReportLimits,
+    check,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS = 1_024  # in all: a rank opening sockets in a loop cannot exhaust the executor's files
+MAX_PER_RANK = 8  # one hook needs one; a data loader's workers may each hold one
+UNKNOWN_GRACE_S = 5.0  # how long lines of a process not (yet) known as a rank are held
+MAX_HELD_LINES = 16
+ANCESTORS = 16  # how far up the parent chain a process may be from the rank it belongs to
+
+Resolve = Callable[[int], LaunchedRank | None]
+Publish = Callable[[Report], None]
+
+
+def socket_path(state_dir: Path, tmp: str | None = None) -> Path:
+    """Where the executor of `state_dir` listens: short (a socket path has at most 107 bytes), stable
+    across its restarts (ranks it adopts keep reporting), in a folder only this user writes."""
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
+    return Path(tmp or tempfile.gettempdir()) / f"trainmedic-{os.getuid()}" / f"{digest}.sock"
+
+
+def owned_folder(path: Path) -> None:
+    """Make `path` (the socket's folder) a folder of this user's that others may enter but not
+    change (0711); refuse one that another user owns or may write."""
+    path.mkdir(mode=0o711, exist_ok=True)
+    info = path.lstat()
+    if not path.is_dir() or path.is_symlink() or info.st_uid != os.getuid():
+        raise PermissionError(f"{path} is not a folder of this user's: refusing to listen for ranks there")
+    os.chmod(path, 0o711)
+
+
+def peer_pid(conn: socket.socket) -> int:
+    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", credentials)[0]
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])  # the name in parentheses may hold spaces
+
+
+def rank_of(pid: int, known: Resolve,
+            parent: Callable[[int], int | None] = parent_of) -> tuple[int, LaunchedRank] | None:
+    """The launched rank `pid` is, or descends from (at most ANCESTORS up), with that rank's pid."""
+    current: int | None = pid
+    for _ in range(ANCESTORS):
+        if current is None or current <= 1:
+            return None
+        launched = known(current)
+        if launched is not None:
+            return current, launched
+        current = parent(current)
+    return None
+
+
+@dataclass
+class _Connection:
+    sock: socket.socket
+    pid: int
+    since: float
+    rank_pid: int | None = None
+    buffer: bytearray = field(default_factory=bytearray)
+    held: list[bytes] = field(default_factory=list)
+
+
+class ReportServer:
+    """Serves the socket at `path` until `close()`; `publish` gets each report let through."""
+
+    def __init__(self, path: Path, *, node: str, resolve: Resolve, publish: Publish,
+                 limits: ReportLimits | None = None, clock: Callable[[], float] = time.time,
+                 on_tick: Callable[[], None] = lambda: None) -> None:
+        self.path = path
+        self._node = node
+        self._resolve = resolve
+        self._publish = publish
+        self._limits = limits or ReportLimits()
+        self._clock = clock
+        self._on_tick = on_tick
+        self._selector = selectors.DefaultSelector()
+        self._connections: dict[int, _Connection] = {}  # by file descriptor
+        self._reports: dict[int, RankReports] = {}  # by the rank's pid
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listener: socket.socket | None = None
+
+    def start(self) -> None:
+        owned_folder(self.path.parent)
+        self.path.unlink(missing_ok=True)  # a socket a previous executor of this state left
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
+        os.chmod(self.path, 0o666)  # any local process may connect; only a rank's reports count
+        listener.listen(128)
+        listener.setblocking(False)
+        self._selector.register(listener, selectors.EVENT_READ)
+        self._listener = listener
+        self._thread = threading.Thread(target=self._serve, name="trainmedic-rank-reports", daemon=True)
+        self._thread.start()
+        log.info("ranks report to %s", self.path)
+
+    def forget(self, pid: int) -> None:
+        """The rank of `pid` ended: its rate and step state go (thread-safe enough: one dict op)."""
+        self._reports.pop(pid, None)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        for connection in list(self._connections.values()):
+            self._drop(connection)
+        if self._listener is not None:
+            self._selector.unregister(self._listener)
+            self._listener.close()
+            self.path.unlink(missing_ok=True)
+        self._selector.close()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(timeout=0.2):
+                try:
+                    if key.fileobj is self._listener:
+                        self._accept()
+                    else:
+                        self._read(self._connections[key.fd])
+                except Exception:  # a bug must not end every rank's reports
+                    log.exception("rank reports: unexpected error; the connection is dropped")
+                    connection = self._connections.get(key.fd)
+                    if connection is not None:
+                        self._drop(connection)
+            self._expire_unknown()
+            self._on_tick()
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self._listener.accept()
+        except BlockingIOError:
+            return
+        pid = peer_pid(sock)
+        if len(self._connections) >= MAX_CONNECTIONS:
+            self._refuse("connections", f"{MAX_CONNECTIONS} connections are open", pid)
+            sock.close()
+            return
+        sock.setblocking(False)
+        connection = _Connection(sock, pid, self._clock())
+        self._connections[sock.fileno()] = connection
+        self._selector.register(sock, selectors.EVENT_READ)
+        self._identify(connection)
+
+    def _identify(self, connection: _Connection) -> None:
+        found = rank_of(connection.pid, self._resolve)
+        if found is None:
+            return
+        rank_pid, launched = found
+        if sum(1 for c in self._connections.values() if c.rank_pid == rank_pid) >= MAX_PER_RANK:
+            self._refuse("connections", f"the rank already holds {MAX_PER_RANK} connections", connection.pid)
+            self._drop(connection)
+            return
+        connection.rank_pid = rank_pid
+        self._reports.setdefault(rank_pid, RankReports.fresh(launched, self._limits, self._clock()))
+        held, connection.held = connection.held, []
+        for line in held:
+            self._line(connection, line)
+
+    def _read(self, connection: _Connection) -> None:
+        try:
+            data = connection.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(connection)
+            return
+        connection.buffer += data
+        while True:
+            end = connection.buffer.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(connection.buffer[:end])
+            del connection.buffer[:end + 1]
+            self._line(connection, line)
+            if connection.sock.fileno() < 0:
+                return
+        if len(connection.buffer) > MAX_LINE:
+            self._refuse("oversized", f"a line longer than {MAX_LINE} bytes", connection.pid)
+            self._drop(connection)
+
+    def _line(self, connection: _Connection, line: bytes) -> None:
+        if connection.rank_pid is None:
+            self._identify(connection)
+        if connection.rank_pid is None:
+            if len(connection.held) < MAX_HELD_LINES:
+                connection.held.append(line)
+            return
+        reports = self._reports.get(connection.rank_pid)
+        if reports is None:  # the rank ended meanwhile
+            self._drop(connection)
+            return
+        outcome = check(line, reports, node=self._node, pid=connection.rank_pid, now=self._clock(),
+                        limits=self._limits)
+        if isinstance(outcome, Refused):
+            self._refuse(outcome.label, outcome.reason, connection.pid, reports)
+            return
+        self._publish(outcome)
+        metrics.RANK_REPORTS.labels("published").inc()
+
+    def _expire_unknown(self) -> None:
+        now = self._clock()
+        for connection in list(self._connections.values()):
+            if connection.rank_pid is None and now - connection.since > UNKNOWN_GRACE_S:
+                self._identify(connection)
+                if connection.rank_pid is None:
+                    self._refuse("unknown_process", "not a rank this executor launched, nor one's child",
+                                 connection.pid)
+                    self._drop(connection)
+
+    def _refuse(self, label: str, reason: str, pid: int, reports: RankReports | None = None) -> None:
+        metrics.RANK_REPORTS.labels(label).inc()
+        if reports is not None:
+            seen = reports.refused.get(label, 0)
+            reports.refused[label] = seen + 1
+            if seen and seen & (seen + 1):  # the 1st, 2nd, 4th, 8th … of a kind per rank
+                return
+        log.warning("rank report from pid %d refused (%s): %s", pid, label, reason)
+
+    def _drop(self, connection: _Connection) -> None:
+        self._connections.pop(connection.sock.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(connection.sock)
+        connection.sock.close()

@@ -1,0 +1,197 @@
+"""What a rank may report through its executor: only about itself, at the executor's time, bounded.
+
+The core (`reports.check`) with plain values; the socket (`ReportServer` and the hook's
+`ReportChannel`) with real processes: the kernel's word on who connects is what counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from producers.hook import Hook, WorkerIdentity
+from producers.report_channel import ReportChannel
+from recovery.executor.report_server import MAX_PER_RANK, ReportServer, rank_of, socket_path
+from recovery.executor.reports import LaunchedRank, RankReports, Refused, ReportLimits, check
+from schemas import WorkerFailed, WorkerStarted, WorkerStepped
+
+RANK = LaunchedRank("llm", 3, 1, 4, local_rank=1, hang_floor_s=120.0)
+LIMITS = ReportLimits(rate_per_s=10.0, burst=5, max_step_leap=1_000)
+
+
+def line(**fields) -> bytes:
+    event = {"type": "worker_step", "ts": 5.0e9, "node": "n1", "job": "llm", "rank": 1, "world_size": 4,
+             "generation": 3, "pid": 1, "step": 10, "step_time": 0.1, **fields}
+    return json.dumps(event).encode()
+
+
+def fresh() -> RankReports:
+    return RankReports.fresh(RANK, LIMITS, now=100.0)
+
+
+def test_a_report_about_itself_goes_on_with_the_executors_time_pid_and_the_jobs_own_floor() -> None:
+    event = check(line(), fresh(), node="n1", pid=4242, now=100.5, limits=LIMITS)
+    assert isinstance(event, WorkerStepped)
+    assert (event.ts, event.pid, event.step, event.model_dump()["local_rank"]) == (100.5, 4242, 10, 1)
+    start = check(line(type="worker_start", hang_floor_s=0.001), fresh(), node="n1", pid=1, now=1.0,
+                  limits=LIMITS)
+    assert isinstance(start, WorkerStarted) and start.hang_floor_s == 120.0  # not the 1 ms it claimed
+
+
+@pytest.mark.parametrize(("change", "label"), [
+    ({"job": "someone-elses"}, "other_job"),
+    ({"node": "n2"}, "other_node"),
+    ({"generation": 10**15}, "other_generation"),  # the report that blinded the detector to a job
+    ({"generation": 2}, "other_generation"),
+    ({"rank": 0}, "other_rank"),
+    ({"world_size": 8}, "other_world_size"),
+    ({"type": "worker_exit", "exit_code": 1}, "malformed"),  # only the executor reports exits
+    ({"type": "gpu_sample", "gpu": 0}, "malformed"),
+    ({"step": -1}, "malformed"),
+])
+def test_a_report_about_anything_but_the_rank_that_speaks_is_refused(change: dict, label: str) -> None:
+    outcome = check(line(**change), fresh(), node="n1", pid=1, now=100.0, limits=LIMITS)
+    assert isinstance(outcome, Refused) and outcome.label == label, outcome
+
+
+@pytest.mark.parametrize("raw", [b"", b"not json", b"[" * 50_000 + b"]" * 50_000, b"\xff\xfe" * 10,
+                                 b'{"type": "worker_error", "error": "' + b"x" * 70_000 + b'"}'])
+def test_garbage_deep_nesting_binary_and_oversized_lines_are_refused(raw: bytes) -> None:
+    outcome = check(raw, fresh(), node="n1", pid=1, now=100.0, limits=LIMITS)
+    assert isinstance(outcome, Refused) and outcome.label in {"malformed", "oversized"}
+
+
+def test_steps_never_run_backwards_nor_leap_far_ahead_but_the_first_may_resume_anywhere() -> None:
+    reports = fresh()
+    assert isinstance(check(line(step=50_000), reports, node="n1", pid=1, now=100.0, limits=LIMITS),
+                      WorkerStepped)  # resumed from a checkpoint
+    back = check(line(step=49_999), reports, node="n1", pid=1, now=100.1, limits=LIMITS)
+    leap = check(line(step=50_000 + 1_001), reports, node="n1", pid=1, now=100.2, limits=LIMITS)
+    assert (back.label, leap.label) == ("step_backwards", "step_leap")
+    assert isinstance(check(line(step=51_000), reports, node="n1", pid=1, now=100.3, limits=LIMITS),
+                      WorkerStepped)
+
+
+def test_a_rank_reports_at_a_bounded_rate() -> None:
+    reports = fresh()
+    outcomes = [check(line(step=i), reports, node="n1", pid=1, now=100.0, limits=LIMITS) for i in range(8)]
+    assert [isinstance(o, Refused) and o.label == "rate" for o in outcomes] == [False] * 5 + [True] * 3
+    assert isinstance(check(line(step=9), reports, node="n1", pid=1, now=100.2, limits=LIMITS), WorkerStepped)
+
+
+def test_a_process_is_known_by_itself_or_its_nearest_launched_ancestor() -> None:
+    parents = {30: 20, 20: 10, 10: 1}
+    known = {10: RANK}
+    assert rank_of(30, known.get, parents.get) == (10, RANK)
+    assert rank_of(10, known.get, parents.get) == (10, RANK)
+    assert rank_of(40, known.get, parents.get) is None
+
+
+# The socket, with real processes.
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[ReportServer, dict[int, LaunchedRank], list]]:
+    launched: dict[int, LaunchedRank] = {}
+    published: list = []
+    server = ReportServer(socket_path(tmp_path, tmp=str(tmp_path)), node="n1", resolve=launched.get,
+                          publish=published.append)
+    server.start()
+    yield server, launched, published
+    server.close()
+
+
+def wait_for(condition, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+RANK_SCRIPT = """
+import sys
+from producers.hook import Hook
+hook = Hook.from_env()
+hook.started()
+for step in range(3):
+    hook.step(step, 0.01)
+with hook.capture():
+    raise RuntimeError(sys.argv[1])
+"""
+
+
+def launch(server: ReportServer, job: str = "llm", generation: int = 3, rank: int = 1) -> subprocess.Popen:
+    env = {"PATH": "/usr/bin:/bin", "TRAINMEDIC_JOB": job, "TRAINMEDIC_NODE": "n1", "RANK": str(rank),
+           "WORLD_SIZE": "4", "TRAINMEDIC_GENERATION": str(generation), "LOCAL_RANK": "1",
+           "TRAINMEDIC_REPORT_SOCKET": str(server.path), "PYTHONPATH": str(Path(__file__).parents[3])}
+    return subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, "boom"], env=env, stderr=subprocess.PIPE)
+
+
+def test_a_launched_rank_reports_through_the_socket_as_itself(server) -> None:
+    srv, launched, published = server
+    process = launch(srv)
+    launched[process.pid] = RANK  # registered after the start, as the executor does: its lines wait
+    process.wait(timeout=60)
+    wait_for(lambda: len(published) == 5)
+    assert [type(e) for e in published] == [WorkerStarted] + [WorkerStepped] * 3 + [WorkerFailed]
+    assert {(e.job, e.rank, e.generation, e.pid) for e in published} == {("llm", 1, 3, process.pid)}
+    assert published[-1].error == "RuntimeError: boom"
+    assert oct(srv.path.parent.stat().st_mode & 0o777) == "0o711"
+
+
+def test_a_process_the_executor_did_not_launch_is_heard_but_never_published(server) -> None:
+    srv, launched, published = server
+    stranger = launch(srv)  # a neighbour who found the socket: nobody registered it
+    stranger.wait(timeout=60)
+    impostor = launch(srv, job="other-job", generation=10**15)  # a real rank naming another job
+    launched[impostor.pid] = RANK
+    impostor.wait(timeout=60)
+    time.sleep(1.0)
+    assert published == []
+
+
+def test_the_hook_drops_and_counts_while_no_executor_listens_and_reconnects(tmp_path: Path) -> None:
+    path = tmp_path / "r.sock"
+    now = [0.0]
+    channel = ReportChannel(str(path), retry_s=1.0, clock=lambda: now[0])
+    hook = Hook(WorkerIdentity("llm", 1, 4, "n1", 3), channel)
+    event = WorkerStarted(ts=1.0, node="n1", job="llm", rank=1, world_size=4, generation=3)
+    assert channel.send(event) is False and channel.dropped == 1
+    launched = {os.getpid(): RANK}
+    published: list = []
+    srv = ReportServer(path, node="n1", resolve=launched.get, publish=published.append)
+    srv.start()
+    try:
+        assert channel.send(event) is False  # still inside retry_s: no reconnect storm
+        now[0] = 1.5
+        assert channel.send(event) is True
+        wait_for(lambda: len(published) == 1)
+    finally:
+        srv.close()
+        hook.close(0.1)
+    assert channel.dropped == 2
+
+
+def test_a_rank_cannot_hold_more_than_a_few_connections(server) -> None:
+    srv, launched, _ = server
+    launched[os.getpid()] = RANK
+    socks = []
+    for _ in range(MAX_PER_RANK + 4):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(srv.path))
+        sock.settimeout(0.3)
+        socks.append(sock)
+    closed = 0
+    for sock in socks:
+        with contextlib.suppress(TimeoutError):
+            closed += sock.recv(1) == b""  # the server closed it
+        sock.close()
+    assert closed == 4
