@@ -187,20 +187,22 @@ class ReportServer:
         self._selector.register(sock, selectors.EVENT_READ)
         self._identify(connection)
 
-    def _identify(self, connection: _Connection) -> None:
+    def _identify(self, connection: _Connection) -> bool:
+        """Find whose the connection is, and pass on what it held; False if it was closed."""
         found = rank_of(connection.pid, self._resolve)
         if found is None:
-            return
+            return True
         rank_pid, launched = found
         if sum(1 for c in self._connections.values() if c.rank_pid == rank_pid) >= MAX_PER_RANK:
             self._refuse("connections", f"the rank already holds {MAX_PER_RANK} connections", connection.pid)
             self._drop(connection)
-            return
+            return False
         connection.rank_pid = rank_pid
         self._reports.setdefault(rank_pid, RankReports.fresh(launched, self._limits, self._clock()))
         held, connection.held = connection.held, []
         for line in held:
             self._line(connection, line)
+        return True
 
     def _read(self, connection: _Connection) -> None:
         try:
@@ -227,8 +229,8 @@ class ReportServer:
             self._drop(connection)
 
     def _line(self, connection: _Connection, line: bytes) -> None:
-        if connection.rank_pid is None:
-            self._identify(connection)
+        if connection.rank_pid is None and not self._identify(connection):
+            return
         if connection.rank_pid is None:
             if len(connection.held) < MAX_HELD_LINES:
                 connection.held.append(line)
@@ -248,12 +250,11 @@ class ReportServer:
     def _expire_unknown(self) -> None:
         now = self._clock()
         for connection in list(self._connections.values()):
-            if connection.rank_pid is None and now - connection.since > UNKNOWN_GRACE_S:
-                self._identify(connection)
-                if connection.rank_pid is None:
-                    self._refuse("unknown_process", "not a rank this executor launched, nor one's child",
-                                 connection.pid)
-                    self._drop(connection)
+            expired = connection.rank_pid is None and now - connection.since > UNKNOWN_GRACE_S
+            if expired and self._identify(connection) and connection.rank_pid is None:
+                self._refuse("unknown_process", "not a rank this executor launched, nor one's child",
+                             connection.pid)
+                self._drop(connection)
 
     def _refuse(self, label: str, reason: str, pid: int, reports: RankReports | None = None) -> None:
         metrics.RANK_REPORTS.labels(label).inc()

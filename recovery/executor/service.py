@@ -88,11 +88,12 @@ class Executor:
         self._leave_reason = ""
         self._announced = False
         self._launched: dict[int, LaunchedRank] = {}  # by pid: who each rank's reports must say it is
-        self._reports = ReportServer(socket_path(config.state_dir), node=config.node,
-                                     resolve=self._launched.get, publish=self._publish_report, clock=clock)
         self._report_outbox = Outbox(
             EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}-reports")),
             what="rank reports")
+        self._reports = ReportServer(socket_path(config.state_dir), node=config.node,
+                                     resolve=self._launched.get, publish=self._publish_report, clock=clock,
+                                     on_tick=self._report_outbox.poll)
         DEAD_LETTERS.labels("executor")  # at 0 from the start: a first invalid command is an increase
 
     def run(self, stop: threading.Event) -> None:
