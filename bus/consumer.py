@@ -1,7 +1,9 @@
 """A consumer that hands out validated events and sends everything else to the dlq.
 
 Offsets are stored only for messages that were handed out and then asked past (the next
-`poll`) or dead-lettered and delivered to the dlq: a crash re-delivers, it never skips.
+`poll`) or dead-lettered and flushed to the dlq: a crash re-delivers, it never skips. (A dead
+letter the dlq does not take is given up after a bounded number of tries and counted, never
+raised: `EventProducer`; a poison record must not stop the consumer.)
 """
 
 from __future__ import annotations

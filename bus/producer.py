@@ -1,4 +1,9 @@
-"""A producer of contract events: idempotent, acks=all, bounded, and loud about failed deliveries."""
+"""A producer of contract events: idempotent, acks=all, bounded, and loud about failed deliveries.
+
+Except dead letters: a letter the dlq did not take is sent again (a bounded number of times) and
+then counted and logged, never raised, so that a poison record never stops the service that
+read it (docs/security.md, "Poison records").
+"""
 
 from __future__ import annotations
 
@@ -12,12 +17,15 @@ from pydantic import BaseModel
 
 from bus import clients
 from bus.errors import DeliveryError, KafkaError
+from bus.metrics import DEAD_LETTER_FAILURES
 from bus.settings import KafkaSettings
-from schemas import encode
+from schemas import DeadLettered, encode
 
 log = logging.getLogger(__name__)
 
 DeliveryCallback = Callable[[RdKafkaError | None, Message], None]
+
+DLQ_ATTEMPTS = 3  # writes of one dead letter, in all, before it is given up (counted and logged)
 
 
 class EventProducer:
@@ -26,6 +34,7 @@ class EventProducer:
     The client is created on first use, never in the constructor. `max_buffered` bounds the
     local queue; when it is full `send` waits up to `block_s` for room, then raises a
     retryable KafkaError (callers that must never block pass `block_s=0` and count drops).
+    A dead letter (anything sent to the dlq topic) is never raised: see `_send_dead_letter`.
     """
 
     def __init__(
@@ -59,6 +68,9 @@ class EventProducer:
         an earlier delivery failed or the queue stays full."""
         self.raise_failures()
         value = event if event is None or isinstance(event, bytes) else encode(event)
+        if topic == self._settings.topics.dlq:
+            self._send_dead_letter(topic, value, key, block_s)
+            return
         deadline = time.monotonic() + block_s
 
         def delivered(err: RdKafkaError | None, msg: Message) -> None:
@@ -86,6 +98,44 @@ class EventProducer:
                 code = err.args[0]
                 raise KafkaError(f"cannot produce to {topic}: {code.str()}", code=code.name()) from None
         self.client.poll(0)
+
+    def _send_dead_letter(self, topic: str, value: bytes | None, key: str | bytes | None, block_s: float,
+                          attempt: int = 1, *, in_callback: bool = False) -> None:
+        """Queue a dead letter; a write that fails (when queued, or when delivered) is tried again,
+        without the value's kept bytes if the letter was too large, up to DLQ_ATTEMPTS writes in
+        all; then given up: counted in `trainmedic_dead_letter_failures{outcome="lost"}` and logged.
+        From a delivery callback (`in_callback`) it never polls: confluent_kafka aborts the process
+        on a poll inside a callback of a poll."""
+        def failed(why: str, too_large: bool, in_callback: bool) -> None:
+            if attempt >= DLQ_ATTEMPTS:
+                DEAD_LETTER_FAILURES.labels("lost").inc()
+                log.error("dead letter not written to %s after %d attempts, given up: %s", topic, attempt,
+                          why)
+                return
+            DEAD_LETTER_FAILURES.labels("retried").inc()
+            log.warning("dead letter not written to %s (%s): trying again", topic, why)
+            again = _without_value(value) if too_large else value
+            self._send_dead_letter(topic, again, key, block_s, attempt + 1, in_callback=in_callback)
+
+        def delivered(err: RdKafkaError | None, msg: Message) -> None:
+            if err is not None:
+                failed(err.str(), err.code() in _TOO_LARGE, in_callback=True)
+
+        deadline = time.monotonic() + block_s
+        while True:
+            try:
+                self.client.produce(topic, value, key, on_delivery=delivered)
+                break
+            except BufferError:
+                if in_callback or time.monotonic() >= deadline:
+                    failed("the producer's queue is full", too_large=False, in_callback=in_callback)
+                    return
+                self.client.poll(0.05)
+            except KafkaException as err:
+                failed(err.args[0].str(), err.args[0].code() in _TOO_LARGE, in_callback=in_callback)
+                return
+        if not in_callback:
+            self.client.poll(0)
 
     def pending(self) -> int:
         """Messages queued locally and not yet acknowledged by the broker."""
@@ -119,3 +169,18 @@ class EventProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# What librdkafka (its message.max.bytes, 1,000,000 by default) and a broker (the topic's
+# max.message.bytes) answer for a message over their limit; a letter is at most MAX_LETTER_BYTES.
+_TOO_LARGE = frozenset({RdKafkaError.MSG_SIZE_TOO_LARGE})
+
+
+def _without_value(value: bytes | None) -> bytes | None:
+    """A dead letter without the kept bytes of its value (its size and hash stay), for a dlq that
+    refused it as too large; a value that is no letter as it was."""
+    try:
+        letter = DeadLettered.model_validate_json(value or b"")
+    except ValueError:
+        return value
+    return encode(letter.model_copy(update={"value_b64": "", "value_text": None, "truncated": True}))
