@@ -154,11 +154,13 @@ def producer(settings: KafkaSettings) -> Producer:
 
 
 def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
-    """`seconds` of the cluster's telemetry from now on, produced as fast as the broker takes it.
+    """The last `seconds` of the cluster's telemetry, ending now, produced as fast as the broker
+    takes it.
 
-    Event time starts now: an event more than max_skew_s (300 s) from its message's timestamp
-    is dead-lettered and logged (`Pipeline`), which is not what a drain measures."""
-    out, count, base = producer(settings), 0, time.time()
+    Event time ends now: an event ahead of its message's broker timestamp or of the detector's
+    clock (or more than max_skew_s behind it) is dead-lettered and logged (`Pipeline`), which is
+    not what a drain measures."""
+    out, count, base = producer(settings), 0, time.time() - seconds
     for t in range(seconds):
         for topic, key, value in cluster_second(settings.topics, nodes, t, base):
             while True:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import time
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from bus.clients import admin as _admin
 from bus.errors import KafkaError
@@ -71,12 +78,15 @@ def create_topics(
     settings: KafkaSettings, *, partitions: int | None = None, replication_factor: int = -1,
     timeout_s: float = 30.0,
 ) -> dict[str, str]:
-    """Create every trainmedic topic that is missing. Returns name -> "created" or "exists".
+    """Create every trainmedic topic that is missing, and bring those that exist to the settings a
+    topic must keep (`TopicSpec.enforced`: the telemetry's broker clock). Returns name -> "created",
+    "updated" or "exists".
 
     `partitions` overrides each topic's default; replication -1 takes the broker's default.
     """
     existing = list_topics(settings, timeout_s)
     wanted = settings.topics.all()
+    admin = _admin(settings)
     result = {name: "exists" for name in wanted if name in existing}
     new = [
         NewTopic(
@@ -85,8 +95,49 @@ def create_topics(
         )
         for name, spec in wanted.items() if name not in existing
     ]
-    result.update(_create(_admin(settings), new, timeout_s))
+    result.update(_create(admin, new, timeout_s))
+    kept = {name: spec.enforced() for name, spec in wanted.items() if name in existing and spec.enforced()}
+    result.update(_enforce(admin, kept, timeout_s))
     return result
+
+
+def _enforce(admin: AdminClient, wanted: dict[str, dict[str, str]], timeout_s: float) -> dict[str, str]:
+    """Set each topic's `wanted` settings where the broker has others (only those keys, the rest
+    untouched). Returns name -> "updated" or "exists"."""
+    if not wanted:
+        return {}
+    have = _describe(admin, list(wanted), timeout_s)
+    stale = {name: config for name, config in wanted.items()
+             if any(have[name].get(key) != value for key, value in config.items())}
+    result = {name: "exists" for name in wanted if name not in stale}
+    if not stale:
+        return result
+    set_ = AlterConfigOpType.SET
+    resources = [ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+        ConfigEntry(key, value, incremental_operation=set_) for key, value in config.items()])
+        for name, config in stale.items()]
+    for resource, future in admin.incremental_alter_configs(resources, request_timeout=timeout_s).items():
+        try:
+            future.result()
+        except KafkaException as err:
+            raise KafkaError(f"cannot set {stale[resource.name]} on topic {resource.name}: "
+                             f"{err.args[0].str()}", code=err.args[0].name()) from None
+        result[resource.name] = "updated"
+    return result
+
+
+def _describe(admin: AdminClient, names: list[str], timeout_s: float) -> dict[str, dict[str, str]]:
+    """The broker's configuration of each topic named (every key, defaults included)."""
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
+    found = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout_s).items():
+        try:
+            entries = future.result()
+        except KafkaException as err:
+            raise KafkaError(f"cannot read the configuration of topic {resource.name}: {err.args[0].str()}",
+                             code=err.args[0].name()) from None
+        found[resource.name] = {key: entry.value for key, entry in entries.items()}
+    return found
 
 
 def delete_topics(settings: KafkaSettings, names: list[str], timeout_s: float = 30.0) -> None:
@@ -205,4 +256,36 @@ def set_scram_users(settings: KafkaSettings, passwords: dict[str, str], timeout_
             future.result()
         except KafkaException as err:
             raise KafkaError(f"cannot set the SCRAM credential of {name}: {err.args[0].str()}",
+                             code=err.args[0].name()) from None
+
+
+def retire_users(settings: KafkaSettings, names: tuple[str, ...], timeout_s: float = 30.0) -> None:
+    """Principals that no longer exist (`acls.RETIRED`): their SCRAM credentials deleted and every
+    ACL naming them revoked, on any prefix; one that was never there is no error."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+    )
+
+    admin = _admin(settings)
+    gone = [UserScramCredentialDeletion(name, ScramMechanism.SCRAM_SHA_512) for name in names]
+    for name, future in admin.alter_user_scram_credentials(gone, request_timeout=timeout_s).items():
+        try:
+            future.result()
+        except KafkaException as err:
+            if err.args[0].name() != "RESOURCE_NOT_FOUND":
+                raise KafkaError(f"cannot delete the SCRAM credential of {name}: {err.args[0].str()}",
+                                 code=err.args[0].name()) from None
+    acls = [AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{name}", None,
+                             AclOperation.ANY, AclPermissionType.ANY) for name in names]
+    for future in admin.delete_acls(acls, request_timeout=timeout_s).values():
+        try:
+            future.result()
+        except KafkaException as err:
+            raise KafkaError(f"cannot revoke the ACLs of {', '.join(names)}: {err.args[0].str()}",
                              code=err.args[0].name()) from None

@@ -34,25 +34,32 @@ class TopicSpec:
     broker_time: bool = False  # messages carry the broker's clock (LogAppendTime), not the producer's
 
     def config(self) -> dict[str, str]:
-        """Broker-side topic configuration."""
+        """Broker-side topic configuration, as a topic is created."""
         config = {
             "cleanup.policy": "compact" if self.compact else "delete",
             "retention.ms": str(self.retention_ms),
         }
-        if self.broker_time:
-            config["message.timestamp.type"] = "LogAppendTime"
-        return config
+        return config | self.enforced()
+
+    def enforced(self) -> dict[str, str]:
+        """The part of `config` that a topic created before must be brought to (a security property,
+        unlike retention, which operators tune)."""
+        return {"message.timestamp.type": "LogAppendTime"} if self.broker_time else {}
 
 
 SPECS: tuple[TopicSpec, ...] = (
-    TopicSpec("telemetry.gpu", "node", 12, 7 * DAY_MS, GpuSample),
-    TopicSpec("telemetry.node", "node", 6, 7 * DAY_MS, NodeHeartbeat),
-    TopicSpec("telemetry.worker", "job", 12, 7 * DAY_MS, WorkerTelemetry),
+    # Time is the broker's: a producer's own clock never stamps telemetry, so the detector can
+    # bound every event's `ts` by when the broker took it (streams/event_time.py).
+    TopicSpec("telemetry.gpu", "node", 12, 7 * DAY_MS, GpuSample, broker_time=True),
+    TopicSpec("telemetry.node", "node", 6, 7 * DAY_MS, NodeHeartbeat, broker_time=True),
+    TopicSpec("telemetry.worker", "job", 12, 7 * DAY_MS, WorkerTelemetry, broker_time=True),
     # The detector's incidents only; the coordinator's decisions, escalations and re-admissions are
     # on `recovery`, which only it writes: a broker ACL per topic then tells one writer from the other.
     TopicSpec("incidents", "job (or node)", 6, FOREVER, Incident),
     TopicSpec("recovery", "job (or node)", 6, FOREVER, RecoveryLog),
-    TopicSpec("jobs", "job", 1, FOREVER, JobEvent),
+    # Stamped by the broker: a job older than the coordinator's freshness window at its append is
+    # refused as a replay, whatever time its replayer claims (provenance.stale).
+    TopicSpec("jobs", "job", 1, FOREVER, JobEvent, broker_time=True),
     # Node lifecycle: operators' cordon/drain/uncordon. One partition, so a node's events are read
     # in the order they were written.
     TopicSpec("nodes", "node", 1, FOREVER, NodeLifecycle),

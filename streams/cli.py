@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     except TrainmedicError as err:
         print(f"trainmedic detector: {err}", file=sys.stderr)
         return 1
-    if serve_metrics(args.metrics_port) is not None:
+    if serve_metrics(args.metrics_port, args.metrics_host) is not None:
         group, watched = options.app_id, [topics.gpu, topics.node, topics.worker]
         if options.stage == "ingest":
             group = f"{options.app_id}-ingest"
@@ -114,7 +114,8 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
     logging.getLogger().setLevel(options.loglevel.upper())
     start = options.start_at(time.time())
     if options.stage == "ingest":
-        pipeline = Pipeline(settings.topics, None, max_skew_s=live_config.max_skew_s)
+        pipeline = Pipeline(settings.topics, None, max_skew_s=live_config.max_skew_s,
+                            max_ahead_s=live_config.max_ahead_s)
         service = IngestService(settings, pipeline, IngestConfig(
             app_id=options.app_id, start=start, instance=options.instance,
             events_partitions=options.events_partitions))

@@ -25,6 +25,7 @@ from bus.message import RawMessage
 from bus.reader import watermarks
 from schemas import DeadLettered, encode
 from schemas.bounds import MAX_TS
+from schemas.wire import retimed
 from streams.batches import (
     EVENTS_PARTITIONS,
     EVENTS_TOPIC_CONFIG,
@@ -35,25 +36,36 @@ from streams.batches import (
     events_topic,
 )
 from streams.checkpoint import Offsets, Owner
+from streams.event_time import ClockBound
+from streams.live import LiveConfig
 from streams.pipeline import Output
 from streams.service import DetectorService
 
 log = logging.getLogger(__name__)
 
 
-def new_events(sources: SourceOffsets, batch: Batch, dlq: str,
-               wall: float) -> tuple[list[tuple], list[Output]]:
+def new_events(sources: SourceOffsets, batch: Batch, dlq: str, wall: float,
+               bound: ClockBound | None = None) -> tuple[list[tuple], list[Output]]:
     """The events of `batch` not applied before, as the live detector holds them: (ts, event, origin),
     the origin without a value (a checkpoint re-encodes the event); and dead letters for any whose
     time is out of the contract's bounds, which ingest never sends (its twins are decoded unchecked:
-    one NaN would stop the decider at every restart)."""
+    one NaN would stop the decider at every restart), or out of the decider's clock `bound` (the
+    defaults when None) at `wall`: ingest checked it at its own clock, this one's decides."""
     topic, partition = batch.source
     held, dead = [], []
+    bound = bound or ClockBound.of(LiveConfig())
     for entry in sources.new_entries(batch):
         event = entry.event
         ts = event.ts
+        reason = None
         if not 0.0 <= ts <= MAX_TS:  # NaN too
             reason = f"not an ingest event: ts {ts!r} is out of bounds"
+        elif (skewed := bound.judge(ts, entry.timestamp_ms / 1000, wall)) is not None:
+            if skewed.used_at is None:
+                reason = skewed.reason
+            else:  # far behind its stamp: ingest dead-lettered and retimed it unless its bound is wider
+                event, ts = retimed(event, skewed.used_at), skewed.used_at
+        if reason is not None:
             log.warning("dead-lettered %s[%d]@%d from %s: %s", topic, partition, entry.offset, batch.source,
                         reason)
             dead.append(Output(dlq, topic.encode(), encode(DeadLettered.of(
@@ -147,7 +159,7 @@ class DeciderService(DetectorService):
                 out += self._not_a_batch(message, err, wall)
                 continue
             self._carried_by[batch.source] = message.where
-            held, dead = new_events(self.sources, batch, self.settings.topics.dlq, wall)
+            held, dead = new_events(self.sources, batch, self.settings.topics.dlq, wall, self.pipeline.bound)
             out += dead
             if held:
                 runs.append((batch.source, held))

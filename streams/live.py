@@ -75,8 +75,12 @@ class LiveConfig(BaseModel):
                                    "updates on arrival (ticks always update): the watermark spans "
                                    "every partition, too costly to recompute per event")
     max_skew_s: float = Field(default=300.0, gt=0, description="an event whose ts is further than "
-                              "this from the time its message was stamped (the broker's timestamp) "
-                              "is dead-lettered and used at the stamped time, never at its own")
+                              "this behind the time the broker stamped its message is dead-lettered "
+                              "and used at the stamped time, never at its own")
+    max_ahead_s: float = Field(default=5.0, gt=0, description="an event whose ts is further than this "
+                               "ahead of the broker's stamp on its message, or of the detector's own "
+                               "clock, is dead-lettered (clock_skew) and not used: no producer's clock "
+                               "moves event time on")
     blind_s: float = Field(default=3.0, gt=0, description="reads unconfirmed for longer than this "
                            "(broker down or frozen) are a blind spell: afterwards event time waits "
                            "rejoin_s for the producers")

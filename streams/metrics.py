@@ -13,8 +13,10 @@ DETECTOR_EVENTS = Counter("trainmedic_detector_events", "Telemetry events the de
 INCIDENTS = Counter("trainmedic_incidents", "Incident events published (opened, resolved)",
                     ["category", "severity", "status"])
 CLOCK_SKEWED = Counter("trainmedic_detector_clock_skewed",
-                       "Events whose ts was further than max_skew_s from their message's timestamp: "
-                       "dead-lettered, used at the message's timestamp", ["direction"])
+                       "Events whose ts was out of bounds (streams/event_time.py): ahead of their message's "
+                       "broker timestamp or the detector's clock by more than max_ahead_s (dead-lettered, "
+                       "not used), or behind their timestamp by more than max_skew_s (dead-lettered, used "
+                       "at the timestamp)", ["direction"])
 PAUSED_PARTITIONS = Gauge("trainmedic_detector_paused_partitions",
                           "Partitions the detector does not read now: too many events held, it reads those "
                           "behind in event time first (streams/backpressure.py)")

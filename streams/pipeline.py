@@ -19,10 +19,10 @@ from msgspec.structs import replace
 from bus.message import RawMessage, parse_message
 from bus.metrics import DEAD_LETTERS
 from schemas import DeadLettered, Incident, InvalidEvent, Topics, encode
-from schemas.bounds import MAX_TS
 from schemas.wire import decode_telemetry, fast_decoder, retimed
 from streams import metrics
-from streams.live import LiveDetector
+from streams.event_time import ClockBound, Skewed
+from streams.live import LiveConfig, LiveDetector
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +52,16 @@ class Pipeline:
     topics: Topics
     live: LiveDetector | None  # None: validation only (`check`), as the ingest stage uses it
     stats: DetectorStats = field(default_factory=DetectorStats)
-    max_skew_s: float | None = None  # the clock bound (None: the live detector's)
+    max_skew_s: float | None = None  # the clock bounds (None: the live detector's, or the defaults)
+    max_ahead_s: float | None = None
+    bound: ClockBound = field(init=False)
     _counted: int = 0  # events already added to the metric
 
     def __post_init__(self) -> None:
         DEAD_LETTERS.labels("detector")  # at 0 from the start: no dead letters shows as 0, not as nothing
-        if self.max_skew_s is None:
-            self.max_skew_s = self.live.config.max_skew_s
+        bound = ClockBound.of(self.live.config if self.live is not None else LiveConfig())
+        self.bound = ClockBound(bound.ahead_s if self.max_ahead_s is None else self.max_ahead_s,
+                                bound.behind_s if self.max_skew_s is None else self.max_skew_s)
 
     def on_message(self, message: RawMessage, wall: float) -> list[Output]:
         return self.on_messages([message], wall)
@@ -86,14 +89,17 @@ class Pipeline:
                  on_error: Callable[[object], None]) -> list[Output]:
         """`on_messages` for a fetch as confluent_kafka gives it (the consumer engine), in one pass:
         each partition's next offset set in `offsets`, a consumer error passed to `on_error`. The
-        common message (ASCII JSON the fast decoder takes, an ASCII key, its clock within bounds)
-        is taken here; any other goes through `check`, which gives the reason. (`RawMessage.of`, then
-        `check`, per message cost about 0.4 µs an event more: docs/streams.md, "A leaner hot path".)"""
+        common message (ASCII JSON the fast decoder takes, an ASCII key, its clock within bounds:
+        `ClockBound.within`, inlined) is taken here; any other goes through `check`, which gives the
+        reason. (`RawMessage.of`, then `check`, per message cost about 0.4 µs an event more:
+        docs/streams.md, "A leaner hot path".)"""
         out: list[Output] = []
         runs: list = []
         run: list = []
         topic = partition = last = None
-        decode, check, max_skew_s, valid = fast_decoder.decode, self.check, self.max_skew_s, 0
+        decode, check, valid = fast_decoder.decode, self.check, 0
+        ahead, behind = self.bound.ahead_s, -self.bound.behind_s
+        latest = wall + ahead
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -114,7 +120,8 @@ class Pipeline:
                     event = decode(value)
                 except Exception:  # check gives the reason
                     pass
-            if event is None or (stamp > 0 and abs(event.ts - stamp / 1000) > max_skew_s):
+            if (event is None or event.ts > latest
+                    or (stamp > 0 and not behind <= event.ts - stamp / 1000 <= ahead)):
                 event, message, dead = check(message, wall)
                 if dead:
                     out += dead
@@ -133,7 +140,8 @@ class Pipeline:
 
     def check(self, message: RawMessage, wall: float) -> tuple[object | None, RawMessage, list[Output]]:
         """Validate one message: (the event to use or None, its message as the event is used, dead
-        letters). An event whose clock is off is used at its message's timestamp ("Bounded clocks")."""
+        letters). An event whose clock is out of bounds is refused, or used at its message's
+        timestamp (`ClockBound.judge`)."""
         try:
             event = decode_telemetry(message.value)
             if message.key is not None:
@@ -141,9 +149,9 @@ class Pipeline:
         except (InvalidEvent, UnicodeDecodeError):
             return None, message, self._dead_letter(message, wall)
         self.stats.events += 1
-        stamp = message.timestamp_ms
-        if stamp > 0 and abs(event.ts - stamp / 1000) > self.max_skew_s:
-            event, out = self._skewed(message, event, stamp / 1000, wall)
+        skewed = self.bound.judge(event.ts, message.timestamp_ms / 1000, wall)
+        if skewed is not None:
+            event, out = self._skewed(message, event, skewed, wall)
             if event is None:
                 return None, message, out
             # the origin carries the event as fed, so a checkpoint restores it at its stamp too
@@ -176,25 +184,20 @@ class Pipeline:
         self._counted = self.stats.events
         return self._publish(self.live.tick(wall)) + self._failures(wall)
 
-    def _skewed(self, message: RawMessage, event, stamped: float, wall: float) -> tuple[object, list[Output]]:
-        """An event whose own clock is off by more than max_skew_s: its ts never enters event time.
-        The message goes to the dlq with the reason; the event is used at the time its message was
-        stamped, so a node with a bad clock still counts as alive, unless that time is past any
-        valid one too (then the event is None: not used)."""
-        skew = event.ts - stamped
-        direction = "ahead" if skew > 0 else "behind"
-        metrics.CLOCK_SKEWED.labels(direction).inc()
+    def _skewed(self, message: RawMessage, event, skewed: Skewed, wall: float) -> tuple[object, list[Output]]:
+        """An event whose own clock is out of bounds: its ts never enters event time. The message
+        goes to the dlq with the reason; the event is None (refused: ahead of the broker's stamp or
+        of the wall clock) or used at its message's stamp (far behind it: a node with a slow clock
+        still counts as alive)."""
+        metrics.CLOCK_SKEWED.labels(skewed.direction).inc()
         self.stats.dead_lettered += 1
         DEAD_LETTERS.labels("detector").inc()
-        usable = stamped <= MAX_TS  # a producer may stamp its messages with any int64
-        reason = (f"ts {event.ts:.3f} is {abs(skew):.1f} s {direction} of the message's timestamp "
-                  f"{stamped:.3f} (max_skew_s {self.max_skew_s:g}); "
-                  + ("used at the timestamp" if usable else "the timestamp is past any valid time: not used"))
         log.warning("clock skew %s[%d]@%d node=%s: %s", message.topic, message.partition, message.offset,
-                    getattr(event, "node", None), reason)
-        letter = DeadLettered.of(ts=wall, reason=reason, topic=message.topic, partition=message.partition,
-                                 offset=message.offset, key=message.key, value=message.value)
-        return (retimed(event, stamped) if usable else None,
+                    getattr(event, "node", None), skewed.reason)
+        letter = DeadLettered.of(ts=wall, reason=skewed.reason, topic=message.topic,
+                                 partition=message.partition, offset=message.offset, key=message.key,
+                                 value=message.value)
+        return (None if skewed.used_at is None else retimed(event, skewed.used_at),
                 [Output(self.topics.dlq, message.topic.encode(), encode(letter))])
 
     def _failures(self, wall: float) -> list[Output]:

@@ -2,11 +2,13 @@
 
 Every partition of telemetry.gpu, telemetry.node and telemetry.worker is assigned directly:
 no consumer group is joined and no offset is committed, so recording disturbs no one.
-The start is a time or an offset; times are Kafka message timestamps, i.e. when a message
-was produced, not the `ts` inside the event. The end is --until, --duration after the start
-(after now when starting at an offset), or by default the end offsets the partitions had
-when the command started. Each valid value is written unchanged, one per line; invalid ones
-are reported on stderr with topic, partition, offset and reason, and skipped.
+The start is a time or an offset; times are Kafka message timestamps, i.e. when the broker
+took a message (the telemetry topics are stamped by the broker: LogAppendTime; on topics created
+before that, when it was produced), not the `ts` inside the event. The end is --until,
+--duration after the start (after now when starting at an offset), or by default the end
+offsets the partitions had when the command started. Each valid value is written unchanged,
+one per line; invalid ones are reported on stderr with topic, partition, offset and reason,
+and skipped.
 """
 
 from __future__ import annotations
@@ -46,14 +48,14 @@ def start_offset_arg(text: str) -> str | int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     start = parser.add_argument_group("start (one is required)").add_mutually_exclusive_group(required=True)
     start.add_argument("--from-time", type=instant_arg(time.time), metavar="TIME",
-                       help="first message produced at or after TIME: ISO 8601 (no offset = UTC, "
+                       help="first message the broker took at or after TIME: ISO 8601 (no offset = UTC, "
                             "e.g. 2025-05-01T12:00:00Z) or a span ago (30s, 10m, 2h, 1d)")
     start.add_argument("--from-offset", type=start_offset_arg, metavar="OFFSET",
                        help="earliest, latest, or an offset N in every partition")
     end = parser.add_argument_group("end (default: the end of every partition when the command "
                                     "starts)").add_mutually_exclusive_group()
     end.add_argument("--until", type=instant_arg(time.time), metavar="TIME",
-                     help="stop before the first message produced at or after TIME (ISO 8601, "
+                     help="stop before the first message the broker took at or after TIME (ISO 8601, "
                           "or a span ago); a future TIME records live until then")
     end.add_argument("--duration", type=duration_arg, metavar="SPAN",
                      help="record SPAN (30s, 10m, 2h) of messages from --from-time, or from now "

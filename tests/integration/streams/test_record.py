@@ -60,6 +60,19 @@ def produce(settings: KafkaSettings, values: list[tuple[str, str, bytes]],
     return [landed[i] for i in range(len(values))]
 
 
+def producer_stamped(settings: KafkaSettings) -> None:
+    """This deployment's telemetry topics stamped by their producers, as topics created before the
+    broker's clock were: these tests place messages hours apart, and `record` selects by the stamp."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entry = [ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)]
+    resources = [ConfigResource(ResourceType.TOPIC, name, incremental_configs=entry)
+                 for name in (settings.topics.gpu, settings.topics.node, settings.topics.worker)]
+    admin = AdminClient(settings.client_config())  # alive until the futures are done
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result()
+
+
 def as_values(settings: KafkaSettings, events: list) -> list[tuple[str, str, bytes]]:
     return [(*topic_and_key(settings, e), encode(e)) for e in events]
 
@@ -122,6 +135,7 @@ def test_time_window_is_when_messages_were_produced_not_event_ts(
     kafka: KafkaSettings, monkeypatch, tmp_path: Path, capsys,
 ) -> None:
     """Event `ts` in the scenario are from 2023; the window selects by producer timestamp."""
+    producer_stamped(kafka)
     events = load(RECORDING)[0]
     now = time.time()
     early = [s.NodeHeartbeat(ts=now, node="node-early", interval=1.0)]
@@ -149,6 +163,7 @@ def test_time_window_is_when_messages_were_produced_not_event_ts(
 
 
 def test_a_future_end_records_live_until_then(kafka: KafkaSettings, monkeypatch, tmp_path: Path) -> None:
+    producer_stamped(kafka)
     now_events = [s.NodeHeartbeat(ts=1.0 + i, node=f"node-{i}", interval=1.0) for i in range(20)]
     produce(kafka, as_values(kafka, now_events))
     produce(kafka, as_values(kafka, [s.NodeHeartbeat(ts=1.0, node="node-future", interval=1.0)]),

@@ -28,9 +28,12 @@ def test_the_detector_counts_events_dead_letters_incidents_and_detection_delay()
 
     before = counts()
     run = pipeline()
-    for offset, line in enumerate([b"{not json", *sorted(lines, key=lambda line: json.loads(line)["ts"])]):
-        run.on_message(message(TOPICS.gpu, 0, offset, b"k", line), wall=1e9 + offset)
-    run.on_tick(wall=1e9 + len(lines) + 1)  # events are counted on ticks
+    ordered = sorted(lines, key=lambda line: json.loads(line)["ts"])
+    first, last = json.loads(ordered[0])["ts"], json.loads(ordered[-1])["ts"]
+    for offset, line in enumerate([b"{not json", *ordered]):
+        wall = json.loads(line)["ts"] if offset else first  # the detector's clock keeps up with event time
+        run.on_message(message(TOPICS.gpu, 0, offset, b"k", line), wall=wall)
+    run.on_tick(wall=last)  # events are counted on ticks
     after = counts()
     assert [b - a for a, b in zip(before, after, strict=True)] == [len(lines), 1, 1, 1]
 
