@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 
 from schemas.topics import SPECS
 
-__all__ = ["ADMIN", "GRANTS", "ROLES", "Grant", "bindings", "filters"]
+__all__ = ["ADMIN", "GRANTS", "RETIRED", "ROLES", "Grant", "bindings", "filters"]
 
 ADMIN = "admin"  # the broker's super user: topics and ACLs, never a service
 
@@ -70,8 +70,6 @@ CONTRACT = tuple(spec.suffix for spec in SPECS)  # every topic of the event cont
 GRANTS: dict[str, tuple[Grant, ...]] = {
     # Node agents and GPU producers.
     "agent": writes("telemetry.gpu", "telemetry.node"),
-    # Training ranks' in-band hook.
-    "rank": writes("telemetry.worker"),
     "detector": (
         *reads(*TELEMETRY), *writes("incidents", "dlq"), *owns("detector"),
         Grant(TXN, "detector", (WRITE, DESCRIBE), PREFIXED),  # a sharded detector's ingest instances
@@ -82,7 +80,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         *owns("coordinator"),  # the lease topic and group
         Grant(TXN, "coordinator", (WRITE, DESCRIBE)),  # one transaction per decision
     ),
-    # The node's executor: commands in; acks and its ranks' exits out.
+    # The node's executor: commands in; acks, its ranks' exits and (checked) reports out.
     "executor": (*reads("commands"), *writes("acks", "telemetry.worker", "dlq"), *groups("executor-")),
     # People's CLIs: submit jobs, cordon nodes, and read everything back.
     "operator": (*reads(*CONTRACT), *writes("jobs", "nodes"),
@@ -91,6 +89,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
     "ops": (*reads("incidents", "recovery"), *writes("alerts", "dlq"), *owns("alerts")),
 }
 ROLES = (*GRANTS, ADMIN)
+# Principals an earlier version had: `broker start` deletes their users and ACLs. `rank` wrote
+# worker telemetry from the training ranks themselves; their executor now publishes it for them.
+RETIRED = ("rank",)
 
 
 def bindings(prefix: str) -> list[AclBinding]:

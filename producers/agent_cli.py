@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     try:
         with stop_on_signals(stop):
-            serve_metrics(args.metrics_port)
+            serve_metrics(args.metrics_port, args.metrics_host)
             run_agent(config, settings, agent, stop)
     except TrainmedicError as err:
         print(f"trainmedic agent: {err}", file=sys.stderr)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         with stop_on_signals(stop):
-            serve_metrics(args.metrics_port)
+            serve_metrics(args.metrics_port, args.metrics_host)
             run_gpu_producer(config, settings, source, stop)
     except TrainmedicError as err:
         print(f"trainmedic gpu: {err}", file=sys.stderr)

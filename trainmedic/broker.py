@@ -1,12 +1,15 @@
 """The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1.
 
 Secure by default: SASL/SCRAM and the StandardAuthorizer with one principal per role
-(trainmedic/broker_auth.py, bus/acls.py); `secure=False` runs it plain.
+(trainmedic/broker_auth.py, bus/acls.py); `secure=False` runs it plain. Either way it caps
+connections and bounds each principal's byte rates (trainmedic/broker_limits.py), and its
+folder is its owner's only (0700, files it writes 0600).
 
 Layout under TRAINMEDIC_HOME (default ./.trainmedic):
   kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
   broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
   broker/secrets.json the roles' passwords (0600)
+  broker/quotas.json  the quotas last set, per cluster id (they live in the cluster's metadata)
   credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure
 """
 
@@ -23,18 +26,20 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bus import credentials
-from bus.acls import ADMIN, GRANTS
-from bus.admin import grant_roles, set_scram_users, wait_for_broker
+from bus.acls import ADMIN, GRANTS, RETIRED
+from bus.admin import grant_roles, retire_users, set_scram_users, wait_for_broker
 from bus.errors import BrokerError, TrainmedicError
 from bus.settings import KafkaSettings
 from bus.signals import alive
 from schemas import DEFAULT_PREFIX
-from trainmedic import broker_auth
+from trainmedic import broker_auth, broker_limits
+from trainmedic.broker_limits import QUOTAS, Connections, Quota
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +68,11 @@ class LocalBroker:
     """One single-node broker whose files live in `home`. Methods are idempotent."""
 
     def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None, *,
-                 credentials_dir: Path | None = None):
+                 credentials_dir: Path | None = None, connections: Connections | None = None,
+                 quotas: dict[str | None, Quota] = QUOTAS):
         self.home = home
+        self.connections = connections or Connections.for_files(broker_limits.open_files())
+        self.quotas = quotas
         self.credentials = credentials_dir or home / "credentials"
         self.port = port
         self.controller_port = controller_port or port + 1
@@ -73,6 +81,7 @@ class LocalBroker:
         self.state_file = self.dir / "broker.json"
         self.log_file = self.dir / "broker.log"
         self.secrets_file = self.dir / "secrets.json"
+        self.quotas_file = self.dir / "quotas.json"
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -109,12 +118,21 @@ class LocalBroker:
 
     def write_config(self, passwords: dict[str, str] | None = None) -> Path:
         """server.properties: secure with the roles' `passwords`, plain without."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.make_private()
         path = self.dir / "server.properties"
         broker_auth.write_private(path, server_properties(self.dir / "data", self.port, self.controller_port,
-                                                          passwords))
+                                                          passwords, self.connections))
         (self.dir / "log4j.properties").write_text(LOG4J)
         return path
+
+    def make_private(self) -> None:
+        """The broker's folder, its data and its log its owner's only; a folder made before this
+        (0755, topics and SCRAM hashes readable by every local user) is fixed here, at each start."""
+        for folder in (self.dir, self.dir / "data"):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        self.log_file.touch(mode=0o600)
+        self.log_file.chmod(0o600)
 
     @property
     def formatted(self) -> bool:
@@ -164,7 +182,9 @@ class LocalBroker:
             self.format_storage(self.write_config())
             with open(self.log_file, "a") as out:
                 out.write(f"WARNING {INSECURE.format(port=self.port)}\n")
-            return self._launch(False, timeout_s), True
+            state = self._launch(False, timeout_s)
+            self._limit(None)
+            return state, True
         found = broker_auth.read_secrets(self.secrets_file)
         passwords = broker_auth.complete(found or {})
         if self.formatted and found is None:
@@ -176,6 +196,7 @@ class LocalBroker:
         state = self._launch(True, timeout_s)
         try:
             self._authorize(passwords, prefixes)
+            self._limit(passwords[ADMIN])
         except TrainmedicError:
             self.stop()
             raise
@@ -203,10 +224,41 @@ class LocalBroker:
                               secrets={"sasl.password": password})
         wait_for_broker(admin, 60.0)
         set_scram_users(admin, {role: passwords[role] for role in GRANTS})
+        retire_users(admin, RETIRED)
         for prefix in prefixes:
             grant_roles(admin, prefix)
         credentials.write_roles(self.credentials, {
             role: broker_auth.role_config(role, passwords[role]) for role in (*GRANTS, ADMIN)})
+
+    def _limit(self, admin_password: str | None) -> None:
+        """Set the quotas on the running broker, unless this cluster already has these ones
+        (ConfigCommand is a JVM each: seconds on a first start, nothing after)."""
+        wanted = {"cluster": broker_limits.cluster_of(self.dir / "data"),
+                  "quotas": {str(user): quota.config() for user, quota in self.quotas.items()}}
+        try:
+            if json.loads(self.quotas_file.read_text()) == wanted:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        with self._admin_tool(admin_password) as tool:
+            broker_limits.set_quotas(tool, self.quotas)
+        broker_auth.write_private(self.quotas_file, json.dumps(wanted, indent=2))
+
+    def described_quotas(self, admin_password: str | None) -> dict[str | None, dict[str, float]]:
+        """The users' quotas as the running broker has them (None: the default user's)."""
+        with self._admin_tool(admin_password) as tool:
+            return broker_limits.described_quotas(tool)
+
+    @contextmanager
+    def _admin_tool(self, admin_password: str | None) -> Iterator[broker_limits.ConfigTool]:
+        """Kafka's ConfigCommand as the admin, its settings in a private file while it runs."""
+        client = self.dir / "admin-client.properties"
+        broker_auth.write_private(client, broker_auth.client_properties(admin_password))
+        try:
+            yield lambda *args: self._java("kafka.admin.ConfigCommand", "--bootstrap-server",
+                                           f"127.0.0.1:{self.port}", "--command-config", str(client), *args)
+        finally:
+            client.unlink(missing_ok=True)
 
     def _launch(self, secure: bool, timeout_s: float) -> BrokerState:
         """Start the process with the written config; wait until it accepts clients."""
@@ -215,7 +267,7 @@ class LocalBroker:
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
             )
         state = BrokerState(proc.pid, self.port, self.controller_port, secure)
         self.state_file.write_text(json.dumps(asdict(state)))
@@ -265,10 +317,12 @@ def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -
             return drawn
 
 
-def server_properties(data: Path, port: int, controller_port: int,
-                      passwords: dict[str, str] | None = None) -> str:
+def server_properties(data: Path, port: int, controller_port: int, passwords: dict[str, str] | None = None,
+                      connections: Connections | None = None) -> str:
     """A single-node KRaft broker+controller on loopback with replication factors of one; SASL and
-    the authorizer with the roles' `passwords`, plain without."""
+    the authorizer with the roles' `passwords`, plain without; `connections` capped."""
+    listener = "SASL_PLAINTEXT" if passwords is not None else "PLAINTEXT"
+    limits = broker_limits.connection_properties(connections or Connections(), listener)
     return f"""\
 process.roles=broker,controller
 node.id=1
@@ -287,7 +341,7 @@ log.segment.bytes=67108864
 num.network.threads=2
 num.io.threads=2
 background.threads=2
-"""
+{limits}"""
 
 
 LOG4J = """\

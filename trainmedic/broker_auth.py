@@ -47,6 +47,15 @@ def role_config(role: str, password: str) -> dict[str, str]:
             "sasl.username": role, "sasl.password": password}
 
 
+def client_properties(admin_password: str | None) -> str:
+    """A Java client's settings (Kafka's own tools) as the admin; None: a plain broker, none."""
+    if admin_password is None:
+        return ""
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    return (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={MECHANISM}\n"
+            f'sasl.jaas.config={scram} required username="{ADMIN}" password="{admin_password}";\n')
+
+
 def add_scram_argument(passwords: dict[str, str]) -> list[str]:
     """StorageTool's arguments that put the admin's SCRAM credential into freshly formatted storage."""
     return ["--add-scram", f"{MECHANISM}=[name={ADMIN},password={passwords[ADMIN]}]"]

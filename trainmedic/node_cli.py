@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if executor_config.insecure:
         log.warning("INSECURE: unsigned commands will be applied on node %s; its acks go unsigned", node)
-    serve_metrics(args.metrics_port)  # the three parts' metrics, on one endpoint
+    serve_metrics(args.metrics_port, args.metrics_host)  # the three parts' metrics, on one endpoint
 
     leave, stop = threading.Event(), threading.Event()
     agent_stop = threading.Event()  # the agent beats until set (its last heartbeat says if the node leaves)

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     stop = threading.Event()
     sampler = None
-    if serve_metrics(args.metrics_port) is not None:
+    if serve_metrics(args.metrics_port, args.metrics_host) is not None:
         sampler = LagSampler(settings, config.group_id, incident_topics(settings)).start()
     bridge = AlertBridge(settings, config)
     try:

@@ -1,4 +1,11 @@
-"""What each sink is sent for an incident event, and which sinks get it. Pure: time is an argument."""
+"""What each sink is sent for an incident event, and which sinks get it. Pure: time is an argument.
+
+Evidence, job ids and categories carry what ranks and telemetry sources wrote. What people read
+(summaries, the Slack-compatible text, annotations) has its control characters escaped
+(schemas/printable.py); the Slack text also has `&`, `<` and `>` escaped as Slack asks, so no
+`<!channel>`, `<@U…>` or `<http…|link>` in the evidence mentions anyone or hides a link. The
+machine-readable `details` keep the values as written (JSON escapes control characters).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from typing import Any
 from ops.alerts.config import AlertBridgeConfig
 from ops.incident_log.evidence import for_people
 from schemas.incident import Incident, IncidentStatus, Severity
+from schemas.printable import terminal_safe
 
 PAGERDUTY_SEVERITY = {
     Severity.SEV1: "critical", Severity.SEV2: "error", Severity.SEV3: "warning", Severity.WARN: "info",
@@ -18,6 +26,9 @@ ACTION_WORDS = {
     "reattempt": "job retried in place",
     "alert": "no automatic action: look into it",
 }
+PAGERDUTY_SUMMARY_MAX = 1024  # Events API v2: longer summaries are cut
+PAGERDUTY_FIELD_MAX = 255  # source, component, group, class: short names in PagerDuty's UI
+SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
 def route(incident: Incident, config: AlertBridgeConfig) -> list[str]:
@@ -29,19 +40,24 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def slack_safe(text: str) -> str:
+    """`text` as literal Slack mrkdwn: controls escaped, and `&`, `<`, `>` as Slack's entities."""
+    return terminal_safe(text).translate(SLACK_ESCAPES)
+
+
 def evidence(incident: Incident) -> list[str]:
     """The evidence lines for people: UTC clock times and offsets from the first evidence instead of
-    unix seconds (`details` keeps them as the detector wrote them, for machines)."""
-    return [for_people(line, incident.first_ts) for line in incident.evidence]
+    unix seconds (`details` keeps them as the detector wrote them, for machines); controls escaped."""
+    return [terminal_safe(for_people(line, incident.first_ts)) for line in incident.evidence]
 
 
 def summary(incident: Incident) -> str:
-    """One line: `[SEV1] node_lost on n02 (job llm): first evidence`."""
+    """One line: `[SEV1] node_lost on n02 (job llm): first evidence`, controls escaped."""
     where = " ".join(part for part in (f"on {incident.node}" if incident.node else "",
                                        f"(job {incident.job})" if incident.job else "") if part)
     head = f"[{incident.severity}] {incident.category}{' ' + where if where else ''}"
     first = evidence(incident)[0] if incident.evidence else ""
-    return f"{head}: {first}" if first else head
+    return terminal_safe(f"{head}: {first}" if first else head)
 
 
 def alertmanager_alert(incident: Incident, now: float, resend_s: float, generator_url: str) -> dict[str, Any]:
@@ -67,22 +83,30 @@ def pagerduty_event(incident: Incident, routing_key: str) -> dict[str, Any]:
     event: dict[str, Any] = {"routing_key": routing_key, "event_action": "resolve" if resolved else "trigger",
                              "dedup_key": incident.id}
     if not resolved:
+        job = None if incident.job is None else _short(incident.job)
         event["payload"] = {
-            "summary": summary(incident)[:1024], "source": incident.node or incident.job or "trainmedic",
+            "summary": summary(incident)[:PAGERDUTY_SUMMARY_MAX],
+            "source": _short(incident.node or incident.job or "trainmedic"),
             "severity": PAGERDUTY_SEVERITY[incident.severity], "timestamp": rfc3339(incident.first_ts),
-            "component": incident.job, "class": incident.category, "group": incident.job,
+            "component": job, "class": _short(incident.category), "group": job,
             "custom_details": details(incident),
         }
         event["client"] = "trainmedic"
     return event
 
 
+def _short(text: str) -> str:
+    return terminal_safe(text)[:PAGERDUTY_FIELD_MAX]
+
+
 def webhook_message(incident: Incident) -> dict[str, Any]:
-    """A JSON body with a Slack-compatible `text`, the dedup key and the whole incident."""
+    """A JSON body with a Slack-compatible `text` (everything the incident says in it taken
+    literally), the dedup key and the whole incident."""
     resolved = incident.status is IncidentStatus.RESOLVED
     mark = "RESOLVED" if resolved else "FIRING"
-    lines = [f"*{mark}* {summary(incident)}", f"action: {incident.action}; incident {incident.id}"]
-    lines += [f"• {line}" for line in evidence(incident)[:10]]
+    lines = [f"*{mark}* {slack_safe(summary(incident))}",
+             f"action: {incident.action}; incident {slack_safe(incident.id)}"]
+    lines += [f"• {slack_safe(line)}" for line in evidence(incident)[:10]]
     return {"text": "\n".join(lines), "dedup_key": f"{incident.id}:{incident.status}",
             "status": "resolved" if resolved else "firing", "incident": details(incident)}
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from schemas.printable import terminal_safe
+
 DEFAULT_TIMEOUT_S = 10.0
 RESUME_WINDOW_S = 300.0  # a rank restores and steps again well within this of its plan
 
@@ -141,8 +143,8 @@ def _show(reader, args: argparse.Namespace, settings) -> int:
     def fold_in(items) -> None:
         for item in items:
             if isinstance(item, DeadLettered):
-                print(f"invalid event {item.source_topic}[{item.partition}]@{item.offset} skipped: "
-                      f"{item.reason}", file=sys.stderr)
+                print(terminal_safe(f"invalid event {item.source_topic}[{item.partition}]@{item.offset} "
+                                    f"skipped: {item.reason}"), file=sys.stderr)
             else:
                 apply(log, item.event, None if item.timestamp_ms is None else item.timestamp_ms / 1000)
 
@@ -166,7 +168,7 @@ def _show(reader, args: argparse.Namespace, settings) -> int:
         where = f" since {args.since}" if args.since else ""
         why = (f"no incident {args.id!r} in the log{where}" if not matches else
                f"{args.id!r} names {len(matches)} incidents: {', '.join(v.id for v in matches[:10])}")
-        print(f"trainmedic incidents: {why}", file=sys.stderr)
+        print(f"trainmedic incidents: {terminal_safe(why)}", file=sys.stderr)
         return 1
     view = matches[0]
     if view.plans:

@@ -1,4 +1,8 @@
-"""Text for people: the incident table, one incident's fields, its timeline."""
+"""Text for people: the incident table, one incident's fields, its timeline.
+
+Every line is made terminal-safe as it is written (schemas/printable.py): evidence, reasons and
+names carry what ranks and telemetry sources wrote, escape sequences included.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from datetime import UTC, datetime
 
 from ops.incident_log.evidence import clock, offset, readable
 from ops.incident_log.views import Entry, IncidentView, evidence_entries
+from schemas.printable import terminal_safe
 
 COLUMNS = ("ID", "STATUS", "SEV", "CATEGORY", "JOB", "NODE", "OPENED (UTC)", "DETECT", "PUBLISHED",
            "RESOLVED IN", "RECOVERY")
@@ -48,6 +53,7 @@ def row(view: IncidentView) -> tuple[str, ...]:
 
 def table(rows: list[tuple[str, ...]], header: tuple[str, ...] = COLUMNS) -> str:
     """Columns padded to their widest cell; the last column is not padded."""
+    rows = [tuple(map(terminal_safe, r)) for r in rows]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
              for r in (header, *rows)]
@@ -106,7 +112,7 @@ def details(view: IncidentView) -> str:
         lines.append("RESTORE FELL BACK (steps lost):")
         lines += [f"  - {w.job} generation {w.generation} rank {w.rank} on {w.node}: {w.restore_warning}"
                   for w in view.restore_warnings]
-    return "\n".join(lines)
+    return "\n".join(map(terminal_safe, lines))
 
 
 def story(view: IncidentView, entries: list[Entry]) -> str:
@@ -114,5 +120,6 @@ def story(view: IncidentView, entries: list[Entry]) -> str:
     origin = view.incident.first_ts
     head = f"{view.id}  {view.incident.severity} {view.incident.category}  (t0 = {iso(origin)} UTC)"
     width = max(len(e.what) for e in entries)
-    return "\n".join([head, *(f"  {clock(e.ts)} {offset(e.ts - origin):>10}  {e.what:{width}}  "
-                              f"{readable(e.detail, origin)}" for e in entries)])
+    lines = [head, *(f"  {clock(e.ts)} {offset(e.ts - origin):>10}  {e.what:{width}}  "
+                     f"{readable(e.detail, origin)}" for e in entries)]
+    return "\n".join(map(terminal_safe, lines))

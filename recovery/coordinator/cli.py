@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         log.info("signing commands with key %s; trusting %s (from %s)", signing.key_id, trust(),
                  config.keys_dir)
     stop = threading.Event()
-    serve_metrics(args.metrics_port)
+    serve_metrics(args.metrics_port, args.metrics_host)
     sign = (lambda command: command) if signing is None else signing.sign
     try:
         with stop_on_signals(stop):

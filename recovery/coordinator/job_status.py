@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from recovery.coordinator.state import Job
+from schemas.printable import terminal_safe
 from schemas.restores import restores
 from schemas.telemetry import WorkerStepped
 
@@ -138,7 +139,7 @@ def job_status(job: Job, history: StepHistory) -> JobStatus:
 
 
 def render(status: JobStatus, now: float) -> list[str]:
-    """The status as `name  value` lines."""
+    """The status as `name  value` lines, terminal-safe (warnings and reasons are ranks' text)."""
     if status.step is None:
         step = "none reported yet"
     else:
@@ -159,4 +160,4 @@ def render(status: JobStatus, now: float) -> list[str]:
         lines.append(("restored", status.restored))
     out = [f"{name:11} {value}" for name, value in lines]
     out += [f"WARNING: restore fell back: {warning}" for warning in status.restore_warnings]
-    return out
+    return [terminal_safe(line) for line in out]

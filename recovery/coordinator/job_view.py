@@ -1,6 +1,7 @@
 """One job read back for an operator: `trainmedic job status` (the coordinator's log folded as `job
 list` folds it, with the job's worker telemetry) and `trainmedic job logs` (its ranks' output on this
 machine, followed until the job ends). Thin: the computing is in job_status.py and rank_logs.py.
+A rank's output is the job's own text: its control characters are shown escaped, never obeyed.
 
 Following a job ends when it ended (succeeded, stopped) or the coordinator gave up on it. A `failed`
 job is not always given up on: a plan that failed escalates, and the escalation's re-plan usually
@@ -25,6 +26,7 @@ from recovery.coordinator.service import read_topics, valid
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.executor import rank_logs
 from schemas.jobs import JobSubmitted
+from schemas.printable import terminal_safe
 from schemas.telemetry import WorkerStepped
 
 UNKNOWN = 2  # exit status for a job the log does not know
@@ -123,7 +125,7 @@ def show_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None) -
         print(f"trainmedic job: {no_logs(home, job)}", file=sys.stderr)
         return 1
     for line in rank_logs.interleaved(logs):
-        print(line)
+        print(terminal_safe(line))
     return 0
 
 
@@ -140,12 +142,12 @@ def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
                 return UNKNOWN
             while True:
                 for line in tail.read(rank_logs.find(home, job, rank)):
-                    emit(line)
+                    emit(terminal_safe(line))
                 if watch.over(job):
                     break
                 watch.poll(poll_s)
             for line in [*tail.read(rank_logs.find(home, job, rank)), *tail.rest()]:
-                emit(line)
+                emit(terminal_safe(line))
     except KeyboardInterrupt:
         return 130
     if not tail.offsets:

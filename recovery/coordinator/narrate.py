@@ -1,4 +1,6 @@
-"""One log line per decision, for an operator: what happened → what was decided → which commands."""
+"""One log line per decision, for an operator: what happened → what was decided → which commands.
+
+Lines are terminal-safe (schemas/printable.py): reasons and evidence carry what ranks wrote."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from schemas.commands import Command, CommandAcked, RanksFinished
 from schemas.incident import Incident
 from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.nodes import NodeReadmitted
+from schemas.printable import terminal_safe
 from schemas.recovery import (
     JobEnded,
     RecoveryCompleted,
@@ -104,4 +107,4 @@ def narrate(trigger: str, outputs: list, state: ClusterState) -> list[str]:
         if key not in planned:
             lines.append(f"{trigger} → sent again: " + ", ".join(
                 f"{c.action} to {c.node} ({c.job} generation {c.generation}, {c.id})" for c in sent))
-    return lines
+    return [terminal_safe(line) for line in lines]

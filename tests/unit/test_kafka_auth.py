@@ -3,7 +3,6 @@ secure broker's configuration, without a broker."""
 
 from __future__ import annotations
 
-import json
 import stat
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from bus.acls import CONTRACT, GRANTS, bindings, filters
 from bus.credentials import read_role, write_roles
 from bus.errors import ConfigError
 from bus.settings import KafkaSettings, credentials_dir
-from recovery.executor.service import local_rank_kafka
 from schemas.topics import SPECS
 from streams.app import faust_credentials
 from trainmedic.broker import server_properties
@@ -34,7 +32,7 @@ def may(operation: AclOperation, suffix: str) -> set[str]:
 def test_each_contract_topic_has_the_writers_of_the_architecture_and_no_other() -> None:
     writers = {suffix: may(AclOperation.WRITE, suffix) for suffix in CONTRACT}
     assert writers == {
-        "telemetry.gpu": {"agent"}, "telemetry.node": {"agent"}, "telemetry.worker": {"rank", "executor"},
+        "telemetry.gpu": {"agent"}, "telemetry.node": {"agent"}, "telemetry.worker": {"executor"},
         "incidents": {"detector"},
         "recovery": {"coordinator"}, "jobs": {"operator"}, "nodes": {"operator"},
         "commands": {"coordinator"}, "acks": {"executor"}, "alerts": {"ops"},
@@ -73,19 +71,19 @@ def test_a_role_file_is_what_a_service_reads_unless_kafka_config_is_set(tmp_path
     folder = tmp_path / "credentials"
     folder.mkdir()
     (folder / "stale.json").write_text("{}")
-    write_roles(folder, {"rank": {"security.protocol": "SASL_PLAINTEXT", "sasl.username": "rank",
-                                  "sasl.password": "pw"}})
-    assert [p.name for p in folder.iterdir()] == ["rank.json"]  # the stale one is gone
+    write_roles(folder, {"agent": {"security.protocol": "SASL_PLAINTEXT", "sasl.username": "agent",
+                                   "sasl.password": "pw"}})
+    assert [p.name for p in folder.iterdir()] == ["agent.json"]  # the stale one is gone
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert stat.S_IMODE((folder / "rank.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE((folder / "agent.json").stat().st_mode) == 0o600
     env = {"TRAINMEDIC_CREDENTIALS_DIR": str(folder)}
-    settings = KafkaSettings.from_env(env, role="rank")
+    settings = KafkaSettings.from_env(env, role="agent")
     assert settings.client_config()["sasl.password"] == "pw"
     assert "pw" not in repr(settings)
-    assert KafkaSettings.from_env(env, role="agent").extra == {}  # no file for it: plain
+    assert KafkaSettings.from_env(env, role="ops").extra == {}  # no file for it: plain
     assert KafkaSettings.from_env(env).extra == {}  # no role: no file
     external = {**env, "TRAINMEDIC_KAFKA_CONFIG": '{"sasl.username": "mine"}'}
-    assert KafkaSettings.from_env(external, role="rank").extra == {"sasl.username": "mine"}
+    assert KafkaSettings.from_env(external, role="agent").extra == {"sasl.username": "mine"}
 
 
 def test_the_credentials_folder_follows_the_home_unless_named(tmp_path: Path) -> None:
@@ -94,21 +92,12 @@ def test_the_credentials_folder_follows_the_home_unless_named(tmp_path: Path) ->
 
 
 def test_a_broken_role_file_is_a_clear_error(tmp_path: Path) -> None:
-    (tmp_path / "rank.json").write_text("[1]")
-    with pytest.raises(ConfigError, match="rank.json must be a JSON object"):
-        read_role(tmp_path, "rank")
-    (tmp_path / "rank.json").write_text("{")
+    (tmp_path / "agent.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="agent.json must be a JSON object"):
+        read_role(tmp_path, "agent")
+    (tmp_path / "agent.json").write_text("{")
     with pytest.raises(ConfigError, match="cannot read the Kafka credentials"):
-        KafkaSettings.from_env({"TRAINMEDIC_CREDENTIALS_DIR": str(tmp_path)}, role="rank")
-
-
-def test_a_local_executor_hands_its_ranks_the_rank_file_only_when_it_uses_the_files(tmp_path: Path) -> None:
-    write_roles(tmp_path, {"rank": {"sasl.username": "rank"}, "executor": {"sasl.username": "executor"}})
-    env = {"TRAINMEDIC_CREDENTIALS_DIR": str(tmp_path)}
-    assert json.loads(local_rank_kafka(env)) == {"sasl.username": "rank"}
-    assert local_rank_kafka({**env, "TRAINMEDIC_KAFKA_CONFIG": "{}"}) is None  # an external broker's
-    assert local_rank_kafka({**env, "TRAINMEDIC_RANK_KAFKA_CONFIG": "{}"}) is None  # passed as it is
-    assert local_rank_kafka({"TRAINMEDIC_CREDENTIALS_DIR": str(tmp_path / "none")}) is None
+        KafkaSettings.from_env({"TRAINMEDIC_CREDENTIALS_DIR": str(tmp_path)}, role="agent")
 
 
 def test_the_secure_broker_authenticates_every_listener_and_authorizes(tmp_path: Path) -> None:
@@ -126,7 +115,8 @@ def test_passwords_are_made_once_per_role() -> None:
     first = complete({})
     assert set(first) == {*GRANTS, "admin", "controller"} and len(set(first.values())) == len(first)
     assert complete(first) == first
-    assert complete({"rank": "kept"})["rank"] == "kept"
+    assert complete({"agent": "kept"})["agent"] == "kept"
+    assert "rank" not in complete({"rank": "retired"})  # a retired role's password is not kept
 
 
 def test_faust_authenticates_as_librdkafka_does() -> None:

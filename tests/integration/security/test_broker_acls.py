@@ -95,7 +95,7 @@ def read(settings: KafkaSettings, topic: str, group: str, *, commit: bool = True
 
 
 @pytest.mark.parametrize(("role", "suffix"), [
-    ("agent", "telemetry.gpu"), ("agent", "telemetry.node"), ("rank", "telemetry.worker"),
+    ("agent", "telemetry.gpu"), ("agent", "telemetry.node"),
     ("detector", "incidents"), ("detector", "dlq"), ("coordinator", "commands"), ("coordinator", "dlq"),
     ("executor", "acks"), ("executor", "telemetry.worker"), ("executor", "dlq"),
     ("operator", "jobs"), ("operator", "nodes"), ("ops", "alerts"), ("ops", "dlq"),
@@ -105,7 +105,7 @@ def test_each_role_writes_its_topics(kafka: KafkaSettings, role: str, suffix: st
 
 
 @pytest.mark.parametrize(("role", "suffix"), [
-    ("rank", "commands"), ("rank", "incidents"), ("rank", "telemetry.gpu"), ("executor", "commands"),
+    ("executor", "commands"),
     ("agent", "incidents"), ("agent", "telemetry.worker"), ("detector", "commands"), ("ops", "jobs"),
     ("ops", "commands"), ("operator", "commands"), ("operator", "incidents"), ("coordinator", "jobs"),
     ("coordinator", "acks"), ("executor", "incidents"),
@@ -123,7 +123,6 @@ def test_reads_and_groups_are_the_roles_own(kafka: KafkaSettings) -> None:
     assert read(as_role(kafka, "executor"), topics.commands, owned("executor-n1"), commit=False) is None
     assert read(as_role(kafka, "detector"), topics.gpu, owned("detector")) is None
     assert read(as_role(kafka, "ops"), topics.incidents, owned("alerts")) is None
-    assert read(as_role(kafka, "rank"), topics.commands, owned("executor-n1"), commit=False) == REFUSED
     assert read(as_role(kafka, "agent"), topics.commands, owned("executor-n1"), commit=False) == REFUSED
     denied = "GROUP_AUTHORIZATION_FAILED"
     assert read(as_role(kafka, "ops"), topics.gpu,
@@ -148,12 +147,37 @@ def test_only_the_coordinator_writes_in_its_transactions(kafka: KafkaSettings) -
 def test_a_client_without_credentials_or_with_a_wrong_password_is_refused(kafka: KafkaSettings) -> None:
     with pytest.raises(KafkaError):
         list_topics(KafkaSettings(bootstrap=kafka.bootstrap), timeout_s=3)
-    rank = as_role(kafka, "rank")
-    wrong = rank.model_copy(update={"secrets": {"sasl.password": SecretStr("not-the-password")}})
+    agent = as_role(kafka, "agent")
+    wrong = agent.model_copy(update={"secrets": {"sasl.password": SecretStr("not-the-password")}})
     with pytest.raises(KafkaError):
         list_topics(wrong, timeout_s=3)
-    seen = {name for name in list_topics(rank) if name.startswith(kafka.topic_prefix)}
-    assert seen == {kafka.topics.worker}  # the right one sees only what it may write
+    seen = {name for name in list_topics(agent) if name.startswith(kafka.topic_prefix)}
+    assert seen == {kafka.topics.gpu, kafka.topics.node}  # the right one sees only what it may write
+
+
+def test_the_retired_rank_principal_is_gone_with_its_acls(kafka: KafkaSettings) -> None:
+    """Ranks held the `rank` user's password (any job could write any job's telemetry with it); the
+    executor publishes for them now, and `broker start` deleted the user and its grants."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from bus.acls import RETIRED
+    from bus.clients import admin as admin_client
+
+    assert RETIRED == ("rank",)
+    client = admin_client(kafka)  # kept alive until the futures are done
+    users = {name: future.result() for name, future in
+             client.describe_user_scram_credentials(["rank", "executor"], request_timeout=10).items()
+             if not isinstance(future.exception(), Exception)}
+    assert "rank" not in users and "executor" in users
+    anything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:rank", None,
+                                AclOperation.ANY, AclPermissionType.ANY)
+    assert client.describe_acls(anything, request_timeout=10).result() == []
 
 
 def test_topics_create_grants_the_roles_for_its_prefix(kafka: KafkaSettings) -> None:

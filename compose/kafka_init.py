@@ -1,0 +1,51 @@
+"""The compose stack's broker set up as `trainmedic broker start` sets up the local one: a SCRAM user
+per role (its password made once, kept in the credentials volume), the topics, every role's ACLs
+for the topic prefix, and each role's librdkafka settings in /credentials/ROLE.json (0600) for the
+services to mount.
+
+The admin connects with SASL/PLAIN on the broker's internal listener (its password is
+TRAINMEDIC_KAFKA_ADMIN_PASSWORD, which the broker's JAAS settings hold too); roles connect with
+SCRAM-SHA-512 on the client listeners. Run by the `kafka-init` service; idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from bus import credentials
+from bus.acls import GRANTS
+from bus.admin import create_topics, grant_roles, set_scram_users, wait_for_broker
+from bus.settings import KafkaSettings
+from schemas import DEFAULT_PREFIX
+from trainmedic.broker_auth import role_config, write_private
+
+FOLDER = Path(os.environ.get("TRAINMEDIC_CREDENTIALS_DIR", "/credentials"))
+SECRETS = FOLDER / "secrets.json"
+
+
+def main() -> int:
+    admin = KafkaSettings(
+        bootstrap=os.environ["TRAINMEDIC_KAFKA_BOOTSTRAP"],
+        topic_prefix=os.environ.get("TRAINMEDIC_TOPIC_PREFIX", DEFAULT_PREFIX),
+        extra={"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "admin"},
+        secrets={"sasl.password": os.environ["TRAINMEDIC_KAFKA_ADMIN_PASSWORD"]},
+    )
+    wait_for_broker(admin, 120.0)
+    found = json.loads(SECRETS.read_text()) if SECRETS.exists() else {}
+    passwords = {role: found.get(role) or secrets.token_urlsafe(24) for role in GRANTS}
+    credentials.write_roles(FOLDER, {role: role_config(role, passwords[role]) for role in GRANTS})
+    write_private(SECRETS, json.dumps(passwords, indent=2))
+    set_scram_users(admin, passwords)
+    created = create_topics(admin)
+    grant_roles(admin, admin.topic_prefix)
+    print(f"{len(passwords)} SCRAM users, {sum(v == 'created' for v in created.values())} topics created, "
+          f"ACLs granted for {admin.topic_prefix!r}; credentials in {FOLDER}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
