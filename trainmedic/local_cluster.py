@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from recovery.executor import rank_logs
 from recovery.executor.forkserver import PRELOAD_ENV
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ClusterLayout:
     """Where a local cluster keeps its files: services' logs, configs and fault files under `root`;
-    `home` is the TRAINMEDIC_HOME its services get, so each executor's state (ledger, rank logs,
-    snapshots) is `home/executor/NODE`, the services' default. Its keys are `keys`, else `home/keys`."""
+    `home` is the TRAINMEDIC_HOME its services get, so each executor's state (its ledger) is
+    `home/executor/NODE` and its ranks' files (logs, snapshots) `HOME-jobs/NODE/JOB`, the services'
+    defaults. Its keys are `keys`, else `home/keys`."""
 
     root: Path
     home: Path
@@ -184,8 +186,7 @@ class LocalCluster:
         return {r["rank"]: r["pid"] for r in ranks if r["job"] == job}
 
     def latest_rank_log(self, job: str) -> Path | None:
-        logs = [path for node in self.nodes for path in (self.layout.executor_dir(node) / "logs" / job).glob(
-            "g*-rank0.log")]
+        logs = [log.path for log in rank_logs.find(self.layout.home, job, rank=0)]
         return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
 
     def close(self) -> None:

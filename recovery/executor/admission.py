@@ -7,22 +7,23 @@ are held against the cluster's policy, and anything else is refused with the rul
 A command is admitted when, after an optional `nice -n N` (the executor's own wrapper):
 - its program is one of `allowed_executables` (then any arguments), or
 - it is `PYTHON -m MODULE ...` with PYTHON this executor's interpreter or one of
-  `allowed_interpreters` (an interpreter is the file it runs: `python` and `python3` of one
-  venv are one), and MODULE one of `allowed_modules` or inside one (a prefix), or
+  `allowed_interpreters`, and MODULE one of `allowed_modules` or inside one (a prefix), or
 - it is `PYTHON SCRIPT ...` with SCRIPT inside one of `allowed_script_dirs`;
 and, when `allowed_dirs` lists any, its checkpoint_dir and restore path lie inside one of them;
 its working directory inside one of those or of the script directories: for `python -m`, which
 imports from it first, always (none listed: no workdir), for anything else when any are listed.
 A relative program path, script or checkpoint_dir resolves against the job's `workdir`.
 
-A job's `env` must not name a variable that changes what an admitted program runs (the loader's
-`LD_*`, the interpreter's `PYTHONPATH`, `PYTHONSTARTUP`, `PATH`, … : `LOADER_ENV`) unless the
-policy's `job_env` lists it exactly: an admitted `python -m trainmedic.demo` with
-`PYTHONPATH=/tmp/x` would import whatever `/tmp/x` holds. This is a list of known loaders, not
-an allow-list: a program that reads another variable as code is not covered.
+An interpreter is the path it is listed by (`..` resolved, links not): the same binary elsewhere,
+a link to it in a venv of the job's making, is another Python, whose `pyvenv.cfg` and
+site-packages (and their `.pth` files) would run before the module does.
 
-Pure but for the file system: the program lookup (`which`), the link resolution (`real`) and the
-executor's interpreter are passed in.
+A job's `env` is an allow-list: it may set only the variables the policy's `job_env` names, since
+many change what an admitted program runs (`PYTHONPATH`, `LD_PRELOAD`, `HOME` with a `.pth` in
+its user site-packages, a plugin path, ...), and no list of those is complete.
+
+Pure but for the file system: the program lookup (`which`) and the executor's interpreter are
+passed in.
 """
 
 from __future__ import annotations
@@ -40,18 +41,6 @@ from schemas import WorkerSpec
 
 DEMO_MODULES = ("trainmedic.demo",)
 
-# Variables that make a program load or run other code than its argv says.
-LOADER_ENV = frozenset({
-    "PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "PYTHONPLATLIBDIR",
-    "PYTHONBREAKPOINT", "PYTHONINSPECT", "PYTHONEXECUTABLE", "BASH_ENV", "ENV", "IFS", "PERL5LIB",
-    "PERL5OPT", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "GCONV_PATH",
-    "OPENSSL_CONF", "OPENSSL_ENGINES", "SSLKEYLOGFILE", "GIT_EXEC_PATH", "TORCHINDUCTOR_CACHE_DIR",
-    "PYTHONPYCACHEPREFIX", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN",
-    "NCCL_PROFILER_PLUGIN", "NCCL_NET", "CUDA_INJECTION64_PATH",
-})
-LOADER_PREFIXES = ("LD_", "DYLD_")
-
-
 class AdmissionPolicy(BaseModel):
     """What this cluster lets a job run; the default admits the demo's training module only."""
 
@@ -65,15 +54,15 @@ class AdmissionPolicy(BaseModel):
         "as `PYTHON -m MODULE`")
     allowed_interpreters: tuple[str, ...] = Field(
         default=(), description="Pythons that may run the allowed modules and scripts, besides the "
-        "executor's own")
+        "executor's own: exact paths (or names looked up on PATH), links not followed")
     allowed_script_dirs: tuple[str, ...] = Field(
         default=(), description="directories whose scripts an allowed Python may run (`PYTHON SCRIPT`)")
     allowed_dirs: tuple[str, ...] = Field(
         default=(), description="directories a job's checkpoint_dir and restore path must be in; "
         "none listed: anywhere")
     job_env: tuple[str, ...] = Field(
-        default=(), description="loader variables (LOADER_ENV: PYTHONPATH, LD_PRELOAD, PATH, ...) a job's "
-        "env may set after all: exact names")
+        default=(), description="the variables a job's env may set: exact names (none listed: a job "
+        "sets none)")
     rank_env: tuple[str, ...] = Field(
         default=(), description="more variables the ranks get from the executor's environment: names, "
         "or prefixes ending in * (trainmedic's own credentials never pass)")
@@ -102,25 +91,24 @@ def resolve(program: str, which: Which = shutil.which) -> str | None:
 
 
 def admit(policy: AdmissionPolicy, worker: WorkerSpec, *, python: str = sys.executable,
-          which: Which = shutil.which, real: Callable[[str], str] = os.path.realpath) -> Refusal | None:
+          which: Which = shutil.which) -> Refusal | None:
     """None when `worker` may run under `policy`; else the Refusal that says which rule it breaks."""
     return (_environment(policy, worker)
-            or _program(policy, list(worker.command), python, which, real, worker.workdir)
+            or _program(policy, list(worker.command), python, which, worker.workdir)
             or _paths(policy, worker))
 
 
 def _environment(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
-    for name in sorted(worker.env):
-        if name in policy.job_env:
-            continue
-        if name in LOADER_ENV or name.startswith(LOADER_PREFIXES):
-            return Refusal("environment", f"the job's env sets {name}, which changes what the program loads "
-                           "(list it in job_env to allow it)")
+    unlisted = sorted(set(worker.env) - set(policy.job_env))
+    if unlisted:
+        return Refusal("environment", f"the job's env sets {', '.join(unlisted)}, which the policy's job_env "
+                       f"does not list ({', '.join(policy.job_env) or 'none'}): list a variable there to "
+                       "let jobs set it")
     return None
 
 
 def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which,
-             real: Callable[[str], str], workdir: str | None = None) -> Refusal | None:
+             workdir: str | None = None) -> Refusal | None:
     if argv[:2] == ["nice", "-n"] and len(argv) > 3 and NICENESS.fullmatch(argv[2]):
         argv = argv[3:]
     if not argv:
@@ -131,7 +119,7 @@ def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which
     if program in {resolve(p, which) for p in policy.allowed_executables}:
         return None
     pythons = {os.path.normpath(python)} | {resolve(p, which) for p in policy.allowed_interpreters}
-    if program not in pythons and real(program) not in {real(p) for p in pythons if p is not None}:
+    if program not in pythons:
         return Refusal("executable", f"{program} is not an allowed executable or interpreter "
                        "(allowed_executables, allowed_interpreters)")
     if len(argv) >= 3 and argv[1] == "-m":

@@ -7,7 +7,10 @@ are kept in STATE_DIR/ledger.jsonl), and acks it on the acks topic: accepted, th
 or failed; or refused, with the reason. It launches each rank as its own process group
 with the torch.distributed environment, stops ranks with SIGTERM then SIGKILL, sends
 SIGUSR1 for `reattempt`, and reports every rank exit on telemetry.worker. On SIGTERM or
-Ctrl-C it stops its ranks and exits. Rank output goes to STATE_DIR/logs/JOB/.
+Ctrl-C it stops its ranks and exits. A job's ranks keep their files in JOBS_DIR/JOB/ (output
+in logs/, snapshots in snapshots/; it is their HOME), outside TRAINMEDIC_HOME, and run as the
+--run-as user when given (the executor then runs as root); without one they run as the
+executor's own user, which is warned about at start.
 
 Only commands the admission policy allows are run (--allowed-*: by default the demo's
 module under this interpreter); any other is acked refused with the rule it broke. Ranks
@@ -38,8 +41,8 @@ from bus.metrics_flag import add_metrics_argument
 from bus.signals import stop_on_signals
 from recovery.executor.config import ExecutorConfig
 
-# The trusted keys and the node's key are loaded from keys_dir; the poll is an internal tick.
-EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("trusted", "node_key", "poll_s"))
+# The trusted keys, the node's key and the ranks' user are looked up; the poll is an internal tick.
+EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("trusted", "node_key", "rank_user", "poll_s"))
 OPTIONS = Options(EXECUTOR)
 
 
@@ -52,14 +55,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(options: Options, section: Section, args: argparse.Namespace, **computed) -> ExecutorConfig:
     """The executor's config: the trusted keys and the node's own key loaded from the keys folder
-    unless insecure, the keys folder and the state dir under TRAINMEDIC_HOME unless given."""
+    unless insecure, the keys folder and the state dir under TRAINMEDIC_HOME and the jobs' directories
+    beside it unless given, the ranks' user looked up. Warns, once, when ranks would run as the
+    executor's own user."""
+    import logging
+    import os
+    import pwd
+
     from bus.settings import home
     from recovery import keyring
+    from recovery.executor.job_dirs import SHARED_USER_WARNING, RankUser, default_root
 
     keyring.refuse_legacy()
-    return options.build(
+    config = options.build(
         section, args, **computed,
         state_dir=lambda values: home() / "executor" / str(values.get("node")),
+        jobs_dir=lambda values: default_root(home()) / str(values.get("node")),
+        rank_user=lambda values: (None if values.get("run_as") is None
+                                  else RankUser.named(str(values["run_as"]), os.geteuid())),
         keys_dir=lambda values: None if values.get("insecure") is True else keyring.default_dir(),
         trusted=lambda values: (None if values.get("insecure") is True
                                 else keyring.load_trusted(Path(values["keys_dir"]))),
@@ -67,6 +80,10 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
                                  else keyring.load_signing(Path(values["keys_dir"]),
                                                            keyring.node_role(str(values["node"])))),
     )
+    if config.rank_user is None:
+        own = pwd.getpwuid(os.geteuid()).pw_name
+        logging.getLogger("trainmedic.executor").warning(SHARED_USER_WARNING, own)
+    return config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         log.info("commands must be signed by one of the keys %s; acks signed with node key %s (from %s)",
                  config.trusted, config.node_key.key_id, config.keys_dir)
     stop = threading.Event()
-    serve_metrics(args.metrics_port)
+    serve_metrics(args.metrics_port, args.metrics_host)
     try:
         with stop_on_signals(stop):
             Executor(config, kafka).run(stop)

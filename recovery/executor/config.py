@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
 from recovery.executor.admission import AdmissionPolicy
+from recovery.executor.job_dirs import SNAPSHOTS, RankUser
 from recovery.signing import SigningKey, TrustedKeys
 
 DEFAULT_FRESHNESS_S = 60.0
@@ -21,8 +23,16 @@ class ExecutorConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     node: str = Field(min_length=1, description="this node's name, as commands address it")
-    state_dir: Path = Field(description="ledger, rank logs and snapshots "
+    state_dir: Path = Field(description="the executor's ledger and record of ranks "
                             "(default $TRAINMEDIC_HOME/executor/NODE)")
+    jobs_dir: Path = Field(description="the ranks' files: one directory per job with its logs and "
+                           "snapshots, the ranks' HOME; outside TRAINMEDIC_HOME, which holds the "
+                           "control plane's secrets (default $TRAINMEDIC_HOME-jobs/NODE)")
+    run_as: str | None = Field(default=None, description="the Unix user (name or uid) ranks run as, "
+                               "so that a job cannot read this node's keys and credentials; needs an "
+                               "executor running as root (none: ranks run as the executor's user, "
+                               "with a warning)")
+    rank_user: InstanceOf[RankUser] | None = Field(default=None, description="run_as, looked up")
     freshness_s: float = Field(default=DEFAULT_FRESHNESS_S, gt=0,
                                description="refuse commands whose ts is further than this from now")
     stop_grace_s: float = Field(default=DEFAULT_STOP_GRACE_S, gt=0,
@@ -43,6 +53,16 @@ class ExecutorConfig(BaseModel):
     admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy, description="which commands "
                                        "ranks may run, and what of this environment they get")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _jobs_beside_state(cls, values: Any) -> Any:
+        """A config built without jobs_dir (not by the CLI, which defaults it) keeps its jobs' files
+        beside its state dir, STATE_DIR-jobs, never inside it."""
+        if isinstance(values, dict) and values.get("jobs_dir") is None and values.get("state_dir"):
+            state = Path(values["state_dir"])
+            values = {**values, "jobs_dir": state.with_name(f"{state.name}-jobs")}
+        return values
+
     @model_validator(mode="after")
     def _one_trust_mode(self) -> ExecutorConfig:
         if self.insecure and (self.keys_dir is not None or self.trusted is not None or self.node_key):
@@ -53,16 +73,20 @@ class ExecutorConfig(BaseModel):
             raise ValueError("no trusted command keys or no key of this node: set --keys-dir (the "
                              "coordinator's *.pub files and this node's key), or pass --insecure to accept "
                              "unsigned commands and send unsigned acks")
+        if self.run_as is not None and (self.rank_user is None or self.run_as not in
+                                        (self.rank_user.name, str(self.rank_user.uid))):
+            raise ValueError(f"run_as {self.run_as!r} is not looked up (rank_user): build the config "
+                             "with the executor's build_config")
         return self
 
     @property
     def ledger_path(self) -> Path:
         return self.state_dir / "ledger.jsonl"
 
-    @property
-    def logs_dir(self) -> Path:
-        return self.state_dir / "logs"
+    def job_dir(self, job: str) -> Path:
+        """The directory of a job's ranks on this node: their HOME, logs and snapshots (job_dirs.py)."""
+        return self.jobs_dir / job
 
     def snapshot_dir(self, job: str) -> Path:
         """Node-local directory where a job's ranks keep their per-step snapshots."""
-        return self.state_dir / "snapshots" / job
+        return self.job_dir(job) / SNAPSHOTS

@@ -6,6 +6,9 @@ rank start", has the times).
 Only commands of the form `[nice -n N] PYTHON -m MODULE ARGS...`, where PYTHON is this
 executor's own interpreter, are forked warm; anything else starts cold with a plain exec.
 
+The server runs as the user the ranks run as (its forks are ranks) and without the user site
+directory (`-s`), as the ranks do.
+
 The server speaks JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice", "cwd"} in,
 {"pid"} or {"error"} out. Each rank is forked twice, so that it is re-parented to the
 executor (a child subreaper, see `become_subreaper`), which reaps it and reads its exit
@@ -43,6 +46,8 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from recovery.executor.job_dirs import RankUser
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +92,15 @@ def become_subreaper() -> bool:
 
 
 class WarmLauncher:
-    """The executor's handle on its fork server (started at once, so it warms up early)."""
+    """The executor's handle on its fork server (started at once, so it warms up early), run as
+    `user` when given."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1"}
+    def __init__(self, env: Mapping[str, str] | None = None, user: RankUser | None = None) -> None:
+        server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1"}
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "recovery.executor.forkserver"], stdin=subprocess.PIPE,
+            [sys.executable, "-s", "-m", "recovery.executor.forkserver"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=server_env, text=True, bufsize=1,
+            **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
         )
         self._lock = threading.Lock()
 

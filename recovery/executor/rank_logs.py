@@ -1,9 +1,10 @@
 """The ranks' output files an executor writes, and reading them back (`trainmedic job logs`).
 
-Each rank's stdout and stderr go to STATE_DIR/logs/JOB/gGENERATION-rankRANK.log on the node that
-ran it; STATE_DIR is $TRAINMEDIC_HOME/executor/NODE unless the executor was given another. So the
-logs of a job are on the machines that ran it: this module reads those of this machine, every
-node's executor under one TRAINMEDIC_HOME (as `trainmedic run` and the demo place them).
+Each rank's stdout and stderr go to JOBS_DIR/JOB/logs/gGENERATION-rankRANK.log on the node that
+ran it; JOBS_DIR is $TRAINMEDIC_HOME-jobs/NODE unless the executor was given another (job_dirs.py).
+So the logs of a job are on the machines that ran it: this module reads those of this machine,
+every node's executor with the default JOBS_DIR of one TRAINMEDIC_HOME (as `trainmedic run` and
+the demo place them).
 
 All ranks are shown together with a `[rank N]` prefix: a generation at a time, their lines taken in
 turn (data-parallel ranks print in step), and, when following, as they are written.
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
+
+from recovery.executor.job_dirs import LOGS, default_root
 
 _NAME = re.compile(r"g(\d+)-rank(\d+)\.log")
 
@@ -35,14 +38,14 @@ class RankLog:
 
 def job_logs_glob(home: Path, job: str) -> str:
     """Where the logs of `job` are looked for on this machine, for messages."""
-    return str(home / "executor" / "*" / "logs" / job)
+    return str(default_root(home) / "*" / job / LOGS)
 
 
 def find(home: Path, job: str, rank: int | None = None) -> list[RankLog]:
-    """The rank logs of `job` under `home` (every node's executor there), by generation and rank;
+    """The rank logs of `job` beside `home` (every node's executor of it), by generation and rank;
     only rank `rank`'s when given."""
     found = []
-    for path in home.glob(f"executor/*/logs/{glob_escape(job)}/g*-rank*.log"):
+    for path in default_root(home).glob(f"*/{glob_escape(job)}/{LOGS}/g*-rank*.log"):
         match = _NAME.fullmatch(path.name)
         if match is None:
             continue

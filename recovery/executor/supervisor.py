@@ -9,6 +9,11 @@ the group reaches everything the rank started. A rank that ended is first observ
 without being reaped (`waitid(WNOWAIT)`): its pid, and so its group id, cannot be reused
 while we SIGKILL what it left behind in the group; only then is it reaped.
 
+Ranks run as the executor's `user` when it has one (job_dirs.RankUser; the executor is root then,
+so it still signals, reaps and adopts them), in their job's directory as HOME, with the user site
+directory off (PYTHONNOUSERSITE, which their own Pythons inherit too): a `.pth` written to a HOME
+is never loaded.
+
 A rank adopted from a previous executor (leftovers.py) is not our child: it is polled in
 /proc each time we reap (its pid gone, or running with another start time, means it ended),
 and its exit status cannot be known, so its `RankExit` says so in `reason`.
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from recovery.executor import leftovers
+from recovery.executor import job_dirs, leftovers
 from recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
 from recovery.executor.rank_logs import log_name
 from recovery.executor.restart import RecordedRank
@@ -69,12 +74,15 @@ class RankProcess:
 
 
 class Supervisor:
-    """Owns the rank processes of every job on this node; records them in `registry` when given."""
+    """Owns the rank processes of every job on this node, run as `user` when given; records them in
+    `registry` when given."""
 
-    def __init__(self, registry: Path | None = None, launcher: WarmLauncher | None = None) -> None:
+    def __init__(self, registry: Path | None = None, launcher: WarmLauncher | None = None,
+                 user: job_dirs.RankUser | None = None) -> None:
         self._ranks: dict[str, list[RankProcess]] = {}
         self._registry = registry
         self._launcher = launcher
+        self._user = user
 
     def use_launcher(self, launcher: WarmLauncher | None) -> None:
         """Fork ranks warm through `launcher` from now on (None: start every rank cold)."""
@@ -91,9 +99,10 @@ class Supervisor:
         ])
 
     def launch(
-        self, job: str, generation: int, spec: WorkerSpec, envs: list[Mapping[str, str]], log_dir: Path,
+        self, job: str, generation: int, spec: WorkerSpec, envs: list[Mapping[str, str]], job_dir: Path,
     ) -> list[int]:
-        """Start one process per entry of `envs` (one per local rank); returns their pids.
+        """Start one process per entry of `envs` (one per local rank) with `job_dir` as its HOME and
+        its output in `job_dir`/logs, the directory made the user's first; returns their pids.
 
         Each rank is recorded as soon as it started, so an executor that dies in between leaves
         none unrecorded for the next one. If one cannot start, the ones already started are
@@ -105,11 +114,12 @@ class Supervisor:
             # error, never its node's, whichever node it was planned on.
             raise NotADirectoryError(
                 errno.ENOTDIR, f"workdir {spec.workdir} is not a directory on this node: no rank started")
-        log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir = job_dirs.prepare(job_dir, self._user)
         target = warm_target(spec.command) if self._launcher is not None else None
         started: list[RankProcess] = []
         try:
-            for rank, env in zip(spec.ranks, envs, strict=True):
+            for rank, given in zip(spec.ranks, envs, strict=True):
+                env = {**given, "HOME": str(job_dir), "PYTHONNOUSERSITE": "1"}
                 path = log_dir / log_name(generation, rank)
                 pid = self._start_warm(target, env, path, spec.workdir) if target is not None else None
                 popen, log_file = None, None
@@ -155,15 +165,16 @@ class Supervisor:
             log.warning("warm start failed (%s); starting the rank cold", err)
             return None
 
-    @staticmethod
     def _start_cold(
-        command: tuple[str, ...], env: Mapping[str, str], path: Path, cwd: str | None,
+        self, command: tuple[str, ...], env: Mapping[str, str], path: Path, cwd: str | None,
     ) -> tuple[subprocess.Popen, IO[bytes]]:
         log_file = path.open("ab")
+        user = self._user
         try:
             popen = subprocess.Popen(
                 list(command), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
             )
         except OSError:
             log_file.close()

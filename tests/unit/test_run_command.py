@@ -96,4 +96,4 @@ def test_a_run_keeps_its_keys_in_a_folder_of_its_own(tmp_path: Path) -> None:
     env = cluster.env()  # every service is told the run's folder
     told = {env["TRAINMEDIC_COORDINATOR_KEYS_DIR"], env["TRAINMEDIC_EXECUTOR_KEYS_DIR"]}
     assert told == {str(tmp_path / "run" / "keys")}
-    assert layout.executor_dir("local-0") == tmp_path / "executor" / "local-0"  # where `job logs` looks
+    assert layout.executor_dir("local-0") == tmp_path / "executor" / "local-0"  # its ledger

@@ -17,7 +17,7 @@ the job and everything `run` started, and exits 130 (143).
 The script is a plain data-parallel torch script that adopts the worker runtime
 (`recovery.worker.init_from_env`, docs/adopting.md): it joins the process
 group, restores from a surviving replica after a restart and reports its steps. Each rank's
-output goes to $TRAINMEDIC_HOME/executor/NODE/logs/JOB/ (`trainmedic job logs JOB --follow`);
+output goes to $TRAINMEDIC_HOME-jobs/NODE/JOB/logs/ (`trainmedic job logs JOB --follow`);
 `trainmedic job status JOB` shows its progress (with the TRAINMEDIC_TOPIC_PREFIX `run` prints).
 The same job runs on a real cluster with `trainmedic job submit job.yaml`, once its nodes name
 the cluster's. See docs/run.md.

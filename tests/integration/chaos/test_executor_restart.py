@@ -55,6 +55,7 @@ class Node:
 
     def __init__(self, kafka, root: Path, *flags: str) -> None:
         self.kafka, self.state, self.flags, self.logs = kafka, root / "state", flags, root
+        self.jobs = root / "jobs"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
@@ -65,7 +66,7 @@ class Node:
                "TRAINMEDIC_TOPIC_PREFIX": self.kafka.topic_prefix}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trainmedic.cli", "executor", "--node", "n1",
-             "--state-dir", str(self.state), "--stop-grace-s", "5",
+             "--state-dir", str(self.state), "--jobs-dir", str(self.jobs), "--stop-grace-s", "5",
              "--keys-dir", str(trusted_folder(self.logs)), *self.flags],
             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -110,7 +111,8 @@ def send(kafka):
     producer = EventProducer(kafka)
 
     def publish(command: Command) -> Command:
-        command = KEY.sign(command.model_copy(update={"signature": None, "key_id": None}))
+        command = KEY.sign(command.model_copy(update={"signature": None, "key_id": None,
+                                                      "deployment": kafka.topic_prefix}))
         producer.send(kafka.topics.commands, command, key=command.node)
         producer.flush()
         return command
@@ -141,7 +143,7 @@ def test_a_killed_executor_restarts_without_stopping_training(kafka, node_root, 
     send(Command(ts=time.time(), node="n1", id="start-0", job=job, generation=0, action=CommandAction.START,
                  worker=worker))
     events.wait_for(lambda e: e.type == "ack" and e.command_id == "start-0" and e.status == "done")
-    logs = node.state / "logs" / job
+    logs = node.jobs / job / "logs"
     wait_until(lambda: all(len(steps_in(logs / f"g0-rank{r}.log")) >= 5 for r in (0, 1)), 90, "5 steps")
     recorded = node.ranks()
     assert sorted(r["rank"] for r in recorded) == [0, 1]

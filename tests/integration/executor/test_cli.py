@@ -25,7 +25,8 @@ def start_cli(kafka, state: Path, log: Path, stop_grace_s: float = 2.0) -> subpr
     env.pop("TRAINMEDIC_CLUSTER_KEY_FILE", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainmedic.cli", "executor", "--node", "n1", "--insecure", "--state-dir",
-         str(state), "--stop-grace-s", str(stop_grace_s), "--allowed-executables", "sh"],
+         str(state), "--jobs-dir", str(state.with_name(f"{state.name}-jobs")), "--stop-grace-s",
+         str(stop_grace_s), "--allowed-executables", "sh"],
         env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     deadline = time.monotonic() + 30

@@ -51,7 +51,7 @@ def test_a_rank_gets_its_jobs_env_and_failure_settings_and_runs_in_its_workdir(
     workdir = tmp_path / "work"
     workdir.mkdir()
     # `python -m` in a workdir: admitted only where the policy lists it (it imports from there first)
-    listed = POLICY.model_copy(update={"allowed_dirs": (str(tmp_path),)})
+    listed = POLICY.model_copy(update={"allowed_dirs": (str(tmp_path),), "job_env": tuple(JOB_ENV)})
     start_executor("n1", warm_start=warm, admission=listed)
     seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
     worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,

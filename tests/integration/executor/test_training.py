@@ -44,7 +44,7 @@ def test_kill_restart_from_replica_reattempt_and_stop(start_executor, send, even
     job = f"demo-{os.getpid()}-{free_port}"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ex = start_executor("n1").executor
-    logs = tmp_path / "n1" / "logs" / job
+    logs = ex.config.job_dir(job) / "logs"
     argv = (sys.executable, "-m", "trainmedic.demo.train", "--steps", "100000", "--step-s", "0.05",
             "--timeout-s", "20")
 

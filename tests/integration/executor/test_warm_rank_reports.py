@@ -68,7 +68,7 @@ def test_a_warm_rank_reports_its_last_events_however_it_ends(
     pid = warm.launch(job, 0, spec, [env], tmp_path)[0]
     launched[pid] = LaunchedRank(job, 0, 0, 1, 0)
     ended = exit_of(warm)
-    assert (ended.pid, ended.exit_code) == (pid, code), (tmp_path / "g0-rank0.log").read_text()
+    assert (ended.pid, ended.exit_code) == (pid, code), (tmp_path / "logs" / "g0-rank0.log").read_text()
     kind, error = expected
     deadline = time.monotonic() + 20
     while not [e for e in published if e.type == kind] and time.monotonic() < deadline:

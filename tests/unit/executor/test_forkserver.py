@@ -60,14 +60,14 @@ def test_a_warm_rank_gets_its_env_args_log_session_and_exit_code(warm_supervisor
     pid = start(warm_supervisor, tmp_path, "--flag", PROBE="hello", PROBE_EXIT="3")
     ended = wait_exit(warm_supervisor)
     assert (ended.pid, ended.exit_code, ended.signal) == (pid, 3, None)
-    log = (tmp_path / "g0-rank0.log").read_text()
+    log = (tmp_path / "logs" / "g0-rank0.log").read_text()
     assert "argv=['--flag'] probe=hello pgid_is_pid=True" in log
 
 
 def test_a_warm_rank_killed_by_a_signal_reports_it(warm_supervisor, tmp_path: Path) -> None:
     pid = start(warm_supervisor, tmp_path, "--sleep")
     deadline = time.monotonic() + 30
-    while "probe=" not in (tmp_path / "g0-rank0.log").read_text() and time.monotonic() < deadline:
+    while "probe=" not in (tmp_path / "logs" / "g0-rank0.log").read_text() and time.monotonic() < deadline:
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     ended = wait_exit(warm_supervisor)
@@ -80,4 +80,4 @@ def test_an_unimportable_module_fails_in_its_rank_with_the_reason(warm_superviso
     warm_supervisor.launch("j", 0, spec, [dict(os.environ)], tmp_path)
     ended = wait_exit(warm_supervisor)
     assert ended.exit_code == 1
-    assert "No module named no_such_module_here" in (tmp_path / "g0-rank0.log").read_text()
+    assert "No module named no_such_module_here" in (tmp_path / "logs" / "g0-rank0.log").read_text()

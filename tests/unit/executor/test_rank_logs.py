@@ -4,40 +4,48 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from recovery.executor.rank_logs import Tail, find, interleaved, log_name
 
 
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A TRAINMEDIC_HOME whose jobs' directories, beside it, are in home too."""
+    return tmp_path / ".trainmedic"
+
+
 def write(home: Path, node: str, job: str, generation: int, rank: int, text: str) -> Path:
-    path = home / "executor" / node / "logs" / job / log_name(generation, rank)
+    path = home.parent / ".trainmedic-jobs" / node / job / "logs" / log_name(generation, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(text)
     return path
 
 
-def test_all_ranks_of_every_node_interleaved_a_generation_at_a_time(tmp_path: Path) -> None:
-    write(tmp_path, "n0", "j", 0, 0, "step 0\nstep 1\n")
-    write(tmp_path, "n1", "j", 0, 1, "step 0\nstep 1\nbye\n")
-    write(tmp_path, "n1", "j", 1, 1, "restored\n")
-    write(tmp_path, "n0", "other", 0, 0, "not ours\n")
-    write(tmp_path, "n0", "j", 0, 7, "")
-    (tmp_path / "executor" / "n0" / "logs" / "j" / "notes.txt").write_text("not a rank log\n")
-    assert list(interleaved(find(tmp_path, "j"))) == [
+def test_all_ranks_of_every_node_interleaved_a_generation_at_a_time(home: Path) -> None:
+    write(home, "n0", "j", 0, 0, "step 0\nstep 1\n")
+    write(home, "n1", "j", 0, 1, "step 0\nstep 1\nbye\n")
+    write(home, "n1", "j", 1, 1, "restored\n")
+    write(home, "n0", "other", 0, 0, "not ours\n")
+    write(home, "n0", "j", 0, 7, "")
+    (home.parent / ".trainmedic-jobs" / "n0" / "j" / "logs" / "notes.txt").write_text("not a rank log\n")
+    assert list(interleaved(find(home, "j"))) == [
         "== generation 0: rank 0 on n0, rank 1 on n1, rank 7 on n0 ==",
         "[rank 0] step 0", "[rank 1] step 0", "[rank 0] step 1", "[rank 1] step 1", "[rank 1] bye",
         "== generation 1: rank 1 on n1 ==", "[rank 1] restored",
     ]
-    assert [(log.generation, log.node) for log in find(tmp_path, "j", rank=1)] == [(0, "n1"), (1, "n1")]
-    assert find(tmp_path, "nothing-here") == []
+    assert [(log.generation, log.node) for log in find(home, "j", rank=1)] == [(0, "n1"), (1, "n1")]
+    assert find(home, "nothing-here") == []
 
 
-def test_following_returns_whole_new_lines_and_new_files_from_their_start(tmp_path: Path) -> None:
+def test_following_returns_whole_new_lines_and_new_files_from_their_start(home: Path) -> None:
     tail = Tail()
-    write(tmp_path, "n0", "j", 0, 0, "a\npart")
-    assert tail.read(find(tmp_path, "j")) == ["== generation 0: rank 0 on n0 ==", "[rank 0] a"]
-    assert tail.read(find(tmp_path, "j")) == []
-    write(tmp_path, "n0", "j", 0, 0, "ial\nb\n")
-    write(tmp_path, "n1", "j", 1, 1, "c\nno newline")
-    assert tail.read(find(tmp_path, "j")) == ["[rank 0] partial", "[rank 0] b",
+    write(home, "n0", "j", 0, 0, "a\npart")
+    assert tail.read(find(home, "j")) == ["== generation 0: rank 0 on n0 ==", "[rank 0] a"]
+    assert tail.read(find(home, "j")) == []
+    write(home, "n0", "j", 0, 0, "ial\nb\n")
+    write(home, "n1", "j", 1, 1, "c\nno newline")
+    assert tail.read(find(home, "j")) == ["[rank 0] partial", "[rank 0] b",
                                               "== generation 1: rank 1 on n1 ==", "[rank 1] c"]
     assert tail.rest() == ["[rank 1] no newline"]

@@ -67,7 +67,7 @@ def test_exit_codes_and_signals_are_reported(supervisor, tmp_path):
 
 def test_stop_kills_the_whole_process_group(supervisor, tmp_path):
     launch(supervisor, tmp_path, "sleep 60 & echo $!; wait")
-    child = grandchild_pid(tmp_path / "g0-rank0.log")
+    child = grandchild_pid(tmp_path / "logs" / "g0-rank0.log")
     assert alive(child)
     exits = supervisor.stop("j", grace_s=5)
     assert [e.signal for e in exits] == [signal.SIGTERM]
@@ -79,7 +79,7 @@ def test_stop_kills_the_whole_process_group(supervisor, tmp_path):
 
 def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace_period(supervisor, tmp_path):
     launch(supervisor, tmp_path, 'trap "" TERM; echo ready; sleep 60 & wait; sleep 60')
-    grandchild_pid_file = tmp_path / "g0-rank0.log"
+    grandchild_pid_file = tmp_path / "logs" / "g0-rank0.log"
     deadline = time.monotonic() + 5
     while not grandchild_pid_file.read_text() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -89,7 +89,7 @@ def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace_period(supervisor
 
 def test_a_dead_rank_leaves_nothing_behind_in_its_group(supervisor, tmp_path):
     pids = launch(supervisor, tmp_path, "sleep 60 & echo $!; wait")
-    child = grandchild_pid(tmp_path / "g0-rank0.log")
+    child = grandchild_pid(tmp_path / "logs" / "g0-rank0.log")
     os.kill(pids[0], signal.SIGKILL)
     assert [e.signal for e in wait_exits(supervisor, 1)] == [9]
     deadline = time.monotonic() + 5

@@ -1,0 +1,70 @@
+"""Where a job's ranks keep their files on this node, and which Unix user they run as.
+
+A rank runs the job's code, so nothing of the control plane may be on its path or in its reach.
+Its logs, snapshots and HOME are one directory per job under the executor's `jobs_dir`, by default
+a sibling of the home (`$TRAINMEDIC_HOME-jobs/NODE`), never inside it: the home holds credentials/,
+keys/ and the broker's secrets, and the executor's own state stays there. The job's directory is
+0700 and belongs to the user the ranks run as (`run_as`), who can then write it and nothing of the
+executor's; `jobs_dir` itself is 0711, so a rank reaches its own job's directory without listing
+the others.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+
+from bus.errors import ConfigError
+
+LOGS = "logs"
+SNAPSHOTS = "snapshots"
+SHARED_USER_WARNING = (
+    "RANKS RUN AS THE EXECUTOR'S OWN USER (%s): a job can read this node's keys and credentials, "
+    "and the executor's environment; set run_as (--run-as, TRAINMEDIC_EXECUTOR_RUN_AS) to a user of "
+    "their own and run the executor as root (docs/security.md, \"Ranks carry no secrets\")")
+
+
+@dataclass(frozen=True, slots=True)
+class RankUser:
+    """The Unix user (and its primary group, no other) every rank of this executor runs as."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def named(cls, who: str, euid: int) -> RankUser:
+        """`who` (a user name or uid) as a rank user of an executor running as `euid`; a ConfigError
+        when there is no such user, it is root, or the executor cannot switch to it."""
+        try:
+            entry = pwd.getpwuid(int(who)) if who.isdigit() else pwd.getpwnam(who)
+        except KeyError:
+            raise ConfigError(f"run_as: no user {who!r} on this node (create one for the ranks, e.g. "
+                              "`useradd --system trainmedic-rank`)") from None
+        if entry.pw_uid == 0:
+            raise ConfigError("run_as: ranks running as root could read everything of this node's "
+                              "control plane; name an unprivileged user")
+        if euid != 0:
+            raise ConfigError(f"run_as: switching ranks to {entry.pw_name} needs an executor running as "
+                              f"root, and this one runs as uid {euid}")
+        return cls(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def default_root(home: Path) -> Path:
+    """Where the jobs' directories of every node of this machine are, next to `home`, not in it."""
+    return home.with_name(f"{home.name}-jobs")
+
+
+def prepare(job_dir: Path, user: RankUser | None) -> Path:
+    """Make `job_dir` (0700, with its logs and snapshots directories) the ranks' own: `user`'s when
+    given; its parent, the executor's `jobs_dir`, 0711. Returns the logs directory."""
+    job_dir.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(job_dir.parent, 0o711)
+    for path in (job_dir, job_dir / LOGS, job_dir / SNAPSHOTS):
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)  # an existing one too, and whatever the umask
+        if user is not None:
+            os.chown(path, user.uid, user.gid)
+    return job_dir / LOGS

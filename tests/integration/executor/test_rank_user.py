@@ -1,0 +1,106 @@
+"""A real executor told to run ranks as another user (run_as): each rank, cold or forked warm, is that
+user, keeps its files outside TRAINMEDIC_HOME, and cannot read the control plane's secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bus.settings import credentials_dir, home
+from recovery import keyring
+from recovery.executor.job_dirs import RankUser
+from schemas import Command, CommandAction, WorkerSpec
+
+RANK_USER = "trainmedic-rank"
+
+
+def _grant_traverse(paths: list[Path]) -> list[tuple[Path, int]]:
+    """Let other users pass the directories above `paths` (this machine's interpreter is under /root,
+    0700); returns each changed directory with its mode before, to put back."""
+    changed = []
+    for path in paths:
+        for parent in reversed(path.parents):
+            mode = parent.stat().st_mode
+            if not mode & stat.S_IXOTH and parent not in dict(changed):
+                changed.append((parent, stat.S_IMODE(mode)))
+                os.chmod(parent, stat.S_IMODE(mode) | stat.S_IXOTH)
+    return changed
+
+
+@pytest.fixture(scope="module")
+def rank_user() -> Iterator[RankUser]:
+    """The system user ranks run as (made when missing, and then deleted after), able to run this
+    interpreter and read the tests' code, as a deployment's rank user must be."""
+    assert os.geteuid() == 0, "an executor switches ranks to another user only as root"
+    made = subprocess.run(["id", RANK_USER], capture_output=True).returncode != 0
+    if made:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", RANK_USER],
+                       check=True)
+    opened = _grant_traverse([Path(sys.executable), Path(os.path.realpath(sys.executable)), Path.cwd()])
+    try:
+        yield RankUser.named(RANK_USER, os.geteuid())
+    finally:
+        for path, mode in opened:
+            os.chmod(path, mode)
+        if made:
+            subprocess.run(["userdel", RANK_USER], check=True)
+
+
+@pytest.fixture
+def jobs_dir() -> Iterator[Path]:
+    """The executor's jobs_dir, where the rank user can reach its job's directory (tmp_path cannot be
+    passed: pytest makes its folders 0700)."""
+    with tempfile.TemporaryDirectory() as where:
+        os.chmod(where, 0o755)
+        yield Path(where) / "n1"
+
+
+@pytest.fixture
+def node_key_file() -> Iterator[Path]:
+    """A node's private key as `trainmedic keys generate --node` writes it, in a folder others may pass."""
+    with tempfile.TemporaryDirectory() as where:
+        os.chmod(where, 0o755)
+        keys = Path(where) / "keys"
+        key_id = keyring.generate_key(keys, time.time(), keyring.node_role("n1"))
+        yield keys / f"{key_id}.key"
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_rank_runs_as_the_run_as_user_and_cannot_read_the_control_planes_files(
+        start_executor, send, events, rank_user: RankUser, jobs_dir: Path, node_key_file: Path,
+        warm: bool) -> None:
+    secrets = credentials_dir().parent / "broker" / "secrets.json"
+    protected = [credentials_dir(), secrets, node_key_file, Path(f"/proc/{os.getpid()}/environ")]
+    assert all(path.exists() for path in protected[:3]), protected  # the secure local broker's, and a key
+    executor = start_executor("n1", warm_start=warm, run_as=rank_user.name, rank_user=rank_user,
+                              jobs_dir=jobs_dir)
+    config, job = executor.executor.config, f"user-{uuid.uuid4().hex[:8]}"
+    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+                        command=(sys.executable, "-m", "tests.integration.executor.user_probe",
+                                 *map(str, protected)))
+    send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
+                 action=CommandAction.START, worker=worker))
+    ended = events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
+    output = (config.job_dir(job) / "logs" / "g0-rank0.log").read_text()
+    assert ended.exit_code == 0, output
+    found = json.loads(output.splitlines()[-1])
+    assert found["reads"] == {str(path): "PermissionError" for path in protected}  # as root: "read"
+    assert found["warm"] is warm
+    assert (found["uid"], found["gid"]) == (rank_user.uid, rank_user.gid)
+    assert set(found["groups"]) <= {rank_user.gid}  # none of the executor's groups
+    job_dir = config.job_dir(job)
+    assert (found["home"], found["snapshots"]) == (str(job_dir), str(job_dir / "snapshots"))
+    assert not job_dir.is_relative_to(home()) and not job_dir.is_relative_to(credentials_dir().parent)
+    owner = job_dir.stat()
+    assert (owner.st_uid, stat.S_IMODE(owner.st_mode)) == (rank_user.uid, 0o700)

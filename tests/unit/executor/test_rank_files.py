@@ -1,0 +1,145 @@
+"""The ranks' files and identity: job directories outside the home, the run_as user, no user site."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bus.errors import ConfigError
+from recovery.executor import cli, job_dirs
+from recovery.executor.config import ExecutorConfig
+from recovery.executor.forkserver import WarmLauncher
+from recovery.executor.job_dirs import RankUser
+from recovery.executor.supervisor import Supervisor
+from schemas import WorkerSpec
+
+NOBODY = RankUser("nobody", 65534, 65534)
+# A venv's Python never reads a user site; the Python it was made from does (as the executor's user).
+BASE_PYTHON = getattr(sys, "_base_executable", sys.executable)
+SITE = Path(".local", "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+
+
+def build(tmp_path: Path, monkeypatch, *argv: str):
+    monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path / "home"))
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--node", "n1", "--insecure", *argv])
+    return cli.build_config(cli.OPTIONS, cli.EXECUTOR, args)
+
+
+def test_the_jobs_directories_are_beside_the_home_and_the_executors_state_in_it(tmp_path, monkeypatch):
+    config = build(tmp_path, monkeypatch)
+    assert config.state_dir == tmp_path / "home" / "executor" / "n1"
+    assert config.jobs_dir == tmp_path / "home-jobs" / "n1"
+    assert config.job_dir("llm") == tmp_path / "home-jobs" / "n1" / "llm"
+    assert config.snapshot_dir("llm") == tmp_path / "home-jobs" / "n1" / "llm" / "snapshots"
+    assert not config.snapshot_dir("llm").is_relative_to(tmp_path / "home")
+
+
+def test_without_run_as_the_executor_warns_that_ranks_share_its_user(tmp_path, monkeypatch, caplog) -> None:
+    with caplog.at_level(logging.WARNING, "trainmedic.executor"):
+        config = build(tmp_path, monkeypatch)
+    assert config.rank_user is None
+    warned = [r.getMessage() for r in caplog.records if "RANKS RUN AS THE EXECUTOR'S OWN" in r.getMessage()]
+    assert len(warned) == 1 and "can read this node's keys and credentials" in warned[0]
+
+
+def test_run_as_is_a_flag_a_variable_or_a_yaml_key_and_is_looked_up(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with caplog.at_level(logging.WARNING, "trainmedic.executor"):
+        assert build(tmp_path, monkeypatch, "--run-as", "nobody").rank_user == NOBODY
+    assert not caplog.records
+    monkeypatch.setenv("TRAINMEDIC_EXECUTOR_RUN_AS", "65534")
+    assert build(tmp_path, monkeypatch).rank_user == NOBODY
+    monkeypatch.delenv("TRAINMEDIC_EXECUTOR_RUN_AS")
+    (tmp_path / "executor.yaml").write_text("run_as: nobody\n")
+    assert build(tmp_path, monkeypatch, "--config", str(tmp_path / "executor.yaml")).rank_user == NOBODY
+
+
+@pytest.mark.parametrize(("who", "euid", "words"), [
+    ("no-such-user-here", 0, "run_as: no user 'no-such-user-here' on this node"),
+    ("root", 0, "ranks running as root could read everything"),
+    ("0", 0, "ranks running as root"),
+    ("nobody", 1000, "switching ranks to nobody needs an executor running as root, and this one runs as "
+                     "uid 1000"),
+])
+def test_a_rank_user_that_cannot_be_is_a_configuration_error(who, euid, words) -> None:
+    with pytest.raises(ConfigError, match=words):
+        RankUser.named(who, euid)
+
+
+def test_a_config_naming_run_as_without_its_looked_up_user_is_refused(tmp_path: Path) -> None:
+    # else its ranks would silently run as the executor's user
+    with pytest.raises(ValueError, match="run_as 'nobody' is not looked up"):
+        ExecutorConfig(node="n1", state_dir=tmp_path, insecure=True, run_as="nobody")
+    config = ExecutorConfig(node="n1", state_dir=tmp_path / "n1", insecure=True, run_as="nobody",
+                            rank_user=NOBODY)
+    assert config.jobs_dir == tmp_path / "n1-jobs"  # built without one: beside the state dir
+
+
+def test_a_job_directory_is_the_rank_users_own_0700_in_a_0711_jobs_dir(tmp_path, monkeypatch) -> None:
+    owned: list[tuple[Path, int, int]] = []
+    monkeypatch.setattr(os, "chown", lambda path, uid, gid: owned.append((Path(path), uid, gid)))
+    job = tmp_path / "jobs" / "n1" / "llm"
+    assert job_dirs.prepare(job, NOBODY) == job / "logs"
+    for path in (job, job / "logs", job / "snapshots"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700
+        assert (path, NOBODY.uid, NOBODY.gid) in owned
+    assert stat.S_IMODE(job.parent.stat().st_mode) == 0o711
+    os.chmod(job, 0o755)  # a restart puts it right again
+    job_dirs.prepare(job, None)
+    assert stat.S_IMODE(job.stat().st_mode) == 0o700
+
+
+def evil_home(tmp_path: Path) -> tuple[Path, Path]:
+    """A HOME whose user site-packages holds a .pth that leaves a mark when Python starts."""
+    home, mark = tmp_path / "evil-home", tmp_path / "owned"
+    (home / SITE).mkdir(parents=True)
+    (home / SITE / "evil.pth").write_text(f"import pathlib; pathlib.Path({str(mark)!r}).write_text('ran')\n")
+    return home, mark
+
+
+def wait_exit(sup: Supervisor, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if exits := sup.reap():
+            return exits[0]
+        time.sleep(0.02)
+    raise AssertionError("the rank did not end")
+
+
+def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp_path: Path) -> None:
+    home, mark = evil_home(tmp_path)
+    job = tmp_path / "jobs" / "llm"
+    (job / SITE).mkdir(parents=True)  # its own HOME's site too: a rank of an earlier generation wrote it
+    (job / SITE / "evil.pth").write_text((home / SITE / "evil.pth").read_text())
+    probe = ("import os, site; "
+             "print(site.ENABLE_USER_SITE, os.environ['HOME'], os.environ['PYTHONNOUSERSITE'])")
+    spec = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1,
+                      command=(BASE_PYTHON, "-c", probe))
+    sup = Supervisor()
+    sup.launch("llm", 0, spec, [{**os.environ, "HOME": str(home)}], job)
+    assert wait_exit(sup).exit_code == 0
+    assert (job / "logs" / "g0-rank0.log").read_text().split() == ["False", str(job), "1"]
+    assert not mark.exists()
+
+
+def test_the_fork_server_starts_without_a_user_site(tmp_path: Path) -> None:
+    home, _ = evil_home(tmp_path)
+    launcher = WarmLauncher(env={**os.environ, "HOME": str(home)})
+    try:
+        pid, deadline = launcher._proc.pid, time.monotonic() + 10
+        while not Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)  # read at once, it is sometimes still empty
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:4] == [
+            sys.executable.encode(), b"-s", b"-m", b"recovery.executor.forkserver"]
+        assert b"PYTHONNOUSERSITE=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    finally:
+        launcher.close()
