@@ -2,12 +2,14 @@
 
 A node is blamed with hardware evidence, or when its failures correlate with it and not with
 the job; a failure that follows the job (a software category escalated by repetition, a
-command that cannot run, the same error on several nodes) is the job's (TAXONOMY.md).
+command that cannot run, the same error on several nodes) is the job's (TAXONOMY.md). What a
+job reports concerns only that job: only failures of jobs the coordinator ran on the node count
+against it, so reports naming invented jobs, or a job on a node it never ran on, blame no node.
 """
 
 from __future__ import annotations
 
-from recovery.coordinator.state import ClusterState
+from recovery.coordinator.state import ClusterState, Job
 from schemas.incident import Incident, Severity
 
 # Categories whose evidence is the program's behaviour, not the hardware's: a SEV1 in one of
@@ -39,11 +41,24 @@ def cannot_run(reason: str | None) -> bool:
 
 def blames_node(state: ClusterState, incident: Incident) -> bool:
     """A SEV1 that names a node isolates it unless its failure follows the job: a software
-    category counts against the node only when the node failed that way for another job too."""
+    category counts against the node only when two different jobs that the coordinator ran on
+    the node failed there (a job it does not know, or one that never ran there, counts for none)."""
     if incident.node is None or incident.severity is not Severity.SEV1 or not state.in_cluster(incident.node):
         return False
     if incident.category not in FOLLOWS_THE_JOB or incident.job is None:
-        return True
+        return True  # hardware evidence, or a node's own repeated link flaps (no job's report)
+    if not ran_on(state.jobs.get(incident.job), incident.node):
+        return False
     return any(other.node == incident.node and other.job not in (None, incident.job)
                and other.severity in (Severity.SEV1, Severity.SEV2) and other.category in FOLLOWS_THE_JOB
+               and ran_on(state.jobs.get(other.job), incident.node)
                for other in state.incidents.values())
+
+
+def ran_on(job: Job | None, node: str) -> bool:
+    """The coordinator ran (or placed) this job on `node`: its spec, its nodes or its plan's name it."""
+    if job is None:
+        return False
+    plan = job.plan
+    return (node in job.nodes or node in job.spec.nodes
+            or (plan is not None and (node in plan.nodes or node in plan.previous)))

@@ -44,10 +44,11 @@ class GpuConfig:
     temp_limit_c: float = 90.0
     thermal_sustain_s: float = 15.0
     thermal_clear_s: float = 30.0
+    healthy_s: float = 60.0  # a GPU fault resolves once every GPU of its node reports clean this long
 
     def __post_init__(self) -> None:
         _positive(self, "sample_interval_s", "silence_s", "temp_limit_c", "thermal_sustain_s",
-                  "thermal_clear_s")
+                  "thermal_clear_s", "healthy_s")
         if self.silence_s <= 1.5 * self.sample_interval_s:
             raise ValueError("GpuConfig.silence_s must exceed 1.5 sample intervals")
 

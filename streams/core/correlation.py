@@ -98,8 +98,9 @@ def absorb_groups(state: DetectorState, jobs: dict[str, int]
 
 def own_generation(state: DetectorState, book: IncidentBook, rec: OpenIncident) -> None:
     """Make a hardware incident own the current generation of every job it names: their
-    later failure evidence becomes its evidence, and their recovery may resolve it."""
-    clears_on_steps = CATEGORIES[rec.category].resolves is Resolves.NEW_GENERATION
+    later failure evidence becomes its evidence, and their next generation's steps release them
+    from it (they resolve it only where the node's own evidence is not what resolves it)."""
+    clears_on_steps = CATEGORIES[rec.category].resolves in (Resolves.NEW_GENERATION, Resolves.NODE_HEALTHY)
     for name in rec.jobs:
         job = state.jobs[name]
         if book.get(job.fatal_id) is None:
@@ -109,7 +110,8 @@ def own_generation(state: DetectorState, book: IncidentBook, rec: OpenIncident) 
 
 
 def decide(book: IncidentBook, name: str, job: JobWatch, ts: float) -> OpenIncident:
-    """Turn the job's group into one incident: the best clue is the root cause."""
+    """Turn the job's group into one incident: the best clue is the root cause. The failure of a
+    job never seen started counts against no node (escalation): anyone can name a job."""
     group = job.group
     job.group = None
     root = group.best
@@ -125,7 +127,7 @@ def decide(book: IncidentBook, name: str, job: JobWatch, ts: float) -> OpenIncid
         root.category, key=f"{root.rank}|{root.node}|{job.gen}", root_ts=root.ts, ts=ts,
         first_ts=group.first_ts, job=name, node=root.node if category.names_node else None,
         ranks=ranks, evidence=lines, dropped=group.dropped, jobs={name: job.gen},
-        step=job.max_step, signature=root.signature)
+        step=job.max_step, signature=root.signature, counts_node=job.started)
     job.open_ids.append(rec.id)
     if rec.severity in ("SEV1", "SEV2"):
         job.fatal_id = rec.id

@@ -31,10 +31,11 @@ class IncidentBook:
         job: str | None = None, node: str | None = None, ranks: Iterable[int] = (),
         evidence: Iterable[str] = (), dropped: int = 0, jobs: dict[str, int] | None = None,
         step: int = -1, gpu: int | None = None, nic: str | None = None,
-        signature: str | None = None,
+        signature: str | None = None, counts_node: bool = True,
     ) -> OpenIncident:
         """Open (and emit) an incident; the id hashes category, scope, key and root_ts.
-        `signature` (what the failure looks like) tells a job's repeat from a node's."""
+        `signature` (what the failure looks like) tells a job's repeat from a node's;
+        `counts_node` False: it counts against no node in escalation (it still names it)."""
         scope = job or node or "-"
         iid = incident_id(category, scope, key, root_ts)
         known = self.state.incidents.get(iid)
@@ -42,7 +43,7 @@ class IncidentBook:
             return known
         severity, why = escalate(
             self.config.escalation, self.state, category, CATEGORIES[category].severity,
-            scope=scope, node=node, job=job, signature=signature, ts=ts)
+            scope=scope, node=node if counts_node else None, job=job, signature=signature, ts=ts)
         rec = OpenIncident(
             id=iid, category=category, severity=severity.value, job=job, node=node,
             ranks=sorted(ranks), first_ts=min(first_ts, ts), ts=ts, evidence=[],

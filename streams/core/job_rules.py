@@ -1,5 +1,10 @@
 """Rules about jobs and their ranks: failures reported by workers (correlated into one
-incident per fault), hangs, stragglers, and which ranks run on which node."""
+incident per fault), hangs, stragglers, and which ranks run on which node.
+
+What a job reports concerns only that job (docs/detection.md, "What a job reports"): it never
+tells that a node lives or is repaired, only a `worker_start` moves the job to a newer generation
+(at most GENERATION_JUMP ahead), and jobs never seen started are followed only up to
+UNSTARTED_JOBS at once, their failures counting against no node."""
 
 from __future__ import annotations
 
@@ -21,6 +26,13 @@ from streams.core.taxonomy import (
     error_signature,
 )
 
+# A coordinator's plan moves a job one generation ahead; a few plans may fail before any rank
+# starts. Far more is no restart: one forged report would fence off every real one after it.
+GENERATION_JUMP = 16
+# Jobs known only from reports other than worker_start (a detector started without its checkpoint
+# on a running cluster has many; invented job names have any number): followed up to this many.
+UNSTARTED_JOBS = 1024
+
 
 class JobRules:
     def __init__(self, state: DetectorState, config: DetectorConfig, book: IncidentBook,
@@ -31,7 +43,7 @@ class JobRules:
     # -- events ------------------------------------------------------------------------
 
     def on_start(self, ev: WorkerStarted) -> None:
-        found = self._worker(ev)
+        found = self._worker(ev, start=True)
         if found is None or ev.hang_floor_s is None or ev.hang_floor_s == found[0].hang_floor_s:
             return
         job = found[0]
@@ -190,19 +202,24 @@ class JobRules:
 
     # -- membership and generations ----------------------------------------------------
 
-    def _worker(self, ev: WorkerEvent) -> tuple[JobWatch, RankState] | None:
-        """The job and rank of a worker event, placing the rank on its node; None for an
-        event of an older generation (a fenced-off process)."""
-        self.nodes.seen(ev.node, ev.ts)
+    def _worker(self, ev: WorkerEvent, start: bool = False) -> tuple[JobWatch, RankState] | None:
+        """The job and rank of a worker event, placing the rank on its node; None for an event
+        of an older generation (a fenced-off process), of a newer one that no `worker_start` within
+        GENERATION_JUMP announced, or of a new job past the cap on jobs never seen started."""
         job = self.state.jobs.get(ev.job)
         if job is None:
+            if not start and sum(not j.started for j in self.state.jobs.values()) >= UNSTARTED_JOBS:
+                return None
             job = self.state.jobs[ev.job] = JobWatch(gen=ev.generation, last_progress=ev.ts,
-                                                     threshold=self.config.hang.warmup_s)
+                                                     started=start, threshold=self.config.hang.warmup_s)
             self.timers.arm(Timer.HANG, ev.job, ev.ts + job.threshold)
         elif ev.generation != job.gen:
-            if ev.generation < job.gen:
+            if ev.generation < job.gen or not start or ev.generation - job.gen > GENERATION_JUMP:
                 return None
             self._new_generation(ev.job, job, ev)
+        if start:
+            job.started = True
+        self.nodes.known(ev.node, ev.ts)
         rank = job.ranks.get(ev.rank)
         if rank is None or rank.node != ev.node:
             rank = self._place(ev.job, job, ev, rank)
@@ -220,10 +237,6 @@ class JobRules:
         if ev.rank not in ranks:
             ranks.append(ev.rank)
             ranks.sort()
-        rec = self.book.get(node.hw_id)
-        if rec is not None and rec.category != "node_lost" and name not in rec.jobs:
-            node.hw_id = None  # a job was placed on the node: it is back in service
-            self.book.resolve(rec, ev.ts, f"job {name} runs on {ev.node}")
         return rank
 
     def _unlist(self, name: str, node_name: str, rank_no: int) -> None:
@@ -262,7 +275,7 @@ class JobRules:
             rec = self.book.get(iid)
             if rec is not None:
                 rec.jobs.pop(name, None)
-                if not rec.jobs and rec.category != "node_lost":
+                if not rec.jobs and _jobs_resolve(rec):
                     self.book.resolve(rec, ts, f"job {name} ended")
         del self.state.jobs[name]
 
@@ -317,7 +330,7 @@ class JobRules:
                 del rec.jobs[name]
                 if job.fatal_id == iid:
                     job.fatal_id = None
-                if not rec.jobs:
+                if not rec.jobs and _jobs_resolve(rec):
                     self._resolved_by_steps(rec, ev)
 
     def _resolved_by_steps(self, rec: OpenIncident, ev: WorkerStepped) -> None:
@@ -326,3 +339,9 @@ class JobRules:
             node.hw_id = None
         self.book.resolve(rec, ev.ts, f"job {ev.job} steps again (step {ev.step}, "
                                       f"generation {ev.generation})")
+
+
+def _jobs_resolve(rec: OpenIncident) -> bool:
+    """The incident is the jobs' to resolve: a node's fault (lost, its GPUs) resolves only on the
+    node's own evidence, whatever its jobs do."""
+    return CATEGORIES[rec.category].resolves not in (Resolves.HEARTBEAT, Resolves.NODE_HEALTHY)

@@ -1,6 +1,7 @@
 """Rules about hosts and GPUs: hardware faults (Xid, counters, silence), lost nodes, link
 flaps and thermal throttling. Every hardware incident is one per node at a time and owns
-the current generation of the jobs running there.
+the current generation of the jobs running there. Only the node's own telemetry (its agent's
+heartbeats and GPU samples) tells that it lives or is repaired: a job's reports never do.
 
 A heartbeat marked `leaving` is a node's last before a planned shutdown: its silence after it
 is no node_lost and counts in no telemetry gap, until its heartbeats resume unmarked."""
@@ -13,7 +14,7 @@ from streams.core.correlation import absorb_groups, add_clue, affected, own_gene
 from streams.core.deadlines import Deadlines, Timer
 from streams.core.incidents import IncidentBook
 from streams.core.state import Clue, DetectorState, GpuState, NicState, NodeState
-from streams.core.taxonomy import CATEGORIES, THERMAL_THROTTLE, xid_category
+from streams.core.taxonomy import CATEGORIES, THERMAL_THROTTLE, Resolves, xid_category
 
 NIC_KEY_SEP = "\x1f"
 
@@ -23,8 +24,16 @@ class NodeRules:
                  timers: Deadlines) -> None:
         self.state, self.config, self.book, self.timers = state, config, book, timers
 
+    def known(self, name: str, ts: float) -> NodeState:
+        """The node's state, made if new, without noting it alive: a job's reports name nodes but
+        are no evidence of their health (a forged report would end a node_lost or a gap)."""
+        node = self.state.nodes.get(name)
+        if node is None:
+            node = self.state.nodes[name] = NodeState(last_seen=ts)
+        return node
+
     def seen(self, name: str, ts: float) -> NodeState:
-        """The node's state, noting that it is alive at ts (any telemetry counts)."""
+        """The node's state, noting that it is alive at ts (its agent's telemetry)."""
         node = self.state.nodes.get(name)
         if node is None:
             node = self.state.nodes[name] = NodeState(last_seen=ts)
@@ -66,6 +75,8 @@ class NodeRules:
         if (ev.throttle or gpu.hot_since is not None or gpu.thermal_id is not None
                 or (temp is not None and temp >= self.config.gpu.temp_limit_c)):
             self._thermal(ev, node, gpu)
+        if node.hw_id is not None:
+            self._repaired(ev.node, node, ts)
 
     def on_heartbeat(self, ev: NodeHeartbeat) -> None:
         ts = ev.ts
@@ -185,6 +196,7 @@ class NodeRules:
                  line: str, gpu: int | None = None, root_ts: float | None = None,
                  first_ts: float | None = None) -> None:
         """Open the node's hardware incident, or add to the one already open."""
+        node.fault_ts = ts
         rec = self.book.get(node.hw_id)
         if rec is not None:
             self.book.note(rec, [line])
@@ -200,6 +212,21 @@ class NodeRules:
             dropped=dropped, jobs=jobs, gpu=gpu)
         node.hw_id = rec.id
         own_generation(self.state, self.book, rec)
+
+    def _repaired(self, name: str, node: NodeState, ts: float) -> None:
+        """Resolve the node's GPU fault once every GPU of it has reported since its latest fault
+        evidence, none silent, for `gpu.healthy_s`: the node's own word that it is repaired. A job's
+        new generation elsewhere is not (the fault stays open, and the node isolated)."""
+        rec = self.book.get(node.hw_id)
+        if rec is None or CATEGORIES[rec.category].resolves is not Resolves.NODE_HEALTHY:
+            return
+        since = rec.ts if node.fault_ts is None else node.fault_ts
+        if ts - since < self.config.gpu.healthy_s or any(
+                gpu.silent or gpu.last_ts <= since for gpu in node.gpus.values()):
+            return
+        node.hw_id = node.fault_ts = None
+        self.book.resolve(rec, ts, f"every GPU of {name} reports clean since {since:.3f} "
+                                   f"({self.config.gpu.healthy_s:g}s)")
 
     def _xids(self, ev: GpuSample, node: NodeState) -> None:
         found = xid_category(ev.xids)

@@ -55,6 +55,7 @@ class NodeState:
     gap_id: str | None = None  # the open telemetry_gap this node is quiet in
     gap_until: float | None = None  # in a gap: judged alone from then (judge_after_s, or telemetry flows)
     leaving: bool = False  # its last heartbeat announced a planned shutdown: its silence is expected
+    fault_ts: float | None = None  # the latest hardware evidence of its open incident (None: its open time)
     jobs: dict[str, list[int]] = field(default_factory=dict)  # job -> ranks on this node
     gpus: dict[int, GpuState] = field(default_factory=dict)
     nics: dict[str, NicState] = field(default_factory=dict)
@@ -90,6 +91,9 @@ class JobWatch:
 
     gen: int
     last_progress: float
+    # a worker_start of it was seen; False: known only from other reports (a saved state from
+    # before this field followed its jobs from their starts: True)
+    started: bool = True
     ranks: dict[int, RankState] = field(default_factory=dict)
     max_step: int = -1
     steps_seen: int = 0

@@ -31,6 +31,7 @@ class Resolves(StrEnum):
     """What clears an incident's evidence."""
 
     NEW_GENERATION = "new_generation"  # every named job steps at a newer generation
+    NODE_HEALTHY = "node_healthy"  # the node's own GPUs report clean for gpu.healthy_s (never a job's report)
     PROGRESS = "progress"  # the job steps past the step it was at (or a newer generation)
     HEARTBEAT = "heartbeat"  # the node is heard from again
     OWN_RULE = "own_rule"  # the rule's own condition clears (thermal, link, straggler)
@@ -63,20 +64,20 @@ class Category:
 
 
 _S1, _S2, _S3, _W = Severity.SEV1, Severity.SEV2, Severity.SEV3, Severity.WARN
-_GEN, _PROG, _HB, _OWN = (Resolves.NEW_GENERATION, Resolves.PROGRESS, Resolves.HEARTBEAT,
-                          Resolves.OWN_RULE)
+_GEN, _PROG, _HB, _OWN, _OK = (Resolves.NEW_GENERATION, Resolves.PROGRESS, Resolves.HEARTBEAT,
+                               Resolves.OWN_RULE, Resolves.NODE_HEALTHY)
 # Why: a user's bug raises the same error at every generation, on whichever node its rank runs;
 # one switch reboot bounces a link (and its neighbours) several times within a few minutes.
 _EACH, _EPI, _SIG = Repeats.EACH, Repeats.EPISODE, Repeats.SIGNATURE
 
 CATEGORIES: dict[str, Category] = {c.name: c for c in (
-    Category("gpu_ecc", _S1, 0, Hold.NONE, _GEN, True, _EACH,
+    Category("gpu_ecc", _S1, 0, Hold.NONE, _OK, True, _EACH,
              "uncorrectable ECC: an ecc_dbe increase or Xid 48, 63, 64, 94, 95, 140"),
-    Category("nvlink", _S1, 1, Hold.NONE, _GEN, True, _EACH,
+    Category("nvlink", _S1, 1, Hold.NONE, _OK, True, _EACH,
              "NVLink failure: Xid 74 or a rising nvlink_errors counter"),
-    Category("gpu_lost", _S1, 2, Hold.NONE, _GEN, True, _EACH,
+    Category("gpu_lost", _S1, 2, Hold.NONE, _OK, True, _EACH,
              "GPU fallen off the bus (Xid 79) or silent while its host still reports"),
-    Category("gpu_driver", _S1, 3, Hold.NONE, _GEN, True, _EACH,
+    Category("gpu_driver", _S1, 3, Hold.NONE, _OK, True, _EACH,
              "driver/GSP failure: Xid 119, 120, 154, 62"),
     Category("node_lost", _S1, 4, Hold.NONE, _HB, True, _EACH,
              "no telemetry from a node for longer than its heartbeat timeout"),

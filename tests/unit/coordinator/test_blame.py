@@ -3,7 +3,10 @@ never isolates a node. A node is blamed with hardware evidence or failures acros
 
 from __future__ import annotations
 
+import pytest
+
 from recovery.coordinator import JobState, catch_up
+from schemas import RanksFinished
 from tests.unit.coordinator.test_fold import interleave
 from tests.unit.coordinator.test_limits import refold, unhealthy
 from tests.unit.coordinator.world import LIMITED, Recorder, incident, of_type, submitted
@@ -76,14 +79,48 @@ def test_a_workdir_missing_on_the_node_is_the_jobs_error_and_isolates_no_one() -
     assert unhealthy(rec) == []
 
 
+def ran_before_on_n1(rec: Recorder) -> None:
+    """Job `other` ran on n1 (started, then every rank exited 0), before `llm` starts there."""
+    commands = rec.feed(submitted("other", nodes=("n1",), throughput={1: 1.0e15}), now=0.5)
+    rec.ack(commands, "done", 0.6)
+    assert of_type(rec.feed(RanksFinished(ts=0.7, node="n1", job="other", generation=0, ranks=()), 0.7),
+                   "job_ended")
+
+
 def test_a_software_failure_on_one_node_across_two_jobs_blames_the_node() -> None:
     rec = Recorder(LIMITED)
+    ran_before_on_n1(rec)
     rec.started()
-    other = incident("other", "SEV2", node="n1", job="other-job", ts=90.0, category="software_error")
+    other = incident("other", "SEV2", node="n1", job="other", ts=90.0, category="software_error")
     rec.feed(other, now=90.0)
     rec.feed(value_error("g0", 100.0), now=100.0)
     rec.tick(now=102.0)
     assert unhealthy(rec) == ["n1"]
+
+
+@pytest.mark.parametrize("other_job", ["invented-1", "other"])
+def test_failures_of_jobs_not_run_on_the_node_blame_no_node(other_job: str) -> None:
+    """Issue 32 (i): reports naming an invented job, or a real job on a node it never ran on, are
+    no second job failing on that node: the job is restarted, no node is isolated."""
+    rec = Recorder(LIMITED)
+    rec.feed(submitted("other", nodes=("n4",), throughput={1: 1.0e15}), now=0.5)
+    rec.started()
+    rec.feed(incident("forged", "SEV2", node="n1", job=other_job, ts=90.0, category="cuda_error"), now=90.0)
+    out = rec.feed(value_error("g0", 100.0), now=100.0) + rec.tick(now=102.0)
+    assert unhealthy(rec) == [] and restarts(out)
+
+
+def test_two_invented_jobs_failing_on_an_idle_node_isolate_nothing() -> None:
+    """Issue 32 (i): the detector escalated the second forged failure on idle n5 to SEV1; neither
+    job is one the coordinator runs, so n5 stays in service and nothing is planned."""
+    rec = Recorder(LIMITED)
+    rec.started()
+    rec.feed(incident("f1", "SEV2", node="n5", job="invented-1", ts=90.0, category="cuda_error"), now=90.0)
+    second = incident("f2", "SEV1", node="n5", job="invented-2", ts=91.0, category="cuda_error")
+    out = rec.feed(second, now=91.0)
+    out += rec.tick(now=100.0)
+    assert unhealthy(rec) == [] and not of_type(out, "recovery_planned")
+    assert all("no running job known" in skip.reason for skip in of_type(out, "recovery_skipped"))
 
 
 def test_hardware_evidence_blames_the_node() -> None:

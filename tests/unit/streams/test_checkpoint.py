@@ -336,14 +336,15 @@ def test_job_signatures_survive_a_checkpoint_so_a_restored_detector_still_blames
     """Generation 0 fails before the checkpoint, generation 1 the same way after the restore:
     without the saved signatures the second would be the node's SEV1."""
     det = Detector()
-    for ev in [hb(1.0), start(1.0, 0), step(2.0, 0, 0), error(3.0, 0, "ValueError: bad 1"), hb(4.5)]:
+    for ev in [hb(1.0), start(1.0, 0), hb(2.0), step(2.0, 0, 0), hb(3.0), error(3.0, 0, "ValueError: bad 1"),
+               hb(4.0), hb(4.5)]:
         det.observe(ev)
     assert det.state.job_errors == {"j": [[4.0, "n0", "software_error: ValueError: bad #"]]}
     saved = decode_checkpoint(encode_checkpoint(LiveDetector(det), {}, 5.0))
     assert saved.state.to_dict() == det.state.to_dict()
     restored, out = Detector(state=saved.state), []
-    for ev in [start(6.0, 0, gen=1), step(7.0, 0, 0, gen=1), error(8.0, 0, "ValueError: bad 2", gen=1),
-               hb(9.5)]:
+    for ev in [hb(5.0), hb(6.0), start(6.0, 0, gen=1), hb(7.0), step(7.0, 0, 0, gen=1), hb(8.0),
+               error(8.0, 0, "ValueError: bad 2", gen=1), hb(9.0), hb(9.5)]:
         out += restored.observe(ev)
     opened = [(i.category, i.severity.value) for i in out if i.status.value == "open"]
     assert opened == [("software_error", "SEV2")]
