@@ -1,7 +1,8 @@
 """Signed records: Ed25519 over a record's canonical JSON, each signature naming its key id.
 
 One canonical form and one signature format for everything signed: the coordinator's
-commands, operators' job submissions and node-lifecycle events, and each node's acks. A
+commands and its decisions on `recovery`, operators' job submissions and node-lifecycle events,
+and each node's reports (acks). A
 signer holds a private key (`SigningKey`); a verifier holds public keys (`TrustedKeys`, key
 id -> key), so whoever verifies can never sign. Several keys may be trusted at once, which
 is how keys rotate without downtime.
@@ -11,6 +12,11 @@ in canonical form (RFC 8785 style): keys sorted by their UTF-16 code units, no w
 UTF-8, strings escaped as JSON must, numbers exactly as the JSON text spells them. A
 verifier checks the object it received, never a model it re-serialised, so another schema
 version or another language computes the same bytes.
+
+A signed record names its deployment (`deployment`: the topic prefix it was written under), and
+that field is signed like any other: a verifier given its own prefix refuses a record signed for
+another (a test cluster and production sharing an operator key), or for none (signed before
+records named one), as `other_deployment`.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ Signable = TypeVar("Signable", bound=BaseModel)  # a model with `signature` and 
 
 
 class Unverified(ValueError):
-    """Why a record is not authentic; `kind` (unsigned, unknown_key, bad_signature, wrong_node) is a
-    short label for metrics, the message the reason for the dlq or the refusal."""
+    """Why a record is not authentic; `kind` (unsigned, unknown_key, bad_signature, wrong_node,
+    other_deployment, ...) is a short label for metrics, the message the reason for the dlq or the refusal."""
 
     def __init__(self, kind: str, reason: str) -> None:
         super().__init__(reason)
@@ -112,17 +118,20 @@ class TrustedKeys:
         ids = sorted(self.keys)
         return ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "") or "none"
 
-    def check(self, received: bytes | str | Mapping[str, Any] | None, what: str = "command") -> str | None:
+    def check(self, received: bytes | str | Mapping[str, Any] | None, what: str = "command",
+              deployment: str | None = None) -> str | None:
         """Why `received` (a record's exact JSON, or `parse` of it) is not authentic; None when it
-        carries a valid signature by a trusted key. Never raises."""
+        carries a valid signature by a trusted key (for `deployment`, when given). Never raises."""
         try:
-            self.signer(received, what)
+            self.signer(received, what, deployment)
         except Unverified as err:
             return str(err)
         return None
 
-    def signer(self, received: bytes | str | Mapping[str, Any] | None, what: str = "command") -> str:
-        """The id of the trusted key whose valid signature `received` carries; else Unverified."""
+    def signer(self, received: bytes | str | Mapping[str, Any] | None, what: str = "command",
+               deployment: str | None = None) -> str:
+        """The id of the trusted key whose valid signature `received` carries, signed for
+        `deployment` when one is given (the verifier's own topic prefix); else Unverified."""
         if received is None:
             raise Unverified("unsigned", "unsigned: no JSON value")
         try:
@@ -146,6 +155,11 @@ class TrustedKeys:
         except (InvalidSignature, binascii.Error, ValueError):  # UnicodeError is a ValueError
             raise Unverified("bad_signature",
                              f"bad signature: not made by key {key_id} over this {what}") from None
+        signed_for = body.get("deployment")
+        if deployment is not None and signed_for != deployment:
+            raise Unverified("other_deployment", f"other deployment: the {what} was signed for "
+                             + (f"deployment {signed_for!r}" if signed_for else "no deployment")
+                             + f", this is {deployment!r}")
         return key_id
 
 

@@ -33,8 +33,11 @@ class NodeEvent(Event):
 class Signed(Model):
     """Signed by who wrote it: `signature` is Ed25519 (base64) by the key named `key_id` over the
     record's canonical JSON without these two fields (recovery/signing.py); both absent when
-    unsigned. Commands are signed by the coordinator, job submissions and node-lifecycle events by
-    an operator, acks by their node."""
+    unsigned. `deployment` (signed with the rest) is the topic prefix it was written for, so a
+    signature never counts under another prefix. Commands and the coordinator's decisions are
+    signed by the coordinator, job submissions and node-lifecycle events by an operator, acks by
+    their node."""
 
     signature: str | None = Field(default=None, max_length=MAX_ID)
     key_id: str | None = Field(default=None, max_length=MAX_ID)
+    deployment: str | None = Field(default=None, max_length=MAX_ID)

@@ -4,7 +4,9 @@ One `recovery_planned` per job a plan touches, keyed by the job, so that everyth
 happens to one job is ordered on one partition. Commands are derived from it: a
 coordinator that restarts reads the plan back and issues what is missing. The topic also
 carries the coordinator's own incidents (its escalations), its node re-admissions and the end of
-each job; the detector's incidents stay on `incidents`, operators' node events on `nodes`.
+each job; the detector's incidents stay on `incidents`, operators' node events on `nodes`. Every
+record here is signed with the coordinator's command-signing key (`Signed`), and the coordinator
+folds none that is not: the topic's ACL alone does not stop the broker's super user.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.base import Event
+from schemas.base import Event, Signed
 from schemas.bounds import MAX_ITEMS, Count, Id, Name, Seconds, Text
 from schemas.commands import RestoreSource
 from schemas.incident import Incident
@@ -32,7 +34,7 @@ class RecoveryKind(StrEnum):
     STOP = "stop"
 
 
-class RecoveryPlanned(Event):
+class RecoveryPlanned(Event, Signed):
     """A job's nodes at a generation, decided for an incident (none for a job's first start).
 
     `nodes` is in rank order (rank 0 on the first); `previous` the nodes it ran on before.
@@ -55,7 +57,7 @@ class RecoveryPlanned(Event):
                                             "were decisions")
 
 
-class RecoveryCompleted(Event):
+class RecoveryCompleted(Event, Signed):
     """Every command of a job's plan was acknowledged done (commands to isolated nodes aside)."""
 
     type: Literal["recovery_completed"] = "recovery_completed"
@@ -64,7 +66,7 @@ class RecoveryCompleted(Event):
     generation: Count
 
 
-class RecoveryFailed(Event):
+class RecoveryFailed(Event, Signed):
     """A job's plan cannot complete; `escalation` is the incident it escalated to, if any."""
 
     type: Literal["recovery_failed"] = "recovery_failed"
@@ -77,7 +79,7 @@ class RecoveryFailed(Event):
     escalation: Id | None = None
 
 
-class RecoverySkipped(Event):
+class RecoverySkipped(Event, Signed):
     """The coordinator looked at an incident (or a new job) and had nothing to do, or chose not to
     act (a limit was reached), and why. `isolated` as in `RecoveryPlanned`."""
 
@@ -89,7 +91,7 @@ class RecoverySkipped(Event):
     isolated: dict[Name, Id] | None = Field(default=None, max_length=MAX_ITEMS)
 
 
-class JobEnded(Event):
+class JobEnded(Event, Signed):
     """A job is over and its nodes are free: every rank of `generation` exited with status 0 on every
     node (`succeeded`), or an operator stopped it and its ranks were stopped (`stopped`). Nothing
     restarts it after this; its incidents are skipped."""

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from recovery.keys_cli import add_operator_arguments
+from schemas.printable import terminal_safe
 
 CHANGES = {
     "cordon": ("node_cordoned", "cordoned"),
@@ -143,7 +144,7 @@ def render(state, now: float) -> str:
     if not state.nodes:
         return "no nodes known (none in the log; --config names the cluster's)"
     header = ("NODE", "STATE", "SINCE (UTC)", "WHY", "JOBS")
-    table = [header, *rows(state, now)]
+    table = [header, *(tuple(map(terminal_safe, row)) for row in rows(state, now))]  # WHY is incident text
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
                      for row in table)
@@ -151,7 +152,7 @@ def render(state, now: float) -> str:
 
 def change(settings, state, action: str, node: str, reason: str, by: str, key=None) -> int:
     """Publish the node's lifecycle event, signed with the operator's `key` (unsigned when None:
-    insecure), and say what the coordinator will do."""
+    insecure) for this deployment (its topic prefix), and say what the coordinator will do."""
     from bus.producer import EventProducer
     from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
 
@@ -159,7 +160,7 @@ def change(settings, state, action: str, node: str, reason: str, by: str, key=No
         known = " ".join(sorted(state.nodes)) or "none"
         raise UnknownNode(f"unknown node {node!r}: neither the log nor the config names it (known: {known})")
     model = {"cordon": NodeCordoned, "drain": NodeDrained, "uncordon": NodeUncordoned}[action]
-    event = model(ts=time.time(), node=node, reason=reason, by=by)
+    event = model(ts=time.time(), node=node, reason=reason, by=by, deployment=settings.topics.prefix)
     if key is not None:
         event = key.sign(event)
     with EventProducer(settings, client_id=settings.topics.owned("nodes")) as producer:

@@ -61,9 +61,9 @@ def apply(state: ClusterState, event: object) -> ClusterState:
         case JobStopRequested():
             _stop_requested(state, event)
         case Incident():
-            _incident(state, event)
+            _incident(state, _as_decided(event))
         case RecoveryPlanned():
-            _planned(state, event)
+            _planned(state, _as_decided(event))
         case RecoveryCompleted() | RecoveryFailed():
             _outcome(state, event)
         case RecoverySkipped():
@@ -84,6 +84,18 @@ def apply(state: ClusterState, event: object) -> ClusterState:
             heard(state, event.node, event.ts)
             lifecycle.apply_node_report(state, event)
     return state
+
+
+_SIGNING = ("signature", "key_id", "deployment")
+
+
+def _as_decided(event: Incident | RecoveryPlanned) -> Incident | RecoveryPlanned:
+    """An incident or plan the state keeps, without who signed it for which deployment: the
+    coordinator folds its own decisions before it signs them, so one read back from the log must fold
+    to the same state. (The coordinator's escalations carry these as extra fields of an incident.)"""
+    if all(getattr(event, name, None) is None for name in _SIGNING):
+        return event
+    return type(event).model_validate(event.model_dump(exclude=set(_SIGNING)))
 
 
 def _observed(state: ClusterState, ts: float) -> None:
@@ -257,11 +269,12 @@ def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
 
 
 def _command(state: ClusterState, command: Command) -> None:
-    # the decision itself: signature and epoch say who sent a copy, and each send sets them anew (the
-    # coordinator folds its own commands before signing them: those need no copy)
+    # the decision itself: signature, deployment and epoch say who sent a copy, and each send sets them
+    # anew (the coordinator folds its own commands before signing them: those need no copy)
     unsigned = command
-    if (command.signature, command.key_id, command.epoch) != (None, None, None):
-        unsigned = command.model_copy(update={"signature": None, "key_id": None, "epoch": None})
+    if (command.signature, command.key_id, command.deployment, command.epoch) != (None, None, None, None):
+        unsigned = command.model_copy(update={"signature": None, "key_id": None, "deployment": None,
+                                              "epoch": None})
     record = state.commands.get(command.id)
     if record is None:
         record = state.commands[command.id] = CommandRecord(unsigned, (command.ts,))

@@ -11,7 +11,7 @@ the job ends `stopped`. `list` folds the log (every topic the coordinator reads:
 its plans) as the coordinator does and prints one line per job. `status JOB` adds the job's
 progress from worker telemetry: latest step, step rate, restarts and steps lost (exit status 2
 for a job the log does not know). `logs JOB` prints the output of the job's ranks that ran on
-this machine ($TRAINMEDIC_HOME/executor/NODE/logs/JOB/, where `trainmedic run` and each
+this machine ($TRAINMEDIC_HOME-jobs/NODE/JOB/logs/, where `trainmedic run` and each
 `trainmedic node` put it), one rank or all with a `[rank N]` prefix; --follow prints it as it
 is written until the job ends (or Ctrl-C).
 
@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from recovery.keys_cli import add_operator_arguments
+from schemas.printable import terminal_safe
 
 SPEC_FORMAT = """\
 job spec (YAML; see docs/job-example.yaml):
@@ -107,7 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="keep printing as the ranks write, until the job ends (reads the job's state "
                       "from Kafka) or Ctrl-C")
     logs.add_argument("--home", type=Path, metavar="DIR",
-                      help="the TRAINMEDIC_HOME whose executor/NODE/logs to read (default: $TRAINMEDIC_HOME, "
+                      help="the TRAINMEDIC_HOME whose ranks' logs to read, in HOME-jobs/NODE/JOB/logs "
+                      "(default: $TRAINMEDIC_HOME, "
                       "else ./.trainmedic)")
     logs.add_argument("--bootstrap",
                       help="Kafka bootstrap servers, for --follow and to tell an unknown job from one whose "
@@ -229,11 +231,12 @@ def logs(args: argparse.Namespace) -> int:
 
 
 def submit(settings, spec, key=None) -> int:
-    """Publish `spec`, signed with the operator's `key` (unsigned when None: insecure)."""
+    """Publish `spec`, signed with the operator's `key` (unsigned when None: insecure) for this
+    deployment (its topic prefix): a coordinator under another prefix refuses it."""
     from bus.producer import EventProducer
     from schemas.jobs import JobSubmitted
 
-    event = JobSubmitted(ts=time.time(), job=spec)
+    event = JobSubmitted(ts=time.time(), job=spec, deployment=settings.topics.prefix)
     if key is not None:
         event = key.sign(event)
     with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
@@ -244,8 +247,8 @@ def submit(settings, spec, key=None) -> int:
 
 
 def stop(settings, state, job_id: str, reason: str, key=None) -> int:
-    """Publish a stop of `job_id`, signed with the operator's `key`, if the log holds it and it has not
-    ended."""
+    """Publish a stop of `job_id`, signed with the operator's `key` for this deployment, if the log
+    holds it and it has not ended."""
     from bus.producer import EventProducer
     from schemas.jobs import JobStopRequested
 
@@ -256,7 +259,8 @@ def stop(settings, state, job_id: str, reason: str, key=None) -> int:
     if job.state.ended:
         why = f": {job.end_reason}" if job.end_reason else ""
         raise SpecError(f"job {job_id} already ended ({job.state}{why}): nothing to stop")
-    event = JobStopRequested(ts=time.time(), job=job_id, reason=reason, by=_user())
+    event = JobStopRequested(ts=time.time(), job=job_id, reason=reason, by=_user(),
+                             deployment=settings.topics.prefix)
     if key is not None:
         event = key.sign(event)
     with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
@@ -302,5 +306,6 @@ def list_jobs(settings, config=None) -> int:
         isolated = [n for n in job.nodes if not state.healthy(n)]
         note = f"  (isolated: {' '.join(isolated)})" if isolated else ""
         nodes = " ".join(job.nodes)
-        print(f"{job.spec.id:20} {job.state.value:11} {generation:>4} {world:>6}  {nodes}{note}")
+        line = f"{job.spec.id:20} {job.state.value:11} {generation:>4} {world:>6}  {nodes}{note}"
+        print(terminal_safe(line))
     return 0

@@ -14,8 +14,9 @@ RECOVERY_OUTCOMES = Counter("trainmedic_recovery_outcomes", "Plans that complete
                             "the coordinator skipped", ["outcome"])
 COMMANDS_SENT = Counter("trainmedic_commands_sent", "Commands sent, re-sends included", ["action"])
 UNVERIFIED = Counter("trainmedic_coordinator_unverified_records", "Records not signed by who may write "
-                     "them (commands: this coordinator; jobs and node events: an operator; acks: their "
-                     "node): dead-lettered, never folded", ["type", "reason"])
+                     "them, for this deployment (commands and decisions on recovery: this coordinator; "
+                     "jobs and node events: an operator; acks: their node), and stale job submissions: "
+                     "dead-lettered, never folded", ["type", "reason"])
 MISPLACED_RECORDS = Counter("trainmedic_coordinator_misplaced_records", "Records read live from a topic that "
                             "does not carry their kind (a coordinator decision on incidents, a re-admission "
                             "on nodes): dead-lettered, never folded or acted on", ["topic"])

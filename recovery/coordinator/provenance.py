@@ -1,8 +1,10 @@
-"""Which records the coordinator folds: only those signed by who may write them.
+"""Which records the coordinator folds: only those signed by who may write them, for this deployment.
 
-- Commands: by the coordinator's own keys. It re-sends unanswered commands from what it
+- Commands, and its own decisions on `recovery` (plans, outcomes, skips, escalation incidents,
+  re-admissions): by the coordinator's own keys. It re-sends unanswered commands from what it
   folded, signing each re-send, so a command it did not sign (a forged copy naming another
-  node or argv) must never reach the fold.
+  node or argv) must never reach the fold; a plan it did not sign (one record written with the
+  broker's super user) would isolate nodes and move jobs with no cap.
 - Job submissions and stops, and an operator's node events (cordon, drain, uncordon): by an
   operator key. An unsigned job could otherwise name an idle node and any argv, and the
   coordinator would sign the start command itself; an unsigned stop would end anyone's job.
@@ -11,14 +13,19 @@
   for another node, drains it, nor says its ranks finished. (That an ack answers its command,
   job, generation and time is the fold's check, `fold.unbound`.)
 
-Incidents are not signed; the broker's ACLs give `incidents` to the detector and `recovery` to
-the coordinator. What the topic cannot show, `impersonates` does: an incident on `incidents`
-with an id or a category only the coordinator gives its own (an escalation, a give-up alert, a
-mass failure), which would otherwise stand in for the coordinator's own, already "resolved"
-or already "raised", and silence it. What fails is dead-lettered with the reason and counted,
-never folded; with no trust (insecure) every signed kind is folded, impersonations never. A
-node's join or leave whose time is more than a minute from the broker's is not folded either
-(`skewed`): a node's clock must not move the cluster's timing.
+Every signature must be for this deployment (its `deployment` is this topic prefix), so what was
+signed under another prefix, on this broker or another, with the same keys, is not replayed here
+(`other_deployment`). A job submission whose time is far from when the broker appended it
+(`stale`) is not folded either: an old signed job replayed is not a new one.
+
+Incidents on `incidents` are not signed; the broker's ACLs give that topic to the detector. What
+the topic cannot show, `impersonates` does: an incident on `incidents` with an id or a category
+only the coordinator gives its own (an escalation, a give-up alert, a mass failure), which would
+otherwise stand in for the coordinator's own, already "resolved" or already "raised", and silence
+it. What fails is dead-lettered with the reason and counted, never folded; with no trust
+(insecure) every signed kind is folded, impersonations never. A node's join or leave whose time is
+more than a minute from the broker's is not folded either (`skewed`): a node's clock must not move
+the cluster's timing.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, Ran
 from schemas.incident import Incident
 from schemas.jobs import JobStopRequested, JobSubmitted
 from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
+from schemas.topics import Topics
 
 
 @dataclass(frozen=True)
@@ -101,31 +109,67 @@ def skewed(record: Record) -> Unverified | None:
                                     f"{MAX_NODE_SKEW_S:g} s apart)")
 
 
-def unverified(record: Record, trust: Trust | None) -> Unverified | None:
-    """Why `record` (its exact bytes) is not signed by who may write it; None when it may be folded."""
+# How far a job submission's time may be from when the broker appended it. The CLIs publish a job
+# as they stamp it, so a live one is seconds apart; an older one is a replay (or a clock hours off).
+JOB_FRESHNESS_S = 3600.0
+
+
+def stale(record: Record) -> Unverified | None:
+    """Why a job submission is too old (or too far ahead) to start: its `ts` more than
+    JOB_FRESHNESS_S from the broker's time of its record; None when fresh or no broker time. The
+    broker's time, not the coordinator's clock, so that a restarted coordinator folds the same jobs
+    it started live. Only a topic stamped by the broker (LogAppendTime) makes that time the broker's
+    own; on one stamped by producers, it is the producer's (an ordinary client stamps it when it
+    sends, so a plain replay is caught, a crafted one not)."""
+    event = record.event
+    if not isinstance(event, JobSubmitted) or record.timestamp_ms is None:
+        return None
+    age = record.timestamp_ms / 1000 - event.ts
+    if abs(age) <= JOB_FRESHNESS_S:
+        return None
+    where = "older than" if age > 0 else "ahead of"
+    return Unverified("stale", f"job submission not started: stale: {event.job.id} says {event.ts:.0f}, "
+                               f"{abs(age):.0f} s {where} the broker's time of its record (at most "
+                               f"{JOB_FRESHNESS_S:g} s): a replay, or an operator's clock far off")
+
+
+def unverified(record: Record, trust: Trust | None, topics: Topics | None = None) -> Unverified | None:
+    """Why `record` (its exact bytes) is not signed by who may write it, for the deployment of
+    `topics`; None when it may be folded. Without `topics` (a listing of one topic's records) no
+    record is taken for the coordinator's decision and no deployment is checked."""
     if trust is None:
         return None
     event = record.event
+    deployment = None if topics is None else topics.prefix
     try:
+        if topics is not None and record.topic == topics.recovery:
+            trust.own.signer(record.value, "decision", deployment)
+            return None
         match event:
             case Command():
-                trust.own.signer(record.value)
+                trust.own.signer(record.value, "command", deployment)
             case JobSubmitted():
-                trust.operators.signer(record.value, "job submission")
+                trust.operators.signer(record.value, "job submission", deployment)
             case JobStopRequested():
-                trust.operators.signer(record.value, "job stop")
+                trust.operators.signer(record.value, "job stop", deployment)
             case NodeCordoned() | NodeDrained() | NodeUncordoned():
-                trust.operators.signer(record.value, "node event")
+                trust.operators.signer(record.value, "node event", deployment)
             case CommandAcked() | NodeJoined() | NodeLeaving() | RanksFinished():
                 what = "ack" if isinstance(event, CommandAcked) else event.type
-                owner = trust.owners[trust.nodes.signer(record.value, what)]
+                owner = trust.owners[trust.nodes.signer(record.value, what, deployment)]
                 if owner != event.node:
                     said = "an ack" if what == "ack" else f"a {what}"
                     raise Unverified("wrong_node", f"wrong node: {said} from {event.node} signed by the key "
                                                    f"of node {owner}")
     except Unverified as err:
-        return Unverified(err.kind, f"{_WHO.get(type(event), 'record')}: {err}")
+        return Unverified(err.kind, f"{_who(record, topics)}: {err}")
     return None
+
+
+def _who(record: Record, topics: Topics | None) -> str:
+    if topics is not None and record.topic == topics.recovery:
+        return f"{getattr(record.event, 'type', 'record')} not signed by this coordinator, not folded"
+    return _WHO.get(type(record.event), "record")
 
 
 _WHO = {

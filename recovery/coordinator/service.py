@@ -2,11 +2,11 @@
 
 Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
 incidents, recovery, commands, acks and nodes topics from offset 0, keeping out what is not
-signed by who may write it (provenance.py), signing and producing what the core emits
-(commands keyed by node to `commands`, everything else to its own `recovery` topic,
-lifecycle events keyed by job), and a clock. `lead` runs it only
-while this process holds the lease (recovery.coordinator.lease): one active coordinator,
-its epoch in every command, and each decision's outputs written in one transaction.
+signed by who may write it for this deployment (provenance.py), signing and producing what the
+core emits (commands keyed by node to `commands`, everything else to its own `recovery` topic,
+lifecycle events keyed by job; each record signed, naming this deployment), and a clock. `lead`
+runs it only while this process holds the lease (recovery.coordinator.lease): one active
+coordinator, its epoch in every command, and each decision's outputs written in one transaction.
 """
 
 from __future__ import annotations
@@ -29,17 +29,18 @@ from recovery.coordinator.config import CoordinatorConfig
 from recovery.coordinator.intake import rebuild, receive
 from recovery.coordinator.lease import Lease
 from recovery.coordinator.narrate import cause, narrate
-from recovery.coordinator.provenance import Trust, impersonates, skewed, unverified
+from recovery.coordinator.provenance import Trust, impersonates, skewed, stale, unverified
 from recovery.coordinator.routing import route
 from recovery.coordinator.state import ClusterState, JobState
 from recovery.coordinator.timers import catch_up, settle, tick
+from recovery.signing import Signable
 from schemas import DeadLettered, Topics
 from schemas.commands import Command
 from schemas.topics import misplaced
 
 log = logging.getLogger("trainmedic.coordinator")
 
-Signer = Callable[[Command], Command]
+Signer = Callable[[Signable], Signable]  # a record, signed (`SigningKey.sign`); as it was when insecure
 Trusted = Trust | Callable[[], Trust] | None  # a callable: the keys as they are now (keyring.KeyFolder)
 
 
@@ -71,10 +72,11 @@ class CoordinatorService:
     hold; restarted, it rebuilds from the log and decides again what was lost. A record that
     fails to validate or to apply never stops it: it goes to the dlq (when read live) and the
     service reads on. What one event or tick decides (a plan and its commands) is sent in one
-    transaction of `producer`, so a crash leaves all of it or none. Commands, jobs, operators' node
-    events and acks are folded only when signed by who may write them (`trust`, provenance.py; all
-    of them when `trust` is None: insecure), so a re-send is only ever of the coordinator's own, and
-    only operators start jobs or move nodes, and only a node answers for itself.
+    transaction of `producer`, so a crash leaves all of it or none. Commands, its own decisions, jobs,
+    operators' node events and acks are folded only when signed by who may write them, for this
+    deployment (`trust`, provenance.py; all of them when `trust` is None: insecure), so a re-send or
+    a plan is only ever the coordinator's own, only operators start jobs or move nodes, and only a
+    node answers for itself. Everything it writes is signed with `sign`, naming this deployment.
     """
 
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
@@ -159,7 +161,8 @@ class CoordinatorService:
     def _unverified(self, record: Record, trust: Trust | None, *, live: bool = True) -> str | None:
         """Why `record` is not signed by who may write it (logged; counted when read live, not again
         on every rebuild), or None."""
-        why = impersonates(record, self._topics.incidents) or skewed(record) or unverified(record, trust)
+        why = (impersonates(record, self._topics.incidents) or skewed(record)
+               or unverified(record, trust, self._topics) or stale(record))
         if why is None:
             return None
         if live and why.kind == "misplaced":
@@ -175,12 +178,13 @@ class CoordinatorService:
         for line in narrate(trigger, outputs, self.state):
             log.info("%s", line)
         observe.published(self.state, outputs)
+        stamp = {"deployment": self._topics.prefix}
         with self._producer.transaction():
             for event in outputs:
                 suffix, key = route(event)
-                if isinstance(event, Command):
-                    event = self._sign(event.model_copy(update={"epoch": self.epoch}))
-                self._producer.send(self._topics.name(suffix), event, key=key)
+                update = {**stamp, "epoch": self.epoch} if isinstance(event, Command) else stamp
+                self._producer.send(self._topics.name(suffix), self._sign(event.model_copy(update=update)),
+                                    key=key)
         self._dlq.flush()
 
     def close(self) -> None:

@@ -75,14 +75,16 @@ def decide(
     command: Command, *, received: bytes | Mapping | None, node: str, trusted: TrustedKeys | None,
     now: float, freshness_s: float, group: LocalGroup | None, applied: Container[str],
     answers: Mapping[str, RecordedAck] | None = None, epoch: int | None = None,
+    deployment: str | None = None,
 ) -> Decision:
     """What this node's executor does with `command`, whose JSON as received is `received` (the
     signature is checked on it, never on the model). `trusted=None` means insecure: no check.
     `answers` holds the final acks recorded for applied commands (command id -> ack); `epoch` the
-    newest coordinator epoch this node applied a command of (None: none yet)."""
+    newest coordinator epoch this node applied a command of (None: none yet); `deployment` this
+    node's topic prefix, which the command must be signed for (None: not checked)."""
     if command.node != node:
         return Refuse(f"command is for node {command.node!r}, this is {node!r}")
-    if trusted is not None and (why := trusted.check(received)) is not None:
+    if trusted is not None and (why := trusted.check(received, deployment=deployment)) is not None:
         return Refuse(why, unverified=True)
     if command.id in applied:
         answer = (answers or {}).get(command.id)

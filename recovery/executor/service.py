@@ -76,7 +76,7 @@ class Executor:
         self.config = config
         self.kafka = kafka
         self.clock = clock
-        self.supervisor = Supervisor(config.state_dir / "ranks.json")
+        self.supervisor = Supervisor(config.state_dir / "ranks.json", user=config.rank_user)
         self.groups: dict[str, LocalGroup] = {}
         self.producer = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
         self._ledger: Ledger | None = None
@@ -103,7 +103,7 @@ class Executor:
         launcher = None
         if self.config.warm_start:
             if become_subreaper():
-                launcher = WarmLauncher(env=self._server_env())
+                launcher = WarmLauncher(env=self._server_env(), user=self.config.rank_user)
             else:
                 log.warning("cannot become a child subreaper here: every rank starts cold")
         self.supervisor.use_launcher(launcher)
@@ -265,7 +265,7 @@ class Executor:
             command, received=item.value, node=self.config.node,
             trusted=self._keys.trusted() if self._keys else self.config.trusted,
             now=self.clock(), freshness_s=self.config.freshness_s, group=group, applied=ledger.state.applied,
-            answers=ledger.state.answers, epoch=ledger.state.epoch,
+            answers=ledger.state.answers, epoch=ledger.state.epoch, deployment=self.kafka.topics.prefix,
         )
         decision = self._admitted(command, decision)
         if isinstance(decision, Skip):
@@ -335,7 +335,7 @@ class Executor:
             spec = command.worker
             envs = [self._rank_env(command, local_rank) for local_rank in range(len(spec.ranks))]
             pids = self.supervisor.launch(command.job, command.generation, spec, envs,
-                                          self.config.logs_dir / command.job)
+                                          self.config.job_dir(command.job))
             for local_rank, (rank, pid) in enumerate(zip(spec.ranks, pids, strict=True)):
                 self._launched[pid] = LaunchedRank(command.job, command.generation, rank, spec.world_size,
                                                    local_rank, spec.failure.hang_floor_s)
@@ -422,8 +422,9 @@ class Executor:
         metrics.EXECUTOR_ACKS.labels(str(status)).inc()
 
     def _report(self, report: NodeReport) -> None:
-        """Send a report on the acks topic, signed with this node's key (unsigned when insecure): the
-        coordinator folds only reports their node's key signed."""
+        """Send a report on the acks topic, signed with this node's key for this deployment (unsigned
+        when insecure): the coordinator folds only reports their node's key signed for it."""
+        report = report.model_copy(update={"deployment": self.kafka.topics.prefix})
         if self.config.node_key is not None:
             report = self.config.node_key.sign(report)
         self._send(self.kafka.topics.acks, report, key=self.config.node)

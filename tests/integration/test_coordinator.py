@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
 from recovery.coordinator.lease import Lease
 from recovery.coordinator.provenance import Trust
 from recovery.coordinator.service import CoordinatorService
+from recovery.signing import SigningKey
 from schemas import Command, CommandAcked, Incident, JobSpec, JobSubmitted
 from trainmedic.cli import main
 
@@ -39,8 +41,10 @@ checkpoint_dir: /ckpt/llm
 """
 
 
-def sign(command: Command) -> Command:
-    return command.model_copy(update={"signature": f"test-signature:{command.id}"})
+def sign(record):
+    """A stand-in for the coordinator's key, for a coordinator that checks no signature: it marks
+    every record it writes, commands by their id."""
+    return record.model_copy(update={"signature": f"test-signature:{getattr(record, 'id', record.type)}"})
 
 
 def read(kafka: KafkaSettings, suffix: str) -> list:
@@ -58,18 +62,39 @@ def leading(kafka: KafkaSettings, config: CoordinatorConfig = CONFIG, *, sign=si
                               epoch=Lease(kafka).take(producer))
 
 
+@dataclass(frozen=True)
+class ForDeployment:
+    """A signing key that signs each record for one deployment (its topic prefix), as the CLIs and
+    executors sign what they write there."""
+
+    key: SigningKey
+    deployment: str | None
+
+    @property
+    def key_id(self) -> str:
+        return self.key.key_id
+
+    def sign(self, record):
+        if self.deployment is None:
+            return self.key.sign(record)
+        return self.key.sign(record.model_copy(update={"deployment": self.deployment}))
+
+
 class Keys:
     """A keys folder with a key of every role, as `trainmedic keys generate` writes it, and what a
-    test that writes jobs, node events or acks straight to Kafka signs them with."""
+    test that writes jobs, node events or acks straight to Kafka signs them with, for the deployment
+    of topic prefix `deployment` (for none: a coordinator that checks no signature)."""
 
-    def __init__(self, folder: Path, nodes: Iterable[str] = tuple(f"n{i}" for i in range(1, 10))) -> None:
+    def __init__(self, folder: Path, nodes: Iterable[str] = tuple(f"n{i}" for i in range(1, 10)), *,
+                 deployment: str | None = None) -> None:
         roles = [keyring.COORDINATOR, keyring.OPERATOR, *(keyring.node_role(n) for n in nodes)]
         for role in roles:
             keyring.ensure_key(folder, time.time(), role)
         self.folder = folder
-        self.coordinator = keyring.load_signing(folder)
-        self.operator = keyring.load_signing(folder, keyring.OPERATOR)
-        self.nodes = {role.removeprefix(keyring.NODE): keyring.load_signing(folder, role)
+        self.coordinator = ForDeployment(keyring.load_signing(folder), deployment)
+        self.operator = ForDeployment(keyring.load_signing(folder, keyring.OPERATOR), deployment)
+        self.nodes = {role.removeprefix(keyring.NODE): ForDeployment(keyring.load_signing(folder, role),
+                                                                      deployment)
                       for role in roles[2:]}
         self.trust = Trust.of(keyring.load_roles(folder))
 
@@ -102,14 +127,14 @@ def env(kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     monkeypatch.setenv("TRAINMEDIC_KAFKA_BOOTSTRAP", kafka.bootstrap)
     monkeypatch.setenv("TRAINMEDIC_TOPIC_PREFIX", kafka.topic_prefix)
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path / "home"))
-    Keys(tmp_path / "home" / "keys")
+    Keys(tmp_path / "home" / "keys", deployment=kafka.topic_prefix)
     return kafka
 
 
 @pytest.fixture
 def keys(env: KafkaSettings, tmp_path: Path) -> Keys:
     """The keys of `env`'s TRAINMEDIC_HOME."""
-    return Keys(tmp_path / "home" / "keys")
+    return Keys(tmp_path / "home" / "keys", deployment=env.topic_prefix)
 
 
 def test_submit_start_sev1_kill_restart(env: KafkaSettings, tmp_path, capsys) -> None:

@@ -33,7 +33,8 @@ def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: s
     injected = time.time()
     with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
         producer.send(settings.topics.nodes, cluster.layout.operator_key().sign(NodeUncordoned(
-            ts=injected, node=node, reason="demo: the Xid 79 incident is resolved", by="demo")), key=node)
+            ts=injected, node=node, reason="demo: the Xid 79 incident is resolved", by="demo",
+            deployment=settings.topics.prefix)), key=node)
 
     def grown(t) -> int | None:
         larger = [g for g, gen in t.generations.items() if g > before_gen and gen.world_size > world_before]

@@ -36,8 +36,9 @@ from trainmedic.demo.watch import Watcher
 from trainmedic.local_cluster import LocalCluster, free_port, local_deployment
 
 JOB = "demo"
-# The demo's detector: the defaults, with a hang floor that fits a 0.25 s step.
-DETECTOR_CONFIG = {"hang": {"floor_s": 10.0}}
+# The demo's detector: the defaults, with a hang floor that fits a 0.25 s step, and a GPU fault
+# resolved after 10 s of its node's clean samples (not 60 s), so the repaired node rejoins sooner.
+DETECTOR_CONFIG = {"hang": {"floor_s": 10.0}, "gpu": {"healthy_s": 10.0}}
 # What a gpt-hsdp rank imports besides torch (FSDP2, DCP, and dynamo, which torch.optim loads): ranks
 # forked warm skip a second or more of CPU each.
 GPT_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.checkpoint.state_dict", "torch._dynamo")
@@ -206,7 +207,8 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
             watcher.start()
             spec = demo_job(nodes, args, layout)
             with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-                submitted = cluster.layout.operator_key().sign(JobSubmitted(ts=time.time(), job=spec))
+                submitted = cluster.layout.operator_key().sign(JobSubmitted(
+                    ts=time.time(), job=spec, deployment=settings.topics.prefix))
                 producer.send(settings.topics.jobs, submitted, key=spec.id)
             world = len(nodes) * args.ranks_per_node
             say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")

@@ -143,7 +143,9 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
 
     with JobWatch(settings, extra=(settings.topics.worker,)) as watch, \
             EventProducer(settings, client_id=settings.topics.owned("run")) as producer:
-        producer.send(settings.topics.jobs, key.sign(JobSubmitted(ts=time.time(), job=spec)), key=spec.id)
+        producer.send(settings.topics.jobs, key.sign(JobSubmitted(ts=time.time(), job=spec,
+                                                                 deployment=settings.topics.prefix)),
+                      key=spec.id)
         producer.flush()
         say(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks of "
             f"{' '.join(spec.command)}")
@@ -157,7 +159,8 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
                 signal.signal(sig, signal.SIG_IGN)
             say(f"stopping job {spec.id}")
             producer.send(settings.topics.jobs, key.sign(JobStopRequested(
-                ts=time.time(), job=spec.id, reason="trainmedic run was interrupted")), key=spec.id)
+                ts=time.time(), job=spec.id, reason="trainmedic run was interrupted",
+                deployment=settings.topics.prefix)), key=spec.id)
             producer.flush()
             deadline = time.monotonic() + STOP_WAIT_S
             while not watch.over(spec.id) and time.monotonic() < deadline:

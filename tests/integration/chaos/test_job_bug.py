@@ -78,7 +78,7 @@ def test_the_same_error_every_generation_backs_off_and_gives_up_without_blaming_
         cluster: LocalCluster) -> None:
     settings = KafkaSettings.from_env(role="admin", bootstrap=cluster.bootstrap, topic_prefix=cluster.prefix)
     with EventProducer(settings, client_id=settings.topics.owned("test")) as producer:
-        submitted = JobSubmitted(ts=time.time(), job=job_spec(cluster.layout))
+        submitted = JobSubmitted(ts=time.time(), job=job_spec(cluster.layout), deployment=cluster.prefix)
         submitted = cluster.layout.operator_key().sign(submitted)  # as `trainmedic job submit` signs it
         producer.send(settings.topics.jobs, submitted, key=JOB)
     deadline = time.monotonic() + GIVE_UP_WITHIN_S

@@ -96,7 +96,7 @@ def test_a_node_stopped_with_sigterm_leaves_its_job_moved_and_is_not_isolated(cl
     settings = KafkaSettings.from_env(role="admin", bootstrap=cluster.bootstrap, topic_prefix=cluster.prefix)
     where = f"(logs in {cluster.layout.logs})"
     with EventProducer(settings, client_id=settings.topics.owned("test")) as producer:
-        submitted = JobSubmitted(ts=time.time(), job=job_spec(cluster.layout))
+        submitted = JobSubmitted(ts=time.time(), job=job_spec(cluster.layout), deployment=cluster.prefix)
         submitted = cluster.layout.operator_key().sign(submitted)  # as `trainmedic job submit` signs it
         producer.send(settings.topics.jobs, submitted, key=JOB)
     wait_until(lambda: started(settings) and cluster.rank_pids("ln1", JOB), 120, f"job started {where}")

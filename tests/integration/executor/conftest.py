@@ -88,7 +88,7 @@ def send(kafka: KafkaSettings) -> Iterator[Callable[..., Command]]:
 
     def publish(command: Command, key: SigningKey | None = KEY) -> Command:
         if key is not None:
-            command = key.sign(command)
+            command = key.sign(command.model_copy(update={"deployment": kafka.topic_prefix}))
         producer.send(kafka.topics.commands, command, key=command.node)
         producer.flush()
         return command

@@ -118,7 +118,7 @@ def test_prometheus_answers_every_dashboard_query_and_fires_the_healers_alerts(
         spec = JobSpec(id="pm", nodes=NODES, throughput={1: 1e14, 2: 2e14}, command=("sleep", "600"))
         with EventProducer(kafka) as producer:
             producer.send(kafka.topics.jobs, cluster.layout.operator_key().sign(
-                JobSubmitted(ts=time.time(), job=spec)), key=spec.id)
+                JobSubmitted(ts=time.time(), job=spec, deployment=kafka.topic_prefix)), key=spec.id)
         wait_until(lambda: answered(query(url, 'trainmedic_jobs{state="running"} == 1')), 30,
                    lambda: f"the job never ran: {cluster.layout.logs}")
         # A second coordinator, started once the first leads: a standby, which holds no state.

@@ -36,6 +36,7 @@ from recovery.coordinator.commands import escalation_id
 from recovery.coordinator.service import CoordinatorService
 from recovery.executor.admission import AdmissionPolicy
 from recovery.executor.config import ExecutorConfig
+from recovery.executor.report_server import socket_path
 from recovery.signing import generate
 from schemas import (
     Command,
@@ -70,6 +71,7 @@ class Stack:
     lock: threading.Lock
     marker: Path  # what the attacker's program would create
     ranks: dict[str, list[int]]  # the legitimate ranks' pids, per node
+    root: Path  # the executors' state folders are ROOT/NODE
 
     def as_role(self, role: str) -> KafkaSettings:
         return KafkaSettings.from_env(role=role, bootstrap=self.admin.bootstrap,
@@ -104,11 +106,11 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
                                    topic_prefix=f"t{uuid.uuid4().hex[:10]}.")
     create_topics(admin, partitions=2)
     grant_roles(admin, admin.topic_prefix)
-    keys = Keys(tmp / "keys", nodes=NODES)
+    keys = Keys(tmp / "keys", nodes=NODES, deployment=admin.topic_prefix)
     as_role = lambda role: KafkaSettings.from_env(role=role, bootstrap=kafka_bootstrap,  # noqa: E731
                                                   topic_prefix=admin.topic_prefix)
     executors = [RunningExecutor(ExecutorConfig(
-        node=n, state_dir=tmp / n, trusted=keyring.load_trusted(keys.folder), node_key=keys.nodes[n],
+        node=n, state_dir=tmp / n, trusted=keyring.load_trusted(keys.folder), node_key=keys.nodes[n].key,
         stop_grace_s=2.0, admission=POLICY, warm_start=False), as_role("executor")) for n in NODES]
     spec = JobSpec(id="llm", nodes=("n1", "n2"), throughput={2: 2.0e15}, command=("sleep", "600"))
     with EventProducer(as_role("operator")) as producer:
@@ -123,8 +125,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
     try:
         wait_until(lambda: coordinator.state.jobs.get("llm") is not None
                    and coordinator.state.jobs["llm"].state is JobState.RUNNING, 60.0, "the job runs")
-        ranks = {n: wait_until(lambda n=n: _ranks(admin, n), 30.0, f"a rank on {n}") for n in ("n1", "n2")}
-        yield Stack(admin, keys, coordinator, lock, tmp / "pwned", ranks)
+        ranks = {n: wait_until(lambda n=n: _ranks(tmp, n), 30.0, f"a rank on {n}") for n in ("n1", "n2")}
+        yield Stack(admin, keys, coordinator, lock, tmp / "pwned", ranks, tmp)
     finally:
         stop.set()
         thread.join(30)
@@ -136,9 +138,9 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
         revoke_roles(admin, admin.topic_prefix)
 
 
-def _ranks(admin: KafkaSettings, node: str) -> list[int]:
-    return sorted(set(processes_with(f"TRAINMEDIC_TOPIC_PREFIX={admin.topic_prefix}"))
-                  & set(processes_with(f"TRAINMEDIC_NODE={node}")))
+def _ranks(root: Path, node: str) -> list[int]:
+    """The ranks the executor of ROOT/NODE launched: they report to its socket."""
+    return sorted(processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(root / node)}"))
 
 
 def unverified(kind: str, reason: str) -> tuple[str, dict[str, str]]:
@@ -436,8 +438,8 @@ def test_the_attack_is_refused_and_changes_nothing(stack: Stack, attack) -> None
         assert (job.state, job.generation, job.nodes) == (JobState.RUNNING, 0, ("n1", "n2"))
         assert [j for j in state.jobs if j not in ("llm", "evil-admitted")] == []
     assert not stack.marker.exists(), "the attacker's program ran"
-    assert {n: _ranks(stack.admin, n) for n in ("n1", "n2")} == stack.ranks  # never restarted
-    assert _ranks(stack.admin, "n3") == []
+    assert {n: _ranks(stack.root, n) for n in ("n1", "n2")} == stack.ranks  # never restarted
+    assert _ranks(stack.root, "n3") == []
     trusted = keyring.load_trusted(stack.keys.folder)
     planted = ("evil-", "old-epoch-")  # the ids of what attacks signed with a captured key
     signed = [r.event for r in stack.raw("commands") if trusted.check(r.value) is None

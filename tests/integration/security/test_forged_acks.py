@@ -33,7 +33,7 @@ def unverified(reason: str) -> float:
 
 
 def test_forged_failed_and_done_acks_isolate_nothing_and_complete_nothing(kafka, tmp_path) -> None:
-    keys = Keys(tmp_path / "keys")
+    keys = Keys(tmp_path / "keys", deployment=kafka.topic_prefix)
     before = {reason: unverified(reason) for reason in ("unsigned", "wrong_node", "unknown_key")}
     spec = JobSpec(id="llm", nodes=("n1", "n2"), throughput={1: 1.0e15, 2: 2.0e15},  # it could shrink
                    command=("python", "train.py"))

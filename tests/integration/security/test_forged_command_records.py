@@ -39,7 +39,7 @@ def step_until(service: CoordinatorService, done, timeout_s: float = 30.0) -> No
 
 def test_a_forged_copy_of_a_command_is_dead_lettered_and_never_re_sent_signed(kafka: KafkaSettings,
                                                                                tmp_path) -> None:
-    keys = Keys(tmp_path / "keys")
+    keys = Keys(tmp_path / "keys", deployment=kafka.topic_prefix)
     signing, trusted = keys.coordinator, keys.trust.own
     spec = JobSpec(id="llm", nodes=("n1", "n2"), throughput={2: 2.0e15}, command=("python", "train.py"))
     with EventProducer(kafka) as producer:

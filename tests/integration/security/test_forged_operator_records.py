@@ -50,7 +50,7 @@ def publish(kafka: KafkaSettings, topic: str, *events) -> None:
 
 def test_an_unsigned_or_foreign_job_naming_an_idle_node_starts_nothing(kafka: KafkaSettings,
                                                                        tmp_path) -> None:
-    keys = Keys(tmp_path / "keys")
+    keys = Keys(tmp_path / "keys", deployment=kafka.topic_prefix)
     before = unverified("job_submitted", "unsigned"), unverified("job_submitted", "unknown_key")
     evil = JobSpec(id="miner", nodes=("n5",), throughput={1: 1.0e15}, command=EVIL)
     unsigned = JobSubmitted(ts=time.time(), job=evil)
@@ -91,7 +91,7 @@ def test_an_unsigned_or_foreign_job_naming_an_idle_node_starts_nothing(kafka: Ka
 
 
 def test_an_unsigned_or_forged_cordon_or_drain_changes_no_node(kafka: KafkaSettings, tmp_path) -> None:
-    keys = Keys(tmp_path / "keys")
+    keys = Keys(tmp_path / "keys", deployment=kafka.topic_prefix)
     publish(kafka, kafka.topics.jobs, keys.job(JobSpec(id="llm", nodes=("n1", "n2"), throughput={2: 2.0e15},
                                                        command=("python", "train.py"))))
     coordinator = leading(kafka, CONFIG, sign=keys.coordinator.sign, trust=keys.trust)

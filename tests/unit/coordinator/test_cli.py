@@ -203,3 +203,33 @@ def test_the_job_cli_client_id_is_under_the_prefix(monkeypatch) -> None:
     spec = job_cli.load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
     job_cli.submit(KafkaSettings(topic_prefix="acme."), spec)
     assert seen["client_id"] == "acme.job"
+
+
+def test_a_submitted_job_is_signed_for_the_prefix_it_is_published_under(monkeypatch) -> None:
+    from bus.settings import KafkaSettings
+    from recovery.coordinator import job_cli
+    from recovery.signing import TrustedKeys, generate
+    from schemas import encode
+
+    sent = []
+
+    class Producer:
+        def __init__(self, settings, client_id):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def send(self, topic, event, key):
+            sent.append(event)
+
+    monkeypatch.setattr("bus.producer.EventProducer", Producer)
+    operator = generate()
+    spec = job_cli.load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
+    job_cli.submit(KafkaSettings(topic_prefix="acme."), spec, operator)
+    trusted = TrustedKeys.of(operator.private.public_key())
+    assert trusted.check(encode(sent[0]), "job submission", "acme.") is None
+    assert trusted.check(encode(sent[0]), "job submission", "trainmedic.").startswith("other deployment")

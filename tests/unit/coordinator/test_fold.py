@@ -7,6 +7,7 @@ import random
 import pytest
 
 from recovery.coordinator import ClusterState, IllegalTransition, apply
+from recovery.signing import generate
 from schemas import NodeCordoned, NodeDrained, NodeUncordoned, RecoveryCompleted
 from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
 
@@ -91,6 +92,16 @@ def test_the_scenario_covers_what_it_claims() -> None:
 def test_refolding_the_recorded_log_gives_the_live_state(recorded) -> None:
     rec = recorded()
     assert fold(rec.log) == rec.state
+
+
+@pytest.mark.parametrize("recorded", [scenario, lifecycle_scenario])
+def test_the_log_as_sent_signed_for_its_deployment_folds_to_the_live_state(recorded) -> None:
+    """The coordinator folds its decisions before it signs them; read back signed (escalation
+    incidents and re-admissions included), they fold the same."""
+    rec, key = recorded(), generate()
+    sent = [key.sign(e.model_copy(update={"deployment": "prod."})) for e in rec.log]
+    assert of_type(sent, "recovery_planned")
+    assert fold(sent) == rec.state
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -1,14 +1,15 @@
 """What the coordinator folds: each record signed by who may write it (the pure decision of
 provenance.py). Jobs and an operator's node events need an operator key; an ack the key of its
-own node; a command the coordinator's own key. Insecure (no trust) folds everything."""
+own node; a command and every decision on `recovery` the coordinator's own key; each signed for
+this deployment. Insecure (no trust) folds everything."""
 
 from __future__ import annotations
 
 import pytest
 
 from bus.message import Record
-from recovery.coordinator.provenance import Trust, impersonates, skewed, unverified
-from recovery.signing import SigningKey, TrustedKeys, generate
+from recovery.coordinator.provenance import JOB_FRESHNESS_S, Trust, impersonates, skewed, stale, unverified
+from recovery.signing import SigningKey, TrustedKeys, Unverified, generate
 from schemas import (
     Command,
     CommandAcked,
@@ -22,6 +23,8 @@ from schemas import (
     encode,
 )
 from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
+from schemas.recovery import JobEnded, RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from schemas.topics import Topics
 
 COORDINATOR, OPERATOR, N1, N2, STRANGER = (generate() for _ in range(5))
 TRUST = Trust.of({"coordinator": TrustedKeys.of(COORDINATOR.private.public_key()),
@@ -139,3 +142,68 @@ def test_the_acks_topic_carries_the_brokers_clock() -> None:
     from schemas.topics import BY_SUFFIX
 
     assert BY_SUFFIX["acks"].config()["message.timestamp.type"] == "LogAppendTime"
+
+
+HERE = Topics("prod.")
+DECISIONS = [
+    RecoveryPlanned(ts=1.0, plan_id="p", job="j", kind="reconfigure", generation=1, nodes=("n3",),
+                    previous=("n1",), isolated={"n1": "i"}),
+    RecoverySkipped(ts=1.0, incident_id="i", reason="r", isolated={"n1": "i", "n2": "i"}),
+    RecoveryCompleted(ts=1.0, plan_id="p", job="j", generation=1),
+    RecoveryFailed(ts=1.0, plan_id="p", job="j", generation=1, reason="r"),
+    JobEnded(ts=1.0, job="j", state="stopped"),
+    NodeReadmitted(ts=1.0, node="n1", incident_id="i"),
+    Incident(ts=1.0, id="esc-1", status="open", category="start_failed", severity="SEV1",
+             action="reconfigure", node="n1", first_ts=1.0),
+]
+
+
+def here(event, key: SigningKey | None = None, deployment: str | None = "prod.",
+         topic: str = "prod.recovery") -> Unverified | None:
+    """Why the coordinator of prefix prod. does not fold `event`, signed by `key` for `deployment`
+    and read from `topic`."""
+    if deployment is not None:
+        event = event.model_copy(update={"deployment": deployment})
+    if key is not None:
+        event = key.sign(event)
+    return unverified(Record(topic, 0, 0, None, event, encode(event)), TRUST, HERE)
+
+
+@pytest.mark.parametrize("decision", DECISIONS, ids=lambda e: e.type)
+def test_every_decision_on_recovery_needs_the_coordinators_own_key_for_this_deployment(decision):
+    assert here(decision, COORDINATOR) is None
+    assert here(decision).kind == "unsigned"  # the broker's super user can write it; it folds nothing
+    assert here(decision, OPERATOR).kind == "unknown_key" and here(decision, N1).kind == "unknown_key"
+    assert here(decision, COORDINATOR, "test.").kind == "other_deployment"
+    assert here(decision, COORDINATOR, None).kind == "other_deployment"  # signed before deployments
+    assert str(here(decision)) == (f"{decision.type} not signed by this coordinator, not folded: unsigned: "
+                                   "the decision carries no signature")
+
+
+def test_the_detectors_incidents_are_not_signed_and_not_taken_for_decisions():
+    incident = Incident(ts=1.0, id="gpu_lost-1", status="open", category="gpu_lost", severity="SEV1",
+                        action="reconfigure", node="n1", first_ts=1.0)
+    assert here(incident, deployment=None, topic="prod.incidents") is None
+
+
+@pytest.mark.parametrize(("event", "key"), [(EVIL, OPERATOR), (NodeDrained(ts=1.0, node="n1"), OPERATOR),
+                                            (ACK, N1), (COMMAND, COORDINATOR)])
+def test_a_record_signed_for_another_deployment_is_not_folded(event, key):
+    assert here(event, key, topic="prod.x") is None
+    why = here(event, key, "test.", topic="prod.x")
+    assert why.kind == "other_deployment" and "signed for deployment 'test.', this is 'prod.'" in str(why)
+    assert here(event, key, None, topic="prod.x").kind == "other_deployment"
+
+
+def test_a_job_far_from_the_brokers_time_of_its_record_is_stale():
+    def at(ts: float, broker_s: float | None) -> Unverified | None:
+        event = JobSubmitted(ts=ts, job=EVIL.job)
+        return stale(Record("t", 0, 0, None, event, encode(event),
+                            None if broker_s is None else int(broker_s * 1000)))
+
+    assert at(1_000_000.0, 1_000_000.0 + JOB_FRESHNESS_S - 1) is None
+    why = at(1_000_000.0, 1_000_000.0 + 2 * 3600)
+    assert why.kind == "stale" and "x says 1000000, 7200 s older than the broker's time" in str(why)
+    assert at(1_000_000.0 + 2 * 3600, 1_000_000.0).kind == "stale"  # dated hours ahead: held for later
+    assert at(1.0, None) is None  # no broker time: nothing to compare
+    assert stale(record(ACK)) is None  # only job submissions

@@ -39,6 +39,18 @@ def test_the_signature_is_checked_on_the_command_as_received_not_on_the_model():
     assert isinstance(decision, Refuse) and "bad signature" in decision.reason
 
 
+def test_a_command_signed_for_another_deployment_is_refused_as_unverified():
+    def under(prefix: str, command: Command):
+        return decide(command, received=encode(command), node="n1", trusted=TRUSTED, now=NOW,
+                      freshness_s=60.0, group=None, applied=(), deployment=prefix)
+
+    assert isinstance(under("prod.", cmd(deployment="prod.")), Apply)
+    for command in (cmd(deployment="test."), cmd()):  # another prefix's, or one bound to none
+        decision = under("prod.", command)
+        assert isinstance(decision, Refuse) and decision.unverified
+        assert decision.reason.startswith("other deployment: the command was signed for ")
+
+
 def test_insecure_mode_accepts_unsigned():
     assert isinstance(run(cmd(key=None), trusted=None), Apply)
 

@@ -47,6 +47,7 @@ def start(workdir: Path, generation: int) -> Record:
     worker = WorkerSpec(ranks=(4, 5), world_size=6, master_addr="h", master_port=1, command=WAIT_THEN_EXIT_0,
                         workdir=str(workdir))
     command = COORDINATOR.sign(Command(ts=time.time(), node="n1", id=f"g{generation}", job="j",
+                                       deployment="trainmedic.",  # the executor's topic prefix
                                        generation=generation, action=CommandAction.START, worker=worker))
     return Record("t.commands", 0, generation, "n1", command, encode(command))
 

@@ -3,7 +3,7 @@
 import base64
 import json
 
-from recovery.signing import SigningKey, TrustedKeys, canonical, generate, parse
+from recovery.signing import SigningKey, TrustedKeys, Unverified, canonical, generate, parse
 from schemas import Command, CommandAction, WorkerSpec, decode, encode
 from schemas.topics import adapter
 
@@ -92,3 +92,22 @@ def test_after_a_rotation_the_old_key_verifies_while_both_are_trusted():
     assert both.check(signed_before) is None
     assert both.check(wire(new.sign(command()))) is None
     assert "unknown key id" in TrustedKeys.of(new.private.public_key()).check(signed_before)
+
+
+def test_a_signature_counts_only_for_the_deployment_it_names():
+    for_a = COORDINATOR.sign(command(deployment="a."))
+    assert TRUSTED.check(wire(for_a), deployment="a.") is None
+    assert TRUSTED.check(wire(for_a), deployment="b.") == ("other deployment: the command was signed for "
+                                                          "deployment 'a.', this is 'b.'")
+    unbound = COORDINATOR.sign(command())  # signed before records named their deployment
+    assert TRUSTED.check(wire(unbound), deployment="a.") == ("other deployment: the command was signed for "
+                                                            "no deployment, this is 'a.'")
+    assert TRUSTED.check(wire(unbound)) is None  # a verifier that names none checks none
+    relabelled = {**parse(wire(for_a)), "deployment": "b."}  # the field is signed like any other
+    assert "bad signature" in TRUSTED.check(relabelled, deployment="b.")
+    try:
+        TRUSTED.signer(wire(for_a), deployment="b.")
+    except Unverified as err:
+        assert err.kind == "other_deployment"
+    else:
+        raise AssertionError("a command of deployment a. verified under b.")
