@@ -15,6 +15,7 @@ never ran (it would create a marker file). `ATTACKS` is the catalogue docs/secur
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -49,6 +50,8 @@ from schemas import (
     NodeReadmitted,
     RecoveryKind,
     RecoveryPlanned,
+    WorkerFailed,
+    encode,
 )
 from tests.integration.executor.conftest import RunningExecutor, processes_with
 from tests.integration.executor.test_training import wait_until
@@ -241,12 +244,27 @@ def _ack(s: Stack, node: str, status: str) -> CommandAcked:
 
 # -- the catalogue -----------------------------------------------------------------------------
 
-def rank_writes_a_command(s: Stack) -> None:
-    broker_refuses(s, "rank", "commands", _evil_start(s))
+def a_process_that_is_no_rank_reports_for_the_job(s: Stack) -> None:
+    """Ranks hold no Kafka credentials: they report over their executor's socket, which any local
+    process can reach. One that is no rank the executor launched (nor a child of one) is heard
+    and never published: a crash of the job's rank 0, forged, restarts nothing."""
+    before = metric("trainmedic_executor_rank_reports_total", outcome="unknown_process")
+    forged = WorkerFailed(ts=time.time(), node="n1", job="llm", rank=0, world_size=2, generation=0,
+                          error="RuntimeError: forged")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(socket_path(s.root / "n1")))
+        sock.sendall(encode(forged) + b"\n")
+        wait_until(lambda: metric("trainmedic_executor_rank_reports_total", outcome="unknown_process")
+                   > before, 20.0, "the stranger's report refused")
+    assert not [e for e in s.read("telemetry.worker") if getattr(e, "error", None) == forged.error]
 
 
-def rank_writes_an_incident(s: Stack) -> None:
-    broker_refuses(s, "rank", "incidents", _sev1("n1"))
+def super_user_writes_an_unsigned_plan_on_recovery(s: Stack) -> None:
+    """The broker's super user may write any topic: the coordinator folds a decision only when its
+    own key signed it, for this deployment."""
+    dead_letter(s, "recovery", _forged_plan(), role="admin", key="llm",
+                reason="recovery_planned not signed by this coordinator",
+                counter=unverified("recovery_planned", "unsigned"))
 
 
 def node_agent_writes_an_incident(s: Stack) -> None:
@@ -412,7 +430,8 @@ def operator_signed_shell_job(s: Stack) -> None:
     assert metric("trainmedic_executor_admission_refusals_total", rule="executable") > before
 
 
-ATTACKS = [rank_writes_a_command, rank_writes_an_incident, node_agent_writes_an_incident,
+ATTACKS = [a_process_that_is_no_rank_reports_for_the_job, super_user_writes_an_unsigned_plan_on_recovery,
+           node_agent_writes_an_incident,
            executor_writes_a_command, detector_writes_a_plan_on_recovery, alert_bridge_submits_a_job,
            unauthenticated_client_writes_an_incident, detector_writes_a_plan_on_incidents,
            detector_presolves_the_coordinators_escalation,
