@@ -19,6 +19,7 @@ from recovery.executor.forkserver import WarmLauncher
 from recovery.executor.job_dirs import RankUser
 from recovery.executor.supervisor import Supervisor
 from schemas import WorkerSpec
+from tests.integration.executor.test_warm_rank_reports import exit_of
 
 NOBODY = RankUser("nobody", 65534, 65534)
 # A venv's Python never reads a user site; the Python it was made from does (as the executor's user).
@@ -106,15 +107,6 @@ def evil_home(tmp_path: Path) -> tuple[Path, Path]:
     return home, mark
 
 
-def wait_exit(sup: Supervisor, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if exits := sup.reap():
-            return exits[0]
-        time.sleep(0.02)
-    raise AssertionError("the rank did not end")
-
-
 def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp_path: Path) -> None:
     home, mark = evil_home(tmp_path)
     job = tmp_path / "jobs" / "llm"
@@ -126,7 +118,7 @@ def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp
                       command=(BASE_PYTHON, "-c", probe))
     sup = Supervisor()
     sup.launch("llm", 0, spec, [{**os.environ, "HOME": str(home)}], job)
-    assert wait_exit(sup).exit_code == 0
+    assert exit_of(sup).exit_code == 0
     assert (job / "logs" / "g0-rank0.log").read_text().split() == ["False", str(job), "1"]
     assert not mark.exists()
 
