@@ -14,6 +14,7 @@ from bus.errors import KafkaError
 from bus.message import Record
 from bus.reader import LATEST, NOW, At, TopicReader, watermarks
 from bus.settings import KafkaSettings
+from tests.integration.producer_time import producer_stamped
 
 pytestmark = pytest.mark.kafka
 HOUR = 3600.0
@@ -38,6 +39,7 @@ def read_all(reader: TopicReader) -> list[bytes]:
 
 
 def test_starts_and_ends_by_offset_and_by_time(kafka: KafkaSettings) -> None:
+    producer_stamped(kafka)
     now = time.time()
     produce(kafka, [beat(0), beat(1)], at=now - 3 * HOUR)
     produce(kafka, [beat(2), beat(3)], at=now - 2 * HOUR)
@@ -69,6 +71,7 @@ def test_the_end_of_now_leaves_out_what_comes_after_opening(kafka: KafkaSettings
 
 
 def test_a_future_end_reads_live_until_then(kafka: KafkaSettings) -> None:
+    producer_stamped(kafka)
     produce(kafka, [beat(0)])
     produce(kafka, [beat(99)], at=time.time() + HOUR)
     reader = TopicReader(kafka, [kafka.topics.node], end=At(time.time() + 1.0))
@@ -92,6 +95,7 @@ def test_without_an_end_the_backlog_then_what_arrives(kafka: KafkaSettings) -> N
 def test_invalid_values_are_dead_letters_sent_to_the_dlq_only_when_read_live(kafka: KafkaSettings) -> None:
     from bus.producer import EventProducer
 
+    producer_stamped(kafka)
     sent_at = time.time() - HOUR
     produce(kafka, [beat(0), b"not json"], at=sent_at)
     with EventProducer(kafka) as dlq, TopicReader(kafka, [kafka.topics.node], validate=True,

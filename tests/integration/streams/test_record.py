@@ -17,6 +17,7 @@ from bus.reader import NOW, TopicReader
 from bus.settings import KafkaSettings
 from schemas import encode
 from streams.replay import replay
+from tests.integration.producer_time import producer_stamped
 from tests.unit.streams.test_scenarios import load
 from trainmedic.cli import main
 
@@ -58,19 +59,6 @@ def produce(settings: KafkaSettings, values: list[tuple[str, str, bytes]],
     if len(landed) != len(values):
         raise RuntimeError(f"only {len(landed)} of {len(values)} messages were delivered")
     return [landed[i] for i in range(len(values))]
-
-
-def producer_stamped(settings: KafkaSettings) -> None:
-    """This deployment's telemetry topics stamped by their producers, as topics created before the
-    broker's clock were: these tests place messages hours apart, and `record` selects by the stamp."""
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
-    entry = [ConfigEntry("message.timestamp.type", "CreateTime", incremental_operation=AlterConfigOpType.SET)]
-    resources = [ConfigResource(ResourceType.TOPIC, name, incremental_configs=entry)
-                 for name in (settings.topics.gpu, settings.topics.node, settings.topics.worker)]
-    admin = AdminClient(settings.client_config())  # alive until the futures are done
-    for future in admin.incremental_alter_configs(resources).values():
-        future.result()
 
 
 def as_values(settings: KafkaSettings, events: list) -> list[tuple[str, str, bytes]]:
