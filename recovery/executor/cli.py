@@ -14,8 +14,9 @@ executor's own user, which is warned about at start.
 
 Only commands the admission policy allows are run (--allowed-*: by default the demo's
 module under this interpreter); any other is acked refused with the rule it broke. Ranks
-get an allow-listed environment: never the cluster key or this executor's Kafka settings
-(TRAINMEDIC_RANK_KAFKA_CONFIG becomes theirs; on the local broker, credentials/rank.json).
+get an allow-listed environment: never the cluster key nor any Kafka setting; their hook
+reports to this executor's Unix socket, and the executor publishes what concerns the rank
+that speaks, at its own time.
 
 Every option can also be set by its variable (TRAINMEDIC_EXECUTOR_*, e.g.
 TRAINMEDIC_EXECUTOR_NODE) or in the --config YAML file (keys: the option's name with
