@@ -6,13 +6,16 @@ a sibling of the home (`$TRAINMEDIC_HOME-jobs/NODE`), never inside it: the home 
 keys/ and the broker's secrets, and the executor's own state stays there. The job's directory is
 0700 and belongs to the user the ranks run as (`run_as`), who can then write it and nothing of the
 executor's; `jobs_dir` itself is 0711, so a rank reaches its own job's directory without listing
-the others.
+the others. What lies inside a job's directory is the rank's to change, so the executor (root,
+with run_as) never follows a link there: a `logs` made a link to /etc must not hand /etc over.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,9 +65,41 @@ def prepare(job_dir: Path, user: RankUser | None) -> Path:
     given; its parent, the executor's `jobs_dir`, 0711. Returns the logs directory."""
     job_dir.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(job_dir.parent, 0o711)
-    for path in (job_dir, job_dir / LOGS, job_dir / SNAPSHOTS):
-        path.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(path, 0o700)  # an existing one too, and whatever the umask
-        if user is not None:
-            os.chown(path, user.uid, user.gid)
+    parent = os.open(job_dir.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        job = _own_dir(parent, job_dir.name, user)
+        try:
+            for name in (LOGS, SNAPSHOTS):
+                os.close(_own_dir(job, name, user))
+        finally:
+            os.close(job)
+    finally:
+        os.close(parent)
     return job_dir / LOGS
+
+
+def _own_dir(parent: int, name: str, user: RankUser | None) -> int:
+    """Directory `name` in `parent` (made when missing), 0700 and `user`'s, never through a link (an
+    OSError, ELOOP, then); its descriptor."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=parent)
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    os.fchmod(fd, 0o700)  # an existing one too, and whatever the umask
+    if user is not None:
+        os.fchown(fd, user.uid, user.gid)
+    return fd
+
+
+def open_log(path: Path) -> int:
+    """`path` (in a job's logs directory) opened to append, never through a link, in its last
+    two parts: what the rank may have replaced. An OSError if either is a link or not a file."""
+    logs = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=logs)
+    finally:
+        os.close(logs)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a hard link to a file elsewhere
+        os.close(fd)
+        raise OSError(f"{path} is not a log file of its own: not written")
+    return fd

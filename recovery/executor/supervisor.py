@@ -168,7 +168,7 @@ class Supervisor:
     def _start_cold(
         self, command: tuple[str, ...], env: Mapping[str, str], path: Path, cwd: str | None,
     ) -> tuple[subprocess.Popen, IO[bytes]]:
-        log_file = path.open("ab")
+        log_file = os.fdopen(job_dirs.open_log(path), "ab")
         user = self._user
         try:
             popen = subprocess.Popen(

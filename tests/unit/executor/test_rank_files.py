@@ -87,7 +87,8 @@ def test_a_config_naming_run_as_without_its_looked_up_user_is_refused(tmp_path: 
 
 def test_a_job_directory_is_the_rank_users_own_0700_in_a_0711_jobs_dir(tmp_path, monkeypatch) -> None:
     owned: list[tuple[Path, int, int]] = []
-    monkeypatch.setattr(os, "chown", lambda path, uid, gid: owned.append((Path(path), uid, gid)))
+    monkeypatch.setattr(os, "fchown", lambda fd, uid, gid: owned.append(
+        (Path(os.readlink(f"/proc/self/fd/{fd}")), uid, gid)))
     job = tmp_path / "jobs" / "n1" / "llm"
     assert job_dirs.prepare(job, NOBODY) == job / "logs"
     for path in (job, job / "logs", job / "snapshots"):
@@ -135,3 +136,25 @@ def test_the_fork_server_starts_without_a_user_site(tmp_path: Path) -> None:
         assert b"PYTHONNOUSERSITE=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     finally:
         launcher.close()
+
+
+def test_a_link_the_job_left_in_its_directory_is_never_followed(tmp_path: Path) -> None:
+    """The job owns its directory: a `logs` or a log file made a link (to /etc, to the keys) must
+    not make the executor, root with run_as, change or write what it points to."""
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir(mode=0o755)
+    job = tmp_path / "jobs" / "llm"
+    job_dirs.prepare(job, None)
+    (job / "logs").rmdir()
+    (job / "logs").symlink_to(elsewhere)
+    with pytest.raises(OSError):
+        job_dirs.prepare(job, None)
+    assert oct(elsewhere.stat().st_mode & 0o777) == "0o755"  # not made 0700 (nor the rank's)
+    (job / "logs").unlink()
+    job_dirs.prepare(job, None)
+    target = elsewhere / "cron"
+    (job / "logs" / "g1-rank0.log").symlink_to(target)
+    with pytest.raises(OSError):
+        job_dirs.open_log(job / "logs" / "g1-rank0.log")
+    assert not target.exists()
+    os.close(job_dirs.open_log(job / "logs" / "g2-rank0.log"))  # a plain one is opened
