@@ -8,8 +8,11 @@ is none is refused. The socket lives in a folder only the executor's user may wr
 rank running as another user cannot put a socket of its own in its place.
 
 One thread serves every connection with a selector; it never blocks on Kafka (the
-publisher drops and counts, as the hook did). Everything is bounded: connections, one
-rank's connections, a line, the lines held while a new process is not yet known.
+publisher drops and counts, as the hook did). Everything is bounded: connections (by the
+process's file limit), those of processes not known as ranks, one rank's connections, a
+line, what is held while a new process is not yet known. A process is identified when it
+connects and on each tick, never per line, so a stranger's flood costs no /proc walks. A
+rank that ended keeps its connections for ENDED_GRACE_S, so its last lines still count.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import resource
 import selectors
 import socket
 import struct
@@ -41,14 +45,22 @@ from recovery.executor.reports import (
 
 log = logging.getLogger(__name__)
 
-MAX_CONNECTIONS = 1_024  # in all: a rank opening sockets in a loop cannot exhaust the executor's files
+MAX_CONNECTIONS = 1_024  # in all, and at most a quarter of the process's file limit (`connection_cap`)
+MAX_UNKNOWN = 64  # of processes not (yet) known as ranks: a stranger's sockets cannot fill the table
 MAX_PER_RANK = 8  # one hook needs one; a data loader's workers may each hold one
 UNKNOWN_GRACE_S = 5.0  # how long lines of a process not (yet) known as a rank are held
+ENDED_GRACE_S = 5.0  # how long a rank that ended may still be read (its last lines in the socket)
 MAX_HELD_LINES = 16
+ACCEPT_PAUSE_S = 1.0  # out of file descriptors: stop accepting this long rather than spin
 ANCESTORS = 16  # how far up the parent chain a process may be from the rank it belongs to
 
 Resolve = Callable[[int], LaunchedRank | None]
 Publish = Callable[[Report], None]
+
+
+def connection_cap() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(16, min(MAX_CONNECTIONS, soft // 4))
 
 
 def socket_path(state_dir: Path, tmp: str | None = None) -> Path:
@@ -103,6 +115,7 @@ class _Connection:
     rank_pid: int | None = None
     buffer: bytearray = field(default_factory=bytearray)
     held: list[bytes] = field(default_factory=list)
+    held_bytes: int = 0
 
 
 class ReportServer:
@@ -121,12 +134,27 @@ class ReportServer:
         self._selector = selectors.DefaultSelector()
         self._connections: dict[int, _Connection] = {}  # by file descriptor
         self._reports: dict[int, RankReports] = {}  # by the rank's pid
+        self._ended: dict[int, float] = {}  # rank pid -> when the executor saw it end (from its thread)
+        self._refusals: dict[str, int] = {}  # of processes not known as ranks, for the log's pace
+        self._cap = MAX_CONNECTIONS
+        self._listen_again_at: float | None = None
+        self._next_tick = 0.0
+        self._fallback: Path | None = None  # the folder of a fresh name it made, removed at close
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listener: socket.socket | None = None
 
     def start(self) -> None:
-        owned_folder(self.path.parent)
+        """Listen at `path`; where its folder is taken (another user made it first), at a folder of
+        a fresh name instead, loudly: adopted ranks then lose their channel, nothing else."""
+        try:
+            owned_folder(self.path.parent)
+        except PermissionError as err:
+            folder = Path(tempfile.mkdtemp(prefix=f"trainmedic-{os.getuid()}-"))
+            os.chmod(folder, 0o711)
+            log.error("%s; ranks report to %s instead (ranks adopted from a previous executor cannot "
+                      "report until restarted)", err, folder)
+            self.path, self._fallback = folder / self.path.name, folder
         self.path.unlink(missing_ok=True)  # a socket a previous executor of this state left
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(self.path))
@@ -135,13 +163,15 @@ class ReportServer:
         listener.setblocking(False)
         self._selector.register(listener, selectors.EVENT_READ)
         self._listener = listener
+        self._cap = connection_cap()
         self._thread = threading.Thread(target=self._serve, name="trainmedic-rank-reports", daemon=True)
         self._thread.start()
         log.info("ranks report to %s", self.path)
 
     def forget(self, pid: int) -> None:
-        """The rank of `pid` ended: its rate and step state go (thread-safe enough: one dict op)."""
-        self._reports.pop(pid, None)
+        """The rank of `pid` ended (any thread): its connections are read for ENDED_GRACE_S more,
+        then closed and its state dropped, by the server's own thread."""
+        self._ended[pid] = self._clock()
 
     def close(self) -> None:
         self._stop.set()
@@ -150,9 +180,12 @@ class ReportServer:
         for connection in list(self._connections.values()):
             self._drop(connection)
         if self._listener is not None:
-            self._selector.unregister(self._listener)
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(self._listener)
             self._listener.close()
             self.path.unlink(missing_ok=True)
+            if self._fallback is not None:
+                self._fallback.rmdir()
         self._selector.close()
 
     def _serve(self) -> None:
@@ -161,24 +194,52 @@ class ReportServer:
                 try:
                     if key.fileobj is self._listener:
                         self._accept()
-                    else:
+                    elif key.fd in self._connections:
                         self._read(self._connections[key.fd])
                 except Exception:  # a bug must not end every rank's reports
                     log.exception("rank reports: unexpected error; the connection is dropped")
                     connection = self._connections.get(key.fd)
                     if connection is not None:
                         self._drop(connection)
-            self._expire_unknown()
+            self._tick()
             self._on_tick()
+
+    def _tick(self) -> None:
+        now = self._clock()
+        if now < self._next_tick:  # at most five a second, however busy the socket
+            return
+        self._next_tick = now + 0.2
+        if self._listen_again_at is not None and now >= self._listen_again_at:
+            self._listen_again_at = None
+            self._selector.register(self._listener, selectors.EVENT_READ)
+        for pid, ended in list(self._ended.items()):
+            if now - ended >= ENDED_GRACE_S:
+                for connection in [c for c in self._connections.values() if c.rank_pid == pid]:
+                    self._drop(connection)
+                self._reports.pop(pid, None)
+                del self._ended[pid]
+        for connection in [c for c in self._connections.values() if c.rank_pid is None]:
+            expired = now - connection.since > UNKNOWN_GRACE_S
+            if self._identify(connection) and connection.rank_pid is None and expired:
+                self._refuse("unknown_process", "not a rank this executor launched, nor one's child",
+                             connection.pid)
+                self._drop(connection)
 
     def _accept(self) -> None:
         try:
             sock, _ = self._listener.accept()
         except BlockingIOError:
             return
+        except OSError as err:  # out of file descriptors: the listener stays readable, so pause it
+            self._selector.unregister(self._listener)
+            self._listen_again_at = self._clock() + ACCEPT_PAUSE_S
+            self._refuse("connections", f"cannot accept: {err}", 0)
+            return
         pid = peer_pid(sock)
-        if len(self._connections) >= MAX_CONNECTIONS:
-            self._refuse("connections", f"{MAX_CONNECTIONS} connections are open", pid)
+        unknown = sum(1 for c in self._connections.values() if c.rank_pid is None)
+        if len(self._connections) >= self._cap or unknown >= MAX_UNKNOWN:
+            self._refuse("connections", f"{len(self._connections)} connections are open ({unknown} of "
+                         "processes not known as ranks)", pid)
             sock.close()
             return
         sock.setblocking(False)
@@ -198,11 +259,13 @@ class ReportServer:
             self._drop(connection)
             return False
         connection.rank_pid = rank_pid
-        self._reports.setdefault(rank_pid, RankReports.fresh(launched, self._limits, self._clock()))
-        held, connection.held = connection.held, []
+        reports = self._reports.get(rank_pid)
+        if reports is None or reports.launched != launched:  # a new rank, or a pid used again
+            self._reports[rank_pid] = RankReports.fresh(launched, self._limits, self._clock())
+        held, connection.held, connection.held_bytes = connection.held, [], 0
         for line in held:
             self._line(connection, line)
-        return True
+        return connection.sock.fileno() >= 0
 
     def _read(self, connection: _Connection) -> None:
         try:
@@ -229,14 +292,17 @@ class ReportServer:
             self._drop(connection)
 
     def _line(self, connection: _Connection, line: bytes) -> None:
-        if connection.rank_pid is None and not self._identify(connection):
-            return
-        if connection.rank_pid is None:
-            if len(connection.held) < MAX_HELD_LINES:
-                connection.held.append(line)
+        if connection.rank_pid is None:  # identified on the next tick; what it holds is bounded
+            connection.held_bytes += len(line)
+            if len(connection.held) >= MAX_HELD_LINES or connection.held_bytes > MAX_LINE:
+                self._refuse("unknown_process", "more than a process not known as a rank may hold",
+                             connection.pid)
+                self._drop(connection)
+                return
+            connection.held.append(line)
             return
         reports = self._reports.get(connection.rank_pid)
-        if reports is None:  # the rank ended meanwhile
+        if reports is None:  # gone with its rank
             self._drop(connection)
             return
         outcome = check(line, reports, node=self._node, pid=connection.rank_pid, now=self._clock(),
@@ -247,26 +313,21 @@ class ReportServer:
         self._publish(outcome)
         metrics.RANK_REPORTS.labels("published").inc()
 
-    def _expire_unknown(self) -> None:
-        now = self._clock()
-        for connection in list(self._connections.values()):
-            expired = connection.rank_pid is None and now - connection.since > UNKNOWN_GRACE_S
-            if expired and self._identify(connection) and connection.rank_pid is None:
-                self._refuse("unknown_process", "not a rank this executor launched, nor one's child",
-                             connection.pid)
-                self._drop(connection)
-
     def _refuse(self, label: str, reason: str, pid: int, reports: RankReports | None = None) -> None:
+        """Count a refusal; log the 1st, 2nd, 4th, 8th … of a kind (per rank, or of strangers)."""
         metrics.RANK_REPORTS.labels(label).inc()
-        if reports is not None:
-            seen = reports.refused.get(label, 0)
-            reports.refused[label] = seen + 1
-            if seen and seen & (seen + 1):  # the 1st, 2nd, 4th, 8th … of a kind per rank
-                return
+        counts = self._refusals if reports is None else reports.refused
+        seen = counts.get(label, 0)
+        counts[label] = seen + 1
+        if seen and seen & (seen + 1):
+            return
         log.warning("rank report from pid %d refused (%s): %s", pid, label, reason)
 
     def _drop(self, connection: _Connection) -> None:
-        self._connections.pop(connection.sock.fileno(), None)
+        fd = connection.sock.fileno()
+        if fd < 0:
+            return
+        self._connections.pop(fd, None)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(connection.sock)
         connection.sock.close()

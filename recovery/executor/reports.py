@@ -20,7 +20,7 @@ from pydantic import Field, TypeAdapter
 from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 from schemas.codec import InvalidEvent, decode
 
-MAX_LINE = 64 * 1024  # bytes of one report: an error text of 4,096 characters fits many times over
+MAX_LINE = 32 * 1024  # bytes of one report: an error text of 4,096 characters, escaped, fits
 
 Report = WorkerStarted | WorkerStepped | WorkerFailed
 REPORT = TypeAdapter(Annotated[Report, Field(discriminator="type")])
@@ -40,10 +40,12 @@ class LaunchedRank:
 
 @dataclass(frozen=True, slots=True)
 class ReportLimits:
-    """Per rank: reports a second on average and in a burst; how far one step may leap ahead."""
+    """Per rank: reports and bytes a second on average and in a burst; how far a step may leap ahead."""
 
     rate_per_s: float = 200.0
     burst: int = 1_000
+    bytes_per_s: float = 256 * 1024.0  # a step report is ~250 bytes: 200 a second are 50 KB
+    byte_burst: int = 1024 * 1024
     max_step_leap: int = 1_000_000
 
 
@@ -61,22 +63,23 @@ class RankReports:
 
     launched: LaunchedRank
     tokens: float
+    byte_tokens: float
     refilled_at: float
     last_step: int | None = None
     refused: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def fresh(cls, launched: LaunchedRank, limits: ReportLimits, now: float) -> RankReports:
-        return cls(launched, float(limits.burst), now)
+        return cls(launched, float(limits.burst), float(limits.byte_burst), now)
 
 
 def check(line: bytes, reports: RankReports, *, node: str, pid: int, now: float,
           limits: ReportLimits) -> Report | Refused:
     """The event to publish for one line from process `pid`, or why not. Updates `reports`."""
-    if not _take_token(reports, now, limits):
-        return Refused("rate", f"over {limits.rate_per_s:g} reports/s (burst {limits.burst})")
     if len(line) > MAX_LINE:
         return Refused("oversized", f"a report of {len(line)} bytes (at most {MAX_LINE})")
+    if not _take_tokens(reports, now, limits, len(line)):
+        return Refused("rate", f"over {limits.rate_per_s:g} reports or {limits.bytes_per_s:g} bytes a second")
     try:
         event = decode(line, REPORT)
     except InvalidEvent as err:
@@ -95,12 +98,15 @@ def check(line: bytes, reports: RankReports, *, node: str, pid: int, now: float,
         if leap is not None:
             return leap
         reports.last_step = event.step
-    stamped = {"ts": now, "pid": pid}
+    # Only the contract's own fields go on (extras a rank adds, a `stopped` or a `local_rank` of its
+    # choosing among them), with the executor's time, the pid and what the executor knows.
+    kept = {name: getattr(event, name) for name in type(event).model_fields}
+    stamped = {**kept, "ts": now, "pid": pid}
     if isinstance(event, WorkerStarted):
         stamped["hang_floor_s"] = launched.hang_floor_s
     if launched.local_rank is not None:
         stamped["local_rank"] = launched.local_rank
-    return event.model_copy(update=stamped)
+    return type(event).model_construct(**stamped)
 
 
 def _step_refused(step: int, last: int | None, limits: ReportLimits) -> Refused | None:
@@ -111,11 +117,13 @@ def _step_refused(step: int, last: int | None, limits: ReportLimits) -> Refused 
     return None
 
 
-def _take_token(reports: RankReports, now: float, limits: ReportLimits) -> bool:
+def _take_tokens(reports: RankReports, now: float, limits: ReportLimits, size: int) -> bool:
     elapsed = max(0.0, now - reports.refilled_at)
     reports.tokens = min(float(limits.burst), reports.tokens + elapsed * limits.rate_per_s)
+    reports.byte_tokens = min(float(limits.byte_burst), reports.byte_tokens + elapsed * limits.bytes_per_s)
     reports.refilled_at = now
-    if reports.tokens < 1.0:
+    if reports.tokens < 1.0 or reports.byte_tokens < size:
         return False
     reports.tokens -= 1.0
+    reports.byte_tokens -= size
     return True

@@ -100,6 +100,7 @@ class Executor:
         topic = self.kafka.topics.commands
         partition = partition_of(self.config.node, partition_count(self.kafka, topic))
         self._ledger = ledger = Ledger.open(self.config.ledger_path)
+        self._reports.start()  # first: where it listens is in every rank's environment, the server's too
         launcher = None
         if self.config.warm_start:
             if become_subreaper():
@@ -108,7 +109,6 @@ class Executor:
                 log.warning("cannot become a child subreaper here: every rank starts cold")
         self.supervisor.use_launcher(launcher)
         self._take_over(ledger)
-        self._reports.start()
         reader = self._reader(topic, partition)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
                  self.config.node, topic, partition,

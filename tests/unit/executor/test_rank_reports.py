@@ -20,7 +20,7 @@ import pytest
 
 from producers.hook import Hook, WorkerIdentity
 from producers.report_channel import ReportChannel
-from recovery.executor.report_server import MAX_PER_RANK, ReportServer, rank_of, socket_path
+from recovery.executor.report_server import MAX_PER_RANK, MAX_UNKNOWN, ReportServer, rank_of, socket_path
 from recovery.executor.reports import LaunchedRank, RankReports, Refused, ReportLimits, check
 from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
@@ -195,3 +195,61 @@ def test_a_rank_cannot_hold_more_than_a_few_connections(server) -> None:
             closed += sock.recv(1) == b""  # the server closed it
         sock.close()
     assert closed == 4
+
+
+def test_only_the_contracts_fields_go_on_never_extras_a_rank_adds() -> None:
+    event = check(line(junk="x" * 1000, stopped=True, local_rank=7), fresh(), node="n1", pid=1, now=100.0,
+                  limits=LIMITS)
+    dumped = event.model_dump()
+    assert "junk" not in dumped and "stopped" not in dumped and dumped["local_rank"] == 1  # the launch's
+
+
+def test_a_rank_reports_a_bounded_number_of_bytes() -> None:
+    limits = ReportLimits(bytes_per_s=1000.0, byte_burst=2000)
+    reports = RankReports.fresh(RANK, limits, now=100.0)
+    big = line(type="worker_error", error="e" * 700)
+    outcomes = [check(big, reports, node="n1", pid=1, now=100.0, limits=limits) for _ in range(3)]
+    assert [isinstance(o, Refused) for o in outcomes] == [False, False, True]
+
+
+def test_a_ranks_last_lines_are_read_after_it_ended_then_its_connections_close(server) -> None:
+    srv, launched, published = server
+    launched[os.getpid()] = RANK
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(srv.path))
+    wait_for(lambda: srv._reports)  # identified
+    srv.forget(os.getpid())  # the executor reaped it before the relay read its last words
+    sock.sendall(line(type="worker_error", error="last words") + b"\n")
+    wait_for(lambda: published)
+    assert published[0].error == "last words"
+    sock.settimeout(10.0)
+    assert sock.recv(1) == b""  # closed once the grace is over
+    sock.close()
+
+
+def test_strangers_cannot_fill_the_connection_table(server) -> None:
+    srv, _, _ = server
+    socks = []
+    for _ in range(MAX_UNKNOWN + 5):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(srv.path))
+        socks.append(sock)
+    wait_for(lambda: len(srv._connections) == MAX_UNKNOWN, 3.0)  # the 5 past the cap closed at once
+    wait_for(lambda: not srv._connections, 15.0)  # and the others once known as no rank's
+    for sock in socks:
+        sock.close()
+
+
+def test_a_socket_folder_another_user_made_first_is_not_used_and_the_executor_still_listens(
+        tmp_path: Path) -> None:
+    path = socket_path(tmp_path, tmp=str(tmp_path))
+    path.parent.mkdir(mode=0o777)
+    os.chown(path.parent, 65534, 65534)  # nobody's: it could put a socket of its own there
+    srv = ReportServer(path, node="n1", resolve={}.get, publish=lambda report: None)
+    srv.start()
+    try:
+        assert srv.path.parent != path.parent and srv.path.parent.stat().st_uid == os.getuid()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(srv.path))
+    finally:
+        srv.close()
