@@ -67,7 +67,8 @@ def serve(path: str, rank_pid: int) -> None:
 
     launched = {rank_pid: LaunchedRank("bench", 0, 0, 1, 0)}
     server = ReportServer(Path(path), node="bench", resolve=launched.get, publish=count,
-                          limits=ReportLimits(rate_per_s=1e9, burst=10**9))  # count every one
+                          limits=ReportLimits(rate_per_s=1e9, burst=10**9, bytes_per_s=1e12,
+                                              byte_burst=10**12))  # count every one
     server.start()
     print("ready", flush=True)
     sys.stdin.read()
