@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import UnionType
 
 from bus.message import Record
 from recovery.keyring import COORDINATOR, NODE, OPERATOR
@@ -97,16 +98,21 @@ def skewed(record: Record) -> Unverified | None:
     after it rejoined); None when it agrees, or the record has no broker time. The acks topic is
     created with the broker's clock (LogAppendTime); on one created before, a record's time is the
     node's own and this check finds nothing."""
-    event = record.event
-    if not isinstance(event, NodeJoined | NodeLeaving) or record.timestamp_ms is None:
-        return None
-    skew = event.ts - record.timestamp_ms / 1000
-    if abs(skew) <= MAX_NODE_SKEW_S:
+    event, skew = record.event, _ahead_of_broker(record, NodeJoined | NodeLeaving)
+    if skew is None or abs(skew) <= MAX_NODE_SKEW_S:
         return None
     where = "ahead of" if skew > 0 else "behind"
     return Unverified("clock_skew", f"{event.type} from {event.node} says {event.ts:.0f}, {abs(skew):.0f} s "
                                     f"{where} the broker's time: fix the node's clock (at most "
                                     f"{MAX_NODE_SKEW_S:g} s apart)")
+
+
+def _ahead_of_broker(record: Record, kinds: type | UnionType) -> float | None:
+    """How far the event's own `ts` is ahead of its record's broker time (negative: behind); None
+    for other kinds or a record without a time."""
+    if not isinstance(record.event, kinds) or record.timestamp_ms is None:
+        return None
+    return record.event.ts - record.timestamp_ms / 1000
 
 
 # How far a job submission's time may be from when the broker appended it. The CLIs publish a job
@@ -118,15 +124,11 @@ def stale(record: Record) -> Unverified | None:
     """Why a job submission is too old (or too far ahead) to start: its `ts` more than
     JOB_FRESHNESS_S from the broker's time of its record; None when fresh or no broker time. The
     broker's time, not the coordinator's clock, so that a restarted coordinator folds the same jobs
-    it started live. Only a topic stamped by the broker (LogAppendTime) makes that time the broker's
-    own; on one stamped by producers, it is the producer's (an ordinary client stamps it when it
-    sends, so a plain replay is caught, a crafted one not)."""
-    event = record.event
-    if not isinstance(event, JobSubmitted) or record.timestamp_ms is None:
+    it started live (the jobs topic is stamped by the broker, LogAppendTime)."""
+    event, ahead = record.event, _ahead_of_broker(record, JobSubmitted)
+    if ahead is None or abs(ahead) <= JOB_FRESHNESS_S:
         return None
-    age = record.timestamp_ms / 1000 - event.ts
-    if abs(age) <= JOB_FRESHNESS_S:
-        return None
+    age = -ahead
     where = "older than" if age > 0 else "ahead of"
     return Unverified("stale", f"job submission not started: stale: {event.job.id} says {event.ts:.0f}, "
                                f"{abs(age):.0f} s {where} the broker's time of its record (at most "

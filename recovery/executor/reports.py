@@ -21,6 +21,7 @@ from schemas import WorkerFailed, WorkerStarted, WorkerStepped
 from schemas.codec import InvalidEvent, decode
 
 MAX_LINE = 32 * 1024  # bytes of one report: an error text of 4,096 characters, escaped, fits
+MAX_TEXT = 4_096  # characters of a report's free text (error, restore warning): the hook's own bound
 
 Report = WorkerStarted | WorkerStepped | WorkerFailed
 REPORT = TypeAdapter(Annotated[Report, Field(discriminator="type")])
@@ -101,6 +102,9 @@ def check(line: bytes, reports: RankReports, *, node: str, pid: int, now: float,
     # Only the contract's own fields go on (extras a rank adds, a `stopped` or a `local_rank` of its
     # choosing among them), with the executor's time, the pid and what the executor knows.
     kept = {name: getattr(event, name) for name in type(event).model_fields}
+    for name in ("error", "restore_warning"):  # the schema allows a megabyte; a rank gets the hook's
+        if isinstance(kept.get(name), str):
+            kept[name] = kept[name][:MAX_TEXT]
     stamped = {**kept, "ts": now, "pid": pid}
     if isinstance(event, WorkerStarted):
         stamped["hang_floor_s"] = launched.hang_floor_s

@@ -253,3 +253,9 @@ def test_a_socket_folder_another_user_made_first_is_not_used_and_the_executor_st
             sock.connect(str(srv.path))
     finally:
         srv.close()
+
+
+def test_a_ranks_free_text_is_bounded_as_the_hook_bounds_it() -> None:
+    event = check(line(type="worker_error", error="e" * 20_000), fresh(), node="n1", pid=1, now=100.0,
+                  limits=LIMITS)
+    assert isinstance(event, WorkerFailed) and len(event.error) == 4_096
