@@ -7,8 +7,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# The editable install maps the top-level packages it saw: a new package means a new stamp.
-STAMP  := $(VENV)/.installed-$(shell (cat requirements.lock pyproject.toml; ls -d */__init__.py) | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: setup kafka alertmanager prometheus unit test demo lint lock bench clean
 

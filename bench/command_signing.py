@@ -22,11 +22,20 @@ import statistics
 import time
 from collections.abc import Callable
 
-from bus.message import Record
-from recovery.coordinator.provenance import Trust, unverified
-from recovery.signing import TrustedKeys, generate
-from schemas import Command, CommandAcked, CommandAction, JobSpec, JobSubmitted, WorkerSpec, decode, encode
-from schemas.topics import adapter
+from trainmedic.bus.message import Record
+from trainmedic.recovery.coordinator.provenance import Trust, unverified
+from trainmedic.recovery.signing import TrustedKeys, generate
+from trainmedic.schemas import (
+    Command,
+    CommandAcked,
+    CommandAction,
+    JobSpec,
+    JobSubmitted,
+    WorkerSpec,
+    decode,
+    encode,
+)
+from trainmedic.schemas.topics import adapter
 
 CLUSTER = 1024  # nodes, each with its own ack key the coordinator trusts
 

@@ -10,8 +10,16 @@ from __future__ import annotations
 import argparse
 import time
 
-from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, apply, react, settle, tick
-from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+from trainmedic.recovery.coordinator.core import (
+    ClusterState,
+    CoordinatorConfig,
+    NodeConfig,
+    apply,
+    react,
+    settle,
+    tick,
+)
+from trainmedic.schemas import CommandAcked, Incident, JobSpec, JobSubmitted
 
 JOBS, LEAF, SPARES = 32, 32, 32
 MIN_JOB_NODES = 8

@@ -24,11 +24,19 @@ import gc
 import statistics
 import time
 
-import recovery.planner.plan  # noqa: F401  (numpy loads here, not in a measurement)
-from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, apply, react, settle, tick
-from recovery.coordinator.decide import completion
-from schemas import CommandAcked, Incident, JobSpec, JobSubmitted
-from schemas.nodes import NodeReadmitted
+import trainmedic.recovery.planner.plan  # noqa: F401  (numpy loads here, not in a measurement)
+from trainmedic.recovery.coordinator.core import (
+    ClusterState,
+    CoordinatorConfig,
+    NodeConfig,
+    apply,
+    react,
+    settle,
+    tick,
+)
+from trainmedic.recovery.coordinator.core.decide import completion
+from trainmedic.schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+from trainmedic.schemas.nodes import NodeReadmitted
 
 NODES, LEAF, RANKS_PER_NODE = 12_500, 32, 8
 JOB_SIZES = (2048,) * 2 + (512,) * 8 + (128,) * 20 + (32,) * 20

@@ -13,7 +13,7 @@ import io
 import json
 from pathlib import Path
 
-from streams.replay import read_events, replay
+from trainmedic.streams.replay import read_events, replay
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "tests" / "scenarios"
 

@@ -4,7 +4,7 @@ Each simulated second: one gpu_sample per GPU, one heartbeat per node, one worke
 rank of four 4,096-rank jobs (one rank per GPU): ~34.8k events. Events are made in memory
 one simulated second at a time (not timed); only the detector (and, for the validated paths,
 JSON decoding: into the pydantic models, or by the hot path's msgspec Structs) is timed, with
-garbage collection tuned as the detector tunes it (`streams.service.tune_gc`).
+garbage collection tuned as the detector tunes it (`trainmedic.streams.engines.consumer.tune_gc`).
 
     python bench/detector_core.py [--seconds 30]
 """
@@ -18,14 +18,14 @@ from collections.abc import Callable
 
 import msgspec
 
-from bus.message import RawMessage
-from schemas.codec import decode_telemetry, encode
-from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerStepped
-from schemas.wire import decode_telemetry as decode_fast
-from streams.checkpoint import decode_checkpoint, encode_checkpoint
-from streams.core import Detector, DetectorState
-from streams.live import LiveDetector
-from streams.service import GC_THRESHOLDS, tune_gc
+from trainmedic.bus.message import RawMessage
+from trainmedic.schemas.codec import decode_telemetry, encode
+from trainmedic.schemas.telemetry import GpuSample, NodeHeartbeat, WorkerStepped
+from trainmedic.schemas.wire import decode_telemetry as decode_fast
+from trainmedic.streams.checkpoints.contents import decode_checkpoint, encode_checkpoint
+from trainmedic.streams.core import Detector, DetectorState
+from trainmedic.streams.engines.consumer import GC_THRESHOLDS, tune_gc
+from trainmedic.streams.live import LiveDetector
 
 NODES, GPUS_PER_NODE, JOBS = 2048, 8, 4
 FETCH = 2_000  # messages a fetch returns (ServiceConfig.batch)

@@ -8,9 +8,11 @@ own msgspec decoder: the ceiling; measured again just before each engine's drain
 engine's rate is given as a share of that, since this shared machine's speed drifts), (b) the latter plus
 LiveDetector and the detection core (also as a share of the ceiling just before; it orders only the
 partitions it has seen, where an engine expects every partition with a backlog and so holds far
-more of it: not a bound on an engine's drain), (c) the detector's consumer engine (`streams.service`, a
+more of it: not a bound on an engine's drain), (c) the detector's consumer engine
+(`trainmedic.streams.engines.consumer`, a
 subprocess, with its producer and checkpoints), (d) one worker of the Faust engine
-(`streams.app.build_app`), (e) one Faust worker whose agent only counts the events (Faust's own
+(`trainmedic.streams.engines.faust_app.build_app`), (e) one Faust worker whose agent only counts the
+events (Faust's own
 ceiling on this machine); (d) and (e) each twice, as tuned (`FaustTuning()`: on uvloop) and as
 before issue 18 (`-plain`: asyncio's own loop, the same fetch settings). Each engine's line also
 gives the most it held and had waiting (sampled every 0.5 s), how many it released early, out
@@ -59,19 +61,19 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from bus import settings as bus_settings
-from bus.admin import create_topics, remove_prefix
-from bus.message import RawMessage
-from bus.settings import KafkaSettings
-from schemas.codec import TELEMETRY, decode
-from schemas.topics import BY_SUFFIX, adapter
-from schemas.wire import decode_telemetry as decode_fast
-from streams.app import FaustTuning
-from streams.core import Detector
-from streams.live import LiveConfig, LiveDetector
-from streams.service import READING, tune_gc
-from trainmedic.broker import LocalBroker
-from trainmedic.local_cluster import free_port_pair
+from trainmedic.bus import settings as bus_settings
+from trainmedic.bus.admin import create_topics, remove_prefix
+from trainmedic.bus.message import RawMessage
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.local.broker import LocalBroker
+from trainmedic.local.cluster import free_port_pair
+from trainmedic.schemas.codec import TELEMETRY, decode
+from trainmedic.schemas.topics import BY_SUFFIX, adapter
+from trainmedic.schemas.wire import decode_telemetry as decode_fast
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.consumer import READING, tune_gc
+from trainmedic.streams.engines.faust_app import FaustTuning
+from trainmedic.streams.live import LiveConfig, LiveDetector
 
 GPUS, JOBS = 8, 4
 TELEMETRY_PARTITIONS = sum(BY_SUFFIX[name].partitions for name in ("telemetry.gpu", "telemetry.node",
@@ -279,9 +281,9 @@ def run_consumer_worker(app_id: str) -> None:
     """The consumer engine as `trainmedic detector` runs it, from the earliest offsets."""
     import logging
 
-    from bus.signals import stop_on_signals
-    from streams.pipeline import Pipeline
-    from streams.service import DetectorService, ServiceConfig, tune_gc
+    from trainmedic.bus.signals import stop_on_signals
+    from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig, tune_gc
+    from trainmedic.streams.pipeline import Pipeline
 
     tune_gc()
     logging.basicConfig(level=logging.WARNING)
@@ -304,10 +306,10 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
     """A sharded detector: `instances` ingest processes (`--worker ingest`) and the decider, here."""
     import logging
 
-    from bus.signals import stop_on_signals
-    from streams.decider import DeciderService
-    from streams.pipeline import Pipeline
-    from streams.service import ServiceConfig, tune_gc
+    from trainmedic.bus.signals import stop_on_signals
+    from trainmedic.streams.engines.consumer import ServiceConfig, tune_gc
+    from trainmedic.streams.engines.decide_stage import DeciderService
+    from trainmedic.streams.pipeline import Pipeline
 
     tune_gc()
     logging.basicConfig(level=logging.WARNING)
@@ -341,7 +343,7 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
 def run_ingest_stage(app_id: str, instances: int) -> None:
     """The ingest stage alone: `instances` ingest processes into <app-id>-events, no decider; the
     events they have read are the group's committed offsets (the telemetry topics are fresh)."""
-    from bus.signals import stop_on_signals
+    from trainmedic.bus.signals import stop_on_signals
 
     ingest = [subprocess.Popen([sys.executable, __file__, "--worker", "ingest", app_id],
                                env={**os.environ, "BENCH_INSTANCE": f"i{n}"}) for n in range(instances)]
@@ -369,9 +371,9 @@ def run_ingest_worker(app_id: str) -> None:
     """One ingest instance of a sharded detector (its name from BENCH_INSTANCE)."""
     import logging
 
-    from bus.signals import stop_on_signals
-    from streams.ingest import IngestConfig, IngestService
-    from streams.pipeline import Pipeline
+    from trainmedic.bus.signals import stop_on_signals
+    from trainmedic.streams.engines.ingest_stage import IngestConfig, IngestService
+    from trainmedic.streams.pipeline import Pipeline
 
     logging.basicConfig(level=logging.WARNING)
     settings = KafkaSettings.from_env(role="admin")
@@ -392,8 +394,8 @@ def run_ingest_worker(app_id: str) -> None:
 
 
 def run_faust_worker(app_id: str, tuning: FaustTuning) -> None:
-    from streams.app import build_app
-    from streams.cli import run_worker as run_faust
+    from trainmedic.streams.cli import run_worker as run_faust
+    from trainmedic.streams.engines.faust_app import build_app
 
     settings = KafkaSettings.from_env(role="admin")
     detector = build_app(settings, app_id=app_id, datadir=os.environ["TRAINMEDIC_HOME"], tuning=tuning)
@@ -412,8 +414,8 @@ def run_noop_worker(app_id: str, tuning: FaustTuning) -> None:
     """A Faust app with the detector's topic settings whose agent only counts what it reads."""
     import faust
 
-    from streams.app import faust_credentials
-    from streams.cli import run_worker as run_faust
+    from trainmedic.streams.cli import run_worker as run_faust
+    from trainmedic.streams.engines.faust_app import faust_credentials
 
     settings = KafkaSettings.from_env(role="admin")
     topics = settings.topics

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from producers.hook import Hook, HookConfig
+from trainmedic.producers.hook import Hook, HookConfig
 
 
 def python_work(iterations: int) -> Callable[[], None]:
@@ -57,8 +57,8 @@ def calibrate(
 
 def serve(path: str, rank_pid: int) -> None:
     """The executor's side: take the rank's reports until stdin closes, then print how many passed."""
-    from recovery.executor.report_server import ReportServer
-    from recovery.executor.reports import LaunchedRank, ReportLimits
+    from trainmedic.recovery.executor.core.reports import LaunchedRank, ReportLimits
+    from trainmedic.recovery.executor.report_server import ReportServer
 
     published = [0]
 

@@ -27,11 +27,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 
-from recovery.worker.env import WorkerEnv
-from recovery.worker.runtime import Runtime
-from schemas import RestoreSource
 from trainmedic.demo import gpt
-from trainmedic.local_cluster import free_port
+from trainmedic.local.cluster import free_port
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.runtime import Runtime
+from trainmedic.schemas import RestoreSource
 
 MODES = ("plain", "sync", "async")  # no snapshot; one every step, written in the step; written behind it
 ROUNDS = 2

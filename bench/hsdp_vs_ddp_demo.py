@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from bus.settings import home
+from trainmedic.bus.settings import home
 from trainmedic.demo import MODELS
 
 

@@ -15,13 +15,13 @@ from collections import Counter
 
 import numpy as np
 
-from recovery.planner.objective import JobObjective, objectives
-from recovery.planner.placement import place
-from recovery.planner.plan import plan
-from recovery.planner.restore import restore_sources
-from recovery.planner.solve import solve, tie_rank
-from recovery.planner.topology import Topology
-from schemas.plan import PlanRequest
+from trainmedic.recovery.planner.objective import JobObjective, objectives
+from trainmedic.recovery.planner.placement import place
+from trainmedic.recovery.planner.plan import plan
+from trainmedic.recovery.planner.restore import restore_sources
+from trainmedic.recovery.planner.solve import solve, tie_rank
+from trainmedic.recovery.planner.topology import Topology
+from trainmedic.schemas.plan import PlanRequest
 
 JOBS, SIZES, LEAF, FAILED = 32, 64, 32, 8
 

@@ -14,9 +14,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from producers.config import Delivery
-from producers.synthetic import SyntheticGpus
-from schemas import GpuSample, encode
+from trainmedic.producers.config import Delivery
+from trainmedic.producers.synthetic import SyntheticGpus
+from trainmedic.schemas import GpuSample, encode
 
 
 def measure(rounds: int, source: SyntheticGpus, emit: Callable[[GpuSample], None],
@@ -41,9 +41,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from bus.admin import create_topics
-    from bus.settings import KafkaSettings
-    from producers.service import open_outbox
+    from trainmedic.bus.admin import create_topics
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.producers.rounds import open_outbox
 
     nodes = [f"n{i:03d}" for i in range(args.nodes)]
     settings = KafkaSettings.from_env(role="admin", topic_prefix="bench.")

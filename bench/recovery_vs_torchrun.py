@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bus.settings import home
+from trainmedic.bus.settings import home
 from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import arm_hang, run_fault
 from trainmedic.demo.runner import faults, running_job, settle

@@ -36,11 +36,11 @@ import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from recovery.worker import sharded
-from recovery.worker.env import WorkerEnv
-from recovery.worker.snapshot_writer import SnapshotWriter
-from schemas import RestoreSource
-from trainmedic.local_cluster import free_port
+from trainmedic.local.cluster import free_port
+from trainmedic.recovery.worker import sharded
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.schemas import RestoreSource
 
 NODES = {"before": ["a", "a", "b", "b"], "after": ["a", "a", "c", "c"]}
 MODES = ("plain", "sync", "async")  # no snapshot; one every step, written in the step; written behind it

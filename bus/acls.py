@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from schemas.topics import SPECS
+from trainmedic.schemas.topics import SPECS
 
 __all__ = ["ADMIN", "GRANTS", "RETIRED", "ROLES", "Grant", "bindings", "filters"]
 

@@ -14,9 +14,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from bus.clients import admin as _admin
-from bus.errors import KafkaError
-from bus.settings import KafkaSettings
+from trainmedic.bus.clients import admin as _admin
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.settings import KafkaSettings
 
 
 def list_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
@@ -185,7 +185,7 @@ def _create(admin: AdminClient, new: list[NewTopic], timeout_s: float) -> dict[s
 def grant_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) -> int | None:
     """Grant every role its ACLs (bus/acls.py) for the topics under `prefix`, in one request.
     Returns how many bindings, or None when the broker has no authorizer (a plain broker)."""
-    from bus.acls import bindings
+    from trainmedic.bus.acls import bindings
 
     wanted = bindings(prefix)
     admin = _admin(settings)
@@ -220,7 +220,7 @@ def _until_in_force(admin: AdminClient, prefix: str, count: int, timeout_s: floa
 
 def revoke_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) -> None:
     """Remove the ACLs `grant_roles` gave for `prefix` (none on a plain broker)."""
-    from bus.acls import filters
+    from trainmedic.bus.acls import filters
 
     admin = _admin(settings)
     for future in admin.delete_acls(filters(prefix), request_timeout=timeout_s).values():

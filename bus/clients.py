@@ -13,8 +13,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka.admin import AdminClient
 
-from bus.errors import KafkaError
-from bus.settings import KafkaSettings
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.settings import KafkaSettings
 
 __all__ = ["NOT_READY", "admin", "broker_error", "consumer", "not_ready", "producer"]
 

@@ -14,12 +14,12 @@ import time
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from bus import clients
-from bus.errors import KafkaError
-from bus.message import Record, parse_message
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from schemas import DeadLettered
+from trainmedic.bus import clients
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.message import Record, parse_message
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.schemas import DeadLettered
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Where a service finds its role's Kafka credentials: one librdkafka config file per role.
 
 The local broker (`trainmedic broker start`) writes `ROLE.json` for every role of bus/acls.py
-into the credentials folder (`bus.settings.credentials_dir`: TRAINMEDIC_CREDENTIALS_DIR or
+into the credentials folder (`trainmedic.bus.settings.credentials_dir`: TRAINMEDIC_CREDENTIALS_DIR or
 `$TRAINMEDIC_HOME/credentials`; folder 0700, files 0600). A service reads its role's file when
 TRAINMEDIC_KAFKA_CONFIG is not set; an external broker's credentials keep coming from
 TRAINMEDIC_KAFKA_CONFIG.
@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from bus.errors import ConfigError
+from trainmedic.bus.errors import ConfigError
 
 __all__ = ["clear", "read_role", "write_roles"]
 

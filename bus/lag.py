@@ -11,8 +11,8 @@ import threading
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from bus import clients, metrics
-from bus.settings import KafkaSettings
+from trainmedic.bus import clients, metrics
+from trainmedic.bus.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
-from schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
-from schemas.topics import misplaced
+from trainmedic.schemas import DeadLettered, InvalidEvent, Topics, adapter, decode
+from trainmedic.schemas.topics import misplaced
 
 
 class RawMessage(msgspec.Struct, array_like=True, gc=False):

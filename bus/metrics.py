@@ -14,7 +14,7 @@ import logging
 
 from prometheus_client import Counter, Gauge, start_http_server
 
-from bus.metrics_flag import metrics_host
+from trainmedic.bus.metrics_flag import metrics_host
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The `--metrics-port` and `--metrics-host` flags of every long-running service.
 
-Apart from bus.metrics so that building the parsers (`trainmedic --help`) does not
+Apart from trainmedic.bus.metrics so that building the parsers (`trainmedic --help`) does not
 import prometheus_client. The endpoint answers on loopback unless told otherwise: the metrics
 name jobs and nodes, and whoever reaches the port can scrape it.
 """

@@ -15,11 +15,11 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, Message, Producer
 from pydantic import BaseModel
 
-from bus import clients
-from bus.errors import DeliveryError, KafkaError
-from bus.metrics import DEAD_LETTER_FAILURES
-from bus.settings import KafkaSettings
-from schemas import DeadLettered, encode
+from trainmedic.bus import clients
+from trainmedic.bus.errors import DeliveryError, KafkaError
+from trainmedic.bus.metrics import DEAD_LETTER_FAILURES
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.schemas import DeadLettered, encode
 
 log = logging.getLogger(__name__)
 

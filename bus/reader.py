@@ -22,13 +22,13 @@ from typing import Literal, TypeVar
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from bus import clients
-from bus.admin import wait_for_topics
-from bus.errors import KafkaError
-from bus.message import RawMessage, Record, parse_message
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from schemas import DeadLettered
+from trainmedic.bus import clients
+from trainmedic.bus.admin import wait_for_topics
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.message import RawMessage, Record, parse_message
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.schemas import DeadLettered
 
 __all__ = ["EARLIEST", "END_GRACE_S", "LATEST", "NOW", "At", "End", "Item", "Marks", "Start", "TopicReader",
            "Where", "end_due", "end_offsets", "locate", "offsets_at", "partition_count", "partition_of",

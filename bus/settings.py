@@ -20,9 +20,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from bus.credentials import read_role
-from bus.errors import ConfigError
-from schemas import DEFAULT_PREFIX, Topics
+from trainmedic.bus.credentials import read_role
+from trainmedic.bus.errors import ConfigError
+from trainmedic.schemas import DEFAULT_PREFIX, Topics
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # librdkafka keys whose values are secrets: kept out of logs and reprs.

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 
 from confluent_kafka import KafkaException
 
-from bus.errors import KafkaError
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 

@@ -16,12 +16,12 @@ import secrets
 import sys
 from pathlib import Path
 
-from bus import credentials
-from bus.acls import GRANTS
-from bus.admin import create_topics, grant_roles, set_scram_users, wait_for_broker
-from bus.settings import KafkaSettings
-from schemas import DEFAULT_PREFIX
-from trainmedic.broker_auth import role_config, write_private
+from trainmedic.bus import credentials
+from trainmedic.bus.acls import GRANTS
+from trainmedic.bus.admin import create_topics, grant_roles, set_scram_users, wait_for_broker
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.local.broker_auth import role_config, write_private
+from trainmedic.schemas import DEFAULT_PREFIX
 
 FOLDER = Path(os.environ.get("TRAINMEDIC_CREDENTIALS_DIR", "/credentials"))
 SECRETS = FOLDER / "secrets.json"

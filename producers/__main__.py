@@ -1,8 +1,8 @@
-"""`python -m producers`: `trainmedic gpu`, for hosts without the entry point."""
+"""`python -m trainmedic.producers`: `trainmedic gpu`, for hosts without the entry point."""
 
 import sys
 
-from bus.entry import run_command
-from producers import gpu_cli
+from trainmedic.bus.entry import run_command
+from trainmedic.producers import gpu_cli
 
-sys.exit(run_command(gpu_cli, "python -m producers"))
+sys.exit(run_command(gpu_cli, "python -m trainmedic.producers"))

@@ -9,15 +9,15 @@ import logging
 import threading
 from pathlib import Path
 
-from bus.errors import ConfigError
-from bus.settings import KafkaSettings
-from producers.config import HostAgentConfig
-from producers.control import ControlFile
-from producers.faults import HardwareFault, LinkFlap
-from producers.links import discover_links, missing_links, read_links
-from producers.outbox import Outbox
-from producers.service import apply_control, open_outbox, serve
-from schemas import LinkState, NodeHeartbeat
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.producers.config import HostAgentConfig
+from trainmedic.producers.control import ControlFile
+from trainmedic.producers.faults import HardwareFault, LinkFlap
+from trainmedic.producers.links import discover_links, missing_links, read_links
+from trainmedic.producers.outbox import Outbox
+from trainmedic.producers.rounds import apply_control, open_outbox, serve
+from trainmedic.schemas import LinkState, NodeHeartbeat
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ import argparse
 import socket
 import sys
 
-from bus.config import Options, Section
-from producers.cli_args import add_kafka_arguments
-from producers.config import HostAgentConfig
+from trainmedic.bus.config import Options, Section
+from trainmedic.producers.cli_args import add_kafka_arguments
+from trainmedic.producers.config import HostAgentConfig
 
 AGENT = Section(HostAgentConfig, env="AGENT")
 OPTIONS = Options(AGENT)
@@ -36,11 +36,11 @@ def run(args: argparse.Namespace) -> int:
     import threading
     import time
 
-    from bus.errors import ConfigError, TrainmedicError
-    from bus.metrics import serve_metrics
-    from bus.settings import KafkaSettings
-    from bus.signals import stop_on_signals
-    from producers.agent import open_agent, run_agent
+    from trainmedic.bus.errors import ConfigError, TrainmedicError
+    from trainmedic.bus.metrics import serve_metrics
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.bus.signals import stop_on_signals
+    from trainmedic.producers.agent import open_agent, run_agent
 
     try:
         config = OPTIONS.build(AGENT, args, node=lambda _: socket.gethostname())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bus.metrics_flag import add_metrics_argument
+from trainmedic.bus.metrics_flag import add_metrics_argument
 
 
 def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """One validated, frozen config per producer service: the GPU producer and the host agent.
 
-Their fields are the commands' flags, variables and YAML keys (bus.config): `trainmedic gpu`
+Their fields are the commands' flags, variables and YAML keys (trainmedic.bus.config): `trainmedic gpu`
 reads TRAINMEDIC_GPU_*, `trainmedic agent` TRAINMEDIC_AGENT_*.
 """
 
@@ -19,9 +19,9 @@ from pydantic import (
     model_validator,
 )
 
-from bus.errors import ConfigError
-from bus.timespan import parse_duration
-from producers.faults import GpuFault, LinkFlap, parse_fault
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.timespan import parse_duration
+from trainmedic.producers.faults import GpuFault, LinkFlap, parse_fault
 
 GpuSourceName = Literal["nvml", "dcgm", "synthetic"]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")

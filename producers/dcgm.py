@@ -11,8 +11,8 @@ from collections import defaultdict
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from producers.throttle import throttle_reasons
-from schemas import GpuSample
+from trainmedic.producers.throttle import throttle_reasons
+from trainmedic.schemas import GpuSample
 
 # DCGM field -> gpu_sample field, for the fields that map one to one.
 DIRECT = {

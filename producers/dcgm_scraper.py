@@ -1,4 +1,4 @@
-"""Scrapes a dcgm-exporter `/metrics` endpoint over HTTP; the mapping lives in `producers.dcgm`."""
+"""Scrapes a dcgm-exporter `/metrics` endpoint over HTTP; the mapping lives in `trainmedic.producers.dcgm`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 import urllib.error
 import urllib.request
 
-from producers.dcgm import DcgmMapper, DcgmPayloadError
-from schemas import GpuSample
+from trainmedic.producers.dcgm import DcgmMapper, DcgmPayloadError
+from trainmedic.schemas import GpuSample
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ A fault is a frozen value. `at` is measured from the start of the producer that 
     lost           the GPU stops reporting                   keys: node, gpu, at
     flap=LINK      a NIC goes down for `for` (default 3s)    keys: node, at, for
 
-Durations are plain seconds or carry a unit: `500ms`, `30s`, `2m`, `1h` (bus.timespan).
+Durations are plain seconds or carry a unit: `500ms`, `30s`, `2m`, `1h` (trainmedic.bus.timespan).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from bus.errors import ConfigError
-from bus.timespan import parse_duration
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.timespan import parse_duration
 
 
 class FaultSpecError(ConfigError):

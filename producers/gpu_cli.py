@@ -21,9 +21,9 @@ import argparse
 import socket
 import sys
 
-from bus.config import Options, Section
-from producers.cli_args import add_kafka_arguments
-from producers.config import GpuProducerConfig
+from trainmedic.bus.config import Options, Section
+from trainmedic.producers.cli_args import add_kafka_arguments
+from trainmedic.producers.config import GpuProducerConfig
 
 GPU = Section(GpuProducerConfig, env="GPU")
 OPTIONS = Options(GPU)
@@ -39,12 +39,12 @@ def run(args: argparse.Namespace) -> int:
     import threading
     import time
 
-    from bus.errors import ConfigError, TrainmedicError
-    from bus.metrics import serve_metrics
-    from bus.settings import KafkaSettings
-    from bus.signals import stop_on_signals
-    from producers.gpu_producer import open_source, run_gpu_producer
-    from producers.nvml import NvmlUnavailable
+    from trainmedic.bus.errors import ConfigError, TrainmedicError
+    from trainmedic.bus.metrics import serve_metrics
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.bus.signals import stop_on_signals
+    from trainmedic.producers.gpu_producer import open_source, run_gpu_producer
+    from trainmedic.producers.nvml import NvmlUnavailable
 
     try:
         config = OPTIONS.build(GPU, args, node=lambda _: socket.gethostname())

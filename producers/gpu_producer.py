@@ -6,17 +6,17 @@ import logging
 import threading
 from typing import Any, Protocol
 
-from bus.errors import ConfigError
-from bus.settings import KafkaSettings
-from producers.config import GpuProducerConfig
-from producers.control import ControlFile
-from producers.dcgm_scraper import DcgmScraper
-from producers.faults import GpuFault, HardwareFault
-from producers.nvml import NvmlGpus
-from producers.outbox import Outbox
-from producers.service import apply_control, open_outbox, serve
-from producers.synthetic import SyntheticGpus
-from schemas import GpuSample
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.producers.config import GpuProducerConfig
+from trainmedic.producers.control import ControlFile
+from trainmedic.producers.dcgm_scraper import DcgmScraper
+from trainmedic.producers.faults import GpuFault, HardwareFault
+from trainmedic.producers.nvml import NvmlGpus
+from trainmedic.producers.outbox import Outbox
+from trainmedic.producers.rounds import apply_control, open_outbox, serve
+from trainmedic.producers.synthetic import SyntheticGpus
+from trainmedic.schemas import GpuSample
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 errors on telemetry.worker. It never blocks a step: events go into a bounded queue that a
 background thread writes to the node's executor; when the queue is full the event is dropped and counted.
 
-    from producers.hook import Hook
+    from trainmedic.producers.hook import Hook
 
     hook = Hook.from_env()              # does nothing (one log line) when TRAINMEDIC_JOB is unset
     hook.started()
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
-from bus.errors import ConfigError
-from bus.timespan import env_seconds
-from producers.report_channel import SOCKET_ENV, ReportChannel
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.timespan import env_seconds
+from trainmedic.producers.report_channel import SOCKET_ENV, ReportChannel
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class HookConfig:
 
 
 class Sink(Protocol):
-    """Where the sender thread puts events: `producers.report_channel.ReportChannel` to the executor."""
+    """Where the sender thread puts events: `report_channel.ReportChannel` to the executor."""
 
     @property
     def dropped(self) -> int: ...
@@ -289,7 +289,7 @@ class Hook:
     def _event(self, item: _Item, sink: Sink) -> Any:
         from pydantic import ValidationError
 
-        from schemas import WorkerFailed, WorkerStarted, WorkerStepped
+        from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
         kind, ts, value, step_time, extra = item
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schemas import LinkState
+from trainmedic.schemas import LinkState
 
 
 def discover_links(sysfs: Path) -> tuple[str, ...]:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bus.errors import TrainmedicError
-from producers.throttle import throttle_reasons
-from schemas import GpuSample
+from trainmedic.bus.errors import TrainmedicError
+from trainmedic.producers.throttle import throttle_reasons
+from trainmedic.schemas import GpuSample
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import Message
 from pydantic import BaseModel
 
-from bus.errors import DeliveryError, KafkaError
-from bus.producer import EventProducer
-from producers import metrics
-from producers.drops import DropLedger
+from trainmedic.bus.errors import DeliveryError, KafkaError
+from trainmedic.bus.producer import EventProducer
+from trainmedic.producers import metrics
+from trainmedic.producers.drops import DropLedger
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from bus.errors import ConfigError
-from producers.faults import EccFault, GpuFault, GpuLostFault, NvlinkFault, ThermalFault, XidFault
-from schemas import GpuSample
+from trainmedic.bus.errors import ConfigError
+from trainmedic.producers.faults import EccFault, GpuFault, GpuLostFault, NvlinkFault, ThermalFault, XidFault
+from trainmedic.schemas import GpuSample
 
 MEM_TOTAL_MB = 81_559.0  # an 80 GB H100
 THERMAL_RISE_C = {"hw": 28.0, "sw": 20.0}

@@ -1,8 +1,8 @@
-"""`python -m recovery`: `trainmedic coordinator`, for hosts without the entry point."""
+"""`python -m trainmedic.recovery`: `trainmedic coordinator`, for hosts without the entry point."""
 
 import sys
 
-from bus.entry import run_command
-from recovery.coordinator import cli
+from trainmedic.bus.entry import run_command
+from trainmedic.recovery.coordinator import cli
 
-sys.exit(run_command(cli, "python -m recovery"))
+sys.exit(run_command(cli, "python -m trainmedic.recovery"))

@@ -38,9 +38,9 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 
-from bus.errors import ConfigError
-from bus.settings import home
-from recovery.signing import KIND, SigningKey, TrustedKeys, generate, key_id_of
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.settings import home
+from trainmedic.recovery.signing import KIND, SigningKey, TrustedKeys, generate, key_id_of
 
 log = logging.getLogger(__name__)
 

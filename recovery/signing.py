@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import BaseModel
 
-from schemas import encode
+from trainmedic.schemas import encode
 
 SIGNATURE_FIELDS = ("signature", "key_id")
 KIND = "ed25519"

@@ -3,10 +3,10 @@
 Depends on nothing else in the project.
 """
 
-from schemas.alerts import AlertDelivered
-from schemas.base import CONTRACT_VERSION, Event, Model, NodeEvent
-from schemas.codec import InvalidEvent, decode, decode_telemetry, encode
-from schemas.commands import (
+from trainmedic.schemas.alerts import AlertDelivered
+from trainmedic.schemas.base import CONTRACT_VERSION, Event, Model, NodeEvent
+from trainmedic.schemas.codec import InvalidEvent, decode, decode_telemetry, encode
+from trainmedic.schemas.commands import (
     AckStatus,
     Command,
     CommandAcked,
@@ -18,12 +18,19 @@ from schemas.commands import (
     RestoreSource,
     WorkerSpec,
 )
-from schemas.dlq import DeadLettered
-from schemas.incident import Action, Incident, IncidentStatus, Severity
-from schemas.jobs import FailureSettings, JobEvent, JobSpec, JobStopRequested, JobSubmitted, RestartPolicy
-from schemas.nodes import NodeCordoned, NodeDrained, NodeLifecycle, NodeReadmitted, NodeUncordoned
-from schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
-from schemas.recovery import (
+from trainmedic.schemas.dlq import DeadLettered
+from trainmedic.schemas.incident import Action, Incident, IncidentStatus, Severity
+from trainmedic.schemas.jobs import (
+    FailureSettings,
+    JobEvent,
+    JobSpec,
+    JobStopRequested,
+    JobSubmitted,
+    RestartPolicy,
+)
+from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeLifecycle, NodeReadmitted, NodeUncordoned
+from trainmedic.schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
+from trainmedic.schemas.recovery import (
     JobEnded,
     RecoveryCompleted,
     RecoveryFailed,
@@ -32,7 +39,7 @@ from schemas.recovery import (
     RecoveryPlanned,
     RecoverySkipped,
 )
-from schemas.telemetry import (
+from trainmedic.schemas.telemetry import (
     GpuSample,
     LinkState,
     NodeHeartbeat,
@@ -44,7 +51,7 @@ from schemas.telemetry import (
     WorkerStarted,
     WorkerStepped,
 )
-from schemas.topics import DEFAULT_PREFIX, SPECS, Topics, TopicSpec, adapter
+from trainmedic.schemas.topics import DEFAULT_PREFIX, SPECS, Topics, TopicSpec, adapter
 
 __all__ = [
     "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "AlertDelivered", "ClusterNode",

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from schemas.base import Event
-from schemas.bounds import MAX_ID, Id, Text
-from schemas.incident import IncidentStatus, Severity
+from trainmedic.schemas.base import Event
+from trainmedic.schemas.bounds import MAX_ID, Id, Text
+from trainmedic.schemas.incident import IncidentStatus, Severity
 
 
 class AlertDelivered(Event):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.bounds import MAX_ID, MAX_INT, MAX_TEXT, Name, Timestamp
+from trainmedic.schemas.bounds import MAX_ID, MAX_INT, MAX_TEXT, Name, Timestamp
 
 CONTRACT_VERSION = 1
 

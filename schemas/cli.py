@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from schemas.export import export
+    from trainmedic.schemas.export import export
 
     for path in export(args.directory):
         print(path)

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from schemas.telemetry import Telemetry
+from trainmedic.schemas.telemetry import Telemetry
 
 
 class InvalidEvent(ValueError):

@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from schemas.base import Model, NodeEvent, Signed
-from schemas.bounds import (
+from trainmedic.schemas.base import Model, NodeEvent, Signed
+from trainmedic.schemas.bounds import (
     MAX_ID,
     MAX_INT,
     MAX_ITEMS,
@@ -23,7 +23,7 @@ from schemas.bounds import (
     Seconds,
     Text,
 )
-from schemas.jobs import EnvName, FailureSettings
+from trainmedic.schemas.jobs import EnvName, FailureSettings
 
 
 class CommandAction(StrEnum):

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import ConfigDict
 
-from schemas.base import Event
+from trainmedic.schemas.base import Event
 
 VALUE_KEPT_BYTES = 16 * 1024  # of the value, kept in the letter (as base64, and as text if UTF-8)
 KEY_KEPT_BYTES = 1024

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from schemas.plan import PlanRequest, RecoveryPlan
-from schemas.topics import SPECS
+from trainmedic.schemas.plan import PlanRequest, RecoveryPlan
+from trainmedic.schemas.topics import SPECS
 
 
 def schemas() -> dict[str, dict]:

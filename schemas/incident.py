@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.base import Event
-from schemas.bounds import MAX_ITEMS, MAX_SMALL_ITEMS, Count, Id, Name, Text, Timestamp
+from trainmedic.schemas.base import Event
+from trainmedic.schemas.bounds import MAX_ITEMS, MAX_SMALL_ITEMS, Count, Id, Name, Text, Timestamp
 
 
 class Severity(StrEnum):

@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from schemas.base import Event, Model, Signed
-from schemas.bounds import (
+from trainmedic.schemas.base import Event, Model, Signed
+from trainmedic.schemas.bounds import (
     MAX_ITEMS,
     MAX_NAME,
     MAX_SMALL_ITEMS,

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.base import NodeEvent, Signed
-from schemas.bounds import Id, Text
+from trainmedic.schemas.base import NodeEvent, Signed
+from trainmedic.schemas.bounds import Id, Text
 
 
 class NodeCordoned(NodeEvent, Signed):

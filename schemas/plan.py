@@ -10,15 +10,15 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 
-from schemas.base import Model
-from schemas.bounds import MAX_ITEMS, MAX_TS
-from schemas.commands import RestoreSource
+from trainmedic.schemas.base import Model
+from trainmedic.schemas.bounds import MAX_ITEMS, MAX_TS
+from trainmedic.schemas.commands import RestoreSource
 
 # What one job may ask of the planner (docs/planner.md, "Bounds"). A weight is a priority relative
 # to the default 1: at 1000 a job already comes first unless another runs 1000 x its FLOP/s. 1e17
 # FLOP/s per node is above any 8-GPU node made. With times capped at MAX_TS every sum the planner
 # forms stays finite (1000 x 1e23 x 2.5e11 per job); the coordinator rejects a job submission past
-# these (recovery/coordinator/job_bounds.py).
+# these (recovery/coordinator/core/job_bounds.py).
 MAX_JOB_WEIGHT = 1000.0
 MAX_NODE_FLOPS = 1e17
 

@@ -16,11 +16,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.base import Event, Signed
-from schemas.bounds import MAX_ITEMS, Count, Id, Name, Seconds, Text
-from schemas.commands import RestoreSource
-from schemas.incident import Incident
-from schemas.nodes import NodeReadmitted
+from trainmedic.schemas.base import Event, Signed
+from trainmedic.schemas.bounds import MAX_ITEMS, Count, Id, Name, Seconds, Text
+from trainmedic.schemas.commands import RestoreSource
+from trainmedic.schemas.incident import Incident
+from trainmedic.schemas.nodes import NodeReadmitted
 
 
 class RecoveryKind(StrEnum):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import NamedTuple
 
-from schemas.telemetry import WorkerStepped
+from trainmedic.schemas.telemetry import WorkerStepped
 
 
 class Restore(NamedTuple):

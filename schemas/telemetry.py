@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.base import Model, NodeEvent
-from schemas.bounds import (
+from trainmedic.schemas.base import Model, NodeEvent
+from trainmedic.schemas.bounds import (
     MAX_ID,
     MAX_INT,
     MAX_SMALL_ITEMS,

@@ -7,14 +7,14 @@ from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from schemas.alerts import AlertDelivered
-from schemas.commands import Command, NodeReport
-from schemas.dlq import DeadLettered
-from schemas.incident import Incident
-from schemas.jobs import JobEvent
-from schemas.nodes import NodeLifecycle
-from schemas.recovery import RecoveryLog
-from schemas.telemetry import GpuSample, NodeHeartbeat, WorkerTelemetry
+from trainmedic.schemas.alerts import AlertDelivered
+from trainmedic.schemas.commands import Command, NodeReport
+from trainmedic.schemas.dlq import DeadLettered
+from trainmedic.schemas.incident import Incident
+from trainmedic.schemas.jobs import JobEvent
+from trainmedic.schemas.nodes import NodeLifecycle
+from trainmedic.schemas.recovery import RecoveryLog
+from trainmedic.schemas.telemetry import GpuSample, NodeHeartbeat, WorkerTelemetry
 
 DEFAULT_PREFIX = "trainmedic."
 DAY_MS = 24 * 3600 * 1000

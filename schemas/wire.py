@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import msgspec
 from msgspec import Meta, Struct
 
-from schemas.bounds import MAX_FLOPS, MAX_ID, MAX_INT, MAX_NAME, MAX_SMALL_ITEMS, MAX_TEXT, MAX_TS
-from schemas.codec import TELEMETRY, decode
+from trainmedic.schemas.bounds import MAX_FLOPS, MAX_ID, MAX_INT, MAX_NAME, MAX_SMALL_ITEMS, MAX_TEXT, MAX_TS
+from trainmedic.schemas.codec import TELEMETRY, decode
 
 # Python's `$` also matches before a final newline: `\Z` is the end that pydantic's `$` means.
 NAME_PATTERN = r"^[A-Za-z0-9._:\-]+\Z"
@@ -139,7 +139,7 @@ def _unbounded(annotation: Any, twins: dict[type, type]) -> Any:
 
 def _trusted(kind: type, twins: dict[type, type]) -> type:
     """A subclass of `kind` with the same fields minus their bounds, decoded ~35% faster: for values a
-    validating reader already checked (`streams/batches.py`)."""
+    validating reader already checked (`streams/engines/batches.py`)."""
     fields = []
     for f in msgspec.structs.fields(kind):
         default = f.default

@@ -1,2 +1,2 @@
-"""Stream processing: the pure detection core (`streams.core`) and what runs it (replay, the
+"""Stream processing: the pure detection core (`trainmedic.streams.core`) and what runs it (replay, the
 live detector's two engines)."""

@@ -1,8 +1,8 @@
-"""`python -m streams`: `trainmedic detector`, for hosts without the entry point."""
+"""`python -m trainmedic.streams`: `trainmedic detector`, for hosts without the entry point."""
 
 import sys
 
-from bus.entry import run_command
-from streams import cli
+from trainmedic.bus.entry import run_command
+from trainmedic.streams import cli
 
-sys.exit(run_command(cli, "python -m streams"))
+sys.exit(run_command(cli, "python -m trainmedic.streams"))

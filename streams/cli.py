@@ -1,4 +1,4 @@
-"""Run the detector: telemetry in, incidents out (also `python -m streams`).
+"""Run the detector: telemetry in, incidents out (also `python -m trainmedic.streams`).
 
 It reads the telemetry topics, decides within seconds what broke and how badly (TAXONOMY.md),
 and writes `incident` events to the incidents topic; values that do not validate go to the
@@ -30,9 +30,9 @@ import threading
 import time
 from collections.abc import Mapping
 
-from bus.config import Options, Section
-from bus.metrics_flag import add_metrics_argument
-from streams.config import CORE_SECTIONS, DetectorServiceConfig
+from trainmedic.bus.config import Options, Section
+from trainmedic.bus.metrics_flag import add_metrics_argument
+from trainmedic.streams.config import CORE_SECTIONS, DetectorServiceConfig
 
 CONFIG_FORMAT = """\
 config file (YAML or JSON; every key optional; the flags' names with underscores):
@@ -60,19 +60,19 @@ def build_config(args: argparse.Namespace, settings, env: Mapping[str, str] = os
                  ) -> DetectorServiceConfig:
     """The detector's config from flags, TRAINMEDIC_DETECTOR_* variables and the file; the app id under
     the topic prefix and Faust's data under TRAINMEDIC_HOME unless given."""
-    from bus.settings import home
+    from trainmedic.bus.settings import home
 
     return OPTIONS.build(DETECTOR, args, env, app_id=lambda _: settings.topics.owned("detector"),
                          datadir=lambda _: home(env) / "detector", instance=lambda _: socket.gethostname())
 
 
 def run(args: argparse.Namespace) -> int:
-    from bus.admin import wait_for_topics
-    from bus.errors import TrainmedicError
-    from bus.lag import LagSampler
-    from bus.metrics import serve_metrics
-    from bus.settings import KafkaSettings
-    from streams.batches import events_topic
+    from trainmedic.bus.admin import wait_for_topics
+    from trainmedic.bus.errors import TrainmedicError
+    from trainmedic.bus.lag import LagSampler
+    from trainmedic.bus.metrics import serve_metrics
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.streams.engines.batches import events_topic
 
     try:
         settings = KafkaSettings.from_env(role="detector", bootstrap=args.bootstrap)
@@ -100,14 +100,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_consumer(options: DetectorServiceConfig, settings, config, live_config) -> int:
-    from bus.errors import TrainmedicError
-    from bus.signals import stop_on_signals
-    from streams.core import Detector
-    from streams.decider import DeciderService
-    from streams.ingest import IngestConfig, IngestService
-    from streams.live import LiveDetector
-    from streams.pipeline import Pipeline
-    from streams.service import DetectorService, ServiceConfig, tune_gc
+    from trainmedic.bus.errors import TrainmedicError
+    from trainmedic.bus.signals import stop_on_signals
+    from trainmedic.streams.core import Detector
+    from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig, tune_gc
+    from trainmedic.streams.engines.decide_stage import DeciderService
+    from trainmedic.streams.engines.ingest_stage import IngestConfig, IngestService
+    from trainmedic.streams.live import LiveDetector
+    from trainmedic.streams.pipeline import Pipeline
 
     tune_gc()
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
@@ -139,7 +139,7 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
 
 
 def _run_faust(options: DetectorServiceConfig, settings, config, live_config) -> int:
-    from streams.app import FaustTuning, build_app
+    from trainmedic.streams.engines.faust_app import FaustTuning, build_app
 
     datadir = str(options.datadir)
     tuning = FaustTuning()

@@ -2,7 +2,8 @@
 where it starts, event-time lateness) and the detection core's tuning.
 
 Its fields are the command's flags, TRAINMEDIC_DETECTOR_* variables and `--config` YAML keys
-(bus.config). The core's sections (`heartbeat:`, `hang:`, ... of streams.core.DetectorConfig)
+(trainmedic.bus.config). The core's sections (`heartbeat:`, `hang:`, ... of
+trainmedic.streams.core.DetectorConfig)
 are YAML only, at the top of the file as before; JSON is YAML, so a JSON file of them reads too.
 """
 
@@ -15,8 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bus.timespan import parse_instant
-from streams.core import (
+from trainmedic.bus.timespan import parse_instant
+from trainmedic.streams.core import (
     CorrelationConfig,
     DetectorConfig,
     EscalationConfig,
@@ -27,7 +28,7 @@ from streams.core import (
     LinkConfig,
     StragglerConfig,
 )
-from streams.live import LiveConfig
+from trainmedic.streams.live import LiveConfig
 
 # DetectorConfig's sections, top-level keys of the file and no flags: tuning tables, not options.
 CORE_SECTIONS = tuple(part.name for part in fields(DetectorConfig))

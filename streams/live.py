@@ -17,7 +17,7 @@ ahead of the slowest partition is not fed: it waits with its partition's others,
 until the slowest partitions catch up. So what is held stays small, and the oldest are never
 released early and out of order: a node whose telemetry was not read yet would look silent (a false
 node_lost). An engine that can stop reading the partitions whose events wait does so past
-`pause_at` (streams/backpressure.py). `max_buffered` held events still force the oldest out, as a
+`pause_at` (streams/engines/backpressure.py). `max_buffered` held events still force the oldest out, as a
 last resort.
 
 Blind is not dead: event time moves on with the wall clock only while the detector is known to
@@ -38,9 +38,9 @@ from operator import itemgetter
 
 from pydantic import BaseModel, Field
 
-from bus.message import RawMessage
-from schemas import Incident
-from streams.core import Detector
+from trainmedic.bus.message import RawMessage
+from trainmedic.schemas import Incident
+from trainmedic.streams.core import Detector
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,8 @@ class LiveDetector:
 
     def read_through(self, wall: float, sources: frozenset) -> None:
         """As `caught_up`, for `sources` alone (the engine asked about no others: it is not reading
-        them, streams/backpressure.py): each can be found quiet, but that says nothing of a blind spell."""
+        them, streams/engines/backpressure.py): each can be found quiet, but that says nothing of a blind
+        spell."""
         for source in sources:
             seen = self._sources.get(source)
             if seen is not None and wall > seen.read_at:

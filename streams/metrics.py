@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from schemas.incident import Severity
-from streams.core.taxonomy import CATEGORIES
+from trainmedic.schemas.incident import Severity
+from trainmedic.streams.core.taxonomy import CATEGORIES
 
 _DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 
@@ -19,7 +19,7 @@ CLOCK_SKEWED = Counter("trainmedic_detector_clock_skewed",
                        "at the timestamp)", ["direction"])
 PAUSED_PARTITIONS = Gauge("trainmedic_detector_paused_partitions",
                           "Partitions the detector does not read now: too many events held, it reads those "
-                          "behind in event time first (streams/backpressure.py)")
+                          "behind in event time first (streams/engines/backpressure.py)")
 DETECTION_DELAY = Histogram("trainmedic_detection_delay_seconds",
                             "Event time from an incident's earliest evidence to its opening (ts - first_ts)",
                             ["severity"], buckets=_DELAY_BUCKETS)

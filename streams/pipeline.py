@@ -4,8 +4,8 @@
 with the reason), feeds it to `LiveDetector` with the message as its origin and turns what the
 core decides into messages to send: incidents keyed by job (or node), dead letters keyed by
 their source topic. It never raises on input: an event the core fails on is
-logged, dead-lettered as it arrived, and skipped. Both engines (`streams/service.py` and the
-Faust app in `streams/app.py`) are thin loops around it. Wall time is passed in.
+logged, dead-lettered as it arrived, and skipped. Both engines (`streams/engines/consumer.py` and the
+Faust app in `streams/engines/faust_app.py`) are thin loops around it. Wall time is passed in.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from msgspec.structs import replace
 
-from bus.message import RawMessage, parse_message
-from bus.metrics import DEAD_LETTERS
-from schemas import DeadLettered, Incident, InvalidEvent, Topics, encode
-from schemas.wire import decode_telemetry, fast_decoder, retimed
-from streams import metrics
-from streams.event_time import ClockBound, Skewed
-from streams.live import LiveConfig, LiveDetector
+from trainmedic.bus.message import RawMessage, parse_message
+from trainmedic.bus.metrics import DEAD_LETTERS
+from trainmedic.schemas import DeadLettered, Incident, InvalidEvent, Topics, encode
+from trainmedic.schemas.wire import decode_telemetry, fast_decoder, retimed
+from trainmedic.streams import metrics
+from trainmedic.streams.event_time import ClockBound, Skewed
+from trainmedic.streams.live import LiveConfig, LiveDetector
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class Pipeline:
         try:
             event = decode_telemetry(message.value)
             if message.key is not None:
-                message.key.decode()  # a key must be UTF-8 (bus.message.parse_message)
+                message.key.decode()  # a key must be UTF-8 (trainmedic.bus.message.parse_message)
         except (InvalidEvent, UnicodeDecodeError):
             return None, message, self._dead_letter(message, wall)
         self.stats.events += 1
@@ -160,7 +160,7 @@ class Pipeline:
 
     def on_runs(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> list[Output]:
         """Valid events read together: per partition, (ts, event, origin) in arrival order (from
-        `check`, or from the ingest stage: streams/decider.py)."""
+        `check`, or from the ingest stage: streams/engines/decide_stage.py)."""
         found = self.live.feed_many(runs, wall)
         out = self._publish(found) if found else []
         if self.live.failed:

@@ -10,9 +10,9 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from bus import clients
-from bus.settings import KafkaSettings
-from streams.checkpoint import Offsets
+from trainmedic.bus import clients
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams.checkpoints.contents import Offsets
 
 RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
 EVERY_S = 0.25  # how often to ask for the end offsets

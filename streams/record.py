@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from bus.timespan import duration_arg, instant_arg
+from trainmedic.bus.timespan import duration_arg, instant_arg
 
 if TYPE_CHECKING:
-    from bus.reader import TopicReader
-    from schemas import Topics
+    from trainmedic.bus.reader import TopicReader
+    from trainmedic.schemas import Topics
 
 
 def parse_start_offset(text: str) -> str | int:
@@ -86,9 +86,9 @@ class Counts:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bus.errors import TrainmedicError
-    from bus.reader import NOW, At, TopicReader
-    from bus.settings import KafkaSettings
+    from trainmedic.bus.errors import TrainmedicError
+    from trainmedic.bus.reader import NOW, At, TopicReader
+    from trainmedic.bus.settings import KafkaSettings
 
     if args.duration == 0:
         print("trainmedic record: --duration must be longer than 0s", file=sys.stderr)
@@ -139,8 +139,8 @@ def copy(reader: TopicReader, topics: Topics, counts: Counts, out: BinaryIO, err
          progress_s: float) -> None:
     """Write each valid value the reader gives to `out`, unchanged, until it is done; report invalid
     ones and progress on `errors`."""
-    from bus.message import parse_message
-    from schemas import DeadLettered
+    from trainmedic.bus.message import parse_message
+    from trainmedic.schemas import DeadLettered
 
     next_report = time.monotonic() + progress_s
     for batch in reader.batches():

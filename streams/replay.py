@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from schemas.codec import InvalidEvent, decode_telemetry, encode
-from schemas.incident import Incident
+from trainmedic.schemas.codec import InvalidEvent, decode_telemetry, encode
+from trainmedic.schemas.incident import Incident
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,7 +50,7 @@ def replay(events: Iterable, config=None, tail_s: float = 0.0) -> list[Incident]
 
     Deadlines fire as event time passes; at the end the clock moves `tail_s` past the last
     event (0 by default), then failure evidence still held for correlation is decided."""
-    from streams.core import Detector
+    from trainmedic.streams.core import Detector
 
     if tail_s < 0:
         raise ValueError("tail_s must be >= 0")
@@ -74,7 +74,7 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.core import DetectorConfig
+    from trainmedic.streams.core import DetectorConfig
 
     config = None
     if args.config is not None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.settings import KafkaSettings, credentials_dir
+from trainmedic.bus.settings import KafkaSettings, credentials_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,8 +55,8 @@ def kafka_bootstrap() -> Iterator[str]:
         with KafkaContainer("confluentinc/cp-kafka:7.9.0").with_kraft() as container:
             yield container.get_bootstrap_server()
         return
-    from bus.settings import home
-    from trainmedic.broker import LocalBroker
+    from trainmedic.bus.settings import home
+    from trainmedic.local.broker import LocalBroker
 
     broker = LocalBroker(home(), port=int(os.environ.get("TRAINMEDIC_BROKER_PORT", "9092")))
     state, started = broker.start()
@@ -92,7 +92,7 @@ def deployment(kafka_bootstrap: str) -> Iterator[Callable[..., KafkaSettings]]:
     when not given), its topics created and every role's ACLs granted for it (one request). After
     the test every topic under the prefix is deleted (services' own topics too, when their app id
     starts with the prefix) and the ACLs revoked, so that a long-lived broker does not pile them up."""
-    from bus.admin import create_topics, grant_roles, remove_prefix
+    from trainmedic.bus.admin import create_topics, grant_roles, remove_prefix
 
     made: list[KafkaSettings] = []
 

@@ -1,8 +1,7 @@
 """`trainmedic`: one command in front of every service and tool.
 
-Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`.
-Those modules import their heavy dependencies (Kafka, Faust, torch) inside `run`, so that
-`trainmedic --help` stays instant.
+Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only
+the module of the command given is imported, so `trainmedic --help` stays instant.
 """
 
 from __future__ import annotations
@@ -11,34 +10,41 @@ import argparse
 import importlib
 import sys
 
-from bus.entry import configure_logging
+from trainmedic.bus.entry import configure_logging
 
-# name -> (module, one-line help). The order is the order of `trainmedic --help`.
+# name -> (module, relative to this package; one-line help). The order is the order of `trainmedic --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "broker": ("trainmedic.broker_cli", "start, stop or inspect the local Apache Kafka broker"),
-    "topics": ("trainmedic.topics_cli", "create or list the trainmedic topics"),
-    "schemas": ("schemas.cli", "export the event contract as JSON Schema"),
-    "demo": ("trainmedic.demo", "run the local demo"),
-    "run": ("trainmedic.run", "run your training script under trainmedic on this machine (like torchrun)"),
-    "detector": ("streams.cli", "run the detector: telemetry in, incidents out"),
-    "replay": ("streams.replay", "run the detector over a telemetry recording (JSON lines)"),
-    "record": ("streams.record", "record the telemetry topics to a JSON-lines file for replay"),
-    "simulate": ("trainmedic.simulate.cli", "compare recovery policies on a simulated cluster over days"),
-    "plan": ("recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
-    "gpu": ("producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
-    "agent": ("producers.agent_cli", "publish this host's heartbeat with the state of its links"),
-    "node": ("trainmedic.node_cli", "run a node's host agent, GPU producer and executor in one process"),
-    "executor": ("recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
-    "coordinator": ("recovery.coordinator.cli", "run the recovery coordinator (also: python -m recovery)"),
-    "keys": ("recovery.keys_cli", "generate, rotate or list the keys that sign commands"),
-    "job": ("recovery.coordinator.job_cli", "submit, stop or list jobs; one job's status or its ranks' logs"),
-    "nodes": ("trainmedic.nodes_cli", "list nodes and their state; cordon, drain or uncordon one"),
-    "incidents": ("ops.incident_log.cli", "list, show, follow or export incidents and what recovery did"),
-    "alerts": ("ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),
+    "broker": (".local.broker_cli", "start, stop or inspect the local Apache Kafka broker"),
+    "topics": (".ops.topics", "create or list the trainmedic topics"),
+    "schemas": (".schemas.cli", "export the event contract as JSON Schema"),
+    "demo": (".demo", "run the local demo"),
+    "run": (".run", "run your training script under trainmedic on this machine (like torchrun)"),
+    "detector": (".streams.cli", "run the detector: telemetry in, incidents out"),
+    "replay": (".streams.replay", "run the detector over a telemetry recording (JSON lines)"),
+    "record": (".streams.record", "record the telemetry topics to a JSON-lines file for replay"),
+    "simulate": (".simulate.cli", "compare recovery policies on a simulated cluster over days"),
+    "plan": (".recovery.planner.cli", "plan the cluster's next allocation from a JSON request"),
+    "gpu": (".producers.gpu_cli", "publish GPU samples from NVML, dcgm-exporter or synthetic GPUs"),
+    "agent": (".producers.agent_cli", "publish this host's heartbeat with the state of its links"),
+    "node": (".node", "run a node's host agent, GPU producer and executor in one process"),
+    "executor": (".recovery.executor.cli", "run a node's executor: apply signed commands to its ranks"),
+    "coordinator": (".recovery.coordinator.cli", "run the recovery coordinator"),
+    "keys": (".ops.keys", "generate, rotate or list the keys that sign commands"),
+    "job": (".ops.jobs.cli", "submit, stop or list jobs; one job's status or its ranks' logs"),
+    "nodes": (".ops.nodes", "list nodes and their state; cordon, drain or uncordon one"),
+    "incidents": (".ops.incidents.cli", "list, show, follow or export incidents and their recovery"),
+    "alerts": (".ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen(argv: list[str]) -> str | None:
+    """The command `argv` names: its first word that is not an option (`trainmedic` takes no values)."""
+    word = next((token for token in argv if not token.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
+    """Every command listed; the arguments, description and entry of `command_name` only."""
     parser = argparse.ArgumentParser(
         prog="trainmedic",
         description="Self-healing for large distributed training jobs, on Kafka.",
@@ -49,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
-        module = importlib.import_module(module_name)
+        if name != command_name:
+            sub.add_parser(name, help=help_text)
+            continue
+        module = importlib.import_module(module_name, __package__)
         command = sub.add_parser(name, help=help_text, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
@@ -57,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(chosen(argv))
     args = parser.parse_args(argv)
     configure_logging(args.verbose)
     if not getattr(args, "_run", None):

@@ -25,11 +25,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bus.config import Options, Section
-from bus.errors import ConfigError
-from bus.metrics_flag import add_metrics_argument
-from bus.settings import KafkaSettings
-from ops.alerts.config import AlertBridgeConfig
+from trainmedic.bus.config import Options, Section
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.metrics_flag import add_metrics_argument
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.ops.alerts.config import AlertBridgeConfig
 
 CONFIG_FORMAT = """\
 config file (YAML; a section enables its sink; every key but alertmanager.url is optional):
@@ -104,11 +104,11 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import threading
 
-    from bus.errors import TrainmedicError
-    from bus.lag import LagSampler
-    from bus.metrics import serve_metrics
-    from bus.signals import stop_on_signals
-    from ops.alerts.service import AlertBridge, incident_topics
+    from trainmedic.bus.errors import TrainmedicError
+    from trainmedic.bus.lag import LagSampler
+    from trainmedic.bus.metrics import serve_metrics
+    from trainmedic.bus.signals import stop_on_signals
+    from trainmedic.ops.alerts.bridge import AlertBridge, incident_topics
 
     log = logging.getLogger("trainmedic.alerts")
     try:

@@ -2,7 +2,7 @@
 
 Secrets (the PagerDuty routing key, a webhook URL, which for Slack is a credential) are
 SecretStr: they never appear in reprs or logs. The fields are `trainmedic alerts`' flags,
-TRAINMEDIC_ALERTS_* variables and YAML keys (bus.config); the PagerDuty and webhook sections
+TRAINMEDIC_ALERTS_* variables and YAML keys (trainmedic.bus.config); the PagerDuty and webhook sections
 are YAML only, their secrets from the environment only.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
-from schemas.incident import Severity
+from trainmedic.schemas.incident import Severity
 
 ALL = (Severity.SEV1, Severity.SEV2, Severity.SEV3, Severity.WARN)
 PAGES = (Severity.SEV1, Severity.SEV2)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ops.alerts.config import RetryConfig
-from schemas.incident import Incident
+from trainmedic.ops.alerts.config import RetryConfig
+from trainmedic.schemas.incident import Incident
 
 Position = tuple[str, int, int]  # topic, partition, offset
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ops.alerts.config import AlertBridgeConfig
-from ops.incident_log.evidence import for_people
-from schemas.incident import Incident, IncidentStatus, Severity
-from schemas.printable import terminal_safe
+from trainmedic.ops.alerts.config import AlertBridgeConfig
+from trainmedic.ops.incidents.evidence import for_people
+from trainmedic.schemas.incident import Incident, IncidentStatus, Severity
+from trainmedic.schemas.printable import terminal_safe
 
 PAGERDUTY_SEVERITY = {
     Severity.SEV1: "critical", Severity.SEV2: "error", Severity.SEV3: "warning", Severity.WARN: "info",

@@ -34,10 +34,10 @@ import logging
 import sys
 import threading
 
-from bus.config import Options, Section
-from bus.metrics_flag import add_metrics_argument
-from bus.signals import stop_on_signals
-from recovery.coordinator.config import CoordinatorConfig
+from trainmedic.bus.config import Options, Section
+from trainmedic.bus.metrics_flag import add_metrics_argument
+from trainmedic.bus.signals import stop_on_signals
+from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 
 log = logging.getLogger("trainmedic.coordinator")
 
@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_config(args: argparse.Namespace) -> CoordinatorConfig:
     """The coordinator's config, its keys folder under TRAINMEDIC_HOME unless given or insecure."""
-    from recovery import keyring
+    from trainmedic.recovery import keyring
 
     keyring.refuse_legacy()
     def keys_dir(values: dict):
@@ -96,9 +96,9 @@ def build_config(args: argparse.Namespace) -> CoordinatorConfig:
 def load_trust(directory):
     """What the coordinator trusts in `directory`: its own keys, the operators', each node's; a
     ConfigError when no operator key is trusted (then no job could ever be started)."""
-    from bus.errors import ConfigError
-    from recovery import keyring
-    from recovery.coordinator.provenance import Trust
+    from trainmedic.bus.errors import ConfigError
+    from trainmedic.recovery import keyring
+    from trainmedic.recovery.coordinator.provenance import Trust
 
     trust = Trust.of(keyring.load_roles(directory))
     if not trust.operators.keys:
@@ -111,7 +111,7 @@ def load_trust(directory):
 def load_keys(config: CoordinatorConfig):
     """(signing key, trusted keys as they are now) from the config's keys folder; (None, None) when
     insecure. A configured node without a key is named in a warning: its acks will be dead-lettered."""
-    from recovery import keyring
+    from trainmedic.recovery import keyring
 
     if config.keys_dir is None:
         return None, None
@@ -125,10 +125,10 @@ def load_keys(config: CoordinatorConfig):
 
 
 def run(args: argparse.Namespace) -> int:
-    from bus.errors import ConfigError, TrainmedicError
-    from bus.metrics import serve_metrics
-    from bus.settings import KafkaSettings
-    from recovery.coordinator.service import lead
+    from trainmedic.bus.errors import ConfigError, TrainmedicError
+    from trainmedic.bus.metrics import serve_metrics
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.recovery.coordinator.kafka_adapter import lead
 
     if args.migrate_lifecycle:
         return migrate_lifecycle(args)
@@ -162,9 +162,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def migrate_lifecycle(args: argparse.Namespace) -> int:
-    from bus.errors import ConfigError, TrainmedicError
-    from bus.settings import KafkaSettings
-    from recovery.coordinator.migrate import AlreadyMigrated, migrate
+    from trainmedic.bus.errors import ConfigError, TrainmedicError
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.recovery.coordinator.migrate import AlreadyMigrated, migrate
 
     try:
         settings = KafkaSettings.from_env(role="coordinator", bootstrap=args.bootstrap)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from bus.message import Record
-from recovery.coordinator.config import CoordinatorConfig
-from recovery.coordinator.fold import apply
-from recovery.coordinator.state import ClusterState, Rejected
-from recovery.coordinator.timers import react
+from trainmedic.bus.message import Record
+from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
+from trainmedic.recovery.coordinator.core.fold import apply
+from trainmedic.recovery.coordinator.core.state import ClusterState, Rejected
+from trainmedic.recovery.coordinator.core.steps import react
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Every coordinator joins the consumer group `<prefix>coordinator-lease` on the on
 topic of the same name; the member the group assigns that partition holds the lease. A
 dead holder loses it when its group session expires (SESSION_TIMEOUT_S), a clean stop at
 once. The holder then takes the coordinator's transactional id (which fences any older
-holder still writing, see bus.transactional) and writes a record to the lease topic in a
+holder still writing, see trainmedic.bus.transactional) and writes a record to the lease topic in a
 transaction: that record's offset is its epoch, larger than every earlier holder's. Every
 command carries the epoch, and executors refuse commands of an epoch older than one they
 have applied.
@@ -21,10 +21,10 @@ import time
 
 from confluent_kafka import Consumer
 
-from bus import clients
-from bus.admin import ensure_topic
-from bus.settings import KafkaSettings
-from bus.transactional import TransactionalProducer
+from trainmedic.bus import clients
+from trainmedic.bus.admin import ensure_topic
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.transactional import TransactionalProducer
 
 log = logging.getLogger("trainmedic.coordinator")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from schemas.commands import AckStatus
-from schemas.recovery import RecoveryKind
+from trainmedic.schemas.commands import AckStatus
+from trainmedic.schemas.recovery import RecoveryKind
 
 _ACKED_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 

@@ -16,12 +16,12 @@ import logging
 from collections import Counter
 from collections.abc import Iterable
 
-from bus.message import RawMessage, parse_message
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from bus.transactional import TransactionalProducer
-from schemas import DeadLettered, Topics
-from schemas.topics import KINDS
+from trainmedic.bus.message import RawMessage, parse_message
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.transactional import TransactionalProducer
+from trainmedic.schemas import DeadLettered, Topics
+from trainmedic.schemas.topics import KINDS
 
 log = logging.getLogger("trainmedic.coordinator")
 

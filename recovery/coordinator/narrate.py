@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from recovery.coordinator.state import ClusterState
-from schemas.commands import Command, CommandAcked, RanksFinished
-from schemas.incident import Incident
-from schemas.jobs import JobStopRequested, JobSubmitted
-from schemas.nodes import NodeReadmitted
-from schemas.printable import terminal_safe
-from schemas.recovery import (
+from trainmedic.recovery.coordinator.core.state import ClusterState
+from trainmedic.schemas.commands import Command, CommandAcked, RanksFinished
+from trainmedic.schemas.incident import Incident
+from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
+from trainmedic.schemas.nodes import NodeReadmitted
+from trainmedic.schemas.printable import terminal_safe
+from trainmedic.schemas.recovery import (
     JobEnded,
     RecoveryCompleted,
     RecoveryFailed,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from recovery.coordinator import metrics
-from recovery.coordinator.limits import isolations_left
-from recovery.coordinator.state import ClusterState, JobState, NodeMode
-from schemas.commands import Command, CommandAcked
-from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from trainmedic.recovery.coordinator import metrics
+from trainmedic.recovery.coordinator.core.limits import isolations_left
+from trainmedic.recovery.coordinator.core.state import ClusterState, JobState, NodeMode
+from trainmedic.schemas.commands import Command, CommandAcked
+from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
 
 
 def received(event: object) -> None:

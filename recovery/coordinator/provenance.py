@@ -34,14 +34,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import UnionType
 
-from bus.message import Record
-from recovery.keyring import COORDINATOR, NODE, OPERATOR
-from recovery.signing import TrustedKeys, Unverified
-from schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
-from schemas.incident import Incident
-from schemas.jobs import JobStopRequested, JobSubmitted
-from schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
-from schemas.topics import Topics
+from trainmedic.bus.message import Record
+from trainmedic.recovery.keyring import COORDINATOR, NODE, OPERATOR
+from trainmedic.recovery.signing import TrustedKeys, Unverified
+from trainmedic.schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
+from trainmedic.schemas.incident import Incident
+from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
+from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
+from trainmedic.schemas.topics import Topics
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ commands the node's.
 
 from __future__ import annotations
 
-from schemas.commands import Command
-from schemas.incident import Incident
-from schemas.nodes import NodeReadmitted
-from schemas.recovery import RecoverySkipped
+from trainmedic.schemas.commands import Command
+from trainmedic.schemas.incident import Incident
+from trainmedic.schemas.nodes import NodeReadmitted
+from trainmedic.schemas.recovery import RecoverySkipped
 
 
 def route(event: object) -> tuple[str, str]:

@@ -36,11 +36,11 @@ import sys
 import threading
 from pathlib import Path
 
-from bus.config import Options, Section
-from bus.errors import TrainmedicError
-from bus.metrics_flag import add_metrics_argument
-from bus.signals import stop_on_signals
-from recovery.executor.config import ExecutorConfig
+from trainmedic.bus.config import Options, Section
+from trainmedic.bus.errors import TrainmedicError
+from trainmedic.bus.metrics_flag import add_metrics_argument
+from trainmedic.bus.signals import stop_on_signals
+from trainmedic.recovery.executor.config import ExecutorConfig
 
 # The trusted keys, the node's key and the ranks' user are looked up; the poll is an internal tick.
 EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("trusted", "node_key", "rank_user", "poll_s"))
@@ -63,9 +63,9 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
     import os
     import pwd
 
-    from bus.settings import home
-    from recovery import keyring
-    from recovery.executor.job_dirs import SHARED_USER_WARNING, RankUser, default_root
+    from trainmedic.bus.settings import home
+    from trainmedic.recovery import keyring
+    from trainmedic.recovery.executor.job_dirs import SHARED_USER_WARNING, RankUser, default_root
 
     keyring.refuse_legacy()
     config = options.build(
@@ -90,9 +90,9 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from bus.metrics import serve_metrics
-    from bus.settings import KafkaSettings
-    from recovery.executor.service import Executor
+    from trainmedic.bus.metrics import serve_metrics
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.recovery.executor.command_loop import Executor
 
     log = logging.getLogger("trainmedic.executor")
     try:

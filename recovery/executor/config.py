@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
-from recovery.executor.admission import AdmissionPolicy
-from recovery.executor.job_dirs import SNAPSHOTS, RankUser
-from recovery.signing import SigningKey, TrustedKeys
+from trainmedic.recovery.executor.core.admission import AdmissionPolicy
+from trainmedic.recovery.executor.job_dirs import SNAPSHOTS, RankUser
+from trainmedic.recovery.signing import SigningKey, TrustedKeys
 
 DEFAULT_FRESHNESS_S = 60.0
 DEFAULT_STOP_GRACE_S = 10.0

@@ -35,7 +35,6 @@ import importlib
 import json
 import logging
 import os
-import re
 import runpy
 import shutil
 import signal
@@ -47,14 +46,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from recovery.executor.job_dirs import RankUser
+from trainmedic.recovery.executor.core.admission import NICENESS
+from trainmedic.recovery.executor.job_dirs import RankUser
 
 log = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
 PRELOAD = ("torch", "torch.distributed")
 PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"
-NICENESS = re.compile(r"-?[0-9]{1,6}", re.ASCII)  # the kernel clamps what is out of range
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ class WarmLauncher:
     def __init__(self, env: Mapping[str, str] | None = None, user: RankUser | None = None) -> None:
         server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1"}
         self._proc = subprocess.Popen(
-            [sys.executable, "-s", "-m", "recovery.executor.forkserver"], stdin=subprocess.PIPE,
+            [sys.executable, "-s", "-m", "trainmedic.recovery.executor.forkserver"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=server_env, text=True, bufsize=1,
             **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
         )

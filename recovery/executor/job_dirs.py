@@ -19,7 +19,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from bus.errors import ConfigError
+from trainmedic.bus.errors import ConfigError
 
 LOGS = "logs"
 SNAPSHOTS = "snapshots"

@@ -13,46 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from trainmedic.recovery.executor.core.ledger_state import LedgerState, RecordedAck, fold_entry
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class AppliedCommand:
-    """A command this executor applied: what it did to which job at which generation."""
-
-    id: str
-    job: str
-    generation: int
-    action: str | None  # None in ledgers written before actions were recorded
-    ranks: tuple[int, ...] | None = None  # the ranks a start or restart launches (None: not recorded)
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedAck:
-    """The final answer (done or failed) sent for an applied command, to be sent again on redelivery."""
-
-    status: str
-    reason: str | None = None
-    elapsed_s: float | None = None
-
-
-@dataclass
-class LedgerState:
-    """What the ledger file says: applied ids, the newest applied generation per job, positions,
-    the last command applied for each job, the final answers sent, and the newest coordinator
-    epoch applied (None: no command carried one)."""
-
-    applied: set[str] = field(default_factory=set)
-    epoch: int | None = None
-    generations: dict[str, int] = field(default_factory=dict)
-    positions: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) -> next offset
-    last: dict[str, AppliedCommand] = field(default_factory=dict)  # job -> its newest applied command
-    newest: AppliedCommand | None = None  # the command applied last: the one a crash can interrupt
-    answers: dict[str, RecordedAck] = field(default_factory=dict)  # command id -> its final ack
 
 
 class Ledger:
@@ -71,7 +37,7 @@ class Ledger:
         if path.exists():
             for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
                 try:
-                    _fold(state, json.loads(line))
+                    fold_entry(state, json.loads(line))
                 except (ValueError, KeyError, TypeError) as err:
                     log.warning("%s:%d: unreadable ledger line skipped (%s)", path, number, err)
         return cls(path, state, path.open("a", encoding="utf-8"))
@@ -95,28 +61,7 @@ class Ledger:
         self._handle.write(json.dumps(entry, separators=(",", ":")) + "\n")
         self._handle.flush()
         os.fsync(self._handle.fileno())
-        _fold(self.state, entry)
+        fold_entry(self.state, entry)
 
     def close(self) -> None:
         self._handle.close()
-
-
-def _fold(state: LedgerState, entry: dict) -> None:
-    if "answer" in entry:
-        answer = entry["answer"]
-        elapsed = answer.get("elapsed_s")
-        state.answers[str(entry["command"])] = RecordedAck(
-            str(answer["status"]), answer.get("reason"), None if elapsed is None else float(elapsed))
-        return
-    where = (str(entry["topic"]), int(entry["partition"]))
-    state.positions[where] = max(state.positions.get(where, 0), int(entry["offset"]) + 1)
-    if entry.get("applied"):
-        ranks = entry.get("ranks")
-        command = AppliedCommand(str(entry["command"]), str(entry["job"]), int(entry["generation"]),
-                                 entry.get("action"), None if ranks is None else tuple(int(r) for r in ranks))
-        state.applied.add(command.id)
-        state.generations[command.job] = max(state.generations.get(command.job, command.generation),
-                                             command.generation)
-        state.last[command.job] = state.newest = command
-        if entry.get("epoch") is not None:
-            state.epoch = max(state.epoch if state.epoch is not None else 0, int(entry["epoch"]))

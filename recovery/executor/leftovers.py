@@ -17,8 +17,8 @@ import signal
 import time
 from pathlib import Path
 
-from recovery.executor.ledger import LedgerState
-from recovery.executor.restart import Leftovers, RecordedRank, sort_leftovers
+from trainmedic.recovery.executor.core.ledger_state import LedgerState
+from trainmedic.recovery.executor.core.restart import Leftovers, RecordedRank, sort_leftovers
 
 log = logging.getLogger(__name__)
 

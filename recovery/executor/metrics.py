@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
-from schemas.commands import AckStatus
+from trainmedic.schemas.commands import AckStatus
 
 EXECUTOR_ACKS = Counter("trainmedic_executor_acks", "Answers an executor sent, by status", ["status"])
 SEND_FAILURES = Counter("trainmedic_executor_send_failures",

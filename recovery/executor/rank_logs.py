@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 
-from recovery.executor.job_dirs import LOGS, default_root
+from trainmedic.recovery.executor.job_dirs import LOGS, default_root
 
 _NAME = re.compile(r"g(\d+)-rank(\d+)\.log")
 

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recovery.executor import metrics
-from recovery.executor.reports import (
+from trainmedic.recovery.executor import metrics
+from trainmedic.recovery.executor.core.reports import (
     MAX_LINE,
     LaunchedRank,
     RankReports,

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from recovery.executor import job_dirs, leftovers
-from recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
-from recovery.executor.rank_logs import log_name
-from recovery.executor.restart import RecordedRank
-from schemas import WorkerSpec
+from trainmedic.recovery.executor import job_dirs, leftovers
+from trainmedic.recovery.executor.core.restart import RecordedRank
+from trainmedic.recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
+from trainmedic.recovery.executor.rank_logs import log_name
+from trainmedic.schemas import WorkerSpec
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The cost-aware planner (PLANNER.md): a pure core with no I/O and no clock.
 
-`recovery.planner.plan.plan(request)` is the entry point; this package imports nothing
+`trainmedic.recovery.planner.plan.plan(request)` is the entry point; this package imports nothing
 itself, so that `trainmedic --help` does not load numpy.
 """

@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from recovery.planner.plan import plan
-    from schemas.plan import PlanRequest
+    from trainmedic.recovery.planner.plan import plan
+    from trainmedic.schemas.plan import PlanRequest
 
     name = "stdin" if args.input == "-" else args.input
     try:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 from functools import cached_property
 
-from schemas.plan import PlannedJob, PlanRequest
+from trainmedic.schemas.plan import PlannedJob, PlanRequest
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from recovery.planner.topology import Switch, Topology, switch_hops
-from schemas.plan import PlanRequest
+from trainmedic.recovery.planner.topology import Switch, Topology, switch_hops
+from trainmedic.schemas.plan import PlanRequest
 
 
 def home_switch(nodes: Iterable[str], topology: Topology) -> Switch | None:

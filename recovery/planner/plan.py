@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from recovery.planner.objective import objectives
-from recovery.planner.placement import place
-from recovery.planner.restore import restore_sources
-from recovery.planner.solve import solve
-from recovery.planner.topology import Topology
-from schemas.plan import PlanRequest, RecoveryPlan
+from trainmedic.recovery.planner.objective import objectives
+from trainmedic.recovery.planner.placement import place
+from trainmedic.recovery.planner.restore import restore_sources
+from trainmedic.recovery.planner.solve import solve
+from trainmedic.recovery.planner.topology import Topology
+from trainmedic.schemas.plan import PlanRequest, RecoveryPlan
 
 
 def plan(request: PlanRequest) -> RecoveryPlan:

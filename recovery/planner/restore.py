@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from recovery.planner.topology import Switch, Topology, switch_hops
-from schemas.commands import RestoreSource
-from schemas.plan import PlanRequest
+from trainmedic.recovery.planner.topology import Switch, Topology, switch_hops
+from trainmedic.schemas.commands import RestoreSource
+from trainmedic.schemas.plan import PlanRequest
 
 CHECKPOINT = RestoreSource(kind="checkpoint")
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from recovery.planner.objective import JobObjective
+from trainmedic.recovery.planner.objective import JobObjective
 
 
 def tie_rank(job: JobObjective, size: int, budget: int) -> int:

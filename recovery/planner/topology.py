@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from schemas.plan import ClusterNode
+from trainmedic.schemas.plan import ClusterNode
 
 # A switch is a tagged tuple, so that a leaf named "spine" stays a leaf.
 Switch = tuple[str, str]

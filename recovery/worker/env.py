@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from bus.errors import ConfigError
-from bus.timespan import env_seconds
-from schemas import RestoreSource
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.timespan import env_seconds
+from trainmedic.schemas import RestoreSource
 
 COLLECTIVE_TIMEOUT = "TRAINMEDIC_COLLECTIVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0  # rendezvous and collectives, when neither the caller nor the job says

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recovery.worker import state_files
-from recovery.worker.env import WorkerEnv
-from schemas import RestoreSource
+from trainmedic.recovery.worker import state_files
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.schemas import RestoreSource
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ step to its node-local snapshot dir (TRAINMEDIC_SNAPSHOT_DIR). Those files outli
 processes, so after a restart a surviving node's snapshot is the "replica" to restore
 from: with `snapshot_every=1` no completed step is lost (unless the snapshots are written
 behind the step, `snapshot_async`). A sharded model (FSDP2, HSDP) is snapshot and restored
-per shard, onto a mesh of any size (`recovery.worker.sharded`).
+per shard, onto a mesh of any size (`trainmedic.recovery.worker.sharded`).
 
 Reattempt: the executor sends SIGUSR1. The handler only sets a flag; `agree_reattempt`
 (one 1-element all-reduce, called by every rank at the top of each step) makes all ranks
@@ -37,13 +37,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from producers.hook import Hook
-from recovery.worker import rank_state, sharded, state_files
-from recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
-from recovery.worker.rank_state import Stateful  # what the runtime saves: an optimizer, a data loader
-from recovery.worker.restore import Offer, fallback_warning, restore_state
-from recovery.worker.snapshot_writer import SnapshotWriter
-from schemas import RestoreSource
+from trainmedic.producers.hook import Hook
+from trainmedic.recovery.worker import rank_state, sharded, state_files
+from trainmedic.recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
+from trainmedic.recovery.worker.rank_state import (
+    Stateful,  # what the runtime saves: an optimizer, a data loader
+)
+from trainmedic.recovery.worker.restore import Offer, fallback_warning, restore_state
+from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.schemas import RestoreSource
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-from recovery.worker import rank_state, state_files
-from recovery.worker.env import WorkerEnv
-from recovery.worker.restore import checkpoint_location
-from recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
-from recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.recovery.worker import rank_state, state_files
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.restore import checkpoint_location
+from trainmedic.recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
+from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from bus.signals import alive
+from trainmedic.bus.signals import alive
 
 SNAPSHOTS_KEPT = 2
 CHECKPOINTS_KEPT = 3

@@ -1,6 +1,6 @@
 """The pure detection core: telemetry events in, incidents out. No Kafka, no clock."""
 
-from streams.core.config import (
+from trainmedic.streams.core.config import (
     CorrelationConfig,
     DetectorConfig,
     EscalationConfig,
@@ -11,8 +11,8 @@ from streams.core.config import (
     LinkConfig,
     StragglerConfig,
 )
-from streams.core.detector import Detector
-from streams.core.state import DetectorState
+from trainmedic.streams.core.detector import Detector
+from trainmedic.streams.core.state import DetectorState
 
 __all__ = [
     "CorrelationConfig", "Detector", "DetectorConfig", "DetectorState", "EscalationConfig",

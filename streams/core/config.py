@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from schemas.bounds import MAX_TS
+from trainmedic.schemas.bounds import MAX_TS
 
 
 def _positive(owner: object, *names: str) -> None:

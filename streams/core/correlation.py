@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from bisect import insort
 
-from streams.core.config import DetectorConfig
-from streams.core.incidents import IncidentBook
-from streams.core.state import Clue, DetectorState, Group, JobWatch, NodeState, OpenIncident
-from streams.core.taxonomy import CATEGORIES, Resolves
+from trainmedic.streams.core.config import DetectorConfig
+from trainmedic.streams.core.incidents import IncidentBook
+from trainmedic.streams.core.state import Clue, DetectorState, Group, JobWatch, NodeState, OpenIncident
+from trainmedic.streams.core.taxonomy import CATEGORIES, Resolves
 
 
 def add_clue(job: JobWatch, clue: Clue, hold_s: float, max_lines: int) -> float | None:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schemas import telemetry, wire
-from schemas.incident import Incident
-from streams.core.config import DetectorConfig
-from streams.core.deadlines import Deadlines, Timer
-from streams.core.incidents import IncidentBook
-from streams.core.job_rules import JobRules
-from streams.core.node_rules import NIC_KEY_SEP, NodeRules
-from streams.core.state import DetectorState
+from trainmedic.schemas import telemetry, wire
+from trainmedic.schemas.incident import Incident
+from trainmedic.streams.core.config import DetectorConfig
+from trainmedic.streams.core.deadlines import Deadlines, Timer
+from trainmedic.streams.core.incidents import IncidentBook
+from trainmedic.streams.core.job_rules import JobRules
+from trainmedic.streams.core.node_rules import NIC_KEY_SEP, NodeRules
+from trainmedic.streams.core.state import DetectorState
 
 
 class Detector:

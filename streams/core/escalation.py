@@ -3,10 +3,10 @@ repeat blames what it correlates with: the job when it follows the job, else the
 
 from __future__ import annotations
 
-from schemas.incident import Severity
-from streams.core.config import EscalationConfig
-from streams.core.state import DetectorState
-from streams.core.taxonomy import CATEGORIES, Repeats
+from trainmedic.schemas.incident import Severity
+from trainmedic.streams.core.config import EscalationConfig
+from trainmedic.streams.core.state import DetectorState
+from trainmedic.streams.core.taxonomy import CATEGORIES, Repeats
 
 
 def escalate(

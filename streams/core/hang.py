@@ -8,8 +8,8 @@ instead of the config's, for every generation after.
 
 from __future__ import annotations
 
-from streams.core.config import HangConfig
-from streams.core.state import JobWatch
+from trainmedic.streams.core.config import HangConfig
+from trainmedic.streams.core.state import JobWatch
 
 
 def record_step_time(job: JobWatch, step_time: float, cfg: HangConfig) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from schemas.incident import Incident, IncidentStatus, Severity
-from streams.core.config import DetectorConfig
-from streams.core.escalation import escalate
-from streams.core.ids import incident_id
-from streams.core.state import DetectorState, OpenIncident
-from streams.core.taxonomy import ACTION_OF, CATEGORIES
+from trainmedic.schemas.incident import Incident, IncidentStatus, Severity
+from trainmedic.streams.core.config import DetectorConfig
+from trainmedic.streams.core.escalation import escalate
+from trainmedic.streams.core.ids import incident_id
+from trainmedic.streams.core.state import DetectorState, OpenIncident
+from trainmedic.streams.core.taxonomy import ACTION_OF, CATEGORIES
 
 
 class IncidentBook:

@@ -8,16 +8,16 @@ UNSTARTED_JOBS at once, their failures counting against no node."""
 
 from __future__ import annotations
 
-from schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStarted, WorkerStepped
-from streams.core.config import DetectorConfig
-from streams.core.correlation import add_clue, decide, overdue_until
-from streams.core.deadlines import Deadlines, Timer
-from streams.core.hang import describe_threshold, record_step_time, stopped_first, threshold
-from streams.core.incidents import IncidentBook
-from streams.core.node_rules import NodeRules
-from streams.core.state import Clue, DetectorState, JobWatch, OpenIncident, RankState
-from streams.core.straggler import rank_medians, record_rank_step
-from streams.core.taxonomy import (
+from trainmedic.schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStarted, WorkerStepped
+from trainmedic.streams.core.config import DetectorConfig
+from trainmedic.streams.core.correlation import add_clue, decide, overdue_until
+from trainmedic.streams.core.deadlines import Deadlines, Timer
+from trainmedic.streams.core.hang import describe_threshold, record_step_time, stopped_first, threshold
+from trainmedic.streams.core.incidents import IncidentBook
+from trainmedic.streams.core.node_rules import NodeRules
+from trainmedic.streams.core.state import Clue, DetectorState, JobWatch, OpenIncident, RankState
+from trainmedic.streams.core.straggler import rank_medians, record_rank_step
+from trainmedic.streams.core.taxonomy import (
     CATEGORIES,
     CONSEQUENCE_SPECIFICITY,
     Hold,

@@ -8,13 +8,13 @@ is no node_lost and counts in no telemetry gap, until its heartbeats resume unma
 
 from __future__ import annotations
 
-from schemas.telemetry import GpuSample, NodeHeartbeat
-from streams.core.config import DetectorConfig
-from streams.core.correlation import absorb_groups, add_clue, affected, own_generation
-from streams.core.deadlines import Deadlines, Timer
-from streams.core.incidents import IncidentBook
-from streams.core.state import Clue, DetectorState, GpuState, NicState, NodeState
-from streams.core.taxonomy import CATEGORIES, THERMAL_THROTTLE, Resolves, xid_category
+from trainmedic.schemas.telemetry import GpuSample, NodeHeartbeat
+from trainmedic.streams.core.config import DetectorConfig
+from trainmedic.streams.core.correlation import absorb_groups, add_clue, affected, own_generation
+from trainmedic.streams.core.deadlines import Deadlines, Timer
+from trainmedic.streams.core.incidents import IncidentBook
+from trainmedic.streams.core.state import Clue, DetectorState, GpuState, NicState, NodeState
+from trainmedic.streams.core.taxonomy import CATEGORIES, THERMAL_THROTTLE, Resolves, xid_category
 
 NIC_KEY_SEP = "\x1f"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from streams.core.config import StragglerConfig
-from streams.core.hang import median
-from streams.core.state import JobWatch
+from trainmedic.streams.core.config import StragglerConfig
+from trainmedic.streams.core.hang import median
+from trainmedic.streams.core.state import JobWatch
 
 
 def record_rank_step(times: list[float], step_time: float, cfg: StragglerConfig) -> None:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from schemas.incident import Action, Severity
+from trainmedic.schemas.incident import Action, Severity
 
 ACTION_OF: dict[Severity, Action] = {
     Severity.SEV1: Action.RECONFIGURE,

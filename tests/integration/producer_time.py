@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from bus.settings import KafkaSettings
+from trainmedic.bus.settings import KafkaSettings
 
 
 def producer_stamped(settings: KafkaSettings) -> None:

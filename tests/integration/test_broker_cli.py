@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import schemas as s
-from bus.admin import create_topics, list_topics
-from bus.consumer import EventConsumer
-from bus.errors import KafkaError
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from trainmedic.local_cluster import free_port_pair
+import trainmedic.schemas as s
+from trainmedic.bus.admin import create_topics, list_topics
+from trainmedic.bus.consumer import EventConsumer
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.local.cluster import free_port_pair
 
 pytestmark = pytest.mark.kafka
 

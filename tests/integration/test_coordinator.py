@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from bus.transactional import Fenced, TransactionalProducer
-from recovery import keyring
-from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
-from recovery.coordinator.lease import Lease
-from recovery.coordinator.provenance import Trust
-from recovery.coordinator.service import CoordinatorService
-from recovery.signing import SigningKey
-from schemas import Command, CommandAcked, Incident, JobSpec, JobSubmitted
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.transactional import Fenced, TransactionalProducer
 from trainmedic.cli import main
+from trainmedic.recovery import keyring
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, JobState, NodeConfig
+from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService
+from trainmedic.recovery.coordinator.lease import Lease
+from trainmedic.recovery.coordinator.provenance import Trust
+from trainmedic.recovery.signing import SigningKey
+from trainmedic.schemas import Command, CommandAcked, Incident, JobSpec, JobSubmitted
 
 pytestmark = pytest.mark.kafka
 

@@ -12,11 +12,11 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from recovery.coordinator import metrics
-from recovery.coordinator.service import CoordinatorService, lead
 from tests.integration.test_coordinator import CONFIG, leading, sign, step_until
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.coordinator import metrics
+from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService, lead
 
 pytestmark = pytest.mark.kafka
 

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from recovery.coordinator import JobState
-from schemas import CommandAcked, RanksFinished
 from tests.integration.test_coordinator import SPEC, Keys, ack_all, env, keys, leading, read, step_until
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.recovery.coordinator.core import JobState
+from trainmedic.schemas import CommandAcked, RanksFinished
 
 pytestmark = pytest.mark.kafka
 __all__ = ["env", "keys"]  # the fixtures, shared with test_coordinator

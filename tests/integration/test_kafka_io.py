@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import schemas as s
-from bus.admin import create_topics, list_topics, remove_prefix
-from bus.consumer import EventConsumer
-from bus.errors import DeliveryError, KafkaError
-from bus.message import Record
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
+import trainmedic.schemas as s
 from tests.unit.test_schemas import EXAMPLES
+from trainmedic.bus.admin import create_topics, list_topics, remove_prefix
+from trainmedic.bus.consumer import EventConsumer
+from trainmedic.bus.errors import DeliveryError, KafkaError
+from trainmedic.bus.message import Record
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

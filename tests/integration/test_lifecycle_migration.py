@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from schemas import IncidentStatus
 from tests.integration.test_coordinator import leading, read
 from tests.unit.coordinator.world import CONFIG, Recorder, incident
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.schemas import IncidentStatus
 
 pytestmark = pytest.mark.kafka
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from bus.admin import list_topics
-from bus.settings import KafkaSettings
-from trainmedic.local_cluster import local_deployment
+from trainmedic.bus.admin import list_topics
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.local.cluster import local_deployment
 
 pytestmark = pytest.mark.kafka
 

@@ -7,10 +7,6 @@ import time
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from recovery.coordinator import JobState
-from schemas import Incident
 from tests.integration.test_coordinator import (
     CONFIG,
     SPEC,
@@ -22,7 +18,11 @@ from tests.integration.test_coordinator import (
     read,
     step_until,
 )
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.recovery.coordinator.core import JobState
+from trainmedic.schemas import Incident
 
 pytestmark = pytest.mark.kafka
 __all__ = ["env", "keys"]  # the fixtures, shared with test_coordinator
@@ -106,7 +106,7 @@ def _config(tmp_path) -> object:
 def test_help_explains_the_states() -> None:
     from trainmedic.cli import build_parser
 
-    text = build_parser()._subparsers._group_actions[0].choices["nodes"].format_help()
+    text = build_parser("nodes")._subparsers._group_actions[0].choices["nodes"].format_help()
     assert "drain NODE" in text and "isolated" in text and "uncordon NODE" in text
 
 

@@ -8,13 +8,13 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer
 
-import schemas as s
-from bus.admin import ensure_topic, wait_for_topics
-from bus.errors import KafkaError
-from bus.message import Record
-from bus.reader import LATEST, NOW, At, TopicReader, watermarks
-from bus.settings import KafkaSettings
+import trainmedic.schemas as s
 from tests.integration.producer_time import producer_stamped
+from trainmedic.bus.admin import ensure_topic, wait_for_topics
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.message import Record
+from trainmedic.bus.reader import LATEST, NOW, At, TopicReader, watermarks
+from trainmedic.bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 HOUR = 3600.0
@@ -93,7 +93,7 @@ def test_without_an_end_the_backlog_then_what_arrives(kafka: KafkaSettings) -> N
 
 
 def test_invalid_values_are_dead_letters_sent_to_the_dlq_only_when_read_live(kafka: KafkaSettings) -> None:
-    from bus.producer import EventProducer
+    from trainmedic.bus.producer import EventProducer
 
     producer_stamped(kafka)
     sent_at = time.time() - HOUR

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-import schemas as s
+import trainmedic.schemas as s
 
 INCIDENT = {"type": "incident", "ts": 1.7e9, "id": "i1", "status": "open", "category": "gpu_lost",
             "severity": "SEV1", "action": "reconfigure", "node": "n1", "first_ts": 1.7e9 - 1}

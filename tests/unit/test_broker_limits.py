@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from schemas import encode
-from schemas.telemetry import GpuSample, WorkerStepped
-from trainmedic.broker import server_properties
-from trainmedic.broker_auth import complete
-from trainmedic.broker_limits import DEFAULT, QUOTAS, TELEMETRY, Connections, MiB, parse_described
+from trainmedic.local.broker import server_properties
+from trainmedic.local.broker_auth import complete
+from trainmedic.local.broker_limits import DEFAULT, QUOTAS, TELEMETRY, Connections, MiB, parse_described
+from trainmedic.schemas import encode
+from trainmedic.schemas.telemetry import GpuSample, WorkerStepped
 
 
 def props(text: str) -> dict[str, str]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import BrokerError
-from trainmedic.broker import LocalBroker, cluster_id, server_properties
+from trainmedic.bus.errors import BrokerError
+from trainmedic.local.broker import LocalBroker, cluster_id, server_properties
 
 
 def test_server_properties_are_kraft_combined_on_loopback(tmp_path: Path) -> None:

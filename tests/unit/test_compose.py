@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from trainmedic.broker_limits import QUOTAS, Connections
+from trainmedic.local.broker_limits import QUOTAS, Connections
 
 COMPOSE = Path(__file__).resolve().parents[2] / "compose"
 STACK = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())

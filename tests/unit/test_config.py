@@ -1,4 +1,5 @@
-"""bus.config: one model's fields as flags, variables and YAML keys, and the model built from them."""
+"""trainmedic.bus.config: one model's fields as flags, variables and YAML keys, and the model built from
+them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bus.config import Options, Section
-from bus.errors import ConfigError
+from trainmedic.bus.config import Options, Section
+from trainmedic.bus.errors import ConfigError
 
 FROZEN = ConfigDict(frozen=True, extra="forbid")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-import schemas as s
-from bus.message import Record, parse_message
+import trainmedic.schemas as s
+from trainmedic.bus.message import Record, parse_message
 
 TOPICS = s.Topics("t.")
 

@@ -13,12 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-import schemas as s
-from bus.errors import DeliveryError
-from bus.message import Record, parse_message
-from bus.producer import DLQ_ATTEMPTS, EventProducer
-from bus.settings import KafkaSettings
-from schemas.dlq import KEY_KEPT_BYTES, MAX_LETTER_BYTES, REASON_KEPT_CHARS, VALUE_KEPT_BYTES
+import trainmedic.schemas as s
+from trainmedic.bus.errors import DeliveryError
+from trainmedic.bus.message import Record, parse_message
+from trainmedic.bus.producer import DLQ_ATTEMPTS, EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.schemas.dlq import KEY_KEPT_BYTES, MAX_LETTER_BYTES, REASON_KEPT_CHARS, VALUE_KEPT_BYTES
 
 TOPICS = s.Topics()
 LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes (the broker's: 1,048,588)

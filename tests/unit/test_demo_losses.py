@@ -68,10 +68,10 @@ def test_the_mean_of_the_shares_losses_is_the_whole_batch_s_loss_and_it_falls() 
 
 def test_the_gpt_hsdp_demo_s_nodes_tell_their_warm_launchers_to_preload_fsdp(tmp_path: Path,
                                                                              monkeypatch) -> None:
-    from recovery.executor.forkserver import PRELOAD_ENV
     from trainmedic.demo.cluster import DemoLayout
     from trainmedic.demo.runner import GPT_PRELOAD
-    from trainmedic.local_cluster import LocalCluster
+    from trainmedic.local.cluster import LocalCluster
+    from trainmedic.recovery.executor.forkserver import PRELOAD_ENV
 
     nodes = ("node-0", "node-1")
     monkeypatch.setenv(PRELOAD_ENV, "mylib")  # what the user preloads stays

@@ -14,7 +14,7 @@ def test_steps_lost_counts_completed_steps_the_next_generation_runs_again():
 
 
 def test_a_step_that_reports_a_restore_fallback_is_kept_for_its_generation():
-    from schemas import WorkerStepped
+    from trainmedic.schemas import WorkerStepped
 
     timeline = Timeline("job")
     common = {"ts": 1.0, "node": "node-2", "job": "job", "world_size": 6, "step_time": 0.1}
@@ -26,8 +26,8 @@ def test_a_step_that_reports_a_restore_fallback_is_kept_for_its_generation():
 
 
 def test_the_report_times_the_incident_on_kafka_from_the_injection():
-    from schemas import Incident
     from trainmedic.demo.faults import _delay, published_after
+    from trainmedic.schemas import Incident
 
     timeline = Timeline("job")
     injected = 1000.0
@@ -44,7 +44,7 @@ def test_the_report_times_the_incident_on_kafka_from_the_injection():
 
 
 def test_after_a_reattempt_the_job_resumed_at_its_first_step_after_the_ack():
-    from schemas import RecoveryCompleted, RecoveryPlanned
+    from trainmedic.schemas import RecoveryCompleted, RecoveryPlanned
 
     timeline = Timeline("job")
     for i in range(40):  # the ranks keep stepping through the flap
@@ -58,7 +58,7 @@ def test_after_a_reattempt_the_job_resumed_at_its_first_step_after_the_ack():
 
 
 def test_a_generation_s_restores_are_told_in_one_line_once_its_ranks_report_them():
-    from schemas import Restored, WorkerStepped
+    from trainmedic.schemas import Restored, WorkerStepped
 
     timeline = Timeline("job")
     common = {"ts": 1.0, "node": "node-2", "job": "job", "world_size": 2, "step_time": 0.1, "generation": 3}

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
-from bus.acls import CONTRACT, GRANTS, bindings, filters
-from bus.credentials import read_role, write_roles
-from bus.errors import ConfigError
-from bus.settings import KafkaSettings, credentials_dir
-from schemas.topics import SPECS
-from streams.app import faust_credentials
-from trainmedic.broker import server_properties
-from trainmedic.broker_auth import complete
+from trainmedic.bus.acls import CONTRACT, GRANTS, bindings, filters
+from trainmedic.bus.credentials import read_role, write_roles
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.settings import KafkaSettings, credentials_dir
+from trainmedic.local.broker import server_properties
+from trainmedic.local.broker_auth import complete
+from trainmedic.schemas.topics import SPECS
+from trainmedic.streams.engines.faust_app import faust_credentials
 
 PREFIX = "acme."
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bus.metrics import serve_metrics
-from bus.metrics_flag import add_metrics_argument
+from trainmedic.bus.metrics import serve_metrics
+from trainmedic.bus.metrics_flag import add_metrics_argument
 
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
 

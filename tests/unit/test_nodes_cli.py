@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from recovery.coordinator import apply
-from schemas import NodeCordoned, NodeLeaving, NodeReadmitted
 from tests.unit.coordinator.test_lifecycle import shrunk
-from trainmedic.nodes_cli import rows
+from trainmedic.ops.nodes import rows
+from trainmedic.recovery.coordinator.core import apply
+from trainmedic.schemas import NodeCordoned, NodeLeaving, NodeReadmitted
 
 
 def test_each_state_says_why_and_since_when() -> None:

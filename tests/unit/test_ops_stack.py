@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from trainmedic import ops_stack
 from trainmedic.demo import observe, runner
+from trainmedic.local import ops_stack
 
 
 def test_the_config_scrapes_each_job_and_alerts_into_the_alertmanager() -> None:

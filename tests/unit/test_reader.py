@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from bus import reader
-from bus.reader import (
+from trainmedic.bus import reader
+from trainmedic.bus.reader import (
     END_GRACE_S,
     NOW,
     At,

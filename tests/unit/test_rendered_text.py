@@ -3,19 +3,19 @@ and Slack's `<!channel>` are shown, never obeyed (schemas/printable.py and its u
 
 from __future__ import annotations
 
-from ops.alerts.payloads import alertmanager_alert, pagerduty_event, webhook_message
-from ops.incident_log.fold import IncidentHistory, apply
-from ops.incident_log.render import details, row, story, table
-from ops.incident_log.views import timeline, views
-from recovery.coordinator import ClusterState
-from recovery.coordinator.job_status import StepHistory, job_status, render
-from recovery.coordinator.narrate import narrate
-from recovery.coordinator.state import Job, JobState
-from schemas import Incident, RecoveryFailed
-from schemas.printable import terminal_safe
-from schemas.telemetry import WorkerStepped
 from tests.unit.coordinator.test_job_status import SPEC
 from tests.unit.coordinator.world import CONFIG
+from trainmedic.ops.alerts.payloads import alertmanager_alert, pagerduty_event, webhook_message
+from trainmedic.ops.incidents.fold import IncidentHistory, apply
+from trainmedic.ops.incidents.render import details, row, story, table
+from trainmedic.ops.incidents.views import timeline, views
+from trainmedic.ops.jobs.status import StepHistory, job_status, render
+from trainmedic.recovery.coordinator.core import ClusterState
+from trainmedic.recovery.coordinator.core.state import Job, JobState
+from trainmedic.recovery.coordinator.narrate import narrate
+from trainmedic.schemas import Incident, RecoveryFailed
+from trainmedic.schemas.printable import terminal_safe
+from trainmedic.schemas.telemetry import WorkerStepped
 
 CLEAR = "\x1b[2J\x1b[H"  # clear the screen, cursor home
 CLIPBOARD = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"  # OSC 52: write the clipboard

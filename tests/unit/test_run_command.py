@@ -6,17 +6,17 @@ from pathlib import Path
 
 import yaml
 
-from schemas.incident import Incident
-from schemas.jobs import JobSpec
-from schemas.telemetry import WorkerStepped
 from trainmedic.cli import build_parser
 from trainmedic.run.narrate import RunNarrator
 from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
+from trainmedic.schemas.incident import Incident
+from trainmedic.schemas.jobs import JobSpec
+from trainmedic.schemas.telemetry import WorkerStepped
 
 
 def test_the_command_after_the_double_dash_is_the_jobs_and_the_spec_reads_back() -> None:
-    args = build_parser().parse_args(["run", "--nodes", "3", "--nproc-per-node", "2", "--env", "A=1=2", "--",
-                                      "python", "train.py", "--lr", "3e-4", "--nodes", "9"])
+    args = build_parser("run").parse_args(["run", "--nodes", "3", "--nproc-per-node", "2", "--env", "A=1=2",
+                                           "--", "python", "train.py", "--lr", "3e-4", "--nodes", "9"])
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     user = ["python", "train.py", "--lr", "3e-4", "--nodes", "9"]
     assert (args.nodes, args.nproc_per_node, command) == (3, 2, user)
@@ -82,7 +82,7 @@ def test_what_cannot_run_is_refused_before_anything_starts(tmp_path: Path, monke
 
 
 def test_a_run_keeps_its_keys_in_a_folder_of_its_own(tmp_path: Path) -> None:
-    from trainmedic.local_cluster import LocalCluster
+    from trainmedic.local.cluster import LocalCluster
     from trainmedic.run.session import run_layout
 
     shared = tmp_path / "keys"  # what a real node or coordinator on this machine reads live

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import schemas as s
-from schemas.export import schemas as json_schemas
-from schemas.topics import KINDS, misplaced
+import trainmedic.schemas as s
+from trainmedic.schemas.export import schemas as json_schemas
+from trainmedic.schemas.topics import KINDS, misplaced
 
 NODE = "node-a"
 EXAMPLES: dict[str, list[s.Event]] = {
@@ -192,7 +192,7 @@ def test_logs_that_are_replayed_keep_data_forever() -> None:
 
 
 def test_json_schema_export_describes_each_topic(tmp_path) -> None:
-    from schemas.export import export
+    from trainmedic.schemas.export import export
 
     written = {p.name for p in export(tmp_path)}
     assert "telemetry.worker.schema.json" in written

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bus.errors import ConfigError
-from bus.settings import KafkaSettings
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.settings import KafkaSettings
 
 
 def test_defaults() -> None:

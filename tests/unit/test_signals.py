@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 
-from bus.signals import leave_on_signals
+from trainmedic.bus.signals import leave_on_signals
 
 
 def test_the_first_signal_leaves_and_the_second_stops() -> None:

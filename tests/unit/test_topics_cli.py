@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bus.settings import KafkaSettings
-from schemas import Topics
-from trainmedic.topics_cli import print_topics
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.ops.topics import print_topics
+from trainmedic.schemas import Topics
 
 
 def test_names_a_deployment_owns_carry_its_prefix() -> None:

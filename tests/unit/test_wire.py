@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import encode, wire
-from schemas.codec import TELEMETRY, InvalidEvent
-from schemas.wire import KINDS, decode_telemetry, retimed
-from streams.replay import replay
 from tests.unit.streams.test_scenarios import NAMES, SCENARIOS, load
+from trainmedic.schemas import encode, wire
+from trainmedic.schemas.codec import TELEMETRY, InvalidEvent
+from trainmedic.schemas.wire import KINDS, decode_telemetry, retimed
+from trainmedic.streams.replay import replay
 
 TEMPLATES = [json.loads(line) for name in NAMES
              for line in (SCENARIOS / f"{name}.jsonl").read_text().splitlines()[:40] if line.strip()]
@@ -130,7 +130,7 @@ def test_the_core_decides_the_same_incidents_from_either_kind(name: str) -> None
 
 
 def test_each_kind_has_a_trusted_twin_with_its_fields_and_no_bounds() -> None:
-    """What the ingest stage validated is read back by the decider unchecked (streams/batches.py):
+    """What the ingest stage validated is read back by the decider unchecked (streams/engines/batches.py):
     the same fields and defaults, a subclass, and a value out of the contract's bounds decodes."""
     for kind, twin in wire.TRUSTED.items():
         assert issubclass(twin, kind)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainmedic.local_cluster import ClusterLayout
+from trainmedic.local.cluster import ClusterLayout
 
 
 class DemoLayout(ClusterLayout):

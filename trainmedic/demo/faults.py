@@ -18,7 +18,7 @@ from pathlib import Path
 
 from trainmedic.demo.timeline import SeenIncident, Timeline
 from trainmedic.demo.watch import Watcher
-from trainmedic.local_cluster import LocalCluster
+from trainmedic.local.cluster import LocalCluster
 
 
 @dataclass(frozen=True)

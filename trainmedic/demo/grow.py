@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from schemas.nodes import NodeUncordoned
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.demo.faults import FaultResult, all_restored
 from trainmedic.demo.watch import Watcher
-from trainmedic.local_cluster import LocalCluster
+from trainmedic.local.cluster import LocalCluster
+from trainmedic.schemas.nodes import NodeUncordoned
 
 
 def run_grow(cluster: LocalCluster, watcher: Watcher, node: str, xid_incident: str | None, full_world: int,

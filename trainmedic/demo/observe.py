@@ -1,5 +1,5 @@
 """`trainmedic demo --observe`: Prometheus and Alertmanager beside the demo (Debian's packages, run as
-processes: trainmedic.ops_stack), and, per fault, when the healer's own metrics showed it.
+processes: trainmedic.local.ops_stack), and, per fault, when the healer's own metrics showed it.
 
 Prometheus scrapes every service of the demo each second and evaluates the healer's alerting rules
 (compose/prometheus/rules.yml, `for:` shortened to 5 s) into the Alertmanager, which the demo's
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from trainmedic import ops_stack
 from trainmedic.demo.faults import FaultResult
-from trainmedic.local_cluster import free_port
+from trainmedic.local import ops_stack
+from trainmedic.local.cluster import free_port
 
 RULES_FOR_S = 5.0
 

@@ -15,10 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bus.errors import TrainmedicError
-from bus.settings import KafkaSettings, credentials_dir, home
-from schemas import JobSpec, JobSubmitted
-from trainmedic import ops_stack
+from trainmedic.bus.errors import TrainmedicError
+from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
 from trainmedic.demo import losses, observe
 from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout
@@ -33,7 +31,9 @@ from trainmedic.demo.faults import (
 )
 from trainmedic.demo.grow import run_grow
 from trainmedic.demo.watch import Watcher
-from trainmedic.local_cluster import LocalCluster, free_port, local_deployment
+from trainmedic.local import ops_stack
+from trainmedic.local.cluster import LocalCluster, free_port, local_deployment
+from trainmedic.schemas import JobSpec, JobSubmitted
 
 JOB = "demo"
 # The demo's detector: the defaults, with a hang floor that fits a 0.25 s step, and a GPU fault
@@ -183,7 +183,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
     services named there serve their metrics. `layout.root` is emptied first: snapshots or a
     ledger left by an earlier run would be restored from, or replayed, by this one.
     """
-    from bus.producer import EventProducer
+    from trainmedic.bus.producer import EventProducer
 
     shutil.rmtree(layout.root, ignore_errors=True)
     prefix = f"demo-{uuid.uuid4().hex[:6]}."  # what DEMO_PREFIX matches
@@ -288,8 +288,8 @@ def progress(watcher: Watcher, cluster: LocalCluster, stop: threading.Event) -> 
 
 def loss_check(cluster: LocalCluster, watcher: Watcher) -> losses.LossCheck:
     """Every loss rank 0 of each generation logged so far against an uninterrupted run's."""
-    from recovery.executor.rank_logs import find
     from trainmedic.demo.gpt import reference_losses
+    from trainmedic.recovery.executor.rank_logs import find
 
     logged = losses.logged(log.path for log in find(cluster.layout.home, JOB, rank=0))
     with watcher.lock:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ops.incident_log.views import first_step_after_repair
-from schemas import Incident, WorkerStepped
-from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
-from schemas.restores import restores
+from trainmedic.ops.incidents.views import first_step_after_repair
+from trainmedic.schemas import Incident, WorkerStepped
+from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
+from trainmedic.schemas.restores import restores
 
 
 @dataclass

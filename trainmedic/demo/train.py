@@ -9,7 +9,7 @@ Prints one line per step:
 
     step 41 loss 0.123456 gen 0 rank 1 t 1712345678.123
 
-Faults for rehearsals come from a control file (see recovery.worker.faults): hang, kill -9,
+Faults for rehearsals come from a control file (see trainmedic.recovery.worker.faults): hang, kill -9,
 crash. SIGUSR1 (the executor's `reattempt`) re-syncs from rank 0 and re-runs the step.
 
     python -m trainmedic.demo.train --steps 200 --step-s 0.1 [--model gpt-hsdp]
@@ -30,10 +30,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
 
-from producers.hook import Hook  # noqa: E402
-from recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
-from recovery.worker.runtime import Runtime, Stateful, init_from_env  # noqa: E402
 from trainmedic.demo import MODELS  # noqa: E402
+from trainmedic.producers.hook import Hook  # noqa: E402
+from trainmedic.recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
+from trainmedic.recovery.worker.runtime import Runtime, Stateful, init_from_env  # noqa: E402
 
 FEATURES = 16
 

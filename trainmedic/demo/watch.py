@@ -8,11 +8,11 @@ import time
 import uuid
 from collections.abc import Callable
 
-from bus.consumer import EventConsumer
-from bus.settings import KafkaSettings
-from schemas import Incident, WorkerStepped
-from schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
+from trainmedic.bus.consumer import EventConsumer
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.demo.timeline import Timeline
+from trainmedic.schemas import Incident, WorkerStepped
+from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ when it succeeded (every rank exited 0), 1 when it failed or was stopped. Ctrl-C
 the job and everything `run` started, and exits 130 (143).
 
 The script is a plain data-parallel torch script that adopts the worker runtime
-(`recovery.worker.init_from_env`, docs/adopting.md): it joins the process
+(`trainmedic.recovery.worker.init_from_env`, docs/adopting.md): it joins the process
 group, restores from a surviving replica after a restart and reports its steps. Each rank's
 output goes to $TRAINMEDIC_HOME-jobs/NODE/JOB/logs/ (`trainmedic job logs JOB --follow`);
 `trainmedic job status JOB` shows its progress (with the TRAINMEDIC_TOPIC_PREFIX `run` prints).

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from recovery.coordinator.job_status import StepHistory
-from schemas.telemetry import WorkerStepped
 from trainmedic.demo.watch import narration
+from trainmedic.ops.jobs.status import StepHistory
+from trainmedic.schemas.telemetry import WorkerStepped
 
 
 @dataclass

@@ -14,17 +14,17 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from bus.errors import TrainmedicError
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings, credentials_dir, home
-from recovery.coordinator.job_bounds import job_problems
-from recovery.coordinator.job_checks import command_problem
-from recovery.coordinator.job_view import JobWatch
-from recovery.planner.cli import describe
-from schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
-from trainmedic.local_cluster import ClusterLayout, LocalCluster, free_port, local_deployment
+from trainmedic.bus.errors import TrainmedicError
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
+from trainmedic.local.cluster import ClusterLayout, LocalCluster, free_port, local_deployment
+from trainmedic.ops.jobs.checks import command_problem
+from trainmedic.ops.jobs.view import JobWatch
+from trainmedic.recovery.coordinator.core.job_bounds import job_problems
+from trainmedic.recovery.planner.cli import describe
 from trainmedic.run.narrate import RunNarrator
 from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
+from trainmedic.schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
 
 STOP_WAIT_S = 15.0  # how long a stopped job may take to say so before the services stop anyway
 
@@ -43,7 +43,8 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def run_job(args: argparse.Namespace) -> int:
     started = time.time()
-    logging.getLogger("bus.reader").setLevel(logging.WARNING)  # which partitions it reads: not the story
+    # which partitions it reads: not the story
+    logging.getLogger("trainmedic.bus.reader").setLevel(logging.WARNING)
 
     def say(text: str) -> None:
         print(f"[trainmedic {time.time() - started:6.1f}s] {text}", flush=True)

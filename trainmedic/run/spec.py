@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from schemas.jobs import FailureSettings, JobSpec, RestartPolicy
+from trainmedic.schemas.jobs import FailureSettings, JobSpec, RestartPolicy
 
 
 def default_job_id(command: list[str], now: float) -> str:

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from bus.settings import home
+    from trainmedic.bus.settings import home
     from trainmedic.simulate import report, run, scenario
 
     if args.list:

@@ -1,5 +1,5 @@
 """How long trainmedic takes from a fault to its incident on Kafka, per category, from the detector's
-own configuration (`streams.core.config.DetectorConfig` defaults) and the worker's collective
+own configuration (`trainmedic.streams.core.config.DetectorConfig` defaults) and the worker's collective
 timeout, plus the pipeline's latency (telemetry → detector → incidents topic).
 
 A table, so it reads like TAXONOMY.md: each row says which setting decides it. A scenario's
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from recovery.worker.env import DEFAULT_TIMEOUT_S
-from streams.core.config import DetectorConfig
+from trainmedic.recovery.worker.env import DEFAULT_TIMEOUT_S
+from trainmedic.streams.core.config import DetectorConfig
 
 Rule = Callable[[DetectorConfig, float], float]  # (config, the job's step time) -> seconds
 SAMPLE_S = 1.0  # GPU and host telemetry interval (producers' `interval_s` default)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class Fault:
     """A failure at `ts` (seconds from the start of the simulation) on `node`.
 
-    `category` is a TAXONOMY.md category (`streams.core.taxonomy.CATEGORIES`): it decides the
+    `category` is a TAXONOMY.md category (`trainmedic.streams.core.taxonomy.CATEGORIES`): it decides the
     severity the detector gives it and so what trainmedic does. `cause` is the source's own name
     for it ("faulty GPU", "HBM3 memory", "NCCL timeout"), kept for the report. `repair_s` > 0 takes
     the node out of service for that long (a hardware fault: the node is repaired, then returns);

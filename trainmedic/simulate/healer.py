@@ -1,4 +1,5 @@
-"""The `trainmedic` policy: the real coordinator's core (`recovery.coordinator`: fold, decide, tick,
+"""The `trainmedic` policy: the real coordinator's core (`trainmedic.recovery.coordinator.core`: fold,
+decide, tick,
 the planner) driven by simulated time, with the world playing the detector and the executors.
 
 - The detector: a fault becomes an incident (its taxonomy severity, its node and job) after the
@@ -24,26 +25,26 @@ nothing resolves), the person uncordons it once repaired; a job the coordinator 
 
 from __future__ import annotations
 
-from recovery.coordinator.blame import signature
-from recovery.coordinator.config import CoordinatorConfig, NodeConfig
-from recovery.coordinator.decide import ESCALATION
-from recovery.coordinator.fold import apply
-from recovery.coordinator.isolation import node_group
-from recovery.coordinator.limits import restart_due
-from recovery.coordinator.state import ClusterState
-from recovery.coordinator.timers import react, settle, tick
-from schemas.commands import AckStatus, Command, CommandAcked
-from schemas.incident import Incident, IncidentStatus
-from schemas.jobs import JobSpec, JobSubmitted
-from schemas.nodes import NodeDrained, NodeReadmitted, NodeUncordoned
-from schemas.recovery import RecoveryCompleted, RecoveryKind, RecoveryPlanned, RecoverySkipped
-from streams.core.config import DetectorConfig
-from streams.core.taxonomy import CATEGORIES
+from trainmedic.recovery.coordinator.core.blame import signature
+from trainmedic.recovery.coordinator.core.config import CoordinatorConfig, NodeConfig
+from trainmedic.recovery.coordinator.core.decide import ESCALATION
+from trainmedic.recovery.coordinator.core.fold import apply
+from trainmedic.recovery.coordinator.core.isolation import node_group
+from trainmedic.recovery.coordinator.core.limits import restart_due
+from trainmedic.recovery.coordinator.core.state import ClusterState
+from trainmedic.recovery.coordinator.core.steps import react, settle, tick
+from trainmedic.schemas.commands import AckStatus, Command, CommandAcked
+from trainmedic.schemas.incident import Incident, IncidentStatus
+from trainmedic.schemas.jobs import JobSpec, JobSubmitted
+from trainmedic.schemas.nodes import NodeDrained, NodeReadmitted, NodeUncordoned
+from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryKind, RecoveryPlanned, RecoverySkipped
 from trainmedic.simulate.detection import detect_s
 from trainmedic.simulate.faults import Fault
 from trainmedic.simulate.progress import Down, Restore
 from trainmedic.simulate.scenario import TrainmedicCosts
 from trainmedic.simulate.world import Policy, World
+from trainmedic.streams.core.config import DetectorConfig
+from trainmedic.streams.core.taxonomy import CATEGORIES
 
 EPOCH = 1_700_000_000.0  # simulated second 0 as the coordinator sees it (Unix time)
 EPSILON = 1e-3  # a tick just after a deadline, so the deadline has passed

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
-from recovery.coordinator.provenance import OWN_CATEGORIES, OWN_INCIDENT_IDS
-from schemas import Incident, IncidentStatus, InvalidEvent, Severity, adapter, decode
-from streams.core.taxonomy import CATEGORIES
+from trainmedic.recovery.coordinator.provenance import OWN_CATEGORIES, OWN_INCIDENT_IDS
+from trainmedic.schemas import Incident, IncidentStatus, InvalidEvent, Severity, adapter, decode
 from trainmedic.simulate.faults import Fault
 from trainmedic.simulate.scenario import FailureModel
+from trainmedic.streams.core.taxonomy import CATEGORIES
 
 HOUR_S = 3600.0
 

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import pytest
 
-from bus.admin import create_topics, grant_roles
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings, home
-from schemas import Incident
-from trainmedic.broker import LocalBroker
+from trainmedic.bus.admin import create_topics, grant_roles
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings, home
 from trainmedic.demo.cluster import DemoLayout
-from trainmedic.local_cluster import LocalCluster, free_port_pair
+from trainmedic.local.broker import LocalBroker
+from trainmedic.local.cluster import LocalCluster, free_port_pair
+from trainmedic.schemas import Incident
 
 NODES = ("cn0", "cn1", "cn2")
 CUT = "cn3"  # a fourth node, in a network namespace of its own: cut off for real in (e)
@@ -108,7 +108,8 @@ class Chaos:
                 [e for e in events if not isinstance(e, Incident)])
 
     def restart_detector(self) -> None:
-        self.cluster._start("detector", [sys.executable, "-m", "streams", "--start", "earliest", "--config",
+        self.cluster._start("detector", [sys.executable, "-m", "trainmedic.streams", "--start", "earliest",
+                                         "--config",
                                          str(self.cluster.layout.root / "detector.json")])
 
     def close(self) -> None:

@@ -27,9 +27,11 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chaos]:
             whole.send_signal(signal.SIGTERM)
             whole.wait(30)
             config = ["--start", "earliest", "--config", str(cluster.layout.root / "detector.json")]
-            cluster._start("ingest", [sys.executable, "-m", "streams", "--stage", "ingest", "--instance", "a",
+            cluster._start("ingest", [sys.executable, "-m", "trainmedic.streams", "--stage", "ingest",
+                                     "--instance", "a",
                                       *config])
-            cluster._start("detector", [sys.executable, "-m", "streams", "--stage", "decide", *config])
+            cluster._start("detector",
+                           [sys.executable, "-m", "trainmedic.streams", "--stage", "decide", *config])
             deadline = time.monotonic() + 90
             while cluster.log_text("detector").count("detector ready") < 2:  # the log is appended to
                 cluster.check_alive("detector")

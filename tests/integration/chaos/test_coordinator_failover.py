@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from schemas import Incident
-from schemas.recovery import RecoveryCompleted, RecoveryPlanned
 from tests.integration.executor.test_training import wait_until
 from tests.integration.test_coordinator import ack_all, read
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.schemas import Incident
+from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryPlanned
 
 pytestmark = pytest.mark.kafka
 

@@ -29,14 +29,14 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from bus.producer import EventProducer
-from recovery import keyring
-from recovery.executor import leftovers
-from recovery.executor.report_server import socket_path
-from recovery.signing import TrustedKeys
-from schemas import Command, CommandAction, RestoreSource, WorkerSpec, encode
 from tests.integration.executor.conftest import KEY, Events, processes_with
 from tests.integration.executor.test_training import steps_in, wait_until
+from trainmedic.bus.producer import EventProducer
+from trainmedic.recovery import keyring
+from trainmedic.recovery.executor import leftovers
+from trainmedic.recovery.executor.report_server import socket_path
+from trainmedic.recovery.signing import TrustedKeys
+from trainmedic.schemas import Command, CommandAction, RestoreSource, WorkerSpec, encode
 
 
 def trusted_folder(root: Path) -> Path:

@@ -20,14 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from bus.admin import wait_for_topics
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from schemas import Incident, JobSpec, JobSubmitted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
-from schemas.recovery import RecoveryKind
+from trainmedic.bus.admin import wait_for_topics
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.demo.cluster import DemoLayout
-from trainmedic.local_cluster import LocalCluster, free_port
+from trainmedic.local.cluster import LocalCluster, free_port
+from trainmedic.schemas import (
+    Incident,
+    JobSpec,
+    JobSubmitted,
+    RecoveryFailed,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
+from trainmedic.schemas.recovery import RecoveryKind
 
 pytestmark = pytest.mark.kafka
 

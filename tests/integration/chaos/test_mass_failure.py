@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from bus.settings import KafkaSettings
-from schemas import Incident
-from schemas.recovery import RecoveryPlanned, RecoverySkipped
 from tests.integration.test_coordinator import read
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.demo.cluster import DemoLayout
-from trainmedic.local_cluster import LocalCluster
+from trainmedic.local.cluster import LocalCluster
+from trainmedic.schemas import Incident
+from trainmedic.schemas.recovery import RecoveryPlanned, RecoverySkipped
 
 pytestmark = pytest.mark.kafka
 

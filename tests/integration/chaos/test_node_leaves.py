@@ -20,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from bus.admin import wait_for_topics
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from schemas import (
+from tests.integration.executor.test_training import wait_until
+from trainmedic.bus.admin import wait_for_topics
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.demo.cluster import DemoLayout
+from trainmedic.local.cluster import LocalCluster, free_port
+from trainmedic.schemas import (
     Incident,
     JobSpec,
     JobSubmitted,
@@ -34,10 +37,7 @@ from schemas import (
     RecoveryPlanned,
     RecoverySkipped,
 )
-from schemas.recovery import RecoveryKind
-from tests.integration.executor.test_training import wait_until
-from trainmedic.demo.cluster import DemoLayout
-from trainmedic.local_cluster import LocalCluster, free_port
+from trainmedic.schemas.recovery import RecoveryKind
 
 pytestmark = pytest.mark.kafka
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from bus.consumer import EventConsumer
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from recovery.executor.admission import AdmissionPolicy
-from recovery.executor.config import ExecutorConfig
-from recovery.executor.report_server import socket_path
-from recovery.executor.service import Executor
-from recovery.signing import SigningKey, TrustedKeys, generate
-from schemas import Command
+from trainmedic.bus.consumer import EventConsumer
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.executor.command_loop import Executor
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.core.admission import AdmissionPolicy
+from trainmedic.recovery.executor.report_server import socket_path
+from trainmedic.recovery.signing import SigningKey, TrustedKeys, generate
+from trainmedic.schemas import Command
 
 KEY = generate()  # the coordinator's key; executors trust its public half only
 TRUSTED = TrustedKeys.of(KEY.private.public_key())

@@ -5,7 +5,7 @@ import json
 import os
 import socket
 
-from producers.hook import Hook
+from trainmedic.producers.hook import Hook
 
 hook = Hook.from_env()
 hook.started()

@@ -8,7 +8,7 @@ error) or `return` (falls off the end after one step).
 import os
 import sys
 
-from producers.hook import Hook
+from trainmedic.producers.hook import Hook
 
 hook = Hook.from_env()
 hook.started()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Command, CommandAction, WorkerSpec
+from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 from .conftest import processes_of
 

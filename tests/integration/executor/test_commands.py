@@ -2,7 +2,7 @@
 
 import pytest
 
-from schemas import AckStatus, Command, CommandAction
+from trainmedic.schemas import AckStatus, Command, CommandAction
 
 
 def command(id_: str, action=CommandAction.STOP, *, node="n1", generation=0, ts=None) -> Command:
@@ -19,7 +19,7 @@ def acks_of(events, command_id):
 def test_forged_stale_and_fenced_commands_are_refused_with_a_reason(start_executor, send, events, caplog):
     from prometheus_client import REGISTRY
 
-    from recovery.signing import generate
+    from trainmedic.recovery.signing import generate
 
     def unverified() -> float:
         return REGISTRY.get_sample_value("trainmedic_executor_unverified_commands_total") or 0.0
@@ -61,9 +61,9 @@ def test_each_executor_takes_only_its_own_nodes_commands(start_executor, send, e
     assert acks_of(events, "for-n3") == []
     assert len(acks_of(events, "for-n1")) == 2 and len(acks_of(events, "for-n2")) == 2
     # every ack is signed by its own node's key (accepted and done alike), and by no other's
-    from recovery.signing import TrustedKeys
-    from schemas import encode
     from tests.integration.executor.conftest import node_key
+    from trainmedic.recovery.signing import TrustedKeys
+    from trainmedic.schemas import encode
 
     n1, n2 = (TrustedKeys.of(node_key(n).private.public_key()) for n in ("n1", "n2"))
     assert [n1.check(encode(a), "ack") for a in acks_of(events, "for-n1")] == [None, None]

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from recovery.coordinator.blame import cannot_run
-from recovery.signing import TrustedKeys
-from schemas import Command, CommandAction, FailureSettings, WorkerSpec, encode
 from tests.integration.executor.conftest import POLICY, node_key
+from trainmedic.recovery.coordinator.core.blame import cannot_run
+from trainmedic.recovery.signing import TrustedKeys
+from trainmedic.schemas import Command, CommandAction, FailureSettings, WorkerSpec, encode
 
 REPO = Path(__file__).resolve().parents[3]
 JOB_ENV = {"LEARNING_RATE": "3e-4", "NCCL_SOCKET_IFNAME": "job-choice",

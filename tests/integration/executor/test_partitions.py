@@ -2,8 +2,8 @@
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.reader import partition_count, partition_of
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import partition_count, partition_of
 
 
 @pytest.mark.kafka

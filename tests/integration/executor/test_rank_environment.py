@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Command, CommandAction, WorkerSpec
+from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 SECRETS = {"TRAINMEDIC_CLUSTER_KEY": "sekrit-cluster-key", "TRAINMEDIC_CLUSTER_KEY_FILE": "/sekrit/key-file",
            "TRAINMEDIC_KAFKA_CONFIG": '{"sasl.password": "sekrit-sasl"}', "DB_PASSWORD": "sekrit-db"}

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from bus.settings import credentials_dir, home
-from recovery import keyring
-from recovery.executor.job_dirs import RankUser
-from schemas import Command, CommandAction, WorkerSpec
+from trainmedic.bus.settings import credentials_dir, home
+from trainmedic.recovery import keyring
+from trainmedic.recovery.executor.job_dirs import RankUser
+from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 RANK_USER = "trainmedic-rank"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import AckStatus, Command, CommandAction, RestoreSource, WorkerSpec
+from trainmedic.schemas import AckStatus, Command, CommandAction, RestoreSource, WorkerSpec
 
 from .conftest import processes_of
 

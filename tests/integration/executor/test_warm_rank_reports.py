@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from recovery.executor.forkserver import WarmLauncher, become_subreaper
-from recovery.executor.report_server import ReportServer, socket_path
-from recovery.executor.reports import LaunchedRank
-from recovery.executor.supervisor import Supervisor
-from schemas import WorkerSpec
+from trainmedic.recovery.executor.core.reports import LaunchedRank
+from trainmedic.recovery.executor.forkserver import WarmLauncher, become_subreaper
+from trainmedic.recovery.executor.report_server import ReportServer, socket_path
+from trainmedic.recovery.executor.supervisor import Supervisor
+from trainmedic.schemas import WorkerSpec
 
 
 @pytest.fixture

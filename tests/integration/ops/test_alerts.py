@@ -11,12 +11,12 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from ops.alerts.config import AlertBridgeConfig, RetryConfig
-from ops.alerts.service import AlertBridge
-from schemas import Incident, IncidentStatus, RecoveryPlanned
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.ops.alerts.bridge import AlertBridge
+from trainmedic.ops.alerts.config import AlertBridgeConfig, RetryConfig
+from trainmedic.schemas import Incident, IncidentStatus, RecoveryPlanned
 
 pytestmark = pytest.mark.kafka
 FAST = RetryConfig(initial_s=0.05, factor=2, max_s=0.2)

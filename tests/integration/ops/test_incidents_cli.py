@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Producer
 
-from bus.settings import KafkaSettings
-from schemas import Incident, RecoveryCompleted, RecoveryPlanned, WorkerStepped, encode
 from tests.unit.ops.incident_log import placed
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.schemas import Incident, RecoveryCompleted, RecoveryPlanned, WorkerStepped, encode
 
 pytestmark = pytest.mark.kafka
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bus.reader import partition_of
-from bus.settings import KafkaSettings
 from tests.integration.ops.test_alerts import incident, produce
+from trainmedic.bus.reader import partition_of
+from trainmedic.bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -128,8 +128,8 @@ def test_the_detector_serves_events_incidents_and_detection_delay(kafka: KafkaSe
 
 
 def test_the_coordinator_serves_plans_commands_and_jobs(kafka: KafkaSettings, tmp_path: Path) -> None:
-    from bus.producer import EventProducer
-    from schemas import JobSpec, JobSubmitted
+    from trainmedic.bus.producer import EventProducer
+    from trainmedic.schemas import JobSpec, JobSubmitted
 
     spec = JobSpec(id="llm", nodes=("n1", "n2"), throughput={1: 1e14, 2: 1.9e14}, command=("python", "t.py"))
     port = free_port()

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from schemas import JobSpec, JobSubmitted
 from tests.conftest import ROOT
-from trainmedic import ops_stack
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.demo.cluster import DemoLayout
-from trainmedic.local_cluster import LocalCluster, free_port
+from trainmedic.local import ops_stack
+from trainmedic.local.cluster import LocalCluster, free_port
+from trainmedic.schemas import JobSpec, JobSubmitted
 
 pytestmark = pytest.mark.kafka
 
@@ -123,7 +123,7 @@ def test_prometheus_answers_every_dashboard_query_and_fires_the_healers_alerts(
                    lambda: f"the job never ran: {cluster.layout.logs}")
         # A second coordinator, started once the first leads: a standby, which holds no state.
         with open(cluster.layout.logs / "standby.log", "ab") as log:
-            standby = subprocess.Popen([sys.executable, "-m", "recovery", "--config",
+            standby = subprocess.Popen([sys.executable, "-m", "trainmedic.recovery", "--config",
                                         str(cluster.layout.root / "coordinator.yaml"),
                                         "--metrics-port", str(ports["standby"])],
                                        env=cluster.env(), stdout=log, stderr=subprocess.STDOUT)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from trainmedic import ops_stack
+from trainmedic.local import ops_stack
 
 RULES = ROOT / "compose" / "prometheus"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from bus.consumer import EventConsumer
-from bus.message import Record
-from bus.settings import KafkaSettings
+from trainmedic.bus.consumer import EventConsumer
+from trainmedic.bus.message import Record
+from trainmedic.bus.settings import KafkaSettings
 
 
 def consume_until(

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from bus.settings import KafkaSettings
-from producers.agent import open_agent, run_agent
-from producers.config import HostAgentConfig
-from producers.faults import LinkFlap
-from schemas import NodeHeartbeat
 from tests.integration.producers.consume import consume_until
 from tests.unit.producers.sysfs import cluster_node
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.producers.agent import open_agent, run_agent
+from trainmedic.producers.config import HostAgentConfig
+from trainmedic.producers.faults import LinkFlap
+from trainmedic.schemas import NodeHeartbeat
 
 pytestmark = pytest.mark.kafka
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.dcgm_scraper import DcgmScraper
 from tests.unit.producers.test_dcgm import set_value
+from trainmedic.producers.dcgm_scraper import DcgmScraper
 
 PAYLOAD = (Path(__file__).parents[2] / "fixtures" / "producers" / "dcgm_exporter_h100.txt").read_text()
 T = 1_700_000_000.0
@@ -69,7 +69,7 @@ def test_an_exporter_that_fails_gives_no_samples_and_one_warning_until_it_recove
 ) -> None:
     scraper = DcgmScraper(url(exporter), "n")
     exporter.status = 500
-    with caplog.at_level(logging.INFO, logger="producers.dcgm_scraper"):
+    with caplog.at_level(logging.INFO, logger="trainmedic.producers.dcgm_scraper"):
         assert scraper.sample(T) == []
         assert scraper.sample(T + 1) == []
         exporter.status = 200

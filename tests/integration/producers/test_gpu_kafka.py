@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from bus.settings import KafkaSettings
-from producers.config import GpuProducerConfig
-from producers.faults import XidFault
-from producers.gpu_producer import GpuProducer, open_source, run_gpu_producer
-from producers.outbox import Outbox
-from producers.service import open_outbox
-from schemas import GpuSample
 from tests.integration.producers.consume import consume_until
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.producers.config import GpuProducerConfig
+from trainmedic.producers.faults import XidFault
+from trainmedic.producers.gpu_producer import GpuProducer, open_source, run_gpu_producer
+from trainmedic.producers.outbox import Outbox
+from trainmedic.producers.rounds import open_outbox
+from trainmedic.schemas import GpuSample
 
 pytestmark = pytest.mark.kafka
 T0 = 1_700_000_000.0

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from bus.settings import KafkaSettings
-from schemas import GpuSample
 from tests.integration.producers.consume import consume_until
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.schemas import GpuSample
 
 pytestmark = pytest.mark.kafka
 
@@ -24,7 +24,7 @@ def env_for(kafka: KafkaSettings, **extra: str) -> dict[str, str]:
 
 def test_sigterm_stops_the_gpu_producer_after_a_flush(kafka: KafkaSettings, group_id: str) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "producers", "--source", "synthetic", "--synthetic-nodes", "n01",
+        [sys.executable, "-m", "trainmedic.producers", "--source", "synthetic", "--synthetic-nodes", "n01",
          "--gpus-per-node", "2", "--interval-s", "0.05"],
         env=env_for(kafka), stderr=subprocess.PIPE, text=True,
     )

@@ -26,20 +26,23 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from bus import clients
-from bus.admin import create_topics, delete_topics, grant_roles, list_topics, revoke_roles
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings, credentials_dir, home
-from recovery import keyring
-from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
-from recovery.coordinator.commands import escalation_id
-from recovery.coordinator.service import CoordinatorService
-from recovery.executor.admission import AdmissionPolicy
-from recovery.executor.config import ExecutorConfig
-from recovery.executor.report_server import socket_path
-from recovery.signing import generate
-from schemas import (
+from tests.integration.executor.conftest import RunningExecutor, processes_with
+from tests.integration.executor.test_training import wait_until
+from tests.integration.test_coordinator import Keys, leading
+from trainmedic.bus import clients
+from trainmedic.bus.admin import create_topics, delete_topics, grant_roles, list_topics, revoke_roles
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
+from trainmedic.recovery import keyring
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, JobState, NodeConfig
+from trainmedic.recovery.coordinator.core.commands import escalation_id
+from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.core.admission import AdmissionPolicy
+from trainmedic.recovery.executor.report_server import socket_path
+from trainmedic.recovery.signing import generate
+from trainmedic.schemas import (
     Command,
     CommandAcked,
     CommandAction,
@@ -53,9 +56,6 @@ from schemas import (
     WorkerFailed,
     encode,
 )
-from tests.integration.executor.conftest import RunningExecutor, processes_with
-from tests.integration.executor.test_training import wait_until
-from tests.integration.test_coordinator import Keys, leading
 
 pytestmark = pytest.mark.kafka
 

@@ -14,12 +14,12 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
-from bus import clients
-from bus.admin import delete_topics, list_topics, revoke_roles
-from bus.errors import KafkaError
-from bus.settings import KafkaSettings, credentials_dir
-from bus.transactional import TransactionalProducer
-from schemas import NodeHeartbeat
+from trainmedic.bus import clients
+from trainmedic.bus.admin import delete_topics, list_topics, revoke_roles
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.settings import KafkaSettings, credentials_dir
+from trainmedic.bus.transactional import TransactionalProducer
+from trainmedic.schemas import NodeHeartbeat
 
 pytestmark = pytest.mark.kafka
 
@@ -166,8 +166,8 @@ def test_the_retired_rank_principal_is_gone_with_its_acls(kafka: KafkaSettings) 
         ResourceType,
     )
 
-    from bus.acls import RETIRED
-    from bus.clients import admin as admin_client
+    from trainmedic.bus.acls import RETIRED
+    from trainmedic.bus.clients import admin as admin_client
 
     assert RETIRED == ("rank",)
     client = admin_client(kafka)  # kept alive until the futures are done

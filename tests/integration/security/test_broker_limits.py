@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from bus.admin import create_topics, list_topics
-from bus.clients import producer
-from bus.settings import KafkaSettings
-from bus.signals import alive
-from trainmedic.broker import LocalBroker
-from trainmedic.broker_limits import QUOTAS, Quota
-from trainmedic.local_cluster import free_port_pair
+from trainmedic.bus.admin import create_topics, list_topics
+from trainmedic.bus.clients import producer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.signals import alive
+from trainmedic.local.broker import LocalBroker
+from trainmedic.local.broker_limits import QUOTAS, Quota
+from trainmedic.local.cluster import free_port_pair
 
 pytestmark = pytest.mark.kafka
 

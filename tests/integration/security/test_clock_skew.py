@@ -18,12 +18,12 @@ import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-import schemas as s
-from bus import clients
-from bus.admin import create_topics, ensure_topic, remove_prefix
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
+import trainmedic.schemas as s
 from tests.integration.streams.test_detector_live import stop
+from trainmedic.bus import clients
+from trainmedic.bus.admin import create_topics, ensure_topic, remove_prefix
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -132,7 +132,7 @@ ENGINES = {"consumer": [(["--start", "earliest"], r"detector ready")],
 
 @pytest.fixture
 def detector(kafka: KafkaSettings, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
-    """The engine's `python -m streams` processes on this test's topics (as the `detector` role),
+    """The engine's `python -m trainmedic.streams` processes on this test's topics (as the `detector` role),
     ready; their log folder."""
     engine = request.param
     env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka.bootstrap,
@@ -140,7 +140,8 @@ def detector(kafka: KafkaSettings, tmp_path: Path, request: pytest.FixtureReques
     procs = []
     for n, (flags, _) in enumerate(ENGINES[engine]):
         log = open(tmp_path / f"detector-{n}.log", "w")  # noqa: SIM115 - closed with the process
-        procs.append(subprocess.Popen([sys.executable, "-m", "streams", *flags], env=env, stdout=log,
+        procs.append(subprocess.Popen([sys.executable, "-m", "trainmedic.streams", *flags], env=env,
+                                      stdout=log,
                                       stderr=subprocess.STDOUT))
     try:
         deadline = time.monotonic() + 90

@@ -15,11 +15,11 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from bus.producer import EventProducer
-from recovery.coordinator import CommandStatus, CoordinatorConfig, JobState, NodeConfig
-from recovery.signing import generate
-from schemas import CommandAcked, JobSpec
 from tests.integration.test_coordinator import Keys, ack_all, leading, read, step_until
+from trainmedic.bus.producer import EventProducer
+from trainmedic.recovery.coordinator.core import CommandStatus, CoordinatorConfig, JobState, NodeConfig
+from trainmedic.recovery.signing import generate
+from trainmedic.schemas import CommandAcked, JobSpec
 
 pytestmark = pytest.mark.kafka
 

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from recovery.coordinator import CoordinatorConfig, NodeConfig
-from recovery.coordinator.service import CoordinatorService
-from schemas import JobSpec
-from schemas.commands import Command
 from tests.integration.test_coordinator import Keys, leading
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, NodeConfig
+from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService
+from trainmedic.schemas import JobSpec
+from trainmedic.schemas.commands import Command
 
 pytestmark = pytest.mark.kafka
 

@@ -12,12 +12,12 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
-from schemas import JobSpec, JobSubmitted, NodeReadmitted, RecoveryKind, RecoveryPlanned
 from tests.integration.test_coordinator import ack_all, leading, read, step_until
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, JobState, NodeConfig
+from trainmedic.schemas import JobSpec, JobSubmitted, NodeReadmitted, RecoveryKind, RecoveryPlanned
 
 pytestmark = pytest.mark.kafka
 

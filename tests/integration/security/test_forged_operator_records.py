@@ -14,13 +14,13 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
-from recovery.signing import generate
-from schemas import JobSpec, JobSubmitted
-from schemas.nodes import NodeCordoned, NodeDrained
 from tests.integration.test_coordinator import Keys, ack_all, leading, read, step_until
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, JobState, NodeConfig
+from trainmedic.recovery.signing import generate
+from trainmedic.schemas import JobSpec, JobSubmitted
+from trainmedic.schemas.nodes import NodeCordoned, NodeDrained
 
 pytestmark = pytest.mark.kafka
 

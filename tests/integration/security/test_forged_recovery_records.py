@@ -16,14 +16,14 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from recovery import keyring
-from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
-from recovery.signing import Signable, SigningKey
-from schemas import CommandAcked, JobSpec, JobSubmitted, RecoveryKind, RecoveryPlanned
-from schemas.recovery import RecoverySkipped
 from tests.integration.test_coordinator import Keys, leading, read, step_until
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery import keyring
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, JobState, NodeConfig
+from trainmedic.recovery.signing import Signable, SigningKey
+from trainmedic.schemas import CommandAcked, JobSpec, JobSubmitted, RecoveryKind, RecoveryPlanned
+from trainmedic.schemas.recovery import RecoverySkipped
 
 pytestmark = pytest.mark.kafka
 

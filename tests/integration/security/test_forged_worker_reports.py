@@ -28,15 +28,19 @@ from pathlib import Path
 
 import pytest
 
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings, credentials_dir
-from recovery import keyring
-from recovery.coordinator import CoordinatorConfig, JobState, NodeConfig
-from recovery.coordinator.service import CoordinatorService
-from recovery.executor.admission import AdmissionPolicy
-from recovery.executor.config import ExecutorConfig
-from schemas import (
+from tests.integration.executor.conftest import RunningExecutor
+from tests.integration.executor.test_training import wait_until
+from tests.integration.security.test_attack_suite import _ranks
+from tests.integration.test_coordinator import Keys, leading
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings, credentials_dir
+from trainmedic.recovery import keyring
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, JobState, NodeConfig
+from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.core.admission import AdmissionPolicy
+from trainmedic.schemas import (
     GpuSample,
     Incident,
     JobSpec,
@@ -47,14 +51,10 @@ from schemas import (
     WorkerStarted,
     WorkerStepped,
 )
-from streams.core import Detector
-from streams.live import LiveDetector
-from streams.pipeline import Pipeline
-from streams.service import DetectorService, ServiceConfig
-from tests.integration.executor.conftest import RunningExecutor
-from tests.integration.executor.test_training import wait_until
-from tests.integration.security.test_attack_suite import _ranks
-from tests.integration.test_coordinator import Keys, leading
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig
+from trainmedic.streams.live import LiveDetector
+from trainmedic.streams.pipeline import Pipeline
 
 pytestmark = pytest.mark.kafka
 

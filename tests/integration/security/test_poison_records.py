@@ -22,23 +22,23 @@ import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from pydantic import BaseModel
 
-import schemas as s
-from bus.producer import EventProducer
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from ops.alerts.config import AlertBridgeConfig
-from ops.alerts.http import Outcome, Result
-from ops.alerts.service import AlertBridge
-from recovery.coordinator import CoordinatorConfig, NodeConfig
-from recovery.coordinator.state import NodeMode
-from recovery.executor.config import ExecutorConfig
-from schemas.dlq import MAX_LETTER_BYTES, VALUE_KEPT_BYTES
-from streams.core import Detector
-from streams.live import LiveDetector
-from streams.pipeline import Pipeline
-from streams.service import DetectorService, ServiceConfig
+import trainmedic.schemas as s
 from tests.integration.executor.conftest import KEY, POLICY, TRUSTED, RunningExecutor, node_key
 from tests.integration.test_coordinator import leading
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.ops.alerts.bridge import AlertBridge
+from trainmedic.ops.alerts.config import AlertBridgeConfig
+from trainmedic.ops.alerts.http import Outcome, Result
+from trainmedic.recovery.coordinator.core import CoordinatorConfig, NodeConfig
+from trainmedic.recovery.coordinator.core.state import NodeMode
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.schemas.dlq import MAX_LETTER_BYTES, VALUE_KEPT_BYTES
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig
+from trainmedic.streams.live import LiveDetector
+from trainmedic.streams.pipeline import Pipeline
 
 pytestmark = pytest.mark.kafka
 

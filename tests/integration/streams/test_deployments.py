@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import schemas as s
-from bus.admin import list_topics
-from bus.settings import KafkaSettings
-from streams.replay import replay
+import trainmedic.schemas as s
 from tests.integration.streams.test_detector_live import incidents_until, key, publish, stop
 from tests.unit.streams.test_scenarios import load
+from trainmedic.bus.admin import list_topics
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams.replay import replay
 
 pytestmark = pytest.mark.kafka
 
@@ -29,14 +29,16 @@ def other(deployment) -> KafkaSettings:
 
 
 def run_detector(settings: KafkaSettings, log: Path, until: callable, *flags: str) -> None:
-    """`python -m streams --start earliest` with default flags (or `flags`) under `settings`' prefix,
+    """`python -m trainmedic.streams --start earliest` with default flags (or `flags`) under `settings`'
+    prefix,
     until `until()` holds; then SIGTERM (it writes its last checkpoint)."""
     env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
            "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(log.parent),
            # the recordings are from 2023 and produced now: their clocks are not what is tested
            "TRAINMEDIC_DETECTOR_MAX_SKEW_S": "1e10"}
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "streams", "--start", "earliest", *flags], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "trainmedic.streams", "--start", "earliest", *flags],
+                                env=env,
                                 stdout=out, stderr=subprocess.STDOUT)
         try:
             until()

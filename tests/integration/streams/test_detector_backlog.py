@@ -14,11 +14,11 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from bus.settings import KafkaSettings
-from streams.core import Detector
-from streams.live import LiveConfig, LiveDetector
-from streams.pipeline import Pipeline
-from streams.service import DetectorService, ServiceConfig
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig
+from trainmedic.streams.live import LiveConfig, LiveDetector
+from trainmedic.streams.pipeline import Pipeline
 
 pytestmark = pytest.mark.kafka
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-import schemas as s
-from bus.consumer import EventConsumer
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from streams.checkpoint import decode_checkpoint
-from streams.replay import replay
+import trainmedic.schemas as s
 from tests.unit.streams.test_scenarios import load
+from trainmedic.bus.consumer import EventConsumer
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams.checkpoints.contents import decode_checkpoint
+from trainmedic.streams.replay import replay
 
 pytestmark = pytest.mark.kafka
 
@@ -44,7 +44,8 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def detector(kafka: KafkaSettings, tmp_path: Path, engine: str) -> Iterator[callable]:
-    """Starts `python -m streams` processes of one engine on this test's topics; stops them after."""
+    """Starts `python -m trainmedic.streams` processes of one engine on this test's topics; stops them
+    after."""
     procs: list[subprocess.Popen] = []
     app_id = f"{kafka.topic_prefix}detector"  # the default: its own topics go with the test's prefix
 
@@ -54,7 +55,7 @@ def detector(kafka: KafkaSettings, tmp_path: Path, engine: str) -> Iterator[call
                # the recordings are from 2023 and produced now: their clocks are not what is tested
                "TRAINMEDIC_DETECTOR_MAX_SKEW_S": "1e10"}
         log = open(tmp_path / f"detector-{len(procs)}.log", "w")  # noqa: SIM115 - closed with the process
-        command = [sys.executable, "-m", "streams", *ENGINES[engine], *extra]
+        command = [sys.executable, "-m", "trainmedic.streams", *ENGINES[engine], *extra]
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc

@@ -12,15 +12,15 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-import schemas as s
-from bus.admin import ensure_topic
-from bus.settings import KafkaSettings
-from streams.checkpoint import encode_checkpoint
-from streams.checkpoint_topic import CHECKPOINT_TOPIC_CONFIG
-from streams.core import Detector
-from streams.live import LiveDetector
-from streams.pipeline import Pipeline
-from streams.service import DetectorService, ServiceConfig
+import trainmedic.schemas as s
+from trainmedic.bus.admin import ensure_topic
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams.checkpoints.contents import encode_checkpoint
+from trainmedic.streams.checkpoints.topic import CHECKPOINT_TOPIC_CONFIG
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig
+from trainmedic.streams.live import LiveDetector
+from trainmedic.streams.pipeline import Pipeline
 
 pytestmark = pytest.mark.kafka
 
@@ -69,7 +69,7 @@ def until(check: Callable[[], bool], give_up_s: float = 60) -> None:
 def test_partitions_added_while_it_runs_are_read_from_their_beginning(
     kafka: KafkaSettings, service, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="streams.service")
+    caplog.set_level(logging.INFO, logger="trainmedic.streams.engines.consumer")
     svc = service(app_id=f"{kafka.topic_prefix}svc", start="earliest", partitions_every_s=3.0)
     until(lambda: len(svc.offsets) == 6)  # the fixture's topics have 2 partitions each
     admin = AdminClient(kafka.client_config())

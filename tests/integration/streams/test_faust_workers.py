@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import schemas as s
-from bus.consumer import EventConsumer
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
+import trainmedic.schemas as s
 from tests.integration.streams.test_detector_live import _wait_for_log, detector, stop  # noqa: F401
+from trainmedic.bus.consumer import EventConsumer
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 

@@ -12,14 +12,14 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-import schemas as s
-from bus.reader import NOW, TopicReader
-from bus.settings import KafkaSettings
-from schemas import encode
-from streams.replay import replay
+import trainmedic.schemas as s
 from tests.integration.producer_time import producer_stamped
 from tests.unit.streams.test_scenarios import load
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.schemas import encode
+from trainmedic.streams.replay import replay
 
 pytestmark = pytest.mark.kafka
 

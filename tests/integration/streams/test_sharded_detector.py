@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-import schemas as s
-from bus.producer import EventProducer
-from bus.settings import KafkaSettings
-from streams.replay import replay
+import trainmedic.schemas as s
 from tests.integration.streams.test_detector_live import incidents_until, key, stop
 from tests.unit.streams.test_scenarios import load
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams.replay import replay
 
 pytestmark = pytest.mark.kafka
 
@@ -46,7 +46,7 @@ def overlaid() -> list[s.Event]:
 
 @pytest.fixture
 def sharded(kafka: KafkaSettings, tmp_path: Path) -> Iterator[callable]:
-    """`sharded(stage, *flags)` starts one `python -m streams --stage STAGE` process on this test's
+    """`sharded(stage, *flags)` starts one `python -m trainmedic.streams --stage STAGE` process on this test's
     topics; all are stopped after the test."""
     procs: list[subprocess.Popen] = []
 
@@ -55,7 +55,8 @@ def sharded(kafka: KafkaSettings, tmp_path: Path) -> Iterator[callable]:
                "TRAINMEDIC_TOPIC_PREFIX": kafka.topic_prefix, "TRAINMEDIC_HOME": str(tmp_path),
                "TRAINMEDIC_DETECTOR_MAX_SKEW_S": "1e10"}  # the recordings are from 2023
         log = open(tmp_path / f"{stage}-{len(procs)}.log", "w")  # noqa: SIM115 - closed with the process
-        command = [sys.executable, "-m", "streams", "--stage", stage, "--start", "earliest", *extra]
+        command = [sys.executable, "-m", "trainmedic.streams", "--stage", stage, "--start", "earliest",
+                   *extra]
         procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
         return procs[-1]
 

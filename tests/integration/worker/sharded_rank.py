@@ -15,10 +15,10 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from recovery.worker.env import WorkerEnv
-from recovery.worker.runtime import Runtime
-from schemas import RestoreSource
 from tests.unit.worker.test_rank_state import Sampler
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.runtime import Runtime
+from trainmedic.schemas import RestoreSource
 
 BATCH = 8  # rows per step, split over the ranks (every rank is data parallel)
 

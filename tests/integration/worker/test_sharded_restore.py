@@ -14,7 +14,7 @@ import pytest
 import torch.multiprocessing as mp
 
 from tests.integration.worker import sharded_rank
-from trainmedic.local_cluster import free_port
+from trainmedic.local.cluster import free_port
 
 
 def generation(tmp_path: Path, name: str, nodes: list[str], **spec: Any) -> list[dict]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.coordinator import ClusterState, CommandStatus, JobState, react
-from recovery.coordinator.fold import MAX_ACKS_PER_COMMAND, MAX_EARLY_ACKS, UnboundAck, apply
-from schemas import CommandAcked
+from trainmedic.recovery.coordinator.core import ClusterState, CommandStatus, JobState, react
+from trainmedic.recovery.coordinator.core.fold import MAX_ACKS_PER_COMMAND, MAX_EARLY_ACKS, UnboundAck, apply
+from trainmedic.schemas import CommandAcked
 
 from .world import CONFIG, Recorder, of_type, submitted
 

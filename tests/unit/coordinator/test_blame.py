@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.coordinator import JobState, catch_up
-from schemas import RanksFinished
 from tests.unit.coordinator.test_fold import interleave
 from tests.unit.coordinator.test_limits import refold, unhealthy
 from tests.unit.coordinator.world import LIMITED, Recorder, incident, of_type, submitted
+from trainmedic.recovery.coordinator.core import JobState, catch_up
+from trainmedic.schemas import RanksFinished
 
 
 def value_error(id: str, ts: float, severity: str = "SEV1"):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.coordinator.job_cli import load_spec
 from trainmedic.cli import main
+from trainmedic.ops.jobs.cli import load_spec
 
 GOOD = "id: llm\nnodes: [n1, n2]\nthroughput: {1: 1.0e14, 2: 1.9e14}\ncommand: [python, train.py]\n"
 
@@ -89,9 +89,9 @@ def test_an_old_cluster_key_variable_is_a_configuration_error(capsys, monkeypatc
 def test_the_coordinator_signs_with_the_signing_key_of_its_keys_folder(tmp_path, monkeypatch) -> None:
     import argparse
 
-    from recovery import keyring
-    from recovery.coordinator.cli import add_arguments, build_config, load_keys
-    from schemas import Command, encode
+    from trainmedic.recovery import keyring
+    from trainmedic.recovery.coordinator.cli import add_arguments, build_config, load_keys
+    from trainmedic.schemas import Command, encode
 
     key_id = keyring.generate_key(tmp_path / "keys", now=1.0)
     keyring.generate_key(tmp_path / "keys", now=1.0, role=keyring.OPERATOR)
@@ -108,7 +108,7 @@ def test_the_coordinator_signs_with_the_signing_key_of_its_keys_folder(tmp_path,
 
 def test_the_coordinator_refuses_to_start_with_no_operator_key_saying_what_to_run(capsys, monkeypatch,
                                                                                   tmp_path) -> None:
-    from recovery import keyring
+    from trainmedic.recovery import keyring
 
     keyring.generate_key(tmp_path / "keys", now=1.0)
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
@@ -125,15 +125,16 @@ def test_a_bad_coordinator_config_is_exit_2(tmp_path, capsys) -> None:
 
 
 def test_python_dash_m_recovery_is_the_coordinator() -> None:
-    out = subprocess.run([sys.executable, "-m", "recovery", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "trainmedic.recovery", "--help"], capture_output=True,
+                         text=True,
                          check=True)
-    assert "usage: python -m recovery" in out.stdout and "--insecure" in out.stdout
+    assert "usage: python -m trainmedic.recovery" in out.stdout and "--insecure" in out.stdout
 
 
 def coordinator_config(argv: list[str], env: dict[str, str] | None = None):
     import argparse
 
-    from recovery.coordinator.cli import COORDINATOR, OPTIONS, add_arguments
+    from trainmedic.recovery.coordinator.cli import COORDINATOR, OPTIONS, add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
@@ -141,7 +142,7 @@ def coordinator_config(argv: list[str], env: dict[str, str] | None = None):
 
 
 def test_the_coordinator_options_are_flags_variables_and_yaml_keys(tmp_path) -> None:
-    from recovery.coordinator.config import CoordinatorConfig, NodeConfig
+    from trainmedic.recovery.coordinator.core.config import CoordinatorConfig, NodeConfig
 
     config = tmp_path / "c.yaml"
     config.write_text("ack_timeout_s: 20\nmax_retries: 5\ntick_s: 2\n"
@@ -180,7 +181,7 @@ def test_a_bad_coordinator_variable_is_one_line_naming_it(capsys, monkeypatch) -
 
 
 def test_the_job_cli_client_id_is_under_the_prefix(monkeypatch) -> None:
-    from recovery.coordinator import job_cli
+    from trainmedic.ops.jobs import cli as job_cli
 
     seen = {}
 
@@ -197,8 +198,8 @@ def test_the_job_cli_client_id_is_under_the_prefix(monkeypatch) -> None:
         def send(self, *args, **kwargs):
             pass
 
-    monkeypatch.setattr("bus.producer.EventProducer", Producer)
-    from bus.settings import KafkaSettings
+    monkeypatch.setattr("trainmedic.bus.producer.EventProducer", Producer)
+    from trainmedic.bus.settings import KafkaSettings
 
     spec = job_cli.load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
     job_cli.submit(KafkaSettings(topic_prefix="acme."), spec)
@@ -206,10 +207,10 @@ def test_the_job_cli_client_id_is_under_the_prefix(monkeypatch) -> None:
 
 
 def test_a_submitted_job_is_signed_for_the_prefix_it_is_published_under(monkeypatch) -> None:
-    from bus.settings import KafkaSettings
-    from recovery.coordinator import job_cli
-    from recovery.signing import TrustedKeys, generate
-    from schemas import encode
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.ops.jobs import cli as job_cli
+    from trainmedic.recovery.signing import TrustedKeys, generate
+    from trainmedic.schemas import encode
 
     sent = []
 
@@ -226,7 +227,7 @@ def test_a_submitted_job_is_signed_for_the_prefix_it_is_published_under(monkeypa
         def send(self, topic, event, key):
             sent.append(event)
 
-    monkeypatch.setattr("bus.producer.EventProducer", Producer)
+    monkeypatch.setattr("trainmedic.bus.producer.EventProducer", Producer)
     operator = generate()
     spec = job_cli.load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
     job_cli.submit(KafkaSettings(topic_prefix="acme."), spec, operator)

@@ -1,9 +1,9 @@
 """A plan's commands are built from one validated worker per job, copied per node: each command
 equals the one validation builds from its fields."""
 
-from recovery.coordinator import ClusterState, react, settle, tick
-from schemas import Command
 from tests.unit.coordinator.world import CONFIG, incident, submitted
+from trainmedic.recovery.coordinator.core import ClusterState, react, settle, tick
+from trainmedic.schemas import Command
 
 
 def test_every_command_equals_its_validated_self():

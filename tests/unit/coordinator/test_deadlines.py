@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from recovery.coordinator import JobState
 from tests.unit.coordinator.world import Recorder, incident, of_type, submitted
+from trainmedic.recovery.coordinator.core import JobState
 
 
 def test_a_plan_whose_commands_are_all_done_completes() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from recovery.coordinator import JobState, estimate_mtbf
-from schemas import RestoreSource
 from tests.unit.coordinator.world import Recorder, incident, of_type, submitted
+from trainmedic.recovery.coordinator.core import JobState, estimate_mtbf
+from trainmedic.schemas import RestoreSource
 
 
 def by_node(events: list) -> dict:

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from recovery.coordinator import ClusterState, IllegalTransition, apply
-from recovery.signing import generate
-from schemas import NodeCordoned, NodeDrained, NodeUncordoned, RecoveryCompleted
 from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
+from trainmedic.recovery.coordinator.core import ClusterState, IllegalTransition, apply
+from trainmedic.recovery.signing import generate
+from trainmedic.schemas import NodeCordoned, NodeDrained, NodeUncordoned, RecoveryCompleted
 
 
 def scenario() -> Recorder:

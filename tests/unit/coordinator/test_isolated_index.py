@@ -4,10 +4,10 @@ so that a tick looks for re-admissions among those and not through every node.""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery.coordinator import ClusterState, apply
-from schemas.nodes import NodeReadmitted, NodeUncordoned
-from schemas.recovery import RecoverySkipped
 from tests.unit.coordinator.world import CONFIG
+from trainmedic.recovery.coordinator.core import ClusterState, apply
+from trainmedic.schemas.nodes import NodeReadmitted, NodeUncordoned
+from trainmedic.schemas.recovery import RecoverySkipped
 
 NODES = [node.id for node in CONFIG.nodes]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from bus.message import parse_message
-from recovery.coordinator.intake import rebuild, receive
-from recovery.coordinator.job_bounds import job_problems
-from schemas import JobSpec, RecoveryPlanned, Topics, encode
 from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
+from trainmedic.bus.message import parse_message
+from trainmedic.recovery.coordinator.core.job_bounds import job_problems
+from trainmedic.recovery.coordinator.intake import rebuild, receive
+from trainmedic.schemas import JobSpec, RecoveryPlanned, Topics, encode
 
 TOPICS = Topics("t.")
 CLUSTER = {f"n{i}" for i in range(1, 7)}

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from bus.message import Record
-from recovery.coordinator import ClusterState
-from recovery.coordinator.fold import apply
-from recovery.coordinator.intake import listing
-from recovery.coordinator.job_checks import command_problem, log_problems, python_script, with_workdir
-from schemas import CommandAcked, JobSpec, RanksFinished
 from tests.unit.coordinator.world import CONFIG, submitted
+from trainmedic.bus.message import Record
+from trainmedic.ops.jobs.checks import command_problem, log_problems, python_script, with_workdir
+from trainmedic.recovery.coordinator.core import ClusterState
+from trainmedic.recovery.coordinator.core.fold import apply
+from trainmedic.recovery.coordinator.intake import listing
+from trainmedic.schemas import CommandAcked, JobSpec, RanksFinished
 
 
 def spec(command=("python", "train.py"), **fields) -> JobSpec:

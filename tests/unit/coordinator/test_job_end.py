@@ -4,12 +4,12 @@ nothing restarts it."""
 
 from __future__ import annotations
 
-from bus.message import parse_message
-from recovery.coordinator import ClusterState, CoordinatorConfig, apply, catch_up
-from recovery.coordinator.intake import receive
-from recovery.coordinator.state import JobState
-from schemas import JobStopRequested, RanksFinished, Topics, encode
 from tests.unit.coordinator.world import LIMITED, Recorder, incident, of_type, submitted
+from trainmedic.bus.message import parse_message
+from trainmedic.recovery.coordinator.core import ClusterState, CoordinatorConfig, apply, catch_up
+from trainmedic.recovery.coordinator.core.state import JobState
+from trainmedic.recovery.coordinator.intake import receive
+from trainmedic.schemas import JobStopRequested, RanksFinished, Topics, encode
 
 TOPICS = Topics("t.")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from recovery.coordinator.job_status import StepHistory, job_status, render
-from recovery.coordinator.state import Job, JobState
-from schemas.jobs import JobSpec
-from schemas.telemetry import WorkerStepped
+from trainmedic.ops.jobs.status import StepHistory, job_status, render
+from trainmedic.recovery.coordinator.core.state import Job, JobState
+from trainmedic.schemas.jobs import JobSpec
+from trainmedic.schemas.telemetry import WorkerStepped
 
 SPEC = JobSpec(id="j", nodes=("a", "b"), throughput={1: 1.0, 2: 2.0}, command=("python", "t.py"),
                ranks_per_node=2)
@@ -66,7 +66,7 @@ def test_a_single_step_has_no_rate_and_steps_reported_out_of_order_keep_the_high
 
 
 def test_the_latest_generation_says_where_its_ranks_took_their_state_from() -> None:
-    from schemas import Restored
+    from trainmedic.schemas import Restored
 
     first = steps(1, 10, 12, 20.0)
     earlier = [e.model_copy(update={"restored": Restored(kind="checkpoint", step=9, seconds=3.0)})

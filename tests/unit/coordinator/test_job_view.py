@@ -3,11 +3,11 @@ coordinator gave up on it; not in the gap between a failed plan and the re-plan 
 
 from __future__ import annotations
 
-from recovery.coordinator import JobState
-from recovery.coordinator.job_view import over
-from schemas.jobs import RestartPolicy
 from tests.unit.coordinator.test_limits import refold
 from tests.unit.coordinator.world import Recorder, incident, of_type, submitted
+from trainmedic.ops.jobs.view import over
+from trainmedic.recovery.coordinator.core import JobState
+from trainmedic.schemas.jobs import RestartPolicy
 
 
 def test_a_failed_plan_followed_by_a_re_plan_is_not_over() -> None:

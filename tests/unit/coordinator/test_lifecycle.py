@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from recovery.coordinator import CoordinatorConfig
-from recovery.coordinator.lifecycle import offered, status
-from recovery.coordinator.readmission import outlook
-from schemas import NodeCordoned, NodeDrained, NodeUncordoned
 from tests.unit.coordinator.world import CONFIG, LIMITED, Recorder, incident, of_type, submitted
+from trainmedic.recovery.coordinator.core import CoordinatorConfig
+from trainmedic.recovery.coordinator.core.lifecycle import offered, status
+from trainmedic.recovery.coordinator.core.readmission import outlook
+from trainmedic.schemas import NodeCordoned, NodeDrained, NodeUncordoned
 
 # Three nodes and a job on all of them that can run on 2 or 3: losing one shrinks it, and a
 # node coming back is the only way to grow.
@@ -196,7 +196,7 @@ def test_the_outlook_of_an_isolated_node_says_when_it_comes_back() -> None:
 def test_the_node_gauge_counts_cordoned_and_draining_nodes() -> None:
     from prometheus_client import REGISTRY
 
-    from recovery.coordinator import observe
+    from trainmedic.recovery.coordinator import observe
 
     rec = Recorder()
     rec.feed(cordon("n4", ts=1.0), now=1.0)

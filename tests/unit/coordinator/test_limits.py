@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.coordinator import ClusterState, CoordinatorConfig, apply, catch_up
 from tests.unit.coordinator.test_fold import interleave
 from tests.unit.coordinator.world import LIMITED, Recorder, incident, of_type, submitted
+from trainmedic.recovery.coordinator.core import ClusterState, CoordinatorConfig, apply, catch_up
 
 
 def lost(id: str, node: str, ts: float, category: str = "node_lost"):

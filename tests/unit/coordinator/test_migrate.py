@@ -3,10 +3,10 @@ decisions on incidents and re-admissions on nodes, nothing else."""
 
 from __future__ import annotations
 
-from bus.message import RawMessage
-from recovery.coordinator.migrate import legacy
-from schemas import NodeCordoned, NodeReadmitted, RecoveryCompleted, Topics, encode
 from tests.unit.coordinator.world import incident, submitted
+from trainmedic.bus.message import RawMessage
+from trainmedic.recovery.coordinator.migrate import legacy
+from trainmedic.schemas import NodeCordoned, NodeReadmitted, RecoveryCompleted, Topics, encode
 
 TOPICS = Topics("m.")
 

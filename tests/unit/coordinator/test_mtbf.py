@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.coordinator import ClusterState, CoordinatorConfig, apply, estimate_mtbf
 from tests.unit.coordinator.world import CONFIG, incident, submitted
+from trainmedic.recovery.coordinator.core import ClusterState, CoordinatorConfig, apply, estimate_mtbf
 
 HOUR = 3600.0
 

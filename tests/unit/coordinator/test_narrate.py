@@ -3,11 +3,11 @@ acknowledged (not that the job steps), and a job moved to no nodes is queued, ne
 
 from __future__ import annotations
 
-from recovery.coordinator import ClusterState
-from recovery.coordinator.narrate import narrate
-from recovery.coordinator.state import Job, JobState
-from schemas import RecoveryCompleted, RecoveryPlanned
 from tests.unit.coordinator.world import CONFIG, submitted
+from trainmedic.recovery.coordinator.core import ClusterState
+from trainmedic.recovery.coordinator.core.state import Job, JobState
+from trainmedic.recovery.coordinator.narrate import narrate
+from trainmedic.schemas import RecoveryCompleted, RecoveryPlanned
 
 
 def planned(nodes: tuple[str, ...]) -> RecoveryPlanned:

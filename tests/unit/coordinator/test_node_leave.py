@@ -4,12 +4,12 @@ answers is no fault; its `node_joined` later ends that leave, never an operator'
 
 from __future__ import annotations
 
-from recovery.coordinator.lifecycle import new_work_refused, offered, status
-from recovery.coordinator.provenance import Trust, unverified
-from recovery.signing import TrustedKeys, generate
-from schemas import NodeDrained, NodeJoined, NodeLeaving
 from tests.unit.coordinator.test_provenance import record
 from tests.unit.coordinator.world import Recorder, of_type
+from trainmedic.recovery.coordinator.core.lifecycle import new_work_refused, offered, status
+from trainmedic.recovery.coordinator.provenance import Trust, unverified
+from trainmedic.recovery.signing import TrustedKeys, generate
+from trainmedic.schemas import NodeDrained, NodeJoined, NodeLeaving
 
 
 def leaving(node: str, ts: float) -> NodeLeaving:

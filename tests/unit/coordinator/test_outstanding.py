@@ -4,12 +4,12 @@ read in, so that `completion` reads only those and answers as a look at every st
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery.coordinator import ClusterState, apply, react
-from recovery.coordinator.decide import completion
-from recovery.coordinator.state import CommandStatus
-from schemas import CommandAcked
-from schemas.recovery import RecoveryCompleted, RecoverySkipped
 from tests.unit.coordinator.world import CONFIG, submitted
+from trainmedic.recovery.coordinator.core import ClusterState, apply, react
+from trainmedic.recovery.coordinator.core.decide import completion
+from trainmedic.recovery.coordinator.core.state import CommandStatus
+from trainmedic.schemas import CommandAcked
+from trainmedic.schemas.recovery import RecoveryCompleted, RecoverySkipped
 
 
 def every_step(state: ClusterState, job) -> list:

@@ -3,14 +3,14 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, apply, react
-from recovery.coordinator.lifecycle import new_work_refused, offered
-from recovery.coordinator.planning import plan_request
-from recovery.planner.plan import plan
-from schemas import Incident, JobSpec, JobSubmitted, NodeLeaving
-from schemas.nodes import NodeCordoned, NodeDrained
-from schemas.plan import ClusterNode, PlannedJob, PlanRequest
-from schemas.recovery import RecoverySkipped
+from trainmedic.recovery.coordinator.core import ClusterState, CoordinatorConfig, NodeConfig, apply, react
+from trainmedic.recovery.coordinator.core.lifecycle import new_work_refused, offered
+from trainmedic.recovery.coordinator.core.planning import plan_request
+from trainmedic.recovery.planner.plan import plan
+from trainmedic.schemas import Incident, JobSpec, JobSubmitted, NodeLeaving
+from trainmedic.schemas.nodes import NodeCordoned, NodeDrained
+from trainmedic.schemas.plan import ClusterNode, PlannedJob, PlanRequest
+from trainmedic.schemas.recovery import RecoverySkipped
 
 
 @st.composite

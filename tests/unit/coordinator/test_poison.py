@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
-from bus.message import Record, parse_message
-from recovery.coordinator import ClusterState, estimate_mtbf
-from recovery.coordinator.intake import rebuild, receive
-from schemas import DeadLettered, Topics, encode
 from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, submitted
+from trainmedic.bus.message import Record, parse_message
+from trainmedic.recovery.coordinator.core import ClusterState, estimate_mtbf
+from trainmedic.recovery.coordinator.intake import rebuild, receive
+from trainmedic.schemas import DeadLettered, Topics, encode
 
 TOPICS = Topics("t.")
 

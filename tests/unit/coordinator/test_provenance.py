@@ -7,10 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from bus.message import Record
-from recovery.coordinator.provenance import JOB_FRESHNESS_S, Trust, impersonates, skewed, stale, unverified
-from recovery.signing import SigningKey, TrustedKeys, Unverified, generate
-from schemas import (
+from trainmedic.bus.message import Record
+from trainmedic.recovery.coordinator.provenance import (
+    JOB_FRESHNESS_S,
+    Trust,
+    impersonates,
+    skewed,
+    stale,
+    unverified,
+)
+from trainmedic.recovery.signing import SigningKey, TrustedKeys, Unverified, generate
+from trainmedic.schemas import (
     Command,
     CommandAcked,
     Incident,
@@ -22,9 +29,15 @@ from schemas import (
     RanksFinished,
     encode,
 )
-from schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
-from schemas.recovery import JobEnded, RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
-from schemas.topics import Topics
+from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
+from trainmedic.schemas.recovery import (
+    JobEnded,
+    RecoveryCompleted,
+    RecoveryFailed,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
+from trainmedic.schemas.topics import Topics
 
 COORDINATOR, OPERATOR, N1, N2, STRANGER = (generate() for _ in range(5))
 TRUST = Trust.of({"coordinator": TrustedKeys.of(COORDINATOR.private.public_key()),
@@ -139,7 +152,7 @@ def test_a_node_report_whose_clock_is_far_from_the_brokers_is_not_folded(event) 
 
 
 def test_the_acks_topic_carries_the_brokers_clock() -> None:
-    from schemas.topics import BY_SUFFIX
+    from trainmedic.schemas.topics import BY_SUFFIX
 
     assert BY_SUFFIX["acks"].config()["message.timestamp.type"] == "LogAppendTime"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from recovery.coordinator import ClusterState, apply, catch_up
-from schemas import CommandAcked
 from tests.unit.coordinator.test_fold import fold, scenario
 from tests.unit.coordinator.world import Recorder, incident, of_type, submitted
+from trainmedic.recovery.coordinator.core import ClusterState, apply, catch_up
+from trainmedic.schemas import CommandAcked
 
 
 def rebuilt(log: list) -> ClusterState:

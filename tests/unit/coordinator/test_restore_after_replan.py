@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from recovery.worker import state_files
-from recovery.worker.env import WorkerEnv
-from recovery.worker.restore import REPLICA, local_offers
 from tests.unit.coordinator.world import Recorder, incident, of_type, submitted
+from trainmedic.recovery.worker import state_files
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.restore import REPLICA, local_offers
 
 STEP = 57
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from recovery.coordinator import ClusterState, CoordinatorConfig, NodeConfig, react, settle, tick
-from recovery.coordinator.routing import route
-from schemas import (
+from trainmedic.recovery.coordinator.core import (
+    ClusterState,
+    CoordinatorConfig,
+    NodeConfig,
+    react,
+    settle,
+    tick,
+)
+from trainmedic.recovery.coordinator.routing import route
+from trainmedic.schemas import (
     CommandAcked,
     Incident,
     JobSpec,

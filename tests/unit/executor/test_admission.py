@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from bus.message import Record
-from bus.settings import KafkaSettings
-from recovery.executor import cli, metrics
-from recovery.executor.admission import AdmissionPolicy, Refusal, admit, resolve
-from recovery.executor.config import ExecutorConfig
-from recovery.executor.ledger import Ledger
-from recovery.executor.service import Executor
-from schemas import Command, CommandAcked, CommandAction, RestoreSource, WorkerSpec
+from trainmedic.bus.message import Record
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.executor import cli, metrics
+from trainmedic.recovery.executor.command_loop import Executor
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.core.admission import AdmissionPolicy, Refusal, admit, resolve
+from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.schemas import Command, CommandAcked, CommandAction, RestoreSource, WorkerSpec
 
 PYTHON = "/opt/venv/bin/python"
 PATH = {"python": PYTHON, "sh": "/bin/sh", "sleep": "/bin/sleep", "torchrun": "/opt/venv/bin/torchrun",

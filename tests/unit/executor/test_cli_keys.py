@@ -13,7 +13,7 @@ def test_without_keys_the_executor_says_where_it_looked_and_what_to_do(capsys, m
 
 
 def test_insecure_with_a_keys_folder_is_exit_2_saying_which_to_drop(capsys, monkeypatch, tmp_path):
-    from recovery import keyring
+    from trainmedic.recovery import keyring
 
     keyring.generate_key(tmp_path / "keys", now=1.0)
     for argv, env in ((["--keys-dir", str(tmp_path / "keys")], {}),
@@ -32,7 +32,7 @@ def test_an_old_cluster_key_variable_stops_the_executor(capsys, monkeypatch):
 
 
 def test_without_its_own_node_key_the_executor_says_what_to_run(capsys, monkeypatch, tmp_path):
-    from recovery import keyring
+    from trainmedic.recovery import keyring
 
     keyring.generate_key(tmp_path / "keys", now=1.0)
     keyring.generate_key(tmp_path / "keys", now=1.0, role=keyring.node_role("n2"))  # another node's

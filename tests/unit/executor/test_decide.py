@@ -1,8 +1,9 @@
-from recovery.executor.decide import Apply, Reack, Refuse, Skip, Step, decide
-from recovery.executor.ledger import Ledger, RecordedAck
-from recovery.executor.state import GroupState, LocalGroup
-from recovery.signing import TrustedKeys, generate
-from schemas import Command, CommandAction, WorkerSpec, encode
+from trainmedic.recovery.executor.core.decide import Apply, Reack, Refuse, Skip, Step, decide
+from trainmedic.recovery.executor.core.ledger_state import RecordedAck
+from trainmedic.recovery.executor.core.state import GroupState, LocalGroup
+from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.recovery.signing import TrustedKeys, generate
+from trainmedic.schemas import Command, CommandAction, WorkerSpec, encode
 
 KEY = generate()
 TRUSTED = TrustedKeys.of(KEY.private.public_key())

@@ -1,8 +1,8 @@
 """Commands of a coordinator whose lease has passed on are refused once a newer one's were applied."""
 
-from recovery.executor.decide import Apply, Refuse, Skip, decide
-from recovery.executor.ledger import Ledger
-from schemas import Command, CommandAction, WorkerSpec
+from trainmedic.recovery.executor.core.decide import Apply, Refuse, Skip, decide
+from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 NOW = 1000.0
 SPEC = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("train",))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from recovery.executor.forkserver import WarmLauncher, WarmTarget, become_subreaper, warm_target
-from recovery.executor.supervisor import Supervisor
-from schemas import WorkerSpec
+from trainmedic.recovery.executor.forkserver import WarmLauncher, WarmTarget, become_subreaper, warm_target
+from trainmedic.recovery.executor.supervisor import Supervisor
+from trainmedic.schemas import WorkerSpec
 
 PY = sys.executable
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from recovery.executor.decide import Apply, Refuse, decide
-from schemas import Command, CommandAction, WorkerSpec
+from trainmedic.recovery.executor.core.decide import Apply, Refuse, decide
+from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 SPEC = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("train",))
 

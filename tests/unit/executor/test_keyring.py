@@ -4,9 +4,9 @@ import stat
 
 import pytest
 
-from bus.errors import ConfigError
-from recovery import keyring
-from schemas import Command, CommandAction, encode
+from trainmedic.bus.errors import ConfigError
+from trainmedic.recovery import keyring
+from trainmedic.schemas import Command, CommandAction, encode
 
 
 def command() -> Command:

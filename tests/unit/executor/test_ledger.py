@@ -1,4 +1,5 @@
-from recovery.executor.ledger import Ledger, RecordedAck
+from trainmedic.recovery.executor.core.ledger_state import RecordedAck
+from trainmedic.recovery.executor.ledger import Ledger
 
 
 def test_positions_generations_and_applied_ids_survive_a_reopen(tmp_path):

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from bus.message import Record, parse_message
-from bus.settings import KafkaSettings
-from recovery.executor.admission import AdmissionPolicy
-from recovery.executor.config import ExecutorConfig
-from recovery.executor.decide import Refuse, decide
-from recovery.executor.forkserver import warm_target
-from recovery.executor.ledger import Ledger
-from recovery.executor.service import Executor
-from schemas import Command, CommandAction, WorkerSpec, encode
+from trainmedic.bus.message import Record, parse_message
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.executor.command_loop import Executor
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.core.admission import AdmissionPolicy
+from trainmedic.recovery.executor.core.decide import Refuse, decide
+from trainmedic.recovery.executor.forkserver import warm_target
+from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.schemas import Command, CommandAction, WorkerSpec, encode
 
 NODE = "n1"
 
@@ -52,7 +52,7 @@ def record(cmd: Command, offset: int) -> Record:
 
 
 def test_a_non_ascii_signature_is_refused_not_raised() -> None:
-    from recovery.signing import TrustedKeys, generate
+    from trainmedic.recovery.signing import TrustedKeys, generate
 
     key = generate()
     forged = command("c1", signature="é", key_id=key.key_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery.executor.rank_env import NEVER, base_env, rank_env
+from trainmedic.recovery.executor.core.rank_env import NEVER, base_env, rank_env
 
 EXECUTOR_ENV = {
     "PATH": "/usr/bin", "HOME": "/home/t", "LANG": "C.UTF-8", "LC_ALL": "C", "PYTHONPATH": "/src",

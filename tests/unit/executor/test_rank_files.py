@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import ConfigError
-from recovery.executor import cli, job_dirs
-from recovery.executor.config import ExecutorConfig
-from recovery.executor.forkserver import WarmLauncher
-from recovery.executor.job_dirs import RankUser
-from recovery.executor.supervisor import Supervisor
-from schemas import WorkerSpec
 from tests.integration.executor.test_warm_rank_reports import exit_of
+from trainmedic.bus.errors import ConfigError
+from trainmedic.recovery.executor import cli, job_dirs
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.forkserver import WarmLauncher
+from trainmedic.recovery.executor.job_dirs import RankUser
+from trainmedic.recovery.executor.supervisor import Supervisor
+from trainmedic.schemas import WorkerSpec
 
 NOBODY = RankUser("nobody", 65534, 65534)
 # A venv's Python never reads a user site; the Python it was made from does (as the executor's user).
@@ -132,7 +132,7 @@ def test_the_fork_server_starts_without_a_user_site(tmp_path: Path) -> None:
         while not Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)  # read at once, it is sometimes still empty
         assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:4] == [
-            sys.executable.encode(), b"-s", b"-m", b"recovery.executor.forkserver"]
+            sys.executable.encode(), b"-s", b"-m", b"trainmedic.recovery.executor.forkserver"]
         assert b"PYTHONNOUSERSITE=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     finally:
         launcher.close()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery.executor.rank_logs import Tail, find, interleaved, log_name
+from trainmedic.recovery.executor.rank_logs import Tail, find, interleaved, log_name
 
 
 @pytest.fixture

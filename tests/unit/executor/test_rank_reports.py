@@ -18,11 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from producers.hook import Hook, WorkerIdentity
-from producers.report_channel import ReportChannel
-from recovery.executor.report_server import MAX_PER_RANK, MAX_UNKNOWN, ReportServer, rank_of, socket_path
-from recovery.executor.reports import LaunchedRank, RankReports, Refused, ReportLimits, check
-from schemas import WorkerFailed, WorkerStarted, WorkerStepped
+from trainmedic.producers.hook import Hook, WorkerIdentity
+from trainmedic.producers.report_channel import ReportChannel
+from trainmedic.recovery.executor.core.reports import LaunchedRank, RankReports, Refused, ReportLimits, check
+from trainmedic.recovery.executor.report_server import (
+    MAX_PER_RANK,
+    MAX_UNKNOWN,
+    ReportServer,
+    rank_of,
+    socket_path,
+)
+from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
 RANK = LaunchedRank("llm", 3, 1, 4, local_rank=1, hang_floor_s=120.0)
 LIMITS = ReportLimits(rate_per_s=10.0, burst=5, max_step_leap=1_000)
@@ -118,7 +124,7 @@ def wait_for(condition, timeout_s: float = 20.0) -> None:
 
 RANK_SCRIPT = """
 import sys
-from producers.hook import Hook
+from trainmedic.producers.hook import Hook
 hook = Hook.from_env()
 hook.started()
 for step in range(3):

@@ -6,15 +6,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bus.message import Record
-from bus.settings import KafkaSettings
-from recovery.executor.admission import AdmissionPolicy
-from recovery.executor.config import ExecutorConfig
-from recovery.executor.ledger import Ledger
-from recovery.executor.service import Executor
-from recovery.signing import TrustedKeys, generate
-from schemas import Command, CommandAction, RanksFinished, WorkerExited, WorkerSpec, encode
 from tests.integration.executor.test_training import wait_until
+from trainmedic.bus.message import Record
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.executor.command_loop import Executor
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.core.admission import AdmissionPolicy
+from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.recovery.signing import TrustedKeys, generate
+from trainmedic.schemas import Command, CommandAction, RanksFinished, WorkerExited, WorkerSpec, encode
 
 COORDINATOR, NODE_KEY = generate(), generate()
 # Each rank waits for a file named GO in its workdir, then exits 0.

@@ -1,8 +1,13 @@
 """A restarted executor's view of its previous life: which ranks to adopt, kill or report, and
 the answer to the command it was applying (pure: /proc facts and the ledger passed in)."""
 
-from recovery.executor.ledger import AppliedCommand, LedgerState, RecordedAck
-from recovery.executor.restart import RecordedRank, interrupted_answer, sort_leftovers, unanswered
+from trainmedic.recovery.executor.core.ledger_state import AppliedCommand, LedgerState, RecordedAck
+from trainmedic.recovery.executor.core.restart import (
+    RecordedRank,
+    interrupted_answer,
+    sort_leftovers,
+    unanswered,
+)
 
 
 def rank(pid: int, rank_no: int = 0, job: str = "j", generation: int = 1, start: int | None = 500):

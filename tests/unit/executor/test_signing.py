@@ -3,9 +3,9 @@
 import base64
 import json
 
-from recovery.signing import SigningKey, TrustedKeys, Unverified, canonical, generate, parse
-from schemas import Command, CommandAction, WorkerSpec, decode, encode
-from schemas.topics import adapter
+from trainmedic.recovery.signing import SigningKey, TrustedKeys, Unverified, canonical, generate, parse
+from trainmedic.schemas import Command, CommandAction, WorkerSpec, decode, encode
+from trainmedic.schemas.topics import adapter
 
 COORDINATOR = generate()
 TRUSTED = TrustedKeys.of(COORDINATOR.private.public_key())

@@ -1,6 +1,13 @@
 import pytest
 
-from recovery.executor.state import ALLOWED, GroupState, IllegalTransition, LocalGroup, after_exit, fenced_at
+from trainmedic.recovery.executor.core.state import (
+    ALLOWED,
+    GroupState,
+    IllegalTransition,
+    LocalGroup,
+    after_exit,
+    fenced_at,
+)
 
 
 def test_every_state_has_a_row_in_the_table():

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.executor.supervisor import Supervisor
-from schemas import WorkerSpec
+from trainmedic.recovery.executor.supervisor import Supervisor
+from trainmedic.schemas import WorkerSpec
 
 
 @pytest.fixture
@@ -108,8 +108,8 @@ def test_a_command_that_cannot_start_starts_nothing(supervisor, tmp_path):
 def test_an_adopted_rank_is_signalled_stopped_and_its_end_noticed_with_an_unknown_status(supervisor):
     import subprocess
 
-    from recovery.executor import leftovers
-    from recovery.executor.restart import RecordedRank
+    from trainmedic.recovery.executor import leftovers
+    from trainmedic.recovery.executor.core.restart import RecordedRank
 
     # started by "a previous executor": a process in its own session, not launched by this supervisor
     proc = subprocess.Popen(["sh", "-c", "sleep 60 & wait"], start_new_session=True)
@@ -130,8 +130,8 @@ def test_an_adopted_rank_is_signalled_stopped_and_its_end_noticed_with_an_unknow
 def test_an_adopted_pid_running_another_process_is_reported_ended_and_never_signalled(supervisor):
     import subprocess
 
-    from recovery.executor import leftovers
-    from recovery.executor.restart import RecordedRank
+    from trainmedic.recovery.executor import leftovers
+    from trainmedic.recovery.executor.core.restart import RecordedRank
 
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)  # the pid, reused by someone else
     try:

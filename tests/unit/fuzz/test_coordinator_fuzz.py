@@ -8,12 +8,12 @@ import random
 
 from hypothesis import given
 
-from bus.message import parse_message
-from recovery.coordinator import ClusterState
-from recovery.coordinator.intake import receive
-from schemas import DeadLettered, NodeCordoned, Topics, encode
 from tests.unit.coordinator.world import CONFIG, Recorder, incident
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
+from trainmedic.bus.message import parse_message
+from trainmedic.recovery.coordinator.core import ClusterState
+from trainmedic.recovery.coordinator.intake import receive
+from trainmedic.schemas import DeadLettered, NodeCordoned, Topics, encode
 
 TOPICS = Topics("f.")
 

@@ -8,12 +8,12 @@ import random
 
 from hypothesis import given
 
-from bus.message import RawMessage
-from schemas import decode
-from schemas.topics import adapter
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
 from tests.unit.streams.test_pipeline import TOPICS, pipeline
 from tests.unit.streams.test_scenarios import SCENARIOS
+from trainmedic.bus.message import RawMessage
+from trainmedic.schemas import decode
+from trainmedic.schemas.topics import adapter
 
 LINES = sorted((line for line in (SCENARIOS / "gpu_lost_xid79.jsonl").read_bytes().splitlines() if line),
                key=lambda line: json.loads(line)["ts"])

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from hypothesis import given
 
-from bus.message import parse_message
-from bus.settings import KafkaSettings
-from recovery.executor.config import ExecutorConfig
-from recovery.executor.ledger import Ledger
-from recovery.executor.service import Executor
-from schemas import Command, CommandAction, DeadLettered, encode
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
+from trainmedic.bus.message import parse_message
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.executor.command_loop import Executor
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.schemas import Command, CommandAction, DeadLettered, encode
 
 NOW = 1_700_000_000.0
 SETTINGS = KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1",

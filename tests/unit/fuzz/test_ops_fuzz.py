@@ -9,16 +9,16 @@ import random
 
 from hypothesis import given
 
-from bus.message import RawMessage, parse_message
-from ops.alerts.service import AlertBridge
-from ops.incident_log.fold import IncidentHistory, apply
-from ops.incident_log.render import details, row, story
-from ops.incident_log.views import timeline, views
-from schemas import DeadLettered, encode
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
 from tests.unit.ops.incident_log import placed
 from tests.unit.ops.test_alert_core import CONFIG
 from tests.unit.ops.test_poison import SETTINGS
+from trainmedic.bus.message import RawMessage, parse_message
+from trainmedic.ops.alerts.bridge import AlertBridge
+from trainmedic.ops.incidents.fold import IncidentHistory, apply
+from trainmedic.ops.incidents.render import details, row, story
+from trainmedic.ops.incidents.views import timeline, views
+from trainmedic.schemas import DeadLettered, encode
 
 # the detector's incidents and the coordinator's lifecycle: two topics, read as one log
 TOPICS = [SETTINGS.topics.incidents, SETTINGS.topics.recovery]

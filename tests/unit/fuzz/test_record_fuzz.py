@@ -9,11 +9,11 @@ import random
 
 from hypothesis import given
 
-from bus.message import RawMessage
-from streams.record import Counts, copy
 from tests.unit.fuzz.hostile import EXAMPLES, FUZZ, PER_EXAMPLE, Tally, atoms, batch, interleave, seeds
 from tests.unit.streams.test_pipeline import TOPICS
 from tests.unit.streams.test_scenarios import SCENARIOS
+from trainmedic.bus.message import RawMessage
+from trainmedic.streams.record import Counts, copy
 
 LINES = [line for line in (SCENARIOS / "gpu_lost_xid79.jsonl").read_bytes().splitlines() if line]
 TEMPLATES = [json.loads(line) for line in LINES]

@@ -4,8 +4,8 @@ make of them."""
 
 from __future__ import annotations
 
-from schemas import IncidentStatus
 from tests.unit.coordinator.world import Recorder, incident, of_type
+from trainmedic.schemas import IncidentStatus
 
 INCIDENT_LOG_TYPES = {"incident", "recovery_planned", "recovery_completed", "recovery_failed",
                       "recovery_skipped"}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from ops.alerts.config import AlertBridgeConfig, RetryConfig
-from ops.alerts.delivery import DeliveryBook, OffsetTracker, backoff_s
-from ops.alerts.http import Outcome, classify, redact
-from ops.alerts.payloads import alertmanager_alert, pagerduty_event, route, webhook_message
-from schemas import Incident
+from trainmedic.ops.alerts.config import AlertBridgeConfig, RetryConfig
+from trainmedic.ops.alerts.delivery import DeliveryBook, OffsetTracker, backoff_s
+from trainmedic.ops.alerts.http import Outcome, classify, redact
+from trainmedic.ops.alerts.payloads import alertmanager_alert, pagerduty_event, route, webhook_message
+from trainmedic.schemas import Incident
 
 CONFIG = AlertBridgeConfig.model_validate({
     "alertmanager": {"url": "http://am:9093"}, "pagerduty": {"routing_key": "k"},

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ops.alerts.http import Outcome, post_json
+from trainmedic.ops.alerts.http import Outcome, post_json
 
 
 @contextmanager

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import ConfigError
-from bus.settings import KafkaSettings
-from ops.alerts.cli import add_arguments, build_config
-from ops.alerts.config import AlertBridgeConfig, AlertmanagerSink, RetryConfig
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.ops.alerts.cli import add_arguments, build_config
+from trainmedic.ops.alerts.config import AlertBridgeConfig, AlertmanagerSink, RetryConfig
 
 ACME = KafkaSettings(topic_prefix="acme.")
 

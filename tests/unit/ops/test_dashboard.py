@@ -15,12 +15,12 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-import bus.metrics
-import ops.alerts.metrics
-import producers.metrics
-import recovery.coordinator.metrics
-import recovery.executor.metrics
-import streams.metrics
+import trainmedic.bus.metrics
+import trainmedic.ops.alerts.metrics
+import trainmedic.producers.metrics
+import trainmedic.recovery.coordinator.metrics
+import trainmedic.recovery.executor.metrics
+import trainmedic.streams.metrics
 from tests.conftest import ROOT
 
 GRAFANA = ROOT / "compose" / "grafana"
@@ -34,8 +34,9 @@ SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), 
 def exported() -> tuple[set[str], set[str]]:
     """Sample names and label names of every metric the services define."""
     samples, labels = set(), {"le"}
-    modules = (bus.metrics, streams.metrics, recovery.coordinator.metrics, recovery.executor.metrics,
-               producers.metrics, ops.alerts.metrics)
+    modules = (trainmedic.bus.metrics, trainmedic.streams.metrics, trainmedic.recovery.coordinator.metrics,
+               trainmedic.recovery.executor.metrics,
+               trainmedic.producers.metrics, trainmedic.ops.alerts.metrics)
     for metric in (value for module in modules for value in vars(module).values()):
         if isinstance(metric, MetricWrapperBase):
             for family in metric.describe():

@@ -8,12 +8,12 @@ import zlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ops.incident_log import fold, timeline, views
-from ops.incident_log.render import details
-from ops.incident_log.views import find
-from schemas import RecoveryFailed, Restored, WorkerStepped
-from schemas.restores import restores
 from tests.unit.ops.incident_log import placed, recorded
+from trainmedic.ops.incidents import fold, timeline, views
+from trainmedic.ops.incidents.render import details
+from trainmedic.ops.incidents.views import find
+from trainmedic.schemas import RecoveryFailed, Restored, WorkerStepped
+from trainmedic.schemas.restores import restores
 
 
 def interleave(log: list, rng: random.Random, partitions: int) -> list:

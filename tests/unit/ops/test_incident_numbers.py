@@ -8,11 +8,11 @@ from __future__ import annotations
 import random
 import re
 
-from ops.incident_log.evidence import clock, readable, stamped
-from ops.incident_log.fold import IncidentHistory, apply
-from ops.incident_log.render import details, row, story
-from ops.incident_log.views import find, timeline
-from schemas import Incident, RecoveryCompleted, RecoveryPlanned, WorkerStepped
+from trainmedic.ops.incidents.evidence import clock, readable, stamped
+from trainmedic.ops.incidents.fold import IncidentHistory, apply
+from trainmedic.ops.incidents.render import details, row, story
+from trainmedic.ops.incidents.views import find, timeline
+from trainmedic.schemas import Incident, RecoveryCompleted, RecoveryPlanned, WorkerStepped
 
 T0 = 1_764_554_400.0  # 2025-12-01 02:00:00 UTC: the first evidence
 RAW_INSTANT = re.compile(r"\d{9,}\.\d+")
@@ -140,6 +140,6 @@ def test_evidence_stamps_and_instants() -> None:
 
 
 def test_an_offset_that_rounds_to_zero_has_no_sign() -> None:
-    from ops.incident_log.evidence import offset
+    from trainmedic.ops.incidents.evidence import offset
 
     assert offset(-0.0001) == "+0.000s" and offset(-0.0006) == "-0.001s" and offset(2.31) == "+2.310s"

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from bus.message import RawMessage, parse_message
-from bus.settings import KafkaSettings
-from ops.alerts.service import AlertBridge
-from ops.incident_log.fold import IncidentHistory, apply
-from ops.incident_log.render import details, iso, row, story
-from ops.incident_log.views import timeline, views
-from schemas import DeadLettered, encode
 from tests.unit.ops.test_alert_core import CONFIG, incident
+from trainmedic.bus.message import RawMessage, parse_message
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.ops.alerts.bridge import AlertBridge
+from trainmedic.ops.incidents.fold import IncidentHistory, apply
+from trainmedic.ops.incidents.render import details, iso, row, story
+from trainmedic.ops.incidents.views import timeline, views
+from trainmedic.schemas import DeadLettered, encode
 
 SETTINGS = KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1",
                                    "TRAINMEDIC_TOPIC_PREFIX": "t."})

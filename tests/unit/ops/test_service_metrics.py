@@ -6,11 +6,11 @@ import json
 
 from prometheus_client import REGISTRY
 
-from recovery.coordinator import observe
-from schemas import RecoveryCompleted
 from tests.unit.coordinator.world import LIMITED, Recorder, incident
 from tests.unit.streams.test_pipeline import TOPICS, message, pipeline
 from tests.unit.streams.test_scenarios import SCENARIOS
+from trainmedic.recovery.coordinator import observe
+from trainmedic.schemas import RecoveryCompleted
 
 
 def value(name: str, **labels: str) -> float:
@@ -87,8 +87,8 @@ def test_a_plan_that_leaves_its_job_without_nodes_is_not_counted_as_recovered() 
 
 def test_labelled_series_exist_at_zero_before_their_first_event() -> None:
     """Panels show 0 rather than no data, and alert rules see a first event as an increase."""
-    import recovery.executor.metrics  # noqa: F401 - defining the metrics creates the children
-    import streams.metrics  # noqa: F401
+    import trainmedic.recovery.executor.metrics  # noqa: F401 - defining the metrics creates the children
+    import trainmedic.streams.metrics  # noqa: F401
 
     for name, labels in (("trainmedic_detection_delay_seconds_count", {"severity": "WARN"}),
                          ("trainmedic_recovery_acked_seconds_count", {"kind": "reconfigure"}),

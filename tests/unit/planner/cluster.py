@@ -1,6 +1,6 @@
 """Small hand-drawn clusters for the placement, restore and plan tests."""
 
-from schemas.plan import PlanRequest
+from trainmedic.schemas.plan import PlanRequest
 
 
 def request(switches, jobs, down=(), horizon_s=100.0):

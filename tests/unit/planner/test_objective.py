@@ -2,8 +2,8 @@
 
 import pytest
 
-from recovery.planner.objective import JobObjective, objectives
-from schemas.plan import PlanRequest
+from trainmedic.recovery.planner.objective import JobObjective, objectives
+from trainmedic.schemas.plan import PlanRequest
 
 TABLE = {4: 1.1e15, 8: 2.1e15, 16: 4.0e15}
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from recovery.planner.placement import place
-from recovery.planner.topology import Topology
 from tests.unit.planner.cluster import request
+from trainmedic.recovery.planner.placement import place
+from trainmedic.recovery.planner.topology import Topology
 
 SWITCHES = {
     "leaf-1": ["a1", "a2", "a3", "a4"],

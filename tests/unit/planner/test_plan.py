@@ -3,11 +3,11 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery.planner.objective import objectives
-from recovery.planner.plan import plan
-from schemas.commands import RestoreSource
-from schemas.plan import PlanRequest
 from tests.unit.planner.cluster import request
+from trainmedic.recovery.planner.objective import objectives
+from trainmedic.recovery.planner.plan import plan
+from trainmedic.schemas.commands import RestoreSource
+from trainmedic.schemas.plan import PlanRequest
 
 LLM_A = {
     "id": "llm-a",

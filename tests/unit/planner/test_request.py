@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from schemas.plan import PlanRequest
+from trainmedic.schemas.plan import PlanRequest
 
 
 def check(document, where, what):

@@ -1,9 +1,9 @@
 """Restore sources: the nearest surviving replica of the same job, else the checkpoint."""
 
-from recovery.planner.restore import restore_sources
-from recovery.planner.topology import Topology
-from schemas.commands import RestoreSource
 from tests.unit.planner.cluster import request
+from trainmedic.recovery.planner.restore import restore_sources
+from trainmedic.recovery.planner.topology import Topology
+from trainmedic.schemas.commands import RestoreSource
 
 SWITCHES = {"leaf-1": ["a1", "a2", "a3"], "leaf-2": ["b1", "b2", "b3"], None: ["s1"]}
 

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery.planner.objective import JobObjective
-from recovery.planner.solve import solve, tie_rank
+from trainmedic.recovery.planner.objective import JobObjective
+from trainmedic.recovery.planner.solve import solve, tie_rank
 
 
 def total_gain(jobs, sizes):

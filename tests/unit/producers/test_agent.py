@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import ConfigError
-from producers.agent import HostAgent, open_agent
-from producers.config import HostAgentConfig
-from producers.faults import LinkFlap, parse_fault
-from schemas import adapter, encode
 from tests.unit.producers.sysfs import cluster_node
+from trainmedic.bus.errors import ConfigError
+from trainmedic.producers.agent import HostAgent, open_agent
+from trainmedic.producers.config import HostAgentConfig
+from trainmedic.producers.faults import LinkFlap, parse_fault
+from trainmedic.schemas import adapter, encode
 
 T0 = 1_700_000_000.0
 

@@ -61,7 +61,7 @@ def test_options_come_from_variables_and_the_config_file_and_flags_win(
 
 
 def flags(command: str) -> set[str]:
-    parser = build_parser()
+    parser = build_parser(command)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {flag for action in sub.choices[command]._actions for flag in action.option_strings}
 
@@ -78,8 +78,8 @@ def test_node_spells_each_option_as_the_single_services_do() -> None:
 def test_node_builds_its_three_configs_from_the_demos_flags(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
-    from recovery import keyring
-    from trainmedic import node_cli
+    from trainmedic import node as node_cli
+    from trainmedic.recovery import keyring
 
     key_id = keyring.generate_key(tmp_path / "keys", now=1.0)
     node_key = keyring.generate_key(tmp_path / "keys", now=1.0, role=keyring.node_role("n01"))
@@ -87,7 +87,7 @@ def test_node_builds_its_three_configs_from_the_demos_flags(
     monkeypatch.setenv("TRAINMEDIC_GPU_SEED", "7")
     config = tmp_path / "node.yaml"
     config.write_text("agent: {interval_s: 0.5}\nexecutor: {stop_grace_s: 3}\n")
-    args = build_parser().parse_args([
+    args = build_parser("node").parse_args([
         "node", "--node", "n01", "--source", "synthetic", "--gpus-per-node", "2", "--gpu-control", "g",
         "--agent-control", "a", "--links", "ib0", "--state-dir", "s", "--stop-grace-s", "5",
         "--config", str(config),

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import ConfigError
-from producers.control import ControlFile
-from producers.faults import HardwareFault, XidFault
-from producers.service import apply_control
+from trainmedic.bus.errors import ConfigError
+from trainmedic.producers.control import ControlFile
+from trainmedic.producers.faults import HardwareFault, XidFault
+from trainmedic.producers.rounds import apply_control
 
 
 def append(path: Path, text: str) -> None:
@@ -51,7 +51,7 @@ def test_good_lines_are_injected_bad_ones_logged_and_skipped(
             raise ConfigError("no node n09")
         injected.append((fault, now))
 
-    with caplog.at_level(logging.INFO, logger="producers.service"):
+    with caplog.at_level(logging.INFO, logger="trainmedic.producers.rounds"):
         apply_control(control, inject, now=5.0)
     assert injected == [(XidFault(code=79, gpu=3), 5.0), (XidFault(code=13), 5.0)]
     errors = [r.message for r in caplog.records if r.levelno == logging.ERROR]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.dcgm import DcgmMapper, DcgmPayloadError
-from schemas import adapter, encode
+from trainmedic.producers.dcgm import DcgmMapper, DcgmPayloadError
+from trainmedic.schemas import adapter, encode
 
 PAYLOAD = (Path(__file__).parents[2] / "fixtures" / "producers" / "dcgm_exporter_h100.txt").read_text()
 T = 1_700_000_000.0

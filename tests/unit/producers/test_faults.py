@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from producers.faults import (
+from trainmedic.producers.faults import (
     EccFault,
     FaultSpecError,
     GpuLostFault,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producers.links import discover_links, missing_links, read_links
 from tests.unit.producers.sysfs import cluster_node, ib_port, nic
+from trainmedic.producers.links import discover_links, missing_links, read_links
 
 
 def test_discovery_skips_loopback_and_virtual_interfaces(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from producers.loop import next_deadline, run_every
+from trainmedic.producers.loop import next_deadline, run_every
 
 
 @pytest.mark.parametrize(("deadline", "now", "expected"), [

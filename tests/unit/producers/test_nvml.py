@@ -7,9 +7,9 @@ import logging
 import pynvml
 import pytest
 
-from producers.nvml import NvmlGpus, NvmlUnavailable
 from tests.unit.producers import fake_pynvml
 from tests.unit.producers.fake_pynvml import FakeGpu, FakeNvml
+from trainmedic.producers.nvml import NvmlGpus, NvmlUnavailable
 
 T = 1_700_000_000.0
 
@@ -60,7 +60,7 @@ def test_what_a_gpu_does_not_support_is_null_and_logged_once(caplog: pytest.LogC
     gpus = four_gpus()
     gpus[1].unsupported = {"temperature", "power", "ecc", "nvlink", "throttle", "memory"}
     source = opened(FakeNvml(gpus))
-    with caplog.at_level(logging.INFO, logger="producers.nvml"):
+    with caplog.at_level(logging.INFO, logger="trainmedic.producers.nvml"):
         source.sample(T)
         s = source.sample(T + 1)[1]
     assert (s.temp_c, s.power_w, s.ecc_sbe, s.ecc_dbe, s.nvlink_errors) == (None,) * 5
@@ -86,7 +86,7 @@ def test_a_lost_gpu_is_sampled_no_more_and_says_so(caplog: pytest.LogCaptureFixt
     source = opened(nvml)
     gpus[2].lost = True
     nvml.xid(2, 79)
-    with caplog.at_level(logging.ERROR, logger="producers.nvml"):
+    with caplog.at_level(logging.ERROR, logger="trainmedic.producers.nvml"):
         last = source.sample(T)
     assert [s.gpu for s in last] == [0, 1, 2, 3]
     assert last[2].xids == (79,) and last[2].util is None  # its last words

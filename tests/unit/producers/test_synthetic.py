@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bus.errors import ConfigError
-from producers.faults import parse_fault
-from producers.synthetic import SyntheticGpus
-from schemas import GpuSample, adapter, encode
+from trainmedic.bus.errors import ConfigError
+from trainmedic.producers.faults import parse_fault
+from trainmedic.producers.synthetic import SyntheticGpus
+from trainmedic.schemas import GpuSample, adapter, encode
 
 T0 = 1_700_000_000.0
 

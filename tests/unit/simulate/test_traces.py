@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Incident, IncidentStatus, Severity
-from streams.core.taxonomy import CATEGORIES
 from tests.unit.ops.incident_log import recorded
+from trainmedic.schemas import Incident, IncidentStatus, Severity
 from trainmedic.simulate.faults import Fault
 from trainmedic.simulate.scenario import FailureModel
 from trainmedic.simulate.traces import MIXES, from_incident_log, generate
+from trainmedic.streams.core.taxonomy import CATEGORIES
 
 DAY_S = 86_400.0
 

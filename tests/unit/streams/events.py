@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.telemetry import (
+from trainmedic.schemas.telemetry import (
     GpuSample,
     LinkState,
     NodeHeartbeat,
@@ -11,7 +11,7 @@ from schemas.telemetry import (
     WorkerStarted,
     WorkerStepped,
 )
-from streams.core import Detector
+from trainmedic.streams.core import Detector
 
 WORLD = 8
 NODES = [f"n{i}" for i in range(WORLD // 2)]

@@ -1,14 +1,15 @@
-"""Which partitions the consumer engine stops reading while a backlog is ordered (streams/backpressure.py)."""
+"""Which partitions the consumer engine stops reading while a backlog is ordered
+(streams/engines/backpressure.py)."""
 
 from __future__ import annotations
 
-import schemas as s
-from schemas import Topics
-from streams.backpressure import to_pause, unread_waits
-from streams.core import Detector
-from streams.live import LiveConfig, LiveDetector
-from streams.pipeline import Pipeline
-from streams.service import DetectorService
+import trainmedic.schemas as s
+from trainmedic.schemas import Topics
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.backpressure import to_pause, unread_waits
+from trainmedic.streams.engines.consumer import DetectorService
+from trainmedic.streams.live import LiveConfig, LiveDetector
+from trainmedic.streams.pipeline import Pipeline
 
 A, B, C = ("gpu", 0), ("gpu", 1), ("node", 0)
 

@@ -7,10 +7,14 @@ from collections.abc import Callable
 
 import pytest
 
-import schemas as s
-from bus.message import RawMessage
-from schemas import wire
-from streams.batches import (
+import trainmedic.schemas as s
+from tests.unit.streams.test_checkpoint import arrivals
+from tests.unit.streams.test_scenarios import NAMES
+from trainmedic.bus.message import RawMessage
+from trainmedic.schemas import wire
+from trainmedic.streams.checkpoints.contents import decode_checkpoint, encode_checkpoint
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.batches import (
     Batch,
     Carriers,
     Entry,
@@ -19,14 +23,10 @@ from streams.batches import (
     encode_batch,
     events_partition,
 )
-from streams.checkpoint import decode_checkpoint, encode_checkpoint
-from streams.core import Detector
-from streams.decider import new_events
-from streams.ingest import wire_event
-from streams.live import LiveConfig, LiveDetector
-from streams.pipeline import Pipeline
-from tests.unit.streams.test_checkpoint import arrivals
-from tests.unit.streams.test_scenarios import NAMES
+from trainmedic.streams.engines.decide_stage import new_events
+from trainmedic.streams.engines.ingest_stage import wire_event
+from trainmedic.streams.live import LiveConfig, LiveDetector
+from trainmedic.streams.pipeline import Pipeline
 
 FLUSH_S = 0.05  # IngestConfig.flush_every_s
 CONFIG = LiveConfig(lateness_s=0.5, release_every_s=0.0, max_skew_s=1e10)  # the recordings are from 2023
@@ -165,8 +165,8 @@ def incidents(outs) -> list[tuple[bytes, bytes]]:
 def test_batches_of_big_events_are_split_under_the_size_limit_covering_every_offset() -> None:
     """Tracebacks of a megabyte each (a mass failure): each batch stays under MAX_BATCH_BYTES, and
     together they cover the offsets of the whole read, in order, with none lost."""
-    from streams.batches import MAX_BATCH_BYTES
-    from streams.ingest import _encoded
+    from trainmedic.streams.engines.batches import MAX_BATCH_BYTES
+    from trainmedic.streams.engines.ingest_stage import _encoded
 
     big = wire.WorkerFailed(ts=1.0, node="n1", job="j", rank=0, world_size=8, error="x" * 1_000_000)
     entries = [Entry(offset, 1000, b"j", big) for offset in range(10, 30, 2)]  # odd offsets dead-lettered

@@ -8,10 +8,13 @@ import json
 import msgspec
 import pytest
 
-import schemas as s
-from bus.message import RawMessage
-from schemas.wire import decode_telemetry
-from streams.checkpoint import (
+import trainmedic.schemas as s
+from tests.unit.streams.events import error, hb, start, step
+from tests.unit.streams.test_live_detector import source_of
+from tests.unit.streams.test_scenarios import load
+from trainmedic.bus.message import RawMessage
+from trainmedic.schemas.wire import decode_telemetry
+from trainmedic.streams.checkpoints.contents import (
     VERSION,
     CheckpointError,
     NewerCheckpoint,
@@ -20,11 +23,8 @@ from streams.checkpoint import (
     encode_checkpoint,
     foreign,
 )
-from streams.core import Detector
-from streams.live import LiveConfig, LiveDetector
-from tests.unit.streams.events import error, hb, start, step
-from tests.unit.streams.test_live_detector import source_of
-from tests.unit.streams.test_scenarios import load
+from trainmedic.streams.core import Detector
+from trainmedic.streams.live import LiveConfig, LiveDetector
 
 CONFIG = LiveConfig(lateness_s=0.5, release_every_s=0.0)
 

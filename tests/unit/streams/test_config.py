@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from streams.core import DetectorConfig, HangConfig
+from trainmedic.streams.core import DetectorConfig, HangConfig
 
 
 def test_defaults_follow_the_taxonomy():

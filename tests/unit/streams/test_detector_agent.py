@@ -12,16 +12,16 @@ from unittest.mock import patch
 import pytest
 from faust.types import TP
 
-import schemas as s
-from bus.errors import KafkaError
-from bus.message import RawMessage
-from bus.settings import KafkaSettings
-from streams.app import FaustTuning, build_app
-from streams.checkpoint import Owner, decode_checkpoint, encode_checkpoint
-from streams.core import Detector
-from streams.faust_checkpoints import FaustCheckpoints
-from streams.live import LiveConfig, LiveDetector
+import trainmedic.schemas as s
 from tests.unit.streams.test_scenarios import SCENARIOS
+from trainmedic.bus.errors import KafkaError
+from trainmedic.bus.message import RawMessage
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams.checkpoints.contents import Owner, decode_checkpoint, encode_checkpoint
+from trainmedic.streams.checkpoints.faust_engine import FaustCheckpoints
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.faust_app import FaustTuning, build_app
+from trainmedic.streams.live import LiveConfig, LiveDetector
 
 SETTINGS = KafkaSettings(bootstrap="127.0.0.1:1", topic_prefix="mem.")
 
@@ -57,7 +57,8 @@ def test_on_kafka_the_app_lets_the_wall_clock_become_event_time_only_as_far_as_r
     """Blind is not dead, for the Faust engine too: until the end offsets it asks for are reached,
     a restarted worker's backlog (or a broker away) never looks like silence."""
     asked = []
-    monkeypatch.setattr("streams.app.ReadCheck", lambda *args: asked.append(args))  # no admin client
+    # no admin client:
+    monkeypatch.setattr("trainmedic.streams.engines.faust_app.ReadCheck", lambda *args: asked.append(args))
     detector = build_app(SETTINGS, app_id="agent-reads")  # nothing else connects until a worker runs
     assert [settings for settings, *_ in asked] == [SETTINGS]
     recorded = build_app(SETTINGS, app_id="agent-sink", sink=lambda *_: None)
@@ -250,7 +251,7 @@ def test_a_checkpoint_waits_for_the_sends_before_it() -> None:
         turn = asyncio.Lock()
         delivery = asyncio.get_running_loop().create_future()
         saving.sent(delivery)
-        with patch("streams.faust_checkpoints.FLUSH_WAIT_S", 0.01):
+        with patch("trainmedic.streams.checkpoints.faust_engine.FLUSH_WAIT_S", 0.01):
             await saving.maybe_save(100.0, turn)
         assert saving.topic.written == [] and saving.pending == [delivery]  # postponed
         delivery.set_result(None)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from bus.errors import ConfigError
-from bus.settings import KafkaSettings
-from streams.checkpoint_topic import CheckpointTopic
-from streams.cli import add_arguments, build_config
-from streams.core import DetectorConfig, HangConfig
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.streams.checkpoints.topic import CheckpointTopic
+from trainmedic.streams.cli import add_arguments, build_config
+from trainmedic.streams.core import DetectorConfig, HangConfig
 
 ACME = KafkaSettings(topic_prefix="acme.")
 NOW = 1_750_000_000.0
@@ -117,7 +117,7 @@ def test_the_command_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_every_section_of_the_core_is_a_section_of_the_service_config() -> None:
-    from streams.config import CORE_SECTIONS, DetectorServiceConfig
+    from trainmedic.streams.config import CORE_SECTIONS, DetectorServiceConfig
 
     assert set(CORE_SECTIONS) <= set(DetectorServiceConfig.model_fields)
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from streams.core import Detector, DetectorState
-from streams.core.ids import incident_id
-from streams.replay import read_events, replay
+from trainmedic.streams.core import Detector, DetectorState
+from trainmedic.streams.core.ids import incident_id
+from trainmedic.streams.replay import read_events, replay
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 SAMPLE = ["node_lost_gloo", "gpu_lost_xid79", "hang_rank", "escalation_sev2_same_node",

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.incident import Severity
-from streams.core import Detector
-from streams.core.config import EscalationConfig
-from streams.core.escalation import escalate
-from streams.core.state import DetectorState
-from streams.core.taxonomy import error_signature
 from tests.unit.streams.events import error, exited, hb, healthy, start, step
+from trainmedic.schemas.incident import Severity
+from trainmedic.streams.core import Detector
+from trainmedic.streams.core.config import EscalationConfig
+from trainmedic.streams.core.escalation import escalate
+from trainmedic.streams.core.state import DetectorState
+from trainmedic.streams.core.taxonomy import error_signature
 
 CFG = EscalationConfig()
 S1, S2, S3 = Severity.SEV1, Severity.SEV2, Severity.SEV3

@@ -6,17 +6,17 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Message
 
-import schemas as s
-from bus.message import RawMessage
-from schemas.topics import BY_SUFFIX
-from streams.batches import Batch, Entry, SourceOffsets, decode_batch, encode_batch
-from streams.checkpoint import decode_checkpoint, encode_checkpoint
-from streams.core import Detector
-from streams.decider import new_events
-from streams.event_time import ClockBound
-from streams.ingest import wire_event
-from streams.live import LiveConfig, LiveDetector
-from streams.pipeline import Pipeline
+import trainmedic.schemas as s
+from trainmedic.bus.message import RawMessage
+from trainmedic.schemas.topics import BY_SUFFIX
+from trainmedic.streams.checkpoints.contents import decode_checkpoint, encode_checkpoint
+from trainmedic.streams.core import Detector
+from trainmedic.streams.engines.batches import Batch, Entry, SourceOffsets, decode_batch, encode_batch
+from trainmedic.streams.engines.decide_stage import new_events
+from trainmedic.streams.engines.ingest_stage import wire_event
+from trainmedic.streams.event_time import ClockBound
+from trainmedic.streams.live import LiveConfig, LiveDetector
+from trainmedic.streams.pipeline import Pipeline
 
 TOPICS = s.Topics("mem.")
 NOW = 1_800_000_000.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core import Detector, DetectorConfig, DetectorState, GapConfig
 from tests.unit.streams.events import healthy, run
+from trainmedic.streams.core import Detector, DetectorConfig, DetectorState, GapConfig
 
 THREE = ["a", "b", "c"]
 TEN = [f"n{i}" for i in range(10)]

@@ -4,8 +4,6 @@ incident, one report cannot move a job generations ahead, and jobs never seen st
 
 from __future__ import annotations
 
-from streams.core import Detector
-from streams.core.job_rules import UNSTARTED_JOBS
 from tests.unit.streams.events import (
     NODES,
     error,
@@ -19,6 +17,8 @@ from tests.unit.streams.events import (
     step,
     steps,
 )
+from trainmedic.streams.core import Detector
+from trainmedic.streams.core.job_rules import UNSTARTED_JOBS
 
 CUDA = "RuntimeError: CUDA error: an illegal memory access was encountered"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core import CorrelationConfig, Detector, DetectorConfig, HangConfig
 from tests.unit.streams.events import (
     error,
     exited,
@@ -16,6 +15,7 @@ from tests.unit.streams.events import (
     step,
     steps,
 )
+from trainmedic.streams.core import CorrelationConfig, Detector, DetectorConfig, HangConfig
 
 NCCL = "torch.distributed.DistBackendError: NCCL error: remote process exited"
 CUDA = "RuntimeError: CUDA error: an illegal memory access was encountered"

@@ -6,11 +6,11 @@ import random
 
 import pytest
 
-import schemas as s
-from streams.core import Detector
-from streams.live import LiveConfig, LiveDetector
-from streams.replay import replay
+import trainmedic.schemas as s
 from tests.unit.streams.test_scenarios import NAMES, load
+from trainmedic.streams.core import Detector
+from trainmedic.streams.live import LiveConfig, LiveDetector
+from trainmedic.streams.replay import replay
 
 PARTITIONS = 3
 

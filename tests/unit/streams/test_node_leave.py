@@ -4,8 +4,8 @@ unmarked make it watched again."""
 
 from __future__ import annotations
 
-from streams.core import Detector, DetectorState
 from tests.unit.streams.events import error, exited, hb, healthy, opened, run, start, steps
+from trainmedic.streams.core import Detector, DetectorState
 
 TEN = [f"n{i}" for i in range(10)]
 

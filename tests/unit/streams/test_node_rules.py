@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streams.core import Detector, DetectorConfig, GpuConfig, HeartbeatConfig
 from tests.unit.streams.events import error, gpu, hb, healthy, opened, run, start, steps
+from trainmedic.streams.core import Detector, DetectorConfig, GpuConfig, HeartbeatConfig
 
 
 def _counter_series(values, field="ecc_dbe"):

@@ -7,15 +7,15 @@ import json
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, KafkaError, Message
 
-import schemas as s
-from bus.message import RawMessage
-from streams.core import Detector
-from streams.live import LiveConfig, LiveDetector
-from streams.pipeline import Pipeline
-from streams.replay import replay
+import trainmedic.schemas as s
 from tests.unit.streams.test_checkpoint import arrivals
 from tests.unit.streams.test_live_detector import until
 from tests.unit.streams.test_scenarios import NAMES, SCENARIOS
+from trainmedic.bus.message import RawMessage
+from trainmedic.streams.core import Detector
+from trainmedic.streams.live import LiveConfig, LiveDetector
+from trainmedic.streams.pipeline import Pipeline
+from trainmedic.streams.replay import replay
 
 TOPICS = s.Topics("mem.")
 

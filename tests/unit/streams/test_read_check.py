@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from bus.settings import KafkaSettings
-from streams import read_check
-from streams.read_check import ReadCheck
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.streams import read_check
+from trainmedic.streams.read_check import ReadCheck
 
 TP = ("t.telemetry.gpu", 0)
 
@@ -78,7 +78,7 @@ def test_only_an_answer_about_every_partition_asked_about_now_confirms(broker: B
 
 def test_a_detector_pausing_and_resuming_a_partition_every_fetch_is_still_confirmed(broker: Broker) -> None:
     """Under load the consumer engine pauses and resumes partitions every few fetches
-    (streams/backpressure.py). An answer about one more partition than is read now confirms the
+    (streams/engines/backpressure.py). An answer about one more partition than is read now confirms the
     others; dropped, every answer was, and the detector counted as blind while reading on time."""
     check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.25)
     other = ("t.telemetry.node", 0)
@@ -118,7 +118,7 @@ def test_asked_about_no_partition_nothing_is_confirmed(broker: Broker) -> None:
 
 
 def test_a_partition_read_again_after_a_pause_is_covered_by_what_was_asked_meanwhile(broker: Broker) -> None:
-    """A detector 20 s behind pauses a partition for 5 s (streams/backpressure.py). The engine
+    """A detector 20 s behind pauses a partition for 5 s (streams/engines/backpressure.py). The engine
     asks about it all the while (`about`), checking only the reads of the others: once it is read
     again, the answers asked during the pause cover it, and confirmations go on. (Asked about the
     others alone, those answers were dropped at the resume: 5 s with none, a false blind spell.)"""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.record import parse_start_offset
 from trainmedic.cli import main
+from trainmedic.streams.record import parse_start_offset
 
 
 def test_start_offsets():

@@ -3,9 +3,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from schemas.incident import Incident
-from streams.replay import replay
 from trainmedic.cli import main
+from trainmedic.schemas.incident import Incident
+from trainmedic.streams.replay import replay
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -45,7 +45,7 @@ def test_equal_timestamps_keep_file_order(tmp_path, capsys):
 
 
 def test_tail_lets_silence_at_the_end_of_a_recording_count():
-    from schemas.telemetry import NodeHeartbeat
+    from trainmedic.schemas.telemetry import NodeHeartbeat
 
     events = [NodeHeartbeat(ts=float(t), node="a", interval=1.0) for t in range(10)]
     assert replay(events) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.replay import read_events, replay
+from trainmedic.streams.replay import read_events, replay
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 NAMES = sorted(p.name.removesuffix(".expected.json") for p in SCENARIOS.glob("*.expected.json"))
@@ -25,7 +25,7 @@ def load(name: str) -> tuple[list, dict, str]:
 
 
 def test_there_is_a_scenario_for_every_category():
-    from streams.core.taxonomy import CATEGORIES
+    from trainmedic.streams.core.taxonomy import CATEGORIES
 
     covered = {item["category"] for name in NAMES for item in load(name)[1]["incidents"]}
     assert covered == set(CATEGORIES)

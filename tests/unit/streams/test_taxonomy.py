@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.incident import Action, Severity
-from streams.core.taxonomy import CATEGORIES, XID_CATEGORY, classify_error, xid_category
+from trainmedic.schemas.incident import Action, Severity
+from trainmedic.streams.core.taxonomy import CATEGORIES, XID_CATEGORY, classify_error, xid_category
 
 TAXONOMY_MD = {  # category -> severity, as the table in TAXONOMY.md says
     "node_lost": "SEV1", "gpu_lost": "SEV1", "gpu_ecc": "SEV1", "nvlink": "SEV1",

@@ -10,9 +10,9 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from recovery.worker.env import WorkerEnv
-from recovery.worker.runtime import generation_store
-from schemas import RestoreSource
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.runtime import generation_store
+from trainmedic.schemas import RestoreSource
 
 
 def free_port() -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from recovery.worker import runtime
+from trainmedic.recovery.worker import runtime
 
 CONTRACT = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "RANK": "0", "WORLD_SIZE": "1"}
 

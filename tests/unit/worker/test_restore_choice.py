@@ -2,10 +2,17 @@ import os
 
 import torch
 
-from recovery.worker import state_files
-from recovery.worker.env import WorkerEnv
-from recovery.worker.restore import CHECKPOINT, REPLICA, Offer, choose, fallback_warning, local_offers
-from schemas import RestoreSource
+from trainmedic.recovery.worker import state_files
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.restore import (
+    CHECKPOINT,
+    REPLICA,
+    Offer,
+    choose,
+    fallback_warning,
+    local_offers,
+)
+from trainmedic.schemas import RestoreSource
 
 
 def test_the_newest_state_wins_then_replica_then_lowest_rank():

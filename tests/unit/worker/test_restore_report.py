@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from recovery.worker.env import WorkerEnv
-from recovery.worker.runtime import Runtime
-from schemas import RestoreSource
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.runtime import Runtime
+from trainmedic.schemas import RestoreSource
 
 
 class Steps:
@@ -69,7 +69,7 @@ def test_a_job_submitted_again_over_an_old_checkpoint_dir_saves_above_what_it_re
     generation 0, resumes step 10, and its checkpoint of step 11 must be the newest, not pruned."""
     from dataclasses import replace
 
-    from recovery.worker import state_files
+    from trainmedic.recovery.worker import state_files
 
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -11,11 +11,11 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from recovery.worker import sharded, state_files
-from recovery.worker.env import WorkerEnv
-from recovery.worker.runtime import Runtime
-from recovery.worker.snapshot_writer import SnapshotWriter
-from schemas import RestoreSource
+from trainmedic.recovery.worker import sharded, state_files
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.recovery.worker.runtime import Runtime
+from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.schemas import RestoreSource
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@ import re
 
 import pytest
 
-from bus.errors import ConfigError
-from recovery.worker.env import WorkerEnv
-from schemas import RestoreSource
+from trainmedic.bus.errors import ConfigError
+from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.schemas import RestoreSource
 
 
 def test_the_env_contract_round_trips():

@@ -1,0 +1,1 @@
+"""Operator commands for jobs: submit, stop, list, one job's status and its ranks' logs."""

@@ -1,0 +1,311 @@
+"""Submit a training job, stop one, list the jobs and where they run, show one job's status or its
+ranks' logs.
+
+`submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic,
+signed with the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys
+generate --role operator`); the coordinator then starts the job on its nodes at generation 0.
+A coordinator that checks signatures dead-letters a job no trusted operator key signed;
+--insecure publishes it unsigned, for a coordinator run with --insecure. `stop JOB` publishes
+a job_stop signed the same way: the coordinator stops the job's ranks, frees its nodes, and
+the job ends `stopped`. `list` folds the log (every topic the coordinator reads: recovery holds
+its plans) as the coordinator does and prints one line per job. `status JOB` adds the job's
+progress from worker telemetry: latest step, step rate, restarts and steps lost (exit status 2
+for a job the log does not know). `logs JOB` prints the output of the job's ranks that ran on
+this machine ($TRAINMEDIC_HOME-jobs/NODE/JOB/logs/, where `trainmedic run` and each
+`trainmedic node` put it), one rank or all with a `[rank N]` prefix; --follow prints it as it
+is written until the job ends (or Ctrl-C).
+
+Each of these gives one line on stderr and exit status 2, and publishes nothing, for: a spec
+that is not valid, breaks the coordinator's bounds (recovery/coordinator/core/job_bounds.py) or,
+given the coordinator's --config, names a node outside its `nodes:`; a job id already in the
+log, a node never heard from (unless --allow-unknown-nodes), a command that cannot run here
+(unless --no-local-check; job_checks.py); a stop of a job the log does not hold or that has
+ended; a missing operator key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+import time
+from pathlib import Path
+
+from trainmedic.ops.keys import add_operator_arguments
+from trainmedic.schemas.printable import terminal_safe
+
+SPEC_FORMAT = """\
+job spec (YAML; see docs/job-example.yaml):
+  id: llm-a                      # unique; a second submission of the same id is ignored
+  nodes: [n01, n02, n03, n04]    # where it starts; their count must be a throughput size
+  throughput: {2: 5.0e14, 4: 1.0e15, 8: 1.9e15}   # nodes -> FLOP/s, the sizes it can run at
+  command: [python, train.py]    # argv of one rank: an executable (absolute, relative to workdir, or
+                                 # on PATH), and for python the script (relative to workdir)
+  args: [--lr, "3e-4"]           # optional: appended to command
+  env: {STEPS: "1000"}           # optional: set in each rank's environment (never a secret: it is
+                                 # published; not MASTER_*, RANK, WORLD_SIZE, LOCAL_*, TRAINMEDIC_*)
+  workdir: .                     # optional: each rank's directory, relative to this file; default
+                                 # this file's directory
+  ranks_per_node: 8              # default 1
+  master_port: 29500             # default 29500 (rank 0's node listens there)
+  checkpoint_dir: /ckpt/llm-a    # optional: where a restart restores from without a replica
+  weight: 1.0                    # optional: the job's priority in the plan (at most 1000)
+  transition_s: 120              # optional: how long a restart of this job costs (at most 86400)
+  restart: {max_restarts: 2, backoff_s: [10, 60], window_s: 3600}  # optional: each field defaults to
+                                 # the coordinator's max_restarts, restart_backoff_s, restart_window_s
+  failure: {hang_floor_s: 600, collective_timeout_s: 300}  # optional: how its failures are found
+
+bounds: throughput at most 1e17 FLOP/s per node, ranks_per_node at most 256, command and args at
+most 256 words and 64 KiB; every node one of the cluster's (the coordinator config's nodes:).
+Checked before publishing: the id is new (any state), every node was heard from (an executor
+there reported) or is in --config's nodes (else --allow-unknown-nodes), the command resolves on
+this machine (else --no-local-check, when submitting from a machine without the job's code).
+"""
+
+CONFIG_HELP = ("the coordinator's config (YAML): the nodes a job may name are its `nodes:` "
+               "(without it, the nodes are checked by the coordinator only)")
+
+
+class SpecError(ValueError):
+    """A job spec that cannot be submitted, or a stop that cannot be asked; the message is one line."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    submit = sub.add_parser("submit", help="check a job spec and submit it",
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SPEC_FORMAT)
+    submit.add_argument("spec", type=Path, metavar="SPEC.yaml")
+    submit.add_argument("--config", type=Path, metavar="FILE.yaml", help=CONFIG_HELP)
+    submit.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    submit.add_argument("--allow-unknown-nodes", action="store_true",
+                        help="submit even if a node was never heard from (its executor starts later)")
+    submit.add_argument("--no-local-check", action="store_true",
+                        help="do not check that the command and script exist on this machine (it does "
+                             "not have the job's code)")
+    add_operator_arguments(submit)
+    stop = sub.add_parser("stop", help="stop a job: its ranks are stopped, its nodes freed; it ends stopped")
+    stop.add_argument("job", metavar="JOB")
+    stop.add_argument("--reason", default="", help="why, for the log")
+    stop.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    stop.add_argument("--config", type=Path, metavar="FILE.yaml",
+                      help="the coordinator's config (YAML), to fold the log as it does")
+    add_operator_arguments(stop)
+    listing = sub.add_parser("list", help="print every job: state, generation, world size, nodes")
+    listing.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    listing.add_argument("--config", type=Path, metavar="FILE.yaml",
+                         help="the coordinator's config (YAML), to fold the log as it does (without it, "
+                              "every node a job names counts as the cluster's)")
+    status = sub.add_parser("status", help="one job: state, generation, nodes, step and step rate, restarts, "
+                            "steps lost")
+    status.add_argument("job", metavar="JOB")
+    status.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    status.add_argument("--config", type=Path, metavar="FILE.yaml", help=CONFIG_HELP)
+    logs = sub.add_parser("logs", help="the job's rank output on this machine; --follow as it is written")
+    logs.add_argument("job", metavar="JOB")
+    logs.add_argument("--rank", type=int, metavar="N", help="only this rank (default: all, each line "
+                      "prefixed [rank N])")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing as the ranks write, until the job ends (reads the job's state "
+                      "from Kafka) or Ctrl-C")
+    logs.add_argument("--home", type=Path, metavar="DIR",
+                      help="the TRAINMEDIC_HOME whose ranks' logs to read, in HOME-jobs/NODE/JOB/logs "
+                      "(default: $TRAINMEDIC_HOME, "
+                      "else ./.trainmedic)")
+    logs.add_argument("--bootstrap",
+                      help="Kafka bootstrap servers, for --follow and to tell an unknown job from one whose "
+                      "logs are elsewhere (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+
+
+def load_spec(path: Path):
+    """The JobSpec in `path`, or SpecError saying what is wrong and where."""
+    from pydantic import ValidationError
+
+    from trainmedic.bus.errors import ConfigError
+    from trainmedic.bus.yaml_file import load_mapping
+    from trainmedic.recovery.planner.cli import describe
+    from trainmedic.schemas.jobs import JobSpec
+
+    try:
+        document = load_mapping(path, "a mapping with id, nodes, throughput and command")
+    except ConfigError as err:
+        raise SpecError(str(err)) from None
+    try:
+        spec = JobSpec.model_validate(document)
+    except ValidationError as err:
+        raise SpecError(f"{path}: {describe(err)}") from None
+    if spec.model_extra:
+        raise SpecError(f"{path}: unknown field {sorted(spec.model_extra)[0]!r} "
+                        f"(known: {', '.join(JobSpec.model_fields)})")
+    if not spec.nodes:
+        raise SpecError(f"{path}: nodes: name the nodes the job starts on")
+    return spec
+
+
+def coordinator_config(path: Path | None):
+    """The coordinator's config as `trainmedic coordinator --config PATH` builds it (None: no file)."""
+    from trainmedic.bus.errors import ConfigError
+    from trainmedic.recovery.coordinator.cli import COORDINATOR, OPTIONS
+
+    if path is None:
+        return None
+    try:
+        return OPTIONS.build(COORDINATOR, argparse.Namespace(config=path))
+    except ConfigError as err:  # a usage error, as a bad spec is
+        raise SpecError(f"--config: {err}") from None
+
+
+def check_command(path: Path, spec) -> None:
+    """SpecError when the job's command cannot run in its workdir on this machine."""
+    from trainmedic.ops.jobs.checks import command_problem
+
+    problem = command_problem(spec)
+    if problem is not None:
+        raise SpecError(f"{path}: {problem} (--no-local-check when this machine does not have the "
+                        "job's code)")
+
+
+def check_log(path: Path, spec, state, allow_unknown_nodes: bool) -> None:
+    """SpecError when the log already holds the job's id, or names none of its nodes."""
+    from trainmedic.ops.jobs.checks import log_problems
+
+    problems = log_problems(spec, state, allow_unknown_nodes)
+    if problems:
+        raise SpecError(f"{path}: {'; '.join(problems)}")
+
+
+def check_bounds(path: Path, spec, config) -> None:
+    """SpecError when the coordinator would reject `spec`; without its `config`, nodes are not checked."""
+    from trainmedic.recovery.coordinator.core.job_bounds import job_problems
+
+    cluster = None if config is None else {node.id for node in config.nodes}
+    problems = job_problems(spec, lambda node: cluster is None or node in cluster)
+    if problems:
+        raise SpecError(f"{path}: the coordinator would reject job {spec.id}: {'; '.join(problems)}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainmedic.bus.errors import ConfigError, TrainmedicError
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.ops.jobs.checks import with_workdir
+    from trainmedic.ops.keys import operator_key
+
+    try:
+        if args.action == "logs":
+            return logs(args)
+        config = coordinator_config(args.config)
+        if args.action == "submit":
+            spec = with_workdir(load_spec(args.spec), args.spec)
+            check_bounds(args.spec, spec, config)
+            key = operator_key(args, "trainmedic job")
+            if not args.no_local_check:
+                check_command(args.spec, spec)
+            settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+            check_log(args.spec, spec, fold_log(settings, config), args.allow_unknown_nodes)
+            return submit(settings, spec, key)
+        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+        if args.action == "stop":
+            key = operator_key(args, "trainmedic job")
+            return stop(settings, fold_log(settings, config), args.job, args.reason, key)
+        if args.action == "status":
+            from trainmedic.ops.jobs.view import show_status
+
+            return show_status(settings, fold_log(settings, config), args.job)
+        return list_jobs(settings, config)
+    except (SpecError, ConfigError) as err:
+        print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except TrainmedicError as err:
+        print(f"trainmedic job: {err}", file=sys.stderr)
+        return 1
+
+
+def logs(args: argparse.Namespace) -> int:
+    from trainmedic.bus.settings import KafkaSettings, home
+    from trainmedic.ops.jobs.view import follow_logs, show_logs
+
+    where = args.home.resolve() if args.home is not None else home()
+    settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+    if not args.follow:
+        return show_logs(settings, where, args.job, args.rank)
+    return follow_logs(settings, where, args.job, args.rank)
+
+
+def submit(settings, spec, key=None) -> int:
+    """Publish `spec`, signed with the operator's `key` (unsigned when None: insecure) for this
+    deployment (its topic prefix): a coordinator under another prefix refuses it."""
+    from trainmedic.bus.producer import EventProducer
+    from trainmedic.schemas.jobs import JobSubmitted
+
+    event = JobSubmitted(ts=time.time(), job=spec, deployment=settings.topics.prefix)
+    if key is not None:
+        event = key.sign(event)
+    with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
+        producer.send(settings.topics.jobs, event, key=spec.id)
+    print(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks; "
+          f"the coordinator starts it at generation 0")
+    return 0
+
+
+def stop(settings, state, job_id: str, reason: str, key=None) -> int:
+    """Publish a stop of `job_id`, signed with the operator's `key` for this deployment, if the log
+    holds it and it has not ended."""
+    from trainmedic.bus.producer import EventProducer
+    from trainmedic.schemas.jobs import JobStopRequested
+
+    job = state.jobs.get(job_id)
+    if job is None:
+        known = " ".join(sorted(state.jobs)[:10]) or "none"
+        raise SpecError(f"no job {job_id} in the log (jobs: {known}); `trainmedic job list` shows them")
+    if job.state.ended:
+        why = f": {job.end_reason}" if job.end_reason else ""
+        raise SpecError(f"job {job_id} already ended ({job.state}{why}): nothing to stop")
+    event = JobStopRequested(ts=time.time(), job=job_id, reason=reason, by=_user(),
+                             deployment=settings.topics.prefix)
+    if key is not None:
+        event = key.sign(event)
+    with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
+        producer.send(settings.topics.jobs, event, key=job_id)
+    where = (f"stops its ranks on {' '.join(job.nodes)} and frees them" if job.nodes
+             else "ends it (no node runs it)")
+    print(f"stop of job {job_id} requested ({job.state}): the coordinator {where}; `trainmedic job list` "
+          "shows it stopped")
+    return 0
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"
+
+
+def fold_log(settings, config):
+    """The coordinator's state, folded from the log as it stands now."""
+    from trainmedic.bus.reader import NOW, TopicReader
+    from trainmedic.recovery.coordinator.intake import listing
+    from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
+
+    topics = settings.topics
+    with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("job"),
+                     timeout_s=30.0) as reader:
+        records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
+    return listing(records, config, topics.jobs)
+
+
+def list_jobs(settings, config=None) -> int:
+    """One line per job: its state (submitted, starting, running, recovering, stopping, queued,
+    failed, succeeded, stopped), generation, world size and nodes."""
+    state = fold_log(settings, config)
+    if not state.jobs:
+        print("no jobs")
+        return 0
+    print(f"{'JOB':20} {'STATE':11} {'GEN':>4} {'WORLD':>6}  NODES")
+    for job in state.jobs.values():
+        generation = "-" if job.generation is None else str(job.generation)
+        world = len(job.nodes) * job.spec.ranks_per_node
+        isolated = [n for n in job.nodes if not state.healthy(n)]
+        note = f"  (isolated: {' '.join(isolated)})" if isolated else ""
+        nodes = " ".join(job.nodes)
+        line = f"{job.spec.id:20} {job.state.value:11} {generation:>4} {world:>6}  {nodes}{note}"
+        print(terminal_safe(line))
+    return 0

@@ -1,0 +1,192 @@
+"""See the cluster's nodes, and take one out of service or put it back.
+
+  list              every node: its state, why, since when, and the jobs on it
+  cordon NODE       no new work goes to NODE; what runs there keeps running
+  drain NODE        NODE takes no work at all: the coordinator re-plans its jobs off it now
+                    (one plan per job: the job moves to a spare, or shrinks if it can)
+  uncordon NODE     NODE is back in the pool: ends a cordon, a drain and an isolation; the
+                    coordinator grows jobs onto it when the planner says the restart pays
+
+States: ready, cordoned, draining (a job still runs there), drained, isolated (the coordinator
+took it out for a fault; it re-admits it on its own after probation unless `readmission: off`).
+Each change is an event on the nodes topic, read by the coordinator within a tick, signed with
+the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys generate --role
+operator`): a coordinator that checks signatures ignores (dead-letters) one no trusted operator
+key signed; --insecure publishes it unsigned, for a coordinator run with --insecure. The state
+is folded from the log (jobs, incidents, recovery, commands, acks, nodes) as the coordinator folds it.
+A node the log and the --config file do not know is refused with exit status 2, and so is a
+missing operator key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+import time
+from pathlib import Path
+
+from trainmedic.ops.keys import add_operator_arguments
+from trainmedic.schemas.printable import terminal_safe
+
+CHANGES = {
+    "cordon": ("node_cordoned", "cordoned"),
+    "drain": ("node_drained", "draining"),
+    "uncordon": ("node_uncordoned", "back in the pool"),
+}
+
+
+class UnknownNode(ValueError):
+    """A node name neither the log nor the cluster configuration knows."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = sub.add_parser("list", help="every node: state, why, since when, its jobs")
+    _common(listing)
+    for name, what in (("cordon", "no new work goes to NODE; what runs there keeps running"),
+                       ("drain", "move NODE's jobs off it now (one re-plan per job); no new work"),
+                       ("uncordon", "put NODE back in the pool (ends a cordon, drain or isolation)")):
+        change = sub.add_parser(name, help=what, description=what)
+        change.add_argument("node", metavar="NODE")
+        change.add_argument("--reason", default="", help="why, for `nodes list` and the log")
+        change.add_argument("--by", default=None, help="who (default: the user name)")
+        add_operator_arguments(change)
+        _common(change)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE.yaml",
+                        help="the coordinator's config file: its `nodes:` are known even before the log "
+                             "names them (a spare), and its re-admission settings say when an isolated "
+                             "node comes back")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainmedic.bus.errors import ConfigError, TrainmedicError
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.ops.keys import operator_key
+
+    try:
+        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+        key = None if args.action == "list" else operator_key(args, "trainmedic nodes")
+        state = fold_log(settings, load_config(args.config))
+        if args.action == "list":
+            print(render(state, time.time()))
+            return 0
+        return change(settings, state, args.action, args.node, args.reason, args.by or _user(), key)
+    except (UnknownNode, ConfigError) as err:
+        print(f"trainmedic nodes: {err}", file=sys.stderr)
+        return 2
+    except TrainmedicError as err:
+        print(f"trainmedic nodes: {err}", file=sys.stderr)
+        return 1
+
+
+def load_config(path: Path | None):
+    """The coordinator's config from its YAML file; None without one (then every node the log names
+    is known, and the coordinator's defaults apply)."""
+    from pydantic import ValidationError
+
+    from trainmedic.bus.errors import ConfigError
+    from trainmedic.bus.yaml_file import load_mapping
+    from trainmedic.recovery.coordinator.core import CoordinatorConfig
+
+    if path is None:
+        return None
+    try:
+        return CoordinatorConfig.model_validate(load_mapping(path, "the coordinator's settings"))
+    except ValidationError as err:
+        raise ConfigError(f"{path}: {err.errors(include_url=False)[0]['msg']}") from None
+
+
+def fold_log(settings, config):
+    """The coordinator's state, folded from the log as it stands now."""
+    from trainmedic.bus.reader import NOW, TopicReader
+    from trainmedic.recovery.coordinator.intake import listing
+    from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
+
+    topics = settings.topics
+    with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("nodes"),
+                     timeout_s=30.0) as reader:
+        records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
+    return listing(records, config, topics.jobs)
+
+
+def rows(state, now: float) -> list[tuple[str, ...]]:
+    """NODE, STATE, SINCE, WHY, JOBS for each node, by name."""
+    from trainmedic.ops.incidents.render import iso, span
+    from trainmedic.recovery.coordinator.core.lifecycle import status
+    from trainmedic.recovery.coordinator.core.readmission import outlook
+
+    out = []
+    for node in sorted(state.nodes.values(), key=lambda n: n.id):
+        shown = status(state, node.id)
+        if shown == "isolated":
+            incident = state.incidents.get(node.isolated_by)
+            what = f" ({incident.category}, {incident.status})" if incident else ""
+            since, why = node.isolated_ts, f"incident {node.isolated_by}{what}; {outlook(state, node, now)}"
+        elif shown in ("leaving", "left"):
+            since, why = node.left_ts, f"announced by the node itself: {node.left_reason or 'shutting down'}"
+        else:
+            since, why = node.mode_ts, node.mode_reason
+            if shown == "ready" and node.returned_ts is not None and node.returned_ts > (node.mode_ts or 0):
+                since, why = node.returned_ts, "re-admitted by the coordinator after its probation"
+        when = "-" if since is None else f"{iso(since)[:19]} ({span(max(0.0, now - since))} ago)"
+        job = state.job_on(node.id)
+        out.append((node.id, shown, when, why or "-", job.spec.id if job else "-"))
+    return out
+
+
+def render(state, now: float) -> str:
+    if not state.nodes:
+        return "no nodes known (none in the log; --config names the cluster's)"
+    header = ("NODE", "STATE", "SINCE (UTC)", "WHY", "JOBS")
+    table = [header, *(tuple(map(terminal_safe, row)) for row in rows(state, now))]  # WHY is incident text
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in table)
+
+
+def change(settings, state, action: str, node: str, reason: str, by: str, key=None) -> int:
+    """Publish the node's lifecycle event, signed with the operator's `key` (unsigned when None:
+    insecure) for this deployment (its topic prefix), and say what the coordinator will do."""
+    from trainmedic.bus.producer import EventProducer
+    from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
+
+    if node not in state.nodes:
+        known = " ".join(sorted(state.nodes)) or "none"
+        raise UnknownNode(f"unknown node {node!r}: neither the log nor the config names it (known: {known})")
+    model = {"cordon": NodeCordoned, "drain": NodeDrained, "uncordon": NodeUncordoned}[action]
+    event = model(ts=time.time(), node=node, reason=reason, by=by, deployment=settings.topics.prefix)
+    if key is not None:
+        event = key.sign(event)
+    with EventProducer(settings, client_id=settings.topics.owned("nodes")) as producer:
+        producer.send(settings.topics.nodes, event, key=node)
+    print(f"node {node}: {CHANGES[action][1]}. {consequence(state, action, node)}")
+    return 0
+
+
+def consequence(state, action: str, node: str) -> str:
+    """What the coordinator does next, from the state before the change."""
+    job = state.job_on(node)
+    on = f"job {job.spec.id}" if job else None
+    if action == "cordon":
+        return (f"{on} keeps running there; no new ranks go to it." if on
+                else "No job runs there; no new ranks go to it.")
+    if action == "drain":
+        return (f"The coordinator re-plans {on} off it (one plan): the job moves to a free node, "
+                f"or shrinks if its sizes allow, or waits queued." if on
+                else "No job runs there; no new ranks go to it.")
+    isolation = state.nodes[node].isolated_by
+    ended = "" if isolation is None else f"It ends its isolation (incident {isolation}). "
+    return f"{ended}The coordinator re-plans, and grows jobs onto it when the planner says the restart pays."
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"

@@ -1,0 +1,126 @@
+"""From a plan to the commands it calls for: deterministic ids, steps, worker specs.
+
+Everything here is a function of the plan and the job spec, so a restarted coordinator
+derives the same commands (and ids) from the plan it reads back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+from trainmedic.recovery.coordinator.core.state import ClusterState, Job, Step
+from trainmedic.schemas.commands import Command, CommandAction, RestoreSource, WorkerSpec
+from trainmedic.schemas.jobs import JobSpec
+from trainmedic.schemas.recovery import RecoveryKind, RecoveryPlanned
+
+
+def digest(*parts: object) -> str:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:20]
+
+
+def start_plan_id(job: str) -> str:
+    return f"plan-{digest('start', job)}"
+
+
+def incident_plan_id(incident_id: str) -> str:
+    """One plan per incident, however often the incident is delivered."""
+    return f"plan-{digest('incident', incident_id)}"
+
+
+def stop_plan_id(job: str) -> str:
+    """One stop per job, however often the operator asks."""
+    return f"plan-{digest('stop', job)}"
+
+
+def command_id(plan_id: str, job: str, node: str, generation: int, action: CommandAction) -> str:
+    return f"cmd-{digest(plan_id, job, node, generation, action)}"
+
+
+def escalation_id(command: str) -> str:
+    """The incident a failed command escalates to: one per command."""
+    return f"esc-{digest('escalate', command)}"
+
+
+def plan_steps(plan: RecoveryPlanned) -> dict[str, Step]:
+    """Command id -> step. A reattempt retries every node in place; otherwise nodes that leave
+    are stopped, nodes that stay are restarted and nodes that join are started."""
+    if plan.kind is RecoveryKind.REATTEMPT:
+        steps = [Step(node, CommandAction.REATTEMPT) for node in plan.nodes]
+    else:
+        before, after = set(plan.previous), set(plan.nodes)
+        steps = [Step(node, CommandAction.STOP) for node in plan.previous if node not in after]
+        steps += [Step(node, CommandAction.RESTART if node in before else CommandAction.START)
+                  for node in plan.nodes]
+    return {command_id(plan.plan_id, plan.job, s.node, plan.generation, s.action): s for s in steps}
+
+
+def first_rank(spec: JobSpec, nodes: tuple[str, ...], node: str) -> int:
+    return nodes.index(node) * spec.ranks_per_node
+
+
+def replica(spec: JobSpec, previous: tuple[str, ...], source: str) -> RestoreSource:
+    """State from the snapshots on `source`, named by the rank it ran in `previous`, the layout
+    before the plan: a re-plan renumbers the survivors, but their snapshots keep the old rank."""
+    return RestoreSource(kind="replica", node=source, rank=first_rank(spec, previous, source))
+
+
+def checkpoint(spec: JobSpec) -> RestoreSource:
+    """The job's latest checkpoint; a job without a checkpoint directory starts fresh."""
+    if spec.checkpoint_dir is None:
+        return RestoreSource(kind="none")
+    return RestoreSource(kind="checkpoint", path=spec.checkpoint_dir)
+
+
+def planned_restore(job: Job, nodes: tuple[str, ...],
+                    sources: Mapping[str, RestoreSource]) -> dict[str, RestoreSource]:
+    """What each node of a re-plan restores from, as the planner chose (`PlanResult.restore`): a
+    replica named by the rank it ran before the plan, or the job's checkpoint."""
+    restore = {}
+    for node in nodes:
+        source = sources.get(node)
+        if source is not None:
+            restore[node] = (replica(job.spec, job.nodes, source.node) if source.kind == "replica"
+                             else checkpoint(job.spec))
+    return restore
+
+
+def _own_state(spec: JobSpec, ranks_before: Mapping[str, int], node: str) -> RestoreSource:
+    """A node the plan names no source for keeps its own state: its snapshots, under the rank it
+    ran before the plan (`ranks_before`: node -> its first rank then, as `replica` names it); a
+    node new to the job has none, so the checkpoint."""
+    if node in ranks_before:
+        return RestoreSource(kind="replica", node=node, rank=ranks_before[node])
+    return checkpoint(spec)
+
+
+def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
+                 only: set[str] | None = None) -> list[Command]:
+    """The plan's commands (those in `only`, when given), stamped `now`."""
+    spec = state.jobs[plan.job].spec
+    index = {node: i for i, node in enumerate(plan.nodes)}
+    rpn = spec.ranks_per_node
+    ranks_before = {node: i * rpn for i, node in enumerate(plan.previous)}
+    # Every node's worker is the job's, but for its ranks and restore source: validated once, then
+    # copied with those two, which are valid by construction (2,048 validations were most of a
+    # 2,048-node restart).
+    job_worker = WorkerSpec(
+        ranks=(), world_size=len(plan.nodes) * rpn, master_addr=state.node(plan.nodes[0]).address,
+        master_port=spec.master_port, command=spec.argv, checkpoint_dir=spec.checkpoint_dir,
+        env=dict(spec.env), workdir=spec.workdir, failure=spec.failure,
+    ) if plan.nodes else None
+    commands = []
+    for cid, step in plan_steps(plan).items():
+        if only is not None and cid not in only:
+            continue
+        worker = None
+        if step.action is not CommandAction.STOP:
+            i = index[step.node]
+            restore = plan.restore.get(step.node) or _own_state(spec, ranks_before, step.node)
+            worker = job_worker.model_copy(update={"ranks": tuple(range(i * rpn, (i + 1) * rpn)),
+                                                   "restore": restore})
+        commands.append(Command(
+            ts=now, node=step.node, id=cid, plan_id=plan.plan_id, incident_id=plan.incident_id,
+            job=plan.job, generation=plan.generation, action=step.action, worker=worker,
+        ))
+    return commands

@@ -1,0 +1,396 @@
+"""The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1.
+
+Secure by default: SASL/SCRAM and the StandardAuthorizer with one principal per role
+(trainmedic/local/broker_auth.py, bus/acls.py); `secure=False` runs it plain. Either way it caps
+connections and bounds each principal's byte rates (trainmedic/local/broker_limits.py), and its
+folder is its owner's only (0700, files it writes 0600).
+
+Layout under TRAINMEDIC_HOME (default ./.trainmedic):
+  kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
+  broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
+  broker/secrets.json the roles' passwords (0600)
+  broker/quotas.json  the quotas last set, per cluster id (they live in the cluster's metadata)
+  credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trainmedic.bus import credentials
+from trainmedic.bus.acls import ADMIN, GRANTS, RETIRED
+from trainmedic.bus.admin import grant_roles, retire_users, set_scram_users, wait_for_broker
+from trainmedic.bus.errors import BrokerError, TrainmedicError
+from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.signals import alive
+from trainmedic.local import broker_auth, broker_limits
+from trainmedic.local.broker_limits import QUOTAS, Connections, Quota
+from trainmedic.schemas import DEFAULT_PREFIX
+
+log = logging.getLogger(__name__)
+
+POM = Path(__file__).resolve().parents[2] / "compose" / "pom.xml"
+HEAP = "-Xmx512m"
+DEFAULT_PORT = 9092
+INSECURE = ("INSECURE: the broker runs without authentication or ACLs: any program that reaches "
+            "127.0.0.1:{port} may read, write and delete every topic")
+
+
+@dataclass(frozen=True)
+class BrokerState:
+    """What a running broker left behind: enough to find it, check it and stop it."""
+
+    pid: int
+    port: int
+    controller_port: int
+    secure: bool = False  # a state file written before brokers were secure is a plain broker's
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class LocalBroker:
+    """One single-node broker whose files live in `home`. Methods are idempotent."""
+
+    def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None, *,
+                 credentials_dir: Path | None = None, connections: Connections | None = None,
+                 quotas: dict[str | None, Quota] = QUOTAS):
+        self.home = home
+        self.connections = connections or Connections.for_files(broker_limits.open_files())
+        self.quotas = quotas
+        self.credentials = credentials_dir or home / "credentials"
+        self.port = port
+        self.controller_port = controller_port or port + 1
+        self.libs = home / "kafka" / "libs"
+        self.dir = home / "broker"
+        self.state_file = self.dir / "broker.json"
+        self.log_file = self.dir / "broker.log"
+        self.secrets_file = self.dir / "secrets.json"
+        self.quotas_file = self.dir / "quotas.json"
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def state(self) -> BrokerState | None:
+        """The running broker's state, or None (a stale state file is removed)."""
+        try:
+            state = BrokerState(**json.loads(self.state_file.read_text()))
+        except (FileNotFoundError, ValueError, TypeError):
+            return None
+        if alive(state.pid):
+            return state
+        self.state_file.unlink(missing_ok=True)
+        return None
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def fetch_jars(self) -> None:
+        """Copy the broker's jars from Maven Central (cached in ~/.m2) unless they are here."""
+        stamp = self.libs / f".fetched-{_digest(POM)}"
+        if stamp.exists():
+            return
+        _require("mvn", "Maven is needed to fetch the Kafka jars: install it (e.g. `apt-get install maven`)")
+        shutil.rmtree(self.libs, ignore_errors=True)
+        log.info("fetching the Apache Kafka jars with Maven (once)")
+        cmd = [
+            "mvn", "--quiet", "--batch-mode", "-f", str(POM), "dependency:copy-dependencies",
+            "-DincludeScope=runtime", f"-DoutputDirectory={self.libs}",
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr)[-3000:]
+            raise BrokerError(f"Maven could not fetch the Kafka jars:\n{output}")
+        stamp.touch()
+
+    def write_config(self, passwords: dict[str, str] | None = None) -> Path:
+        """server.properties: secure with the roles' `passwords`, plain without."""
+        self.make_private()
+        path = self.dir / "server.properties"
+        broker_auth.write_private(path, server_properties(self.dir / "data", self.port, self.controller_port,
+                                                          passwords, self.connections))
+        (self.dir / "log4j.properties").write_text(LOG4J)
+        return path
+
+    def make_private(self) -> None:
+        """The broker's folder, its data and its log its owner's only; a folder made before this
+        (0755, topics and SCRAM hashes readable by every local user) is fixed here, at each start."""
+        for folder in (self.dir, self.dir / "data"):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            folder.chmod(0o700)
+        self.log_file.touch(mode=0o600)
+        self.log_file.chmod(0o600)
+
+    @property
+    def formatted(self) -> bool:
+        return (self.dir / "data" / "meta.properties").exists()
+
+    def format_storage(self, config: Path, passwords: dict[str, str] | None = None) -> None:
+        """Format the KRaft log directory on first use (with the admin's SCRAM credential when
+        `passwords` are given); later starts reuse it."""
+        if self.formatted:
+            return
+        scram = broker_auth.add_scram_argument(passwords) if passwords else []
+        done = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config), *scram),
+            capture_output=True, text=True,
+        )
+        if done.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 90.0, *, secure: bool = True,
+              prefixes: tuple[str, ...] = (DEFAULT_PREFIX,)) -> tuple[BrokerState, bool]:
+        """Start in the background and wait until clients are accepted. Secure: every role's SCRAM
+        user, its ACLs for `prefixes` and its credentials file exist once this returns; plain
+        (`secure=False`): no authentication, no authorizer, and no credentials files.
+
+        Returns the state and whether this call started it (False: it was already running).
+        """
+        running = self.state()
+        if running is not None:
+            if running.secure != secure:
+                raise BrokerError(f"the broker runs {'secure' if running.secure else 'plain'} already "
+                                  f"(pid {running.pid}): `trainmedic broker stop` first to start it "
+                                  f"{'secure' if secure else 'plain'}")
+            return running, False
+        _require("java", "Java 17 or newer is needed to run Kafka: install a JDK "
+                 "(e.g. `apt-get install openjdk-17-jre-headless`)")
+        for port in (self.port, self.controller_port):
+            if not _port_free(port):
+                raise BrokerError(
+                    f"port {port} on 127.0.0.1 is taken by another program; pick other ports "
+                    f"with --port (or TRAINMEDIC_BROKER_PORT)"
+                )
+        self.fetch_jars()
+        if not secure:
+            credentials.clear(self.credentials)
+            self.format_storage(self.write_config())
+            with open(self.log_file, "a") as out:
+                out.write(f"WARNING {INSECURE.format(port=self.port)}\n")
+            state = self._launch(False, timeout_s)
+            self._limit(None)
+            return state, True
+        found = broker_auth.read_secrets(self.secrets_file)
+        passwords = broker_auth.complete(found or {})
+        if self.formatted and found is None:
+            self._add_users(passwords, timeout_s)
+        if passwords != found:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            broker_auth.write_private(self.secrets_file, json.dumps(passwords, indent=2))
+        self.format_storage(self.write_config(passwords), passwords)
+        state = self._launch(True, timeout_s)
+        try:
+            self._authorize(passwords, prefixes)
+            self._limit(passwords[ADMIN])
+        except TrainmedicError:
+            self.stop()
+            raise
+        return state, True
+
+    def _add_users(self, passwords: dict[str, str], timeout_s: float) -> None:
+        """Storage formatted before the broker was secure: start it plain once (no authorizer) to
+        add the SCRAM users, keeping its topics; the secure start follows."""
+        log.warning("storage in %s predates authentication: adding the SCRAM users with one plain start",
+                    self.dir / "data")
+        self.write_config()
+        self._launch(False, timeout_s)
+        try:
+            plain = KafkaSettings(bootstrap=f"127.0.0.1:{self.port}")
+            wait_for_broker(plain, timeout_s)
+            set_scram_users(plain, {name: passwords[name] for name in (*GRANTS, ADMIN)})
+        finally:
+            self.stop()
+
+    def _authorize(self, passwords: dict[str, str], prefixes: tuple[str, ...]) -> None:
+        """The roles' SCRAM users, their ACLs for `prefixes`, and their credentials files."""
+        config = broker_auth.role_config(ADMIN, passwords[ADMIN])
+        password = config.pop("sasl.password")
+        admin = KafkaSettings(bootstrap=f"127.0.0.1:{self.port}", extra=config,
+                              secrets={"sasl.password": password})
+        wait_for_broker(admin, 60.0)
+        set_scram_users(admin, {role: passwords[role] for role in GRANTS})
+        retire_users(admin, RETIRED)
+        for prefix in prefixes:
+            grant_roles(admin, prefix)
+        credentials.write_roles(self.credentials, {
+            role: broker_auth.role_config(role, passwords[role]) for role in (*GRANTS, ADMIN)})
+
+    def _limit(self, admin_password: str | None) -> None:
+        """Set the quotas on the running broker, unless this cluster already has these ones
+        (ConfigCommand is a JVM each: seconds on a first start, nothing after)."""
+        wanted = {"cluster": broker_limits.cluster_of(self.dir / "data"),
+                  "quotas": {str(user): quota.config() for user, quota in self.quotas.items()}}
+        try:
+            if json.loads(self.quotas_file.read_text()) == wanted:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        with self._admin_tool(admin_password) as tool:
+            broker_limits.set_quotas(tool, self.quotas)
+        broker_auth.write_private(self.quotas_file, json.dumps(wanted, indent=2))
+
+    def described_quotas(self, admin_password: str | None) -> dict[str | None, dict[str, float]]:
+        """The users' quotas as the running broker has them (None: the default user's)."""
+        with self._admin_tool(admin_password) as tool:
+            return broker_limits.described_quotas(tool)
+
+    @contextmanager
+    def _admin_tool(self, admin_password: str | None) -> Iterator[broker_limits.ConfigTool]:
+        """Kafka's ConfigCommand as the admin, its settings in a private file while it runs."""
+        client = self.dir / "admin-client.properties"
+        broker_auth.write_private(client, broker_auth.client_properties(admin_password))
+        try:
+            yield lambda *args: self._java("kafka.admin.ConfigCommand", "--bootstrap-server",
+                                           f"127.0.0.1:{self.port}", "--command-config", str(client), *args)
+        finally:
+            client.unlink(missing_ok=True)
+
+    def _launch(self, secure: bool, timeout_s: float) -> BrokerState:
+        """Start the process with the written config; wait until it accepts clients."""
+        config = self.dir / "server.properties"
+        log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
+            )
+        state = BrokerState(proc.pid, self.port, self.controller_port, secure)
+        self.state_file.write_text(json.dumps(asdict(state)))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                self.state_file.unlink(missing_ok=True)
+                raise BrokerError(f"the broker exited with code {proc.returncode}; its log ends:\n"
+                                  f"{_tail(self.log_file)}")
+            if _accepts(self.port) and _ready(self.log_file, log_start):
+                return state
+            time.sleep(0.2)
+        self.stop()
+        raise BrokerError(f"the broker did not accept clients within {timeout_s:.0f}s; its log ends:\n"
+                          f"{_tail(self.log_file)}")
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop cleanly (SIGTERM, then SIGKILL after the timeout). False if it was not running."""
+        state = self.state()
+        if state is None:
+            return False
+        os.kill(state.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while alive(state.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if alive(state.pid):
+            log.warning("the broker did not stop within %.0fs; killing it", timeout_s)
+            os.kill(state.pid, signal.SIGKILL)
+        self.state_file.unlink(missing_ok=True)
+        return True
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return [
+            "java", HEAP, "-Xms128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
+            "-cp", f"{self.libs}/*", main, *args,
+        ]
+
+
+def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A new KRaft cluster id: 16 random bytes in URL-safe base64. One in 64 would begin with '-',
+    which kafka-storage reads as an option and refuses; like Kafka's own Uuid.randomUuid, draw again."""
+    while True:
+        drawn = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not drawn.startswith("-"):
+            return drawn
+
+
+def server_properties(data: Path, port: int, controller_port: int, passwords: dict[str, str] | None = None,
+                      connections: Connections | None = None) -> str:
+    """A single-node KRaft broker+controller on loopback with replication factors of one; SASL and
+    the authorizer with the roles' `passwords`, plain without; `connections` capped."""
+    listener = "SASL_PLAINTEXT" if passwords is not None else "PLAINTEXT"
+    limits = broker_limits.connection_properties(connections or Connections(), listener)
+    return f"""\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{controller_port}
+controller.listener.names=CONTROLLER
+{broker_auth.listener_properties(port, controller_port, passwords)}log.dirs={data}
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+log.segment.bytes=67108864
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+{limits}"""
+
+
+LOG4J = """\
+log4j.rootLogger=INFO, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka=INFO
+log4j.logger.org.apache.kafka=WARN
+log4j.logger.kafka.server.KafkaServer=INFO
+"""
+
+
+def _require(program: str, message: str) -> None:
+    if shutil.which(program) is None:
+        raise BrokerError(message)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _ready(log_file: Path, since: int) -> bool:
+    """The broker logs this line once it serves clients (KRaft mode, Kafka 3.x)."""
+    with open(log_file, "rb") as f:
+        f.seek(since)
+        return b"Kafka Server started" in f.read()
+
+
+def _tail(path: Path, size: int = 3000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, path.stat().st_size - size))
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]

@@ -1,0 +1,92 @@
+"""The local broker's authentication: SCRAM users per role, the authorizer, the role files.
+
+The passwords live in `broker/secrets.json` (mode 0600) from the first secure start on: the
+admin's goes into storage when it is formatted (`StorageTool format --add-scram`), the roles'
+are set with the admin client at every start. Clients authenticate with SCRAM-SHA-512 on the
+client listener, which is also the inter-broker one (transaction markers travel there); the
+controller listener, on loopback in the same process, takes SASL/PLAIN with its own password.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from trainmedic.bus.acls import ADMIN, ROLES
+
+MECHANISM = "SCRAM-SHA-512"
+CONTROLLER = "controller"  # the controller listener's PLAIN password's key in secrets.json
+
+
+def read_secrets(path: Path) -> dict[str, str] | None:
+    """The passwords kept in `path`, or None before the broker was first secure."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def complete(found: dict[str, str]) -> dict[str, str]:
+    """`found` with a new random password for every role (and the controller listener) it lacks."""
+    return {name: found.get(name) or secrets.token_urlsafe(24) for name in (*ROLES, CONTROLLER)}
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` readable by its owner only (it holds passwords)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    path.chmod(0o600)
+
+
+def role_config(role: str, password: str) -> dict[str, str]:
+    """The librdkafka settings a client of `role` authenticates with."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM,
+            "sasl.username": role, "sasl.password": password}
+
+
+def client_properties(admin_password: str | None) -> str:
+    """A Java client's settings (Kafka's own tools) as the admin; None: a plain broker, none."""
+    if admin_password is None:
+        return ""
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    return (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={MECHANISM}\n"
+            f'sasl.jaas.config={scram} required username="{ADMIN}" password="{admin_password}";\n')
+
+
+def add_scram_argument(passwords: dict[str, str]) -> list[str]:
+    """StorageTool's arguments that put the admin's SCRAM credential into freshly formatted storage."""
+    return ["--add-scram", f"{MECHANISM}=[name={ADMIN},password={passwords[ADMIN]}]"]
+
+
+def listener_properties(port: int, controller_port: int, passwords: dict[str, str] | None) -> str:
+    """Listeners and, with `passwords`, SASL and the authorizer (None: plain, no authorizer)."""
+    if passwords is None:
+        return f"""\
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+"""
+    admin, controller = passwords[ADMIN], passwords[CONTROLLER]
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    return f"""\
+listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{port}
+inter.broker.listener.name=SASL_PLAINTEXT
+listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+sasl.enabled.mechanisms={MECHANISM}
+sasl.mechanism.inter.broker.protocol={MECHANISM}
+listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={scram} required \\
+    username="{ADMIN}" password="{admin}";
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+listener.name.controller.plain.sasl.jaas.config={plain} required \\
+    username="{ADMIN}" password="{controller}" user_{ADMIN}="{controller}";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:{ADMIN}
+"""

@@ -1,0 +1,137 @@
+"""Run everything one node needs in one process: host agent, GPU producer and executor.
+
+A real deployment runs this once per machine (as a systemd unit or a DaemonSet pod): the
+agent sends this node's heartbeats, the GPU producer its GPU samples, and the executor
+applies the coordinator's signed commands to the training ranks here. One process instead
+of three saves a Python interpreter per node, which matters when a laptop simulates many.
+
+  trainmedic node --node n01                      # NVML GPUs, this host's NICs
+  trainmedic node --node n01 --source synthetic --gpu-control ctl --agent-control ctl2
+
+Its options are those of `trainmedic gpu`, `agent` and `executor`, spelled the same; where
+two parts share one (--interval-s, --control, --inject, --max-buffered, --flush-timeout-s),
+the flag carries the part's name: --gpu-control, --agent-control. Variables are the parts'
+own (TRAINMEDIC_GPU_*, TRAINMEDIC_AGENT_*, TRAINMEDIC_EXECUTOR_*; the node's name is
+TRAINMEDIC_EXECUTOR_NODE); a --config YAML file has the sections gpu, agent and executor.
+
+Stopped on purpose (SIGTERM or SIGINT), the node leaves in order instead of vanishing: the
+executor announces `node_leaving` (signed with the node's key), the agent sends a last
+heartbeat marked `leaving`, and the process waits, at most --leave-timeout-s (60 s; 0: not at
+all), until the coordinator has moved its jobs off it (its ranks stopped by the re-plan) or no
+rank runs here, then stops its parts and exits 0. A second signal leaves at once. So a planned
+shutdown is a drain of the node, not a lost node (docs/coordinator.md, "A node that leaves by itself").
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from dataclasses import replace
+
+from trainmedic.bus.config import Options, Section
+from trainmedic.bus.timespan import duration_arg
+from trainmedic.producers.cli_args import add_kafka_arguments
+from trainmedic.producers.config import GpuProducerConfig, HostAgentConfig
+from trainmedic.recovery.executor import cli as executor_cli
+
+# The node's name is the executor's option; the GPU producer and the agent take it from there.
+EXECUTOR = replace(executor_cli.EXECUTOR, key="executor", title="executor")
+GPU = Section(GpuProducerConfig, env="GPU", key="gpu", prefix="gpu-", skip=("node", "synthetic_nodes"),
+              title="GPU producer")
+AGENT = Section(HostAgentConfig, env="AGENT", key="agent", prefix="agent-", skip=("node",),
+                title="host agent")
+OPTIONS = Options(EXECUTOR, GPU, AGENT)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_kafka_arguments(parser)
+    OPTIONS.add_to(parser)
+    parser.add_argument("--leave-timeout-s", type=duration_arg, default=60.0, metavar="SECONDS",
+                        help="on SIGTERM/SIGINT, wait at most this long for the coordinator to move this "
+                        "node's jobs off it before stopping its ranks (default 60; 0: leave at once)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import threading
+    import time
+
+    from trainmedic.bus.errors import TrainmedicError
+    from trainmedic.bus.metrics import serve_metrics
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.bus.signals import leave_on_signals
+    from trainmedic.producers.agent import open_agent, run_agent
+    from trainmedic.producers.gpu_producer import open_source, run_gpu_producer
+    from trainmedic.recovery.executor.command_loop import Executor
+
+    log = logging.getLogger("trainmedic.node")
+    try:
+        executor_config = executor_cli.build_config(OPTIONS, EXECUTOR, args,
+                                                    node=lambda _: socket.gethostname())
+        node = executor_config.node
+        gpu_config = OPTIONS.build(GPU, args, node=lambda _: node)
+        agent_config = OPTIONS.build(AGENT, args, node=lambda _: node)
+        # Each part as its own principal: the executor's commands are not the agents' to read.
+        settings = KafkaSettings.from_env(role="executor", bootstrap=args.bootstrap)
+        agent_settings = KafkaSettings.from_env(role="agent", bootstrap=args.bootstrap)
+        now = time.time()
+        source = open_source(gpu_config, now)
+        agent = open_agent(agent_config, now)
+        executor = Executor(executor_config, settings)
+    except TrainmedicError as err:
+        print(f"trainmedic node: {err}", file=sys.stderr)
+        return 2
+    if executor_config.insecure:
+        log.warning("INSECURE: unsigned commands will be applied on node %s; its acks go unsigned", node)
+    serve_metrics(args.metrics_port, args.metrics_host)  # the three parts' metrics, on one endpoint
+
+    leave, stop = threading.Event(), threading.Event()
+    agent_stop = threading.Event()  # the agent beats until set (its last heartbeat says if the node leaves)
+    failures: list[BaseException] = []
+
+    def part(name: str, body) -> threading.Thread:
+        def guarded() -> None:
+            try:
+                body()
+            except BaseException as err:  # one part failing stops the node: it is no longer whole
+                log.exception("%s of node %s failed; stopping the node", name, node)
+                failures.append(err)
+                stop.set()
+        thread = threading.Thread(target=guarded, name=f"{name}-{node}")
+        thread.start()
+        return thread
+
+    with leave_on_signals(leave, stop):
+        threads = [
+            part("executor", lambda: executor.run(stop)),
+            part("gpu-producer", lambda: run_gpu_producer(gpu_config, agent_settings, source, stop)),
+            part("host-agent", lambda: run_agent(agent_config, agent_settings, agent, agent_stop)),
+        ]
+        log.info("node %s: host agent, %s GPU producer and executor running", node, gpu_config.source)
+        deadline = None
+        while any(t.is_alive() for t in threads):
+            for thread in threads:
+                thread.join(0.5)
+            if leave.is_set() and deadline is None:
+                deadline = time.monotonic() + args.leave_timeout_s
+                log.info("node %s leaves: announcing it, then waiting up to %gs for the coordinator to "
+                         "move its jobs off it", node, args.leave_timeout_s)
+                executor.leave(f"planned shutdown: trainmedic node on {node} stopped")
+                agent.leave()
+                agent_stop.set()
+            if deadline is not None and not stop.is_set():
+                if executor.emptied.is_set() or args.leave_timeout_s == 0:
+                    why = "no rank runs here any more" if executor.emptied.is_set() else "no wait asked"
+                    log.info("node %s: %s; leaving", node, why)
+                    stop.set()
+                elif time.monotonic() >= deadline:
+                    log.warning("node %s: its ranks still run after %gs; stopping them and leaving", node,
+                                args.leave_timeout_s)
+                    stop.set()
+            if stop.is_set():
+                agent_stop.set()
+    if not failures:
+        log.info("node %s left", node)
+    return 1 if failures else 0
