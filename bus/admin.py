@@ -29,11 +29,8 @@ def describe_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> dict[st
     try:
         meta = _admin(settings).list_topics(timeout=timeout_s)
     except KafkaException as err:
-        raise KafkaError(
-            f"no Kafka broker answered at {settings.bootstrap} within {timeout_s:.0f}s "
-            f"({err.args[0].str()}); start one with `trainmedic broker start`",
-            code=err.args[0].name(), retryable=True,
-        ) from None
+        raise KafkaError(settings.unanswered(round(timeout_s), err.args[0].str()),
+                         code=err.args[0].name(), retryable=True) from None
     return {name: len(topic.partitions) for name, topic in meta.topics.items() if topic.error is None}
 
 

@@ -61,7 +61,5 @@ def not_ready(code: RdKafkaError) -> bool:
 def broker_error(settings: KafkaSettings, what: str, code: RdKafkaError, timeout_s: float) -> KafkaError:
     """`code` as a KafkaError for people: an unreachable broker is named with its address."""
     if code.code() in _UNREACHABLE:
-        return KafkaError(f"no Kafka broker answered at {settings.bootstrap} within {timeout_s:g}s "
-                          f"({code.str()}); start one with `trainmedic broker start`",
-                          code=code.name(), retryable=True)
+        return KafkaError(settings.unanswered(timeout_s, code.str()), code=code.name(), retryable=True)
     return KafkaError(f"{what}: {code.str()}", code=code.name(), retryable=code.retriable())

@@ -8,7 +8,8 @@ Environment variables (all optional):
                                when unset, a service reads its role's file from the credentials
                                folder (bus/credentials.py) if there is one
   TRAINMEDIC_CREDENTIALS_DIR   that folder, default $TRAINMEDIC_HOME/credentials
-  TRAINMEDIC_HOME              local state (broker data, demo output), default ./.trainmedic
+  TRAINMEDIC_HOME              this user's local state (broker data, keys, runs), default
+                               $XDG_STATE_HOME/trainmedic, else ~/.local/state/trainmedic
 """
 
 from __future__ import annotations
@@ -30,8 +31,13 @@ SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sa
 
 
 def home(env: Mapping[str, str] = os.environ) -> Path:
-    """Where trainmedic keeps local state (broker data, demo output)."""
-    return Path(env.get("TRAINMEDIC_HOME", ".trainmedic")).resolve()
+    """Where trainmedic keeps this user's local state (broker data, credentials, keys, runs): the same
+    folder from any directory. TRAINMEDIC_HOME, else $XDG_STATE_HOME/trainmedic, else
+    ~/.local/state/trainmedic."""
+    if env.get("TRAINMEDIC_HOME"):
+        return Path(env["TRAINMEDIC_HOME"]).expanduser().resolve()
+    state = env.get("XDG_STATE_HOME") or Path(env.get("HOME") or Path.home()) / ".local" / "state"
+    return (Path(state).expanduser() / "trainmedic").resolve()
 
 
 def credentials_dir(env: Mapping[str, str] = os.environ) -> Path:
@@ -99,6 +105,17 @@ class KafkaSettings(BaseModel):
         except ValidationError as err:
             first = err.errors(include_url=False)[0]
             raise ConfigError(f"Kafka settings: {first['loc'][0]}: {first['msg']}") from None
+
+    def unanswered(self, timeout_s: float, detail: str) -> str:
+        """Why a client of these settings heard no broker, and what to do: a broker that drops clients
+        without credentials looks the same as none, so settings without any say so."""
+        said = f"no Kafka broker answered at {self.bootstrap} within {timeout_s:g}s ({detail})"
+        if "security.protocol" in self.extra:
+            return f"{said}; start one with `trainmedic broker start`"
+        return (f"{said}; no credentials were used (no TRAINMEDIC_KAFKA_CONFIG, no role file in "
+                f"{credentials_dir()}): if the broker runs, it is a secure one and this is not its "
+                "home (set TRAINMEDIC_HOME to the home that started it), else start one with "
+                "`trainmedic broker start`")
 
     @property
     def topics(self) -> Topics:

@@ -29,6 +29,9 @@ import pytest
 from trainmedic.bus.settings import KafkaSettings, credentials_dir
 
 ROOT = Path(__file__).resolve().parent.parent
+# The suite's broker and state live in this checkout, not in the user's own home (~/.local/state/trainmedic):
+# a test run neither uses nor disturbs the broker of the user's runs. Tests that need another home set it.
+os.environ.setdefault("TRAINMEDIC_HOME", str(ROOT / ".trainmedic"))
 
 
 def _docker_answers() -> bool:
@@ -56,9 +59,9 @@ def kafka_bootstrap() -> Iterator[str]:
             yield container.get_bootstrap_server()
         return
     from trainmedic.bus.settings import home
-    from trainmedic.local.broker import LocalBroker
+    from trainmedic.local.broker import LocalBroker, broker_port
 
-    broker = LocalBroker(home(), port=int(os.environ.get("TRAINMEDIC_BROKER_PORT", "9092")))
+    broker = LocalBroker(home(), port=broker_port())
     state, started = broker.start()
     try:
         with _credentials_exported():

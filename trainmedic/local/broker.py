@@ -26,7 +26,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,7 +34,7 @@ from pathlib import Path
 from trainmedic.bus import credentials
 from trainmedic.bus.acls import ADMIN, GRANTS, RETIRED
 from trainmedic.bus.admin import grant_roles, retire_users, set_scram_users, wait_for_broker
-from trainmedic.bus.errors import BrokerError, TrainmedicError
+from trainmedic.bus.errors import BrokerError, ConfigError, TrainmedicError
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.bus.signals import alive
 from trainmedic.local import broker_auth, broker_limits
@@ -46,6 +46,14 @@ log = logging.getLogger(__name__)
 POM = Path(__file__).resolve().parents[2] / "compose" / "pom.xml"
 HEAP = "-Xmx512m"
 DEFAULT_PORT = 9092
+
+
+def broker_port(env: Mapping[str, str] = os.environ) -> int:
+    """The local broker's client port: TRAINMEDIC_BROKER_PORT, else 9092 (the controller's is the next)."""
+    value = env.get("TRAINMEDIC_BROKER_PORT") or str(DEFAULT_PORT)
+    if not value.isdigit() or not 1 <= int(value) < 65535:
+        raise ConfigError(f"TRAINMEDIC_BROKER_PORT={value!r}: give a port from 1 to 65534")
+    return int(value)
 INSECURE = ("INSECURE: the broker runs without authentication or ACLs: any program that reaches "
             "127.0.0.1:{port} may read, write and delete every topic")
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 
-from trainmedic.bus.errors import TrainmedicError
+from trainmedic.bus.errors import ConfigError, TrainmedicError
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
-from trainmedic.local.broker import DEFAULT_PORT, INSECURE, LocalBroker
+from trainmedic.local.broker import DEFAULT_PORT, INSECURE, LocalBroker, broker_port
 
 log = logging.getLogger("trainmedic.local.broker")
 
@@ -30,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["start", "stop", "status", "fetch"],
                         help="fetch: only copy the pinned Kafka jars from Maven (start does it when missing)")
     parser.add_argument(
-        "--port", type=int, default=int(os.environ.get("TRAINMEDIC_BROKER_PORT", DEFAULT_PORT)),
+        "--port", type=int, default=None,
         help=f"client port (controller: port + 1); env TRAINMEDIC_BROKER_PORT, default {DEFAULT_PORT}",
     )
     parser.add_argument("--timeout", type=float, default=90.0, metavar="SECONDS",
@@ -40,11 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    broker = LocalBroker(home(), port=args.port, credentials_dir=credentials_dir())
+    try:
+        port = args.port if args.port is not None else broker_port()
+    except ConfigError as err:
+        print(f"trainmedic broker {args.action}: {err}", file=sys.stderr)
+        return 2
+    broker = LocalBroker(home(), port=port, credentials_dir=credentials_dir())
     try:
         if args.action == "start":
             if args.insecure:
-                log.warning(INSECURE.format(port=args.port))  # on stderr
+                log.warning(INSECURE.format(port=port))  # on stderr
             began = time.monotonic()
             prefix = KafkaSettings.from_env().topic_prefix
             state, started = broker.start(timeout_s=args.timeout, secure=not args.insecure,

@@ -234,13 +234,13 @@ def local_deployment(prefix: str, say: Callable[[str], None], *, replacing: re.P
     runs do not pile topics up on the broker."""
     from trainmedic.bus.admin import create_topics, grant_roles, wait_for_topics
     from trainmedic.bus.settings import KafkaSettings, home
-    from trainmedic.local.broker import LocalBroker
+    from trainmedic.local.broker import LocalBroker, broker_port
 
     broker = None
     try:
         bootstrap = os.environ.get("TRAINMEDIC_KAFKA_BOOTSTRAP")
         if not bootstrap:
-            broker = LocalBroker(home())
+            broker = LocalBroker(home(), port=broker_port())
             state, started = broker.start()
             say(f"broker {'started' if started else 'already running'} at {state.bootstrap}")
             bootstrap = state.bootstrap

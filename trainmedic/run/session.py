@@ -20,8 +20,10 @@ from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
 from trainmedic.local.cluster import ClusterLayout, LocalCluster, free_port, local_deployment
 from trainmedic.ops.jobs.checks import command_problem
 from trainmedic.ops.jobs.view import JobWatch
+from trainmedic.ops.run_records import record_run
 from trainmedic.recovery.coordinator.core.job_bounds import job_problems
 from trainmedic.recovery.planner.cli import describe
+from trainmedic.run.lock import RunBusy, only_run
 from trainmedic.run.narrate import RunNarrator
 from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
 from trainmedic.schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
@@ -70,7 +72,8 @@ def run_job(args: argparse.Namespace) -> int:
         return 2
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with local_deployment(prefix, say) as bootstrap:
+        with only_run(home(), job), local_deployment(prefix, say) as bootstrap:
+            record_run(home(), job, prefix, bootstrap, started)
             # The executors admit the user's own program, its workdir (this directory: a `python -m`
             # job's must be listed) and the variables the user's --env sets
             admit = ("--allowed-executables", shutil.which(command[0]) or command[0],
@@ -90,6 +93,9 @@ def run_job(args: argparse.Namespace) -> int:
     except Interrupted as stop:
         say(f"{stop}: stopped everything; exit status {128 + stop.signum}")
         return 128 + stop.signum
+    except RunBusy as err:
+        print(f"trainmedic run: {err}", file=sys.stderr)
+        return 2
     except (TrainmedicError, RuntimeError) as err:
         say(f"failed: {err}")
         return 1
@@ -151,8 +157,8 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
         say(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks of "
             f"{' '.join(spec.command)}")
         say(f"job spec: {path} (on a cluster: name its nodes, then `trainmedic job submit {path}`)")
-        say(f"rank output: `trainmedic job logs {spec.id} --follow`; status: `TRAINMEDIC_TOPIC_PREFIX="
-            f"{cluster.prefix} trainmedic job status {spec.id}`")
+        say(f"rank output: `trainmedic job logs {spec.id} --follow`; status: "
+            f"`trainmedic job status {spec.id}` (from any directory)")
         try:
             state = follow(watch, narrator, cluster, say)
         except Interrupted:

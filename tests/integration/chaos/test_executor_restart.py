@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from tests.helpers.ports import free_port
 from tests.integration.executor.conftest import KEY, Events, processes_with
 from tests.integration.executor.test_training import steps_in, wait_until
 from trainmedic.bus.producer import EventProducer
@@ -119,12 +119,6 @@ def send(kafka):
 
     yield publish
     producer.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def same_processes(recorded: list[dict]) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 import uuid
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import ports
 from trainmedic.bus.consumer import EventConsumer
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
@@ -128,11 +128,9 @@ def events(kafka: KafkaSettings) -> Iterator[Events]:
     reader.close()
 
 
-@pytest.fixture
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> int:
+    return ports.free_port()
 
 
 def processes_of(job: str) -> list[int]:

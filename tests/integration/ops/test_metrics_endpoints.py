@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,17 +14,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.ports import free_port
 from tests.integration.ops.test_alerts import incident, produce
 from trainmedic.bus.reader import partition_of
 from trainmedic.bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

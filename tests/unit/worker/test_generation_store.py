@@ -3,22 +3,16 @@ still serves the port connects again once the new rank 0 has marked its store.""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from datetime import timedelta
 
 import torch.distributed as dist
 
+from tests.helpers.ports import free_port
 from trainmedic.recovery.worker.env import WorkerEnv
 from trainmedic.recovery.worker.runtime import generation_store
 from trainmedic.schemas import RestoreSource
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def env(rank: int, generation: int, port: int) -> WorkerEnv:

@@ -1,0 +1,1 @@
+"""Helpers that several test files share; each module says what it holds."""
