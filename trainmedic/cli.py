@@ -50,7 +50,7 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
         description="Self-healing for large distributed training jobs, on Kafka.",
         epilog="Environment: TRAINMEDIC_KAFKA_BOOTSTRAP (broker address), TRAINMEDIC_TOPIC_PREFIX "
         "(default 'trainmedic.'), TRAINMEDIC_KAFKA_CONFIG (extra librdkafka settings as JSON), "
-        "TRAINMEDIC_HOME (local state, default ./.trainmedic). See README.md.",
+        "TRAINMEDIC_HOME (your local state, default ~/.local/state/trainmedic). See README.md.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -1,7 +1,7 @@
 """What a training script imports to join, restore, snapshot and retry (docs/adopting.md).
 
-    from trainmedic.runtime import init_from_env
-    rt = init_from_env()  # timeout: the job's failure.collective_timeout_s, else 60 s
+    from trainmedic.runtime import Hook, init_from_env
+    rt = init_from_env(hook=Hook.from_env())  # timeout: the job's failure.collective_timeout_s, else 60 s
     start = rt.restore(model, optimizer)
     for step in range(start, total):
         ...one step, up to its collective...
@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainmedic.producers.hook import Hook
 from trainmedic.recovery.worker.env import WorkerEnv
 
 if TYPE_CHECKING:
     from trainmedic.recovery.worker.runtime import Runtime, init_from_env
 
-__all__ = ["Runtime", "WorkerEnv", "init_from_env"]
+__all__ = ["Hook", "Runtime", "WorkerEnv", "init_from_env"]
 
 
 def __getattr__(name: str) -> Any:

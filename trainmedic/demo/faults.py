@@ -23,7 +23,7 @@ from trainmedic.local.cluster import LocalCluster
 
 @dataclass(frozen=True)
 class FaultResult:
-    """One row of the report (`.trainmedic/demo/report.json`). `detection_delay_s`: the incident's
+    """One row of the report (`$TRAINMEDIC_HOME/demo/report.json`). `detection_delay_s`: the incident's
     first evidence → its decision (`ts - first_ts`); `published_after_fault_s`: the injection → the
     incident on Kafka (its message time); `time_to_resume_s`: the injection → the job's first
     completed step after the repair."""

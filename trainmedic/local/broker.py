@@ -5,7 +5,7 @@ Secure by default: SASL/SCRAM and the StandardAuthorizer with one principal per 
 connections and bounds each principal's byte rates (trainmedic/local/broker_limits.py), and its
 folder is its owner's only (0700, files it writes 0600).
 
-Layout under TRAINMEDIC_HOME (default ./.trainmedic):
+Layout under TRAINMEDIC_HOME (default ~/.local/state/trainmedic):
   kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
   broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
   broker/secrets.json the roles' passwords (0600)

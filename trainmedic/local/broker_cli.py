@@ -2,7 +2,7 @@
 
 `start` fetches the pinned Kafka jars with Maven on first use, formats storage, starts the
 broker in the background, waits until it accepts clients and prints its bootstrap address.
-Its files live under TRAINMEDIC_HOME (default ./.trainmedic); its log in broker/broker.log.
+Its files live under TRAINMEDIC_HOME (default ~/.local/state/trainmedic); its log in broker/broker.log.
 
 The broker is secure by default: clients authenticate with SASL/SCRAM-SHA-512, one user per
 role, and the authorizer allows each role only its ACLs (bus/acls.py), granted for the topic

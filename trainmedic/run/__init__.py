@@ -15,10 +15,11 @@ when it succeeded (every rank exited 0), 1 when it failed or was stopped. Ctrl-C
 the job and everything `run` started, and exits 130 (143).
 
 The script is a plain data-parallel torch script that adopts the worker runtime
-(`trainmedic.recovery.worker.init_from_env`, docs/adopting.md): it joins the process
+(`from trainmedic.runtime import init_from_env`, docs/adopting.md): it joins the process
 group, restores from a surviving replica after a restart and reports its steps. Each rank's
 output goes to $TRAINMEDIC_HOME-jobs/NODE/JOB/logs/ (`trainmedic job logs JOB --follow`);
-`trainmedic job status JOB` shows its progress (with the TRAINMEDIC_TOPIC_PREFIX `run` prints).
+`trainmedic job status JOB` shows its progress, from any directory (the run records its topic prefix).
+One run per TRAINMEDIC_HOME at a time.
 The same job runs on a real cluster with `trainmedic job submit job.yaml`, once its nodes name
 the cluster's. See docs/run.md.
 
@@ -27,7 +28,8 @@ job's workdir (--allowed-script-dirs) and the variables --env sets (--job-env: P
 and the like are refused otherwise), and each node is simulated
 on this machine: its GPUs are synthetic, and its ranks run as local processes, gloo on CPU (NCCL
 when the script finds CUDA). Environment: TRAINMEDIC_KAFKA_BOOTSTRAP (a broker to use instead of the
-local one), TRAINMEDIC_HOME (default ./.trainmedic).
+local one), TRAINMEDIC_BROKER_PORT (the local broker's port, default 9092), TRAINMEDIC_HOME
+(default ~/.local/state/trainmedic).
 """
 
 from __future__ import annotations

@@ -19,8 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from trainmedic.producers.hook import Hook  # noqa: E402
-from trainmedic.runtime import init_from_env  # noqa: E402
+from trainmedic.runtime import Hook, init_from_env  # noqa: E402
 
 
 def main() -> None:
