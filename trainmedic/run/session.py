@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -22,11 +23,13 @@ from trainmedic.ops.jobs.checks import command_problem
 from trainmedic.ops.jobs.view import JobWatch
 from trainmedic.ops.run_records import record_run
 from trainmedic.recovery.coordinator.core.job_bounds import job_problems
+from trainmedic.recovery.executor import rank_logs
 from trainmedic.recovery.planner.cli import describe
 from trainmedic.run.lock import RunBusy, only_run
 from trainmedic.run.narrate import RunNarrator
 from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
 from trainmedic.schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
+from trainmedic.schemas.printable import terminal_safe
 
 STOP_WAIT_S = 15.0  # how long a stopped job may take to say so before the services stop anyway
 
@@ -160,7 +163,7 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
         say(f"rank output: `trainmedic job logs {spec.id} --follow`; status: "
             f"`trainmedic job status {spec.id}` (from any directory)")
         try:
-            state = follow(watch, narrator, cluster, say)
+            state = follow(watch, narrator, cluster, say, RankOutput(layout.home, spec.id, enabled=args.tee))
         except Interrupted:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_IGN)
@@ -178,11 +181,29 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
     return 0 if state == "succeeded" else 1
 
 
-def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say) -> str:
-    """Narrate until the job ended or the coordinator gave up on it (its state returned); RuntimeError if
-    a service dies."""
+@dataclass
+class RankOutput:
+    """The ranks' output as it is written, each line prefixed with its rank (torchrun's --tee)."""
+
+    home: Path
+    job: str
+    enabled: bool = True
+    tail: rank_logs.Tail = field(default_factory=rank_logs.Tail)
+
+    def show(self, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        lines = self.tail.read(rank_logs.find(self.home, self.job))
+        for line in [*lines, *(self.tail.rest() if final else ())]:
+            print(terminal_safe(line, keep="\t"), flush=True)
+
+
+def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say, output: RankOutput) -> str:
+    """Narrate until the job ended or the coordinator gave up on it (its state returned), with the ranks'
+    output; RuntimeError if a service dies."""
     while True:
         records = watch.poll(0.5)
+        output.show()
         now = time.time()
         for record in records:
             for line in narrator.event(record.event, now):
@@ -192,6 +213,7 @@ def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say) -
         if (refused := watch.refused_job(narrator.job)) is not None:
             raise RuntimeError(refused)
         if watch.over(narrator.job):
+            output.show(final=True)
             for line in narrator.progress(now, force=True):
                 say(line)
             return narrator.state

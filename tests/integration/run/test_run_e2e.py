@@ -5,7 +5,8 @@ its real services and ranks: the script (a plain torch DDP MLP, user_train.py) r
 10 of generation 0, and once generation 1 steps, one of its ranks is killed with SIGKILL. Both must
 be healed (a software_error and a process_exit incident, each answered by a restart), the job must
 run to its last step and succeed, and `run` must exit 0 having stopped everything it started. Then
-`job status` and `job logs` (all ranks, one, followed until the job's end) read the same job back.
+`run` tees the ranks' output; `job status` and `job logs` (all ranks, one, followed until the job's
+end) read the same job back.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def test_a_users_script_is_healed_of_an_exception_and_a_kill_and_run_exits_0(
         print(f"trainmedic run took {time.monotonic() - began:.1f} s:\n{out.text()}")  # shown when it fails
     text = out.text()
     assert "INCIDENT SEV2 software_error" in text, text
+    # the ranks' own output, teed with their rank: the script's lines and the exception's traceback
+    assert re.search(r"^\[rank 0\] step 5 loss \d", text, re.M), text
+    assert re.search(r"^\[rank 0\] .*RuntimeError: injected failure at step 10", text, re.M), text
+    assert "== generation 2: rank 1 on local-1 ==" in text, text
     assert "INCIDENT SEV2 process_exit" in text, text
     assert len(re.findall(r"recovery: restart job user-job", text)) >= 2, text
     assert f"job {job}: succeeded" in text, text
