@@ -5,7 +5,7 @@ with the same bounds (`schemas/bounds.py`), decode several times faster and buil
 What msgspec refuses, pydantic decides: msgspec is strict where pydantic is lax (`"5"` for an int,
 `1.0` for a count, `"true"` for a bool), so such a value is still accepted, as the contract model,
 and a refusal always carries pydantic's reason. Both kinds have the same attributes; the detection
-core takes either. tests/unit/test_wire.py checks that whatever these accept, pydantic accepts
+core takes either. tests/unit/schemas/test_wire.py checks that whatever these accept, pydantic accepts
 with the same values, and that the scenario recordings give the same incidents either way.
 
 A field the contract does not know is pydantic's to judge too (msgspec would skip it without the

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import trainmedic.schemas as s
-from tests.unit.test_schemas import EXAMPLES
+from tests.unit.schemas.test_schemas import EXAMPLES
 from trainmedic.bus.admin import create_topics, list_topics, remove_prefix
 from trainmedic.bus.consumer import EventConsumer
 from trainmedic.bus.errors import DeliveryError, KafkaError

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.executor.test_training import wait_until
+from tests.helpers.waiting import wait_until
 from tests.integration.test_coordinator import ack_all, read
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings

@@ -29,8 +29,9 @@ import pytest
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from tests.helpers.ports import free_port
+from tests.helpers.waiting import wait_until
 from tests.integration.executor.conftest import KEY, Events, processes_with
-from tests.integration.executor.test_training import steps_in, wait_until
+from tests.integration.executor.test_training import steps_in
 from trainmedic.bus.producer import EventProducer
 from trainmedic.recovery import keyring
 from trainmedic.recovery.executor import leftovers

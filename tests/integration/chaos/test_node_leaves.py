@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.executor.test_training import wait_until
+from tests.helpers.waiting import wait_until
 from trainmedic.bus.admin import wait_for_topics
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader

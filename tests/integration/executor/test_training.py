@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.waiting import wait_until
 from trainmedic.schemas import AckStatus, Command, CommandAction, RestoreSource, WorkerSpec
 
 from .conftest import processes_of
@@ -27,16 +28,6 @@ def steps_in(log: Path) -> list[tuple[int, float]]:
     """(step, unix time) of every step line a rank printed."""
     text = log.read_text() if log.exists() else ""
     return [(int(m.group(1)), float(m.group(4))) for m in STEP.finditer(text)]
-
-
-def wait_until(check, timeout_s: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise TimeoutError(f"timed out waiting for {what}")
 
 
 @pytest.mark.kafka

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.executor.test_training import wait_until
+from tests.helpers.waiting import wait_until
 from tests.integration.test_demo_e2e import processes_with_home
 
 pytestmark = pytest.mark.kafka

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from tests.helpers.waiting import wait_until
 from tests.integration.executor.conftest import RunningExecutor, processes_with
-from tests.integration.executor.test_training import wait_until
 from tests.integration.test_coordinator import Keys, leading
 from trainmedic.bus import clients
 from trainmedic.bus.admin import create_topics, delete_topics, grant_roles, list_topics, revoke_roles

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.waiting import wait_until
 from tests.integration.executor.conftest import RunningExecutor
-from tests.integration.executor.test_training import wait_until
 from tests.integration.security.test_attack_suite import _ranks
 from tests.integration.test_coordinator import Keys, leading
 from trainmedic.bus.producer import EventProducer

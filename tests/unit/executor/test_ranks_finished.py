@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.integration.executor.test_training import wait_until
+from tests.helpers.waiting import wait_until
 from trainmedic.bus.message import Record
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.recovery.executor.command_loop import Executor
