@@ -55,6 +55,9 @@ unit: setup
 
 # The README's test command: the unit tier first, then everything against a real broker, which it
 # starts (and stops) itself unless TRAINMEDIC_KAFKA_BOOTSTRAP names one.
+# The suite's broker and state stay in this checkout (tests/conftest.py does the same for a bare pytest),
+# apart from the user's own home (~/.local/state/trainmedic) that `make demo` and `trainmedic run` use.
+test: export TRAINMEDIC_HOME ?= $(CURDIR)/.trainmedic
 test: setup kafka alertmanager prometheus
 	$(BIN)/python -m pytest tests/unit tests/integration
 
