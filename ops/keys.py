@@ -1,23 +1,12 @@
-"""Create, rotate, trust and list the Ed25519 keys that sign commands, jobs, node events and acks.
+"""Create, rotate, trust and list the Ed25519 keys that sign commands, jobs, node events and acks
+(docs/security.md#keys).
 
-Each key has a role: `coordinator` (the default) signs commands; `operator` (--role operator)
-signs job submissions and `trainmedic nodes cordon|drain|uncordon`; `node:NAME` (--node NAME)
-signs the acks of node NAME. `generate` writes a first key pair of a role to the keys folder
-and makes it that role's signing key (the private key file is mode 0600). `rotate` writes a
-new pair, makes it the signing key and deletes the old private key, keeping the old public key
-trusted so that what was signed before the rotation still verifies. `trust FILE.pub` copies a
-public key made elsewhere into the folder for a role: an operator's, or a node's made on that
-node. `list` prints each key: id, role, kind, created, whether it signs, whether its private
-key is here.
-
-Who needs what: the coordinator's folder holds its own key pair, the operators' and every
-node's public keys (each trusted for its node only); an executor's holds the coordinator's
-*.pub and its own node key pair; an operator's holds the operator key pair. Keys added to a
-folder are picked up without a restart; a new signing key is used after one.
-
-The folder is --keys-dir, else $TRAINMEDIC_HOME/keys (TRAINMEDIC_HOME defaults to
-./.trainmedic), the same default every service and CLI uses. Never copy a .key file to
-another machine. See docs/security.md.
+Roles: `coordinator` (the default) signs commands; `operator` (--role operator) signs jobs and node
+events; `node:NAME` (--node NAME) signs node NAME's acks. `generate` writes a role's first key pair
+and makes it the signing key (private key mode 0600); `rotate` writes a new one and deletes the old
+private key, keeping the old public key trusted; `trust FILE.pub` adds a public key made elsewhere
+for a role; `list` prints each key. The folder is --keys-dir, else $TRAINMEDIC_HOME/keys. Never
+copy a .key file to another machine.
 """
 
 from __future__ import annotations
@@ -26,6 +15,10 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+from trainmedic.bus.errors import ConfigError
+from trainmedic.ops.prologue import run_command
+from trainmedic.recovery import keyring
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,39 +42,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.bus.errors import ConfigError
-    from trainmedic.recovery import keyring
+    return run_command("keys", _run, args)
 
+
+def _run(args: argparse.Namespace) -> int:
     directory = args.keys_dir or keyring.default_dir()
-    try:
-        if args.action == "list":
-            return _list(directory, keyring.list_keys(directory))
-        role = keyring.node_role(args.node) if args.node else args.role or keyring.COORDINATOR
-        if args.action == "generate":
-            key_id = keyring.generate_key(directory, time.time(), role)
-            print(f"{role} signing key {key_id}: private {directory / (key_id + '.key')} (0600), "
-                  f"public {directory / (key_id + '.pub')}; {_where(role, key_id)}")
-        elif args.action == "rotate":
-            old, new = keyring.rotate_key(directory, time.time(), role)
-            print(f"{role} signing key {new} replaces {old} (its private key deleted, its public key still "
-                  f"trusted); {_where(role, new)}; {_switch(role)}")
-        else:
-            key_id = keyring.trust_key(directory, args.public, role, time.time())
-            print(f"key {key_id} trusted here as {role} ({directory / (key_id + '.pub')})")
-    except ConfigError as err:
-        print(f"trainmedic keys: {err}", file=sys.stderr)
-        return 2
+    if args.action == "list":
+        return _list(directory, keyring.list_keys(directory))
+    role = keyring.node_role(args.node) if args.node else args.role or keyring.COORDINATOR
+    if args.action == "generate":
+        key_id = keyring.generate_key(directory, time.time(), role)
+        print(f"{role} signing key {key_id}: private {directory / (key_id + '.key')} (0600), "
+              f"public {directory / (key_id + '.pub')}; {_where(role, key_id)}")
+    elif args.action == "rotate":
+        old, new = keyring.rotate_key(directory, time.time(), role)
+        print(f"{role} signing key {new} replaces {old} (its private key deleted, its public key still "
+              f"trusted); {_where(role, new)}; {_switch(role)}")
+    else:
+        key_id = keyring.trust_key(directory, args.public, role, time.time())
+        print(f"key {key_id} trusted here as {role} ({directory / (key_id + '.pub')})")
     return 0
 
 
 def _where(role: str, key_id: str) -> str:
     """Where the new public key must go."""
-    from trainmedic.recovery.keyring import COORDINATOR, role_flag
-
-    if role == COORDINATOR:
+    if role == keyring.COORDINATOR:
         return "copy the .pub to every executor's keys folder"
     return (f"unless this is the coordinator's keys folder, copy the .pub to its machine and run "
-            f"`trainmedic keys trust {key_id}.pub {role_flag(role)}` there")
+            f"`trainmedic keys trust {key_id}.pub {keyring.role_flag(role)}` there")
 
 
 def _switch(role: str) -> str:
@@ -117,9 +105,6 @@ def add_operator_arguments(parser: argparse.ArgumentParser) -> None:
 def operator_key(args: argparse.Namespace, prog: str):
     """The operator's signing key from --keys-dir (or its default); None with --insecure, after a
     warning on stderr. A ConfigError says what to run when there is none."""
-    from trainmedic.bus.errors import ConfigError
-    from trainmedic.recovery import keyring
-
     if args.insecure:
         if args.keys_dir is not None:
             raise ConfigError(f"--insecure and --keys-dir ({args.keys_dir}) exclude each other: drop "

@@ -1,32 +1,39 @@
-"""See the cluster's nodes, and take one out of service or put it back.
+"""See the cluster's nodes, and take one out of service or put it back
+(docs/coordinator.md#node-lifecycle).
 
   list              every node: its state, why, since when, and the jobs on it
   cordon NODE       no new work goes to NODE; what runs there keeps running
-  drain NODE        NODE takes no work at all: the coordinator re-plans its jobs off it now
-                    (one plan per job: the job moves to a spare, or shrinks if it can)
-  uncordon NODE     NODE is back in the pool: ends a cordon, a drain and an isolation; the
-                    coordinator grows jobs onto it when the planner says the restart pays
+  drain NODE        the coordinator re-plans NODE's jobs off it now (one plan per job); no new work
+  uncordon NODE     NODE is back in the pool: ends a cordon, a drain or an isolation
 
-States: ready, cordoned, draining (a job still runs there), drained, isolated (the coordinator
-took it out for a fault; it re-admits it on its own after probation unless `readmission: off`).
-Each change is an event on the nodes topic, read by the coordinator within a tick, signed with
-the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys generate --role
-operator`): a coordinator that checks signatures ignores (dead-letters) one no trusted operator
-key signed; --insecure publishes it unsigned, for a coordinator run with --insecure. The state
-is folded from the log (jobs, incidents, recovery, commands, acks, nodes) as the coordinator folds it.
-A node the log and the --config file do not know is refused with exit status 2, and so is a
-missing operator key.
+States: ready, cordoned, draining (a job still runs there), drained, isolated (the coordinator took
+it out for a fault and re-admits it after probation unless `readmission: off`). Each change is an
+event on the nodes topic, signed with the operator key of --keys-dir (--insecure: unsigned). An
+unknown node or a missing operator key is exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import sys
 import time
 from pathlib import Path
 
-from trainmedic.ops.keys import add_operator_arguments
+from pydantic import ValidationError
+
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.yaml_file import load_mapping
+from trainmedic.ops.incidents.render import iso, span
+from trainmedic.ops.keys import add_operator_arguments, operator_key
+from trainmedic.ops.prologue import operator_settings, run_command
+from trainmedic.recovery.coordinator.core import CoordinatorConfig
+from trainmedic.recovery.coordinator.core.lifecycle import status
+from trainmedic.recovery.coordinator.core.readmission import outlook
+from trainmedic.recovery.coordinator.intake import listing
+from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
+from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
 from trainmedic.schemas.printable import terminal_safe
 
 CHANGES = {
@@ -65,35 +72,22 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.bus.errors import ConfigError, TrainmedicError
-    from trainmedic.bus.settings import KafkaSettings
-    from trainmedic.ops.keys import operator_key
+    return run_command("nodes", _run, args, usage=(UnknownNode,))
 
-    try:
-        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
-        key = None if args.action == "list" else operator_key(args, "trainmedic nodes")
-        state = fold_log(settings, load_config(args.config))
-        if args.action == "list":
-            print(render(state, time.time()))
-            return 0
-        return change(settings, state, args.action, args.node, args.reason, args.by or _user(), key)
-    except (UnknownNode, ConfigError) as err:
-        print(f"trainmedic nodes: {err}", file=sys.stderr)
-        return 2
-    except TrainmedicError as err:
-        print(f"trainmedic nodes: {err}", file=sys.stderr)
-        return 1
+
+def _run(args: argparse.Namespace) -> int:
+    settings = operator_settings(args)
+    key = None if args.action == "list" else operator_key(args, "trainmedic nodes")
+    state = fold_log(settings, load_config(args.config))
+    if args.action == "list":
+        print(render(state, time.time()))
+        return 0
+    return change(settings, state, args.action, args.node, args.reason, args.by or _user(), key)
 
 
 def load_config(path: Path | None):
     """The coordinator's config from its YAML file; None without one (then every node the log names
     is known, and the coordinator's defaults apply)."""
-    from pydantic import ValidationError
-
-    from trainmedic.bus.errors import ConfigError
-    from trainmedic.bus.yaml_file import load_mapping
-    from trainmedic.recovery.coordinator.core import CoordinatorConfig
-
     if path is None:
         return None
     try:
@@ -104,10 +98,6 @@ def load_config(path: Path | None):
 
 def fold_log(settings, config):
     """The coordinator's state, folded from the log as it stands now."""
-    from trainmedic.bus.reader import NOW, TopicReader
-    from trainmedic.recovery.coordinator.intake import listing
-    from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
-
     topics = settings.topics
     with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("nodes"),
                      timeout_s=30.0) as reader:
@@ -117,10 +107,6 @@ def fold_log(settings, config):
 
 def rows(state, now: float) -> list[tuple[str, ...]]:
     """NODE, STATE, SINCE, WHY, JOBS for each node, by name."""
-    from trainmedic.ops.incidents.render import iso, span
-    from trainmedic.recovery.coordinator.core.lifecycle import status
-    from trainmedic.recovery.coordinator.core.readmission import outlook
-
     out = []
     for node in sorted(state.nodes.values(), key=lambda n: n.id):
         shown = status(state, node.id)
@@ -153,9 +139,6 @@ def render(state, now: float) -> str:
 def change(settings, state, action: str, node: str, reason: str, by: str, key=None) -> int:
     """Publish the node's lifecycle event, signed with the operator's `key` (unsigned when None:
     insecure) for this deployment (its topic prefix), and say what the coordinator will do."""
-    from trainmedic.bus.producer import EventProducer
-    from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
-
     if node not in state.nodes:
         known = " ".join(sorted(state.nodes)) or "none"
         raise UnknownNode(f"unknown node {node!r}: neither the log nor the config names it (known: {known})")

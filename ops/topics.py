@@ -1,22 +1,19 @@
-"""Create every trainmedic topic that is missing, or list the deployment's topics as the broker has them.
+"""Create every trainmedic topic that is missing, or list the deployment's topics as the broker has them
+(docs/security.md#broker-authentication-and-acls).
 
-`create` also grants every role its ACLs for the prefix (bus/acls.py) where the broker has an
-authorizer; it runs as the admin (the local broker's credentials/admin.json, or
-TRAINMEDIC_KAFKA_CONFIG).
-
-`list` shows each contract topic under the prefix (TRAINMEDIC_TOPIC_PREFIX) with its key,
-partitions and retention, and whether it exists on the broker; then the topics the
-deployment's services made for themselves under their default names (`<prefix>detector-…`:
-the detector's checkpoints, a Faust engine's internal topics).
+`create` runs as the admin and also grants every role its ACLs for the prefix where the broker has
+an authorizer. `list` shows each contract topic under the prefix (--prefix, TRAINMEDIC_TOPIC_PREFIX,
+else the newest `trainmedic run`'s) with its key, partitions, retention and whether it exists, then
+the topics the services made for themselves (`<prefix>detector-…`).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from trainmedic.bus.errors import TrainmedicError
+from trainmedic.bus.admin import create_topics, describe_topics, grant_roles
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.ops.prologue import operator_settings, run_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,19 +31,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.bus.admin import create_topics, describe_topics, grant_roles
+    return run_command("topics", _run, args)
 
-    try:
-        settings = KafkaSettings.from_env(role="admin", bootstrap=args.bootstrap, topic_prefix=args.prefix)
-        if args.action == "list":
-            print_topics(settings, describe_topics(settings))
-            return 0
-        result = create_topics(settings, partitions=args.partitions,
-                               replication_factor=args.replication_factor)
-        granted = grant_roles(settings, settings.topic_prefix)
-    except TrainmedicError as err:
-        print(f"trainmedic topics: {err}", file=sys.stderr)
-        return 1
+
+def _run(args: argparse.Namespace) -> int:
+    # `list` shows the newest `trainmedic run`'s topics when nothing names a prefix; `create` makes the
+    # default deployment's, as it always has (a run creates its own).
+    settings = operator_settings(args, role="admin", from_run=args.action == "list")
+    if args.action == "list":
+        print_topics(settings, describe_topics(settings))
+        return 0
+    result = create_topics(settings, partitions=args.partitions, replication_factor=args.replication_factor)
+    granted = grant_roles(settings, settings.topic_prefix)
     for name, outcome in result.items():
         print(f"{outcome:8} {name}")
     print("no ACLs: the broker has no authorizer" if granted is None

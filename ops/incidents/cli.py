@@ -1,13 +1,9 @@
 """Read the incident log back: a table of incidents, one incident's details or its timeline, or
-the raw events as JSON lines.
+the raw events as JSON lines (docs/coordinator.md, docs/detection.md).
 
-The log is two topics: the detector's incidents (`incidents`) and the coordinator's answers to
-them (`recovery`: plans, outcomes, skips, its own escalations). Both are read from the beginning
-(or from --since, mapped to offsets by the broker's message times) and folded into one story
-per incident: opened with its evidence, escalated, the recovery plan issued, the commands
-acknowledged (plan completed or failed), resolved. Folding is independent of the order
-partitions are read in, so the same log always shows the same state. --follow keeps reading
-and prints what changes.
+The detector's incidents and the coordinator's answers to them (`recovery`) are read from the
+beginning, or from --since, and folded into one story per incident: the same story whatever order
+the partitions are read in. --follow keeps reading and prints what changes (Ctrl-C ends it).
 
   trainmedic incidents list --since 2h
   trainmedic incidents timeline node_lost-3f2a            (an unambiguous id prefix is enough)
@@ -19,7 +15,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.reader import EARLIEST, NOW, At, TopicReader
+from trainmedic.bus.timespan import parse_instant
+from trainmedic.ops.incidents.fold import IncidentHistory, apply
+from trainmedic.ops.incidents.render import LEGEND, details, row, story, table
+from trainmedic.ops.incidents.views import find, timeline, views
+from trainmedic.ops.prologue import operator_settings, run_command, say
+from trainmedic.schemas import DeadLettered
 from trainmedic.schemas.printable import terminal_safe
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -54,37 +59,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import time
+    return run_command("incidents", _run, args, interrupted=0)  # Ctrl-C is how --follow ends
 
-    from trainmedic.bus.errors import TrainmedicError
-    from trainmedic.bus.reader import EARLIEST, At, TopicReader
-    from trainmedic.bus.settings import KafkaSettings
-    from trainmedic.bus.timespan import parse_instant
 
+def _run(args: argparse.Namespace) -> int:
+    settings = operator_settings(args)
     try:
-        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
         start_ts = parse_instant(args.since, time.time()) if args.since else None
-    except (TrainmedicError, ValueError) as err:
-        print(f"trainmedic incidents: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:
+        raise ConfigError(f"--since: {err}") from None
     topics = settings.topics
     telemetry = args.action == "export" and args.telemetry
     names = [topics.gpu, topics.node, topics.worker] if telemetry else [topics.incidents, topics.recovery]
     export = args.action == "export"
     reader = TopicReader(settings, names, start=EARLIEST if start_ts is None else At(start_ts),
-                       validate=not export, name=settings.topics.owned("incidents"), timeout_s=args.timeout_s)
+                         validate=not export, name=topics.owned("incidents"), timeout_s=args.timeout_s)
     try:
         if export:
             return _export(reader, args.follow)
         return _show(reader, args, settings)
-    except TrainmedicError as err:
-        print(f"trainmedic incidents: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    except BrokenPipeError:  # e.g. `| head`: what reads the output has all it wants
-        sys.stderr.close()
-        return 0
     finally:
         reader.close()
 
@@ -117,11 +110,6 @@ def _worker_reports(settings, view, timeout_s: float) -> list:
     """The worker telemetry around the incident's plans: the steps that tell when the job resumed,
     and where a rank that restored reports a fallback from its replica. From the first plan to
     RESUME_WINDOW_S after the last."""
-    import time
-
-    from trainmedic.bus.reader import NOW, At, TopicReader
-    from trainmedic.schemas import DeadLettered
-
     first, last = view.plans[0].ts, view.plans[-1].ts + RESUME_WINDOW_S
     end = NOW if last >= time.time() else At(last)
     items: list = []
@@ -133,11 +121,6 @@ def _worker_reports(settings, view, timeout_s: float) -> list:
 
 
 def _show(reader, args: argparse.Namespace, settings) -> int:
-    from trainmedic.ops.incidents.fold import IncidentHistory, apply
-    from trainmedic.ops.incidents.render import LEGEND, details, row, story, table
-    from trainmedic.ops.incidents.views import find, timeline, views
-    from trainmedic.schemas import DeadLettered
-
     log = IncidentHistory()
 
     def fold_in(items) -> None:
@@ -168,7 +151,7 @@ def _show(reader, args: argparse.Namespace, settings) -> int:
         where = f" since {args.since}" if args.since else ""
         why = (f"no incident {args.id!r} in the log{where}" if not matches else
                f"{args.id!r} names {len(matches)} incidents: {', '.join(v.id for v in matches[:10])}")
-        print(f"trainmedic incidents: {terminal_safe(why)}", file=sys.stderr)
+        say("incidents", terminal_safe(why))
         return 1
     view = matches[0]
     if view.plans:

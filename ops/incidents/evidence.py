@@ -1,9 +1,5 @@
-"""Evidence lines and instants read by people.
-
-The detector writes each evidence line as "<unix seconds> what it saw", with any other instant
-in it in unix seconds too ("no telemetry since 1764554400.120"). A story places each line at its
-own time and shows instants as UTC clock times with their offset from the earliest evidence.
-"""
+"""Evidence lines ("<unix seconds> what it saw") and instants as people read them: UTC clock times
+with their offset from the earliest evidence (docs/detection.md)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""The fold of the incident log (the detector's `incidents` and the coordinator's `recovery`
-topics): facts keyed by their identity, so any order gives the same state.
-
-From telemetry.worker it keeps when each generation of a job stepped (to tell when a recovery
-resumed training) and the steps that report a restore fallback (`restore_warning`): a recovery
-that lost steps belongs in the incident's story. From the broker it keeps when each incident
-event reached Kafka (its message time), which is later than its `ts` by however long the
-detector took to publish it.
-
-Incidents are keyed by job or node and lifecycle events by job, on two topics, so an incident
-and the plan that answers it sit on different partitions and arrive in either order. Storing each fact
-under its own identity (and keeping, of two versions, the one that sorts first) makes the
-fold commutative and idempotent: folding twice, or in any interleaving, gives equal states.
-"""
+"""The fold of the incident log (the detector's `incidents`, the coordinator's `recovery`, the steps of
+telemetry.worker): facts keyed by their identity, so any order gives the same state
+(docs/coordinator.md#the-fold)."""
 
 from __future__ import annotations
 
@@ -28,7 +17,14 @@ Outcome = RecoveryCompleted | RecoveryFailed
 
 @dataclass
 class IncidentHistory:
-    """Everything the incident log said about incidents and their recovery, by identity."""
+    """Everything the incident log said about incidents and their recovery, by identity.
+
+    Incidents are keyed by job or node and lifecycle events by job, on two topics, so an incident and
+    the plan that answers it arrive in either order. Each fact is stored under its own identity
+    (of two versions, the one that sorts first): folding twice, or in any interleaving, gives equal
+    states. It also keeps when each generation of a job stepped (when a recovery resumed training),
+    the steps that report a restore fallback, and when each incident event reached Kafka (its
+    message time, later than its `ts` by however long the detector took to publish it)."""
 
     incidents: dict[tuple[str, str], Incident] = field(default_factory=dict)  # (id, status)
     plans: dict[tuple[str, str], RecoveryPlanned] = field(default_factory=dict)  # (plan_id, job)

@@ -1,8 +1,6 @@
-"""Text for people: the incident table, one incident's fields, its timeline.
-
-Every line is made terminal-safe as it is written (schemas/printable.py): evidence, reasons and
-names carry what ranks and telemetry sources wrote, escape sequences included.
-"""
+"""Text for people: the incident table, one incident's fields, its timeline. Every line is made
+terminal-safe as it is written: evidence and reasons carry ranks' text, escapes included
+(docs/security.md#the-broker-protects-itself-and-what-is-rendered)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Views derived from the fold: one row per incident, and the ordered story of one incident.
-
-Derived on demand, never stored, so they inherit the fold's independence from order.
-"""
+"""Views derived from the incident fold, on demand and never stored (so as independent of order as
+it is): one row per incident, and the ordered story of one incident (docs/coordinator.md)."""
 
 from __future__ import annotations
 

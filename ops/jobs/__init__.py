@@ -1,1 +1,2 @@
-"""Operator commands for jobs: submit, stop, list, one job's status and its ranks' logs."""
+"""Operator commands for jobs: submit, stop, list, one job's status and its ranks' logs
+(docs/coordinator.md#jobs, docs/run.md)."""

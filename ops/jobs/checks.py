@@ -1,16 +1,6 @@
 """What `trainmedic job submit` checks before it publishes, beyond the coordinator's bounds: that the
-job's id is new and its nodes exist (against the log), and that its command can run (on this
-machine).
-
-A submission the coordinator would take can still be a mistake it cannot see: a second job
-under a taken id is ignored (the first submission stands), a node no executor ever ran on
-waits forever and then looks like a lost node, and a typo in the command fails on every node
-at once. These are caught here, each in one line, so the user hears it at once.
-
-Relative paths in a spec resolve against the job's `workdir`, each rank's working directory;
-a spec without one gets the spec file's own directory (absolute), so a rank runs where the
-user wrote the spec, whatever directory they submitted from (`with_workdir`).
-"""
+job's id is new and its nodes exist (in the log), and that its command can run here: mistakes the
+coordinator cannot see (docs/coordinator.md#jobs)."""
 
 from __future__ import annotations
 
@@ -33,7 +23,8 @@ TAKES_VALUE = frozenset({"-W", "-X", "--check-hash-based-pycs"})
 
 def with_workdir(spec: JobSpec, spec_file: Path) -> JobSpec:
     """`spec` with an absolute `workdir`: its own, relative to the spec file's directory; else that
-    directory."""
+    directory. Relative paths in a spec resolve against it, so a rank runs where the user wrote the
+    spec, whatever directory they submitted from."""
     base = spec_file.resolve().parent
     workdir = base if spec.workdir is None else base / Path(spec.workdir).expanduser()
     return spec.model_copy(update={"workdir": str(Path(os.path.normpath(workdir)))})
@@ -75,7 +66,9 @@ def python_script(program: str, args: Iterable[str]) -> str | None:
 
 def log_problems(spec: JobSpec, state: ClusterState, allow_unknown_nodes: bool) -> list[str]:
     """Why the log says `spec` should not be submitted: its id is taken, or (unless allowed) it names
-    a node the log never heard from and the coordinator's config does not list (`state.members`)."""
+    a node the log never heard from and the coordinator's config does not list (`state.members`).
+    The coordinator would take both: a second job under a taken id is ignored (the first stands), and
+    a node no executor ever ran on waits forever, then looks like a lost node."""
     problems = []
     if (known := state.jobs.get(spec.id)) is not None:
         problems.append(f"a job with id {spec.id} is already in the log ({known.state}); a second submission "

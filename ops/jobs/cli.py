@@ -1,37 +1,40 @@
 """Submit a training job, stop one, list the jobs and where they run, show one job's status or its
-ranks' logs.
+ranks' logs (docs/coordinator.md#jobs, docs/run.md).
 
-`submit SPEC.yaml` checks the spec and publishes a job_submitted event on the jobs topic,
-signed with the operator key of --keys-dir (default $TRAINMEDIC_HOME/keys; `trainmedic keys
-generate --role operator`); the coordinator then starts the job on its nodes at generation 0.
-A coordinator that checks signatures dead-letters a job no trusted operator key signed;
---insecure publishes it unsigned, for a coordinator run with --insecure. `stop JOB` publishes
-a job_stop signed the same way: the coordinator stops the job's ranks, frees its nodes, and
-the job ends `stopped`. `list` folds the log (every topic the coordinator reads: recovery holds
-its plans) as the coordinator does and prints one line per job. `status JOB` adds the job's
-progress from worker telemetry: latest step, step rate, restarts and steps lost (exit status 2
-for a job the log does not know). `logs JOB` prints the output of the job's ranks that ran on
-this machine ($TRAINMEDIC_HOME-jobs/NODE/JOB/logs/, where `trainmedic run` and each
-`trainmedic node` put it), one rank or all with a `[rank N]` prefix; --follow prints it as it
-is written until the job ends (or Ctrl-C).
-
-Each of these gives one line on stderr and exit status 2, and publishes nothing, for: a spec
-that is not valid, breaks the coordinator's bounds (recovery/coordinator/core/job_bounds.py) or,
-given the coordinator's --config, names a node outside its `nodes:`; a job id already in the
-log, a node never heard from (unless --allow-unknown-nodes), a command that cannot run here
-(unless --no-local-check; job_checks.py); a stop of a job the log does not hold or that has
-ended; a missing operator key.
+`submit SPEC.yaml` checks the spec and publishes it, signed with the operator key of --keys-dir
+(default $TRAINMEDIC_HOME/keys; --insecure: unsigned); the coordinator starts it at generation 0.
+`stop JOB` asks the coordinator to stop the job's ranks and free its nodes. `list` folds the log as
+the coordinator does; `status JOB` adds the job's progress from worker telemetry. `logs JOB`
+prints its ranks' output on this machine; --follow until the job ends (or Ctrl-C). After a
+`trainmedic run`, these find its topics without TRAINMEDIC_TOPIC_PREFIX. A spec or a request
+that cannot be taken (an unknown job, a missing operator key) is one line on stderr and exit
+status 2, and nothing is published.
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
-import sys
 import time
 from pathlib import Path
 
-from trainmedic.ops.keys import add_operator_arguments
+from pydantic import ValidationError
+
+from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.reader import NOW, TopicReader
+from trainmedic.bus.settings import home
+from trainmedic.bus.yaml_file import load_mapping
+from trainmedic.ops.jobs.checks import command_problem, log_problems, with_workdir
+from trainmedic.ops.jobs.view import follow_logs, show_logs, show_status
+from trainmedic.ops.keys import add_operator_arguments, operator_key
+from trainmedic.ops.prologue import operator_settings, run_command
+from trainmedic.recovery.coordinator.cli import COORDINATOR, OPTIONS
+from trainmedic.recovery.coordinator.core.job_bounds import job_problems
+from trainmedic.recovery.coordinator.intake import listing
+from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
+from trainmedic.recovery.planner.cli import describe
+from trainmedic.schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
 from trainmedic.schemas.printable import terminal_safe
 
 SPEC_FORMAT = """\
@@ -118,13 +121,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_spec(path: Path):
     """The JobSpec in `path`, or SpecError saying what is wrong and where."""
-    from pydantic import ValidationError
-
-    from trainmedic.bus.errors import ConfigError
-    from trainmedic.bus.yaml_file import load_mapping
-    from trainmedic.recovery.planner.cli import describe
-    from trainmedic.schemas.jobs import JobSpec
-
     try:
         document = load_mapping(path, "a mapping with id, nodes, throughput and command")
     except ConfigError as err:
@@ -143,9 +139,6 @@ def load_spec(path: Path):
 
 def coordinator_config(path: Path | None):
     """The coordinator's config as `trainmedic coordinator --config PATH` builds it (None: no file)."""
-    from trainmedic.bus.errors import ConfigError
-    from trainmedic.recovery.coordinator.cli import COORDINATOR, OPTIONS
-
     if path is None:
         return None
     try:
@@ -156,8 +149,6 @@ def coordinator_config(path: Path | None):
 
 def check_command(path: Path, spec) -> None:
     """SpecError when the job's command cannot run in its workdir on this machine."""
-    from trainmedic.ops.jobs.checks import command_problem
-
     problem = command_problem(spec)
     if problem is not None:
         raise SpecError(f"{path}: {problem} (--no-local-check when this machine does not have the "
@@ -166,8 +157,6 @@ def check_command(path: Path, spec) -> None:
 
 def check_log(path: Path, spec, state, allow_unknown_nodes: bool) -> None:
     """SpecError when the log already holds the job's id, or names none of its nodes."""
-    from trainmedic.ops.jobs.checks import log_problems
-
     problems = log_problems(spec, state, allow_unknown_nodes)
     if problems:
         raise SpecError(f"{path}: {'; '.join(problems)}")
@@ -175,8 +164,6 @@ def check_log(path: Path, spec, state, allow_unknown_nodes: bool) -> None:
 
 def check_bounds(path: Path, spec, config) -> None:
     """SpecError when the coordinator would reject `spec`; without its `config`, nodes are not checked."""
-    from trainmedic.recovery.coordinator.core.job_bounds import job_problems
-
     cluster = None if config is None else {node.id for node in config.nodes}
     problems = job_problems(spec, lambda node: cluster is None or node in cluster)
     if problems:
@@ -184,47 +171,34 @@ def check_bounds(path: Path, spec, config) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.bus.errors import ConfigError, TrainmedicError
-    from trainmedic.bus.settings import KafkaSettings
-    from trainmedic.ops.jobs.checks import with_workdir
-    from trainmedic.ops.keys import operator_key
+    return run_command("job", _run, args, usage=(SpecError,))
 
-    try:
-        if args.action == "logs":
-            return logs(args)
-        config = coordinator_config(args.config)
-        if args.action == "submit":
-            spec = with_workdir(load_spec(args.spec), args.spec)
-            check_bounds(args.spec, spec, config)
-            key = operator_key(args, "trainmedic job")
-            if not args.no_local_check:
-                check_command(args.spec, spec)
-            settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
-            check_log(args.spec, spec, fold_log(settings, config), args.allow_unknown_nodes)
-            return submit(settings, spec, key)
-        settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
-        if args.action == "stop":
-            key = operator_key(args, "trainmedic job")
-            return stop(settings, fold_log(settings, config), args.job, args.reason, key)
-        if args.action == "status":
-            from trainmedic.ops.jobs.view import show_status
 
-            return show_status(settings, fold_log(settings, config), args.job)
-        return list_jobs(settings, config)
-    except (SpecError, ConfigError) as err:
-        print(f"trainmedic job: {' '.join(str(err).split())}", file=sys.stderr)
-        return 2
-    except TrainmedicError as err:
-        print(f"trainmedic job: {err}", file=sys.stderr)
-        return 1
+def _run(args: argparse.Namespace) -> int:
+    if args.action == "logs":
+        return logs(args)
+    config = coordinator_config(args.config)
+    if args.action == "submit":
+        spec = with_workdir(load_spec(args.spec), args.spec)
+        check_bounds(args.spec, spec, config)
+        key = operator_key(args, "trainmedic job")
+        if not args.no_local_check:
+            check_command(args.spec, spec)
+        settings = operator_settings(args, job=spec.id)
+        check_log(args.spec, spec, fold_log(settings, config), args.allow_unknown_nodes)
+        return submit(settings, spec, key)
+    settings = operator_settings(args, job=getattr(args, "job", None))
+    if args.action == "stop":
+        key = operator_key(args, "trainmedic job")
+        return stop(settings, fold_log(settings, config), args.job, args.reason, key)
+    if args.action == "status":
+        return show_status(settings, fold_log(settings, config), args.job)
+    return list_jobs(settings, config)
 
 
 def logs(args: argparse.Namespace) -> int:
-    from trainmedic.bus.settings import KafkaSettings, home
-    from trainmedic.ops.jobs.view import follow_logs, show_logs
-
     where = args.home.resolve() if args.home is not None else home()
-    settings = KafkaSettings.from_env(role="operator", bootstrap=args.bootstrap)
+    settings = operator_settings(args, job=args.job)
     if not args.follow:
         return show_logs(settings, where, args.job, args.rank)
     return follow_logs(settings, where, args.job, args.rank)
@@ -233,9 +207,6 @@ def logs(args: argparse.Namespace) -> int:
 def submit(settings, spec, key=None) -> int:
     """Publish `spec`, signed with the operator's `key` (unsigned when None: insecure) for this
     deployment (its topic prefix): a coordinator under another prefix refuses it."""
-    from trainmedic.bus.producer import EventProducer
-    from trainmedic.schemas.jobs import JobSubmitted
-
     event = JobSubmitted(ts=time.time(), job=spec, deployment=settings.topics.prefix)
     if key is not None:
         event = key.sign(event)
@@ -249,9 +220,6 @@ def submit(settings, spec, key=None) -> int:
 def stop(settings, state, job_id: str, reason: str, key=None) -> int:
     """Publish a stop of `job_id`, signed with the operator's `key` for this deployment, if the log
     holds it and it has not ended."""
-    from trainmedic.bus.producer import EventProducer
-    from trainmedic.schemas.jobs import JobStopRequested
-
     job = state.jobs.get(job_id)
     if job is None:
         known = " ".join(sorted(state.jobs)[:10]) or "none"
@@ -281,10 +249,6 @@ def _user() -> str:
 
 def fold_log(settings, config):
     """The coordinator's state, folded from the log as it stands now."""
-    from trainmedic.bus.reader import NOW, TopicReader
-    from trainmedic.recovery.coordinator.intake import listing
-    from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
-
     topics = settings.topics
     with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("job"),
                      timeout_s=30.0) as reader:

@@ -1,14 +1,6 @@
-"""A job's status as an operator reads it (`trainmedic job status`): the coordinator's view of the
-job (state, generation, nodes, restarts: the fold) with its ranks' progress from worker telemetry
-(latest step, step rate, steps lost). Pure: the folded job and the `worker_step` events in, `now`
-passed in to say how long ago the last step was.
-
-Steps lost are counted where they show: a generation whose first step is at or below the previous
-generation's last completed step ran those steps again (a restore from an older state than the
-newest). A rank whose restore fell back from the replica it was told to use says so in
-`restore_warning` on its first step; those are listed as well, and so is where the latest
-generation's ranks took their state from (`restored` on their first steps).
-"""
+"""A job's status as `trainmedic job status` prints it: the coordinator's fold of the job with its
+ranks' progress from worker telemetry (step, step rate, restarts, steps lost, restores). Pure: events
+and `now` in (docs/run.md#trainmedic-job-status-job)."""
 
 from __future__ import annotations
 
@@ -55,7 +47,12 @@ class GenerationSteps:
 @dataclass
 class StepHistory:
     """A job's steps per generation, the restore warnings its ranks reported, and each rank's
-    first step that said where its state came from, by (generation, rank)."""
+    first step that said where its state came from, by (generation, rank).
+
+    Steps lost are counted where they show: a generation whose first step is at or below the previous
+    generation's last completed step ran those steps again (a restore from an older state than the
+    newest). A rank whose restore fell back from the replica it was told to use says so in
+    `restore_warning` on its first step."""
 
     job: str
     generations: dict[int, GenerationSteps] = field(default_factory=dict)

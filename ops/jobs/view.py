@@ -1,12 +1,6 @@
-"""One job read back for an operator: `trainmedic job status` (the coordinator's log folded as `job
-list` folds it, with the job's worker telemetry) and `trainmedic job logs` (its ranks' output on this
-machine, followed until the job ends). Thin: the computing is in job_status.py and rank_logs.py.
-A rank's output is the job's own text: its control characters are shown escaped, never obeyed.
-
-Following a job ends when it ended (succeeded, stopped) or the coordinator gave up on it. A `failed`
-job is not always given up on: a plan that failed escalates, and the escalation's re-plan usually
-heals it a moment later (FAILED → RECOVERING).
-"""
+"""`trainmedic job status` and `trainmedic job logs` against Kafka: the log folded as `job list` folds
+it with the job's worker telemetry, and the ranks' output on this machine (escaped, never obeyed),
+followed until the job ends (docs/run.md)."""
 
 from __future__ import annotations
 
@@ -132,7 +126,8 @@ def show_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None) -
 def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
                 emit: Callable[[str], None] = print, poll_s: float = 0.5) -> int:
     """Print the job's rank logs as they grow until the job ends (then 0; 1 when none were on this
-    machine) or Ctrl-C (130)."""
+    machine) or Ctrl-C (130). A `failed` job has not always ended: a plan that failed escalates, and
+    the escalation's re-plan usually heals it a moment later (FAILED → RECOVERING); see `over`."""
     tail = rank_logs.Tail()
     try:
         with JobWatch(settings) as watch:

@@ -198,7 +198,7 @@ def test_the_job_cli_client_id_is_under_the_prefix(monkeypatch) -> None:
         def send(self, *args, **kwargs):
             pass
 
-    monkeypatch.setattr("trainmedic.bus.producer.EventProducer", Producer)
+    monkeypatch.setattr("trainmedic.ops.jobs.cli.EventProducer", Producer)
     from trainmedic.bus.settings import KafkaSettings
 
     spec = job_cli.load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
@@ -227,7 +227,7 @@ def test_a_submitted_job_is_signed_for_the_prefix_it_is_published_under(monkeypa
         def send(self, topic, event, key):
             sent.append(event)
 
-    monkeypatch.setattr("trainmedic.bus.producer.EventProducer", Producer)
+    monkeypatch.setattr("trainmedic.ops.jobs.cli.EventProducer", Producer)
     operator = generate()
     spec = job_cli.load_spec(Path(__file__).parents[3] / "docs" / "job-example.yaml")
     job_cli.submit(KafkaSettings(topic_prefix="acme."), spec, operator)
