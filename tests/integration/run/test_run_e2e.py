@@ -104,8 +104,10 @@ def test_a_users_script_is_healed_of_an_exception_and_a_kill_and_run_exits_0(
     wait_until(lambda: processes_with_home(home) == [], 10, "every process run started to end")
 
     cli = [sys.executable, "-m", "trainmedic.cli", "job"]
-    status = subprocess.run([*cli, "status", job], env={**env, "TRAINMEDIC_TOPIC_PREFIX": prefix},
-                            capture_output=True, text=True, timeout=60)
+    # from another directory, with no prefix exported: the run's record names it
+    status = subprocess.run([*cli, "status", job], env=env, cwd=tmp_path / "home", capture_output=True,
+                            text=True, timeout=60)
+    assert f"(run {job}: topics {prefix}*" in status.stderr, status.stderr
     assert status.returncode == 0, status.stderr
     assert re.search(r"state\s+succeeded", status.stdout), status.stdout
     assert re.search(rf"step\s+{STEPS - 1} ", status.stdout) and re.search(r"restarts\s+2", status.stdout)
