@@ -1,5 +1,3 @@
-"""The bus layer: Kafka I/O, settings, errors, signals, time spans and config, knowing no service.
-
-Everything above it (producers, the detector, recovery, ops, the `trainmedic` command) reaches
-Kafka only through these modules; nothing here imports a service.
+"""The bus layer: Kafka I/O, settings, errors, signals, time spans and config, knowing no service;
+everything above it reaches Kafka only through these modules, and nothing here imports a service.
 """

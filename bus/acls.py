@@ -1,12 +1,5 @@
-"""Who may do what on Kafka: one principal per role, least privilege, as one table.
-
-Each role is the SCRAM user `User:ROLE`; its grants name resources under a deployment's topic
-prefix (`{prefix}{suffix}`): Kafka ACLs cannot wildcard the middle of a name, so the table is
-applied once per prefix (`bindings(prefix)`: `trainmedic broker start` for the default prefix,
-`trainmedic topics create` for its own, the demo and the tests for theirs). A name ending in
-`-` or a bare stem is PREFIXED where marked: a service's own topics and groups
-(`{prefix}detector-checkpoints`, Faust's `{prefix}detector-…` changelogs, the lease
-`{prefix}coordinator-lease`). Write implies Describe and, since Kafka 3.0, idempotent writes.
+"""Who may do what on Kafka: one principal per role, least privilege, as one table applied once per
+topic prefix (`bindings(prefix)`; docs/security.md, "Broker authentication and ACLs").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The one place that builds librdkafka clients, and says what their errors mean for people.
-
-Every client gets `KafkaSettings.client_config`: our defaults with the user's librdkafka
-settings (security, tuning) on top, so a setting given once reaches every consumer, producer
-and admin client. `broker_error` turns a librdkafka error into a KafkaError that says what to do.
+"""The one place that builds librdkafka clients (`KafkaSettings.client_config`: our defaults with the
+user's settings on top), and says what their errors mean for people (`broker_error`).
 """
 
 from __future__ import annotations

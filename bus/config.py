@@ -1,21 +1,5 @@
-"""One config style for every service: a pydantic model's fields are its CLI flags, its
-environment variables and its YAML keys, and one call builds the model from them.
-
-Field `freshness_s` of the section named EXECUTOR is the flag `--freshness-s`, the variable
-TRAINMEDIC_EXECUTOR_FRESHNESS_S and the key `freshness_s` of the `--config FILE.yaml` mapping
-(under `executor:` where a command has several sections). A field that holds a model
-(`delivery`) is a nested mapping in YAML; its fields are flags and variables of their own
-(`--max-buffered`). A field a section lists as `file_only` (a list of nodes, a nested tuning
-table) is a YAML key and no flag. A field holding an optional model may name one of its keys
-as its `shorthand`: its flag and variable give that key (`--alertmanager URL` sets
-`alertmanager.url`, keeping the file's other keys of that mapping; `json_schema_extra=
-{"shorthand": "url"}`). Where two sections of one command share a field name, each flag
-carries its section's prefix (`--gpu-control`, `--agent-control`); the variables keep their
-section.
-
-Precedence: flag > environment > YAML > a value the command computes > the field's default.
-Values are validated by the model; the first error becomes one ConfigError naming where the
-value came from (the flag, the variable or the file and key).
+"""One config style for every service: a pydantic model's fields are its CLI flags, its environment
+variables and its YAML keys, and one call builds the model from them (docs/producers.md, "Configuration").
 """
 
 from __future__ import annotations
@@ -62,7 +46,14 @@ class _Option:
 
 
 class Options:
-    """The options of one command: flags for its parser, and its config models built from them."""
+    """The options of one command: flags for its parser, and its config models built from them.
+
+    Field `freshness_s` of section EXECUTOR is `--freshness-s`, TRAINMEDIC_EXECUTOR_FRESHNESS_S and
+    the YAML key `freshness_s` (under `executor:` where a command has several sections). A field
+    holding a model (`delivery`) is a nested mapping in YAML and its fields are flags and variables
+    of their own (`--max-buffered`); a `file_only` field is a YAML key and no flag. Where two
+    sections share a field name, each flag carries its section's prefix (`--gpu-control`,
+    `--agent-control`); the variables keep their section."""
 
     def __init__(self, *sections: Section) -> None:
         self._sections = sections
@@ -87,7 +78,10 @@ class Options:
               **computed: Callable[[dict[str, Any]], Any]) -> Any:
         """`section`'s model from the YAML file, variables and flags; `computed` fills in what none of
         them gave, in order, each from the values so far; then `secrets` puts into the values, in
-        place, the credentials that only the environment may give (it may raise ConfigError)."""
+        place, the credentials that only the environment may give (it may raise ConfigError).
+        Precedence: flag > variable > YAML > `computed` > the field's default. The model validates;
+        its first error becomes one ConfigError naming where the value came from (flag, variable,
+        or file and key)."""
         file = getattr(args, "config", None)
         document = load_mapping(file) if file else {}
         if section.key and not set(document) <= {s.key for s in self._sections}:
@@ -159,7 +153,9 @@ def _items(annotation: Any) -> Any:
 
 
 def _shorthand(opt: _Option) -> str | None:
-    """The key of the field's mapping that its flag and variable give, if it names one."""
+    """The key of the field's mapping that its flag and variable give, if it names one: a field
+    holding an optional model with `json_schema_extra={"shorthand": "url"}` makes `--alertmanager URL`
+    set `alertmanager.url`, keeping the file's other keys of that mapping."""
     extra = opt.info.json_schema_extra
     key = extra.get("shorthand") if isinstance(extra, dict) else None
     return key if isinstance(key, str) else None

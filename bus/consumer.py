@@ -1,9 +1,5 @@
-"""A consumer that hands out validated events and sends everything else to the dlq.
-
-Offsets are stored only for messages that were handed out and then asked past (the next
-`poll`) or dead-lettered and flushed to the dlq: a crash re-delivers, it never skips. (A dead
-letter the dlq does not take is given up after a bounded number of tries and counted, never
-raised: `EventProducer`; a poison record must not stop the consumer.)
+"""A consumer that hands out validated events and sends everything else to the dlq; a crash
+re-delivers, it never skips (docs/security.md, "Poison records").
 """
 
 from __future__ import annotations
@@ -25,7 +21,12 @@ log = logging.getLogger(__name__)
 
 
 class EventConsumer:
-    """Consumes trainmedic topics in a consumer group; invalid values go to the dlq with the reason."""
+    """Consumes trainmedic topics in a consumer group; invalid values go to the dlq with the reason.
+
+    Offsets are stored only for messages handed out and then asked past (the next `poll`) or
+    dead-lettered and flushed to the dlq: a crash re-delivers, it never skips. A dead letter the
+    dlq does not take is given up after a bounded number of tries and counted, never raised
+    (`EventProducer`): a poison record must not stop the consumer."""
 
     def __init__(
         self, settings: KafkaSettings, topics: list[str], group_id: str, *,

@@ -1,10 +1,6 @@
-"""Where a service finds its role's Kafka credentials: one librdkafka config file per role.
-
-The local broker (`trainmedic broker start`) writes `ROLE.json` for every role of bus/acls.py
-into the credentials folder (`trainmedic.bus.settings.credentials_dir`: TRAINMEDIC_CREDENTIALS_DIR or
-`$TRAINMEDIC_HOME/credentials`; folder 0700, files 0600). A service reads its role's file when
-TRAINMEDIC_KAFKA_CONFIG is not set; an external broker's credentials keep coming from
-TRAINMEDIC_KAFKA_CONFIG.
+"""Where a service finds its role's Kafka credentials: one librdkafka config file per role in the
+credentials folder, read when TRAINMEDIC_KAFKA_CONFIG is not set (docs/security.md, "Broker
+authentication and ACLs").
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Consumer lag of a group, sampled every few seconds into the `trainmedic_consumer_lag` gauge.
-
-Reads the group's committed offsets and each partition's high watermark with a client of its
-own that never joins the group, so it works for any group (a Faust app's too).
+"""Consumer lag of a group, sampled every few seconds into `trainmedic_consumer_lag`, by a client that
+never joins the group, so it works for any group, a Faust app's too (docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""What a Kafka message is once read: its raw form with where it came from, and validating it.
-
-`RawMessage` is a message exactly as stored; `Record` a valid contract event with its origin;
-`parse_message` turns the one into the other, or into a `DeadLettered` with the reason.
+"""What a Kafka message is once read: `RawMessage` exactly as stored, `Record` a valid contract event
+with its origin; `parse_message` turns the one into the other, or into a `DeadLettered` with the reason.
 """
 
 from __future__ import annotations

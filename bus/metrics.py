@@ -1,11 +1,6 @@
-"""Metrics every consumer shares, and how a service serves its metrics.
-
-Each service defines its own metrics next to itself (`streams/metrics.py`,
-`recovery/coordinator/metrics.py`, `recovery/executor/metrics.py`, `producers/metrics.py`,
-`ops/alerts/metrics.py`); names start with `trainmedic_`, docs/metrics.md describes each, and
-the Grafana dashboard (compose/grafana/dashboards/) may use only those. A service serves them
-when started with `--metrics-port PORT` (off by default), on loopback unless `--metrics-host`
-or TRAINMEDIC_METRICS_HOST says otherwise (bus/metrics_flag.py).
+"""Metrics every consumer shares, and how a service serves its metrics (`--metrics-port`, on loopback
+unless told otherwise). Each service defines its own, named `trainmedic_…`; docs/metrics.md describes
+each, and the Grafana dashboard may use only those.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The `--metrics-port` and `--metrics-host` flags of every long-running service.
-
-Apart from trainmedic.bus.metrics so that building the parsers (`trainmedic --help`) does not
-import prometheus_client. The endpoint answers on loopback unless told otherwise: the metrics
-name jobs and nodes, and whoever reaches the port can scrape it.
+"""The `--metrics-port` and `--metrics-host` flags of every long-running service, apart from
+trainmedic.bus.metrics so that building the parsers does not import prometheus_client (docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""A producer of contract events: idempotent, acks=all, bounded, and loud about failed deliveries.
-
-Except dead letters: a letter the dlq did not take is sent again (a bounded number of times) and
-then counted and logged, never raised, so that a poison record never stops the service that
-read it (docs/security.md, "Poison records").
+"""A producer of contract events: idempotent, acks=all, bounded, and loud about failed deliveries; a dead
+letter the dlq did not take is retried, then counted, never raised (docs/security.md, "Poison records").
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Reading topics without a consumer group: from a start to an end, or on and on.
-
-Every partition asked for is assigned directly and nothing is committed, so a reader is
-invisible to every consumer group: rebuilding state from a log, exporting, recording, or one
-executor reading its node's partition of commands. Times are Kafka message timestamps in Unix
-seconds (by default the producer's clock when it sent the message), not the `ts` in an event.
-
-Where to start and where to stop are resolved by the pure functions `start_offsets` and
-`end_offsets` (watermarks and offsets-by-time in, offsets out); `TopicReader` does the lookups.
+"""Reading topics without a consumer group, from a start to an end or on and on: every partition assigned
+directly, nothing committed; `start_offsets` and `end_offsets` are pure, `TopicReader` does the lookups.
+Times are Kafka message timestamps in Unix seconds, not the `ts` in an event.
 """
 
 from __future__ import annotations

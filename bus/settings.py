@@ -1,15 +1,6 @@
-"""Validated settings shared by every service: where Kafka is and how to talk to it.
-
-Environment variables (all optional):
-  TRAINMEDIC_KAFKA_BOOTSTRAP   bootstrap servers, default 127.0.0.1:9092
-  TRAINMEDIC_TOPIC_PREFIX      prefix of every topic name, default "trainmedic."
-  TRAINMEDIC_KAFKA_CONFIG      extra librdkafka settings as a JSON object, e.g. security:
-                               {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", ...};
-                               when unset, a service reads its role's file from the credentials
-                               folder (bus/credentials.py) if there is one
-  TRAINMEDIC_CREDENTIALS_DIR   that folder, default $TRAINMEDIC_HOME/credentials
-  TRAINMEDIC_HOME              this user's local state (broker data, keys, runs), default
-                               $XDG_STATE_HOME/trainmedic, else ~/.local/state/trainmedic
+"""Validated settings shared by every service: where Kafka is and how to talk to it, from the
+TRAINMEDIC_KAFKA_* / TRAINMEDIC_TOPIC_PREFIX variables or a role's credentials file
+(docs/producers.md, "Environment variables"; docs/security.md, "Broker authentication and ACLs").
 """
 
 from __future__ import annotations

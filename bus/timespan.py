@@ -1,9 +1,5 @@
-"""The one parser of time spans and instants that every command and spec uses.
-
-A duration is a non-negative number of seconds (`1.5`) or a number with a unit: `500ms`,
-`30s`, `10m`, `2h`, `1.5d`. An instant is an ISO 8601 time (UTC when it names no zone) or a
-duration with a unit, meaning that long before now. Pure: `now` is passed in, and the argparse
-type for instants takes the clock it reads when the argument is converted.
+"""The one parser of time spans (`1.5`, `500ms`, `2h`) and instants (ISO 8601, or a span ago) that
+every command and spec uses. Pure: `now` is passed in; `instant_arg` reads its clock at conversion.
 """
 
 from __future__ import annotations
@@ -25,7 +21,8 @@ _INSTANTS = "an ISO 8601 time (2025-05-01T12:00:00Z; no zone means UTC) or a spa
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in `text`; raises ValueError naming the accepted forms."""
+    """Seconds in `text`: a non-negative number of seconds (`1.5`) or a number with a unit (`500ms`,
+    `30s`, `10m`, `2h`, `1.5d`); raises ValueError naming the accepted forms."""
     match = _SPAN.match(text.strip())
     seconds = float(match[1]) * _UNIT_S[match[2] or "s"] if match else math.nan
     if not math.isfinite(seconds):
@@ -53,7 +50,8 @@ def env_seconds(env: Mapping[str, str], name: str) -> float | None:
 
 
 def parse_instant(text: str, now: float) -> float:
-    """Unix seconds of an ISO 8601 time, or of a span (with its unit) before `now`.
+    """Unix seconds of an ISO 8601 time (UTC when it names no zone), or of a span (with its unit)
+    before `now`.
 
     A bare number is refused rather than read as seconds ago: `20250501` is an ISO date, and
     a Unix time would silently mean something else.

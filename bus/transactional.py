@@ -1,9 +1,5 @@
-"""A producer whose sends land together or not at all, and that a newer instance fences.
-
-`transactional.id` names the writer, not the process: when a second instance calls
-`init()` with the same id, the broker aborts the first one's open transaction and refuses
-its every later write (`Fenced`). Readers see a transaction's messages only once it is
-committed (librdkafka's default `isolation.level=read_committed`).
+"""A producer whose sends land together or not at all, and that a newer instance with the same
+transactional id fences (docs/coordinator.md, "The adapter, restarts and fail-over").
 """
 
 from __future__ import annotations
@@ -26,7 +22,12 @@ class Fenced(KafkaError):
 
 
 class TransactionalProducer(EventProducer):
-    """An EventProducer whose sends happen inside `with producer.transaction():`."""
+    """An EventProducer whose sends happen inside `with producer.transaction():`.
+
+    `transactional.id` names the writer, not the process: when a second instance calls `init()`
+    with the same id, the broker aborts the first one's open transaction and refuses its every
+    later write (`Fenced`). Readers see a transaction's messages only once it is committed
+    (librdkafka's default `isolation.level=read_committed`)."""
 
     def __init__(self, settings: KafkaSettings, *, transactional_id: str, timeout_s: float = 30.0,
                  transaction_timeout_s: float = 60.0, linger_ms: int = 0,

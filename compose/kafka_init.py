@@ -1,11 +1,6 @@
 """The compose stack's broker set up as `trainmedic broker start` sets up the local one: a SCRAM user
-per role (its password made once, kept in the credentials volume), the topics, every role's ACLs
-for the topic prefix, and each role's librdkafka settings in /credentials/ROLE.json (0600) for the
-services to mount.
-
-The admin connects with SASL/PLAIN on the broker's internal listener (its password is
-TRAINMEDIC_KAFKA_ADMIN_PASSWORD, which the broker's JAAS settings hold too); roles connect with
-SCRAM-SHA-512 on the client listeners. Run by the `kafka-init` service; idempotent.
+per role, the topics, every role's ACLs, each role's settings in /credentials/ROLE.json (0600); run by
+the `kafka-init` service (docs/security.md, "The broker protects itself").
 """
 
 from __future__ import annotations
@@ -28,6 +23,10 @@ SECRETS = FOLDER / "secrets.json"
 
 
 def main() -> int:
+    """Set the broker up; idempotent. The admin connects with SASL/PLAIN on the broker's internal
+    listener (its password is TRAINMEDIC_KAFKA_ADMIN_PASSWORD, which the broker's JAAS settings hold
+    too); roles connect with SCRAM-SHA-512 on the client listeners, each role's password made once
+    and kept in the credentials volume."""
     admin = KafkaSettings(
         bootstrap=os.environ["TRAINMEDIC_KAFKA_BOOTSTRAP"],
         topic_prefix=os.environ.get("TRAINMEDIC_TOPIC_PREFIX", DEFAULT_PREFIX),

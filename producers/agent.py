@@ -1,7 +1,7 @@
-"""The host agent: a node_heartbeat every interval with the state of the data-plane links,
-and scripted link flaps for demos (a flapped link reports down for its duration). A node shut
-down on purpose (`trainmedic node` on SIGTERM) says so in its agent's last heartbeat (`leaving`),
-so that the silence that follows is not taken for a lost node."""
+"""The host agent: a node_heartbeat every interval with the state of the data-plane links, scripted link
+flaps for demos, and a last heartbeat marked `leaving` on a planned shutdown (docs/producers.md, "Host
+agent").
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""Publish this host's node_heartbeat once per interval, with the state of its data-plane links.
-
-Links are read from sysfs: every non-loopback, non-virtual NIC (/sys/class/net) and every
-InfiniBand port (/sys/class/infiniband, named DEV:PORT), or just those named by --links.
-For demos, a link can be made to flap (report down) for a while:
-
+"""Publish this host's node_heartbeat once per interval, with the state of its data-plane links read
+from sysfs; a link can be made to flap for demos (--inject, --control; docs/producers.md, "Host agent").
   --inject flap=eth0,at=20s,for=3s     eth0 reports down from 20 s after start, for 3 s
-
-While running, append such specs to the --control file to flap a link at once (or `at`
-after the line is read). Every option can also be set by its variable or in the
---config file (keys: the option's name with underscores; `delivery:` holds max_buffered and
-flush_timeout_s).
 """
 
 from __future__ import annotations

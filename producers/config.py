@@ -1,7 +1,5 @@
-"""One validated, frozen config per producer service: the GPU producer and the host agent.
-
-Their fields are the commands' flags, variables and YAML keys (trainmedic.bus.config): `trainmedic gpu`
-reads TRAINMEDIC_GPU_*, `trainmedic agent` TRAINMEDIC_AGENT_*.
+"""One validated, frozen config per producer service, the GPU producer (TRAINMEDIC_GPU_*) and the host
+agent (TRAINMEDIC_AGENT_*): flags, variables and YAML keys (docs/producers.md, "Configuration").
 """
 
 from __future__ import annotations

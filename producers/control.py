@@ -1,8 +1,5 @@
-"""Runtime fault injection through a control file: append a fault spec line, the running
-producer applies it at its next round (`echo xid=79,node=n02,gpu=3 >> ctl`).
-
-Lines already in the file when the producer starts belong to an earlier run and are skipped;
-a truncated file is read again from its start. Blank lines and `#` comments are ignored.
+"""Runtime fault injection through a control file: append a fault spec line, the running producer
+applies it at its next round (`echo xid=79,node=n02,gpu=3 >> ctl`; docs/producers.md, "Runtime injection").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""dcgm-exporter's Prometheus text as gpu_samples (pure: text and time in, samples out).
-
-DCGM_FI_DEV_XID_ERRORS is a gauge holding the *last* Xid of a GPU, not a count: a change
-of its value is a new Xid. The first scrape of a GPU is the baseline (an old Xid is not
-news), and the same Xid twice in a row cannot be told from none.
+"""dcgm-exporter's Prometheus text as gpu_samples (pure: text and time in, samples out)
+(docs/producers.md, "dcgm-exporter (`--source dcgm --dcgm-url URL`)").
 """
 
 from __future__ import annotations

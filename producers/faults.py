@@ -1,16 +1,5 @@
-"""The fault-script grammar: one line such as `xid=79,node=n02,gpu=3,at=30s` per fault.
-
-A fault is a frozen value. `at` is measured from the start of the producer that applies it
-(omitted: at once); `node` and `gpu`, when omitted, mean every node and every GPU.
-
-    xid=CODE       report Xid CODE once                      keys: node, gpu, at
-    ecc=sbe|dbe    add `count` (default 1) ECC errors        keys: node, gpu, at, count
-    nvlink=N       add N NVLink (CRC/replay/recovery) errors keys: node, gpu, at
-    thermal=hw|sw  throttle for `for` (default: for good)    keys: node, gpu, at, for
-    lost           the GPU stops reporting                   keys: node, gpu, at
-    flap=LINK      a NIC goes down for `for` (default 3s)    keys: node, at, for
-
-Durations are plain seconds or carry a unit: `500ms`, `30s`, `2m`, `1h` (trainmedic.bus.timespan).
+"""The fault-script grammar: one line such as `xid=79,node=n02,gpu=3,at=30s` per fault, parsed into a
+frozen value (docs/producers.md, "Fault-injection grammar").
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Sample every GPU of this host once per interval and publish one gpu_sample per GPU.
-
-Sources: NVML (the default; needs the NVIDIA driver), a dcgm-exporter endpoint, or synthetic
-GPUs with scripted faults for demos and recovery drills. Fault specs (synthetic only):
-
-  xid=79,node=n02,gpu=3,at=30s     Xid 79 on one GPU, 30 s after start
-  ecc=dbe,node=n01,gpu=0,count=2   two uncorrectable ECC errors at once
-  nvlink=5,gpu=1,at=10s            five NVLink errors on GPU 1 of every node
-  thermal=hw,node=n01,at=5s,for=20s
-  lost,node=n02,gpu=3,at=31s       the GPU stops reporting
-
-Omitted node or gpu means all of them; `at` counts from start. While running, append specs
-to the --control file to inject them at once (or `at` after the line is read).
-Every option can also be set by its variable or in the --config file (keys: the
-option's name with underscores; `delivery:` holds max_buffered and flush_timeout_s).
+"""Sample every GPU of this host once per interval and publish one gpu_sample per GPU: from NVML (the
+default), a dcgm-exporter endpoint, or synthetic GPUs with scripted faults (--inject, --control;
+docs/producers.md, "GPU producer" and "Fault-injection grammar").
 """
 
 from __future__ import annotations

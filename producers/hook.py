@@ -1,27 +1,5 @@
 """The in-band training hook: what a training loop imports to report its rank's start, steps and
-errors on telemetry.worker. It never blocks a step: events go into a bounded queue that a
-background thread writes to the node's executor; when the queue is full the event is dropped and counted.
-
-    from trainmedic.producers.hook import Hook
-
-    hook = Hook.from_env()              # does nothing (one log line) when TRAINMEDIC_JOB is unset
-    hook.started()
-    for step in range(steps):
-        t0 = time.perf_counter()
-        with hook.capture():            # an escaping exception is sent as worker_error, then re-raised
-            train_step()
-        hook.step(step, time.perf_counter() - t0)
-    hook.close()                        # also run at interpreter exit: flushes within flush_timeout_s
-
-Identity comes from RANK, WORLD_SIZE, LOCAL_RANK (as torchrun sets them), TRAINMEDIC_JOB,
-TRAINMEDIC_NODE (default: the host name) and TRAINMEDIC_GENERATION (default: torchrun's
-TORCHELASTIC_RESTART_COUNT, else 0). The hook holds no Kafka credentials: it reports to the
-executor that launched the rank, over the socket TRAINMEDIC_REPORT_SOCKET names
-(producers/report_channel.py); the executor checks each report against the rank it launched,
-stamps its own time and publishes it on telemetry.worker. Without that socket (a script run
-by hand or under torchrun alone) the hook does nothing and says so once.
-Events also carry `local_rank` (an extra field) so that a GPU's faults can be matched to
-the rank that drives it.
+errors to its executor, never blocking a step (docs/producers.md, "The training hook", has the API).
 """
 
 from __future__ import annotations

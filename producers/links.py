@@ -1,10 +1,5 @@
-"""Data-plane link state from sysfs (`sysfs` is a parameter: tests pass a fake tree).
-
-NICs: /sys/class/net/NAME/{operstate,carrier}; up when the carrier is present and the
-operstate is `up` (or `unknown`, which some drivers report for a working link). Virtual
-interfaces (those under /sys/devices/virtual/net) and loopback are not data-plane links.
-InfiniBand ports: /sys/class/infiniband/DEV/ports/N/state, up when ACTIVE; they are named
-`DEV:N` and carry their cumulative `counters/link_downed` as `link_downed`.
+"""Data-plane link state from sysfs (`sysfs` is a parameter: tests pass a fake tree): NICs and
+InfiniBand ports (docs/producers.md, "Host agent: `trainmedic agent`").
 """
 
 from __future__ import annotations

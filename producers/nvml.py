@@ -1,8 +1,5 @@
-"""GPU samples read from the driver through NVML (the `pynvml` module of nvidia-ml-py).
-
-Xid errors come from an NVML event set, drained before each round of samples, and ride
-on the next sample of their GPU. A field the GPU does not support is null. A GPU that
-answers NVML_ERROR_GPU_IS_LOST is sampled no more: the detector notices its silence.
+"""GPU samples read from the driver through NVML (the `pynvml` module of nvidia-ml-py); Xids from an
+NVML event set ride on the next sample of their GPU (docs/producers.md, "NVML (default)").
 """
 
 from __future__ import annotations

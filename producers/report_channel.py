@@ -1,10 +1,6 @@
-"""The hook's channel to its node's executor: one JSON event a line over a local Unix socket.
-
-A rank holds no Kafka credentials; the executor that launched it reads this socket, checks
-each report against the rank it launched and publishes it (recovery/executor/report_server.py).
-Like every producer here it never waits long and never hides a loss: a write that cannot go
-through within `timeout_s` (no executor, a restarting one, a full socket) drops the event,
-counts it, and the channel tries to connect again after `retry_s`.
+"""The hook's channel to its node's executor: one JSON event a line over a local Unix socket; a write that
+cannot go through within `timeout_s` drops the event and counts it (docs/producers.md, "The training
+hook").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Synthetic GPUs with scripted faults, for demos, tests and recovery drills.
-
-Deterministic: the same seed, faults and sample times give the same samples. A fault's
-`at_s` counts from when the source learns of it: its start for faults given to the
-constructor, the `now` passed to `inject` for faults added while it runs.
+"""Synthetic GPUs with scripted faults, for demos, tests and recovery drills; deterministic for the same
+seed, faults and sample times (docs/producers.md, "Synthetic GPUs (`--source synthetic`)").
 """
 
 from __future__ import annotations

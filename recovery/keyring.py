@@ -1,19 +1,5 @@
-"""Keys on disk: one folder of Ed25519 key files, by default $TRAINMEDIC_HOME/keys.
-
-    ID.pub      a public key (PEM)
-    ID.key      a private key (PEM, mode 0600); only on the machine of who signs with it
-    keys.json   {"signing": ID, "signers": {ROLE: ID}, "roles": {ID: ROLE}, "created": {ID: unix_s}}
-
-Each key has a role: `coordinator` signs commands, `operator` signs job submissions and
-node-lifecycle events, `node:NAME` signs the acks of node NAME. `roles` names the role of every
-key that is not a coordinator's: a key it does not name (every key of a folder written before
-roles, and an ID.pub copied in by hand) is a coordinator key. `signing` names the coordinator's
-signing key, `signers` that of each other role. Every ID.pub of a role is trusted for it:
-executors trust the coordinator keys of their folder; the coordinator trusts its own (to check
-the commands it reads back), the operator keys, and each node key for that node only.
-Rotation writes a new pair, makes it the role's signing key and deletes the old private key; the
-old public key stays trusted until its ID.pub is removed, so what was signed in flight still
-verifies. A running verifier notices keys added or removed (`KeyFolder`) without a restart.
+"""Keys on disk: one folder of Ed25519 key files (ID.pub, ID.key, keys.json), by default
+$TRAINMEDIC_HOME/keys, each key with a role (docs/security.md, "Keys").
 """
 
 from __future__ import annotations
@@ -106,7 +92,8 @@ def generate_key(directory: Path, now: float, role: str = COORDINATOR) -> str:
 
 def rotate_key(directory: Path, now: float, role: str = COORDINATOR) -> tuple[str, str]:
     """A new signing key of `role`; the old one's private file is deleted, its public key stays
-    trusted. Returns (old id, new id)."""
+    trusted (until its ID.pub is removed), so what was signed in flight still verifies. Returns
+    (old id, new id)."""
     old = _signer(_manifest(directory), role)
     if not old:
         raise ConfigError(f"{directory} has no {role} signing key to rotate: {how_to_create(role)}")
@@ -260,6 +247,8 @@ def _signer(manifest: dict, role: str) -> str | None:
 
 
 def _role(manifest: dict, key_id: str) -> str:
+    """The role keys.json's `roles` gives `key_id`. A key it does not name is a coordinator key:
+    every key of a folder written before roles, and an ID.pub copied in by hand."""
     return manifest.get("roles", {}).get(key_id, COORDINATOR)
 
 

@@ -1,22 +1,5 @@
-"""Signed records: Ed25519 over a record's canonical JSON, each signature naming its key id.
-
-One canonical form and one signature format for everything signed: the coordinator's
-commands and its decisions on `recovery`, operators' job submissions and node-lifecycle events,
-and each node's reports (acks). A
-signer holds a private key (`SigningKey`); a verifier holds public keys (`TrustedKeys`, key
-id -> key), so whoever verifies can never sign. Several keys may be trusted at once, which
-is how keys rotate without downtime.
-
-The signed bytes are the record's JSON object as sent, without `signature` and `key_id`,
-in canonical form (RFC 8785 style): keys sorted by their UTF-16 code units, no whitespace,
-UTF-8, strings escaped as JSON must, numbers exactly as the JSON text spells them. A
-verifier checks the object it received, never a model it re-serialised, so another schema
-version or another language computes the same bytes.
-
-A signed record names its deployment (`deployment`: the topic prefix it was written under), and
-that field is signed like any other: a verifier given its own prefix refuses a record signed for
-another (a test cluster and production sharing an operator key), or for none (signed before
-records named one), as `other_deployment`.
+"""Signed records: Ed25519 over a record's canonical JSON (as sent), each signature naming its key id
+and the deployment it was signed for (docs/security.md, "Signing: commands, jobs, node events and acks").
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The bounds every contract value keeps: finite times, sane numbers, capped sizes, safe names.
-
-They reject only what no honest producer sends (NaN, 1e300 as a time, a megabyte as a node
-name, a NUL byte in an argv), so that a value which validates can be rendered, summed, put
-in an environment and passed to `execve` without raising. A v1 reader accepts every value
-inside them (EVENTS.md); widening one is compatible, narrowing one is a contract change.
+"""The bounds every contract value keeps (finite times, sane numbers, capped sizes, safe names): they
+reject only what no honest producer sends. A v1 reader accepts every value inside them;
+widening one is compatible, narrowing one is a contract change.
 """
 
 from __future__ import annotations

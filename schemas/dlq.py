@@ -1,10 +1,5 @@
-"""The dead-letter record: a message that did not validate, with the reason, capped in size.
-
-A dead letter must always fit the dlq topic, whatever it is about: a poison record can be as
-large as the broker takes (1 MB) and a letter that kept it whole (base64 and as text, ~2.3x)
-would not be written, and the consumer that failed to write it would stop. So a letter keeps the
-first VALUE_KEPT_BYTES of the value with its size and SHA-256 (the whole record stays on its
-source topic, at the partition and offset given, for its retention), and cuts a long key or reason.
+"""The dead-letter record: a message that did not validate, with the reason, capped in size so that it
+always fits the dlq topic (docs/security.md, "Poison records").
 """
 
 from __future__ import annotations

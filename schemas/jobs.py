@@ -1,8 +1,5 @@
-"""Jobs as they are asked for (a spec), and the operators' events on the `jobs` topic: a job
-submitted, a job stopped.
-
-A job's nodes are host names: the coordinator addresses them by name unless its cluster
-configuration maps a node to an address.
+"""Jobs as they are asked for (a spec), and the operators' events on the `jobs` topic: a job submitted,
+a job stopped. A job's nodes are host names (docs/coordinator.md, "Jobs").
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""A node's life in the pool (key: the node).
-
-Operators cordon (no new work), drain (move its work off now) and uncordon (back to the
-pool), on the `nodes` topic, each signed by an operator key (`Signed`); the coordinator
-re-admits a node it isolated once its fault is resolved and it has been clean for its
-probation, on its own `recovery` topic. Each event carries why (`reason`) and who (`by`).
+"""A node's life in the pool (key: the node): operators' cordon, drain and uncordon on `nodes`, signed
+by an operator key (docs/coordinator.md, "Node lifecycle"); re-admissions are in schemas/recovery.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The planner's input and output, as PLANNER.md fixes them.
-
-Input errors are reported with the place they occur (`jobs[1].current`), since a person
-usually writes the request or reads it when a plan looks wrong.
+"""The planner's input and output, as docs/planner.md fixes them; input errors name the place they
+occur (`jobs[1].current`), since a person usually writes the request or reads it when a plan looks wrong.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Text a rank or a telemetry source wrote, made safe to show on a terminal.
-
-Free text in the contract (a worker error, a restore warning, a reason, a job id) is written by
-the least trusted code here, and the CLIs print it. An escape sequence in it could move the
-cursor, rewrite earlier lines, set the window title or the clipboard, or hide a line; a bidi
-override could reorder what a reader sees. Every such character is written as a visible escape
-instead (ESC as `\\x1b`), so the text still says what was sent and does nothing else.
+"""Text a rank or a telemetry source wrote, made safe to show on a terminal: every control, escape and bidi
+character written as a visible escape (docs/security.md, "The broker protects itself, and what is
+rendered").
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The coordinator's decisions and their outcomes, on the `recovery` topic that only it writes.
-
-One `recovery_planned` per job a plan touches, keyed by the job, so that everything that
-happens to one job is ordered on one partition. Commands are derived from it: a
-coordinator that restarts reads the plan back and issues what is missing. The topic also
-carries the coordinator's own incidents (its escalations), its node re-admissions and the end of
-each job; the detector's incidents stay on `incidents`, operators' node events on `nodes`. Every
-record here is signed with the coordinator's command-signing key (`Signed`), and the coordinator
-folds none that is not: the topic's ACL alone does not stop the broker's super user.
+"""The coordinator's decisions and their outcomes, on the `recovery` topic that only it writes, each
+record signed with its command-signing key (docs/security.md, "The coordinator's decisions have a
+topic of their own"; docs/coordinator.md, "Lifecycle events").
 """
 
 from __future__ import annotations

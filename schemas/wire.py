@@ -1,16 +1,6 @@
-"""Telemetry decoded fast: msgspec Structs for the six telemetry events, the detector's hot path.
-
-The pydantic models of `schemas/telemetry.py` stay the contract. These mirror them field by field
-with the same bounds (`schemas/bounds.py`), decode several times faster and build lighter objects.
-What msgspec refuses, pydantic decides: msgspec is strict where pydantic is lax (`"5"` for an int,
-`1.0` for a count, `"true"` for a bool), so such a value is still accepted, as the contract model,
-and a refusal always carries pydantic's reason. Both kinds have the same attributes; the detection
-core takes either. tests/unit/schemas/test_wire.py checks that whatever these accept, pydantic accepts
-with the same values, and that the scenario recordings give the same incidents either way.
-
-A field the contract does not know is pydantic's to judge too (msgspec would skip it without the
-contract's limits: nesting deeper than 200, integers longer than 4,300 digits): producers send none,
-so the fast path keeps telemetry as it is produced.
+"""Telemetry decoded fast: msgspec Structs for the six telemetry events, the detector's hot path, mirroring
+the pydantic contract (`schemas/telemetry.py`) field by field with the same bounds; the detection core
+takes either (docs/streams.md, "A leaner hot path (issue 18)").
 """
 
 from __future__ import annotations
@@ -162,7 +152,15 @@ TrustedTelemetry = reduce(operator.or_, (TRUSTED[kind] for kind in KINDS))
 def decode_telemetry(raw: bytes | str | None) -> Any:
     """Any telemetry event: a Struct when msgspec takes it, else what the contract model decides
     (the model, or InvalidEvent with pydantic's reason). Only ASCII takes the fast path: msgspec
-    does not check the UTF-8 of keys it skips, pydantic refuses invalid UTF-8 anywhere."""
+    does not check the UTF-8 of keys it skips, pydantic refuses invalid UTF-8 anywhere.
+
+    msgspec is strict where pydantic is lax (`"5"` for an int, `1.0` for a count, `"true"` for a
+    bool), so such a value is still accepted, as the contract model, and a refusal always carries
+    pydantic's reason. A field the contract does not know is pydantic's to judge too (msgspec would
+    skip it without the contract's limits: nesting deeper than 200, integers longer than 4,300
+    digits); producers send none, so the fast path keeps telemetry as it is produced.
+    tests/unit/schemas/test_wire.py checks that whatever msgspec accepts pydantic accepts with the
+    same values."""
     if raw is not None and raw.isascii():
         try:
             return fast_decoder.decode(raw)

@@ -1,22 +1,6 @@
-"""Run the detector: telemetry in, incidents out (also `python -m trainmedic.streams`).
-
-It reads the telemetry topics, decides within seconds what broke and how badly (TAXONOMY.md),
-and writes `incident` events to the incidents topic; values that do not validate go to the
-dlq topic with the reason. Both engines checkpoint its state with the offsets it has read to
-the compacted topic <app-id>-checkpoints, so a restarted detector (even after kill -9) resumes
-exactly where the checkpoint was taken. The app id (consumer group, Faust app id, stem of its
-own topics) defaults to <topic prefix>detector, so two deployments on one Kafka cluster never
-share one. Run one detector per cluster (see docs/streams.md), or for a large one a sharded
-detector: any number of `--stage ingest` instances (validation and dead letters, in the consumer
-group <app-id>-ingest) and one `--stage decide` (the decisions), with one app id.
-
-Every option can also be set by its variable (TRAINMEDIC_DETECTOR_*, e.g.
-TRAINMEDIC_DETECTOR_APP_ID, TRAINMEDIC_DETECTOR_LATENESS_S) or in the --config file (format
-below), which also holds the detection core's tuning (docs/detection.md).
-
-Engines: `consumer` (default) is a plain Kafka consumer loop; `faust` runs the same pipeline
-and the same checkpoints as a Faust app. Faust's per-message path is several times slower
-(docs/streams.md, "Throughput", has the rates `bench/detector_live.py` measures).
+"""Run the detector: telemetry in, incidents out (also `python -m trainmedic.streams`); one per
+cluster, or a sharded one (--stage ingest, many; --stage decide, one). Every option also has a
+TRAINMEDIC_DETECTOR_* variable and a --config key (docs/streams.md, "Running it"; docs/detection.md).
 """
 
 from __future__ import annotations

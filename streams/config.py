@@ -1,10 +1,6 @@
-"""The detector service's one config object: how `trainmedic detector` runs (engine, app id,
-where it starts, event-time lateness) and the detection core's tuning.
-
-Its fields are the command's flags, TRAINMEDIC_DETECTOR_* variables and `--config` YAML keys
-(trainmedic.bus.config). The core's sections (`heartbeat:`, `hang:`, ... of
-trainmedic.streams.core.DetectorConfig)
-are YAML only, at the top of the file as before; JSON is YAML, so a JSON file of them reads too.
+"""The detector service's one config object: how `trainmedic detector` runs (engine, app id, where it
+starts, event-time ordering) and the detection core's tuning, its sections YAML only
+(docs/streams.md, "Running it").
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""How far an event's own clock is believed: the one bound every engine applies before a `ts`
-enters event time (docs/streams.md, "Bounded clocks"; docs/security.md, "Time is the broker's").
-
-Time is the broker's: the telemetry topics stamp each message when the broker appends it
-(LogAppendTime), so a producer sets only the `ts` inside it. An event whose `ts` is ahead of its
-message's stamp by more than `ahead_s`, or ahead of the detector's own wall clock by more than
-`ahead_s`, is refused: an hour-ahead heartbeat would otherwise push event time an hour on and make
-every other node look silent. One further behind its stamp than `behind_s` is used at the stamp (a
-late event is the lateness rules' business, not a refusal), unless the stamp is itself ahead of the
-wall clock (a topic still stamped by its producers). Pure: the stamp and the wall time are passed in.
+"""How far an event's own clock is believed: the one bound every engine applies before a `ts` enters
+event time; pure, the stamp and the wall time passed in (docs/streams.md, "Bounded clocks";
+docs/security.md, "Time is the broker's").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""What the live detector does with one Kafka message or one tick, whatever reads the topics.
-
-`Pipeline` validates a telemetry message, a `RawMessage` (an invalid one becomes a dead letter
-with the reason), feeds it to `LiveDetector` with the message as its origin and turns what the
-core decides into messages to send: incidents keyed by job (or node), dead letters keyed by
-their source topic. It never raises on input: an event the core fails on is
-logged, dead-lettered as it arrived, and skipped. Both engines (`streams/engines/consumer.py` and the
-Faust app in `streams/engines/faust_app.py`) are thin loops around it. Wall time is passed in.
+"""What the live detector does with one Kafka message or one tick, whatever reads the topics: validate,
+feed `LiveDetector`, turn its decisions into messages; never raises on input, wall time passed in
+(docs/streams.md, "Two engines, one pipeline").
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""Record the telemetry topics to a JSON-lines file that `trainmedic replay` reads.
-
-Every partition of telemetry.gpu, telemetry.node and telemetry.worker is assigned directly:
-no consumer group is joined and no offset is committed, so recording disturbs no one.
-The start is a time or an offset; times are Kafka message timestamps, i.e. when the broker
-took a message (the telemetry topics are stamped by the broker: LogAppendTime; on topics created
-before that, when it was produced), not the `ts` inside the event. The end is --until,
---duration after the start (after now when starting at an offset), or by default the end
-offsets the partitions had when the command started. Each valid value is written unchanged,
-one per line; invalid ones are reported on stderr with topic, partition, offset and reason,
-and skipped.
+"""Record the telemetry topics to a JSON-lines file that `trainmedic replay` reads, disturbing no
+consumer group (docs/streams.md, "Recording live telemetry: `trainmedic record`").
 """
 
 from __future__ import annotations

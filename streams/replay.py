@@ -1,8 +1,5 @@
-"""Run the detection core over a recording of telemetry, offline.
-
-Reads one JSON event per line in any order, orders them by `ts` (stably), feeds the same
-core as the live app and writes every incident as one JSON line. A line that is not a
-valid event is reported on stderr with its line number and reason, and skipped.
+"""Run the detection core over a recording of telemetry, offline: events ordered by `ts` (stably), one
+incident a JSON line out, invalid lines reported on stderr and skipped (docs/detection.md, "Replay").
 """
 
 from __future__ import annotations

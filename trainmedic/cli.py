@@ -1,7 +1,6 @@
-"""`trainmedic`: one command in front of every service and tool.
-
-Each subcommand lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only
-the module of the command given is imported, so `trainmedic --help` stays instant.
+"""`trainmedic`: one command in front of every service and tool. Each subcommand is a module with
+`add_arguments(parser)` and `run(args) -> int`, imported only when given, so `trainmedic --help` stays
+instant.
 """
 
 from __future__ import annotations

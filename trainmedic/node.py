@@ -1,25 +1,8 @@
-"""Run everything one node needs in one process: host agent, GPU producer and executor.
-
-A real deployment runs this once per machine (as a systemd unit or a DaemonSet pod): the
-agent sends this node's heartbeats, the GPU producer its GPU samples, and the executor
-applies the coordinator's signed commands to the training ranks here. One process instead
-of three saves a Python interpreter per node, which matters when a laptop simulates many.
+"""Run everything one node needs in one process: host agent, GPU producer and executor; stopped on
+purpose (SIGTERM), the node leaves in order (docs/producers.md, "Configuration").
 
   trainmedic node --node n01                      # NVML GPUs, this host's NICs
   trainmedic node --node n01 --source synthetic --gpu-control ctl --agent-control ctl2
-
-Its options are those of `trainmedic gpu`, `agent` and `executor`, spelled the same; where
-two parts share one (--interval-s, --control, --inject, --max-buffered, --flush-timeout-s),
-the flag carries the part's name: --gpu-control, --agent-control. Variables are the parts'
-own (TRAINMEDIC_GPU_*, TRAINMEDIC_AGENT_*, TRAINMEDIC_EXECUTOR_*; the node's name is
-TRAINMEDIC_EXECUTOR_NODE); a --config YAML file has the sections gpu, agent and executor.
-
-Stopped on purpose (SIGTERM or SIGINT), the node leaves in order instead of vanishing: the
-executor announces `node_leaving` (signed with the node's key), the agent sends a last
-heartbeat marked `leaving`, and the process waits, at most --leave-timeout-s (60 s; 0: not at
-all), until the coordinator has moved its jobs off it (its ranks stopped by the re-plan) or no
-rank runs here, then stops its parts and exits 0. A second signal leaves at once. So a planned
-shutdown is a drain of the node, not a lost node (docs/coordinator.md, "A node that leaves by itself").
 """
 
 from __future__ import annotations

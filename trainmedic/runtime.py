@@ -1,14 +1,5 @@
-"""What a training script imports to join, restore, snapshot and retry (docs/adopting.md).
-
-    from trainmedic.runtime import Hook, init_from_env
-    rt = init_from_env(hook=Hook.from_env())  # timeout: the job's failure.collective_timeout_s, else 60 s
-    start = rt.restore(model, optimizer)
-    for step in range(start, total):
-        ...one step, up to its collective...
-        with rt.finishing_step():  # a SIGTERM here waits for the snapshot
-            rt.maybe_checkpoint(step + 1, model, optimizer)
-
-Importing this module does not import torch: `init_from_env` and `Runtime` are imported on first use.
+"""What a training script imports to join, restore, snapshot and retry (docs/adopting.md has the dozen
+lines). Importing this module does not import torch: `init_from_env` and `Runtime` are imported on first use.
 """
 
 from __future__ import annotations

@@ -1,30 +1,6 @@
-"""Run the recovery coordinator: rebuild the cluster state from the log, then heal jobs.
-
-Reads the jobs, incidents, recovery, commands, acks and nodes topics from the beginning, then
-follows them; its own decisions go to the recovery topic, which nothing else writes.
-A new job is started on its nodes; an open incident is answered by its severity (SEV3:
-reattempt in place, SEV2: restart in place at the next generation, SEV1: isolate the node
-and re-plan the cluster); commands that go unanswered are re-sent, and failed ones escalate.
-An isolated node is re-admitted after its probation (or `trainmedic nodes uncordon`), and a
-node that comes back, or is drained, gets one re-plan per job the planner's objective moves.
-Run two or more for fail-over: one holds the lease and acts, the others wait to take over
-within seconds of its death (see docs/coordinator.md).
-
-Every option can also be set by its variable (TRAINMEDIC_COORDINATOR_*, e.g.
-TRAINMEDIC_COORDINATOR_ACK_TIMEOUT_S) or in the --config YAML file (keys: the option's name
-with underscores; the cluster's `nodes:` only there). Commands are signed with the Ed25519
-key that --keys-dir (default $TRAINMEDIC_HOME/keys) names as the coordinator's signing key
-(`trainmedic keys generate`). What the coordinator folds must be signed by who may write it,
-with a key of that folder: command records by its own keys, job submissions and cordon /
-drain / uncordon by an operator key (`trainmedic keys generate --role operator`, or `keys
-trust OPERATOR.pub --role operator`), acks by the key of their node (`keys trust NODE.pub
---node NAME`); anything else is dead-lettered, never folded. Keys added to the folder are
-trusted without a restart. --insecure sends unsigned commands and folds unsigned records
-instead, and cannot be combined with --keys-dir. See docs/security.md.
-
---migrate-lifecycle, once when upgrading from a coordinator that wrote its decisions to the
-incidents and nodes topics, with every coordinator stopped: copies them to the recovery topic
-and exits (docs/coordinator.md, "Upgrading").
+"""Run the recovery coordinator: rebuild the cluster state from the log, then heal jobs; run two or
+more for fail-over. Every option also has a TRAINMEDIC_COORDINATOR_* variable and a --config YAML
+key (docs/coordinator.md; keys and what must be signed: docs/security.md).
 """
 
 from __future__ import annotations

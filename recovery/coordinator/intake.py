@@ -1,9 +1,5 @@
 """Records into the coordinator's state, one at a time, never raising: what cannot be applied is
-refused with the reason, for the dlq, and the next record goes on.
-
-A record can be valid and still not apply: a `recovery_planned` whose move the job's state
-table forbids (a corrupt or foreign log) raises IllegalTransition in the fold. The topics are
-kept forever, so a coordinator that raised on it would raise again on every restart.
+refused with the reason, for the dlq, and the next record goes on (docs/coordinator.md, "The fold").
 """
 
 from __future__ import annotations
@@ -21,7 +17,10 @@ log = logging.getLogger(__name__)
 
 
 def rebuild(state: ClusterState, records: Iterable[Record]) -> list[tuple[Record, str]]:
-    """Fold every record into `state`; returns those that did not apply, with the reason."""
+    """Fold every record into `state`; returns those that did not apply, with the reason. A record
+    can be valid and still not apply (a `recovery_planned` whose move the job's state table forbids,
+    from a corrupt or foreign log, raises IllegalTransition in the fold); the topics are kept
+    forever, so a coordinator that raised on it would raise again on every restart."""
     refused = []
     for record in records:
         try:

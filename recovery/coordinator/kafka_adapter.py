@@ -1,12 +1,6 @@
-"""The coordinator's Kafka adapter: rebuild the state from the log, catch up, then react and tick.
-
-Thin on purpose: every decision is the core's. What this adds is I/O: reading the jobs,
-incidents, recovery, commands, acks and nodes topics from offset 0, keeping out what is not
-signed by who may write it for this deployment (provenance.py), signing and producing what the
-core emits (commands keyed by node to `commands`, everything else to its own `recovery` topic,
-lifecycle events keyed by job; each record signed, naming this deployment), and a clock. `lead`
-runs it only while this process holds the lease (trainmedic.recovery.coordinator.lease): one active
-coordinator, its epoch in every command, and each decision's outputs written in one transaction.
+"""The coordinator's Kafka adapter: rebuild the state from the log, catch up, then react and tick, only
+while it holds the lease; thin on purpose, every decision is the core's (docs/coordinator.md, "The
+adapter, restarts and fail-over").
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""Which of a deployment's coordinators acts: the one holding the lease, with its epoch.
-
-Every coordinator joins the consumer group `<prefix>coordinator-lease` on the one-partition
-topic of the same name; the member the group assigns that partition holds the lease. A
-dead holder loses it when its group session expires (SESSION_TIMEOUT_S), a clean stop at
-once. The holder then takes the coordinator's transactional id (which fences any older
-holder still writing, see trainmedic.bus.transactional) and writes a record to the lease topic in a
-transaction: that record's offset is its epoch, larger than every earlier holder's. Every
-command carries the epoch, and executors refuse commands of an epoch older than one they
-have applied.
+"""Which of a deployment's coordinators acts: the one holding the lease (a consumer group's one
+partition), with its epoch, which every command carries (docs/coordinator.md, "The adapter,
+restarts and fail-over").
 """
 
 from __future__ import annotations

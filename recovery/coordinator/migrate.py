@@ -1,13 +1,6 @@
-"""Upgrading a log written by a coordinator older than the `recovery` topic.
-
-Such a coordinator wrote its decisions (plans, outcomes, skips) to `incidents` and its
-re-admissions to `nodes`. The coordinator now folds them only from `recovery`, which only it
-writes, and refuses them anywhere else: records on those topics cannot be told from forgeries.
-So the operator, who knows the old log is the old coordinator's, copies them over once, with
-every coordinator stopped: `trainmedic coordinator --migrate-lifecycle`. Each is copied byte
-for byte with its key, in the order it was read from its partition (a job's events stay in
-order), in one transaction under the coordinator's transactional id, which also fences a
-coordinator still writing. A `recovery` topic that holds anything already is left alone.
+"""Upgrading a log written by a coordinator older than the `recovery` topic: its decisions copied from
+`incidents` and `nodes` to `recovery`, once (docs/coordinator.md, "Upgrading from a coordinator that
+wrote to incidents and nodes"; the history is on `migrate`).
 """
 
 from __future__ import annotations
@@ -46,7 +39,15 @@ def legacy(topics: Topics, messages: Iterable[RawMessage]) -> list[tuple[RawMess
 
 def migrate(settings: KafkaSettings, timeout_s: float = 30.0) -> Counter[tuple[str, str]]:
     """Copy the old coordinator's records to `recovery`; (source topic, kind) -> how many. Raises
-    AlreadyMigrated when `recovery` is not empty (nothing is copied then)."""
+    AlreadyMigrated when `recovery` is not empty (nothing is copied then).
+
+    A coordinator older than the `recovery` topic wrote its decisions (plans, outcomes, skips) to
+    `incidents` and its re-admissions to `nodes`; the coordinator now folds them only from
+    `recovery` and refuses them elsewhere, since records there cannot be told from forgeries. So
+    the operator, who knows the old log is the old coordinator's, copies them once, every
+    coordinator stopped (`trainmedic coordinator --migrate-lifecycle`): byte for byte with their
+    keys, in each partition's order, in one transaction under the coordinator's transactional id,
+    which also fences a coordinator still writing."""
     topics = settings.topics
     with TopicReader(settings, [topics.recovery], end=NOW, timeout_s=timeout_s) as reader:
         held = sum(len(batch) for batch in reader.batches())

@@ -1,31 +1,6 @@
-"""Which records the coordinator folds: only those signed by who may write them, for this deployment.
-
-- Commands, and its own decisions on `recovery` (plans, outcomes, skips, escalation incidents,
-  re-admissions): by the coordinator's own keys. It re-sends unanswered commands from what it
-  folded, signing each re-send, so a command it did not sign (a forged copy naming another
-  node or argv) must never reach the fold; a plan it did not sign (one record written with the
-  broker's super user) would isolate nodes and move jobs with no cap.
-- Job submissions and stops, and an operator's node events (cordon, drain, uncordon): by an
-  operator key. An unsigned job could otherwise name an idle node and any argv, and the
-  coordinator would sign the start command itself; an unsigned stop would end anyone's job.
-- Node reports on `acks` (acks, node_joined, node_leaving, ranks_finished): by the key of the node
-  that sends them, and that key's node must be the report's node: a node's key never answers
-  for another node, drains it, nor says its ranks finished. (That an ack answers its command,
-  job, generation and time is the fold's check, `fold.unbound`.)
-
-Every signature must be for this deployment (its `deployment` is this topic prefix), so what was
-signed under another prefix, on this broker or another, with the same keys, is not replayed here
-(`other_deployment`). A job submission whose time is far from when the broker appended it
-(`stale`) is not folded either: an old signed job replayed is not a new one.
-
-Incidents on `incidents` are not signed; the broker's ACLs give that topic to the detector. What
-the topic cannot show, `impersonates` does: an incident on `incidents` with an id or a category
-only the coordinator gives its own (an escalation, a give-up alert, a mass failure), which would
-otherwise stand in for the coordinator's own, already "resolved" or already "raised", and silence
-it. What fails is dead-lettered with the reason and counted, never folded; with no trust
-(insecure) every signed kind is folded, impersonations never. A node's join or leave whose time is
-more than a minute from the broker's is not folded either (`skewed`): a node's clock must not move
-the cluster's timing.
+"""Which records the coordinator folds: only those signed by who may write them, for this deployment,
+and no incident on `incidents` posing as the coordinator's own (docs/security.md, "What the
+coordinator refuses"; docs/coordinator.md, "The adapter, restarts and fail-over").
 """
 
 from __future__ import annotations
@@ -138,7 +113,15 @@ def stale(record: Record) -> Unverified | None:
 def unverified(record: Record, trust: Trust | None, topics: Topics | None = None) -> Unverified | None:
     """Why `record` (its exact bytes) is not signed by who may write it, for the deployment of
     `topics`; None when it may be folded. Without `topics` (a listing of one topic's records) no
-    record is taken for the coordinator's decision and no deployment is checked."""
+    record is taken for the coordinator's decision and no deployment is checked.
+
+    Who may write what: commands and the decisions on `recovery` the coordinator's own keys (it
+    re-signs the commands it re-sends from the fold, so a forged copy naming another node or argv
+    must never reach it; an unsigned plan would isolate nodes with no cap); jobs, stops and node
+    events (cordon, drain, uncordon) an operator key (the coordinator would sign an unsigned job's
+    start itself); node reports (acks, node_joined, node_leaving, ranks_finished) the key of the
+    node they name, which never answers for another node. With no trust (insecure) every signed
+    kind is folded; `impersonates` is checked either way."""
     if trust is None:
         return None
     event = record.event

@@ -1,9 +1,5 @@
-"""Where each event the coordinator writes lives on the bus: its topic and its key.
-
-Everything it decides (plans, outcomes, skips, its own escalation incidents, re-admissions)
-goes to `recovery`, which only it writes; commands go to `commands`. Keys are what the fold
-relies on for order: a job's lifecycle events share the job's key (one partition, in order),
-commands the node's.
+"""Where each event the coordinator writes lives on the bus, its topic and its key: commands to
+`commands`, everything else it decides to `recovery`, which only it writes (docs/coordinator.md).
 """
 
 from __future__ import annotations
@@ -15,7 +11,8 @@ from trainmedic.schemas.recovery import RecoverySkipped
 
 
 def route(event: object) -> tuple[str, str]:
-    """(topic suffix, key) of an event the coordinator writes."""
+    """(topic suffix, key) of an event the coordinator writes. Keys are what the fold relies on for
+    order: a job's lifecycle events share the job's key (one partition, in order), commands the node's."""
     match event:
         case Command():
             return "commands", event.node

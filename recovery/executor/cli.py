@@ -1,32 +1,6 @@
-"""Run this node's executor: apply signed commands to the job ranks on this node.
-
-The executor reads only its own node's partition of the commands topic (the partition
-its node name hashes to, as the producer's partitioner does), checks each command's
-signature, target node, freshness and generation, applies it at most once (applied ids
-are kept in STATE_DIR/ledger.jsonl), and acks it on the acks topic: accepted, then done
-or failed; or refused, with the reason. It launches each rank as its own process group
-with the torch.distributed environment, stops ranks with SIGTERM then SIGKILL, sends
-SIGUSR1 for `reattempt`, and reports every rank exit on telemetry.worker. On SIGTERM or
-Ctrl-C it stops its ranks and exits. A job's ranks keep their files in JOBS_DIR/JOB/ (output
-in logs/, snapshots in snapshots/; it is their HOME), outside TRAINMEDIC_HOME, and run as the
---run-as user when given (the executor then runs as root); without one they run as the
-executor's own user, which is warned about at start.
-
-Only commands the admission policy allows are run (--allowed-*: by default the demo's
-module under this interpreter); any other is acked refused with the rule it broke. Ranks
-get an allow-listed environment: never the cluster key nor any Kafka setting; their hook
-reports to this executor's Unix socket, and the executor publishes what concerns the rank
-that speaks, at its own time.
-
-Every option can also be set by its variable (TRAINMEDIC_EXECUTOR_*, e.g.
-TRAINMEDIC_EXECUTOR_NODE) or in the --config YAML file (keys: the option's name with
-underscores). Commands must be signed by a key whose public half (ID.pub) is in --keys-dir
-(default $TRAINMEDIC_HOME/keys; copy the coordinator's *.pub there, see `trainmedic keys`),
-and every ack is signed with this node's own key from that folder (`trainmedic keys generate
---node NODE`, its ID.pub trusted by the coordinator for NODE only); --insecure accepts
-unsigned commands and sends unsigned acks instead, and cannot be combined with --keys-dir.
-Environment besides: TRAINMEDIC_KAFKA_BOOTSTRAP, TRAINMEDIC_TOPIC_PREFIX,
-TRAINMEDIC_KAFKA_CONFIG, TRAINMEDIC_HOME. See docs/executor.md and docs/security.md.
+"""Run this node's executor: apply signed commands to the job ranks on this node, at most once.
+Every option also has a TRAINMEDIC_EXECUTOR_* variable and a --config YAML key
+(docs/executor.md, "Running it"; keys and signing: docs/security.md).
 """
 
 from __future__ import annotations

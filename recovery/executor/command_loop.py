@@ -1,22 +1,6 @@
-"""The executor's Kafka loop: read this node's commands, decide, apply, ack; report rank exits.
-
-Thin: every decision is `decide`, every state move is the `GroupState` table; this file
-only moves data between Kafka, the ledger and the supervisor.
-
-It is the one writer of its ranks' telemetry: their hook reports over a local socket
-(report_server.py), and what `reports.check` lets through (about the very rank that speaks,
-at this executor's time) goes on telemetry.worker; ranks hold no Kafka credentials.
-
-What it reports on the acks topic is signed with this node's key: command acks,
-`node_joined` once it reads its partition, `ranks_finished` when every rank it launched for a
-job's generation exited 0 on its own, and `node_leaving` when told that the node shuts down on
-purpose (`leave`), so the coordinator moves the node's jobs off it instead of taking its
-silence for a fault.
-
-Ranks outlive everything but a stop command and the executor's own shutdown: a command that
-fails to validate, decide or apply is dead-lettered and read past (its position is in the
-ledger, so a restart does not meet it again), and a Kafka error, a delivery that timed out
-included, is logged and counted while the ranks keep training.
+"""The executor's Kafka loop: read this node's commands, decide, apply, ack; report rank exits and what
+the ranks report. Thin: every decision is `decide`, every state move the `GroupState` table
+(docs/executor.md, "Command flow", "Poison messages and Kafka errors").
 """
 
 from __future__ import annotations

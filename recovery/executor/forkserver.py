@@ -1,29 +1,6 @@
-"""A warm launcher for rank processes: one interpreter that has already imported torch forks
-each rank, so a (re)start costs a fork instead of an interpreter start plus `import torch`
-per rank, CPU-bound work that ranks restarting together queue for (docs/executor.md, "Warm
-rank start", has the times).
-
-Only commands of the form `[nice -n N] PYTHON -m MODULE ARGS...`, where PYTHON is this
-executor's own interpreter, are forked warm; anything else starts cold with a plain exec.
-
-The server runs as the user the ranks run as (its forks are ranks) and without the user site
-directory (`-s`), as the ranks do.
-
-The server speaks JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice", "cwd"} in,
-{"pid"} or {"error"} out. Each rank is forked twice, so that it is re-parented to the
-executor (a child subreaper, see `become_subreaper`), which reaps it and reads its exit
-status as for a child of its own. The server preloads torch (and torch.distributed) plus
-the modules named in TRAINMEDIC_WARM_PRELOAD (comma-separated); it never imports the
-rank's own module, whose top level may do anything.
-
-What a warm rank inherits differs from a cold one in one way that matters: modules
-imported before the fork read their environment then (e.g. torch and OMP_NUM_THREADS=1), so a
-job's env reaches what the rank reads after it starts, not what torch read at import. A rank
-with a `cwd` (the job's workdir) changes to it and finds its modules there first, as
-`python -m` started in that directory does.
-A warm rank ends with `os._exit`, after doing what interpreter exit would: its atexit handlers
-run (the in-band hook flushes and closes there) and its output is flushed, whether the module
-returned, raised SystemExit or raised anything else.
+"""A warm launcher for rank processes: one interpreter that has already imported torch forks each
+`PYTHON -m MODULE` rank, so a (re)start costs a fork instead of an interpreter start plus
+`import torch` (docs/executor.md, "Warm rank start (the fork server)").
 """
 
 from __future__ import annotations
@@ -92,7 +69,8 @@ def become_subreaper() -> bool:
 
 class WarmLauncher:
     """The executor's handle on its fork server (started at once, so it warms up early), run as
-    `user` when given."""
+    `user` when given (its forks are ranks) and without the user site directory (`-s`), as the
+    ranks are."""
 
     def __init__(self, env: Mapping[str, str] | None = None, user: RankUser | None = None) -> None:
         server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1"}
@@ -134,7 +112,10 @@ class WarmLauncher:
 
 
 def serve() -> None:
-    """The server's loop: preload, then one fork per request line, until stdin closes."""
+    """The server's loop: preload, then one fork per request line, until stdin closes.
+
+    JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice", "cwd"} in, {"pid"} or
+    {"error"} out."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever a preloaded module prints must not corrupt the answers
     extra = [name.strip() for name in os.environ.get(PRELOAD_ENV, "").split(",") if name.strip()]

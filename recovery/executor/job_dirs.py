@@ -1,13 +1,5 @@
-"""Where a job's ranks keep their files on this node, and which Unix user they run as.
-
-A rank runs the job's code, so nothing of the control plane may be on its path or in its reach.
-Its logs, snapshots and HOME are one directory per job under the executor's `jobs_dir`, by default
-a sibling of the home (`$TRAINMEDIC_HOME-jobs/NODE`), never inside it: the home holds credentials/,
-keys/ and the broker's secrets, and the executor's own state stays there. The job's directory is
-0700 and belongs to the user the ranks run as (`run_as`), who can then write it and nothing of the
-executor's; `jobs_dir` itself is 0711, so a rank reaches its own job's directory without listing
-the others. What lies inside a job's directory is the rank's to change, so the executor (root,
-with run_as) never follows a link there: a `logs` made a link to /etc must not hand /etc over.
+"""Where a job's ranks keep their files on this node (one directory per job, outside TRAINMEDIC_HOME)
+and which Unix user they run as (docs/executor.md, "Rank directories and the rank user").
 """
 
 from __future__ import annotations
@@ -62,7 +54,9 @@ def default_root(home: Path) -> Path:
 
 def prepare(job_dir: Path, user: RankUser | None) -> Path:
     """Make `job_dir` (0700, with its logs and snapshots directories) the ranks' own: `user`'s when
-    given; its parent, the executor's `jobs_dir`, 0711. Returns the logs directory."""
+    given; its parent, the executor's `jobs_dir`, 0711. Returns the logs directory. What lies inside
+    a job's directory is the rank's to change, so the executor (root, with run_as) never follows a
+    link there: a `logs` made a link to /etc must not hand /etc over."""
     job_dir.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(job_dir.parent, 0o711)
     parent = os.open(job_dir.parent, os.O_RDONLY | os.O_DIRECTORY)

@@ -1,11 +1,5 @@
-"""The executor's local memory: which commands it applied and how far it read, fsync'd per line.
-
-An append-only JSON-lines file under the state dir. A command id is written (and
-fsync'd) *before* the command is applied, so a crash between the two loses the command
-rather than applying it twice: at most once. Every processed offset is written too, so a
-restarted executor resumes reading where it stopped. The final ack of an applied command
-(done or failed) is written before it is sent, so a redelivered command is answered with it.
-An executor of an older version skips answer lines as unreadable, with a warning.
+"""The executor's local memory: which commands it applied (each id fsync'd before it is applied: at most
+once), their final answers, and how far it read (docs/executor.md, "Fencing and at-most-once").
 """
 
 from __future__ import annotations
@@ -31,7 +25,10 @@ class Ledger:
 
     @classmethod
     def open(cls, path: Path) -> Ledger:
-        """Read what is there (skipping a torn last line), then open for appending."""
+        """Read what is there (skipping a torn last line), then open for appending. Ledgers of an
+        older version hold no answer lines: a command they applied is then skipped without an ack.
+        An executor of an older version skips the answer lines as unreadable, with a warning, so a
+        rollback still reads the ledger."""
         path.parent.mkdir(parents=True, exist_ok=True)
         state = LedgerState()
         if path.exists():

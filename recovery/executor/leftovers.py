@@ -1,11 +1,6 @@
-"""Ranks left running by an executor that died: recorded while they run, taken over when it comes back.
-
-Ranks run in their own sessions, so they outlive a crashed executor. The supervisor keeps
-STATE_DIR/ranks.json current (pid, process start time, job, generation, rank); a restarted
-executor reads it before it reads commands and, as `restart.sort_leftovers` decides, adopts
-the ranks that still run the generation the ledger says this node runs, SIGKILLs the process
-group of those that should not run any more, and reports those that ended meanwhile. A pid is
-the same process only if its start time matches, so a reused pid is never adopted nor hit.
+"""Ranks left running by an executor that died: recorded while they run (STATE_DIR/ranks.json), taken
+over, killed or reported when it comes back; a reused pid is never adopted nor hit (docs/executor.md,
+"Restarts: adopting the ranks").
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""The ranks' output files an executor writes, and reading them back (`trainmedic job logs`).
-
-Each rank's stdout and stderr go to JOBS_DIR/JOB/logs/gGENERATION-rankRANK.log on the node that
-ran it; JOBS_DIR is $TRAINMEDIC_HOME-jobs/NODE unless the executor was given another (job_dirs.py).
-So the logs of a job are on the machines that ran it: this module reads those of this machine,
-every node's executor with the default JOBS_DIR of one TRAINMEDIC_HOME (as `trainmedic run` and
-the demo place them).
-
-All ranks are shown together with a `[rank N]` prefix: a generation at a time, their lines taken in
-turn (data-parallel ranks print in step), and, when following, as they are written.
+"""The ranks' output files an executor writes (JOBS_DIR/JOB/logs/gGENERATION-rankRANK.log), and
+reading them back on this machine, `[rank N]`-prefixed, for `trainmedic job logs` (docs/run.md).
 """
 
 from __future__ import annotations

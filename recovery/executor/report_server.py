@@ -1,18 +1,5 @@
-"""The executor's end of its ranks' local channel: a Unix socket that takes their reports.
-
-Ranks hold no Kafka credentials: their hook writes one JSON event a line to this socket,
-and the executor publishes what `reports.check` lets through, as the one writer of its
-ranks' telemetry. Who speaks is the kernel's word (SO_PEERCRED: the connecting process's
-pid), resolved to a rank this executor launched, or one of its descendants; a process that
-is none is refused. The socket lives in a folder only the executor's user may write, so a
-rank running as another user cannot put a socket of its own in its place.
-
-One thread serves every connection with a selector; it never blocks on Kafka (the
-publisher drops and counts, as the hook did). Everything is bounded: connections (by the
-process's file limit), those of processes not known as ranks, one rank's connections, a
-line, what is held while a new process is not yet known. A process is identified when it
-connects and on each tick, never per line, so a stranger's flood costs no /proc walks. A
-rank that ended keeps its connections for ENDED_GRACE_S, so its last lines still count.
+"""The executor's end of its ranks' local channel: a Unix socket that takes their reports, from ranks
+the kernel says it launched, bounded everywhere (docs/security.md, "The job cannot steer the healer").
 """
 
 from __future__ import annotations

@@ -1,22 +1,5 @@
-"""Rank processes on this node: launch, signal, stop, and notice when they end.
-
-A rank whose command runs a module of this interpreter is forked by the warm launcher
-(forkserver.py) when there is one; any other command is started cold with Popen. Either
-way the rank is a child of this process, reaped here.
-
-Each rank runs in its own session, so its process group id is its pid and a signal to
-the group reaches everything the rank started. A rank that ended is first observed
-without being reaped (`waitid(WNOWAIT)`): its pid, and so its group id, cannot be reused
-while we SIGKILL what it left behind in the group; only then is it reaped.
-
-Ranks run as the executor's `user` when it has one (job_dirs.RankUser; the executor is root then,
-so it still signals, reaps and adopts them), in their job's directory as HOME, with the user site
-directory off (PYTHONNOUSERSITE, which their own Pythons inherit too): a `.pth` written to a HOME
-is never loaded.
-
-A rank adopted from a previous executor (leftovers.py) is not our child: it is polled in
-/proc each time we reap (its pid gone, or running with another start time, means it ended),
-and its exit status cannot be known, so its `RankExit` says so in `reason`.
+"""Rank processes on this node: launch (warm or cold), signal, stop, adopt after a restart, and notice
+when they end (docs/executor.md, "Processes", "Restarts: adopting the ranks").
 """
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""The cost-aware planner (PLANNER.md): a pure core with no I/O and no clock.
-
-`trainmedic.recovery.planner.plan.plan(request)` is the entry point; this package imports nothing
-itself, so that `trainmedic --help` does not load numpy.
+"""The cost-aware planner (docs/planner.md): a pure core with no I/O and no clock; the entry point is
+`trainmedic.recovery.planner.plan.plan(request)`. This package imports nothing itself, so that
+`trainmedic --help` does not load numpy.
 """

@@ -1,7 +1,6 @@
-"""Plan the cluster's next allocation from a JSON request and print the plan as JSON.
-
-Prints {"allocations", "sizes", "waf", "objective", "restore"} on stdout (PLANNER.md).
-Bad input gives one line on stderr that says what is wrong and where, and exit status 2.
+"""Plan the cluster's next allocation from a JSON request and print the plan as JSON
+({"allocations", "sizes", "waf", "objective", "restore"}; docs/planner.md). Bad input gives one
+line on stderr that says what is wrong and where, and exit status 2.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The planner's objective for one job: F, C and G of PLANNER.md.
-
-Kept apart from the solver so that tests and the benchmark's plain dynamic program score a
-plan with exactly the same numbers.
+"""The planner's objective for one job: F, C and G of docs/planner.md, kept apart from the solver so
+that tests and the benchmark's plain dynamic program score a plan with exactly the same numbers.
 """
 
 from __future__ import annotations

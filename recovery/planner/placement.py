@@ -1,8 +1,5 @@
-"""Which nodes each job gets, once its size is fixed.
-
-A job keeps its healthy current nodes, up to its new size, those nearest its home switch
-first. Extra nodes come from the home switch, then the nearest switches by hop count.
-Jobs take extra nodes in the request's order; ties go to the smaller switch, then node id.
+"""Which nodes each job gets, once its size is fixed: its healthy current nodes first, then the nearest
+by hops to its home switch (docs/planner.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Where each node that joins a job takes the job's state from.
-
-The nearest surviving node of the same job (by hops; the smaller id on a tie) holds a live
-replica; a job with no survivor restores from its latest checkpoint. The planner does not
-know how a job shards its state, so every survivor counts as holding what a newcomer needs.
+"""Where each node that joins a job takes the job's state from: the nearest surviving node of the job
+(a replica), else the latest checkpoint (docs/planner.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The exact dynamic program over jobs × node budgets that picks every job's size.
-
-S[i][n] = max over allowed k ≤ n of S[i−1][n−k] + G_i(k), vectorized over n with numpy.
-Ties in Σ G (exact equality) go, in this order, to the plan that resizes fewer jobs, then
-to the one that uses fewer nodes, then to the one whose last job is smallest, then the
-job before it, and so on (so a job listed earlier wins a contested node).
+"""The exact dynamic program over jobs × node budgets that picks every job's size:
+S[i][n] = max over allowed k ≤ n of S[i−1][n−k] + G_i(k), vectorized over n with numpy; exact ties
+in Σ G go by the rules of docs/planner.md, "Ties".
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The cluster's network: nodes on leaf switches, leaves on one spine.
-
-Nodes whose `switch` is null hang directly off the spine. The network is a star of switches
-around the spine, so the hops between two switches follow from what they are: none to
-itself, one between a leaf and the spine, two between two leaves (up to the spine and down).
-A node is always one hop below its own switch.
+"""The cluster's network: nodes on leaf switches, leaves on one spine, and the hops between them
+(docs/planner.md).
 """
 
 from __future__ import annotations
@@ -18,7 +14,9 @@ SPINE: Switch = ("spine", "spine")
 
 
 def switch_hops(a: Switch, b: Switch) -> int:
-    """Hops between two switches of the star."""
+    """Hops between two switches of the star (leaves around one spine): none to itself, one between
+    a leaf and the spine, two between two leaves. A node is always one hop below its own switch,
+    and a node whose `switch` is null hangs directly off the spine."""
     if a == b:
         return 0
     return 1 if SPINE in (a, b) else 2

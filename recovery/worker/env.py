@@ -1,11 +1,5 @@
-"""The environment contract between the executor (which writes it) and a rank (which reads it).
-
-torch.distributed's own variables plus trainmedic's. Pure: no torch import, so the
-executor can use it too. Under torchrun (no TRAINMEDIC_* variables) the generation is
-torchrun's restart count, so a restarted group is told apart from the one before.
-The job's failure settings travel here too: TRAINMEDIC_COLLECTIVE_TIMEOUT_S (the default
-timeout of `init_from_env`) and TRAINMEDIC_HANG_FLOOR_S (reported in worker_start, so the
-detector times this job's hangs with it); unset means the service's default.
+"""The environment contract between the executor (which writes it) and a rank (which reads it). Pure:
+no torch import, so the executor can use it too (docs/executor.md, "The environment of a rank").
 """
 
 from __future__ import annotations

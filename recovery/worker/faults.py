@@ -1,13 +1,6 @@
-"""Fault injection for rehearsals and tests: a control file tells a rank to hang, die or crash.
-
-The file (path in TRAINMEDIC_DEMO_FAULTS, or `--fault-file`) holds one JSON object or a
-list of them, re-read before every step, so a fault can be armed while the job runs:
-
-    {"fault": "hang", "rank": 1, "at_step": 20, "generation": 0}
-
-`fault`: hang (stay alive, stop stepping), kill (SIGKILL itself), crash (raise, exit 1).
-`at_step` (default 0): from which step on; `generation` (default any): only in that
-generation, so a restarted job does not fault again.
+"""Fault injection for rehearsals and tests: a control file (TRAINMEDIC_DEMO_FAULTS or --fault-file),
+re-read before every step, tells a rank to hang, die or crash (docs/executor.md, "The demo job and
+fault injection").
 """
 
 from __future__ import annotations

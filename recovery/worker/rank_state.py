@@ -1,16 +1,5 @@
-"""What belongs to one rank alone: its random number generators and its place in the data.
-
-Model and optimizer state are the job's (every replica holds the same, or its shard of it); a
-rank's RNG streams (torch's CPU generator, the CUDA generator of its device, Python's `random`)
-and its data loader's or sampler's position (`state_dict` / `load_state_dict`, as torchdata's
-`StatefulDataLoader` has) are its own. They are saved in the rank's snapshot beside its model
-state, and a restore onto the same world size gives each rank back its own: the state rank r
-saved at the restored step, read from rank r's file on its own node (a restart in place keeps
-every rank on its node). With another world size the ranks' streams and shares of the data are
-cut differently, so nothing is taken back and the script's own seeding stands; neither is it
-where rank r's file is missing (a rank killed before its snapshot of that step). Either way
-the restore says so. numpy's generator is not saved (its state does not load without
-unpickling code).
+"""What belongs to one rank alone: its random number generators and its place in the data, saved in
+its snapshot and given back on a restore onto the same world size (docs/executor.md, "The worker runtime").
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""Restore after a (re)start: every rank offers what state it can read, the newest wins and is broadcast.
-
-`replica`: ranks on the restore source's node offer the newest node-local snapshot of
-the named rank (any rank's, when none is named); a checkpoint is the fallback.
-A restore that named a replica and got none is a fallback, loud: `fallback_warning`.
-`checkpoint`: ranks offer the newest file in the checkpoint directory (or
-`restore.path`). `none`: start fresh, no collective. The chosen rank loads its file and
-broadcasts model state, optimizer state and step to every rank.
+"""Restore after a (re)start: every rank offers what state it can read (a replica's snapshot, a
+checkpoint), the newest wins and is broadcast (docs/executor.md, "Restore design, and its limits").
 """
 
 from __future__ import annotations

@@ -1,23 +1,5 @@
-"""The rank side of trainmedic: join the process group, restore, snapshot, checkpoint, retry in place.
-
-Snapshots: every `snapshot_every` completed steps each rank writes model, optimizer and
-step to its node-local snapshot dir (TRAINMEDIC_SNAPSHOT_DIR). Those files outlive the
-processes, so after a restart a surviving node's snapshot is the "replica" to restore
-from: with `snapshot_every=1` no completed step is lost (unless the snapshots are written
-behind the step, `snapshot_async`). A sharded model (FSDP2, HSDP) is snapshot and restored
-per shard, onto a mesh of any size (`trainmedic.recovery.worker.sharded`).
-
-Reattempt: the executor sends SIGUSR1. The handler only sets a flag; `agree_reattempt`
-(one 1-element all-reduce, called by every rank at the top of each step) makes all ranks
-see it at the same step, and `resync` re-broadcasts rank 0's state (a sharded model's ranks
-take their shards back from the last snapshot) before the step is run again.
-
-Stop: the executor stops ranks with SIGTERM. One that arrives inside `with rt.finishing_step():`
-(what follows a step's collective: its snapshot and its report) is held until the block
-ends, so a step that one rank completed is in every rank's snapshot. Only that block has a
-handler: anywhere else SIGTERM keeps the kernel's default and ends the rank at once, even one
-blocked inside a collective's C code, where a Python handler would not run until the
-collective timed out. Either way the rank ends by SIGTERM.
+"""The rank side of trainmedic: join the process group, restore, snapshot, checkpoint, retry in place
+(docs/executor.md, "The worker runtime", "Reattempt"; docs/adopting.md).
 """
 
 from __future__ import annotations
@@ -228,7 +210,10 @@ class Runtime:
     @contextmanager
     def finishing_step(self) -> Iterator[None]:
         """The rest of a step once its collective is done (snapshot, report): a SIGTERM inside is
-        held until the block ends, then ends the rank, so no rank saves less than another ran."""
+        held until the block ends, then ends the rank, so no rank saves less than another ran.
+        Only this block has a handler: elsewhere SIGTERM keeps the kernel's default and ends the
+        rank at once, even one blocked in a collective's C code, where a Python handler would not
+        run until the collective timed out. Either way the rank ends by SIGTERM."""
         main = threading.current_thread() is threading.main_thread()
         if main:
             signal.signal(signal.SIGTERM, self._hold_stop)

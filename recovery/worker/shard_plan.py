@@ -1,14 +1,6 @@
-"""Where each piece of a sharded state comes from on restore: pure planning, no torch.
-
-A sharded (FSDP2 / HSDP) state is a set of global tensors, each cut into chunks: a rank holds,
-per tensor, one box (`offsets`, `sizes`) of it. Every rank's snapshot file holds its own boxes
-as of one step. After a restart the new ranks, on a new mesh that may have another world size,
-each need other boxes of the same tensors. A step can be restored when the snapshot files that
-survive hold, for every tensor, chunks that cover it whole (with HSDP every chunk has a copy
-per replica group, so losing a node loses no chunk). Each needed box is then cut from the
-overlapping chunks, each taken from the nearest file holding it: one on the needing rank's own
-node (read, no network), else one a rank on another node reads and sends, spreading the
-sending over the ranks that can.
+"""Where each piece of a sharded state comes from on restore: the newest step the surviving snapshot
+files cover whole, each box from the nearest copy; pure planning, no torch (docs/executor.md,
+"Sharded state (FSDP2, HSDP)").
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
-"""Sharded training state (FSDP2's `fully_shard`, HSDP): snapshots per shard, restore per shard.
-
-Each rank snapshots only what it holds: its box of every sharded tensor of the model and the
-optimizer (`get_state_dict`, the optimizer flattened to one key per tensor), plus the small
-unsharded values, to its node's snapshot dir as `shards<rank>-g<generation>-step<N>.pt`. On
-restore, every rank offers the snapshot files its node holds and says which box of each tensor
-the new mesh gives it; `shard_plan` picks the newest (generation, step) the surviving files
-cover whole and, per piece, the nearest copy: a file on the rank's own node is read, a piece
-held only elsewhere is sent by a rank of that node over the process group, tensor by tensor (no
-pickled state). With HSDP,
-a lost node's shards survive in the other replica group; the new mesh may have another world
-size (a shrink or a grow): the boxes are cut to fit. With no covering snapshot, the newest
-checkpoint (`torch.distributed.checkpoint`, one directory per step, shared storage) is loaded,
-resharded by DCP; with none, the run starts fresh.
+"""Sharded training state (FSDP2's `fully_shard`, HSDP): snapshots per shard, restore per shard from the
+nearest copy onto a mesh of any size, else from a DCP checkpoint (docs/executor.md, "Sharded state
+(FSDP2, HSDP)").
 """
 
 from __future__ import annotations

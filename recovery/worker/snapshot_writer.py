@@ -1,11 +1,5 @@
-"""Snapshots written behind the training loop: the step pays for the copy to host memory only.
-
-One write at a time, in a thread of its own: a new one first waits for the last (so at most one
-extra copy of the shards is held), and `wait` returns once nothing is being written, raising
-what a failed write raised. A rank ended by a signal while a write is in flight loses that
-snapshot (its temporary file is never renamed into place): the restore then finds the step in
-the other replica's files, or goes back up to two steps. The thread is not a daemon: a script
-that ends without `Runtime.close` still lands its last snapshot.
+"""Snapshots written behind the training loop: the step pays for the copy to host memory only
+(docs/executor.md, "Sharded state (FSDP2, HSDP)", "Written behind the step").
 """
 
 from __future__ import annotations
@@ -15,6 +9,10 @@ from collections.abc import Callable
 
 
 class SnapshotWriter:
+    """One write at a time, in a thread of its own: a new one first waits for the last, so at most
+    one extra copy of the shards is held. The thread is not a daemon: a script that ends without
+    `Runtime.close` still lands its last snapshot."""
+
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

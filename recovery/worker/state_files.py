@@ -1,12 +1,6 @@
-"""Training state on disk: node-local per-rank snapshots and shared checkpoints, written atomically.
-
-A file is written under a temporary name and renamed into place, so a reader sees a
-whole file or none. File names carry the generation that wrote the state and its step
-(`rank1-g3-step000000042.pt`, `g3-step000000040.pt`), so the newest can be found without
-opening anything. Newest is by (generation, step): a generation that went back to an older
-step (a restore from a checkpoint) is the job's timeline, and the higher steps of the one it
-left are not. A name without a generation (written before generations were named) counts as
-older than any generation.
+"""Training state on disk: node-local per-rank snapshots and shared checkpoints, written atomically,
+named by generation and step (`rank1-g3-step000000042.pt`) so that the newest is found without
+opening anything (docs/executor.md, "Restore design, and its limits").
 """
 
 from __future__ import annotations
@@ -57,7 +51,11 @@ def newest(directory: Path, prefix: str) -> tuple[int, int, Path] | None:
 
 
 def list_states(directory: Path, prefix: str) -> list[tuple[int, int, Path]]:
-    """(generation, step, path) of `prefix`'s states in `directory`, oldest first."""
+    """(generation, step, path) of `prefix`'s states in `directory`, oldest first: by (generation,
+    step), since a generation that went back to an older step (a restore from a checkpoint) is the
+    job's timeline, and the higher steps of the one it left are not. A name without a generation
+    (`rank1-step000000042.pt`, written before generations were named) counts as older than any
+    generation (UNNAMED)."""
     if not directory.is_dir():
         return []
     states = []

@@ -1,20 +1,6 @@
-"""The Faust engine's side of checkpoints: the consumer engine's checkpoint, saved from a Faust app.
-
-Restoring: Faust seeks its partitions to the group's committed offsets when a rebalance
-completes (after `on_rebalance_complete`, before the agents get anything). The handler here
-reads the last checkpoint the first time, restores the live detector from it, and on every
-rebalance commits the offsets the live state reflects, so Faust's own seek lands exactly there.
-Saving: at the timer's turn (no message half handled), the checkpoint is taken; it is written
-once every incident and dead letter sent before it is acknowledged.
-
-One worker per app id: Faust splits the partitions between the workers of a group, and a detector
-must read them all (docs/streams.md: correlation). A worker that is given only some (a second
-replica, a rolling update) is not `whole`: it pauses them, confirms no reads and decides nothing,
-until a rebalance gives it every partition again. The partitions it never read are expected and
-hold event time back; those taken from it stay in its `offsets`, on purpose: its state reflects
-them, unconfirmed they start a blind spell (`blind_s` after the last confirmation), and read again
-they are read from where its state stops. Dropped, it would skip what the other worker read, and
-take the nodes for silent (tests/integration/streams/test_faust_workers.py).
+"""The Faust engine's side of checkpoints: the consumer engine's checkpoint, saved from and restored
+into a Faust app; one worker per app id (docs/streams.md, "State: one checkpoint, both engines,
+with its offsets", "Two engines, one pipeline").
 """
 
 from __future__ import annotations
@@ -59,6 +45,12 @@ class FaustCheckpoints:
         self.pending.append(asyncio.ensure_future(delivery))
 
     async def on_rebalance_complete(self, sender: object = None, **kwargs: object) -> None:
+        """Before Faust seeks to the group's committed offsets: the first time, restore the live
+        detector from the last checkpoint; every time, commit the offsets the live state reflects,
+        so Faust's seek lands exactly there. Partitions taken from this worker stay in its `offsets`
+        on purpose: its state reflects them, unconfirmed they start a blind spell, and read again
+        they are read from where its state stops; dropped, it would skip what another worker read
+        and take the nodes for silent (tests/integration/streams/test_faust_workers.py)."""
         if not self.restored:
             saved = await asyncio.to_thread(self.topic.read_last)
             if saved is not None:

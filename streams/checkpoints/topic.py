@@ -1,9 +1,6 @@
-"""Where both engines keep their checkpoints: the compacted topic `<app-id>-checkpoints`.
-
-One partition, keyed by the app id, so compaction keeps the last checkpoint. `read_last()`
-reads it back at start; `write()` sends a new one without waiting for the broker (the previous
-one holds until then). A checkpoint over MAX_CHECKPOINT_BYTES is not written: a tombstone
-replaces the last one, since a stale checkpoint would declare healthy nodes lost.
+"""Where both engines keep their checkpoints: the compacted topic `<app-id>-checkpoints`, one
+partition keyed by the app id, so compaction keeps the last (docs/streams.md, "State: one checkpoint,
+both engines, with its offsets").
 """
 
 from __future__ import annotations

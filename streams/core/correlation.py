@@ -1,11 +1,5 @@
-"""One fault, one incident: job evidence waits briefly in a group for its root cause.
-
-A rank's own fault (exception, crash) holds `evidence_hold_s` (<= 1 s) so that a hardware
-Xid in the next 1 Hz GPU sample can claim it; collective/network symptoms hold
-`symptom_hold_s`; and while a node of the job is overdue on its heartbeat the group waits
-until that node is either heard from or declared lost. Hardware incidents claim the groups
-of every job on their node; after a SEV1/SEV2 decision the job's later evidence at the same
-generation becomes evidence on that incident.
+"""One fault, one incident: job evidence waits briefly in a group for its root cause
+(docs/detection.md, "Correlation: one fault, one incident").
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""A heap of deadlines with at most one live entry per (kind, key), so `advance` is cheap.
-
-Entries are lazy: a rule arms a check at the earliest time its condition could hold; when
-the check fires, the rule recomputes the true deadline from state and re-arms if it moved.
-A heartbeat therefore costs nothing here; only a node that stays quiet pops an entry.
+"""A heap of deadlines with at most one live entry per (kind, key), so `advance` is cheap: entries are
+lazy, re-armed when the true deadline moved, so only a node that stays quiet pops one.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
-"""The detection core's public face: telemetry in, incidents out, time passed in.
-
-    detector = Detector(DetectorConfig())
-    incidents = detector.observe(event)      # telemetry, in event-time order
-    incidents = detector.advance(now)        # time moves with no event (live: wall clock)
-    incidents = detector.drain()             # end of a recording: decide what is pending
-    saved = detector.state.to_dict()         # JSON-ready plain data
-    detector = Detector(config, DetectorState.from_dict(saved))  # carry on where it stopped
+"""The detection core's public face: telemetry in, incidents out, time passed in
+(docs/detection.md, "Interface", has its use).
 """
 
 from __future__ import annotations

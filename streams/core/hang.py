@@ -1,9 +1,5 @@
-"""Hang rule helpers: an adaptive per-job threshold, and which ranks stopped first.
-
-Every rank of a synchronous job stops stepping when one rank hangs (peers wait in the
-collective), so the job's progress (its highest step) is what is timed, once per job. A job
-whose worker_start carries `hang_floor_s` (its spec's failure settings) is timed with that floor
-instead of the config's, for every generation after.
+"""Hang rule helpers: an adaptive per-job threshold (over the job's highest step, with the job's own
+floor when its spec sets one), and which ranks stopped first (docs/detection.md, "Hang").
 """
 
 from __future__ import annotations

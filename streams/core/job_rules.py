@@ -1,10 +1,7 @@
-"""Rules about jobs and their ranks: failures reported by workers (correlated into one
-incident per fault), hangs, stragglers, and which ranks run on which node.
-
-What a job reports concerns only that job (docs/detection.md, "What a job reports"): it never
-tells that a node lives or is repaired, only a `worker_start` moves the job to a newer generation
-(at most GENERATION_JUMP ahead), and jobs never seen started are followed only up to
-UNSTARTED_JOBS at once, their failures counting against no node."""
+"""Rules about jobs and their ranks: failures reported by workers (correlated into one incident per
+fault), hangs, stragglers, and which ranks run on which node; what a job reports concerns only that
+job (docs/detection.md, "What a job reports concerns only that job", "Hang").
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Rules about hosts and GPUs: hardware faults (Xid, counters, silence), lost nodes, link
-flaps and thermal throttling. Every hardware incident is one per node at a time and owns
-the current generation of the jobs running there. Only the node's own telemetry (its agent's
-heartbeats and GPU samples) tells that it lives or is repaired: a job's reports never do.
-
-A heartbeat marked `leaving` is a node's last before a planned shutdown: its silence after it
-is no node_lost and counts in no telemetry gap, until its heartbeats resume unmarked."""
+"""Rules about hosts and GPUs: hardware faults (Xid, counters, silence), lost nodes, link flaps and
+thermal throttling; only the node's own telemetry tells that it lives or is repaired, and a heartbeat
+marked `leaving` makes its silence expected (docs/detection.md, "Rules", "Telemetry gaps: blind is not dead").
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The detector's state: plain data that round-trips through JSON.
-
-It splits by key: `nodes` (per-node: heartbeats, GPUs, NICs, which jobs run there), `jobs`
-(per-job: ranks, step progress, pending correlation), `incidents` (open incidents by id)
-and the escalation history (`sev3_history`, `sev2_history`, `job_errors`). The deadline
-heap is not state: it is rebuilt from these.
+"""The detector's state: plain data that round-trips through JSON, split by key (nodes, jobs,
+incidents, escalation history); the deadline heap is rebuilt from it (docs/detection.md, "State").
 """
 
 from __future__ import annotations

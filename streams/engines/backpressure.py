@@ -1,15 +1,6 @@
-"""Reading a backlog without holding all of it: which partitions the consumer engine stops reading.
-
-Past `order_at` events held, `LiveDetector` lets the events that arrive ahead of the slowest
-partition wait, unfed, until it catches up (streams/live.py). They are still in memory. So past
-`pause_at` events held and waiting, the engine stops reading each partition with more than its share
-of `pause_at` waiting, and reads it again once its events are fed: it reads the partitions holding
-event time back, and Kafka keeps the rest. About 2 x `pause_at` + `order_at` events at most are so
-held and waiting (the sharded decider pauses an events partition only when every telemetry partition
-it carries has more than its share waiting, so it may hold more; the Faust engine does not pause).
-Kafka Streams bounds what it buffers per partition the same way (it pauses a partition with
-`buffered.records.per.partition` records). A partition paused and read again loses what librdkafka
-had fetched ahead for it, so a partition with only a little waiting is left alone.
+"""Reading a backlog without holding all of it: which partitions the consumer engine stops reading once
+more than `pause_at` events are held and waiting (docs/streams.md, "Reading a backlog: in order,
+without holding all of it").
 """
 
 from __future__ import annotations

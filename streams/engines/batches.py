@@ -1,16 +1,5 @@
-"""What the ingest stage hands the deciding detector: validated telemetry in batches, per partition.
-
-A sharded detector (`docs/streams.md`, "Detection for a large cluster") splits the per-message work
-from the decisions. Ingest instances, any number of them in one consumer group, read the telemetry
-topics, validate every message, dead-letter what is invalid and send the rest to the topic
-`<app-id>-events` as `Batch`es: the events of one telemetry partition, in that partition's order,
-with the offsets they came from. The decider reads that topic alone and applies each source
-offset once (`SourceOffsets`), whichever ingest instance sent it and however often.
-
-A batch covers the offsets `first` to `next` - 1 of its source partition: its events and the
-messages that were dead-lettered among them. One with no events and `first == next` says where an
-ingest instance starts reading a partition it was just given. Every batch of a source partition
-goes to the same partition of the events topic (`events_partition`), so their order holds.
+"""What the ingest stage hands the deciding detector: validated telemetry in batches, per partition,
+each source offset applied once (docs/streams.md, "Detection for a large cluster: a sharded detector").
 """
 
 from __future__ import annotations
@@ -53,6 +42,10 @@ class Entry(msgspec.Struct, array_like=True, frozen=True):
 
 
 class Batch(msgspec.Struct, array_like=True, frozen=True):
+    """The events of one telemetry partition, in its order, covering its offsets `first` to `next` - 1:
+    the events and the messages dead-lettered among them. One with no events and `first == next` says
+    where an ingest instance starts reading a partition it was just given."""
+
     topic: str
     partition: int
     first: int  # the first source offset this batch covers

@@ -1,13 +1,6 @@
-"""The detector's default engine: one plain Kafka consumer loop around `Pipeline`.
-
-It assigns itself every partition of the three telemetry topics (one detector sees all
-telemetry: correlation joins node and job state), reads them in batches, and sends incidents
-and dead letters with an idempotent producer. A tick moves event time on while the topics are
-quiet. Checkpoints (`streams/checkpoints/contents.py`, the same as the Faust engine's) go to a compacted
-topic of its own, `<app-id>-checkpoints` (`streams/checkpoints/topic.py`): state, held events and
-offsets together, so a restart resumes exactly.
-Offsets are also committed to the consumer group `<app-id>`, only so that lag can be watched.
-Faust's per-message path is several times slower (docs/streams.md, "Throughput").
+"""The detector's default engine: one plain Kafka consumer loop around `Pipeline`, reading every
+telemetry partition and checkpointing state with its offsets (docs/streams.md, "Two engines, one
+pipeline", "State: one checkpoint, both engines, with its offsets").
 """
 
 from __future__ import annotations

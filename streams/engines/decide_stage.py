@@ -1,15 +1,6 @@
-"""The deciding detector of a sharded deployment (`trainmedic detector --stage decide`).
-
-The consumer engine's loop (`streams/engines/consumer.py`), reading the ingest stage's batches from
-`<app-id>-events` (`streams/engines/batches.py`) instead of the telemetry topics: every event validated
-already, many to a message. Each source offset is applied once (`SourceOffsets`). A checkpoint keeps
-the next offset of the events topic's partitions and of every telemetry partition together, so a
-restart re-reads the events topic from there and skips what it had applied. Events waiting unfed are
-not saved: both offsets go back to them (`Carriers`), and a restart reads them again.
-
-Reads count as complete only when every telemetry partition is known read to its end, through the
-ingest stage: with the ingest instances down or behind, event time waits exactly as it does for a
-detector that cannot reach the broker ("Blind is not dead", docs/streams.md).
+"""The deciding detector of a sharded deployment (`trainmedic detector --stage decide`): the consumer
+engine's loop over the ingest stage's batches, each source offset applied once (docs/streams.md,
+"Detection for a large cluster: a sharded detector").
 """
 
 from __future__ import annotations

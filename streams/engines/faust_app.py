@@ -1,15 +1,6 @@
-"""The Faust engine of the detector: the same pipeline as `streams/engines/consumer.py`, in a Faust app.
-
-One agent reads the three telemetry topics as raw bytes and hands each message to `Pipeline`
-(validation, dead letters, `LiveDetector`, incidents). A timer moves event time on while the
-streams are quiet and saves the same checkpoint as the consumer engine (`streams/checkpoints/contents.py`:
-state, held events, partitions' progress and offsets, taken together) to `<app-id>-checkpoints`.
-When partitions are assigned, the first time after the last checkpoint is read and restored,
-the checkpoint's offsets are committed for the group `<app-id>` just before Faust seeks its
-partitions to the committed offsets, so a restarted worker reads on exactly where its state
-stops. Faust's per-message path is slower than the plain consumer loop (docs/streams.md,
-"Throughput"): `trainmedic detector --engine faust` selects this one, on uvloop with the
-fetch and buffer settings of `FaustTuning`.
+"""The Faust engine of the detector (`--engine faust`): the same pipeline and checkpoints as
+`streams/engines/consumer.py`, in a Faust app on uvloop (docs/streams.md, "Two engines, one pipeline",
+"Faust at full speed (issue 18)").
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""The ingest stage of a sharded detector (`trainmedic detector --stage ingest`), N instances.
-
-Every instance joins the consumer group `<app-id>-ingest` on the three telemetry topics
-(cooperative-sticky assignment: a rebalance moves only the partitions that change hands). It
-validates each message as the whole detector does (`Pipeline.check`: the contract, UTF-8 keys,
-bounded clocks), sends what is invalid to the dlq with the reason, and sends the valid events of
-each partition as `Batch`es to `<app-id>-events` (`streams/engines/batches.py`) for the one deciding
-detector. Batches, dead letters and the group's offsets are written in one Kafka transaction
-every `flush_every_s` (exactly once: an instance that dies mid-way leaves nothing the decider
-reads, and its partitions are read again from the committed offsets by the others; a stale member
-that the group has replaced cannot commit, KIP-447). The decider reads committed batches only and
-applies each source offset once anyway.
+"""The ingest stage of a sharded detector (`trainmedic detector --stage ingest`), N instances: validate
+telemetry, dead-letter what is invalid, and send the rest as batches to `<app-id>-events`, exactly
+once (docs/streams.md, "Detection for a large cluster: a sharded detector").
 """
 
 from __future__ import annotations

@@ -1,31 +1,6 @@
-"""The local demo: a real Kafka broker, every trainmedic service, and a CPU training job that
-gets broken on purpose and heals by itself.
-
-It starts the broker (unless TRAINMEDIC_KAFKA_BOOTSTRAP names one), the detector, the
-coordinator and one `trainmedic node` per simulated node (host agent, synthetic GPUs and
-executor), submits a job of NODES x RANKS real torch.distributed (gloo) ranks, and then
-injects, one after the other:
-
-  kill -9 of a rank          -> process_exit, SEV2: restart in place
-  Xid 79 on one node's GPU   -> gpu_lost, SEV1: node isolated, job re-planned without it
-  a rank that stops stepping -> hang, SEV2: restart
-  a link that flaps          -> link_flap, SEV3: reattempt in place
-  then the Xid 79 node is uncordoned once its incident resolved: the job grows back onto it
-
-The job is a data-parallel MLP, or with --model gpt-hsdp a small GPT-style transformer trained
-with HSDP (sharded within a node, replicated across nodes): its ranks restore their shards from
-the nearest surviving copy, resharded when the world size changes, and at the end the demo
-checks that every logged loss equals an uninterrupted run's.
-
-With --alertmanager URL it also runs the alert bridge and reports, per fault, how soon the
-incident's alert appeared in Alertmanager and whether it cleared when the incident resolved.
-With --observe it also runs Prometheus, scraping every service, and (unless --alertmanager names
-one) an Alertmanager, from Debian's packages, prints their URLs, and reports, per fault, when
-the healer's own metrics counted its incident and its plan (docs/metrics.md).
-
-It narrates steps, incidents and recovery actions as they happen, prints a summary table,
-writes $TRAINMEDIC_HOME/demo/report.json, stops everything it started and exits 0 only if
-every fault healed.
+"""The local demo: a real Kafka broker, every trainmedic service, and a CPU training job that is
+broken on purpose (kill -9, Xid 79, a hang, a link flap, then a grow) and heals by itself.
+Exits 0 only if every fault healed (with --model gpt-hsdp, and every loss matched); docs/demo.md.
 """
 
 from __future__ import annotations

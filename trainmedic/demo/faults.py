@@ -1,9 +1,5 @@
-"""The demo's scripted faults: how each is injected, what must follow, and what it cost.
-
-Each fault is injected through the same mechanisms a user rehearses with: kill -9 of a rank
-process, a synthetic Xid in a node's GPU producer, a fault file that hangs a rank, a link
-flap in a node's host agent. Then the demo waits for the incident and for the job to step
-again, and measures from the timeline what the issue's report asks for.
+"""The demo's scripted faults: how each is injected (the mechanisms a user rehearses with), what
+must follow, and what it cost (docs/demo.md, "The faults, and how each is injected").
 """
 
 from __future__ import annotations

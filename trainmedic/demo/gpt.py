@@ -1,14 +1,6 @@
-"""The demo's second job: a small GPT-style transformer trained with HSDP (`--model gpt-hsdp`).
-
-Each node's ranks shard the model among themselves (FSDP2's `fully_shard`) and the nodes
-replicate it: the device mesh is (nodes, ranks per node), so a lost node's shards survive on
-every other node. The data is deterministic and the same whatever the world size: step N's
-global batch is fixed, every rank trains on its share of its rows, and FSDP averages the
-gradients over all ranks, so the losses of any run equal an uninterrupted single-process run's
-(`reference_losses`) within float tolerance, however often it was restarted or resharded.
-
-The tokens follow a rule the model can learn (each token is 5 x the previous + 3, mod the
-vocabulary, with one token in ten random), so the loss visibly falls.
+"""The demo's second job: a small GPT-style transformer trained with HSDP (`--model gpt-hsdp`) on data
+the same whatever the world size, so every run's losses equal an uninterrupted run's
+(`reference_losses`; docs/demo.md, docs/executor.md "Sharded state (FSDP2, HSDP)").
 """
 
 from __future__ import annotations
@@ -77,7 +69,9 @@ def optimizer(net: nn.Module) -> torch.optim.Optimizer:
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step `step`'s global batch (inputs, next-token targets), the same in every run."""
+    """Step `step`'s global batch (inputs, next-token targets), the same in every run and whatever
+    the world size. Its tokens follow a rule the model can learn (each token is 5 x the previous
+    + 3, mod the vocabulary, with one token in ten random), so the loss visibly falls."""
     gen = torch.Generator().manual_seed(1000 + step)
     rows = [torch.randint(VOCAB, (BATCH,), generator=gen)]
     for _ in range(CONTEXT):

@@ -1,10 +1,5 @@
-"""The demo's last act: the node the Xid 79 took out comes back, and the job grows onto it.
-
-Once the Xid 79 incident is resolved, the demo uncordons the node (what `trainmedic nodes
-uncordon` publishes, signed with the demo's operator key); the coordinator re-plans, finds
-that growing pays for its restart, and moves the job back to every node. Measured like a
-fault: world size before and after, time from the uncordon to the first step at the new size,
-steps lost.
+"""The demo's last act: the node the Xid 79 took out is uncordoned once its incident resolved, and
+the job grows back onto it, measured like a fault (docs/demo.md, "The faults, and how each is injected").
 """
 
 from __future__ import annotations

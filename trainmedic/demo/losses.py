@@ -1,7 +1,6 @@
 """Whether a healed run trained as if nothing had happened: the losses rank 0 of every generation
-logged, step by step, against an uninterrupted run's (`gpt-hsdp` logs the whole step's loss).
-That a generation resumed where the last one stopped (no step lost, no fresh start) is the
-demo's other check, `steps_lost`."""
+logged, step by step, against an uninterrupted run's (`steps_lost` is the demo's other check; docs/demo.md).
+"""
 
 from __future__ import annotations
 

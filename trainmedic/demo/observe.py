@@ -1,11 +1,6 @@
-"""`trainmedic demo --observe`: Prometheus and Alertmanager beside the demo (Debian's packages, run as
-processes: trainmedic.local.ops_stack), and, per fault, when the healer's own metrics showed it.
-
-Prometheus scrapes every service of the demo each second and evaluates the healer's alerting rules
-(compose/prometheus/rules.yml, `for:` shortened to 5 s) into the Alertmanager, which the demo's
-alert bridge also sends the incidents to. After the faults, Prometheus' own record answers when
-the fault's incident was first counted (`trainmedic_incidents_total` of its category) and its
-plan (`trainmedic_recovery_plans_total` of its action), from the injection.
+"""`trainmedic demo --observe`: Prometheus and Alertmanager beside the demo, and, per fault, when the
+healer's own metrics counted its incident and its plan (docs/demo.md, "With Prometheus and
+Alertmanager (`--observe`)").
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""The demo's training job, which uses the worker runtime; launched by the executor.
-
-`--model mlp` (the default): a 2-layer MLP regresses a fixed random linear map on synthetic
-batches (deterministic per step and rank), gradients are averaged with one gloo all-reduce.
-`--model gpt-hsdp`: a small GPT-style transformer sharded within each node and replicated
-across nodes (HSDP, `trainmedic.demo.gpt`); its printed loss is the mean over all ranks, the
-loss of the whole step. Each step is padded to `--step-s` seconds to look like real work.
-Prints one line per step:
-
-    step 41 loss 0.123456 gen 0 rank 1 t 1712345678.123
-
-Faults for rehearsals come from a control file (see trainmedic.recovery.worker.faults): hang, kill -9,
-crash. SIGUSR1 (the executor's `reattempt`) re-syncs from rank 0 and re-runs the step.
+"""The demo's training job, which uses the worker runtime; launched by the executor. Prints one line
+per step (`step 41 loss 0.123456 gen 0 rank 1 t 1712345678.123`); faults come from a control file
+(docs/executor.md, "The demo job and fault injection").
 
     python -m trainmedic.demo.train --steps 200 --step-s 0.1 [--model gpt-hsdp]
 """

@@ -1,16 +1,6 @@
-"""The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1.
-
-Secure by default: SASL/SCRAM and the StandardAuthorizer with one principal per role
-(trainmedic/local/broker_auth.py, bus/acls.py); `secure=False` runs it plain. Either way it caps
-connections and bounds each principal's byte rates (trainmedic/local/broker_limits.py), and its
-folder is its owner's only (0700, files it writes 0600).
-
-Layout under TRAINMEDIC_HOME (default ~/.local/state/trainmedic):
-  kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
-  broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
-  broker/secrets.json the roles' passwords (0600)
-  broker/quotas.json  the quotas last set, per cluster id (they live in the cluster's metadata)
-  credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure
+"""The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1, secure
+by default (SCRAM, ACLs per role), its connections capped and its principals' byte rates bounded
+(docs/security.md, "Broker authentication and ACLs", "The broker protects itself").
 """
 
 from __future__ import annotations
@@ -73,7 +63,15 @@ class BrokerState:
 
 
 class LocalBroker:
-    """One single-node broker whose files live in `home`. Methods are idempotent."""
+    """One single-node broker whose files live in `home` (TRAINMEDIC_HOME). Methods are idempotent.
+
+    Layout under `home`:
+      kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
+      broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
+      broker/secrets.json the roles' passwords (0600)
+      broker/quotas.json  the quotas last set, per cluster id (they live in the cluster's metadata)
+      credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure
+    """
 
     def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None, *,
                  credentials_dir: Path | None = None, connections: Connections | None = None,

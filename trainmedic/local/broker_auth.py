@@ -1,10 +1,5 @@
-"""The local broker's authentication: SCRAM users per role, the authorizer, the role files.
-
-The passwords live in `broker/secrets.json` (mode 0600) from the first secure start on: the
-admin's goes into storage when it is formatted (`StorageTool format --add-scram`), the roles'
-are set with the admin client at every start. Clients authenticate with SCRAM-SHA-512 on the
-client listener, which is also the inter-broker one (transaction markers travel there); the
-controller listener, on loopback in the same process, takes SASL/PLAIN with its own password.
+"""The local broker's authentication: SCRAM users per role, the authorizer, the role files, the
+passwords in broker/secrets.json (docs/security.md, "Broker authentication and ACLs").
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Run a local single-node Apache Kafka broker (KRaft mode, on 127.0.0.1) for demos and tests.
-
-`start` fetches the pinned Kafka jars with Maven on first use, formats storage, starts the
-broker in the background, waits until it accepts clients and prints its bootstrap address.
-Its files live under TRAINMEDIC_HOME (default ~/.local/state/trainmedic); its log in broker/broker.log.
-
-The broker is secure by default: clients authenticate with SASL/SCRAM-SHA-512, one user per
-role, and the authorizer allows each role only its ACLs (bus/acls.py), granted for the topic
-prefix (TRAINMEDIC_TOPIC_PREFIX; `trainmedic topics create --prefix P` grants another). Each
-role's librdkafka settings are written to $TRAINMEDIC_HOME/credentials/ROLE.json, where the
-services find them. `--insecure` runs it plain: anyone who reaches the port may do anything.
+"""Run a local single-node Apache Kafka broker (KRaft mode, on 127.0.0.1) for demos and tests: secure by
+default (SASL/SCRAM, one user per role, each with its ACLs; --insecure runs it plain), its files under
+TRAINMEDIC_HOME (docs/security.md, "Broker authentication and ACLs").
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """How the local broker protects itself: connection caps in server.properties and byte-rate quotas
-per principal, so that one role's credentials (or none) cannot exhaust its file descriptors,
-fill its disk at full speed or starve the others.
-
-Connections: every address may hold `per_ip` connections (everything on this machine is one
-address, 127.0.0.1, services and tests included), the client listener `total` (a quarter of the
-broker's open-file limit, at most 4,000); past the cap new connections are refused or wait, and
-the broker lives on. A client that fails to authenticate waits a second for its answer.
-
-Quotas (Kafka client quotas per user, kept in the cluster's metadata): telemetry writers share
-one bound per role (all agents together, all executors together), well above what a 16,384-GPU
-cluster writes; every other principal, the admin (benches, tests' set-up) included, gets a
-generous default. Set with Kafka's ConfigCommand (the Python client has no quota API) at start,
-only when they differ from what this broker was last given.
+per principal, so that one role's credentials (or none) cannot exhaust its file descriptors, fill
+its disk or starve the others (docs/security.md, "The broker protects itself, and what is rendered").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A simulated cluster on this machine: detector, coordinator and one `trainmedic node` process per
-simulated node, each a real service talking to the real broker, with its log in the cluster's
-directory. The demo and `trainmedic run` both use it; `local_deployment` gives them a broker (started
-or reused) and a topic prefix of their own. Everything started here is stopped by `close`."""
+"""A simulated cluster on this machine: detector, coordinator and one `trainmedic node` per simulated
+node, each a real service on the real broker; the demo and `trainmedic run` use it, `local_deployment`
+gives them a broker and a topic prefix, `close` stops it all (docs/run.md, docs/demo.md).
+"""
 
 from __future__ import annotations
 

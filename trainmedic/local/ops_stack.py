@@ -1,12 +1,6 @@
-"""Prometheus and Alertmanager on this machine, without Docker: Debian's packages, run as processes.
-
-The binaries come from PATH (an installed prometheus / prometheus-alertmanager package) or, for
-Prometheus and promtool, from the checkout's `.trainmedic/prometheus`, where `make prometheus`
-unpacks Debian's package without installing it (a tool like `.venv`, so not under a
-TRAINMEDIC_HOME that a test or a demo run points elsewhere). Prometheus gets a generated config:
-the given scrape targets on loopback, the shipped alerting rules (compose/prometheus/rules.yml),
-optionally with their `for:` shortened so that a test or the demo sees them fire in seconds, and
-an Alertmanager.
+"""Prometheus and Alertmanager on this machine, without Docker: Debian's packages (from PATH, or
+`make prometheus`'s `.trainmedic/prometheus`) run as processes with a generated config
+(docs/demo.md, "With Prometheus and Alertmanager (`--observe`)"; docs/metrics.md).
 """
 
 from __future__ import annotations
@@ -30,7 +24,9 @@ _NAMES = {"prometheus": ("prometheus",), "promtool": ("promtool",),
 
 
 def binary(name: str) -> Path | None:
-    """`prometheus`, `promtool` or `alertmanager`: on PATH, else unpacked by `make prometheus`."""
+    """`prometheus`, `promtool` or `alertmanager`: on PATH, else unpacked by `make prometheus` into
+    the checkout's `.trainmedic/prometheus` (a tool like `.venv`, so not under a TRAINMEDIC_HOME
+    that a test or a demo run points elsewhere)."""
     for candidate in _NAMES[name]:
         found = shutil.which(candidate) or shutil.which(candidate, path=str(UNPACKED))
         if found:
@@ -39,7 +35,8 @@ def binary(name: str) -> Path | None:
 
 
 def rules(for_s: float | None = None) -> dict:
-    """The shipped alerting rules; with `for_s`, every rule's `for:` set to it (seconds)."""
+    """The shipped alerting rules (compose/prometheus/rules.yml); with `for_s`, every rule's `for:`
+    set to it (seconds), so that a test or the demo sees them fire in seconds."""
     doc = yaml.safe_load(RULES.read_text())
     if for_s is not None:
         for group in doc["groups"]:

@@ -1,8 +1,7 @@
 """Run your own training script under trainmedic on this machine, as torchrun would, and heal it.
+Exits 0 when the job succeeded, 1 when it failed or was stopped, 130 on Ctrl-C (docs/run.md).
 
   trainmedic run --nodes 2 --nproc-per-node 2 -- python train.py --lr 3e-4
-
-Exits 0 when the job succeeded, 1 when it failed or was stopped, 130 on Ctrl-C (docs/run.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """The two baselines, both "stop everything, restart from the checkpoint": `restart-all` (Megatron run
-by hand or a batch scheduler) and `elastic` (torchrun / TorchElastic). They differ in when they
-notice a fault and in what sizes they restart at:
-
-- restart-all notices every fault when the collective times out, and resubmits the job at its
-  own size: a broken node is replaced by a spare, else the job waits for a repair.
-- elastic notices a crashed rank at once (its agent's monitor), a silent fault (a hang, a lost
-  node, a network fault) at the collective timeout; it restarts at the largest size it can
-  run at with the healthy nodes it has and the spares (min:max), and grows back, restarting again,
-  when a repaired node returns. No severity grading and no plan across jobs: each job for itself.
-
-A node that breaks while its job restarts makes that restart fail: it starts over at once.
+by hand or a batch scheduler) and `elastic` (torchrun / TorchElastic), which differ in when they
+notice a fault and at what sizes they restart (docs/simulation.md, "The policies").
 """
 
 from __future__ import annotations
@@ -27,7 +18,9 @@ CRASHES = frozenset({"process_exit", "software_error", "cuda_error", "gpu_lost",
 
 class Restarting(Policy):
     """Jobs on nodes; a fault stops the job until it is noticed, then it is restarted from the
-    checkpoint on the nodes it can get. Subclasses say when a fault is noticed and at what size."""
+    checkpoint on the nodes it can get. Subclasses say when a fault is noticed and at what size.
+    A node that breaks while its job restarts makes that restart fail: it starts over at once.
+    No severity grading and no plan across jobs: each job for itself."""
 
     restart: Cost
 

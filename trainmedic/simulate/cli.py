@@ -1,18 +1,10 @@
-"""Simulate a cluster over days under a failure trace, once per recovery policy on the same faults,
-and compare what each policy trains: ETTR, accumulated WAF (the Unicron paper's metric), goodput
-and the GPU-hours lost by cause.
+"""Simulate a cluster over days under a failure trace, once per recovery policy (restart-all, elastic,
+trainmedic) on the same faults, and compare ETTR, accumulated WAF, goodput and the GPU-hours lost
+by cause; deterministic for the seeds given (docs/simulation.md).
 
   trainmedic simulate unicron-128                    (a bundled scenario; --list shows them)
   trainmedic simulate my-cluster.yaml --seeds 10 --out results/
   trainmedic simulate llama3-16k --policies trainmedic elastic --json out.json
-
-Policies: restart-all (found at the collective timeout, the whole job resubmitted from its
-checkpoint), elastic (torchrun: crashes seen at once, silent faults at the timeout, restart at the
-size the healthy nodes allow) and trainmedic (the real coordinator and planner, driven by simulated
-time). Every policy of a seed sees the same faults. Writes NAME.txt (the table), NAME.json,
-NAME.csv (accumulated WAF over time per policy and seed) and NAME.png (the plot) to --out, and
-prints the table. Deterministic for the seeds given. docs/simulation.md has the model, the
-bundled scenarios' sources and their results.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""How long trainmedic takes from a fault to its incident on Kafka, per category, from the detector's
-own configuration (`trainmedic.streams.core.config.DetectorConfig` defaults) and the worker's collective
-timeout, plus the pipeline's latency (telemetry → detector → incidents topic).
-
-A table, so it reads like TAXONOMY.md: each row says which setting decides it. A scenario's
-`policies.trainmedic.detect_s` overrides any row.
+"""How long trainmedic takes from a fault to its incident on Kafka, per category: a table from the
+detector's own configuration, the worker's collective timeout and the pipeline's latency; a scenario's
+`policies.trainmedic.detect_s` overrides any row (docs/simulation.md, "The policies").
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
-"""The `trainmedic` policy: the real coordinator's core (`trainmedic.recovery.coordinator.core`: fold,
-decide, tick,
-the planner) driven by simulated time, with the world playing the detector and the executors.
-
-- The detector: a fault becomes an incident (its taxonomy severity, its node and job) after the
-  category's detection delay (`detection.py`); a job's incidents resolve when the job runs at a
-  newer generation, a node fault's when the node is repaired (until then its hardware keeps
-  saying so).
-- The executors: every command to a healthy node is answered `accepted` at once and `done` once
-  its plan's transition has passed (a restart in place, plus loading the checkpoint when a node
-  restores from it, or a reattempt); a broken node answers nothing, and the coordinator's own
-  timeouts take over.
-- Time: the coordinator ticks when something it waits for can be due (a SEV1 group's window, a
-  restart backoff, a command's ack timeout, a re-admission's probation, a quiet cluster after a
-  plan), not every second: the same decisions, far fewer calls.
-
-A job resumes when its plan completes, at the plan's size, its state from a replica unless a
-node of the plan restores from the checkpoint. A down job the coordinator decides not to act on
-waits for a person: past the isolation cap, the person answers the `mass_failure` alert after
-`operator_s` by draining the broken nodes the coordinator kept in service (and uncordons each once
-repaired); paged for a node the coordinator isolated for a failed command (its own escalation, which
-nothing resolves), the person uncordons it once repaired; a job the coordinator gave up on
-(`recovery_failed`) stays with the person, counted.
+"""The `trainmedic` policy: the real coordinator's core (fold, decide, tick, the planner) driven by
+simulated time, with the world playing the detector, the executors and the operator
+(docs/simulation.md, "The policies").
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""One job's progress over simulated time, and where the time it did not train went.
-
-A job is *running* at some size, or *down* for a reason. Running, it makes `throughput[size]`
-FLOP/s of progress, except while it writes a checkpoint (every `interval_s` of running, for
-`cost_s`, no progress). A fault stops it; when it runs again its state comes from a replica
-(what it had at the last step boundary before the fault) or from its checkpoint (what it had
-at the last completed checkpoint): the rest is computed again.
-
-Everything is kept in the job's *nominal* GPU-seconds (its asked-for size × GPUs per node), so
-the books balance: nominal GPU-seconds of the run = goodput + the sum of every loss. Running
-shrunk counts as the part of the time its throughput falls short of full size.
+"""One job's progress over simulated time, and where the time it did not train went, in the job's
+nominal GPU-seconds so that the books balance (docs/simulation.md, "The model").
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Run the policies on one trace, and on several seeds: the Python API of `trainmedic simulate`.
-
-    from trainmedic.simulate import run, scenario
-    report = run.compare(scenario.load(Path("unicron-128.yaml")), seeds=[1, 2, 3])
-    report.policies["trainmedic"].ratio_to_restart_all
-
-Every policy of one seed sees exactly the same faults (and repair times).
+"""Run the policies on one trace, and on several seeds: the Python API of `trainmedic simulate`
+(`run.compare(scenario.load(path), seeds=[1, 2, 3])`); every policy of one seed sees exactly the same
+faults and repair times (docs/simulation.md).
 """
 
 from __future__ import annotations

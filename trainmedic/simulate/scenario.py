@@ -1,7 +1,6 @@
-"""A simulation scenario (YAML): the cluster, its jobs, the failure model, and what each policy costs.
-
-Every figure a result depends on is a field here, with its default and why; `docs/simulation.md`
-gives the sources of the bundled scenarios' values.
+"""A simulation scenario (YAML): the cluster, its jobs, the failure model, and what each policy costs;
+every figure a result depends on is a field here, with its default and why (docs/simulation.md,
+"Writing a scenario", gives the bundled values' sources).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Failure traces: faults drawn from a published mix of causes at a rate scaled to the cluster, or an
-incident log replayed (docs/simulation.md, "Failure traces").
-
-Pure: time is seconds from the start of the simulation, and every random draw comes from the
-`random.Random` passed in, so one seed gives one trace for every policy that runs on it.
+incident log replayed (docs/simulation.md, "Failure traces"). Pure: every draw comes from the
+`random.Random` passed in, so one seed gives one trace for every policy.
 """
 
 from __future__ import annotations

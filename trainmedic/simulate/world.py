@@ -1,8 +1,6 @@
 """The simulated world every policy acts in: the clock and its queue, the nodes and which are broken,
-and each job's books (`progress.py`). Policies decide; the world keeps time and the facts.
-
-Faults and repairs are the world's: a fault on a broken node is no fault (it is out already), a
-node-breaking fault takes its node out until `repair_s` later. The policy is told of both.
+and each job's books (`progress.py`); policies decide, the world keeps time and the facts, faults
+and repairs included (docs/simulation.md, "The model").
 """
 
 from __future__ import annotations

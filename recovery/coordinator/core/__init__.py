@@ -1,7 +1,7 @@
-"""The coordinator's pure core over plain values: `ClusterState.initial(config)`, `apply(state, event)`
-(the fold), `decide(state, event, now)` and `tick(state, now)` (pure decisions), and the steps
-`react`, `settle`, `catch_up` (decide and fold in one, as the adapter does).
-No Kafka (docs/coordinator.md)."""
+"""The coordinator's pure core over plain values, no Kafka: `ClusterState.initial(config)`,
+`apply(state, event)` (the fold), `decide` and `tick` (pure decisions), and the steps `react`,
+`settle`, `catch_up` (decide and fold in one, as the adapter does) (docs/coordinator.md).
+"""
 
 
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig, NodeConfig

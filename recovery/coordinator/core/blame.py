@@ -1,10 +1,5 @@
-"""Whom a failure blames: the node (isolate it) or the job (restart it, back off, give up).
-
-A node is blamed with hardware evidence, or when its failures correlate with it and not with
-the job; a failure that follows the job (a software category escalated by repetition, a
-command that cannot run, the same error on several nodes) is the job's (TAXONOMY.md). What a
-job reports concerns only that job: only failures of jobs the coordinator ran on the node count
-against it, so reports naming invented jobs, or a job on a node it never ran on, blame no node.
+"""Whom a failure blames: the node (isolate it) or the job (restart it, back off, give up); only failures
+of jobs the coordinator ran on a node count against it (docs/coordinator.md, "Blast-radius limits and blame").
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Nodes left or came back (drain, uncordon, re-admission): re-plan, and move or grow the jobs the
-planner's objective says to — Unicron's re-plan on node join.
-
-The planner weighs each job's throughput at every size over the horizon against the restart
-a change costs (PLANNER.md), so a job grows onto a returned node only when that pays, and
-a drained node's job moves off it. One plan per job that changes; when none does, one
-`recovery_skipped` (no job, no incident) says so. Decided once the cluster is quiet: no plan
-in flight and no incident waiting (a SEV1 group's few seconds, or a job's restart backoff:
-one re-plan at a time, so a job is never restarted twice for two reasons at once).
+"""Nodes left or came back (drain, uncordon, re-admission): once the cluster is quiet, re-plan and move
+or grow the jobs the planner's objective says to, Unicron's re-plan on node join (docs/coordinator.md,
+"Node lifecycle").
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""From a plan to the commands it calls for: deterministic ids, steps, worker specs.
-
-Everything here is a function of the plan and the job spec, so a restarted coordinator
-derives the same commands (and ids) from the plan it reads back.
+"""From a plan to the commands it calls for: deterministic ids, steps, worker specs, all functions of
+the plan and the job spec, so a restarted coordinator derives the same commands (and ids) from it.
 """
 
 from __future__ import annotations

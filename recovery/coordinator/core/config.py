@@ -1,7 +1,6 @@
-"""The coordinator's one configuration object: deadlines, retries, the MTBF prior, the cluster.
-
-Its fields are `trainmedic coordinator`'s flags, TRAINMEDIC_COORDINATOR_* variables and YAML
-keys (trainmedic.bus.config); the node list is YAML only.
+"""The coordinator's one configuration object: deadlines, retries, the MTBF prior, the cluster; its
+fields are `trainmedic coordinator`'s flags, TRAINMEDIC_COORDINATOR_* variables and YAML keys, the
+node list YAML only (docs/coordinator.md, "The adapter, restarts and fail-over").
 """
 
 from __future__ import annotations

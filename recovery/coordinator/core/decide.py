@@ -1,9 +1,6 @@
-"""Decisions: what the coordinator emits in answer to one event. Pure; the state is not changed.
-
-`decide` sees the state with the event already folded in. It answers a new job with its
-start, an open incident by its severity (TAXONOMY.md), an ack with the plan's outcome, a node's
-`ranks_finished` with the job's success once every node of its generation has said so, and an
-operator's stop with stop commands to the job's nodes (then `job_ended`, stopped).
+"""Decisions: what the coordinator emits in answer to one event (a new job, an incident by its
+severity, an ack, ranks finished, an operator's stop); pure, the state already folded and not changed
+(docs/coordinator.md, "Decisions").
 """
 
 from __future__ import annotations

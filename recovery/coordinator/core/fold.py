@@ -1,14 +1,6 @@
-"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks (a node's
-acks, and its own join and leave) and nodes topics.
-
-A job's end is the coordinator's decision (`job_ended`, decide.py), never the fold's: the fold
-only records what it decides from (the nodes whose ranks finished, an operator's stop), so a
-log folds to the same state in any order of its partitions.
-
-`apply` updates the state in place and returns it (a 16k-node cluster is not copied per
-event). It is idempotent (an event seen twice changes nothing the second time) and
-tolerates the interleaving of partitions: a job's own events arrive in order (they share
-its key), an ack may arrive before its command. Fold the jobs topic first.
+"""The fold: `state = apply(state, event)` over the jobs, incidents, recovery, commands, acks and nodes
+topics, in place, idempotent and tolerant of how partitions interleave; fold the jobs topic first
+(docs/coordinator.md, "The fold").
 """
 
 from __future__ import annotations

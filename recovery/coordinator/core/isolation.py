@@ -1,10 +1,6 @@
-"""SEV1s that blame nodes: grouped, capped, then one re-plan for all of them.
-
-The SEV1 incidents that arrive within `group_window_s` of the first are decided together:
-one planner call without their nodes, one plan per job whose nodes change. Isolations count
-against the cap (`limits.py`); past it, nodes stay in service, jobs keep their nodes, each
-held incident is a `recovery_skipped` that says so, and one SEV1 `mass_failure` incident
-(action `alert`) asks a person to decide.
+"""SEV1s that blame nodes: grouped within `group_window_s`, capped (past the cap one `mass_failure`
+incident asks a person), then one re-plan for all of them (docs/coordinator.md, "Blast-radius limits and
+blame").
 """
 
 from __future__ import annotations

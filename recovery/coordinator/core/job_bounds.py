@@ -1,28 +1,5 @@
-"""What a job submission may ask of the cluster: the planner's inputs bounded, its nodes the cluster's.
-
-The schema's bounds (schemas/bounds.py) keep a value renderable and finite; these keep one
-submission from taking over the cluster. The planner maximizes Σ weight × FLOP/s, so a job
-that claims a weight or a throughput no honest job has wins every node in the next re-plan,
-and its argv then runs on them. So a submission is refused, whole, when it:
-
-- weighs more than MAX_JOB_WEIGHT: a weight is a priority relative to the default 1; 1000 already
-  puts a job ahead of any other unless that one runs 1000 × the FLOP/s, and a larger one only
-  serves to outbid every other job at once;
-- claims more than MAX_NODE_FLOPS per node at any size: 1e17 FLOP/s is above any 8-GPU node
-  made (8 × 4.5e15 dense FP8 on B200 is 3.6e16), so a real measurement always fits;
-- asks for more ranks per node than MAX_RANKS_PER_NODE, or a transition longer than
-  MAX_TRANSITION_S (a day: a longer one pins the job to its nodes); throughput sizes larger
-  than the cluster are allowed (one table serves several clusters) and never planned;
-- has an argv (command and args) of more than MAX_ARGV_WORDS words or MAX_ARGV_BYTES bytes (it is
-  copied into the command to each of its nodes), or a checkpoint_dir or workdir longer than a path
-  can be;
-- sets in `env` a variable of the worker contract (RESERVED_ENV, or any TRAINMEDIC_*): the executor
-  sets those for each rank (its rank, world, rendezvous, restore source), and a job's own value
-  would either be overwritten or point its ranks at the wrong rendezvous;
-- names a node that is not one of the cluster's (`ClusterState.in_cluster`): a job never adds
-  a node to the cluster;
-- has an id that cannot be one directory name (the executor's `directory_name`: it names each
-  node's log and snapshot directories of the job, and executors refuse to start any other).
+"""What a job submission may ask of the cluster: the planner's inputs bounded, its nodes the cluster's,
+so that one submission cannot take over the cluster (docs/coordinator.md, "Bounds on what a job may ask").
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""Nodes leave and rejoin the pool: the fold of cordon, drain, uncordon and re-admission, of a
-node's own leave and join, and what a node's state means for new work.
-
-Operators' node events (the `nodes` topic) and the coordinator's isolations and re-admissions
-(decisions on its `recovery` topic) live on different partitions, so the fold orders them by
-their time, not by arrival: an uncordon or re-admission ends every isolation decided before it,
-an isolation decided after it stands, and of the operators' events the latest wins. Any
-interleaving folds to the same node.
-
-A node also leaves by itself: `trainmedic node`, stopped on purpose, announces `node_leaving`
-(signed by the node's key, on `acks`). That is a drain of the node recorded as its own: no new
-work, its jobs re-planned off it. Its `node_joined` later ends that leave, never an operator's
-cordon or drain, which only an operator's uncordon ends.
+"""Nodes leave and rejoin the pool: the fold of cordon, drain, uncordon and re-admission (ordered by
+time, not arrival), of a node's own leave and join, and what a node's state means for new work
+(docs/coordinator.md, "Node lifecycle").
 """
 
 from __future__ import annotations

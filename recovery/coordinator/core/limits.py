@@ -1,10 +1,5 @@
-"""The blast-radius limits, computed from the state and `now`: the isolation cap and restart backoff.
-
-Isolation: at most max(1, `isolation_cap` × nodes) nodes per rolling `isolation_window_s`
-(Kubernetes' node lifecycle controller, Cluster API's maxUnhealthy). Restarts of a job for one
-failure signature (a failure that keeps coming back, `blame.signature`): the first within
-`restart_window_s` goes at once, the n-th waits `restart_backoff_s[n - 2]` after the previous
-one (the last wait repeats), and after `max_restarts` the coordinator gives up on the job.
+"""The blast-radius limits, computed from the state and `now`: the isolation cap and restart backoff
+(docs/coordinator.md, "Blast-radius limits and blame").
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""Automatic re-admission: an isolated node rejoins the pool once it has earned it.
-
-A node isolated for incident I is re-admitted when I is resolved, no incident naming the
-node is open (but one opened before the node's last uncordon or re-admission, which vouched for
-it: the coordinator's own escalations are never resolved), none changed in the last
-`readmit_probation_s` (an incident's time is when it was opened or resolved) nor was the node
-isolated then, and it was isolated at most `readmit_max_failures` times within
-`readmit_window_s`. `readmission: off` leaves every node to `trainmedic nodes uncordon`. The
-re-admission is a `node_readmitted` event with the reason; `capacity.py` then grows jobs onto
-the node when that pays.
+"""Automatic re-admission: an isolated node rejoins the pool once it has earned it (its incident
+resolved, a quiet probation, few isolations lately) (docs/coordinator.md, "Node lifecycle").
 """
 
 from __future__ import annotations
@@ -18,7 +10,9 @@ from trainmedic.schemas.nodes import NodeReadmitted
 
 
 def readmissions(state: ClusterState, now: float) -> list[NodeReadmitted]:
-    """The re-admissions due at `now`, one per node, in node order."""
+    """The re-admissions due at `now`, one per node, in node order. An incident naming the node
+    that is still open keeps it out, unless it was opened before the node's last uncordon or
+    re-admission, which vouched for it (the coordinator's own escalations are never resolved)."""
     config = state.config
     if config.readmission == "off":
         return []

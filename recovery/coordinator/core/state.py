@@ -1,7 +1,6 @@
-"""The cluster as the coordinator knows it: nodes, jobs, incidents and commands.
-
-Plain values, built only by `fold.apply`. The two state machines (a job's and a command's)
-are enums with one table of allowed moves; `move` raises on anything else.
+"""The cluster as the coordinator knows it: nodes, jobs, incidents and commands, plain values built
+only by `fold.apply`; the job's and the command's state machines allow the moves of one table each,
+and `move` raises on anything else (docs/coordinator.md, "The fold").
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Deadlines, and the steps that fold decisions back in: `tick`, `settle`, `react`, `catch_up`.
-
-`tick` is pure. `settle`, `react` and `catch_up` apply what they emit to the state as they
-go (one decision must see the previous one), and return it all for publishing in order.
+"""Deadlines, and the steps that fold decisions back in: `tick` (pure), and `settle`, `react`,
+`catch_up`, which apply what they emit as they go (one decision must see the previous one) and
+return it all for publishing in order (docs/coordinator.md).
 """
 
 from __future__ import annotations

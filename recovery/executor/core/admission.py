@@ -1,29 +1,5 @@
-"""The executor's admission policy: which rank commands may run on this node at all.
-
-A signed command says what the coordinator decided, not that the job's argv is safe: the argv
-comes from a job submission. So before anything starts, the argv and the paths a job names
-are held against the cluster's policy, and anything else is refused with the rule it broke.
-
-A command is admitted when, after an optional `nice -n N` (the executor's own wrapper):
-- its program is one of `allowed_executables` (then any arguments), or
-- it is `PYTHON -m MODULE ...` with PYTHON this executor's interpreter or one of
-  `allowed_interpreters`, and MODULE one of `allowed_modules` or inside one (a prefix), or
-- it is `PYTHON SCRIPT ...` with SCRIPT inside one of `allowed_script_dirs`;
-and, when `allowed_dirs` lists any, its checkpoint_dir and restore path lie inside one of them;
-its working directory inside one of those or of the script directories: for `python -m`, which
-imports from it first, always (none listed: no workdir), for anything else when any are listed.
-A relative program path, script or checkpoint_dir resolves against the job's `workdir`.
-
-An interpreter is the path it is listed by (`..` resolved, links not): the same binary elsewhere,
-a link to it in a venv of the job's making, is another Python, whose `pyvenv.cfg` and
-site-packages (and their `.pth` files) would run before the module does.
-
-A job's `env` is an allow-list: it may set only the variables the policy's `job_env` names, since
-many change what an admitted program runs (`PYTHONPATH`, `LD_PRELOAD`, `HOME` with a `.pth` in
-its user site-packages, a plugin path, ...), and no list of those is complete.
-
-Pure but for the file system: the program lookup (`which`) and the executor's interpreter are
-passed in.
+"""The executor's admission policy: which rank commands (argv, workdir, paths, job env) may run on
+this node at all; anything else is refused with the rule it broke (docs/executor.md, "Admission policy").
 """
 
 from __future__ import annotations
@@ -95,7 +71,9 @@ def resolve(program: str, which: Which = shutil.which) -> str | None:
 
 def admit(policy: AdmissionPolicy, worker: WorkerSpec, *, python: str = sys.executable,
           which: Which = shutil.which) -> Refusal | None:
-    """None when `worker` may run under `policy`; else the Refusal that says which rule it breaks."""
+    """None when `worker` may run under `policy`; else the Refusal that says which rule it breaks.
+    Pure but for the file system: the program lookup (`which`) and the executor's interpreter
+    (`python`) are passed in."""
     return (_environment(policy, worker)
             or _program(policy, list(worker.command), python, which, worker.workdir)
             or _paths(policy, worker))

@@ -1,9 +1,5 @@
-"""The executor's decision: given a command, this node's state and the time, what to do or why not.
-
-Pure: no clock, no Kafka, no processes. The order of the checks is the order of the
-questions an operator asks: is it for me, is it authentic, did I already do it, is it
-fresh, is it fenced off by a newer coordinator or a newer generation, does it make sense for
-what runs here.
+"""The executor's decision: given a command, this node's state and the time, what to do or why not;
+pure (docs/executor.md, "Command flow").
 """
 
 from __future__ import annotations
@@ -81,7 +77,10 @@ def decide(
     signature is checked on it, never on the model). `trusted=None` means insecure: no check.
     `answers` holds the final acks recorded for applied commands (command id -> ack); `epoch` the
     newest coordinator epoch this node applied a command of (None: none yet); `deployment` this
-    node's topic prefix, which the command must be signed for (None: not checked)."""
+    node's topic prefix, which the command must be signed for (None: not checked). Pure: no clock,
+    no Kafka, no processes. The checks go in the order an operator asks: is it for me, is it
+    authentic, did I already do it, is it fresh, is it fenced off by a newer coordinator or a newer
+    generation, does it make sense for what runs here."""
     if command.node != node:
         return Refuse(f"command is for node {command.node!r}, this is {node!r}")
     if trusted is not None and (why := trusted.check(received, deployment=deployment)) is not None:

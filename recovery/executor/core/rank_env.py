@@ -1,18 +1,6 @@
-"""The environment a rank starts with: an allow-list of the executor's, never its credentials.
-
-A rank runs the job's code, so it gets what a program needs to run (PATH, HOME, locale,
-PYTHONPATH, the accelerator's CUDA_*/NCCL_*/OMP_* settings), the worker contract
-(recovery/worker/env.py), where the in-band hook reports (the executor's socket: a rank holds
-no Kafka settings at all), and the variables the cluster's admission policy names in
-`rank_env`. Nothing else: not the cluster key, not the executor's Kafka credentials
-(TRAINMEDIC_KAFKA_CONFIG), not any variable whose name says it is a secret unless the policy
-names it exactly.
-
-On top of that comes the job's own `env` (its spec, through the worker spec): it may set or
-override any of the executor's variables but those in NEVER; the admission policy refuses a job
-env that chooses what code runs (admission.CODE_NAMES) before anything starts. The hook's
-channel and the worker contract come last, so a job's env never redirects its telemetry nor
-changes who a rank is.
+"""The environment a rank starts with: an allow-list of the executor's, never its credentials, then the
+job's own env, then the hook's channel and the worker contract, which nothing overrides
+(docs/executor.md, "The environment of a rank").
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""What a rank may report through its executor: only about itself, at the executor's time.
-
-A training job is the least trusted code on a node. Its hook speaks to the executor over a
-local socket (report_server.py) and the kernel says which process speaks; this core decides
-what of a line goes on telemetry.worker: a worker_start, worker_step or worker_error about
-exactly the rank that process is (job, node, generation, rank, world size), stamped with the
-executor's clock and the rank's pid, with a step that neither runs backwards nor leaps far
-ahead of the rank's last one (the first is free: a restore may resume anywhere), within a
-rate. Anything else is refused with a reason the executor counts (docs/security.md, "The job
-cannot steer the healer"). Pure: time is passed in.
+"""What a rank may report through its executor: only about itself, at the executor's time, within a
+rate; pure, time passed in (docs/security.md, "The job cannot steer the healer").
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""What a restarted executor makes of its previous life: ranks to adopt, kill or report as ended,
-and the answer to the command it was applying when it died.
-
-Pure: the recorded ranks, what /proc says about their pids now and what the ledger says are
-passed in. An executor restart is not a fault of the node, so a rank that still runs the
-generation the ledger says this node runs is adopted, not killed; only ranks the ledger says
-should not run (a superseded generation, a job being stopped) are killed.
+"""What a restarted executor makes of its previous life: ranks to adopt, kill or report as ended, and the
+answer to the command it was applying when it died; pure (docs/executor.md, "Restarts: adopting the
+ranks").
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""The state of one job's local worker group on this node: an explicit state machine.
-
-A spec (`WorkerSpec`, what was asked) is not a running thing: `LocalGroup` is what this
-node runs for a job at one generation, and how far it got.
+"""The state of one job's local worker group on this node, an explicit state machine: `LocalGroup` is what
+this node runs for a job at one generation (a `WorkerSpec` is only what was asked) (docs/executor.md,
+"The state machine").
 """
 
 from __future__ import annotations
