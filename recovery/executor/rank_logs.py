@@ -13,6 +13,7 @@ from pathlib import Path
 from trainmedic.recovery.executor.job_dirs import LOGS, default_root
 
 _NAME = re.compile(r"g(\d+)-rank(\d+)\.log")
+MAX_LINE = 64 * 1024  # a rank's line longer than this is shown cut: a job's output never fills our memory
 
 
 def log_name(generation: int, rank: int) -> str:
@@ -89,9 +90,12 @@ class Tail:
                 data = self.partial.pop(log.path, (log.rank, b""))[1] + f.read()
                 self.offsets[log.path] = f.tell()
             *complete, rest = data.split(b"\n")
+            if len(rest) > MAX_LINE:  # no newline yet: what is held stays bounded
+                complete.append(rest[:MAX_LINE])
+                rest = b""
             if rest:
                 self.partial[log.path] = (log.rank, rest)
-            lines += [f"[rank {log.rank}] {line.decode(errors='replace')}" for line in complete]
+            lines += [f"[rank {log.rank}] {line[:MAX_LINE].decode(errors='replace')}" for line in complete]
         return lines
 
     def rest(self) -> list[str]:

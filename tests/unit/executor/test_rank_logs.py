@@ -49,3 +49,15 @@ def test_following_returns_whole_new_lines_and_new_files_from_their_start(home: 
     assert tail.read(find(home, "j")) == ["[rank 0] partial", "[rank 0] b",
                                               "== generation 1: rank 1 on n1 ==", "[rank 1] c"]
     assert tail.rest() == ["[rank 1] no newline"]
+
+
+def test_a_line_without_end_is_held_only_up_to_the_bound(home: Path) -> None:
+    from trainmedic.recovery.executor.rank_logs import MAX_LINE
+
+    tail = Tail()
+    write(home, "n1", "j", 0, 0, "x" * (3 * MAX_LINE))  # a rank that never ends its line
+    lines = tail.read(find(home, "j"))
+    assert lines[1] == "[rank 0] " + "x" * MAX_LINE
+    assert sum(len(rest) for _, rest in tail.partial.values()) <= MAX_LINE
+    write(home, "n1", "j", 0, 0, "y" * (2 * MAX_LINE) + "\nok\n")
+    assert tail.read(find(home, "j")) == ["[rank 0] " + "y" * MAX_LINE, "[rank 0] ok"]
