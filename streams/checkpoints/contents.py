@@ -48,7 +48,7 @@ from trainmedic.schemas.wire import decode_telemetry
 from trainmedic.streams.core import Detector, DetectorState
 from trainmedic.streams.live import Held, LiveDetector
 
-VERSION = 5
+VERSION = 6
 # formats 2-4, per held event in the head's list: seq, topic, partition, offset, timestamp_ms, key, value
 HELD_FIELDS = 7
 SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
@@ -203,9 +203,16 @@ def _v4_to_v5(head: dict, body: bytes) -> tuple[dict, bytes]:
             state + _msgpack.encode([row for _, row in held]))
 
 
+def _v5_to_v6(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 5 (before 6): a job had no `first_step_ts` and an incident no `steps` or
+    `stepping_since`; their defaults (None: not known) decode it. A detector of format 5 refuses
+    format 6 as newer instead of failing on the fields it does not know."""
+    return {**head, "v": 6}, body
+
+
 # Format n -> n + 1, applied in turn until the format is VERSION.
 UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5,
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6,
 }
 
 

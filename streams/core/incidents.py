@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from trainmedic.schemas.incident import Incident, IncidentStatus, Severity
+from trainmedic.schemas.incident import Incident, IncidentStatus, Progress, Severity
 from trainmedic.streams.core.config import DetectorConfig
 from trainmedic.streams.core.escalation import escalate
 from trainmedic.streams.core.ids import incident_id
@@ -48,11 +48,18 @@ class IncidentBook:
             id=iid, category=category, severity=severity.value, job=job, node=node,
             ranks=sorted(ranks), first_ts=min(first_ts, ts), ts=ts, evidence=[],
             dropped=dropped, jobs=dict(jobs or {}), step=step, gpu=gpu, nic=nic)
+        self._progress(rec, job)
         self.note(rec, evidence)
         self.note(rec, why)
         self.state.incidents[iid] = rec
         self._emit(rec, IncidentStatus.OPEN, ts)
         return rec
+
+    def _progress(self, rec: OpenIncident, job: str | None) -> None:
+        """Note how far the job's current generation got: its steps and when the first one was."""
+        watch = self.state.jobs.get(job) if job is not None else None
+        if watch is not None:
+            rec.steps, rec.stepping_since = watch.steps_seen, watch.first_step_ts
 
     def note(self, rec: OpenIncident, lines: Iterable[str]) -> None:
         """Add evidence lines, keeping at most `correlation.evidence_lines` (the rest counted)."""
@@ -84,4 +91,5 @@ class IncidentBook:
         self.out.append(Incident(
             ts=ts, id=rec.id, status=status, category=rec.category, severity=severity,
             action=ACTION_OF[severity], job=rec.job, node=rec.node, ranks=tuple(rec.ranks),
-            first_ts=rec.first_ts, evidence=tuple(evidence)))
+            first_ts=rec.first_ts, evidence=tuple(evidence),
+            progress=None if rec.steps is None else Progress(steps=rec.steps, since=rec.stepping_since)))

@@ -60,6 +60,8 @@ class JobRules:
         if step > job.max_step:
             job.max_step = step
             job.last_progress = ts
+            if job.first_step_ts is None:
+                job.first_step_ts = ts
             record_step_time(job, ev.step_time, self.config.hang)
             self.timers.arm(Timer.HANG, ev.job, ts + job.threshold)
             if job.straggler_due is None:
@@ -285,7 +287,7 @@ class JobRules:
             self._clear_straggler(rank, ev.ts, f"job restarted at generation {ev.generation}")
         job.gen = ev.generation
         job.ranks = {}
-        job.max_step, job.steps_seen, job.step_times = -1, 0, []
+        job.max_step, job.steps_seen, job.step_times, job.first_step_ts = -1, 0, [], None
         job.last_progress, job.threshold = ev.ts, threshold(job, self.config.hang)
         job.finishing, job.fatal_id = False, None
         self.timers.arm(Timer.HANG, name, ev.ts + job.threshold)

@@ -93,6 +93,7 @@ class JobWatch:
     ranks: dict[int, RankState] = field(default_factory=dict)
     max_step: int = -1
     steps_seen: int = 0
+    first_step_ts: float | None = None  # when this generation's first step was reported
     step_times: list[float] = field(default_factory=list)  # one per job step, for the median
     threshold: float = 0.0  # current hang threshold, seconds
     hang_floor_s: float | None = None  # the job's own floor, from its worker_start (None: the config's)
@@ -117,6 +118,8 @@ class OpenIncident:
     dropped: int = 0
     jobs: dict[str, int] = field(default_factory=dict)  # job -> generation it was opened at
     step: int = -1  # the job's step when opened (PROGRESS resolution)
+    steps: int | None = None  # its job's steps in the generation when opened (None: no job watched)
+    stepping_since: float | None = None  # and when that generation's first step was
     gpu: int | None = None
     nic: str | None = None
 

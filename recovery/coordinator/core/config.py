@@ -56,6 +56,13 @@ class CoordinatorConfig(BaseModel):
                               "before the coordinator gives up on it (recovery_failed and an alert)")
     restart_window_s: float = Field(default=3600.0, gt=0, description="the rolling window that restarts "
                                     "count in")
+    restarts_before_first_step: int = Field(default=1, ge=0, description="restarts of a job that never "
+                                            "completed a step before the coordinator gives up on it (a "
+                                            "start that cannot work is not healed by waiting); at most "
+                                            "max_restarts")
+    healthy_run_s: float = Field(default=600.0, gt=0, description="a generation that stepped for this long "
+                                 "before it failed gives its job its restart budget back: the restarts "
+                                 "before it no longer count, and the next one goes at once")
     keys_dir: Path | None = Field(default=None, description="folder of the keys: the coordinator's "
                                   "signing key (ID.key), its public keys and those of the operators and "
                                   "nodes it trusts (ID.pub, roles in keys.json); default "

@@ -18,7 +18,7 @@ from trainmedic.recovery.coordinator.core.commands import (
 )
 from trainmedic.recovery.coordinator.core.isolation import decide_isolations, node_group, skip
 from trainmedic.recovery.coordinator.core.lifecycle import new_work_refused, suspects
-from trainmedic.recovery.coordinator.core.limits import exhausted, policy, restart_due
+from trainmedic.recovery.coordinator.core.limits import give_up_reason, restart_due
 from trainmedic.recovery.coordinator.core.state import (
     ClusterState,
     CommandRecord,
@@ -174,8 +174,9 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
     if any(waiting.node in job.nodes for waiting in node_group(state)):
         return []  # a node fault of the job waits for its group: that re-plan restarts the job too
     failure = signature(incident)
-    if exhausted(state, job, failure, now) or gave_up_id(job) in state.incidents:
-        return _give_up(state, incident, job, now)
+    spent = give_up_reason(state, job, failure, now)
+    if spent is not None or gave_up_id(job) in state.incidents:
+        return _give_up(state, incident, job, now, spent or "")
     if restart_due(state, job, failure, now) > now:
         return []  # backing off: tick decides it when the wait is over
     out = _restart(state, incident, job, now)
@@ -187,13 +188,11 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
     return out
 
 
-def _give_up(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
-    """Restarts spent: `recovery_failed` and an alert for a person, once; later incidents are skipped."""
+def _give_up(state: ClusterState, incident: Incident, job: Job, now: float, spent: str) -> list:
+    """Restarts spent (`spent` says why): `recovery_failed` and an alert for a person, once; later
+    incidents are skipped."""
     name = job.spec.id
-    max_restarts, _, window_s = policy(state, job)
-    spent = (f"{max_restarts} restarts of {name} for {signature(incident)} within "
-             f"{window_s:g} s did not cure it: the failure follows the job; the "
-             f"coordinator stops retrying it, a person decides")
+    spent = spent or f"the coordinator gave up on job {name} at generation {job.generation}"
     alert_id = gave_up_id(job)
     out: list = [skip(incident, now, spent, name)]
     if alert_id in state.incidents:

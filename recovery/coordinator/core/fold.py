@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from trainmedic.recovery.coordinator.core import lifecycle
+from trainmedic.recovery.coordinator.core import lifecycle, limits
 from trainmedic.recovery.coordinator.core.commands import plan_steps
 from trainmedic.recovery.coordinator.core.job_bounds import job_problems
 from trainmedic.recovery.coordinator.core.state import (
@@ -165,6 +165,8 @@ def _incident(state: ClusterState, incident: Incident) -> None:
         state.failures.add(incident.id)
     if incident.node is not None and not foreign:
         state.node(incident.node)
+    if incident.job is not None and (job := state.jobs.get(incident.job)) is not None:
+        limits.note_progress(state, job, incident)
     if (incident.severity is not Severity.WARN and incident.action is not Action.ALERT
             and incident.id not in state.handled):
         state.pending.add(incident.id)

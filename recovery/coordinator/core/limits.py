@@ -8,6 +8,7 @@ import math
 
 from trainmedic.recovery.coordinator.core.blame import signature
 from trainmedic.recovery.coordinator.core.state import ClusterState, Job
+from trainmedic.schemas.incident import Incident
 
 
 def isolation_cap(state: ClusterState) -> int:
@@ -31,17 +32,53 @@ def policy(state: ClusterState, job: Job) -> tuple[int, tuple[float, ...], float
             config.restart_window_s if asked.window_s is None else asked.window_s)
 
 
+def note_progress(state: ClusterState, job: Job, incident: Incident) -> None:
+    """Fold how far the job's failed generation got (`Incident.progress`): whether the job ever
+    stepped, and from when it ran healthily long enough to get its restart budget back."""
+    progress = incident.progress
+    if progress is None:
+        return
+    job.stepped = progress.steps > 0 or bool(job.stepped)
+    since = progress.since
+    if since is not None and incident.first_ts - since >= state.config.healthy_run_s:
+        job.healthy_since = since if job.healthy_since is None else max(job.healthy_since, since)
+
+
 def recent_restarts(state: ClusterState, job: Job, failure: str, now: float) -> tuple[float, ...]:
     """When the job restarted within the window for a failure with signature `failure` (a restart
-    whose incident is not known yet counts: the limits err on the side of doing less)."""
+    whose incident is not known yet counts: the limits err on the side of doing less), and not
+    before a generation that ran healthily (`note_progress`)."""
     since = now - policy(state, job)[2]
+    if job.healthy_since is not None:
+        since = max(since, job.healthy_since)
     return tuple(ts for ts, incident_id in job.restarts
                  if ts > since and signature(state.incidents.get(incident_id)) in (failure, None))
 
 
-def exhausted(state: ClusterState, job: Job, failure: str, now: float) -> bool:
-    """The job has had `max_restarts` restarts for this failure within the window: give up."""
-    return len(recent_restarts(state, job, failure, now)) >= policy(state, job)[0]
+def give_up_reason(state: ClusterState, job: Job, failure: str, now: float) -> str | None:
+    """Why the coordinator gives up on the job for this failure, or None while restarts are left:
+    a job that never completed a step has `restarts_before_first_step`; any other, `max_restarts`
+    for one failure within the window."""
+    max_restarts, _, window_s = policy(state, job)
+    name = job.spec.id
+    if job.stepped is False:
+        allowed = min(max_restarts, state.config.restarts_before_first_step)
+        if len(job.restarts) >= allowed:
+            return (f"job {name} never completed a step, {_restarts(len(job.restarts))} included: a start "
+                    f"that cannot work is not healed by waiting; the coordinator stops retrying it, fix "
+                    f"the cause (its last error is in the evidence and in `trainmedic job status {name}`)")
+        return None
+    if len(recent_restarts(state, job, failure, now)) >= max_restarts:
+        if max_restarts == 0:
+            return (f"job {name} allows no restart (max_restarts 0): the coordinator does not retry "
+                    f"{failure}, a person decides")
+        return (f"{_restarts(max_restarts)} of {name} for {failure} within {window_s:g} s did not "
+                f"cure it: the failure follows the job; the coordinator stops retrying it, a person decides")
+    return None
+
+
+def _restarts(count: int) -> str:
+    return f"{count} restart" if count == 1 else f"{count} restarts"
 
 
 def restart_due(state: ClusterState, job: Job, failure: str, now: float) -> float:

@@ -178,6 +178,8 @@ class Job:
     outstanding: set[str] = field(default_factory=set)  # ids of `steps` not done: completion reads only these
     not_started: str | None = None  # why its first start was skipped
     restarts: tuple[tuple[float, str], ...] = ()  # (when, incident) of each restart that blamed the job
+    stepped: bool | None = None  # a failed generation of it completed a step; False: none did; None: unknown
+    healthy_since: float | None = None  # a generation stepped healthily from here: earlier restarts forgiven
     finished: set[tuple[int, str]] = field(default_factory=set)  # (generation, node) whose ranks exited 0
     stop: JobStopRequested | None = None  # an operator's stop, the first one read
     end_reason: str = ""  # why it ended (`job_ended`'s reason)
