@@ -7,7 +7,9 @@
   uncordon NODE     NODE is back in the pool: ends a cordon, a drain or an isolation
 
 States: ready, cordoned, draining (a job still runs there), drained, isolated (the coordinator took
-it out for a fault and re-admits it after probation unless `readmission: off`). Each change is an
+it out for a fault and re-admits it after probation unless `readmission: off`), unknown (a job names
+it, but no executor there ever reported and --config does not list it; a node only a rejected job
+named is not listed). Each change is an
 event on the nodes topic, signed with the operator key of --keys-dir (--insecure: unsigned). An
 unknown node or a missing operator key is exit status 2.
 """
@@ -26,6 +28,7 @@ from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.yaml_file import load_mapping
 from trainmedic.ops.incidents.render import iso, span
+from trainmedic.ops.jobs.states import JobLog
 from trainmedic.ops.keys import add_operator_arguments, operator_key
 from trainmedic.ops.prologue import operator_settings, run_command
 from trainmedic.recovery.coordinator.core import CoordinatorConfig
@@ -97,19 +100,40 @@ def load_config(path: Path | None):
 
 
 def fold_log(settings, config):
-    """The coordinator's state, folded from the log as it stands now."""
+    """The coordinator's state, folded from the log as it stands now (`taken`)."""
     topics = settings.topics
     with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("nodes"),
                      timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
-    return listing(records, config, topics.jobs)
+    return taken(listing(records, config, topics.jobs), [record.event for record in records])
+
+
+def taken(state, events: list):
+    """`state` (folded from `events`) without the jobs the coordinator rejected, which a fold without
+    its config takes: the nodes only they name are names, not nodes."""
+    for job in JobLog.of(state, events).rejected:
+        state.jobs.pop(job, None)
+    return state
+
+
+def never_heard(state, node) -> bool:
+    """No executor on the node ever reported, and the cluster's config does not list it: a name in
+    the log (a job's spec, an incident), not a node known to exist."""
+    return node.id not in state.members and node.heard_from is None
 
 
 def rows(state, now: float) -> list[tuple[str, ...]]:
-    """NODE, STATE, SINCE, WHY, JOBS for each node, by name."""
+    """NODE, STATE, SINCE, WHY, JOBS for each node, by name. A node never heard from is `unknown`
+    while a job names it, and not shown otherwise: it is not in the pool as far as anyone knows."""
     out = []
     for node in sorted(state.nodes.values(), key=lambda n: n.id):
         shown = status(state, node.id)
+        if shown == "ready" and never_heard(state, node):
+            named = [job.spec.id for job in state.jobs.values() if node.id in (*job.spec.nodes, *job.nodes)]
+            if named:
+                why = "never heard from: no executor there reported and --config does not list it"
+                out.append((node.id, "unknown", "-", why, " ".join(named)))
+            continue
         if shown == "isolated":
             incident = state.incidents.get(node.isolated_by)
             what = f" ({incident.category}, {incident.status})" if incident else ""

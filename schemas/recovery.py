@@ -19,7 +19,7 @@ from trainmedic.schemas.nodes import NodeReadmitted
 
 class RecoveryKind(StrEnum):
     """What a plan does to a job: start it, retry in place, restart in place, move it, or stop it
-    on every node because an operator asked (`job_stop`)."""
+    on every node because an operator asked (`job_stop`) or the coordinator gave up on it."""
 
     START = "start"
     REATTEMPT = "reattempt"
@@ -87,14 +87,19 @@ class RecoverySkipped(Event, Signed):
 
 class JobEnded(Event, Signed):
     """A job is over and its nodes are free: every rank of `generation` exited with status 0 on every
-    node (`succeeded`), or an operator stopped it and its ranks were stopped (`stopped`). Nothing
-    restarts it after this; its incidents are skipped."""
+    node (`succeeded`), an operator stopped it and its ranks were stopped (`stopped`), the coordinator
+    gave up on it and stopped its ranks (`failed`), or it refused the job's submission, which never
+    ran (`rejected`: `reason` says why). Nothing restarts it after this; its incidents are skipped.
+
+    `failed` and `rejected` came later: a reader older than them finds such a record invalid and
+    skips it (logged, dead-lettered), so it sees a given-up job `stopping` (its stop plan) and no
+    rejected job, as it did before; nothing needs migrating, upgrade the readers with the writer."""
 
     type: Literal["job_ended"] = "job_ended"
     job: Id
-    state: Literal["succeeded", "stopped"]
+    state: Literal["succeeded", "stopped", "failed", "rejected"]
     generation: Count | None = Field(default=None, description="the generation that ran last; none "
-                                     "for a job stopped before it started")
+                                     "for a job stopped before it started, or rejected")
     reason: Text = ""
 
 

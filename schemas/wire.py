@@ -94,6 +94,7 @@ class WorkerStepped(_Worker, frozen=True, kw_only=True, tag="worker_step"):
 
 class WorkerFailed(_Worker, frozen=True, kw_only=True, tag="worker_error"):
     error: Text
+    traceback: Text | None = None
 
 
 class WorkerExited(_Worker, frozen=True, kw_only=True, tag="worker_exit"):
@@ -101,6 +102,7 @@ class WorkerExited(_Worker, frozen=True, kw_only=True, tag="worker_exit"):
     signal: Int64 | None = None
     reason: Text | None = None
     stopped: bool = False
+    output_tail: Text | None = None
 
     @property
     def status_unknown(self) -> bool:

@@ -26,7 +26,8 @@ from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.settings import home
 from trainmedic.bus.yaml_file import load_mapping
 from trainmedic.ops.jobs.checks import command_problem, log_problems, with_workdir
-from trainmedic.ops.jobs.view import follow_logs, show_logs, show_status
+from trainmedic.ops.jobs.states import JobLog, started, state_text
+from trainmedic.ops.jobs.view import JobWatch, follow_logs, show_logs, show_status
 from trainmedic.ops.keys import add_operator_arguments, operator_key
 from trainmedic.ops.prologue import operator_settings, run_command
 from trainmedic.recovery.coordinator.cli import COORDINATOR, OPTIONS
@@ -36,6 +37,7 @@ from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
 from trainmedic.recovery.planner.cli import describe
 from trainmedic.schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
 from trainmedic.schemas.printable import terminal_safe
+from trainmedic.schemas.recovery import JobEnded
 
 SPEC_FORMAT = """\
 job spec (YAML; see docs/job-example.yaml):
@@ -69,6 +71,10 @@ CONFIG_HELP = ("the coordinator's config (YAML): the nodes a job may name are it
                "(without it, the nodes are checked by the coordinator only)")
 
 
+ANSWER_WAIT_S = 30.0  # how long `submit --allow-unknown-nodes` waits for the coordinator's answer
+PROGRESS_S = 5.0  # and how often it says it still waits
+
+
 class SpecError(ValueError):
     """A job spec that cannot be submitted, or a stop that cannot be asked; the message is one line."""
 
@@ -82,6 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     submit.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
     submit.add_argument("--allow-unknown-nodes", action="store_true",
                         help="submit even if a node was never heard from (its executor starts later)")
+    submit.add_argument("--wait", type=float, metavar="S",
+                        help="wait up to S seconds for the coordinator's answer: started, waiting for "
+                             f"nodes, or rejected and why (default: {ANSWER_WAIT_S:g} with "
+                             "--allow-unknown-nodes, which this machine cannot check, else 0)")
     submit.add_argument("--no-local-check", action="store_true",
                         help="do not check that the command and script exist on this machine (it does "
                              "not have the job's code)")
@@ -155,9 +165,12 @@ def check_command(path: Path, spec) -> None:
                         "job's code)")
 
 
-def check_log(path: Path, spec, state, allow_unknown_nodes: bool) -> None:
-    """SpecError when the log already holds the job's id, or names none of its nodes."""
-    problems = log_problems(spec, state, allow_unknown_nodes)
+def check_log(path: Path, spec, log: JobLog, allow_unknown_nodes: bool) -> None:
+    """SpecError when the log already holds the job's id, or names none of its nodes. The id of a
+    rejected submission is free: the coordinator never took it."""
+    if spec.id in log.rejected:
+        log.state.jobs.pop(spec.id, None)  # a fold without the coordinator's config took it
+    problems = log_problems(spec, log.state, allow_unknown_nodes)
     if problems:
         raise SpecError(f"{path}: {'; '.join(problems)}")
 
@@ -186,6 +199,9 @@ def _run(args: argparse.Namespace) -> int:
             check_command(args.spec, spec)
         settings = operator_settings(args, job=spec.id)
         check_log(args.spec, spec, fold_log(settings, config), args.allow_unknown_nodes)
+        wait_s = args.wait if args.wait is not None else ANSWER_WAIT_S if args.allow_unknown_nodes else 0.0
+        if wait_s > 0:  # the coordinator may refuse what this machine could not check
+            return submit_and_wait(settings, spec, config, key, wait_s)
         return submit(settings, spec, key)
     settings = operator_settings(args, job=getattr(args, "job", None))
     if args.action == "stop":
@@ -217,16 +233,48 @@ def submit(settings, spec, key=None) -> int:
     return 0
 
 
-def stop(settings, state, job_id: str, reason: str, key=None) -> int:
+def submit_and_wait(settings, spec, config, key=None, wait_s: float = ANSWER_WAIT_S) -> int:
+    """`submit`, then the coordinator's answer within `wait_s` (`await_answer`): 1 when it rejected
+    the job, else 0."""
+    with JobWatch(settings, config) as watch:
+        watch.backlog()  # what was written before: an older rejection of the id is not the answer
+        submit(settings, spec, key)
+        code, answer = await_answer(watch, spec.id, wait_s)
+    print(terminal_safe(answer))
+    return code
+
+
+def await_answer(watch, job: str, wait_s: float, say=print, clock=time.monotonic) -> tuple[int, str]:
+    """The coordinator's answer to the submission of `job` just sent, as (exit status, words):
+    rejected and why (1), taken (0), or none within `wait_s` (0); a line every PROGRESS_S meanwhile."""
+    start = said = clock()
+    while (left := start + wait_s - clock()) > 0:
+        for record in watch.poll(min(1.0, left)):
+            event = record.event
+            if isinstance(event, JobEnded) and (event.job, event.state) == (job, "rejected"):
+                return 1, f"job {job} rejected by the coordinator: {event.reason}"
+        if started(watch.state, job):
+            found = watch.state.jobs[job]
+            if found.not_started:
+                return 0, f"job {job} accepted by the coordinator, not started yet: {found.not_started}"
+            return 0, f"job {job} accepted by the coordinator: {found.state} on {' '.join(found.nodes)}"
+        if clock() - said >= PROGRESS_S:
+            said = clock()
+            say(f"waiting for the coordinator's answer ({said - start:.0f} s of {wait_s:.0f} s)")
+    return 0, (f"no answer from the coordinator within {wait_s:.0f} s (is it running?); "
+               f"`trainmedic job status {job}` shows it once it comes")
+
+
+def stop(settings, log: JobLog, job_id: str, reason: str, key=None) -> int:
     """Publish a stop of `job_id`, signed with the operator's `key` for this deployment, if the log
     holds it and it has not ended."""
-    job = state.jobs.get(job_id)
+    job = log.displayed(job_id)
     if job is None:
-        known = " ".join(sorted(state.jobs)[:10]) or "none"
+        known = " ".join(sorted(log.state.jobs)[:10]) or "none"
         raise SpecError(f"no job {job_id} in the log (jobs: {known}); `trainmedic job list` shows them")
-    if job.state.ended:
-        why = f": {job.end_reason}" if job.end_reason else ""
-        raise SpecError(f"job {job_id} already ended ({job.state}{why}): nothing to stop")
+    if job.closed:
+        state = state_text(log, job, time.time())
+        raise SpecError(f"job {job_id} already ended ({state}: {job.end_reason}): nothing to stop")
     event = JobStopRequested(ts=time.time(), job=job_id, reason=reason, by=_user(),
                              deployment=settings.topics.prefix)
     if key is not None:
@@ -247,29 +295,40 @@ def _user() -> str:
         return "operator"
 
 
-def fold_log(settings, config):
-    """The coordinator's state, folded from the log as it stands now."""
+def fold_log(settings, config) -> JobLog:
+    """The coordinator's state, folded from the log as it stands now, with the jobs it rejected."""
     topics = settings.topics
     with TopicReader(settings, read_topics(topics), end=NOW, validate=True, name=topics.owned("job"),
                      timeout_s=30.0) as reader:
         records = valid(item for batch in reader.batches(give_up_s=60.0) for item in batch)
-    return listing(records, config, topics.jobs)
+    return JobLog.of(listing(records, config, topics.jobs), [record.event for record in records])
 
 
 def list_jobs(settings, config=None) -> int:
-    """One line per job: its state (submitted, starting, running, recovering, stopping, queued,
-    failed, succeeded, stopped), generation, world size and nodes."""
-    state = fold_log(settings, config)
-    if not state.jobs:
-        print("no jobs")
-        return 0
-    print(f"{'JOB':20} {'STATE':11} {'GEN':>4} {'WORLD':>6}  NODES")
-    for job in state.jobs.values():
+    """One line per job (`job_lines`)."""
+    for line in job_lines(fold_log(settings, config), time.time()):
+        print(line)
+    return 0
+
+
+def job_lines(log: JobLog, now: float) -> list[str]:
+    """A header and one line per job: its state (submitted, starting, running, recovering, with its
+    backoff while a restart waits, stopping, queued, failed, succeeded, stopped, rejected),
+    generation, world size and nodes, and why a rejected job was."""
+    jobs = log.jobs()
+    if not jobs:
+        return ["no jobs"]
+    states = [state_text(log, job, now, long=False) for job in jobs]
+    width = max(11, *map(len, states))
+    lines = [f"{'JOB':20} {'STATE':{width}} {'GEN':>4} {'WORLD':>6}  NODES"]
+    for job, state in zip(jobs, states, strict=True):
         generation = "-" if job.generation is None else str(job.generation)
         world = len(job.nodes) * job.spec.ranks_per_node
-        isolated = [n for n in job.nodes if not state.healthy(n)]
+        isolated = [n for n in job.nodes if not log.state.healthy(n)]
         note = f"  (isolated: {' '.join(isolated)})" if isolated else ""
         nodes = " ".join(job.nodes)
-        line = f"{job.spec.id:20} {job.state.value:11} {generation:>4} {world:>6}  {nodes}{note}"
-        print(terminal_safe(line))
-    return 0
+        if job.spec.id in log.rejected:
+            nodes, note = " ".join(job.spec.nodes), f"  ({job.end_reason})"
+        line = f"{job.spec.id:20} {state:{width}} {generation:>4} {world:>6}  {nodes}{note}"
+        lines.append(terminal_safe(line))
+    return lines

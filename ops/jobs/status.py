@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from trainmedic.ops.jobs.failure import RankFailure
 from trainmedic.recovery.coordinator.core.state import Job
 from trainmedic.schemas.printable import terminal_safe
 from trainmedic.schemas.restores import restores
@@ -120,10 +121,11 @@ class JobStatus:
     steps_lost: int
     restore_warnings: tuple[str, ...]
     restored: str | None = None  # where the latest generation's ranks took their state from
+    failure: RankFailure | None = None  # the job's last failed rank, with its last lines
 
 
-def job_status(job: Job, history: StepHistory) -> JobStatus:
-    """`job` as the fold has it, with the progress its ranks reported (`history`)."""
+def job_status(job: Job, history: StepHistory, failure: RankFailure | None = None) -> JobStatus:
+    """`job` as the fold has it, with the progress its ranks reported (`history`) and its last failure."""
     latest = history.latest
     return JobStatus(
         job=job.spec.id, state=str(job.state.value), end_reason=job.end_reason, generation=job.generation,
@@ -131,7 +133,7 @@ def job_status(job: Job, history: StepHistory) -> JobStatus:
         step=None if latest is None else latest.last_step, step_ts=None if latest is None else latest.last_ts,
         step_rate=None if latest is None else latest.rate, restarts=len(job.restarts),
         steps_lost=history.steps_lost, restore_warnings=tuple(history.restore_warnings),
-        restored=history.latest_restore,
+        restored=history.latest_restore, failure=failure,
     )
 
 
@@ -157,4 +159,7 @@ def render(status: JobStatus, now: float) -> list[str]:
         lines.append(("restored", status.restored))
     out = [f"{name:11} {value}" for name, value in lines]
     out += [f"WARNING: restore fell back: {warning}" for warning in status.restore_warnings]
+    if (failure := status.failure) is not None:
+        out += [f"{'failure':11} generation {failure.generation}: {failure.headline()} (on {failure.node})",
+                *failure.shown_tail()]
     return [terminal_safe(line) for line in out]

@@ -7,32 +7,33 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from trainmedic.bus.message import Record
 from trainmedic.bus.reader import EARLIEST, NOW, TopicReader, partition_count, partition_of
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.ops.jobs.failure import last_failure
+from trainmedic.ops.jobs.states import JobLog, started, state_text
 from trainmedic.ops.jobs.status import StepHistory, job_status, render
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
-from trainmedic.recovery.coordinator.core.decide import gave_up_id
-from trainmedic.recovery.coordinator.core.state import ClusterState, JobState
+from trainmedic.recovery.coordinator.core.state import ClusterState
 from trainmedic.recovery.coordinator.intake import log_state, rebuild
 from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
 from trainmedic.recovery.executor import rank_logs
 from trainmedic.schemas.jobs import JobSubmitted
 from trainmedic.schemas.printable import terminal_safe
-from trainmedic.schemas.telemetry import WorkerStepped
+from trainmedic.schemas.recovery import JobEnded
+from trainmedic.schemas.telemetry import WorkerExited, WorkerStepped
 
 UNKNOWN = 2  # exit status for a job the log does not know
 
 
 def over(state: ClusterState, job: str) -> bool:
-    """Whether following `job` is done: it ended, or it failed and the coordinator gave up on it (its
-    give-up alert for the job's generation is in the log); a job failed otherwise waits for its re-plan."""
+    """Whether following `job` is done: it ended (`job_ended`; a job the coordinator gave up on ends
+    `failed`); a job failed otherwise waits for its re-plan."""
     found = state.jobs.get(job)
-    if found is None:
-        return False
-    return found.state.ended or (found.state is JobState.FAILED and gave_up_id(found) in state.incidents)
+    return found is not None and found.closed
 
 
 class JobWatch:
@@ -43,6 +44,7 @@ class JobWatch:
                  extra: tuple[str, ...] = ()) -> None:
         self.state = log_state(config)
         self.refused: list[tuple[Record, str]] = []
+        self.rejected: dict[str, str] = {}  # job -> why the coordinator rejected its submission
         self._jobs = settings.topics.jobs
         self._reader = TopicReader(settings, [*read_topics(settings.topics), *extra], start=EARLIEST,
                                    validate=True, name=settings.topics.owned("job"), timeout_s=30.0)
@@ -62,10 +64,15 @@ class JobWatch:
 
     def _fold(self, records: list[Record]) -> list[Record]:
         self.refused += rebuild(self.state, sorted(records, key=lambda r: r.topic != self._jobs))
+        self.rejected.update((r.event.job, r.event.reason) for r in records
+                             if isinstance(r.event, JobEnded) and r.event.state == "rejected")
         return records
 
     def refused_job(self, job: str) -> str | None:
-        """Why the submission of `job` was not folded (the coordinator refuses it too), if it was not."""
+        """Why the submission of `job` was not folded (the coordinator refuses it too), or why the
+        coordinator rejected it, if either."""
+        if job in self.rejected and not started(self.state, job):
+            return self.rejected[job]
         return next((why for record, why in self.refused
                      if isinstance(record.event, JobSubmitted) and record.event.job.id == job), None)
 
@@ -77,25 +84,29 @@ class JobWatch:
         return over(self.state, job)
 
 
-def read_steps(settings: KafkaSettings, job: str) -> list[WorkerStepped]:
-    """The `worker_step` events of `job` so far (telemetry.worker is keyed by job: one partition)."""
+def read_worker(settings: KafkaSettings, job: str) -> list[WorkerStepped | WorkerExited]:
+    """The `worker_step` and `worker_exit` events of `job` so far (telemetry.worker is keyed by job: one
+    partition)."""
     topic = settings.topics.worker
     part = partition_of(job, partition_count(settings, topic))
     with TopicReader(settings, partitions=[(topic, part)], end=NOW, validate=True,
                      name=settings.topics.owned("job")) as reader:
         return [r.event for batch in reader.batches(give_up_s=60.0) for r in valid(batch)
-                if isinstance(r.event, WorkerStepped) and r.event.job == job]
+                if isinstance(r.event, WorkerStepped | WorkerExited) and r.event.job == job]
 
 
-def show_status(settings: KafkaSettings, state: ClusterState, job: str) -> int:
-    """Print `job` as the folded `state` has it, with its progress read from worker telemetry."""
-    found = state.jobs.get(job)
+def show_status(settings: KafkaSettings, log: JobLog, job: str) -> int:
+    """Print `job` as the folded `log` has it, with its progress read from worker telemetry."""
+    found = log.displayed(job)
     if found is None:
-        known = ", ".join(sorted(state.jobs)[:10]) or "none"
+        known = ", ".join(sorted(log.state.jobs)[:10]) or "none"
         print(f"trainmedic job: no job {job!r} in the log of {settings.topics.jobs} (jobs: {known})",
               file=sys.stderr)
         return UNKNOWN
-    for line in render(job_status(found, StepHistory.of(job, read_steps(settings, job))), time.time()):
+    events = read_worker(settings, job)
+    now = time.time()
+    status = job_status(found, StepHistory.of(job, events), last_failure(job, events))
+    for line in render(replace(status, state=state_text(log, found, now)), now):
         print(line)
     return 0
 

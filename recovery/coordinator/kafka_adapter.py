@@ -20,6 +20,7 @@ from trainmedic.bus.settings import KafkaSettings
 from trainmedic.bus.transactional import Fenced, TransactionalProducer
 from trainmedic.recovery.coordinator import metrics, observe
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
+from trainmedic.recovery.coordinator.core.endings import rejected, resolutions, unanswered
 from trainmedic.recovery.coordinator.core.state import ClusterState, JobState
 from trainmedic.recovery.coordinator.core.steps import catch_up, settle, tick
 from trainmedic.recovery.coordinator.intake import rebuild, receive
@@ -103,7 +104,8 @@ class CoordinatorService:
         trust = self._trust()
         records = [r for r in records if self._unverified(r, trust, live=False) is None]  # dead-lettered live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
-        for record, reason in rebuild(self.state, records):  # dead-lettered when first read live
+        refused = rebuild(self.state, records)
+        for record, reason in refused:  # dead-lettered when first read live
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, reason)
         jobs = self.state.jobs.values()
         log.info("rebuilt from %d events: %d jobs (%d running), %d incidents, %d commands, %d nodes isolated",
@@ -111,7 +113,8 @@ class CoordinatorService:
                  len(self.state.incidents), len(self.state.commands),
                  sum(not n.healthy for n in self.state.nodes.values()))
         now = self._clock()
-        self._publish("catch-up after start", catch_up(self.state, now))
+        late = unanswered(self.state, [r.event for r in records], [(r.event, why) for r, why in refused], now)
+        self._publish("catch-up after start", [*catch_up(self.state, now), *late])
         observe.cluster(self.state, now)  # the gauges say this state from now, not their initial 0s
         self._next_tick = now + self.state.config.tick_s
 
@@ -128,6 +131,7 @@ class CoordinatorService:
             if isinstance(outputs, str):
                 metrics.REJECTED.labels(getattr(record.event, "type", "?")).inc()
                 self._dlq.send(self._topics.dlq, record.rejected(outputs, self._clock()), key=record.topic)
+                self._publish(cause(record.event), rejected(self.state, record.event, outputs, self._clock()))
                 continue
             self._publish(cause(record.event), outputs)
         now = self._clock()
@@ -168,8 +172,12 @@ class CoordinatorService:
         return str(why)
 
     def _publish(self, trigger: str, outputs: list) -> None:
+        """Send `outputs` (folded already) in one transaction, with the open incidents of each job they
+        end resolved (`resolutions`, folded here)."""
         if not outputs:
             return
+        now = self._clock()
+        outputs = [*outputs, *settle(self.state, resolutions(self.state, outputs, now), now)]
         for line in narrate(trigger, outputs, self.state):
             log.info("%s", line)
         observe.published(self.state, outputs)

@@ -100,7 +100,10 @@ def narrate(trigger: str, outputs: list, state: ClusterState) -> list[str]:
             case NodeReadmitted():
                 lines.append(f"{trigger} → re-admitted node {event.node}: {event.reason}")
             case JobEnded():
-                lines.append(f"{trigger} → job {event.job} {event.state}: {event.reason}; its nodes are free")
+                free = "" if event.state == "rejected" else "; its nodes are free"
+                lines.append(f"{trigger} → job {event.job} {event.state}: {event.reason}{free}")
+            case Incident() if event.status == "resolved":
+                lines.append(f"{trigger} → resolved {cause(event)}: {(event.evidence or ('',))[-1]}")
             case Incident():
                 lines.append(f"{trigger} → raised {cause(event)}: {'; '.join(event.evidence)}")
     for key, sent in commands.items():

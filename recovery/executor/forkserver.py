@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import setproctitle
+
 from trainmedic.recovery.executor.core.admission import NICENESS
 from trainmedic.recovery.executor.job_dirs import RankUser
 
@@ -73,7 +75,10 @@ class WarmLauncher:
     ranks are."""
 
     def __init__(self, env: Mapping[str, str] | None = None, user: RankUser | None = None) -> None:
-        server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1"}
+        # SPT_NOENV: a rank's title stays within the server's command line, so that /proc/PID/environ
+        # still reads as the server's environment (setproctitle writes over it otherwise)
+        server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1",
+                      "SPT_NOENV": "1"}
         self._proc = subprocess.Popen(
             [sys.executable, "-s", "-m", "trainmedic.recovery.executor.forkserver"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=server_env, text=True, bufsize=1,
@@ -83,11 +88,12 @@ class WarmLauncher:
 
     def launch(
         self, target: WarmTarget, env: Mapping[str, str], log_path: Path, cwd: str | None = None,
+        title: str | None = None,
     ) -> int:
-        """Fork a rank (in `cwd`, else the server's directory); returns its pid. Raises OSError when
-        the server cannot."""
+        """Fork a rank (in `cwd`, else the server's directory, named `title` in ps); returns its pid.
+        Raises OSError when the server cannot."""
         request = {"module": target.module, "args": list(target.args), "env": dict(env),
-                   "log": str(log_path), "nice": target.nice, "cwd": cwd}
+                   "log": str(log_path), "nice": target.nice, "cwd": cwd, "title": title}
         with self._lock:
             if self._proc.poll() is not None:
                 raise OSError(f"the fork server exited with code {self._proc.returncode}")
@@ -114,7 +120,7 @@ class WarmLauncher:
 def serve() -> None:
     """The server's loop: preload, then one fork per request line, until stdin closes.
 
-    JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice", "cwd"} in, {"pid"} or
+    JSON lines on stdin/stdout: {"module", "args", "env", "log", "nice", "cwd", "title"} in, {"pid"} or
     {"error"} out."""
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever a preloaded module prints must not corrupt the answers
@@ -155,7 +161,8 @@ def _fork_rank(request: dict) -> int:
 
 
 def _become_rank(request: dict) -> None:
-    """In the forked rank: own session, output to its log, its environment, then run the module."""
+    """In the forked rank: own session, output to its log, its title (else ps shows every rank as the
+    fork server), its environment, then run the module."""
     code = 1
     try:
         os.setsid()
@@ -168,6 +175,8 @@ def _become_rank(request: dict) -> None:
         os.dup2(null, 0)
         os.dup2(out, 1)
         os.dup2(out, 2)
+        if request.get("title"):
+            setproctitle.setproctitle(request["title"])
         os.environ.clear()
         os.environ.update(request["env"])
         if request.get("cwd"):

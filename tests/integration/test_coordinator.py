@@ -142,7 +142,7 @@ def test_submit_start_sev1_kill_restart(env: KafkaSettings, tmp_path, capsys) ->
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC)
     (tmp_path / "train.py").write_text("")
-    assert main(["job", "submit", str(spec), "--allow-unknown-nodes"]) == 0  # no executor runs here
+    assert main(["job", "submit", str(spec), "--allow-unknown-nodes", "--wait", "0"]) == 0  # none runs yet
 
     first = leading(kafka)
     first.start()

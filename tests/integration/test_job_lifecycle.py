@@ -4,6 +4,7 @@ a running job's ranks and it ends stopped, and `job submit` refuses what it can 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
 from trainmedic.recovery.coordinator.core import JobState
-from trainmedic.schemas import CommandAcked, RanksFinished
+from trainmedic.schemas import CommandAcked, Incident, RanksFinished
 
 pytestmark = pytest.mark.kafka
 __all__ = ["env", "keys"]  # the fixtures, shared with test_coordinator
@@ -34,7 +35,7 @@ def report(kafka: KafkaSettings, event, key) -> None:
 def running(kafka: KafkaSettings, keys: Keys, tmp_path, capsys, spec: str = SPEC):
     (tmp_path / "job.yaml").write_text(spec)
     (tmp_path / "train.py").write_text("")
-    assert job(capsys, "submit", str(tmp_path / "job.yaml"), "--allow-unknown-nodes")[0] == 0
+    assert job(capsys, "submit", str(tmp_path / "job.yaml"), "--allow-unknown-nodes", "--wait", "0")[0] == 0
     service = leading(kafka, sign=keys.coordinator.sign, trust=keys.trust)
     service.start()
     step_until(service, lambda: len(service.state.commands) == 3)
@@ -119,3 +120,42 @@ def test_submit_refuses_a_taken_id_unknown_nodes_and_a_command_that_cannot_run(e
     assert code == 2 and "env sets RANK: the executor sets it for each rank" in err
     [submitted] = [e for e in read(kafka, "jobs")]
     assert submitted.job.workdir == str(tmp_path) and submitted.job.command == ("python", "trian.py")
+
+
+def test_a_rejected_job_is_answered_to_submit_and_listed_rejected(env: KafkaSettings, keys: Keys, tmp_path,
+                                                                   capsys) -> None:
+    """Issue 33: the coordinator's rejection was only dead-lettered; `job list` showed the job
+    `submitted` forever and `job submit --allow-unknown-nodes` returned before any answer."""
+    service = leading(env, sign=keys.coordinator.sign, trust=keys.trust)
+    service.start()
+    stop = threading.Event()
+    coordinating = threading.Thread(target=lambda: [service.step(0.2) for _ in iter(stop.is_set, True)])
+    coordinating.start()
+    try:
+        (tmp_path / "job.yaml").write_text(SPEC.replace("n3]", "n9]"))  # n9: not in the cluster
+        (tmp_path / "train.py").write_text("")
+        code, out, _ = job(capsys, "submit", str(tmp_path / "job.yaml"), "--allow-unknown-nodes")
+    finally:
+        stop.set()
+        coordinating.join()
+    assert code == 1 and "job llm rejected by the coordinator:" in out and "n9 not in the cluster" in out
+    code, out, _ = job(capsys, "list")
+    assert code == 0 and out.splitlines()[1].split()[:2] == ["llm", "rejected"]
+    service.close()
+
+
+def test_a_job_the_coordinator_gave_up_on_ends_failed_with_its_incidents_resolved(
+        env: KafkaSettings, keys: Keys, tmp_path, capsys) -> None:
+    service = running(env, keys, tmp_path, capsys, SPEC + "restart: {max_restarts: 0}\n")
+    with EventProducer(env) as producer:  # the detector's SEV2 for the job
+        producer.send(env.topics.incidents, Incident(
+            ts=time.time(), id="crash-1", status="open", category="process_exit", severity="SEV2",
+            action="restart", job="llm", node="n2", first_ts=time.time() - 1), key="llm")
+    step_until(service, lambda: service.state.jobs["llm"].end_reason)
+    service.close()
+    recovery = read(env, "recovery")
+    assert [(e.state, e.generation) for e in recovery if e.type == "job_ended"] == [("failed", 0)]
+    [resolved] = [e for e in recovery if e.type == "incident" and e.status == "resolved"]
+    assert resolved.id == "crash-1" and "resolved: job llm ended failed: " in resolved.evidence[-1]
+    code, out, _ = job(capsys, "list")
+    assert out.splitlines()[1].split()[:2] == ["llm", "failed"]

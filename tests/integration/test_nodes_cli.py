@@ -42,7 +42,7 @@ def test_cordon_drain_uncordon_and_list(env: KafkaSettings, keys: Keys, tmp_path
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC)
     (tmp_path / "train.py").write_text("")
-    assert main(["job", "submit", str(spec), "--allow-unknown-nodes"]) == 0  # no executor runs here
+    assert main(["job", "submit", str(spec), "--allow-unknown-nodes", "--wait", "0"]) == 0  # none runs yet
     code, _, err = nodes(capsys, "cordon", "n9")
     assert code == 2 and "unknown node 'n9'" in err and "known: n1 n2 n3" in err
 
@@ -115,7 +115,7 @@ def test_an_isolated_node_is_readmitted_through_the_broker(env: KafkaSettings, t
     spec = tmp_path / "job.yaml"
     spec.write_text(SPEC)
     (tmp_path / "train.py").write_text("")
-    assert main(["job", "submit", str(spec), "--allow-unknown-nodes"]) == 0  # no executor runs here
+    assert main(["job", "submit", str(spec), "--allow-unknown-nodes", "--wait", "0"]) == 0  # none runs yet
     config = CONFIG.model_copy(update={"readmit_probation_s": 0.5, "group_window_s": 0.0})
     service = leading(kafka, config)
     service.start()

@@ -10,17 +10,18 @@ from trainmedic.recovery.coordinator.core.config import CoordinatorConfig, NodeC
 from trainmedic.recovery.coordinator.core.decide import ESCALATION
 from trainmedic.recovery.coordinator.core.fold import apply
 from trainmedic.recovery.coordinator.core.isolation import node_group
+from trainmedic.recovery.coordinator.core.lifecycle import new_work_refused, suspects
 from trainmedic.recovery.coordinator.core.limits import restart_due
 from trainmedic.recovery.coordinator.core.state import ClusterState
 from trainmedic.recovery.coordinator.core.steps import react, settle, tick
 from trainmedic.schemas.commands import AckStatus, Command, CommandAcked
-from trainmedic.schemas.incident import Incident, IncidentStatus
+from trainmedic.schemas.incident import Incident, IncidentStatus, Progress
 from trainmedic.schemas.jobs import JobSpec, JobSubmitted
 from trainmedic.schemas.nodes import NodeDrained, NodeReadmitted, NodeUncordoned
 from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryKind, RecoveryPlanned, RecoverySkipped
 from trainmedic.simulate.detection import detect_s
 from trainmedic.simulate.faults import Fault
-from trainmedic.simulate.progress import Down, Restore
+from trainmedic.simulate.progress import Down, JobProgress, Restore
 from trainmedic.simulate.scenario import TrainmedicCosts
 from trainmedic.simulate.world import Policy, World
 from trainmedic.streams.core.config import DetectorConfig
@@ -46,6 +47,8 @@ class Healer(Policy):
         self.plans: dict[tuple[str, str], RecoveryPlanned] = {}  # (plan id, job): a re-plan moves many jobs
         self.ticks: set[float] = set()
         self.gave_up: set[str] = set()
+        self.names: dict[str, str] = {}  # a job a person submitted again -> the scenario's job (its book)
+        self.current: dict[str, str] = {}  # the scenario's job -> the job it was last submitted again as
         self.drained: set[str] = set()  # nodes the simulated operator drained
         self.detector = DetectorConfig.from_dict(costs.detector)
         self._count = 0
@@ -65,13 +68,14 @@ class Healer(Policy):
     def fault(self, fault: Fault) -> None:
         now = self.world.now
         job = self.state.job_on(fault.node)
-        book = self.world.books.get(job.spec.id) if job is not None else None
+        book = self._book(job.spec.id) if job is not None else None
         stopped = book is not None and book.stop(now)
         if not stopped and not fault.breaks_node:
             return  # a process fault where no rank runs: nothing failed
         step_s = book.model.step_s if book is not None else 0.0  # only a hang needs the job's step time
         delay = detect_s(fault.category, step_s, self.costs.pipeline_s, self.costs.detect_s, self.detector)
-        self.world.at(now + delay, self._detected, fault, job.spec.id if job is not None else None)
+        progress = progress_of(book) if book is not None and not fault.breaks_node else None
+        self.world.at(now + delay, self._detected, fault, job.spec.id if job is not None else None, progress)
 
     def repaired(self, node: str) -> None:
         for incident in self.node_incidents.pop(node, []):
@@ -85,14 +89,16 @@ class Healer(Policy):
 
     # --- the detector ---------------------------------------------------------------------------
 
-    def _detected(self, fault: Fault, job: str | None) -> None:
+    def _detected(self, fault: Fault, job: str | None, progress: Progress | None = None) -> None:
+        """The fault's incident; a job's own failure carries how far the generation that failed got
+        (the worker's step telemetry), which the coordinator's restart budget reads."""
         now = self.world.now
         category = CATEGORIES[fault.category]
         self._count += 1
         incident = Incident(
             ts=EPOCH + now, id=f"sim-{fault.category}-{self._count}", status=IncidentStatus.OPEN,
             category=fault.category, severity=category.severity, action=category.action, job=job,
-            node=fault.node, first_ts=EPOCH + fault.ts, evidence=(fault.cause,))
+            node=fault.node, first_ts=EPOCH + fault.ts, evidence=(fault.cause,), progress=progress)
         if fault.breaks_node:
             self.node_incidents.setdefault(fault.node, []).append(incident)
         elif job is not None:
@@ -131,19 +137,21 @@ class Healer(Policy):
             match event:
                 case RecoveryPlanned():
                     self.plans[event.plan_id, event.job] = event
-                    book = self.world.books.get(event.job)
+                    book = self._book(event.job)
                     if book is not None and book.is_running and event.kind not in (RecoveryKind.REATTEMPT,
                                                                                    RecoveryKind.START):
                         book.reconfigure(now)  # a planned move: the job stops for it
-                    elif book is not None and not book.is_running:
-                        book.wait(now, Down.RESTART)
+                    elif book is not None and not book.is_running and event.kind is not RecoveryKind.STOP:
+                        book.wait(now, Down.RESTART)  # (the give-up's stop: it still waits for a person)
                 case Command():
                     commands.setdefault((event.plan_id, event.job), []).append(event)
                 case RecoveryCompleted():
                     self._completed(self.plans[event.plan_id, event.job])
-                case Incident(category="recovery_failed", job=str(job)) if job in self.world.books:
+                case Incident(category="recovery_failed", job=str(job)) if self._book(job) is not None:
                     self.gave_up.add(job)  # restarts spent: the coordinator's alert asks for a person
-                    self.world.books[job].wait(now, Down.PERSON)
+                    self._book(job).wait(now, Down.PERSON)
+                    if self.costs.person_restarts:
+                        self.world.at(now + self.costs.operator_s, self._submit_again, job)
                 case NodeReadmitted():  # the next tick re-plans capacity with the node back
                     self._tick_at(now + self.state.config.tick_s)
                 case Incident(category="mass_failure"):
@@ -151,7 +159,7 @@ class Healer(Policy):
                 case Incident(category=str(category), node=str(node)) if category in ESCALATIONS:
                     after = max(self.costs.operator_s, self.state.config.group_window_s + EPSILON)
                     self.world.at(now + after, self._paged, node)  # after the isolation it pages for
-                case RecoverySkipped(job=str(job)) if job in self.world.books:
+                case RecoverySkipped(job=str(job)) if self._book(job) is not None:
                     self._unanswered(job)
         for key, sent in commands.items():
             plan = self.plans[key]
@@ -164,7 +172,7 @@ class Healer(Policy):
     def _unanswered(self, job: str) -> None:
         """The coordinator acts on nothing for a job that is down (past the isolation cap): it waits
         for a person, and the detector's hang rule sees it not stepping."""
-        held, book = self.state.jobs.get(job), self.world.books[job]
+        held, book = self.state.jobs.get(job), self._book(job)
         if held is None or held.state.in_flight or book.is_running:
             return
         book.wait(self.world.now, Down.PERSON)
@@ -172,11 +180,31 @@ class Healer(Policy):
         self.world.at(self.world.now + delay, self._still_down, job, book.faults)
 
     def _still_down(self, job: str, faults: int) -> None:
-        book = self.world.books[job]
+        book = self._book(job)
         held = self.state.jobs.get(job)
         if book.is_running or book.faults != faults or held is None or held.state.in_flight or not held.nodes:
             return
-        self._detected(Fault(ts=self.world.now, node=held.nodes[0], category="hang", cause="no steps"), job)
+        self._detected(Fault(ts=self.world.now, node=held.nodes[0], category="hang", cause="no steps"), job,
+                       progress_of(book))
+
+    def _submit_again(self, job: str) -> None:
+        """A person answers `recovery_failed` (the coordinator ended the job, its nodes free): `trainmedic
+        job submit` of its spec under a new id (the fold ignores a known one), from its checkpoint, on
+        its spec's nodes still fit for work topped up with free ones, at the largest size they allow;
+        with too few, the person tries again `operator_s` later."""
+        self._resolve_open(job)
+        spec, book = self.state.jobs[job].spec, self._book(job)
+        suspect, busy = suspects(self.state), {n for held in self.state.jobs.values() for n in held.nodes}
+        nodes = dict.fromkeys((*spec.nodes, *(node.id for node in self.world.nodes)))
+        fit = [n for n in nodes if n not in busy and new_work_refused(self.state, n, suspect) is None]
+        size = max((n for n in book.table if n <= len(fit)), default=None)
+        if size is None:
+            self.world.at(self.world.now + self.costs.operator_s, self._submit_again, job)
+            return
+        again = f"{book.model.id}-{1 + sum(name == book.model.id for name in self.names.values())}"
+        self.names[again], self.current[book.model.id] = book.model.id, again
+        self._coordinate(JobSubmitted(ts=EPOCH + self.world.now,
+                                      job=spec.model_copy(update={"id": again, "nodes": tuple(fit[:size])})))
 
     def _operator(self) -> None:
         """A person answers the mass-failure alert: drains the broken nodes still in service."""
@@ -224,18 +252,29 @@ class Healer(Policy):
     def _completed(self, plan: RecoveryPlanned) -> None:
         now = self.world.now
         self._tick_at(now + EPSILON)  # a quiet cluster: a capacity re-plan may be due
-        book = self.world.books.get(plan.job)
+        book = self._book(plan.job)
         if book is None or book.is_running:
             return
         if not plan.nodes:
             book.wait(now, Down.REPAIR_WAIT)  # the planner gave it no nodes: it waits for capacity
             return
         checkpoint = any(source.kind == "checkpoint" for source in plan.restore.values())
-        book.resume(now, len(plan.nodes), Restore.CHECKPOINT if checkpoint else Restore.REPLICA)
-        for incident_id in self.open.pop(plan.job, []):
+        book.resume(now, len(plan.nodes), Restore.CHECKPOINT if checkpoint else Restore.REPLICA,
+                    new_generation=plan.kind is not RecoveryKind.REATTEMPT)
+        self._resolve_open(plan.job)
+
+    def _resolve_open(self, job: str) -> None:
+        """The job's open incidents resolve: it runs at a new generation, or it ended."""
+        for incident_id in self.open.pop(job, []):
             incident = self.state.incidents.get(incident_id)
             if incident is not None and incident.status is IncidentStatus.OPEN:
                 self._resolve(incident)
+
+    def _book(self, job: str) -> JobProgress | None:
+        """The books of the scenario's job that the coordinator's `job` runs; none for one a person has
+        submitted again since (what is decided for it moves nothing)."""
+        model = self.names.get(job, job)
+        return self.world.books.get(model) if self.current.get(model, model) == job else None
 
     def _wake(self) -> None:
         """Tick when a waiting incident can be decided: a node group's window, a job's backoff."""
@@ -251,3 +290,9 @@ class Healer(Policy):
                 self._tick_at(due - EPOCH + EPSILON)
             elif not group:  # one due now waited for a group decided since: the next tick decides it
                 self._tick_at(self.world.now + config.tick_s)
+
+
+def progress_of(book: JobProgress) -> Progress:
+    """How far the job's current generation got, as the worker's step telemetry tells the detector."""
+    since = None if book.first_step is None else EPOCH + book.first_step
+    return Progress(steps=book.steps, since=since)

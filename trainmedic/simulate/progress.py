@@ -16,7 +16,7 @@ class Down(StrEnum):
     DETECTION = "detection"  # the fault happened; nobody has noticed yet, or a decision is due
     RESTART = "restart"  # restarting and initialising, restoring state, or backing off before that
     REPAIR_WAIT = "repair_wait"  # not enough healthy nodes: waiting for repairs
-    PERSON = "person"  # the healer gave up: a person decides
+    PERSON = "person"  # the healer gave up (or holds back past its cap): waiting for a person
 
 
 LOSSES = ("detection", "restart", "recomputation", "checkpoint", "shrunk", "repair_wait", "person")
@@ -46,6 +46,8 @@ class JobProgress:
     faults: int = 0
     stopped_rate: float = 0.0  # FLOP/s of the step in progress when it stopped
     resumed: list[float] = field(default_factory=list)  # when it ran again after each stop
+    steps: int = 0  # steps its current generation completed
+    first_step: float | None = None  # when the first of them completed
 
     @classmethod
     def running(cls, model: JobModel, table: dict[int, float], gpus_per_node: int, now: float) -> JobProgress:
@@ -83,7 +85,7 @@ class JobProgress:
             if self.phase_s < interval:  # training
                 run = min(left, interval - self.phase_s)
                 self.work += rate * run
-                self.step_s = (self.step_s + run) % self.model.step_s
+                self._step(now - left, run)
             else:  # writing a checkpoint
                 run = min(left, interval + cost - self.phase_s)
                 self.lost_s["checkpoint"] += run * rate / self.full
@@ -91,6 +93,14 @@ class JobProgress:
             left -= run
             if self.phase_s >= interval + cost:
                 self.saved, self.phase_s = self.work, 0.0
+
+    def _step(self, start: float, run: float) -> None:
+        """Training from `start` for `run` seconds: the steps it completes."""
+        done = int((self.step_s + run) // self.model.step_s)
+        if done and self.first_step is None:
+            self.first_step = start + self.model.step_s - self.step_s
+        self.steps += done
+        self.step_s = (self.step_s + run) % self.model.step_s
 
     def stop(self, now: float, why: Down = Down.DETECTION) -> bool:
         """A fault stops the job; False (nothing changes) when it was not running."""
@@ -112,8 +122,9 @@ class JobProgress:
             raise ValueError(f"job {self.model.id} is running: it does not wait")
         self.down = why
 
-    def resume(self, now: float, size: int, restore: Restore) -> None:
-        """Running again at `size`, its state from `restore`: the work since then is lost and redone."""
+    def resume(self, now: float, size: int, restore: Restore, *, new_generation: bool = True) -> None:
+        """Running again at `size`, its state from `restore`: the work since then is lost and redone. A
+        new generation counts its steps from none (a reattempt goes on with the same processes)."""
         self.advance(now)
         if self.down is None:
             raise ValueError(f"job {self.model.id} is running: it cannot resume")
@@ -127,6 +138,8 @@ class JobProgress:
         self.work, self.step_s = kept, 0.0
         self.down, self.size = None, size
         self.resumed.append(now)
+        if new_generation:
+            self.steps, self.first_step = 0, None
 
     def reconfigure(self, now: float, why: Down = Down.RESTART) -> None:
         """A planned move of a running job (grow or shrink without a fault): it stops for the move."""

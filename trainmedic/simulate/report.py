@@ -30,8 +30,8 @@ def table(report: Report) -> str:
     gave_up = {name: sum(run.gave_up for run in summary.runs) for name, summary in report.policies.items()}
     if any(gave_up.values()):
         lines.append("")
-        lines += [f"{name}: the coordinator gave up on {n} job(s) (left to a person)"
-                  for name, n in gave_up.items() if n]
+        lines += [f"{name}: the coordinator gave up on a job {n} time(s) over the seeds (the wait for a "
+                  f"person: `person`)" for name, n in gave_up.items() if n]
     return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ class Outcome:
     goodput_gpu_h: float
     lost_gpu_h: dict[str, float]
     faults: int  # faults that stopped a job
-    gave_up: int  # jobs left to a person
+    gave_up: int  # times the coordinator gave up on a job (a person restarted it, or it stayed down)
     timeline: list[tuple[float, float]]  # (seconds, accumulated WAF so far)
 
 

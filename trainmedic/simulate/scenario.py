@@ -114,7 +114,10 @@ class TrainmedicCosts(Strict):
         default="readmission", description="how a repaired node comes back: re-admitted by the coordinator "
         "once its probation is over, or uncordoned by a person as soon as it is repaired")
     operator_s: Seconds = Field(default=1800.0, ge=0, description="a person answers the coordinator's "
-                                "alert (the isolation cap reached) after this long")
+                                "alert (the isolation cap reached, a job given up on) after this long")
+    person_restarts: bool = Field(default=True, description="a person answers a job's `recovery_failed` "
+                                  "by stopping it and submitting it again under a new id (today's "
+                                  "`trainmedic job stop` and `job submit`); false: it stays down")
     coordinator: dict[str, object] = Field(default_factory=dict, description="CoordinatorConfig "
                                            "fields to override (restart_backoff_s, isolation_cap, ...)")
 

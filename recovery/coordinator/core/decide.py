@@ -138,7 +138,7 @@ def on_incident(state: ClusterState, incident: Incident, now: float) -> list:
         where = f"job {incident.job}" if incident.job else f"node {incident.node}"
         return [skip(incident, now, f"no running job known for {where}")]
     if job.over:
-        what = f"ended ({job.state})" if job.state.ended else "being stopped by an operator"
+        what = f"ended ({job.state})" if job.closed else "being stopped by an operator"
         return [skip(incident, now, f"job {job.spec.id} is {what}: nothing to restart", job.spec.id)]
     if incident.severity is Severity.SEV3:
         return _reattempt(state, incident, job, now)
@@ -189,8 +189,8 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
 
 
 def _give_up(state: ClusterState, incident: Incident, job: Job, now: float, spent: str) -> list:
-    """Restarts spent (`spent` says why): `recovery_failed` and an alert for a person, once; later
-    incidents are skipped."""
+    """Restarts spent (`spent` says why): `recovery_failed`, an alert for a person, a stop of its
+    ranks (best effort) and `job_ended` (failed), once: its nodes are free; later incidents are skipped."""
     name = job.spec.id
     spent = spent or f"the coordinator gave up on job {name} at generation {job.generation}"
     alert_id = gave_up_id(job)
@@ -203,7 +203,10 @@ def _give_up(state: ClusterState, incident: Incident, job: Job, now: float, spen
     out.append(Incident(ts=now, id=alert_id, status=IncidentStatus.OPEN, category="recovery_failed",
                         severity=Severity.SEV1, action=Action.ALERT, job=name, first_ts=incident.first_ts,
                         evidence=(spent, f"last: {incident.severity} {incident.category} ({incident.id})")))
-    return out
+    stop = RecoveryPlanned(ts=now, plan_id=stop_plan_id(name), job=name, kind=RecoveryKind.STOP,
+                           generation=job.generation + 1, nodes=(), previous=job.nodes, isolated={})
+    return [*out, stop, *commands_for(state, stop, now),
+            JobEnded(ts=now, job=name, state="failed", generation=job.generation, reason=spent)]
 
 
 def gave_up_id(job: Job) -> str:

@@ -121,7 +121,7 @@ def _stop_requested(state: ClusterState, event: JobStopRequested) -> None:
     job = state.jobs.get(event.job)
     if job is None:
         raise Rejected(f"job stop for {event.job}: no such job was submitted")
-    if job.state.ended:
+    if job.closed:
         log.warning("job stop for %s ignored: the job already ended (%s)", event.job, job.state)
         return
     if job.stop is None:
@@ -139,12 +139,15 @@ def _ranks_finished(state: ClusterState, event: RanksFinished) -> None:
 
 
 def _ended(state: ClusterState, event: JobEnded) -> None:
-    """The job is over: its nodes are free, and a capacity re-plan may give them to a waiting job."""
+    """The job is over: its nodes are free, and a capacity re-plan may give them to a waiting job. A
+    rejection names a submission the fold never took (a later one of the id may have been): no job."""
     job = state.jobs.get(event.job)
-    if job is None or job.state.ended:
+    if job is None or job.closed or event.state == "rejected":
         return
-    job.state = move(JOB_MOVES, job.state, JobState(event.state), f"job {job.spec.id} (job_ended)")
-    freed, job.nodes, job.end_reason = job.nodes, (), event.reason
+    target = JobState(event.state)
+    if job.state is not target:
+        job.state = move(JOB_MOVES, job.state, target, f"job {job.spec.id} (job_ended)")
+    freed, job.nodes, job.end_reason = job.nodes, (), event.reason or f"job_ended ({event.state})"
     if job.state is JobState.SUCCEEDED:
         job.stop = None  # a stop that came too late, read before this on a rebuild: it did nothing
     if freed:

@@ -37,6 +37,7 @@ class JobState(StrEnum):
     STARTING, RECOVERING, RUNNING, FAILED → SUCCEEDED (every node's ranks of its generation exited 0)
     SUBMITTED, QUEUED, FAILED, STOPPING → STOPPED (an operator's stop, once no rank of it runs)
     SUCCEEDED, STOPPED: terminal; the job's nodes are free and nothing restarts it
+    FAILED with an `end_reason` (`job_ended` failed: the coordinator gave up on it): terminal too
     """
 
     SUBMITTED = "submitted"
@@ -185,9 +186,15 @@ class Job:
     end_reason: str = ""  # why it ended (`job_ended`'s reason)
 
     @property
+    def closed(self) -> bool:
+        """`job_ended` was read for it: it succeeded, was stopped, or failed for good (FAILED with the
+        reason it ended; a FAILED job without one waits for the re-plan that heals it)."""
+        return self.state.ended or bool(self.end_reason)
+
+    @property
     def over(self) -> bool:
-        """Ended, or being stopped: it takes no new plan other than its stop."""
-        return self.state.ended or self.stop is not None
+        """Closed, or being stopped: it takes no new plan other than its stop."""
+        return self.closed or self.stop is not None
 
 
 @dataclass

@@ -28,6 +28,7 @@ from trainmedic.demo.cluster import DemoLayout
 from trainmedic.local.cluster import LocalCluster, free_port
 from trainmedic.schemas import (
     Incident,
+    JobEnded,
     JobSpec,
     JobSubmitted,
     RecoveryFailed,
@@ -106,7 +107,8 @@ def test_the_same_error_every_generation_backs_off_and_gives_up_without_blaming_
     assert [(i.severity, i.job) for i in failures] == [("SEV2", JOB)] * (MAX_RESTARTS + 1), where
     assert all("follows job" in " ".join(i.evidence) for i in failures[1:]), failures[1].evidence
 
-    plans = [e for e in events if isinstance(e, RecoveryPlanned) and e.kind is not RecoveryKind.START]
+    plans = [e for e in events if isinstance(e, RecoveryPlanned)
+             and e.kind not in (RecoveryKind.START, RecoveryKind.STOP)]  # the give-up stops its ranks
     restart_in_place = (RecoveryKind.RESTART, NODES, {})
     assert [(p.kind, p.nodes, p.isolated or {}) for p in plans] == [restart_in_place] * MAX_RESTARTS
     gaps = [later.ts - earlier.ts for earlier, later in zip(plans, plans[1:], strict=False)]
@@ -118,6 +120,8 @@ def test_the_same_error_every_generation_backs_off_and_gives_up_without_blaming_
     assert failed.job == JOB and f"{MAX_RESTARTS} restarts of {JOB}" in failed.reason
     alerts = [i for i in opened if i.category == "recovery_failed"]
     assert [(a.severity, a.action, a.job, a.node) for a in alerts] == [("SEV1", "alert", JOB, None)]
+    (ended,) = [e for e in events if isinstance(e, JobEnded)]
+    assert (ended.job, ended.state, ended.reason) == (JOB, "failed", failed.reason)
     print(f"restart plans after {[round(p.ts - failures[0].ts, 1) for p in plans]} s, gaps "
           f"{[round(g, 1) for g in gaps]} s; recovery_failed {failed.ts - failures[0].ts:.1f} s "
           f"after the first failure")

@@ -7,9 +7,10 @@ from __future__ import annotations
 from tests.unit.coordinator.world import LIMITED, Recorder, incident, of_type, submitted
 from trainmedic.bus.message import parse_message
 from trainmedic.recovery.coordinator.core import ClusterState, CoordinatorConfig, apply, catch_up
+from trainmedic.recovery.coordinator.core.endings import rejected, resolutions, unanswered
 from trainmedic.recovery.coordinator.core.state import JobState
 from trainmedic.recovery.coordinator.intake import receive
-from trainmedic.schemas import JobStopRequested, RanksFinished, Topics, encode
+from trainmedic.schemas import JobEnded, JobStopRequested, NodeLeaving, RanksFinished, Topics, encode
 
 TOPICS = Topics("t.")
 
@@ -162,7 +163,8 @@ def test_a_jobs_own_max_restarts_is_used_instead_of_the_configs() -> None:
         for i, now in enumerate((100.0, 200.0, 400.0)):
             answer = rec.feed(incident(f"i{i}", "SEV2", node="n2", ts=now, category="cuda_oom"), now=now)
             rec.ack(answer, "done", now=now + 1)
-            out += [e.type for e in answer if e.type in ("recovery_planned", "recovery_failed")]
+            out += [e.type for e in answer if e.type == "recovery_failed"
+                    or (e.type == "recovery_planned" and e.kind != "stop")]  # a give-up stops its ranks
         return out
 
     assert restarts() == ["recovery_planned"] * 3
@@ -210,3 +212,68 @@ def test_a_stop_read_after_the_job_succeeded_folds_the_same_live_and_on_a_rebuil
     assert rec.feed(stop(ts=40.0), now=40.0) == []  # live: the job had ended, the stop is ignored
     assert rec.state.jobs["llm"].stop is None
     assert refold(rec) == rec.state  # a rebuild reads the jobs topic (and the stop) first
+
+
+def gave_up(rec: Recorder) -> list:
+    """The job started, then failed where its policy allows no restart: the coordinator gives up."""
+    rec.ack(rec.feed(submitted(restart={"max_restarts": 0}), now=1.0), "done", now=2.0)
+    return rec.feed(incident("i2", "SEV2", node="n2", category="software_error"), now=50.0)
+
+
+def test_a_job_the_coordinator_gives_up_on_ends_failed_its_ranks_stopped_and_stays_failed() -> None:
+    """Issue 33: `job list` showed a given-up job `stopping` at its next generation forever (the
+    nodes leaving at the end of `trainmedic run` re-planned it), its incidents open."""
+    rec = Recorder()
+    out = gave_up(rec)
+    assert [e.type for e in out if e.type != "command"] == [
+        "recovery_skipped", "recovery_failed", "incident", "recovery_planned", "job_ended"]
+    [plan] = of_type(out, "recovery_planned")
+    assert (plan.kind, plan.nodes, plan.previous, plan.generation) == ("stop", (), ("n1", "n2", "n3"), 1)
+    assert sorted(c.node for c in of_type(out, "command") if c.action == "stop") == ["n1", "n2", "n3"]
+    [ended] = of_type(out, "job_ended")
+    assert (ended.state, ended.generation) == ("failed", 0) and "restart" in ended.reason
+    job = rec.state.jobs["llm"]
+    assert (job.state, job.nodes, job.end_reason) == (JobState.FAILED, (), ended.reason) and job.over
+    for node in ("n1", "n2", "n3"):  # the run's nodes shut down: nothing re-plans the job
+        rec.feed(NodeLeaving(ts=60.0, node=node, reason="trainmedic run ended"), now=60.0)
+    assert [e for e in rec.tick(now=61.0) if getattr(e, "job", None) == "llm"] == []
+    [late] = rec.feed(incident("i3", "SEV2", node="n1", ts=70.0), now=70.0)
+    assert late.type == "recovery_skipped" and "ended (failed)" in late.reason
+    assert rec.state.jobs["llm"].state is JobState.FAILED and refold(rec) == rec.state
+    assert rec.feed(stop(ts=80.0), now=80.0) == [] and rec.state.jobs["llm"].stop is None
+
+
+def test_a_jobs_end_resolves_its_open_incidents_with_the_reason_but_not_a_nodes_fault_or_an_alert() -> None:
+    rec = Recorder()
+    out = gave_up(rec)
+    [alert] = [e for e in of_type(out, "incident") if e.action == "alert"]
+    resolved = resolutions(rec.state, out, now=51.0)
+    assert [(i.id, i.status, i.ts) for i in resolved] == [("i2", "resolved", 51.0)]
+    assert resolved[0].evidence[-1].startswith("51.000 resolved: job llm ended failed: ")
+    assert rec.state.incidents[alert.id].status == "open"  # for a person: not resolved by the end
+    assert resolutions(rec.state, of_type(out, "recovery_skipped"), now=51.0) == []
+    other = Recorder()
+    other.started()
+    apply(other.state, incident("gpu", "SEV1", node="n3", category="gpu_ecc"))  # the node's fault
+    ended = JobEnded(ts=60.0, job="llm", state="stopped", generation=0, reason="stopped by alice")
+    assert resolutions(other.state, [ended], now=60.0) == []  # its node's re-admission reads it
+
+
+def test_a_rejected_submission_is_answered_with_job_ended_rejected_that_ends_nothing() -> None:
+    rec = Recorder()
+    rec.started()
+    bad = submitted("ghostly", nodes=("n1", "n9"), ts=30.0)
+    record = parse_message(TOPICS, TOPICS.jobs, 0, 9, b"ghostly", encode(bad), now=30.0)
+    why = receive(rec.state, record, now=30.0)
+    [answer] = rejected(rec.state, bad, why, now=31.0)
+    assert (answer.job, answer.state, answer.generation, answer.reason) == ("ghostly", "rejected", None, why)
+    assert "n9 not in the cluster" in why
+    again = submitted(nodes=("n1", "n9"), ts=32.0)  # a bad second submission of a taken id: the first stands
+    assert rejected(rec.state, again, "coordinator rejected it: ...", now=32.0) == []
+    before = refold(rec)
+    apply(rec.state, answer)
+    apply(rec.state, JobEnded(ts=33.0, job="llm", state="rejected", reason="an old rejection of the id"))
+    assert rec.state == before and rec.state.jobs["llm"].state is JobState.RUNNING
+    refused = [(bad, why), (stop("ghost"), "coordinator rejected it: no such job")]
+    assert unanswered(rec.state, [answer], refused, now=40.0) == []  # answered live already
+    assert [e.job for e in unanswered(rec.state, [], refused, now=40.0)] == ["ghostly"]  # refused while down

@@ -7,7 +7,7 @@ from tests.unit.coordinator.world import CONFIG, submitted
 from trainmedic.recovery.coordinator.core import ClusterState
 from trainmedic.recovery.coordinator.core.state import Job, JobState
 from trainmedic.recovery.coordinator.narrate import narrate
-from trainmedic.schemas import RecoveryCompleted, RecoveryPlanned
+from trainmedic.schemas import Incident, JobEnded, RecoveryCompleted, RecoveryPlanned
 
 
 def planned(nodes: tuple[str, ...]) -> RecoveryPlanned:
@@ -54,3 +54,15 @@ def test_an_operators_stop_is_told_as_asked_not_as_queued() -> None:
     assert line == "job_stop → plan p-1: llm stopped on every node, as asked"
     [issued] = narrate("job_stop", [plan], state_with(plan))
     assert "queued" not in issued
+
+
+def test_a_rejection_frees_no_node_and_a_resolution_is_not_raised() -> None:
+    state = ClusterState.initial(CONFIG)
+    rejected = JobEnded(ts=6.0, job="ghostly", state="rejected", reason="node n9 not in the cluster")
+    resolved = Incident(ts=7.0, id="i2", status="resolved", category="software_error", severity="SEV2",
+                        action="restart", job="llm", first_ts=5.0,
+                        evidence=("exit 1", "7.000 resolved: job llm ended failed: 4 restarts"))
+    assert narrate("job ghostly submitted", [rejected, resolved], state) == [
+        "job ghostly submitted → job ghostly rejected: node n9 not in the cluster",
+        "job ghostly submitted → resolved incident i2 (SEV2 software_error, job llm): "
+        "7.000 resolved: job llm ended failed: 4 restarts"]

@@ -64,3 +64,15 @@ def test_the_default_table_spans_min_to_max_in_at_most_sixteen_sizes():
     assert min(table) == 1920 and max(table) == 2048 and len(table) == 16
     assert table[2048] == pytest.approx(2048 * 8 * big.flops_per_gpu)
     assert default_table(JobModel(id="fixed", nodes=4), 8) == {4: 4 * 8 * 4.0e14}
+
+
+def test_a_generation_counts_its_steps_from_its_first_and_a_reattempt_goes_on_counting():
+    job = books()  # a 10 s step; a 10 s checkpoint after every 100 s of running
+    job.stop(255.0)  # trained 0-100, 110-210, 220-255: 10 + 10 + 3 steps
+    assert (job.steps, job.first_step) == (23, 10.0)
+    job.resume(300.0, 4, Restore.REPLICA)
+    assert (job.steps, job.first_step) == (0, None)
+    job.stop(315.0)  # one step, at 310
+    job.resume(320.0, 4, Restore.REPLICA, new_generation=False)  # a reattempt: the same processes
+    job.advance(340.0)
+    assert (job.steps, job.first_step) == (3, 310.0)

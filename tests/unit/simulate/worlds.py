@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from trainmedic.simulate.faults import Fault
 from trainmedic.simulate.healer import Healer
 from trainmedic.simulate.scenario import Scenario
@@ -20,6 +22,14 @@ def cluster(nodes: int, *, job_nodes: int = 4, min_nodes: int = 3, **trainmedic:
 
 def gpu_lost(ts: float, node: str = "n1", repair_s: float = 2 * HOUR) -> Fault:
     return Fault(ts=ts, node=node, category="gpu_lost", cause="faulty GPU", repair_s=repair_s)
+
+
+def process_exits(seed: int, days: float, mean_s: float = 3 * HOUR, nodes: int = 4) -> list[Fault]:
+    """Process faults (a rank killed) on the first `nodes` nodes, a Poisson process of mean `mean_s`."""
+    rng, ts, faults = random.Random(seed), 0.0, []
+    while (ts := ts + rng.expovariate(1 / mean_s)) < days * 86_400:
+        faults.append(Fault(ts=ts, node=f"n{rng.randrange(nodes)}", category="process_exit", cause="killed"))
+    return faults
 
 
 def healed(scenario: Scenario, faults: list[Fault], until: float) -> tuple[World, Healer]:
