@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter, Gauge, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from trainmedic.bus.metrics_flag import metrics_host
 
@@ -21,6 +21,11 @@ DEAD_LETTER_FAILURES = Counter("trainmedic_dead_letter_failures",
 CONSUMER_LAG = Gauge("trainmedic_consumer_lag", "Messages a consumer group has not committed yet "
                      "(high watermark - committed offset), sampled every few seconds",
                      ["group", "topic", "partition"])
+# Each service observes the phases of a recovery it sees: the coordinator detect, plan and commands;
+# an executor stop, launch and each rank's rendezvous, restore and first_step (docs/metrics.md).
+RECOVERY_PHASE = Histogram("trainmedic_recovery_phase_seconds",
+                           "The phases of a recovery a service sees (the phase label says which)", ["phase"],
+                           buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
 
 
 def serve_metrics(port: int | None, addr: str | None = None) -> int | None:

@@ -13,6 +13,7 @@ import queue
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -97,9 +98,9 @@ class Sink(Protocol):
     def count_dropped(self, count: int, why: str) -> None: ...
 
 
-# What the training thread enqueues: (event type, ts, step or error text, step_time, the step's
-# optional fields: restore_warning, restored).
-_Item = tuple[str, float, Any, float, dict[str, Any] | None]
+# What the training thread enqueues: (event type, ts, step or error text, step_time, the optional
+# fields: a step's restore_warning and restored, an error's traceback).
+_Item = tuple[str, float, Any, float, dict[str, Any] | None, int]  # ..., the generation it is about
 
 
 class Hook:
@@ -171,13 +172,25 @@ class Hook:
                  if value is not None}
         self._put(("worker_step", self._clock(), step, step_time, extra or None))
 
+    def waiting(self) -> None:
+        """A peer's failure broke this rank's process group and it waits, alive, for the next
+        generation (`Runtime.run`): its executor may keep the process instead of starting a new one."""
+        self._put(("worker_waiting", self._clock(), None, 0.0, None))
+
+    def regenerate(self, generation: int) -> None:
+        """The rank re-formed its process group at `generation`: what it reports from now on is
+        about that generation (what was queued before keeps the one it was about)."""
+        if self._common:
+            self._common["generation"] = generation
+
     def error(self, exc: BaseException) -> None:
         """Report an exception that escaped the training step (worker_error), once per exception."""
         if exc is self._last_error:
             return
         self._last_error = exc
         text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-        self._put(("worker_error", self._clock(), text, 0.0, None))
+        formatted = "".join(traceback.format_exception(exc))  # bounded by the sender (`_event`)
+        self._put(("worker_error", self._clock(), text, 0.0, {"traceback": formatted}))
 
     def capture(self) -> _Capture:
         """A context manager and decorator: an Exception escaping it is reported, then re-raised."""
@@ -219,7 +232,8 @@ class Hook:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _put(self, item: _Item) -> None:
+    def _put(self, what: tuple[str, float, Any, float, dict[str, Any] | None]) -> None:
+        item = (*what, self._common.get("generation", 0))
         sink = self._sink
         if sink is None:
             return
@@ -268,14 +282,18 @@ class Hook:
         from pydantic import ValidationError
 
         from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped
+        from trainmedic.schemas.telemetry import WorkerWaiting, last_lines
 
-        kind, ts, value, step_time, extra = item
+        kind, ts, value, step_time, extra, generation = item
+        common = {**self._common, "generation": generation}
         try:
             if kind == "worker_step":
-                return WorkerStepped(ts=ts, step=value, step_time=step_time, **(extra or {}), **self._common)
+                return WorkerStepped(ts=ts, step=value, step_time=step_time, **(extra or {}), **common)
             if kind == "worker_error":
-                return WorkerFailed(ts=ts, error=value, **self._common)
-            return WorkerStarted(ts=ts, hang_floor_s=self.identity.hang_floor_s, **self._common)
+                return WorkerFailed(ts=ts, error=value, traceback=last_lines(extra["traceback"]), **common)
+            if kind == "worker_waiting":
+                return WorkerWaiting(ts=ts, **common)
+            return WorkerStarted(ts=ts, hang_floor_s=self.identity.hang_floor_s, **common)
         except ValidationError as err:
             sink.count_dropped(1, f"invalid {kind}: {err.errors(include_url=False)[0]['msg']}")
             return None

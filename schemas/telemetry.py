@@ -21,6 +21,22 @@ from trainmedic.schemas.bounds import (
     Text,
 )
 
+# The bound of a rank's last output in `worker_exit` and of a traceback in `worker_error`: its last
+# lines, at most this many characters and lines (the executor and the hook cut to it).
+MAX_TAIL_CHARS = 4_096
+MAX_TAIL_LINES = 40
+
+
+def last_lines(text: str, max_lines: int = MAX_TAIL_LINES, max_chars: int = MAX_TAIL_CHARS) -> str:
+    """The end of `text` within the bound: its last `max_lines` lines, then its last `max_chars`
+    characters (from a line's start where the cut leaves one)."""
+    kept = "\n".join(text.rstrip("\n").split("\n")[-max_lines:])
+    if len(kept) <= max_chars:
+        return kept
+    cut = kept[-max_chars:]
+    newline = cut.find("\n")
+    return cut[newline + 1:] if 0 <= newline < len(cut) - 1 else cut
+
 
 class GpuSample(NodeEvent):
     """One sample of one GPU. Counters are cumulative since driver load."""
@@ -76,6 +92,14 @@ class WorkerStarted(WorkerEvent):
         default=None, description="the job spec's failure.hang_floor_s, which the detector uses")
 
 
+class WorkerWaiting(WorkerEvent):
+    """A peer's failure broke the rank's process group and it waits, alive, to re-form it at the next
+    generation (`Runtime.run`). Only for its executor, which may then keep the process instead of
+    starting a new one; never on Kafka."""
+
+    type: Literal["worker_waiting"] = "worker_waiting"
+
+
 class Restored(Model):
     """Where a rank's state came from when it (re)started: `kind` "replica" (node-local snapshots)
     or "checkpoint", the `step` it holds, and how long the restore took. Restored from a sharded
@@ -108,6 +132,9 @@ class WorkerFailed(WorkerEvent):
 
     type: Literal["worker_error"] = "worker_error"
     error: Text
+    traceback: Text | None = Field(
+        default=None, description="the exception's formatted traceback, its last lines (bounded by "
+        "MAX_TAIL_CHARS and MAX_TAIL_LINES); the rank's own text: render it escaped; absent from older hooks")
 
 
 class WorkerExited(WorkerEvent):
@@ -121,6 +148,11 @@ class WorkerExited(WorkerEvent):
     reason: Text | None = None
     stopped: bool = Field(default=False, description="the executor stopped it on a command (a planned "
                           "stop of a re-plan, not a failure); absent (false) from older executors")
+    output_tail: Text | None = Field(
+        default=None, description="the last lines the rank wrote before an exit that was neither clean "
+        "nor a stop, from its last traceback line on where there is one (bounded by MAX_TAIL_CHARS and "
+        "MAX_TAIL_LINES); the rank's own text: render it escaped; absent from older executors and for "
+        "ranks whose output the executor does not know")
 
     @property
     def status_unknown(self) -> bool:

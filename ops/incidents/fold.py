@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from trainmedic.schemas import encode
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
-from trainmedic.schemas.telemetry import WorkerStepped
+from trainmedic.schemas.telemetry import WorkerExited, WorkerStarted, WorkerStepped
 
 Outcome = RecoveryCompleted | RecoveryFailed
 
@@ -37,6 +37,10 @@ class IncidentHistory:
     # when a step of each (job, generation) completed, by any rank (the `ts` of its worker_step)
     steps: dict[tuple[str, int], set[float]] = field(default_factory=dict)
     published: dict[tuple[str, str], float] = field(default_factory=dict)  # (id, status) -> first on Kafka
+    # when each rank of a (job, generation) joined its process group (worker_start), and when its
+    # executor stopped one on a command (worker_exit, stopped): the phases of a recovery (phases.py)
+    joined: dict[tuple[str, int], set[float]] = field(default_factory=dict)
+    stopped: dict[tuple[str, int], set[float]] = field(default_factory=dict)
 
     def statuses(self, incident_id: str) -> dict[str, Incident]:
         """The open and resolved events of one incident, those that were seen."""
@@ -67,6 +71,10 @@ def apply(history: IncidentHistory, event: object, published: float | None = Non
             history.outcomes[key] = _first(history.outcomes.get(key), event)
         case RecoverySkipped() if event.incident_id is not None:
             history.skips[event.incident_id] = _first(history.skips.get(event.incident_id), event)
+        case WorkerStarted():
+            history.joined.setdefault((event.job, event.generation), set()).add(event.ts)
+        case WorkerExited(stopped=True):
+            history.stopped.setdefault((event.job, event.generation), set()).add(event.ts)
         case WorkerStepped():
             history.steps.setdefault((event.job, event.generation), set()).add(event.ts)
             key = (event.job, event.generation, event.rank)

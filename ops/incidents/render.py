@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from trainmedic.ops.incidents.evidence import clock, offset, readable
+from trainmedic.ops.incidents.phases import PHASES, Phase
 from trainmedic.ops.incidents.views import Entry, IncidentView, evidence_entries
 from trainmedic.schemas.printable import terminal_safe
 
@@ -103,6 +104,8 @@ def details(view: IncidentView) -> str:
                   f"{'' if p.nodes else ' (no nodes: the job is stopped and queued)'}" for p in view.plans]
     if view.skipped:
         lines.append(f"no action: {view.skipped.reason}")
+    for job, found in view.phases:
+        lines += phase_lines(job, found)
     if view.restores:
         lines.append("restored:")
         lines += [f"  - {r.describe()}" for r in view.restores]
@@ -111,6 +114,15 @@ def details(view: IncidentView) -> str:
         lines += [f"  - {w.job} generation {w.generation} rank {w.rank} on {w.node}: {w.restore_warning}"
                   for w in view.restore_warnings]
     return "\n".join(map(terminal_safe, lines))
+
+
+def phase_lines(job: str, found: tuple[Phase, ...]) -> list[str]:
+    """Where the seconds of `job`'s recovery went, a phase a line, and their total."""
+    spans = {name: spans for name, _, spans in PHASES}
+    width = max(len(name) for name, _, _ in PHASES)
+    return [f"recovery of {job} by phase (event time):",
+            *(f"  {p.name:{width}} {p.seconds:8.3f} s  {spans[p.name]}" for p in found),
+            f"  {'total':{width}} {sum(p.seconds for p in found):8.3f} s  first evidence → first step"]
 
 
 def story(view: IncidentView, entries: list[Entry]) -> str:

@@ -9,6 +9,7 @@ from typing import NamedTuple
 
 from trainmedic.ops.incidents.evidence import stamped
 from trainmedic.ops.incidents.fold import IncidentHistory
+from trainmedic.ops.incidents.phases import Phase, milestones, phases
 from trainmedic.schemas.incident import Incident, IncidentStatus
 from trainmedic.schemas.recovery import (
     RecoveryCompleted,
@@ -48,6 +49,7 @@ class IncidentView:
     published: float | None = None  # when the opened incident reached Kafka (its message time)
     resumed: tuple[Resumed, ...] = ()  # per job placed on nodes, its first step after the repair
     restores: tuple[Restore, ...] = ()  # per job and generation of its plans, where the state came from
+    phases: tuple[tuple[str, tuple[Phase, ...]], ...] = ()  # per job resumed, where the seconds went
 
     @property
     def id(self) -> str:
@@ -145,16 +147,20 @@ def _view(history: IncidentHistory, iid: str, escalations: dict[str, str]) -> In
     warnings = tuple(sorted((w for (job, gen, _), w in history.restore_warnings.items()
                              if (job, gen) in generations), key=lambda w: (w.ts, w.rank)))
     restored = restores([s for (job, gen, _), s in history.restores.items() if (job, gen) in generations])
-    resumed = []
+    published = history.published.get((iid, str(IncidentStatus.OPEN)))
+    resumed, timed = [], []
     for job, plan in sorted(latest_plans(plans).items()):
         ts = first_step_after_repair(plan, outcomes, history.steps.get((job, plan.generation), set()))
         if plan.nodes and ts is not None:
             resumed.append(Resumed(job, plan.generation, ts))
+            if opened is not None and plan.kind != RecoveryKind.REATTEMPT:
+                done = next((o for o in outcomes if isinstance(o, RecoveryCompleted)
+                             and (o.plan_id, o.job) == (plan.plan_id, plan.job)), None)
+                timed.append((job, phases(milestones(history, opened, published, plan, done, ts))))
     return IncidentView(incident=resolved or opened, opened=opened, resolved=resolved, plans=plans,
                         outcomes=outcomes, skipped=history.skips.get(iid),
                         escalated_from=escalations.get(iid), restore_warnings=warnings,
-                        published=history.published.get((iid, str(IncidentStatus.OPEN))),
-                        resumed=tuple(resumed), restores=restored)
+                        published=published, resumed=tuple(resumed), restores=restored, phases=tuple(timed))
 
 
 def _escalations(history: IncidentHistory) -> dict[str, str]:

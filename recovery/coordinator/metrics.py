@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from trainmedic.bus.metrics import RECOVERY_PHASE
 from trainmedic.schemas.commands import AckStatus
 from trainmedic.schemas.recovery import RecoveryKind
 
@@ -29,6 +30,7 @@ COMMAND_ACKS = Counter("trainmedic_command_acks", "Acks the coordinator received
 RECOVERY_ACKED = Histogram("trainmedic_recovery_acked_seconds",
                            "From an incident's earliest evidence to every command of the plan that placed "
                            "its job on nodes acknowledged done", ["kind"], buckets=_ACKED_BUCKETS)
+PHASES = ("detect", "plan", "commands")  # of RECOVERY_PHASE (bus/metrics.py) the coordinator observes
 NODES = Gauge("trainmedic_nodes", "Nodes the coordinator knows, healthy or isolated", ["state"])
 JOBS = Gauge("trainmedic_jobs", "Jobs the coordinator knows, by state", ["state"])
 # For alerting on the healer itself (compose/prometheus/rules.yml): a standby reports 0, so that no
@@ -43,6 +45,8 @@ ISOLATIONS_LEFT = Gauge("trainmedic_isolations_left", "Nodes the coordinator may
 for _kind in RecoveryKind:
     RECOVERY_PLANS.labels(str(_kind))
     RECOVERY_ACKED.labels(str(_kind))
+for _phase in PHASES:
+    RECOVERY_PHASE.labels(_phase)
 for _outcome in ("completed", "failed", "skipped"):
     RECOVERY_OUTCOMES.labels(_outcome)
 for _status in AckStatus:

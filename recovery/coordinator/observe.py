@@ -9,7 +9,13 @@ from trainmedic.recovery.coordinator import metrics
 from trainmedic.recovery.coordinator.core.limits import isolations_left
 from trainmedic.recovery.coordinator.core.state import ClusterState, JobState, NodeMode
 from trainmedic.schemas.commands import Command, CommandAcked
-from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned, RecoverySkipped
+from trainmedic.schemas.recovery import (
+    RecoveryCompleted,
+    RecoveryFailed,
+    RecoveryKind,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
 
 
 def received(event: object) -> None:
@@ -25,6 +31,10 @@ def published(state: ClusterState, outputs: list) -> None:
         match event:
             case RecoveryPlanned():
                 metrics.RECOVERY_PLANS.labels(str(event.kind)).inc()
+                incident = state.incidents.get(event.incident_id) if event.incident_id else None
+                if incident is not None and event.kind is not RecoveryKind.REATTEMPT:
+                    metrics.RECOVERY_PHASE.labels("detect").observe(max(0.0, incident.ts - incident.first_ts))
+                    metrics.RECOVERY_PHASE.labels("plan").observe(max(0.0, event.ts - incident.ts))
             case Command():
                 metrics.COMMANDS_SENT.labels(str(event.action)).inc()
             case RecoverySkipped():
@@ -39,6 +49,8 @@ def published(state: ClusterState, outputs: list) -> None:
                 if plan is not None and plan.plan_id == event.plan_id and incident is not None and plan.nodes:
                     acked_s = max(0.0, event.ts - incident.first_ts)
                     metrics.RECOVERY_ACKED.labels(str(plan.kind)).observe(acked_s)
+                    if plan.kind is not RecoveryKind.REATTEMPT:
+                        metrics.RECOVERY_PHASE.labels("commands").observe(max(0.0, event.ts - plan.ts))
 
 
 def cluster(state: ClusterState, now: float) -> None:

@@ -5,12 +5,14 @@ the ranks report. Thin: every decision is `decide`, every state move the `GroupS
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from pydantic import BaseModel
 
@@ -22,11 +24,12 @@ from trainmedic.bus.reader import At, Start, TopicReader, partition_count, parti
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.producers.outbox import Outbox
 from trainmedic.producers.report_channel import SOCKET_ENV
-from trainmedic.recovery.executor import leftovers, metrics
+from trainmedic.recovery.executor import job_dirs, leftovers, metrics
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import admit
 from trainmedic.recovery.executor.core.decide import Apply, Decision, Reack, Refuse, Skip, Step, decide
 from trainmedic.recovery.executor.core.ledger_state import RecordedAck
+from trainmedic.recovery.executor.core.phases import RankTimes, rank_phases
 from trainmedic.recovery.executor.core.rank_env import base_env, rank_env
 from trainmedic.recovery.executor.core.reports import LaunchedRank, Report
 from trainmedic.recovery.executor.core.restart import interrupted_answer, unanswered
@@ -34,8 +37,9 @@ from trainmedic.recovery.executor.core.state import GroupState, LocalGroup, afte
 from trainmedic.recovery.executor.forkserver import PRELOAD_ENV, WarmLauncher, become_subreaper
 from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.report_server import ReportServer, socket_path
-from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
+from trainmedic.recovery.executor.supervisor import RankExit, Supervisor, failure_tail
 from trainmedic.recovery.keyring import KeyFolder
+from trainmedic.recovery.worker import reform
 from trainmedic.recovery.worker.env import WorkerEnv
 from trainmedic.schemas import (
     AckStatus,
@@ -48,6 +52,8 @@ from trainmedic.schemas import (
     RanksFinished,
     WorkerExited,
 )
+from trainmedic.schemas.commands import CommandAction
+from trainmedic.schemas.telemetry import WorkerWaiting
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,8 @@ class Executor:
         self._leave_reason = ""
         self._announced = False
         self._launched: dict[int, LaunchedRank] = {}  # by pid: who each rank's reports must say it is
+        self._rank_times: dict[int, RankTimes] = {}  # by pid: the phases of its start (core/phases.py)
+        self._waiting: set[int] = set()  # pids of ranks waiting alive to re-form (`Runtime.run`)
         self._report_outbox = Outbox(
             EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}-reports")),
             what="rank reports")
@@ -294,9 +302,10 @@ class Executor:
         self._flush()
         started = time.monotonic()
         group = fenced_at(group or LocalGroup(command.job, command.generation), command.generation)
+        kept = self._survivors(command)
         try:
             for step in decision.steps:
-                group = self._run_step(step, command, group)
+                group = self._run_step(step, command, group, kept)
         except (OSError, RuntimeError, ValueError, TypeError) as err:  # e.g. an argv execve refuses
             self.groups[command.job] = group
             log.error("command %s failed: %s", command.id, err)
@@ -310,20 +319,31 @@ class Executor:
         self._ledger.record_answer(command.id, answer)
         self._ack(command, AckStatus(answer.status), reason=answer.reason, elapsed_s=answer.elapsed_s)
 
-    def _run_step(self, step: Step, command: Command, group: LocalGroup) -> LocalGroup:
+    def _run_step(self, step: Step, command: Command, group: LocalGroup, kept: dict[int, int]) -> LocalGroup:
+        """One step of a command; `kept` (pid -> local rank): ranks re-formed in place, neither
+        stopped nor started again."""
+        began = time.monotonic()
         if step == Step.STOP:
             group = group.to(GroupState.STOPPING)
-            for ended in self.supervisor.stop(command.job, self.config.stop_grace_s):
+            for ended in self.supervisor.stop(command.job, self.config.stop_grace_s, keep=kept):
                 self._publish_exit(ended, stopped=True)
+            metrics.RECOVERY_PHASE.labels("stop").observe(time.monotonic() - began)
             return group.to(GroupState.STOPPED)
         if step == Step.LAUNCH:
             spec = command.worker
-            envs = [self._rank_env(command, local_rank) for local_rank in range(len(spec.ranks))]
-            pids = self.supervisor.launch(command.job, command.generation, spec, envs,
-                                          self.config.job_dir(command.job))
-            for local_rank, (rank, pid) in enumerate(zip(spec.ranks, pids, strict=True)):
-                self._launched[pid] = LaunchedRank(command.job, command.generation, rank, spec.world_size,
-                                                   local_rank, spec.failure.hang_floor_s)
+            new = [local_rank for local_rank in range(len(spec.ranks)) if local_rank not in kept.values()]
+            envs = [self._rank_env(command, local_rank) for local_rank in new]
+            some = spec.model_copy(update={"ranks": tuple(spec.ranks[i] for i in new)})
+            pids = self.supervisor.launch(command.job, command.generation, some, envs,
+                                          self.config.job_dir(command.job)) if new else []
+            launched = time.monotonic()
+            for local_rank, pid in zip(new, pids, strict=True):
+                self._launched[pid] = LaunchedRank(command.job, command.generation, spec.ranks[local_rank],
+                                                   spec.world_size, local_rank, spec.failure.hang_floor_s)
+                self._rank_times[pid] = RankTimes(launched)
+            for pid, local_rank in kept.items():
+                self._keep(command, pid, local_rank, launched)
+            metrics.RECOVERY_PHASE.labels("launch").observe(launched - began)
             return group.to(GroupState.RUNNING, spec=spec)
         sent = self.supervisor.signal(command.job, signal.SIGUSR1)
         if sent == 0:
@@ -331,17 +351,49 @@ class Executor:
         log.info("job %s: SIGUSR1 (reattempt) sent to %d ranks", command.job, sent)
         return group
 
-    def _rank_env(self, command: Command, local_rank: int) -> dict[str, str]:
+    def _survivors(self, command: Command) -> dict[int, int]:
+        """The ranks a restart keeps (pid -> local rank): those of its job waiting alive to re-form
+        (`Runtime.run`, after a peer's failure) at the same rank and world size. Every other rank
+        is stopped and started again, as one that is hung, or whose script does not wait."""
         spec = command.worker
-        contract = WorkerEnv(
+        if command.action is not CommandAction.RESTART or spec is None:
+            return {}
+        kept = {}
+        for rank, pid in self.supervisor.pids(command.job).items():
+            launched = self._launched.get(pid)
+            if (pid in self._waiting and launched is not None and launched.generation < command.generation
+                    and launched.world_size == spec.world_size and rank in spec.ranks):
+                kept[pid] = spec.ranks.index(rank)
+        return kept
+
+    def _keep(self, command: Command, pid: int, local_rank: int, now: float) -> None:
+        """Name the next generation to a rank kept alive: its contract in the job's directory, where
+        it waits; from now on its reports are about that generation."""
+        launched = self._launched[pid]
+        job_dirs.put(self.config.job_dir(command.job), reform.REFORM_DIR, reform.file_name(launched.rank),
+                     json.dumps(self._contract(command, local_rank).to_env()))
+        self._launched[pid] = replace(launched, generation=command.generation)
+        self._reports.forget(pid)
+        self._waiting.discard(pid)
+        self._rank_times[pid] = RankTimes(now)
+        self.supervisor.regenerate(command.job, pid, command.generation)
+        metrics.RANKS_KEPT.inc()
+        log.info("job %s g%d: rank %d (pid %d) kept: it re-forms in its own process", command.job,
+                 command.generation, launched.rank, pid)
+
+    def _contract(self, command: Command, local_rank: int) -> WorkerEnv:
+        spec = command.worker
+        return WorkerEnv(
             master_addr=spec.master_addr, master_port=spec.master_port, rank=spec.ranks[local_rank],
             world_size=spec.world_size, local_rank=local_rank, local_world_size=len(spec.ranks),
             job=command.job, node=self.config.node, generation=command.generation, restore=spec.restore,
             checkpoint_dir=spec.checkpoint_dir, snapshot_dir=str(self.config.snapshot_dir(command.job)),
             collective_timeout_s=spec.failure.collective_timeout_s, hang_floor_s=spec.failure.hang_floor_s,
         )
-        return rank_env(os.environ, self.config.admission.rank_env, self._channel(), contract.to_env(),
-                        job=spec.env)
+
+    def _rank_env(self, command: Command, local_rank: int) -> dict[str, str]:
+        return rank_env(os.environ, self.config.admission.rank_env, self._channel(),
+                        self._contract(command, local_rank).to_env(), job=command.worker.env)
 
     def _server_env(self) -> dict[str, str]:
         """The warm fork server's environment: what every rank gets, so that no credential is in the
@@ -355,13 +407,20 @@ class Executor:
 
     def _publish_report(self, report: Report) -> None:
         """A rank's report, checked and stamped (report_server.py's thread): on telemetry.worker, or
-        dropped and counted, never waited for."""
+        dropped and counted, never waited for. The phases of its rank's start it ends are timed. A
+        rank waiting to re-form is noted, not published: the next restart keeps it."""
+        if isinstance(report, WorkerWaiting):
+            self._waiting.add(report.pid)
+            return
         self._report_outbox.send(self.kafka.topics.worker, report, key=report.job)
         self._report_outbox.poll()
+        times = self._rank_times.get(report.pid)
+        for phase, seconds in rank_phases(times, report, time.monotonic()) if times is not None else ():
+            metrics.RECOVERY_PHASE.labels(phase).observe(seconds)
 
     def _on_exit(self, ended: RankExit, still_alive: int) -> None:
         """One rank ended on its own; `still_alive` of its job's ranks have not (yet) been folded."""
-        self._publish_exit(ended)
+        self._publish_exit(ended, tail=failure_tail(ended))
         group = self.groups.get(ended.job)
         if group is not None and group.generation == ended.generation:
             after = after_exit(group, ended.clean, still_alive)
@@ -379,15 +438,18 @@ class Executor:
         self._report(RanksFinished(ts=self.clock(), node=self.config.node, job=group.job,
                                    generation=group.generation, ranks=group.spec.ranks))
 
-    def _publish_exit(self, ended: RankExit, stopped: bool = False) -> None:
+    def _publish_exit(self, ended: RankExit, stopped: bool = False, tail: str | None = None) -> None:
         """`stopped`: the exit is this executor's own stop on a command, or as its node leaves on
-        purpose, which the detector must not read as a fault."""
+        purpose, which the detector must not read as a fault. `tail`: what a failed rank last wrote."""
+        self._rank_times.pop(ended.pid, None)
+        self._waiting.discard(ended.pid)
         if self._launched.pop(ended.pid, None) is not None:
             self._reports.forget(ended.pid)
         event = WorkerExited(
             ts=self.clock(), node=self.config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
             exit_code=ended.exit_code, signal=ended.signal, reason=ended.reason, stopped=stopped,
+            output_tail=tail,
         )
         self._send(self.kafka.topics.worker, event, key=ended.job)
         metrics.RANK_EXITS.labels("clean" if ended.clean else "unknown" if ended.reason else "failed").inc()

@@ -84,6 +84,29 @@ def _own_dir(parent: int, name: str, user: RankUser | None) -> int:
     return fd
 
 
+def put(job_dir: Path, subdir: str, name: str, text: str) -> Path:
+    """`text` as `job_dir/subdir/name`, readable by the rank (0644), whole or not at all, never
+    through a link: the rank may have made `subdir`, or a file in it, a link elsewhere."""
+    job = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(subdir, 0o755, dir_fd=job)
+        sub = os.open(subdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=job)
+        try:
+            part = f".{name}.part"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part, dir_fd=sub)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=sub)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(part, name, src_dir_fd=sub, dst_dir_fd=sub)
+        finally:
+            os.close(sub)
+    finally:
+        os.close(job)
+    return job_dir / subdir / name
+
+
 def open_log(path: Path) -> int:
     """`path` (in a job's logs directory) opened to append, never through a link, in its last
     two parts: what the rank may have replaced. An OSError if either is a link or not a file."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter
 
+from trainmedic.bus.metrics import RECOVERY_PHASE
 from trainmedic.schemas.commands import AckStatus
 
 EXECUTOR_ACKS = Counter("trainmedic_executor_acks", "Answers an executor sent, by status", ["status"])
@@ -24,6 +25,10 @@ RANK_REPORTS = Counter("trainmedic_executor_rank_reports",
                        "leaping ahead; over the rate; malformed; oversized; not a rank's process; too many "
                        "connections)",
                        ["outcome"])
+RANKS_KEPT = Counter("trainmedic_executor_ranks_kept", "Ranks a restart kept in their own process: waiting "
+                    "after a peer's failure (`Runtime.run`), re-formed at the next generation, not started "
+                    "again")
+PHASES = ("stop", "launch", "rendezvous", "restore", "first_step")  # of RECOVERY_PHASE (bus/metrics.py)
 
 # Every known label value from the start at 0: a panel shows "none" rather than no data, and the
 # first event counts as an increase (a series born at 1 has no rate).
@@ -35,3 +40,5 @@ for _outcome in ("published", "rate", "malformed", "oversized", "other_job", "ot
                  "other_rank", "other_world_size", "step_backwards", "step_leap", "unknown_process",
                  "connections"):
     RANK_REPORTS.labels(_outcome)
+for _phase in PHASES:
+    RECOVERY_PHASE.labels(_phase)

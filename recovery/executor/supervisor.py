@@ -10,12 +10,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from trainmedic.recovery.executor import job_dirs, leftovers
+from trainmedic.recovery.executor.core.output_tail import READ_BYTES, output_tail
 from trainmedic.recovery.executor.core.restart import RecordedRank
 from trainmedic.recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
 from trainmedic.recovery.executor.rank_logs import log_name
@@ -37,6 +38,7 @@ class RankExit:
     exit_code: int | None
     signal: int | None
     reason: str | None = None
+    log: Path | None = None  # where its output went; None for a rank adopted after a restart
 
     @property
     def clean(self) -> bool:
@@ -54,6 +56,7 @@ class RankProcess:
     log_file: IO[bytes] | None = None
     start: int | None = None  # process start time (/proc/PID/stat), to tell a reused pid apart
     adopted: bool = False  # started by a previous executor: not our child, polled in /proc
+    log_path: Path | None = None  # its output; unknown for an adopted rank
 
 
 class Supervisor:
@@ -104,13 +107,16 @@ class Supervisor:
             for rank, given in zip(spec.ranks, envs, strict=True):
                 env = {**given, "HOME": str(job_dir), "PYTHONNOUSERSITE": "1"}
                 path = log_dir / log_name(generation, rank)
-                pid = self._start_warm(target, env, path, spec.workdir) if target is not None else None
+                pid = None
+                if target is not None:
+                    title = rank_title(job, generation, rank, target)
+                    pid = self._start_warm(target, env, path, spec.workdir, title)
                 popen, log_file = None, None
                 if pid is None:
                     popen, log_file = self._start_cold(spec.command, env, path, spec.workdir)
                     pid = popen.pid
                 proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_file,
-                                   leftovers.start_time(pid))
+                                   leftovers.start_time(pid), log_path=path)
                 started.append(proc)
                 self._ranks.setdefault(job, []).append(proc)
                 self._record()
@@ -139,11 +145,11 @@ class Supervisor:
         self._record()
 
     def _start_warm(
-        self, target: WarmTarget, env: Mapping[str, str], path: Path, cwd: str | None,
+        self, target: WarmTarget, env: Mapping[str, str], path: Path, cwd: str | None, title: str,
     ) -> int | None:
         """The pid of a rank forked by the warm launcher, or None to start it cold."""
         try:
-            return self._launcher.launch(target, env, path, cwd)
+            return self._launcher.launch(target, env, path, cwd, title)
         except OSError as err:
             log.warning("warm start failed (%s); starting the rank cold", err)
             return None
@@ -176,13 +182,21 @@ class Supervisor:
         """rank -> pid of the live ranks of `job`."""
         return {proc.rank: proc.pid for proc in self._ranks.get(job, [])}
 
-    def signal(self, job: str, sig: signal.Signals) -> int:
-        """Send `sig` to the group of every live rank of `job`; returns how many got it."""
+    def signal(self, job: str, sig: signal.Signals, keep: Collection[int] = ()) -> int:
+        """Send `sig` to the group of every live rank of `job` (but the pids in `keep`); returns how
+        many got it."""
         sent = 0
         for proc in self._ranks.get(job, []):
-            if _kill_group(proc.pid, sig):
+            if proc.pid not in keep and _kill_group(proc.pid, sig):
                 sent += 1
         return sent
+
+    def regenerate(self, job: str, pid: int, generation: int) -> None:
+        """A rank of `job` kept alive across a restart is of `generation` from now on."""
+        for proc in self._ranks.get(job, []):
+            if proc.pid == pid:
+                proc.generation = generation
+        self._record()
 
     def reap(self, only_job: str | None = None) -> list[RankExit]:
         """The ranks (of every job, or of `only_job`) that ended since the last call; never blocks."""
@@ -207,23 +221,27 @@ class Supervisor:
             self._record()
         return exits
 
-    def stop(self, job: str, grace_s: float) -> list[RankExit]:
-        """SIGTERM every rank group of `job`, SIGKILL what is left after `grace_s`; wait for all."""
-        procs = self._ranks.get(job, [])
-        if not procs:
+    def stop(self, job: str, grace_s: float, keep: Collection[int] = ()) -> list[RankExit]:
+        """SIGTERM every rank group of `job` but the pids in `keep`, SIGKILL what is left after
+        `grace_s`; wait for all of them."""
+
+        def left() -> int:
+            return sum(proc.pid not in keep for proc in self._ranks.get(job, []))
+
+        if not left():
             return []
-        log.info("job %s: stopping %d ranks (SIGTERM, SIGKILL after %gs)", job, len(procs), grace_s)
-        self.signal(job, signal.SIGTERM)
+        log.info("job %s: stopping %d ranks (SIGTERM, SIGKILL after %gs)%s", job, left(), grace_s,
+                 f", keeping {len(keep)}" if keep else "")
+        self.signal(job, signal.SIGTERM, keep)
         exits: list[RankExit] = []
         deadline = time.monotonic() + grace_s
-        while self._ranks.get(job):
+        while left():
             exits.extend(self.reap(job))
-            if not self._ranks.get(job):
+            if not left():
                 break
             if time.monotonic() >= deadline:
-                log.warning("job %s: %d ranks ignored SIGTERM for %gs; SIGKILL",
-                            job, len(self._ranks[job]), grace_s)
-                self.signal(job, signal.SIGKILL)
+                log.warning("job %s: %d ranks ignored SIGTERM for %gs; SIGKILL", job, left(), grace_s)
+                self.signal(job, signal.SIGKILL, keep)
                 deadline = float("inf")
             time.sleep(0.05)
         return exits
@@ -247,7 +265,8 @@ class Supervisor:
         code, sig = (status, None) if status >= 0 else (None, -status)
         log.info("job %s g%d: rank %d (pid %d) ended: %s", proc.job, proc.generation, proc.rank,
                  proc.pid, f"exit code {code}" if sig is None else f"signal {signal.Signals(sig).name}")
-        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, code, sig)
+        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, code, sig,
+                        log=proc.log_path)
 
     @staticmethod
     def _finish_adopted(proc: RankProcess, reused: bool) -> RankExit:
@@ -259,6 +278,30 @@ class Supervisor:
         log.info("job %s g%d: adopted rank %d (pid %d) ended: exit status unknown", proc.job, proc.generation,
                  proc.rank, proc.pid)
         return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, None, None, reason)
+
+
+def rank_title(job: str, generation: int, rank: int, target: WarmTarget) -> str:
+    """How a rank forked warm shows in ps: `trainmedic rank 3 of job JOB g2: python -m pkg.train ARGS`
+    (cut to the fork server's command line's length)."""
+    command = " ".join(("python -m", target.module, *target.args))
+    return f"trainmedic rank {rank} of job {job} g{generation}: {command}"
+
+
+def failure_tail(ended: RankExit) -> str | None:
+    """What a rank that failed (exited non-zero, or by a signal) last wrote, read from the end of its
+    log only (output_tail.py); None for a clean exit, an unknown log or one that cannot be read."""
+    if ended.clean or ended.log is None or (ended.exit_code is None and ended.signal is None):
+        return None
+    try:
+        with open(ended.log, "rb") as log_file:
+            size = log_file.seek(0, os.SEEK_END)
+            log_file.seek(max(0, size - READ_BYTES))
+            end = log_file.read(READ_BYTES)
+    except OSError as err:
+        log.warning("job %s g%d: rank %d's output cannot be read: %s", ended.job, ended.generation,
+                    ended.rank, err)
+        return None
+    return output_tail(end, whole=size <= READ_BYTES)
 
 
 def _ended(pid: int) -> int | None:

@@ -9,18 +9,18 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from trainmedic.producers.hook import Hook
-from trainmedic.recovery.worker import rank_state, sharded, state_files
+from trainmedic.recovery.worker import rank_state, reform, sharded, state_files
 from trainmedic.recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
 from trainmedic.recovery.worker.rank_state import (
     Stateful,  # what the runtime saves: an optimizer, a data loader
@@ -30,6 +30,7 @@ from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
 from trainmedic.schemas import RestoreSource
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 
@@ -54,6 +55,9 @@ class Runtime:
     _restored_generation: int = field(default=state_files.UNNAMED, repr=False)  # that saved what was restored
     _data_checked: bool = field(default=False, repr=False)  # the data state proved loadable once
     _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
+    _store: dist.TCPStore | None = field(default=None, repr=False)  # this generation's rendezvous store
+    _backend: str = field(default="gloo", repr=False)
+    _timeout_s: float = field(default=DEFAULT_TIMEOUT_S, repr=False)
 
     @property
     def rank(self) -> int:
@@ -231,6 +235,56 @@ class Runtime:
                 log.info("rank %d g%d: stopping, the step's state saved", self.rank, self.env.generation)
                 _die_by_sigterm()
 
+    def run(self, train: Callable[[Runtime], T], wait_s: float = reform.REFORM_WAIT_S) -> T:
+        """Run `train(self)`, keeping this process where a peer's failure breaks a collective: it
+        waits (`wait_s` at most) for its executor to name the next generation, re-forms the process
+        group and runs `train` again, which restores as a new rank does. Any other error, or no next
+        generation in time, ends the rank as before (docs/executor.md, "Survivors keep their
+        processes")."""
+        while True:
+            try:
+                return train(self)
+            except Exception as err:
+                if not peer_failed(err):
+                    raise
+                self.report_error(err)
+                log.warning("rank %d g%d: a peer failed (%s); waiting for the next generation in this "
+                            "process", self.rank, self.env.generation, str(err).splitlines()[0][:200])
+                if not self._reform(wait_s):
+                    raise
+
+    def _reform(self, wait_s: float) -> bool:
+        """Leave the broken process group, say so, and join the next generation's; False when none
+        comes in `wait_s`, or it is not this rank's place (another rank or world size)."""
+        with suppress(Exception):  # a snapshot written behind a broken step: the restore decides
+            self.flush()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if self.hook is not None:
+            self.hook.waiting()
+        home = Path(os.environ.get("HOME", "."))
+        found = reform.wait(home, self.rank, self.env.generation, wait_s)
+        if found is None or (found.rank, found.world_size) != (self.rank, self.world_size):
+            log.warning("rank %d g%d: no next generation for this process (%s); ending", self.rank,
+                        self.env.generation, "none came" if found is None else "another place")
+            return False
+        began = time.monotonic()
+        if self.rank == 0 and self._store is not None:  # it serves the store: the next generation meets there
+            self._store.set(generation_key(found.generation), "1")
+        else:
+            self._store = generation_store(found, self._timeout_s)
+        dist.init_process_group(self._backend, store=dist.PrefixStore(f"g{found.generation}", self._store),
+                                rank=found.rank, world_size=found.world_size,
+                                timeout=timedelta(seconds=self._timeout_s))
+        log.info("rank %d: re-formed the process group at generation %d in this process in %.2fs",
+                 self.rank, found.generation, time.monotonic() - began)
+        self.env = found
+        self._reattempt = self._report_due = False
+        if self.hook is not None:
+            self.hook.regenerate(found.generation)
+            self.hook.started()
+        return True
+
     def install_signal_handlers(self) -> None:
         """SIGUSR1: reattempt at the next step (SIGTERM is handled only in `finishing_step`). Main thread."""
         signal.signal(signal.SIGUSR1, self._on_reattempt)
@@ -263,6 +317,22 @@ def _die_by_sigterm() -> None:
 
 
 GENERATION_CHECK_S = 2.0  # how long a rank waits for its generation's mark before it connects again
+# What gloo and NCCL say when a peer is gone: a collective broken by another rank, not by this one.
+PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                 "NCCL communicator was aborted", "remote process exited", "Timed out waiting")
+
+
+def generation_key(generation: int) -> str:
+    """The mark rank 0 sets in its store for `generation`: a rank connected to it has found it."""
+    return f"trainmedic/generation/{generation}"
+
+
+def peer_failed(err: BaseException) -> bool:
+    """`err` is a collective broken by another rank (it died, reset its connections, or never came),
+    not this rank's own error: the rank can live on into the next generation."""
+    if isinstance(err, dist.DistError):
+        return True
+    return isinstance(err, RuntimeError) and any(sign in str(err) for sign in PEER_FAILURES)
 
 
 def generation_store(contract: WorkerEnv, timeout_s: float) -> dist.TCPStore:
@@ -274,7 +344,7 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> dist.TCPStore:
     store would wait for peers that never come. So rank 0 marks its new store with the
     generation, and every other rank connects again until it finds the mark.
     """
-    key = f"trainmedic/generation/{contract.generation}"
+    key = generation_key(contract.generation)
     master = contract.rank == 0
     deadline = time.monotonic() + timeout_s
     while True:
@@ -328,7 +398,8 @@ def init_from_env(
     log.info("rank %d/%d of job %s g%d joined the %s process group in %.2fs", contract.rank,
              contract.world_size, contract.job, contract.generation, backend, time.monotonic() - began)
     runtime = Runtime(contract, hook=hook, snapshot_every=snapshot_every,
-                      checkpoint_every=checkpoint_every, snapshot_async=snapshot_async, device=device)
+                      checkpoint_every=checkpoint_every, snapshot_async=snapshot_async, device=device,
+                      _store=store, _backend=backend, _timeout_s=timeout_s)
     if threading.current_thread() is threading.main_thread():
         runtime.install_signal_handlers()
     if hook is not None:

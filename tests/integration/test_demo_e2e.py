@@ -48,6 +48,10 @@ def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, alertmana
         (6, 6), (6, 4), (4, 4), (4, 4), (4, 6)], summary
     assert all(f["alerted_after_s"] is not None and f["alerted_after_s"] < 10 for f in faults[:4]), summary
     assert faults[4]["time_to_resume_s"] is not None and faults[4]["alerted_after_s"] is None, summary
+    # Each restart and re-plan timed by phase, from the log: detection first, the first step last.
+    for f in faults[:3]:
+        assert f["phases"].startswith("detect ") and " | first step " in f["phases"], summary
+        assert "total" in f["phases"] and f"{f['name']} by phase: detect " in done.stdout, summary
     # When each incident reached Kafka, from its injection: after its first evidence was decided on.
     assert all(f["published_after_fault_s"] is not None and 0 < f["published_after_fault_s"] < 60
                for f in faults[:4]), summary

@@ -335,6 +335,9 @@ def report(results: list[FaultResult], layout: DemoLayout, observed: bool = Fals
         for warning in r.restore_warnings:
             print(f"WARNING: {r.name}: RESTORE FELL BACK from the replica, steps lost: {warning}")
     for r in results:
+        if r.phases:
+            print(f"{r.name} by phase: {r.phases}")
+    for r in results:
         if r.restored:
             print(f"{r.name}: {r.restored}")
     if check is not None:

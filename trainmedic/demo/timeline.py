@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trainmedic.ops.incidents.phases import describe
+from trainmedic.ops.incidents.timing import RecoveryTimer
 from trainmedic.ops.incidents.views import first_step_after_repair
 from trainmedic.schemas import Incident, WorkerStepped
 from trainmedic.schemas.recovery import RecoveryCompleted, RecoveryFailed, RecoveryPlanned
@@ -49,9 +51,11 @@ class Timeline:
     restore_warnings: dict[int, list[str]] = field(default_factory=dict)
     # generation -> the first step of each rank that says where its restored state came from
     restored: dict[int, list[WorkerStepped]] = field(default_factory=dict)
+    recoveries: RecoveryTimer = field(default_factory=RecoveryTimer)  # each recovery by phase
 
     def apply(self, event: object, wall: float, published: float | None = None) -> None:
         """Fold one event read at `wall`; `published` is its Kafka message time, where known."""
+        self.recoveries.apply(event, published)
         if isinstance(event, WorkerStepped) and event.job == self.job:
             self.stepped(event.generation, event.world_size, event.step, event.ts)
             if event.restore_warning:
@@ -87,6 +91,12 @@ class Timeline:
             if step >= gen.last_step:
                 gen.last_step, gen.last_step_ts = step, ts
         gen.step_times.add(ts)
+
+    def phases_of(self, incident_id: str) -> str | None:
+        """Where the seconds of the job's recovery from `incident_id` went, in a line (None: not
+        stepping again yet, or not a restart)."""
+        return next((describe(found) for view, found in self.recoveries.timed(self.job)
+                     if view.id == incident_id), None)
 
     def restore_of(self, generation: int) -> str | None:
         """Where `generation`'s ranks took their state from, in a line (None: none reported yet)."""

@@ -149,7 +149,7 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
     settings = KafkaSettings.from_env(role="operator", bootstrap=cluster.bootstrap,
                                       topic_prefix=cluster.prefix)
     key = layout.operator_key()
-    narrator = RunNarrator(spec.id, started, args.progress_s)
+    narrator = RunNarrator(spec.id, started, args.progress_s, tee=args.tee)
 
     with JobWatch(settings, extra=(settings.topics.worker,)) as watch, \
             EventProducer(settings, client_id=settings.topics.owned("run")) as producer:
@@ -206,7 +206,8 @@ def follow(watch: JobWatch, narrator: RunNarrator, cluster: LocalCluster, say, o
         output.show()
         now = time.time()
         for record in records:
-            for line in narrator.event(record.event, now):
+            published = None if record.timestamp_ms is None else record.timestamp_ms / 1000
+            for line in narrator.event(record.event, now, published):
                 say(line)
         for line in [*narrator.progress(now), *narrator.job_state(watch.job_state(narrator.job))]:
             say(line)

@@ -11,11 +11,12 @@ from pydantic import Field, TypeAdapter
 
 from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped
 from trainmedic.schemas.codec import InvalidEvent, decode
+from trainmedic.schemas.telemetry import WorkerWaiting, last_lines
 
-MAX_LINE = 32 * 1024  # bytes of one report: an error text of 4,096 characters, escaped, fits
+MAX_LINE = 64 * 1024  # bytes of one report: an error and a traceback of 4,096 characters each, escaped, fit
 MAX_TEXT = 4_096  # characters of a report's free text (error, restore warning): the hook's own bound
 
-Report = WorkerStarted | WorkerStepped | WorkerFailed
+Report = WorkerStarted | WorkerStepped | WorkerFailed | WorkerWaiting  # the last for its executor alone
 REPORT = TypeAdapter(Annotated[Report, Field(discriminator="type")])
 
 
@@ -97,6 +98,8 @@ def check(line: bytes, reports: RankReports, *, node: str, pid: int, now: float,
     for name in ("error", "restore_warning"):  # the schema allows a megabyte; a rank gets the hook's
         if isinstance(kept.get(name), str):
             kept[name] = kept[name][:MAX_TEXT]
+    if isinstance(kept.get("traceback"), str):  # its end is what tells: the hook's bound, from the end
+        kept["traceback"] = last_lines(kept["traceback"])
     stamped = {**kept, "ts": now, "pid": pid}
     if isinstance(event, WorkerStarted):
         stamped["hang_floor_s"] = launched.hang_floor_s

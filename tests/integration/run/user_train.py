@@ -4,7 +4,8 @@ DDP MLP on random data, with a few lines changed from a torchrun script: `init_f
 each step, `rt.close()` at the end.
 
 `--fail-at-step K --fail-flag PATH` makes rank 0 raise once, at step K of the first generation (the
-flag file says it already did), so that a test can check an exception is healed.
+flag file says it already did), so that a test can check an exception is healed. `--in-process`
+trains under `rt.run`: a rank whose peer failed keeps its process into the next generation.
 """
 
 from __future__ import annotations
@@ -29,36 +30,47 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=0.1)
     parser.add_argument("--fail-at-step", type=int)
     parser.add_argument("--fail-flag", type=Path)
+    parser.add_argument("--in-process", action="store_true",
+                        help="train under rt.run: a rank whose peer failed lives on into the next generation")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     rt = init_from_env(hook=Hook.from_env(), snapshot_every=1)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    start = rt.restore(model, optimizer)
-    ddp = DistributedDataParallel(model)
-    print(f"rank {rt.rank}/{rt.world_size} generation {rt.env.generation} starts at step {start}", flush=True)
     try:
-        for step in range(start, args.steps):
-            if (args.fail_at_step == step and rt.rank == 0 and rt.env.generation == 0
-                    and args.fail_flag is not None and not args.fail_flag.exists()):
-                args.fail_flag.touch()
-                raise RuntimeError(f"injected failure at step {step}")
-            torch.manual_seed(step * 100 + rt.rank)
-            x = torch.randn(32, 8)
-            loss = torch.nn.functional.mse_loss(ddp(x), x.sum(dim=1, keepdim=True))
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            time.sleep(args.step_s)  # stands for real work
-            rt.maybe_checkpoint(step + 1, model, optimizer)  # the node-local snapshot a restart restores
-            rt.step_done(step, args.step_s)
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
+        if args.in_process:
+            rt.run(lambda rt: train(rt, args))
+        else:
+            train(rt, args)
     except Exception as err:
         rt.report_error(err)
         raise
     finally:
         rt.close()
+
+
+def train(rt, args: argparse.Namespace) -> None:
+    torch.manual_seed(0)  # the same initial weights in every run (a restore then replaces them)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+    start = rt.restore(model, optimizer)
+    ddp = DistributedDataParallel(model)
+    print(f"rank {rt.rank}/{rt.world_size} generation {rt.env.generation} starts at step {start} "
+          f"in pid {os.getpid()}", flush=True)
+    for step in range(start, args.steps):
+        if (args.fail_at_step == step and rt.rank == 0 and rt.env.generation == 0
+                and args.fail_flag is not None and not args.fail_flag.exists()):
+            args.fail_flag.touch()
+            raise RuntimeError(f"injected failure at step {step}")
+        torch.manual_seed(step * 100 + rt.rank)
+        x = torch.randn(32, 8)
+        loss = torch.nn.functional.mse_loss(ddp(x), x.sum(dim=1, keepdim=True))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        time.sleep(args.step_s)  # stands for real work
+        rt.maybe_checkpoint(step + 1, model, optimizer)  # the node-local snapshot a restart restores
+        rt.step_done(step, args.step_s)
+        print(f"step {step} loss {loss.item():.4f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -97,3 +97,34 @@ def test_labelled_series_exist_at_zero_before_their_first_event() -> None:
                          ("trainmedic_executor_acks_total", {"status": "refused"}),
                          ("trainmedic_rank_exits_total", {"outcome": "unknown"})):
         assert REGISTRY.get_sample_value(name, labels) is not None, (name, labels)
+
+
+def test_the_coordinator_times_the_phases_of_a_restart_it_sees() -> None:
+    phases = ("detect", "plan", "commands")
+
+    def sums() -> list[float]:
+        return [value("trainmedic_recovery_phase_seconds_sum", phase=p) for p in phases]
+
+    rec = Recorder()
+    rec.started(now=1.0)
+    before = sums()
+    out = rec.feed(incident("exit-1", "SEV2", node="n1", ts=20.0), now=20.5)  # first_ts 19
+    observe.published(rec.state, out)
+    observe.published(rec.state, rec.ack(out, "done", now=23.0))
+    assert [round(b - a, 3) for a, b in zip(before, sums(), strict=True)] == [1.0, 0.5, 2.5]
+
+
+def test_an_executor_times_each_ranks_rendezvous_restore_and_first_step() -> None:
+    from trainmedic.recovery.executor.core.phases import RankTimes, rank_phases
+    from trainmedic.schemas import Restored, WorkerStarted, WorkerStepped
+
+    common = dict(node="n1", job="llm", rank=0, world_size=2, generation=1)
+    times = RankTimes(launched=10.0)
+    early = WorkerStepped(ts=1.0, step=3, step_time=0.1, **common)
+    assert rank_phases(times, early, 10.5) == []  # not joined yet
+    assert rank_phases(times, WorkerStarted(ts=1.0, **common), 12.0) == [("rendezvous", 2.0)]
+    assert rank_phases(times, WorkerStarted(ts=1.0, **common), 12.5) == []  # once
+    restored = Restored(kind="replica", step=41, seconds=0.3)
+    first = WorkerStepped(ts=2.0, step=41, step_time=0.5, restored=restored, **common)
+    assert rank_phases(times, first, 13.0) == [("restore", 0.3), ("first_step", 1.0)]
+    assert rank_phases(times, first, 14.0) == []

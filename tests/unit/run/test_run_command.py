@@ -11,7 +11,7 @@ from trainmedic.run.narrate import RunNarrator
 from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.jobs import JobSpec
-from trainmedic.schemas.telemetry import WorkerStepped
+from trainmedic.schemas.telemetry import WorkerExited, WorkerStepped
 
 
 def test_the_command_after_the_double_dash_is_the_jobs_and_the_spec_reads_back() -> None:
@@ -57,7 +57,16 @@ def test_steps_are_printed_at_most_once_per_period_and_state_changes_once_each()
     narrator.event(step(1, 11, 120.0), 120.0)
     narrator.job_state("succeeded")
     assert narrator.summary(restarts=1) == (
-        "job j succeeded: last step 11, 2 generations, 1 restarts, 0 steps lost")
+        "job j succeeded: last step 11, 2 generations, 1 restart, 0 steps lost")
+
+
+def test_the_summary_counts_generations_that_never_stepped() -> None:
+    narrator = RunNarrator("j", started=100.0)
+    for generation in (0, 1):
+        narrator.event(WorkerExited(ts=101.0 + generation, node="local-0", job="j", rank=0, world_size=2,
+                                    generation=generation, exit_code=1), 102.0)
+    narrator.job_state("failed")
+    assert narrator.summary(restarts=1) == "job j failed: no step, 2 generations, 1 restart, 0 steps lost"
 
 
 def test_what_cannot_run_is_refused_before_anything_starts(tmp_path: Path, monkeypatch, capsys) -> None:
