@@ -312,10 +312,15 @@ class TopicReader:
         return part.done if self._end is not None else part.next >= part.opened_at
 
     def poll(self, timeout_s: float = 1.0, max_messages: int = 1000) -> list[Item]:
-        """What arrives within `timeout_s` (possibly nothing)."""
+        """What arrives within `timeout_s` (possibly nothing): as soon as one message does, with
+        those already fetched, at most `max_messages`. (`consume(n, timeout)` waits for n messages:
+        at a low rate that is the whole timeout, a coordinator's ack or a command held up by it.)"""
         client = self.open()._client
+        first = client.poll(timeout_s)
+        messages = [] if first is None else [first, *(client.consume(max_messages - 1, 0) if max_messages > 1
+                                                      else ())]
         out: list[Item] = []
-        for msg in client.consume(max_messages, timeout_s):
+        for msg in messages:
             item = self._take(msg)
             if item is not None:
                 out.append(item)

@@ -92,6 +92,17 @@ def test_without_an_end_the_backlog_then_what_arrives(kafka: KafkaSettings) -> N
         assert got == [beat(1)]
 
 
+def test_a_poll_returns_what_arrives_without_waiting_out_its_timeout(kafka: KafkaSettings) -> None:
+    """A coordinator's ack, an executor's command: read as it comes, not at the poll's end."""
+    with TopicReader(kafka, [kafka.topics.node]) as reader:
+        assert [m.value for batch in reader.batches(give_up_s=30) for m in batch] == []
+        produce(kafka, [beat(2), beat(3)])
+        began = time.monotonic()
+        got = [m.value for m in reader.poll(60.0)]
+        got += [m.value for m in reader.poll(0.5)] if len(got) < 2 else []
+        assert got == [beat(2), beat(3)] and time.monotonic() - began < 30  # not the 60 s asked
+
+
 def test_invalid_values_are_dead_letters_sent_to_the_dlq_only_when_read_live(kafka: KafkaSettings) -> None:
     from trainmedic.bus.producer import EventProducer
 
