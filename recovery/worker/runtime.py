@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
@@ -248,10 +250,16 @@ class Runtime:
                 if not peer_failed(err):
                     raise
                 self.report_error(err)
+                forget_frames(err)  # the hook keeps `err`: not the broken group its frames hold
+                why = str(err).splitlines()[0][:200]
                 log.warning("rank %d g%d: a peer failed (%s); waiting for the next generation in this "
-                            "process", self.rank, self.env.generation, str(err).splitlines()[0][:200])
-                if not self._reform(wait_s):
-                    raise
+                            "process", self.rank, self.env.generation, why)
+            # Out of the handler: the traceback, and the failed `train`'s frames holding the broken
+            # group, are gone; only then does leaving it close its connections, which is how the
+            # ranks still blocked in its collectives learn of the failure.
+            if not self._reform(wait_s):
+                raise RuntimeError(f"rank {self.rank}: a peer failed ({why}) and no next generation "
+                                   f"came for this process within {wait_s:g} s")
 
     def _reform(self, wait_s: float) -> bool:
         """Leave the broken process group, say so, and join the next generation's; False when none
@@ -260,6 +268,7 @@ class Runtime:
             self.flush()
         if dist.is_initialized():
             dist.destroy_process_group()
+        gc.collect()  # what still refers to the broken group: its sockets close now, not some day
         if self.hook is not None:
             self.hook.waiting()
         home = Path(os.environ.get("HOME", "."))
@@ -325,6 +334,16 @@ PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broke
 def generation_key(generation: int) -> str:
     """The mark rank 0 sets in its store for `generation`: a rank connected to it has found it."""
     return f"trainmedic/generation/{generation}"
+
+
+def forget_frames(err: BaseException) -> None:
+    """Drop the local variables of every frame `err` (and the errors it chained) passed through:
+    whoever keeps the error (the hook does) keeps no process group, tensor or model of them."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        traceback.clear_frames(err.__traceback__)
+        err = err.__context__
 
 
 def peer_failed(err: BaseException) -> bool:

@@ -4,6 +4,7 @@ must follow, and what it cost (docs/demo.md, "The faults, and how each is inject
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,10 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from trainmedic.demo.timeline import SeenIncident, Timeline
 from trainmedic.demo.watch import Watcher
 from trainmedic.local.cluster import LocalCluster
+from trainmedic.recovery.worker.faults import RankFault
+
+RankFaultKind = Literal["hang", "crash"]  # the rank-fault file's kinds the demo arms ahead
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class FaultResult:
     # `demo --observe`: from the injection to Prometheus' first sample counting its incident, its plan
     metrics_incident_after_s: float | None = None
     metrics_plan_after_s: float | None = None
+    phases: str | None = None  # where the recovery's seconds went (ops/incidents/phases.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -90,16 +96,45 @@ def link_flap(node: str, link: str, for_s: float) -> Callable[[LocalCluster, Tim
 def hang_rank(rank: int, steps_ahead: int = 3) -> Callable[[LocalCluster, Timeline], None]:
     """Arm the demo's rank-fault file: `rank` stops stepping (process alive) a few steps from now."""
     def inject(cluster: LocalCluster, timeline: Timeline) -> None:
-        arm_hang(cluster.layout.rank_faults, timeline, rank, steps_ahead)
+        arm_rank_fault(cluster.layout.rank_faults, timeline, "hang", rank, steps_ahead)
     return inject
 
 
-def arm_hang(fault_file: Path, timeline: Timeline, rank: int, steps_ahead: int = 3) -> None:
-    """Write a fault file that hangs `rank` `steps_ahead` steps past the timeline's last step, in
-    its current generation only (so the restarted job does not hang again)."""
-    fault = {"fault": "hang", "rank": rank, "at_step": timeline.current.last_step + steps_ahead,
-             "generation": timeline.generation}
-    fault_file.write_text(json.dumps([fault]))
+def raise_in_rank(rank: int, steps_ahead: int = 3) -> Callable[[LocalCluster, Timeline], None]:
+    """Arm the demo's rank-fault file: `rank`'s training step raises a few steps from now, once."""
+    def inject(cluster: LocalCluster, timeline: Timeline) -> None:
+        arm_rank_fault(cluster.layout.rank_faults, timeline, "crash", rank, steps_ahead)
+    return inject
+
+
+def arm_rank_fault(fault_file: Path, timeline: Timeline, fault: RankFaultKind, rank: int,
+                   steps_ahead: int = 3) -> None:
+    """Write a fault file that makes `rank` hang (`hang`) or raise (`crash`) `steps_ahead` steps past
+    the timeline's last step, in its current generation only (the restarted job does not fault again)."""
+    armed = RankFault(fault=fault, rank=rank, at_step=timeline.current.last_step + steps_ahead,
+                      generation=timeline.generation)
+    fault_file.write_text(json.dumps([armed.model_dump()]))
+
+
+def lose_node(job: str) -> Callable[[LocalCluster, Timeline], None]:
+    """A node lost: SIGKILL to the `trainmedic node` process of the job's last node (its process
+    group: executor, agents, warm launcher) and to the job's ranks there, all at once."""
+    def inject(cluster: LocalCluster, timeline: Timeline) -> None:
+        node = job_nodes(timeline)[-1]
+        pids = list(cluster.rank_pids(node, job).values())
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cluster.procs[node].pid, signal.SIGKILL)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return inject
+
+
+def job_nodes(timeline: Timeline) -> tuple[str, ...]:
+    """The nodes the job runs on: those of its latest recovery plan (the first one started it)."""
+    if not timeline.planned:
+        raise RuntimeError(f"no plan of job {timeline.job} seen: its nodes are not known")
+    return timeline.planned[-1][1].nodes
 
 
 def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout_s: float) -> FaultResult:
@@ -147,6 +182,7 @@ def run_fault(fault: DemoFault, cluster: LocalCluster, watcher: Watcher, timeout
             fault.expected_category, seen.incident.id,
             restore_warnings=() if gen == before_gen else tuple(timeline.restore_warnings.get(gen, ())),
             restored=None if gen == before_gen else timeline.restore_of(gen),
+            phases=timeline.phases_of(seen.incident.id),
             published_after_fault_s=published_after(seen, injected), injected_wall=injected,
         )
 

@@ -252,7 +252,9 @@ def with_alerts(results: list[FaultResult], watcher: Watcher, alerts: AlertWatch
     return out
 
 
-def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayout) -> JobSpec:
+def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayout,
+             train_args: tuple[str, ...] = ()) -> JobSpec:
+    """The demo's job on `nodes`; `train_args` go to its script after the demo's own."""
     n = len(nodes)
     ranks = args.ranks_per_node
     return JobSpec(
@@ -261,7 +263,8 @@ def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayou
         throughput={size: 1.0e14 * size * ranks for size in range(max(1, n - 2), n + 1)},
         # nice: on two cores the ranks must leave room for heartbeats and the broker.
         command=("nice", "-n", "10", sys.executable, "-m", "trainmedic.demo.train", "--model", args.model,
-                 "--steps", "1000000", "--step-s", str(args.step_s), "--report", "--timeout-s", "300"),
+                 "--steps", "1000000", "--step-s", str(args.step_s), "--report", "--timeout-s", "300",
+                 *train_args),
         checkpoint_dir=str(layout.root / "checkpoints"),
         transition_s=30,
     )

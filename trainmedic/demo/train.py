@@ -40,6 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="checkpoint period in steps, into TRAINMEDIC_CHECKPOINT_DIR (0: never)")
     parser.add_argument("--timeout-s", type=float, default=30.0, help="rendezvous and collective timeout")
+    parser.add_argument("--in-process", action="store_true",
+                        help="train under rt.run: when a peer fails, this rank keeps its process into the "
+                        "next generation (docs/executor.md, \"Survivors keep their processes\")")
     parser.add_argument("--report", action="store_true",
                         help="report worker_start/step/error to telemetry.worker through the in-band hook")
     parser.add_argument("--fault-file", type=Path, default=os.environ.get(FAULTS_ENV) or None,
@@ -148,6 +151,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     rt = init_from_env(timeout_s=args.timeout_s, snapshot_every=args.snapshot_every,
                        checkpoint_every=args.checkpoint_every, hook=Hook.from_env() if args.report else None)
+    try:
+        if args.in_process:
+            rt.run(lambda rt: train(rt, args))
+        else:
+            train(rt, args)
+    except Exception as err:
+        rt.report_error(err)
+        raise
+    finally:
+        rt.close()
+    return 0
+
+
+def train(rt: Runtime, args: argparse.Namespace) -> None:
+    """Build the job, restore it and train to `args.steps`, injecting the fault file's faults."""
     job = gpt_hsdp_job(rt) if args.model == "gpt-hsdp" else mlp_job(rt, args.hidden)
     model, optimizer = job.model, job.optimizer
     start = rt.restore(model, optimizer)
@@ -155,29 +173,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"restored step {start} from {'nothing' if source is None else source.kind} "
           f"gen {rt.env.generation} rank {rt.rank} t {time.time():.3f}", flush=True)
     step = start
-    try:
-        while step < args.steps:
-            fault = due(read_faults(args.fault_file), rank=rt.rank, step=step, generation=rt.env.generation)
-            if fault is not None:
-                inject(fault, step=step)
-            if rt.agree_reattempt():
-                rt.resync(model, optimizer)
-                print(f"reattempt: re-synced from rank 0, re-running step {step}", flush=True)
-            began = time.monotonic()
-            loss = job.step(step)
-            with rt.finishing_step():  # a stop now waits for the snapshot: no rank runs a step others lose
-                time.sleep(max(0.0, args.step_s - (time.monotonic() - began)))
-                rt.maybe_checkpoint(step + 1, model, optimizer)
-                rt.step_done(step, time.monotonic() - began)
-                print(f"step {step} loss {loss:.6f} gen {rt.env.generation} rank {rt.rank} "
-                      f"t {time.time():.3f}", flush=True)
-            step += 1
-    except Exception as err:
-        rt.report_error(err)
-        raise
-    finally:
-        rt.close()
-    return 0
+    while step < args.steps:
+        fault = due(read_faults(args.fault_file), rank=rt.rank, step=step, generation=rt.env.generation)
+        if fault is not None:
+            inject(fault, step=step)
+        if rt.agree_reattempt():
+            rt.resync(model, optimizer)
+            print(f"reattempt: re-synced from rank 0, re-running step {step}", flush=True)
+        began = time.monotonic()
+        loss = job.step(step)
+        with rt.finishing_step():  # a stop now waits for the snapshot: no rank runs a step others lose
+            time.sleep(max(0.0, args.step_s - (time.monotonic() - began)))
+            rt.maybe_checkpoint(step + 1, model, optimizer)
+            rt.step_done(step, time.monotonic() - began)
+            print(f"step {step} loss {loss:.6f} gen {rt.env.generation} rank {rt.rank} "
+                  f"t {time.time():.3f}", flush=True)
+        step += 1
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ class RunNarrator:
         steps = "no step" if latest is None else f"last step {latest.last_step}"
         warned = len(self.history.restore_warnings)
         return (f"job {self.job} {self.state}: {steps}, {counted(generations, 'generation')}, "
-                f"{counted(restarts, 'restart')}, {self.history.steps_lost} steps lost"
+                f"{counted(restarts, 'restart')}, {counted(self.history.steps_lost, 'step')} lost"
                 + (f", {counted(warned, 'restore')} fell back" if warned else ""))
 
 

@@ -5,7 +5,8 @@ each step, `rt.close()` at the end.
 
 `--fail-at-step K --fail-flag PATH` makes rank 0 raise once, at step K of the first generation (the
 flag file says it already did), so that a test can check an exception is healed. `--in-process`
-trains under `rt.run`: a rank whose peer failed keeps its process into the next generation.
+trains under `rt.run`: a rank whose peer failed keeps its process into the next generation; `--fsdp`
+shards the model with FSDP2 instead of wrapping it in DDP.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from trainmedic.runtime import Hook, init_from_env  # noqa: E402
@@ -32,6 +35,7 @@ def main() -> None:
     parser.add_argument("--fail-flag", type=Path)
     parser.add_argument("--in-process", action="store_true",
                         help="train under rt.run: a rank whose peer failed lives on into the next generation")
+    parser.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 instead of DDP")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -51,9 +55,15 @@ def main() -> None:
 def train(rt, args: argparse.Namespace) -> None:
     torch.manual_seed(0)  # the same initial weights in every run (a restore then replaces them)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    if args.fsdp:  # shard first, then the optimizer and the restore (docs/adopting.md)
+        mesh = init_device_mesh("cpu", (rt.world_size,))
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     start = rt.restore(model, optimizer)
-    ddp = DistributedDataParallel(model)
+    ddp = model if args.fsdp else DistributedDataParallel(model)
     print(f"rank {rt.rank}/{rt.world_size} generation {rt.env.generation} starts at step {start} "
           f"in pid {os.getpid()}", flush=True)
     for step in range(start, args.steps):

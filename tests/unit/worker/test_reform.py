@@ -89,3 +89,38 @@ def test_a_collective_broken_by_a_peer_is_a_peers_failure(err) -> None:
                                  KeyError("Connection closed by peer")])
 def test_the_ranks_own_error_is_not(err) -> None:
     assert not peer_failed(err)
+
+
+def test_a_kept_error_holds_nothing_of_the_frames_it_passed_through() -> None:
+    """The hook keeps the last error it reported; the broken process group its frames held must go,
+    or the group's connections stay open and the ranks still blocked in it never learn."""
+    import gc
+    import weakref
+
+    from trainmedic.recovery.worker.runtime import forget_frames
+
+    class Group:
+        pass
+
+    def collective(group: Group) -> None:
+        raise RuntimeError("Connection closed by peer")
+
+    def step() -> weakref.ref:
+        group = Group()
+        held = weakref.ref(group)
+        try:
+            try:
+                collective(group)
+            except RuntimeError as err:
+                raise ValueError("while stepping") from err
+        except ValueError as err:
+            kept.append(err)
+        return held
+
+    kept: list[BaseException] = []
+    held = step()
+    gc.collect()
+    assert held() is not None  # the kept error's frames hold the group
+    forget_frames(kept[0])
+    gc.collect()
+    assert held() is None and str(kept[0]) == "while stepping"
