@@ -184,6 +184,16 @@ class _Missing(Exception):
     """A topic not in the metadata, or without leaders: created a moment ago, or not at all."""
 
 
+def fetch(consumer, wait_s: float, most: int) -> list:
+    """Messages read now: the first as it comes (up to `wait_s`), then what is already fetched, up
+    to `most` in all. (consume(n, timeout) waits for n messages: at a low rate that is the whole
+    timeout, an incident, an ack or a command held up by it.)"""
+    first = consumer.poll(wait_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(most - 1, 0)] if most > 1 else [first]
+
+
 class TopicReader:
     """Messages of whole `topics` or of single `partitions`, from `start` to `end`.
 
@@ -313,14 +323,9 @@ class TopicReader:
 
     def poll(self, timeout_s: float = 1.0, max_messages: int = 1000) -> list[Item]:
         """What arrives within `timeout_s` (possibly nothing): as soon as one message does, with
-        those already fetched, at most `max_messages`. (`consume(n, timeout)` waits for n messages:
-        at a low rate that is the whole timeout, a coordinator's ack or a command held up by it.)"""
-        client = self.open()._client
-        first = client.poll(timeout_s)
-        messages = [] if first is None else [first, *(client.consume(max_messages - 1, 0) if max_messages > 1
-                                                      else ())]
+        those already fetched, at most `max_messages` (`fetch`)."""
         out: list[Item] = []
-        for msg in messages:
+        for msg in fetch(self.open()._client, timeout_s, max_messages):
             item = self._take(msg)
             if item is not None:
                 out.append(item)

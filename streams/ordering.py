@@ -34,6 +34,16 @@ class Source:
     read_at: float = float("-inf")  # it alone was read to its end then (`read_through`)
 
 
+def through(seen: Source, at: float, wall: float, caught_up: float) -> float:
+    """How far in event time a source with nothing waiting has delivered: its newest event time `at`,
+    moved on at wall-clock pace since it was fed, as far as its reads are known complete (up to
+    `caught_up`, or its own `read_at`; not at all where reads are not watched, `caught_up` infinite):
+    what it appends later is stamped later, so a partition read to its end is not waited for until it
+    goes idle (docs/streams.md, "Event time from Kafka")."""
+    known = max(caught_up if caught_up != float("inf") else float("-inf"), seen.read_at)
+    return at + max(0.0, min(wall, known) - seen.last_wall)
+
+
 @dataclass(frozen=True, slots=True)
 class Held:
     """An event held for ordering, with the message it came from (`origin`, as the caller passed
@@ -165,13 +175,16 @@ class Ordering:
 
     def watermark(self, wall: float, caught_up: float) -> float | None:
         """Where event time stands at `wall` (None: nothing known yet, or no time read since the
-        last event): the slowest holding source less `lateness_s`; with none holding, the newest
-        event time moved on at wall-clock pace as far as reads are known complete (`caught_up`)."""
+        last event): the slowest holding source less `lateness_s`, each moved on at wall-clock pace
+        since it last delivered as far as its reads are known complete (`through`); with none
+        holding, the newest event time moved on as far as reads are known complete (`caught_up`)."""
         if not self.sources:
             return None
         active = self.holding(wall, caught_up)
         if active:
-            return min(active.values()) - self.config.lateness_s
+            ahead, sources = self.ahead, self.sources
+            return min(at if source in ahead else through(sources[source], at, wall, caught_up)
+                       for source, at in active.items()) - self.config.lateness_s
         # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
         # far as reads are known complete (not at all while the detector is blind).
         read_until = min(wall, caught_up)

@@ -4,12 +4,21 @@
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 
 from trainmedic.streams.core.config import DetectorConfig
 from trainmedic.streams.core.incidents import IncidentBook
 from trainmedic.streams.core.state import Clue, DetectorState, Group, JobWatch, NodeState, OpenIncident
 from trainmedic.streams.core.taxonomy import CATEGORIES, Resolves
+
+# A GPU's next sample is due within this many sample intervals of its last: samples are taken on a fixed
+# grid (producers/loop.py), woken late by milliseconds.
+SAMPLE_DUE = 1.1
+# Root causes that no later report refines once every rank has reported (`settle`). A CUDA error keeps
+# its hold (a GPU's Xid can follow it), and so do symptoms (collective and network errors: the fault may
+# be elsewhere).
+SETTLES = frozenset({"software_error", "process_exit"})
+BY_SIGNAL = "process_exit: signal"  # how an exit by a signal's signature begins (job_rules.on_exit)
 
 
 def add_clue(job: JobWatch, clue: Clue, hold_s: float, max_lines: int) -> float | None:
@@ -34,6 +43,62 @@ def add_clue(job: JobWatch, clue: Clue, hold_s: float, max_lines: int) -> float 
         group.release = release
         return release
     return None
+
+
+def settle(state: DetectorState, cfg: DetectorConfig, job: JobWatch, world_size: int, now: float
+           ) -> float | None:
+    """Every rank of the job (0 .. world_size - 1) has reported, and its root cause so far is one that
+    nothing later refines (SETTLES; exits only if no rank reported an error, which would be a symptom of
+    a fault elsewhere): the group is due at `now`, or where `awaits_gpus` once the GPUs of its nodes have
+    sent the sample that would carry a fault's Xid (`gpus_due`; one already late: the hold stands). The
+    new release, if earlier."""
+    group = job.group
+    if (group.best.category not in SETTLES or bisect_left(group.ranks, world_size) < world_size
+            or group.release < group.first_ts + cfg.correlation.evidence_hold_s):  # or settled already
+        return None
+    if group.best.category == "process_exit" and any(rank.errored for rank in job.ranks.values()):
+        return None
+    due = gpus_due(state, cfg, job, group.first_ts) if awaits_gpus(group.best) else None
+    if due is not None and due <= now:
+        return None
+    release = now if due is None else due
+    if release < group.release:
+        group.release = release
+        return release
+    return None
+
+
+def awaits_gpus(root: Clue) -> bool:
+    """Whether a group whose root cause is `root` waits for its GPUs' next samples (a fault's Xid) before
+    it settles: an exit by a signal may be a GPU fault's abort (a CUDA error in a C++ thread, a bus
+    error); a software error names no CUDA error, and an exit with a code is the program's own end."""
+    return root.category not in SETTLES or root.signature.startswith(BY_SIGNAL)
+
+
+def gpus_due(state: DetectorState, cfg: DetectorConfig, job: JobWatch, since: float) -> float | None:
+    """When every GPU of the job's nodes not heard from since `since` is due to have sent its next sample
+    (SAMPLE_DUE intervals after its last); None when none is awaited."""
+    latest = None
+    due_s = SAMPLE_DUE * cfg.gpu.sample_interval_s
+    for name in {rank.node for rank in job.ranks.values()}:
+        node = state.nodes.get(name)
+        for gpu in node.gpus.values() if node is not None else ():
+            if not gpu.silent and gpu.last_ts < since and (latest is None or gpu.last_ts + due_s > latest):
+                latest = gpu.last_ts + due_s
+    return latest
+
+
+def held_until(state: DetectorState, cfg: DetectorConfig, job: JobWatch, now: float) -> float | None:
+    """How long a group due at `now` still waits (None: decide now): while a node or GPU of the job is
+    overdue (`overdue_until`), and, settled early (`settle`) waiting for a GPU whose sample did not come
+    in time, until the end of its evidence hold, as any group."""
+    group = job.group
+    hold_end = group.first_ts + cfg.correlation.evidence_hold_s
+    late = None
+    if now < hold_end and awaits_gpus(group.best) and gpus_due(state, cfg, job, group.first_ts) is not None:
+        late = hold_end
+    wait = overdue_until(state, cfg, job, now)
+    return late if wait is None else wait if late is None else max(late, wait)
 
 
 def affected(state: DetectorState, node: NodeState) -> tuple[str | None, list[int], dict[str, int],

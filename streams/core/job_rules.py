@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from trainmedic.schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStarted, WorkerStepped
 from trainmedic.streams.core.config import DetectorConfig
-from trainmedic.streams.core.correlation import add_clue, decide, overdue_until
+from trainmedic.streams.core.correlation import add_clue, decide, held_until, overdue_until, settle
 from trainmedic.streams.core.deadlines import Deadlines, Timer
 from trainmedic.streams.core.hang import describe_threshold, record_step_time, stopped_first, threshold
 from trainmedic.streams.core.incidents import IncidentBook
@@ -78,11 +78,11 @@ class JobRules:
         rank.errored = True
         category = classify_error(ev.error)
         self._clue(ev.job, job, category, CATEGORIES[category].specificity,
-                   CATEGORIES[category].hold, ev, f"{ev.error[:300]}",
+                   CATEGORIES[category].hold, ev, ev.error[:300] + _last_words(ev.traceback, skip_last=True),
                    error_signature(category, ev.error))
 
     def on_exit(self, ev: WorkerExited) -> None:
-        found = self._worker(ev)
+        found = self._worker(ev, announces=True)
         if found is None:
             return
         job, rank = found
@@ -99,18 +99,20 @@ class JobRules:
             return
         how = f"signal {ev.signal}" if ev.signal is not None else f"code {ev.exit_code}"
         signature = f"process_exit: {how}"
+        said = _last_words(ev.output_tail)
         if rank.errored:  # exiting after its own error: fallout, not a root cause
             self._clue(ev.job, job, "process_exit", CONSEQUENCE_SPECIFICITY, Hold.SYMPTOM, ev,
-                       f"exited with {how} after its error", signature)
+                       f"exited with {how} after its error{said}", signature)
         else:
             self._clue(ev.job, job, "process_exit", CATEGORIES["process_exit"].specificity,
-                       Hold.EVIDENCE, ev, f"exited with {how}", signature)
+                       Hold.EVIDENCE, ev, f"exited with {how}{said}", signature)
 
     # -- timers ------------------------------------------------------------------------
 
     def release(self, name: str, when: float) -> None:
-        """A group's hold is over: decide, unless a node of the job is overdue (then wait
-        until it is heard from or declared lost, which absorbs the group)."""
+        """A group's hold is over, or every rank has reported (`settle`): decide, unless a node of
+        the job is overdue (then wait until it is heard from or declared lost, which absorbs the
+        group) or, settled early, a GPU's sample is late (then wait out the hold)."""
         job = self.state.jobs.get(name)
         group = job.group if job else None
         if group is None:
@@ -118,7 +120,7 @@ class JobRules:
         if group.release > when:
             self.timers.arm(Timer.RELEASE, name, group.release)
             return
-        wait = overdue_until(self.state, self.config, job, when)
+        wait = held_until(self.state, self.config, job, when)
         if wait is not None and wait > when:
             group.release = wait
             self.timers.arm(Timer.RELEASE, name, wait)
@@ -201,10 +203,14 @@ class JobRules:
 
     # -- membership and generations ----------------------------------------------------
 
-    def _worker(self, ev: WorkerEvent, start: bool = False) -> tuple[JobWatch, RankState] | None:
+    def _worker(self, ev: WorkerEvent, start: bool = False,
+                announces: bool = False) -> tuple[JobWatch, RankState] | None:
         """The job and rank of a worker event, placing the rank on its node; None for an event
         of an older generation (a fenced-off process), of a newer one that no `worker_start` within
-        GENERATION_JUMP announced, or of a new job past the cap on jobs never seen started."""
+        GENERATION_JUMP announced, or of a new job past the cap on jobs never seen started.
+        `announces`: the event comes from the executor that launched its generation (a
+        `worker_exit`), so it announces a newer one as a `worker_start` does: a rank that dies
+        before its hook starts (a script broken at import) is still seen."""
         job = self.state.jobs.get(ev.job)
         if job is None:
             if not start and sum(not j.started for j in self.state.jobs.values()) >= UNSTARTED_JOBS:
@@ -213,7 +219,8 @@ class JobRules:
                                                      started=start, threshold=self.config.hang.warmup_s)
             self.timers.arm(Timer.HANG, ev.job, ev.ts + job.threshold)
         elif ev.generation != job.gen:
-            if ev.generation < job.gen or not start or ev.generation - job.gen > GENERATION_JUMP:
+            newer = start or announces
+            if ev.generation < job.gen or not newer or ev.generation - job.gen > GENERATION_JUMP:
                 return None
             self._new_generation(ev.job, job, ev)
         if start:
@@ -314,6 +321,9 @@ class JobRules:
         release = add_clue(job, clue, hold_s, cfg.evidence_lines)
         if release is not None:
             self.timers.arm(Timer.RELEASE, name, release)
+        settled = settle(self.state, self.config, job, ev.world_size, ev.ts)
+        if settled is not None:  # fires once event time passes it: a report stamped the same is seen first
+            self.timers.arm(Timer.RELEASE, name, settled)
 
     def _progress(self, name: str, job: JobWatch, ev: WorkerStepped) -> None:
         """The job steps: resolve what its recovery clears."""
@@ -338,6 +348,15 @@ class JobRules:
             node.hw_id = None
         self.book.resolve(rec, ev.ts, f"job {ev.job} steps again (step {ev.step}, "
                                       f"generation {ev.generation})")
+
+
+def _last_words(text: str | None, skip_last: bool = False, lines: int = 3, chars: int = 300) -> str:
+    """A rank's last output lines as one evidence line's end, " | " between them, at most `chars` of
+    their end ("" when none); `skip_last`: all but the last (a traceback whose last is the error)."""
+    said = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    said = said[:-1] if skip_last else said
+    joined = " | ".join(said[-lines:])[-chars:]
+    return f" | {joined}" if joined else ""
 
 
 def _jobs_resolve(rec: OpenIncident) -> bool:

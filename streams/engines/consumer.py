@@ -20,7 +20,7 @@ from trainmedic.bus.admin import wait_for_topics
 from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import RawMessage
 from trainmedic.bus.producer import EventProducer
-from trainmedic.bus.reader import At, locate, watermarks
+from trainmedic.bus.reader import At, fetch, locate, watermarks
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.streams import metrics, read_check
 from trainmedic.streams.checkpoints.contents import Cadence, Offsets, encode_checkpoint
@@ -53,14 +53,6 @@ GC_THRESHOLDS = (100_000, 50, 100)
 Start = str | float
 
 
-def fetch(consumer, wait_s: float, most: int) -> list:
-    """Messages read now: the first as it comes (up to `wait_s`), then what is already fetched, up
-    to `most` in all. (consume(n, timeout) waits for n messages: at a low rate that is the whole
-    timeout, an Xid's detection held up by it.)"""
-    first = consumer.poll(wait_s)
-    return [] if first is None else [first, *consumer.consume(most - 1, 0)]
-
-
 class Warnings:
     """Logs each kind of warning at most every WARN_EVERY_S; a fatal consumer error is raised."""
 
@@ -86,16 +78,24 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+# How often the loop ticks when nothing arrives, and asks for the end offsets: reads confirmed complete
+# move event time on, so a failure's last report waits for them (docs/streams.md, "Event time from
+# Kafka"). At 0.25 s each, with news waiting for the next tick, an exit's incident was on Kafka
+# 0.96-1.12 s after the exit; at 0.1 s, ticking on news, 0.66-0.69 s (bench/detection_delay.py --live,
+# medians of 5 and 7).
+TICK_S = 0.1
+
+
 @dataclass(frozen=True)
 class ServiceConfig:
     app_id: str  # consumer group and stem of its own topics; the CLI's default is `<prefix>detector`
     start: Start = "latest"
-    tick_s: float = 0.25
+    tick_s: float = TICK_S
     checkpoint_every_s: float = 1.0
     batch: int = 2000
     report_every_s: float = 60.0
     partitions_every_s: float = 30.0  # how often to look for partitions added to the telemetry topics
-    read_check_every_s: float = read_check.EVERY_S  # how often to ask for the end offsets
+    read_check_every_s: float = TICK_S  # how often to ask for the end offsets
     read_check_timeout_s: float = read_check.TIMEOUT_S
 
 
@@ -199,8 +199,7 @@ class DetectorService:
             now = time.monotonic()
             if self._paused or pipeline.live.buffered >= pause_at:
                 self._backpressure(wall)
-            self._poll_reads(wall)
-            if now - last_tick >= config.tick_s:
+            if self._poll_reads(wall) or now - last_tick >= config.tick_s:  # news moves event time on
                 send(pipeline.on_tick(wall))
                 last_tick = now
             self._out.client.poll(0)
@@ -276,25 +275,26 @@ class DetectorService:
         """Per telemetry partition, the partition it is read from."""
         return {tp: tp for tp in self.offsets}
 
-    def _poll_reads(self, wall: float) -> None:
-        """Whether everything is read (`ReadCheck`). Paused partitions are asked about, but only the
-        others' reads are checked. Reads confirmed for them are complete if every partition left out
-        has events waiting (those hold event time back whatever is unread behind them; with every
-        partition so paused, complete now); else they say only that the partitions confirmed can be
-        found quiet (`LiveDetector.read_through`)."""
+    def _poll_reads(self, wall: float) -> bool:
+        """Whether everything is read (`ReadCheck`); whether that is news. Paused partitions are asked
+        about, but only the others' reads are checked. Reads confirmed for them are complete if every
+        partition left out has events waiting (those hold event time back whatever is unread behind
+        them; with every partition so paused, complete now); else they say only that the partitions
+        confirmed can be found quiet (`LiveDetector.read_through`)."""
         offsets, paused, live = self.read_offsets(), self._paused_sources, self.pipeline.live
         reading = {tp: offset for tp, offset in offsets.items() if tp not in paused} if paused else offsets
         complete = self._reads.poll(reading, wall, about=offsets)
         if not reading:  # every partition paused: nothing is confirmed
             if paused and unread_waits(offsets, paused, live.waiting()):
                 live.caught_up(wall)  # else a blind spell, and what waits is never fed: a deadlock
-            return
+            return False
         if complete is None:
-            return
+            return False
         if unread_waits(offsets, paused, live.waiting()):
             live.caught_up(complete)
         else:
             live.read_through(complete, frozenset(reading))
+        return True
 
     def read_offsets(self) -> Offsets:
         """The telemetry partitions' next offsets, for `ReadCheck`."""

@@ -19,7 +19,7 @@ from trainmedic.bus import clients
 from trainmedic.bus.admin import ensure_topic, wait_for_topics
 from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import RawMessage
-from trainmedic.bus.reader import At, locate
+from trainmedic.bus.reader import At, fetch, locate
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.bus.transactional import Fenced, TransactionalProducer
 from trainmedic.schemas import encode
@@ -36,7 +36,7 @@ from trainmedic.streams.engines.batches import (
     events_partition,
     events_topic,
 )
-from trainmedic.streams.engines.consumer import Start, Warnings, fetch
+from trainmedic.streams.engines.consumer import Start, Warnings
 from trainmedic.streams.pipeline import Output, Pipeline
 
 log = logging.getLogger(__name__)
