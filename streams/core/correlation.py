@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import signal
 from bisect import bisect_left, insort
 
 from trainmedic.streams.core.config import DetectorConfig
@@ -19,6 +20,7 @@ SAMPLE_DUE = 1.1
 # be elsewhere).
 SETTLES = frozenset({"software_error", "process_exit"})
 BY_SIGNAL = "process_exit: signal"  # how an exit by a signal's signature begins (job_rules.on_exit)
+KILLED = f"{BY_SIGNAL} {int(signal.SIGKILL)}"  # the kernel's OOM killer, or a person: no GPU's, no network's
 
 
 def add_clue(job: JobWatch, clue: Clue, hold_s: float, max_lines: int) -> float | None:
@@ -56,7 +58,8 @@ def settle(state: DetectorState, cfg: DetectorConfig, job: JobWatch, world_size:
     if (group.best.category not in SETTLES or bisect_left(group.ranks, world_size) < world_size
             or group.release < group.first_ts + cfg.correlation.evidence_hold_s):  # or settled already
         return None
-    if group.best.category == "process_exit" and any(rank.errored for rank in job.ranks.values()):
+    killed = group.best.signature == KILLED  # its peers' errors are what the kill did to them
+    if group.best.category == "process_exit" and not killed and any(r.errored for r in job.ranks.values()):
         return None
     due = gpus_due(state, cfg, job, group.first_ts) if awaits_gpus(group.best) else None
     if due is not None and due <= now:
@@ -71,8 +74,9 @@ def settle(state: DetectorState, cfg: DetectorConfig, job: JobWatch, world_size:
 def awaits_gpus(root: Clue) -> bool:
     """Whether a group whose root cause is `root` waits for its GPUs' next samples (a fault's Xid) before
     it settles: an exit by a signal may be a GPU fault's abort (a CUDA error in a C++ thread, a bus
-    error); a software error names no CUDA error, and an exit with a code is the program's own end."""
-    return root.category not in SETTLES or root.signature.startswith(BY_SIGNAL)
+    error), but not a SIGKILL, which no process sends itself; a software error names no CUDA error,
+    and an exit with a code is the program's own end."""
+    return root.category not in SETTLES or (root.signature.startswith(BY_SIGNAL) and root.signature != KILLED)
 
 
 def gpus_due(state: DetectorState, cfg: DetectorConfig, job: JobWatch, since: float) -> float | None:

@@ -71,6 +71,9 @@ def narration(event: object, job: str) -> str | None:
             return (f"INCIDENT {event.severity} {event.category} on {where} -> {event.action} "
                     f"(decided {event.ts - event.first_ts:.2f}s after the first evidence)")
         return f"resolved {event.category} on {where}"
+    if isinstance(event, RecoveryPlanned) and not event.nodes:
+        return (f"recovery: job {event.job} stopped on {', '.join(event.previous) or 'no node'} at "
+                f"generation {event.generation}: no node runs it")
     if isinstance(event, RecoveryPlanned):
         return (f"recovery: {event.kind} job {event.job} at generation {event.generation} on "
                 f"{', '.join(event.nodes)}")

@@ -106,3 +106,13 @@ def test_a_run_keeps_its_keys_in_a_folder_of_its_own(tmp_path: Path) -> None:
     told = {env["TRAINMEDIC_COORDINATOR_KEYS_DIR"], env["TRAINMEDIC_EXECUTOR_KEYS_DIR"]}
     assert told == {str(tmp_path / "run" / "keys")}
     assert layout.executor_dir("local-0") == tmp_path / "executor" / "local-0"  # its ledger
+
+
+def test_a_plan_that_takes_every_node_says_where_the_job_stopped() -> None:
+    from trainmedic.schemas import RecoveryPlanned
+
+    narrator = RunNarrator("j", started=100.0)
+    stop = RecoveryPlanned(ts=101.0, plan_id="p", incident_id=None, job="j", kind="restart", generation=2,
+                           nodes=(), previous=("local-0", "local-1"))
+    assert narrator.event(stop, 101.0) == [
+        "recovery: job j stopped on local-0, local-1 at generation 2: no node runs it"]

@@ -65,6 +65,15 @@ def test_exits_by_a_signal_wait_for_the_next_sample_of_the_jobs_gpus_and_its_xid
     assert (incident.category, incident.node, incident.first_ts) == ("gpu_lost", "b", 10.3)
 
 
+def test_a_rank_killed_with_sigkill_is_decided_once_its_peers_reported_whatever_they_said() -> None:
+    """No process sends itself a SIGKILL and no GPU fault does (the OOM killer, a person): neither
+    the GPUs' next samples nor its peers' broken collectives can explain it better."""
+    events = two_nodes(20, gpus=1, phase=0.6) + [rank(WorkerExited, 10.3, 1, signal=9),
+                                                 rank(WorkerFailed, 10.32, 0, error=NCCL)]
+    (incident,) = opened(run(events, drain=False)[0])
+    assert (incident.category, incident.ranks, incident.ts) == ("process_exit", (1,), 10.32)
+
+
 def test_exits_by_a_signal_keep_the_hold_when_a_gpu_sample_is_late() -> None:
     events = [e for e in two_nodes(20, gpus=1, phase=0.6) if not (e.node == "b" and 10 < e.ts < 11
                                                                   and e.type == "gpu_sample")]

@@ -31,10 +31,14 @@ def test_a_crashed_rank_is_one_incident_with_its_peers_symptoms_as_evidence():
     events = job_running(30) + [exited(30.2, 5, code=None, signal=9)]
     events += [error(30.5 + 0.01 * r, r, NCCL) for r in range(8) if r != 5]
     events += [exited(31.0 + 0.01 * r, r) for r in range(8) if r != 5]
-    (incident,) = opened(run(events)[0])
+    out = run(events)[0]
+    (incident,) = opened(out)
+    # A SIGKILL, every rank heard from at 30.57 (its peers' errors are what the kill did to them):
+    # decided then, not at the end of the evidence hold (31.2).
     assert (incident.category, incident.node, incident.ranks, incident.ts) == (
-        "process_exit", node_of(5), (5,), 31.2)
-    assert len(incident.evidence) == 1 + 7 + 7  # the root, the peers' errors and exits
+        "process_exit", node_of(5), (5,), 30.57)
+    assert len(incident.evidence) == 1 + 7  # the root and the peers' errors
+    assert [i.id for i in out] == [incident.id] * len(out)  # the exits that follow join it
 
 
 def test_symptoms_arriving_before_the_root_cause_do_not_win():
