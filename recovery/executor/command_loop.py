@@ -372,8 +372,7 @@ class Executor:
         launched = self._launched[pid]
         job_dirs.put(self.config.job_dir(command.job), reform.REFORM_DIR, reform.file_name(launched.rank),
                      json.dumps(self._contract(command, local_rank).to_env()))
-        self._launched[pid] = replace(launched, generation=command.generation)
-        self._reports.forget(pid)
+        self._launched[pid] = replace(launched, generation=command.generation)  # its reports from now on
         self._waiting.discard(pid)
         self._rank_times[pid] = RankTimes(now)
         self.supervisor.regenerate(command.job, pid, command.generation)

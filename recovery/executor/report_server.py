@@ -292,6 +292,10 @@ class ReportServer:
         if reports is None:  # gone with its rank
             self._drop(connection)
             return
+        launched = self._resolve(connection.rank_pid)
+        if launched is not None and launched != reports.launched:  # kept alive into a new generation
+            reports = self._reports[connection.rank_pid] = RankReports.fresh(launched, self._limits,
+                                                                             self._clock())
         outcome = check(line, reports, node=self._node, pid=connection.rank_pid, now=self._clock(),
                         limits=self._limits)
         if isinstance(outcome, Refused):

@@ -265,3 +265,39 @@ def test_a_ranks_free_text_is_bounded_as_the_hook_bounds_it() -> None:
     event = check(line(type="worker_error", error="e" * 20_000), fresh(), node="n1", pid=1, now=100.0,
                   limits=LIMITS)
     assert isinstance(event, WorkerFailed) and len(event.error) == 4_096
+
+
+KEPT_SCRIPT = """
+import sys, time
+from pathlib import Path
+from trainmedic.producers.hook import Hook
+hook = Hook.from_env()
+hook.step(7, 0.01)
+hook.waiting()  # a peer failed: it waits, alive, for the next generation
+while not Path(sys.argv[1]).exists():
+    time.sleep(0.02)
+hook.regenerate(4)
+hook.started()
+hook.step(7, 0.01)
+hook.close()
+"""
+
+
+def test_a_rank_kept_into_a_new_generation_is_heard_about_it_on_the_same_connection(
+        server, tmp_path: Path) -> None:
+    """The executor keeps a waiting rank (`Runtime.run`): from then on its reports are checked
+    against the generation it was kept into, on the connection it already holds."""
+    srv, launched, published = server
+    go = tmp_path / "kept"
+    env = {"PATH": "/usr/bin:/bin", "TRAINMEDIC_JOB": "llm", "TRAINMEDIC_NODE": "n1", "RANK": "1",
+           "WORLD_SIZE": "4", "TRAINMEDIC_GENERATION": "3", "LOCAL_RANK": "1",
+           "TRAINMEDIC_REPORT_SOCKET": str(srv.path), "PYTHONPATH": str(Path(__file__).parents[3])}
+    process = subprocess.Popen([sys.executable, "-c", KEPT_SCRIPT, str(go)], env=env)
+    launched[process.pid] = RANK
+    wait_for(lambda: [e.type for e in published] == ["worker_step", "worker_waiting"])
+    launched[process.pid] = LaunchedRank("llm", 4, 1, 4, local_rank=1, hang_floor_s=120.0)  # kept
+    go.touch()
+    process.wait(timeout=60)
+    wait_for(lambda: len(published) == 4)
+    assert [(e.type, e.generation) for e in published] == [
+        ("worker_step", 3), ("worker_waiting", 3), ("worker_start", 4), ("worker_step", 4)]
