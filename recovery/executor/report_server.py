@@ -103,6 +103,7 @@ class _Connection:
     buffer: bytearray = field(default_factory=bytearray)
     held: list[bytes] = field(default_factory=list)
     held_bytes: int = 0
+    closed: bool = False  # the process closed it before it was known: what it held waits to be
 
 
 class ReportServer:
@@ -211,6 +212,8 @@ class ReportServer:
                 self._refuse("unknown_process", "not a rank this executor launched, nor one's child",
                              connection.pid)
                 self._drop(connection)
+            elif connection.closed and connection.rank_pid is not None:  # its lines went on: done
+                self._drop(connection)
 
     def _accept(self) -> None:
         try:
@@ -262,6 +265,11 @@ class ReportServer:
         except OSError:
             data = b""
         if not data:
+            if connection.rank_pid is None and connection.held:  # a rank that ended before it was
+                with contextlib.suppress(KeyError, ValueError):  # registered: its lines wait for that
+                    self._selector.unregister(connection.sock)
+                connection.closed = True
+                return
             self._drop(connection)
             return
         connection.buffer += data

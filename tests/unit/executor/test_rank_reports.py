@@ -301,3 +301,16 @@ def test_a_rank_kept_into_a_new_generation_is_heard_about_it_on_the_same_connect
     wait_for(lambda: len(published) == 4)
     assert [(e.type, e.generation) for e in published] == [
         ("worker_step", 3), ("worker_waiting", 3), ("worker_start", 4), ("worker_step", 4)]
+
+
+def test_a_rank_that_ended_before_it_was_registered_is_still_heard(server) -> None:
+    """A warm rank can fork, report and end before its executor has recorded its pid: what it
+    sent waits, its connection closed, until it is known (or UNKNOWN_GRACE_S passes)."""
+    srv, launched, published = server
+    process = launch(srv)
+    process.wait(timeout=60)
+    time.sleep(0.5)  # the server has read the end of its connection by now
+    assert published == []
+    launched[process.pid] = RANK
+    wait_for(lambda: len(published) == 5)
+    assert [type(e) for e in published] == [WorkerStarted] + [WorkerStepped] * 3 + [WorkerFailed]
