@@ -103,7 +103,7 @@ class _Connection:
     buffer: bytearray = field(default_factory=bytearray)
     held: list[bytes] = field(default_factory=list)
     held_bytes: int = 0
-    closed: bool = False  # the process closed it before it was known: what it held waits to be
+    closed: bool = False  # closed by its process before it was known: what it held waits for that
 
 
 class ReportServer:
