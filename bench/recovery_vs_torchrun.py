@@ -78,7 +78,6 @@ from trainmedic.demo.timeline import Timeline
 from trainmedic.demo.watch import Watcher, wait_for
 from trainmedic.local.cluster import LocalCluster, local_deployment
 from trainmedic.ops.incidents.phases import PHASES
-from trainmedic.schemas import JobSubmitted
 from trainmedic.schemas.nodes import NodeUncordoned
 
 FAULTS = {  # name -> its row in the table
@@ -162,8 +161,7 @@ def bench_job(args: argparse.Namespace, layout: DemoLayout, mode: str,
             spec = demo_job(nodes[:args.nodes], args, layout,
                             train_args=("--in-process",) if mode == "inproc" else ())
             with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-                producer.send(settings.topics.jobs, layout.operator_key().sign(JobSubmitted(
-                    ts=time.time(), job=spec, deployment=prefix)), key=spec.id)
+                cluster.submit(producer, settings, spec)
             if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
                 raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
             say(f"job {JOB} trains on {args.nodes} of {len(nodes)} nodes, ranks {mode}")

@@ -45,10 +45,12 @@ class RestoreSource(Model):
 class WorkerSpec(Model):
     """The ranks one node runs for a job at one generation, and how to launch and restore them.
 
-    `command` (the job's command and args), `checkpoint_dir`, `env`, `workdir` and `failure` are
-    copied from the job spec so that an executor can
+    `command` (the job's command and args), `checkpoint_dir`, `resume`, `env`, `workdir` and
+    `failure` are copied from the job spec so that an executor can
     launch ranks without asking the job registry; `LOCAL_RANK` is a rank's index in `ranks`;
-    `restore` naming the node itself means the ranks keep their own state.
+    `restore` naming the node itself means the ranks keep their own state. `submission` names the
+    job's submission: its ranks' files on a node, and its checkpoints, are that submission's alone
+    (optional in v1; an executor refuses to launch ranks without it).
     """
 
     ranks: tuple[Count, ...] = Field(max_length=MAX_ITEMS)
@@ -59,6 +61,8 @@ class WorkerSpec(Model):
     command: tuple[ProcessText, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS,
                                              description="argv of one rank: the job's command and args")
     checkpoint_dir: ProcessText | None = None
+    resume: ProcessText | None = None
+    submission: Id | None = None
     env: dict[EnvName, ProcessText] = Field(default_factory=dict, max_length=MAX_SMALL_ITEMS,
                                             description="the job's env: set in each rank's environment")
     workdir: ProcessText | None = None

@@ -4,6 +4,8 @@ a job stopped. A job's nodes are host names (docs/coordinator.md, "Jobs").
 
 from __future__ import annotations
 
+import hashlib
+import time
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
@@ -25,6 +27,7 @@ from trainmedic.schemas.bounds import (
 # An environment variable's name, as a POSIX shell writes one.
 EnvName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME,
                                            pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+LATEST = "latest"  # `resume: latest`: the newest checkpoint an earlier submission of the job wrote
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400 * 365, allow_inf_nan=False)]
 
 
@@ -69,7 +72,13 @@ class JobSpec(Model):
         description="set in every rank's environment (published on Kafka: never a secret)")
     workdir: ProcessText | None = Field(
         default=None, description="each rank's working directory: relative paths in command and args")
-    checkpoint_dir: ProcessText | None = None
+    checkpoint_dir: ProcessText | None = Field(
+        default=None, description="shared storage for checkpoints: each submission writes into a "
+        "directory of its own in it (CHECKPOINT_DIR/SUBMISSION)")
+    resume: ProcessText | None = Field(
+        default=None, description="start from this checkpoint (a file, a DCP directory, or a directory "
+        "of them), or `latest`: the newest any earlier submission wrote in checkpoint_dir; checked to be "
+        "of the same model and world size. Without it a submission starts at step 0")
     transition_s: Seconds | None = None
     restart: RestartPolicy = RestartPolicy()
     failure: FailureSettings = FailureSettings()
@@ -108,6 +117,17 @@ class JobSubmitted(Event, Signed):
 
     type: Literal["job_submitted"] = "job_submitted"
     job: JobSpec
+
+    @property
+    def submission(self) -> str:
+        """This submission's name: when it was submitted (UTC, to the millisecond, so that names sort
+        by time) and a digest of that time and the spec, e.g. `20261205T190845.123Z-3f2a9c1b`. Its
+        ranks' files on every node and its checkpoints are kept under it, so a job id submitted
+        again never restores, appends to or prunes what an earlier submission left."""
+        whole = int(self.ts)
+        when = time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole)) + f".{int((self.ts - whole) * 1000):03d}Z"
+        identity = f"{self.ts!r}\x1f{self.job.model_dump_json()}"  # signed or not, one submission
+        return f"{when}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
 
 
 class JobStopRequested(Event, Signed):

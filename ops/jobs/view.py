@@ -76,6 +76,11 @@ class JobWatch:
         return next((why for record, why in self.refused
                      if isinstance(record.event, JobSubmitted) and record.event.job.id == job), None)
 
+    def submission(self, job: str) -> str | None:
+        """Which submission of `job` the log holds (its rank files are named by it)."""
+        found = self.state.jobs.get(job)
+        return found.submission if found is not None else None
+
     def job_state(self, job: str) -> str | None:
         found = self.state.jobs.get(job)
         return None if found is None else str(found.state.value)
@@ -118,8 +123,9 @@ def no_logs(home: Path, job: str) -> str:
 
 
 def show_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None) -> int:
-    """Print the job's rank logs on this machine; where there are none, the log says whether the job
-    is known (1: its ranks ran elsewhere) or not (2, as `status` and `--follow` answer)."""
+    """Print the job's rank logs on this machine, of its newest submission here (read without the
+    broker); where there are none, the log says whether the job is known (1: its ranks ran
+    elsewhere) or not (2, as `status` and `--follow` answer)."""
     logs = rank_logs.find(home, job, rank)
     if not logs:
         with JobWatch(settings) as watch:
@@ -146,13 +152,14 @@ def follow_logs(settings: KafkaSettings, home: Path, job: str, rank: int | None,
             if watch.job_state(job) is None:
                 print(f"trainmedic job: no job {job!r} in the log of {settings.topics.jobs}", file=sys.stderr)
                 return UNKNOWN
+            submission = watch.submission(job)  # this deployment's, never another run of the job id
             while True:
-                for line in tail.read(rank_logs.find(home, job, rank)):
+                for line in tail.read(rank_logs.find(home, job, rank, submission)):
                     emit(terminal_safe(line))
                 if watch.over(job):
                     break
                 watch.poll(poll_s)
-            for line in [*tail.read(rank_logs.find(home, job, rank)), *tail.rest()]:
+            for line in [*tail.read(rank_logs.find(home, job, rank, submission)), *tail.rest()]:
                 emit(terminal_safe(line))
     except KeyboardInterrupt:
         return 130

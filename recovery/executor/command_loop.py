@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -334,9 +335,11 @@ class Executor:
             new = [local_rank for local_rank in range(len(spec.ranks)) if local_rank not in kept.values()]
             envs = [self._rank_env(command, local_rank) for local_rank in new]
             some = spec.model_copy(update={"ranks": tuple(spec.ranks[i] for i in new)})
-            pids = self.supervisor.launch(command.job, command.generation, some, envs,
-                                          self.config.job_dir(command.job)) if new else []
+            job_dir = self.config.job_dir(command.job, spec.submission)
+            pids = self.supervisor.launch(command.job, command.generation, some, envs, job_dir) if new else []
             launched = time.monotonic()
+            if new:
+                self._prune(job_dir)
             for local_rank, pid in zip(new, pids, strict=True):
                 self._launched[pid] = LaunchedRank(command.job, command.generation, spec.ranks[local_rank],
                                                    spec.world_size, local_rank, spec.failure.hang_floor_s)
@@ -350,6 +353,15 @@ class Executor:
             raise RuntimeError(f"no live rank of job {command.job} to signal")
         log.info("job %s: SIGUSR1 (reattempt) sent to %d ranks", command.job, sent)
         return group
+
+    @staticmethod
+    def _prune(job_dir: Path) -> None:
+        """Earlier submissions' files of the job (job_dirs.prune); a failure is logged, never the
+        command's."""
+        try:
+            job_dirs.prune(job_dir)
+        except OSError as err:
+            log.warning("could not remove earlier submissions' files beside %s: %s", job_dir, err)
 
     def _survivors(self, command: Command) -> dict[int, int]:
         """The ranks a restart keeps (pid -> local rank): those of its job waiting alive to re-form
@@ -370,7 +382,8 @@ class Executor:
         """Name the next generation to a rank kept alive: its contract in the job's directory, where
         it waits; from now on its reports are about that generation."""
         launched = self._launched[pid]
-        job_dirs.put(self.config.job_dir(command.job), reform.REFORM_DIR, reform.file_name(launched.rank),
+        job_dirs.put(self.config.job_dir(command.job, command.worker.submission), reform.REFORM_DIR,
+                     reform.file_name(launched.rank),
                      json.dumps(self._contract(command, local_rank).to_env()))
         self._launched[pid] = replace(launched, generation=command.generation)  # its reports from now on
         self._waiting.discard(pid)
@@ -386,8 +399,10 @@ class Executor:
             master_addr=spec.master_addr, master_port=spec.master_port, rank=spec.ranks[local_rank],
             world_size=spec.world_size, local_rank=local_rank, local_world_size=len(spec.ranks),
             job=command.job, node=self.config.node, generation=command.generation, restore=spec.restore,
-            checkpoint_dir=spec.checkpoint_dir, snapshot_dir=str(self.config.snapshot_dir(command.job)),
+            checkpoint_dir=spec.checkpoint_dir and os.path.join(spec.checkpoint_dir, spec.submission),
+            snapshot_dir=str(self.config.snapshot_dir(command.job, spec.submission)),
             collective_timeout_s=spec.failure.collective_timeout_s, hang_floor_s=spec.failure.hang_floor_s,
+            submission=spec.submission, resume=spec.resume,
         )
 
     def _rank_env(self, command: Command, local_rank: int) -> dict[str, str]:

@@ -25,9 +25,10 @@ class ExecutorConfig(BaseModel):
     node: str = Field(min_length=1, description="this node's name, as commands address it")
     state_dir: Path = Field(description="the executor's ledger and record of ranks "
                             "(default $TRAINMEDIC_HOME/executor/NODE)")
-    jobs_dir: Path = Field(description="the ranks' files: one directory per job with its logs and "
-                           "snapshots, the ranks' HOME; outside TRAINMEDIC_HOME, which holds the "
-                           "control plane's secrets (default $TRAINMEDIC_HOME-jobs/NODE)")
+    jobs_dir: Path = Field(description="the ranks' files: one directory per submission of a job "
+                           "(JOB/SUBMISSION) with its logs and snapshots, the ranks' HOME; outside "
+                           "TRAINMEDIC_HOME, which holds the control plane's secrets (default "
+                           "$TRAINMEDIC_HOME-jobs/NODE)")
     run_as: str | None = Field(default=None, description="the Unix user (name or uid) ranks run as, "
                                "so that a job cannot read this node's keys and credentials; needs an "
                                "executor running as root (none: ranks run as the executor's user, "
@@ -83,10 +84,11 @@ class ExecutorConfig(BaseModel):
     def ledger_path(self) -> Path:
         return self.state_dir / "ledger.jsonl"
 
-    def job_dir(self, job: str) -> Path:
-        """The directory of a job's ranks on this node: their HOME, logs and snapshots (job_dirs.py)."""
-        return self.jobs_dir / job
+    def job_dir(self, job: str, submission: str) -> Path:
+        """The directory of one submission's ranks on this node: their HOME, logs and snapshots
+        (job_dirs.py)."""
+        return self.jobs_dir / job / submission
 
-    def snapshot_dir(self, job: str) -> Path:
-        """Node-local directory where a job's ranks keep their per-step snapshots."""
-        return self.job_dir(job) / SNAPSHOTS
+    def snapshot_dir(self, job: str, submission: str) -> Path:
+        """Node-local directory where one submission's ranks keep their per-step snapshots."""
+        return self.job_dir(job, submission) / SNAPSHOTS

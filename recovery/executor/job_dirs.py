@@ -1,5 +1,6 @@
-"""Where a job's ranks keep their files on this node (one directory per job, outside TRAINMEDIC_HOME)
-and which Unix user they run as (docs/executor.md, "Rank directories and the rank user").
+"""Where a job's ranks keep their files on this node (one directory per submission of a job,
+JOBS_DIR/JOB/SUBMISSION, outside TRAINMEDIC_HOME) and which Unix user they run as (docs/executor.md,
+"Rank directories and the rank user").
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,7 @@ from trainmedic.bus.errors import ConfigError
 
 LOGS = "logs"
 SNAPSHOTS = "snapshots"
+KEPT_SUBMISSIONS = 5  # a job's submissions whose logs a node keeps; only the newest keeps snapshots
 SHARED_USER_WARNING = (
     "RANKS RUN AS THE EXECUTOR'S OWN USER (%s): a job can read this node's keys and credentials, "
     "and the executor's environment; set run_as (--run-as, TRAINMEDIC_EXECUTOR_RUN_AS) to a user of "
@@ -53,18 +56,24 @@ def default_root(home: Path) -> Path:
 
 
 def prepare(job_dir: Path, user: RankUser | None) -> Path:
-    """Make `job_dir` (0700, with its logs and snapshots directories) the ranks' own: `user`'s when
-    given; its parent, the executor's `jobs_dir`, 0711. Returns the logs directory. What lies inside
-    a job's directory is the rank's to change, so the executor (root, with run_as) never follows a
-    link there: a `logs` made a link to /etc must not hand /etc over."""
-    job_dir.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(job_dir.parent, 0o711)
-    parent = os.open(job_dir.parent, os.O_RDONLY | os.O_DIRECTORY)
+    """Make `job_dir` (JOBS_DIR/JOB/SUBMISSION: 0700, with its logs and snapshots directories) the
+    ranks' own: `user`'s when given; JOBS_DIR and JOBS_DIR/JOB the executor's, 0711. Returns the logs
+    directory. What lies inside a submission's directory is the rank's to change, so the executor
+    (root, with run_as) never follows a link there: a `logs` made a link to /etc must not hand /etc
+    over."""
+    jobs = job_dir.parent.parent
+    jobs.mkdir(parents=True, exist_ok=True)
+    os.chmod(jobs, 0o711)
+    parent = os.open(jobs, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        job = _own_dir(parent, job_dir.name, user)
+        job = _own_dir(parent, job_dir.parent.name, None, 0o711)
         try:
-            for name in (LOGS, SNAPSHOTS):
-                os.close(_own_dir(job, name, user))
+            submission = _own_dir(job, job_dir.name, user)
+            try:
+                for name in (LOGS, SNAPSHOTS):
+                    os.close(_own_dir(submission, name, user))
+            finally:
+                os.close(submission)
         finally:
             os.close(job)
     finally:
@@ -72,15 +81,55 @@ def prepare(job_dir: Path, user: RankUser | None) -> Path:
     return job_dir / LOGS
 
 
-def _own_dir(parent: int, name: str, user: RankUser | None) -> int:
-    """Directory `name` in `parent` (made when missing), 0700 and `user`'s, never through a link (an
-    OSError, ELOOP, then); its descriptor."""
+def prune(job_dir: Path) -> None:
+    """In the directory of `job_dir`'s job: the snapshots of every submission older than `job_dir`'s
+    (their names sort by submission time; no restore reads another submission's), and the whole
+    directories of all but the newest `KEPT_SUBMISSIONS`. A newer one (another deployment's, on a
+    shared jobs dir) is left alone, and so is anything that is not a directory."""
+    job = os.open(job_dir.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        older = sorted((name for name in os.listdir(job) if name < job_dir.name), reverse=True)
+        for number, name in enumerate(older, start=2):  # the current submission is the first kept
+            try:
+                where = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=job)
+            except OSError:
+                continue
+            try:
+                for entry in os.listdir(where) if number > KEPT_SUBMISSIONS else [SNAPSHOTS]:
+                    _remove(where, entry)
+            finally:
+                os.close(where)
+            if number > KEPT_SUBMISSIONS:
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=job)
+    finally:
+        os.close(job)
+
+
+def _remove(parent: int, name: str) -> None:
+    """`name` in `parent`, a file or a whole tree, never following a link (shutil.rmtree's fd-based
+    walk on Linux); gone already is fine."""
+    try:
+        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=parent)
+    else:
+        os.unlink(name, dir_fd=parent)
+
+
+def _own_dir(parent: int, name: str, user: RankUser | None, mode: int = 0o700) -> int:
+    """Directory `name` in `parent` (made when missing), `mode` and `user`'s (None: the executor's),
+    never through a link (an OSError, ELOOP, then); its descriptor."""
     with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o700, dir_fd=parent)
+        os.mkdir(name, mode, dir_fd=parent)
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-    os.fchmod(fd, 0o700)  # an existing one too, and whatever the umask
+    os.fchmod(fd, mode)  # an existing one too, and whatever the umask
     if user is not None:
         os.fchown(fd, user.uid, user.gid)
+    elif os.fstat(fd).st_uid != os.geteuid():  # an earlier layout made it a rank's: the executor's now
+        os.fchown(fd, os.geteuid(), os.getegid())
     return fd
 
 

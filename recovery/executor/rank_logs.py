@@ -1,5 +1,5 @@
-"""The ranks' output files an executor writes (JOBS_DIR/JOB/logs/gGENERATION-rankRANK.log), and
-reading them back on this machine, `[rank N]`-prefixed, for `trainmedic job logs` (docs/run.md).
+"""The ranks' output files an executor writes (JOBS_DIR/JOB/SUBMISSION/logs/gGENERATION-rankRANK.log),
+and reading them back on this machine, `[rank N]`-prefixed, for `trainmedic job logs` (docs/run.md).
 """
 
 from __future__ import annotations
@@ -31,21 +31,25 @@ class RankLog:
 
 def job_logs_glob(home: Path, job: str) -> str:
     """Where the logs of `job` are looked for on this machine, for messages."""
-    return str(default_root(home) / "*" / job / LOGS)
+    return str(default_root(home) / "*" / job / "*" / LOGS)
 
 
-def find(home: Path, job: str, rank: int | None = None) -> list[RankLog]:
-    """The rank logs of `job` beside `home` (every node's executor of it), by generation and rank;
-    only rank `rank`'s when given."""
-    found = []
-    for path in default_root(home).glob(f"*/{glob_escape(job)}/{LOGS}/g*-rank*.log"):
+def find(home: Path, job: str, rank: int | None = None, submission: str | None = None) -> list[RankLog]:
+    """The rank logs of one submission of `job` beside `home` (every node's executor of it), by
+    generation and rank; only rank `rank`'s when given. The submission is `submission`, else the
+    newest found (submissions are named by when they were submitted)."""
+    found: dict[str, list[RankLog]] = {}
+    for path in default_root(home).glob(f"*/{glob_escape(job)}/*/{LOGS}/g*-rank*.log"):
         match = _NAME.fullmatch(path.name)
         if match is None:
             continue
         generation, number = int(match[1]), int(match[2])
         if rank is None or number == rank:
-            found.append(RankLog(generation, number, path.parents[2].name, path))
-    return sorted(found)
+            named = path.parents[1].name
+            found.setdefault(named, []).append(RankLog(generation, number, path.parents[3].name, path))
+    if submission is None:
+        submission = max(found, default=None)
+    return sorted(found.get(submission, []))
 
 
 def glob_escape(name: str) -> str:

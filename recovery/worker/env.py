@@ -17,6 +17,8 @@ from trainmedic.schemas import RestoreSource
 COLLECTIVE_TIMEOUT = "TRAINMEDIC_COLLECTIVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 60.0  # rendezvous and collectives, when neither the caller nor the job says
 HANG_FLOOR = "TRAINMEDIC_HANG_FLOOR_S"
+SUBMISSION = "TRAINMEDIC_SUBMISSION"
+RESUME = "TRAINMEDIC_RESUME"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +35,12 @@ class WorkerEnv:
     node: str
     generation: int
     restore: RestoreSource
-    checkpoint_dir: str | None = None
+    checkpoint_dir: str | None = None  # this submission's own (the job's checkpoint_dir/SUBMISSION)
     snapshot_dir: str | None = None
     collective_timeout_s: float | None = None
     hang_floor_s: float | None = None
+    submission: str | None = None  # which submission of the job this rank is of
+    resume: str | None = None  # the checkpoint the submission started from (the job spec's `resume`)
 
     def to_env(self) -> dict[str, str]:
         """The variables the executor sets for this rank (absent optional dirs are left unset)."""
@@ -60,6 +64,10 @@ class WorkerEnv:
             env[COLLECTIVE_TIMEOUT] = repr(self.collective_timeout_s)
         if self.hang_floor_s is not None:
             env[HANG_FLOOR] = repr(self.hang_floor_s)
+        if self.submission:
+            env[SUBMISSION] = self.submission
+        if self.resume:
+            env[RESUME] = self.resume
         return env
 
     @classmethod
@@ -98,4 +106,6 @@ class WorkerEnv:
             snapshot_dir=env.get("TRAINMEDIC_SNAPSHOT_DIR") or None,
             collective_timeout_s=env_seconds(env, COLLECTIVE_TIMEOUT),
             hang_floor_s=env_seconds(env, HANG_FLOOR),
+            submission=env.get(SUBMISSION) or None,
+            resume=env.get(RESUME) or None,
         )

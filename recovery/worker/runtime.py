@@ -54,7 +54,6 @@ class Runtime:
     _reattempt: bool = field(default=False, repr=False)
     _stop_held: bool = field(default=False, repr=False)
     _at_step: int = field(default=0, repr=False)  # the completed steps the state holds (restored or saved)
-    _restored_generation: int = field(default=state_files.UNNAMED, repr=False)  # that saved what was restored
     _data_checked: bool = field(default=False, repr=False)  # the data state proved loadable once
     _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
     _store: dist.TCPStore | None = field(default=None, repr=False)  # this generation's rendezvous store
@@ -68,15 +67,6 @@ class Runtime:
     @property
     def world_size(self) -> int:
         return self.env.world_size
-
-    @property
-    def saves_as(self) -> int:
-        """The generation this rank's snapshots and checkpoints are saved under: the job's, or one
-        more than the restored state's when that is higher. Files are chosen and pruned by
-        (generation, step), and a job submitted again over an old checkpoint dir starts again at
-        generation 0: saved under 0, its first checkpoints would be older than those it resumed
-        from, and pruned as soon as written."""
-        return max(self.env.generation, self._restored_generation + 1)
 
     def restore(self, model: torch.nn.Module, optimizer: Stateful, data: Stateful | None = None) -> int:
         """Load the state the restore source names into every rank; returns the step to resume at.
@@ -111,7 +101,6 @@ class Runtime:
             what = f"{what}; {self.own_state}"
             self._warn_if_some_ranks_resumed_their_streams(taken)
         self.restored_from = source
-        self._restored_generation = state_files.UNNAMED if source is None else source.generation
         self.restore_warning = fallback_warning(self.env.restore, source)
         self._report_due = self.restore_warning is not None or self.restored is not None
         if self.restore_warning:
@@ -146,24 +135,24 @@ class Runtime:
             if snapshot_due or checkpoint_due:
                 state = sharded.flat_state(model, optimizer)
             if snapshot_due:
-                sharded.snapshot(Path(env.snapshot_dir), self.rank, step, self.saves_as, state,
+                sharded.snapshot(Path(env.snapshot_dir), self.rank, step, env.generation, state,
                                  self._writer if self.snapshot_async else None,
                                  own=self._own(data))
             if checkpoint_due:
-                sharded.checkpoint(Path(env.checkpoint_dir), step, self.saves_as, state)
+                sharded.checkpoint(Path(env.checkpoint_dir), step, env.generation, state)
             return
         checkpoint_due = checkpoint_due and self.rank == 0
         if not (snapshot_due or checkpoint_due):
             return
-        payload = {"step": step, "generation": self.saves_as,
+        payload = {"step": step, "generation": env.generation, "world_size": self.world_size,
                    "model": model.state_dict(), "optimizer": optimizer.state_dict()}
         if snapshot_due:
             own = self._own(data)
             prefix = state_files.snapshot_prefix(self.rank)
-            state_files.save_snapshot(Path(env.snapshot_dir), prefix, self.saves_as, step,
+            state_files.save_snapshot(Path(env.snapshot_dir), prefix, env.generation, step,
                                       {**payload, "own": own}, state_files.SNAPSHOTS_KEPT)
         if checkpoint_due:
-            state_files.save_keeping(Path(env.checkpoint_dir), "", self.saves_as, step, payload,
+            state_files.save_keeping(Path(env.checkpoint_dir), "", env.generation, step, payload,
                                      state_files.CHECKPOINTS_KEPT)
 
     def _own(self, data: Stateful | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ nearest copy onto a mesh of any size, else from a DCP checkpoint (docs/executor.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import os
@@ -23,9 +24,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-from trainmedic.recovery.worker import rank_state, state_files
+from trainmedic.recovery.worker import rank_state, resume, state_files
 from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.restore import checkpoint_location
 from trainmedic.recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
 from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
 
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 SHARDS = "shards"  # the prefix of shard snapshot files, named as `state_files` names states
 CHUNK = 8 << 20  # bytes per host buffer of a snapshot (see _pack)
-METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
+METADATA = resume.DCP_METADATA
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -209,9 +209,11 @@ class ShardRestore:
 
 def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torch.device | None = None,
             checkpoints: bool = True) -> ShardRestore | None:
-    """Load the newest state the surviving snapshots (else, with `checkpoints`, a checkpoint)
-    hold into `model` and `optimizer` on every rank, resharded to this mesh; None: nothing to
-    restore, the optimizer as it was. A collective."""
+    """Load the newest state the surviving snapshots (else, with `checkpoints`, this submission's
+    newest checkpoint, else the one it resumed from) hold into `model` and `optimizer` on every
+    rank, resharded to this mesh; None: nothing to restore, the optimizer as it was. A collective.
+    Raises ResumeRefused when the job asked to resume and there is nothing to resume from, or the
+    checkpoint is of another model or world size."""
     if env.restore.kind == "none":
         return None
     began = time.monotonic()
@@ -221,8 +223,9 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
     sharded = {k: v for k, v in state.items() if isinstance(v, DTensor)}
     mine = [Need(env.rank, k, box_of(v), tuple(v.shape)) for k, v in sharded.items()]
     files = node_files(env) if env.restore.kind == "replica" else []
+    offered = (_checkpoints(env), _resumable(env)) if checkpoints else ([], [])
     gathered: list[Any] = [None] * env.world_size
-    dist.all_gather_object(gathered, (env.node, files, mine, _checkpoints(env) if checkpoints else []))
+    dist.all_gather_object(gathered, (env.node, files, mine, *offered))
     node_of = {rank: g[0] for rank, g in enumerate(gathered)}
     every_file = sorted({f for g in gathered for f in g[1]}, key=lambda f: (f.node, f.path))
     needs = [n for g in gathered for n in g[2]]
@@ -237,15 +240,37 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
             state_files.state_path(Path(env.snapshot_dir), _prefix(env.rank), generation, step))
         return ShardRestore(step, "replica", generation=generation, read=read, received=received,
                             seconds=time.monotonic() - began, prepare_s=prepared, own=own)
-    common = set.intersection(*(set(g[3]) for g in gathered))
-    if not common:
+    own_common = set.intersection(*(set(g[3]) for g in gathered))
+    resumed_common = set.intersection(*(set(g[4]) for g in gathered))
+    if not own_common and not resumed_common:
+        if checkpoints and env.resume:
+            resume.location(env)  # raises when that is why (`latest` found none)
+            raise resume.ResumeRefused(f"resume from {env.resume}: no whole checkpoint every rank can "
+                                       "read there; not resumed")
         if not stepped:
             optimizer.state.clear()  # what `get_state_dict` initialised (a step taken at lr 0) goes
         return None
-    step, path = max(common)
+    step, path = max(own_common or resumed_common)
+    if not own_common and (why := _resume_mismatch(path, state, env.world_size)):
+        raise resume.refuse(path, why)
     dcp.load(state, checkpoint_id=path)
     load_flat(model, optimizer, state)
     return ShardRestore(step, "checkpoint", path=path, seconds=time.monotonic() - began, prepare_s=prepared)
+
+
+def _resume_mismatch(path: str, state: dict[str, Any], world_size: int) -> str | None:
+    """Why the DCP checkpoint at `path` is not of this model (its tensors' names and shapes) and
+    world size (the note `checkpoint` writes beside it), or None."""
+    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    model = {key: tuple(meta.size) for key, meta in saved.items()
+             if key.startswith("model/") and hasattr(meta, "size")}
+    live = {key: tuple(value.shape) for key, value in state.items()
+            if key.startswith("model/") and isinstance(value, torch.Tensor)}
+    try:
+        world = json.loads((Path(path) / resume.WORLD_FILE).read_text())["world_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        world = None
+    return resume.mismatch(model, live, world, world_size)
 
 
 def _copy(transfers: list[Transfer], rank: int, sharded: dict[str, DTensor],
@@ -310,6 +335,8 @@ def checkpoint(directory: Path, step: int, generation: int, state: dict[str, Any
     writing = directory / f"{path.name}.tmp-g{generation}"
     dcp.save(state, checkpoint_id=str(writing))
     if dist.get_rank() == 0:
+        note = {"world_size": dist.get_world_size(), "step": step, "generation": generation}
+        (writing / resume.WORLD_FILE).write_text(json.dumps(note) + "\n")  # what a resume checks
         shutil.rmtree(path, ignore_errors=True)  # the same step saved again, by a generation that went back
         os.replace(writing, path)
         for stale in directory.glob("step*.tmp-g*"):  # earlier generations' saves that died half way
@@ -329,9 +356,21 @@ def _complete(directory: Path) -> list[tuple[int, Path]]:
 
 
 def _checkpoints(env: WorkerEnv) -> list[tuple[int, str]]:
-    """The whole DCP checkpoints this rank can read (restore.path, else the checkpoint dir)."""
-    where = checkpoint_location(env)
-    if where is None:
+    """This submission's whole DCP checkpoints (its checkpoint dir)."""
+    if not env.checkpoint_dir:
+        return []
+    return [(step, str(path)) for step, path in _complete(Path(env.checkpoint_dir))]
+
+
+def _resumable(env: WorkerEnv) -> list[tuple[int, str]]:
+    """The whole DCP checkpoints at the job's resume point (a checkpoint, or a directory of them);
+    none when it has none, or `latest` finds none."""
+    if not env.resume:
+        return []
+    try:
+        where = resume.location(env)
+    except resume.ResumeRefused as err:  # fatal only if nothing else is offered: `restore`
+        log.warning("rank %d: %s", env.rank, err)
         return []
     if (where / METADATA).is_file():
         name = where.name.removeprefix("step")

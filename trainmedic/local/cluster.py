@@ -22,8 +22,11 @@ from pathlib import Path
 
 import yaml
 
+from trainmedic.bus.producer import EventProducer
+from trainmedic.bus.settings import KafkaSettings
 from trainmedic.recovery.executor import rank_logs
 from trainmedic.recovery.executor.forkserver import PRELOAD_ENV
+from trainmedic.schemas.jobs import JobSpec, JobSubmitted
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +35,8 @@ log = logging.getLogger(__name__)
 class ClusterLayout:
     """Where a local cluster keeps its files: services' logs, configs and fault files under `root`;
     `home` is the TRAINMEDIC_HOME its services get, so each executor's state (its ledger) is
-    `home/executor/NODE` and its ranks' files (logs, snapshots) `HOME-jobs/NODE/JOB`, the services'
-    defaults. Its keys are `keys`, else `home/keys`."""
+    `home/executor/NODE` and its ranks' files (logs, snapshots) `HOME-jobs/NODE/JOB/SUBMISSION`, the
+    services' defaults. Its keys are `keys`, else `home/keys`."""
 
     root: Path
     home: Path
@@ -94,6 +97,21 @@ class LocalCluster:
     # Service (detector, coordinator, alerts, a node's name) -> the port it serves its metrics on.
     metrics_ports: dict[str, int] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    submissions: dict[str, str] = field(default_factory=dict)  # job -> the submission `submit` sent
+
+    def submit(self, producer: EventProducer, settings: KafkaSettings, spec: JobSpec) -> JobSubmitted:
+        """Submit `spec` to the jobs topic, signed with the operator's key; its submission is the one
+        whose rank logs this cluster reads from now on."""
+        submitted = self.layout.operator_key().sign(JobSubmitted(ts=time.time(), job=spec,
+                                                                 deployment=settings.topics.prefix))
+        producer.send(settings.topics.jobs, submitted, key=spec.id)
+        producer.flush()
+        self.submissions[spec.id] = submitted.submission
+        return submitted
+
+    def rank_logs(self, job: str, rank: int | None = None) -> list[rank_logs.RankLog]:
+        """The rank logs on this machine of the submission of `job` this cluster submitted."""
+        return rank_logs.find(self.layout.home, job, rank, self.submissions.get(job))
 
     def env(self) -> dict[str, str]:
         found = {} if self.credentials is None else {"TRAINMEDIC_CREDENTIALS_DIR": str(self.credentials)}
@@ -186,7 +204,7 @@ class LocalCluster:
         return {r["rank"]: r["pid"] for r in ranks if r["job"] == job}
 
     def latest_rank_log(self, job: str) -> Path | None:
-        logs = [log.path for log in rank_logs.find(self.layout.home, job, rank=0)]
+        logs = [log.path for log in self.rank_logs(job, rank=0)]
         return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
 
     def close(self) -> None:

@@ -21,6 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="where a restart restores from when no replica survives "
                         "(the ranks' TRAINMEDIC_CHECKPOINT_DIR)")
+    parser.add_argument("--resume", metavar="CHECKPOINT",
+                        help="start from this checkpoint (a file, a DCP directory, or a directory of them), "
+                        "or `latest`: the newest an earlier run of this job id wrote in --checkpoint-dir; "
+                        "it must be of the same model and world size (default: start at step 0)")
     parser.add_argument("--max-restarts", type=int, metavar="N",
                         help="restarts for one failure before the coordinator gives up (default: its own, 4)")
     parser.add_argument("--hang-floor-s", type=float, metavar="S",

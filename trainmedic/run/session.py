@@ -28,7 +28,7 @@ from trainmedic.recovery.planner.cli import describe
 from trainmedic.run.lock import RunBusy, only_run
 from trainmedic.run.narrate import RunNarrator
 from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
-from trainmedic.schemas.jobs import JobSpec, JobStopRequested, JobSubmitted
+from trainmedic.schemas.jobs import JobSpec, JobStopRequested
 from trainmedic.schemas.printable import terminal_safe
 
 STOP_WAIT_S = 15.0  # how long a stopped job may take to say so before the services stop anyway
@@ -65,8 +65,8 @@ def run_job(args: argparse.Namespace) -> int:
     try:
         spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node,
                         workdir=Path.cwd(), master_port=free_port(), env=parse_env(args.env),
-                        checkpoint_dir=args.checkpoint_dir, max_restarts=args.max_restarts,
-                        hang_floor_s=args.hang_floor_s)
+                        checkpoint_dir=args.checkpoint_dir, resume=args.resume,
+                        max_restarts=args.max_restarts, hang_floor_s=args.hang_floor_s)
     except ValidationError as err:  # an option out of the schema's bounds (e.g. --max-restarts -1)
         print(f"trainmedic run: the options make no valid job: {describe(err)}", file=sys.stderr)
         return 2
@@ -153,17 +153,14 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
 
     with JobWatch(settings, extra=(settings.topics.worker,)) as watch, \
             EventProducer(settings, client_id=settings.topics.owned("run")) as producer:
-        producer.send(settings.topics.jobs, key.sign(JobSubmitted(ts=time.time(), job=spec,
-                                                                 deployment=settings.topics.prefix)),
-                      key=spec.id)
-        producer.flush()
+        cluster.submit(producer, settings, spec)
         say(f"submitted job {spec.id}: {len(spec.nodes)} nodes x {spec.ranks_per_node} ranks of "
             f"{' '.join(spec.command)}")
         say(f"job spec: {path} (on a cluster: name its nodes, then `trainmedic job submit {path}`)")
         say(f"rank output: `trainmedic job logs {spec.id} --follow`; status: "
             f"`trainmedic job status {spec.id}` (from any directory)")
         try:
-            state = follow(watch, narrator, cluster, say, RankOutput(layout.home, spec.id, enabled=args.tee))
+            state = follow(watch, narrator, cluster, say, RankOutput(cluster, spec.id, enabled=args.tee))
         except Interrupted:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_IGN)
@@ -185,7 +182,7 @@ def supervise(cluster: LocalCluster, spec: JobSpec, args: argparse.Namespace, sa
 class RankOutput:
     """The ranks' output as it is written, each line prefixed with its rank (torchrun's --tee)."""
 
-    home: Path
+    cluster: LocalCluster
     job: str
     enabled: bool = True
     tail: rank_logs.Tail = field(default_factory=rank_logs.Tail)
@@ -193,7 +190,7 @@ class RankOutput:
     def show(self, final: bool = False) -> None:
         if not self.enabled:
             return
-        lines = self.tail.read(rank_logs.find(self.home, self.job))
+        lines = self.tail.read(self.cluster.rank_logs(self.job))
         for line in [*lines, *(self.tail.rest() if final else ())]:
             print(terminal_safe(line, keep="\t"), flush=True)
 

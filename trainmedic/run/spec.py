@@ -27,7 +27,8 @@ def node_names(count: int) -> tuple[str, ...]:
 
 def run_spec(job_id: str, command: list[str], *, nodes: int, ranks_per_node: int, workdir: Path,
              master_port: int, env: dict[str, str] | None = None, checkpoint_dir: str | None = None,
-             max_restarts: int | None = None, hang_floor_s: float | None = None) -> JobSpec:
+             resume: str | None = None, max_restarts: int | None = None,
+             hang_floor_s: float | None = None) -> JobSpec:
     """A job of `nodes` local nodes x `ranks_per_node` ranks running `command` in `workdir`. It can
     run on any number of nodes from one to `nodes` (equal throughput per node), so the coordinator
     can shrink it onto the survivors when a node is taken out."""
@@ -35,6 +36,7 @@ def run_spec(job_id: str, command: list[str], *, nodes: int, ranks_per_node: int
         id=job_id, nodes=node_names(nodes), ranks_per_node=ranks_per_node, master_port=master_port,
         throughput={size: size / nodes for size in range(1, nodes + 1)},
         command=tuple(command), env=env or {}, workdir=str(workdir), checkpoint_dir=checkpoint_dir,
+        resume=resume,
         restart=RestartPolicy(max_restarts=max_restarts), failure=FailureSettings(hang_floor_s=hang_floor_s),
     )
 

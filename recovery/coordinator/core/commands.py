@@ -64,10 +64,17 @@ def replica(spec: JobSpec, previous: tuple[str, ...], source: str) -> RestoreSou
 
 
 def checkpoint(spec: JobSpec) -> RestoreSource:
-    """The job's latest checkpoint; a job without a checkpoint directory starts fresh."""
-    if spec.checkpoint_dir is None:
+    """The newest checkpoint this submission wrote, else the point it resumed from (`spec.resume`);
+    a job with neither a checkpoint directory nor a resume point starts fresh."""
+    if spec.checkpoint_dir is None and spec.resume is None:
         return RestoreSource(kind="none")
-    return RestoreSource(kind="checkpoint", path=spec.checkpoint_dir)
+    return RestoreSource(kind="checkpoint")
+
+
+def first_start(spec: JobSpec) -> RestoreSource:
+    """What a submission's first generation restores: the checkpoint it asked to resume from, else
+    nothing, whatever earlier submissions of the job id left."""
+    return RestoreSource(kind="checkpoint" if spec.resume is not None else "none")
 
 
 def planned_restore(job: Job, nodes: tuple[str, ...],
@@ -95,7 +102,8 @@ def _own_state(spec: JobSpec, ranks_before: Mapping[str, int], node: str) -> Res
 def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
                  only: set[str] | None = None) -> list[Command]:
     """The plan's commands (those in `only`, when given), stamped `now`."""
-    spec = state.jobs[plan.job].spec
+    job = state.jobs[plan.job]
+    spec = job.spec
     index = {node: i for i, node in enumerate(plan.nodes)}
     rpn = spec.ranks_per_node
     ranks_before = {node: i * rpn for i, node in enumerate(plan.previous)}
@@ -105,7 +113,8 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
     job_worker = WorkerSpec(
         ranks=(), world_size=len(plan.nodes) * rpn, master_addr=state.node(plan.nodes[0]).address,
         master_port=spec.master_port, command=spec.argv, checkpoint_dir=spec.checkpoint_dir,
-        env=dict(spec.env), workdir=spec.workdir, failure=spec.failure,
+        resume=spec.resume, submission=job.submission or None, env=dict(spec.env), workdir=spec.workdir,
+        failure=spec.failure,
     ) if plan.nodes else None
     commands = []
     for cid, step in plan_steps(plan).items():

@@ -11,6 +11,7 @@ from trainmedic.recovery.coordinator.core.commands import (
     commands_for,
     digest,
     escalation_id,
+    first_start,
     incident_plan_id,
     replica,
     start_plan_id,
@@ -79,7 +80,7 @@ def start_job(state: ClusterState, job_id: str, now: float) -> list:
     if problems:
         reason = "not started: " + "; ".join(problems) + " (it waits for a re-plan)"
         return [RecoverySkipped(ts=now, job=job_id, reason=reason)]
-    source = checkpoint(job.spec)
+    source = first_start(job.spec)
     plan = RecoveryPlanned(ts=now, plan_id=start_plan_id(job_id), job=job_id, kind=RecoveryKind.START,
                            generation=0, nodes=job.spec.nodes, restore=dict.fromkeys(job.spec.nodes, source))
     return [plan, *commands_for(state, plan, now)]

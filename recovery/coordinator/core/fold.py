@@ -104,7 +104,7 @@ def _submitted(state: ClusterState, event: JobSubmitted) -> None:
         if state.jobs[spec.id].spec != spec:
             log.warning("job %s submitted again with another spec: the first submission stands", spec.id)
         return
-    state.jobs[spec.id] = Job(spec)
+    state.jobs[spec.id] = Job(spec, event.submission)
     for node in spec.nodes:
         state.node(node)
 

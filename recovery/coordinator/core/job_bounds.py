@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from trainmedic.recovery.executor.core.decide import directory_name
-from trainmedic.schemas.jobs import JobSpec
+from trainmedic.schemas.jobs import LATEST, JobSpec
 from trainmedic.schemas.plan import MAX_JOB_WEIGHT, MAX_NODE_FLOPS
 
 MAX_RANKS_PER_NODE = 256
@@ -42,9 +42,13 @@ def job_problems(spec: JobSpec, in_cluster: Callable[[str], bool]) -> list[str]:
     argv_bytes = sum(len(word.encode()) + 1 for word in argv)
     if argv_bytes > MAX_ARGV_BYTES:
         problems.append(f"command and args are {argv_bytes} bytes, more than {MAX_ARGV_BYTES}")
-    for name, path in (("checkpoint_dir", spec.checkpoint_dir), ("workdir", spec.workdir)):
+    for name, path in (("checkpoint_dir", spec.checkpoint_dir), ("workdir", spec.workdir),
+                       ("resume", spec.resume)):
         if path is not None and len(path.encode()) >= MAX_PATH_BYTES:
             problems.append(f"{name} is longer than a path can be ({MAX_PATH_BYTES} bytes)")
+    if spec.resume == LATEST and spec.checkpoint_dir is None:
+        problems.append("resume: latest names the newest checkpoint an earlier submission wrote in "
+                        "checkpoint_dir, and the job has no checkpoint_dir")
     reserved = sorted(n for n in spec.env if n in RESERVED_ENV or n.startswith(RESERVED_ENV_PREFIX))
     if reserved:
         them = "it" if len(reserved) == 1 else "them"

@@ -171,6 +171,7 @@ class Job:
     """A submitted job: what was asked (`spec`) and what runs now (generation, nodes, plan)."""
 
     spec: JobSpec
+    submission: str = ""  # which submission of the job id this is (`JobSubmitted.submission`)
     state: JobState = JobState.SUBMITTED
     generation: int | None = None
     nodes: tuple[str, ...] = ()

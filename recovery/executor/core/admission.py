@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainmedic.schemas import WorkerSpec
+from trainmedic.schemas.jobs import LATEST
 
 NICENESS = re.compile(r"-?[0-9]{1,6}", re.ASCII)  # a `nice -n` value; the kernel clamps what is out of range
 
@@ -37,7 +38,7 @@ class AdmissionPolicy(BaseModel):
     allowed_script_dirs: tuple[str, ...] = Field(
         default=(), description="directories whose scripts an allowed Python may run (`PYTHON SCRIPT`)")
     allowed_dirs: tuple[str, ...] = Field(
-        default=(), description="directories a job's checkpoint_dir and restore path must be in; "
+        default=(), description="directories a job's checkpoint_dir and resume point must be in; "
         "none listed: anywhere")
     job_env: tuple[str, ...] = Field(
         default=(), description="the variables a job's env may set: exact names (none listed: a job "
@@ -128,7 +129,8 @@ def _paths(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
                        f"({', '.join(roots) or 'none: a `python -m` job needs its workdir listed'})")
     if not policy.allowed_dirs:
         return None
-    for what, path in (("checkpoint_dir", worker.checkpoint_dir), ("restore path", worker.restore.path)):
+    resume = None if worker.resume == LATEST else worker.resume  # `latest` is in checkpoint_dir
+    for what, path in (("checkpoint_dir", worker.checkpoint_dir), ("resume", resume)):
         if path is not None and not _inside(_under(worker.workdir, path), policy.allowed_dirs):
             return Refusal("directory", f"{what} {path!r} is not in an allowed directory "
                            f"({', '.join(policy.allowed_dirs)})")

@@ -115,6 +115,10 @@ def _steps(command: Command, group: LocalGroup | None) -> Apply | Refuse:
         worker = command.worker
         if worker is None or not worker.command or not worker.ranks:
             return Refuse(f"{command.action} needs a worker spec with ranks and a command (argv)")
+        if worker.submission is None or not directory_name(worker.submission):
+            return Refuse(f"{command.action} names no submission of job {command.job} that can name a "
+                          "directory: without one its ranks could restore another submission's state "
+                          "(a coordinator older than this executor? upgrade it)")
         if worker.workdir is not None and not os.path.isabs(worker.workdir):
             return Refuse(f"workdir {worker.workdir!r} is relative: a job's workdir must be an absolute "
                           "path, the same on every node (a node has no directory to resolve it against)")

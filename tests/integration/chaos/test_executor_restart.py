@@ -133,12 +133,13 @@ def test_a_killed_executor_restarts_without_stopping_training(kafka, node_root, 
     node.start()
     argv = (sys.executable, "-m", "trainmedic.demo.train", "--steps", "100000", "--step-s", "0.05",
             "--timeout-s", "20")
-    worker = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=free_port(),
+    worker = WorkerSpec(submission="s1",
+                        ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=free_port(),
                         command=argv, restore=RestoreSource())
     send(Command(ts=time.time(), node="n1", id="start-0", job=job, generation=0, action=CommandAction.START,
                  worker=worker))
     events.wait_for(lambda e: e.type == "ack" and e.command_id == "start-0" and e.status == "done")
-    logs = node.jobs / job / "logs"
+    logs = node.jobs / job / "s1" / "logs"
     wait_until(lambda: all(len(steps_in(logs / f"g0-rank{r}.log")) >= 5 for r in (0, 1)), 90, "5 steps")
     recorded = node.ranks()
     assert sorted(r["rank"] for r in recorded) == [0, 1]
@@ -200,7 +201,7 @@ def test_a_command_whose_ack_died_with_the_executor_is_answered_after_its_restar
     node = Node(kafka, node_root, "--no-warm-start", "--allowed-executables", "sh")  # its ranks are shells
     node.start()
     script = f"echo $RANK $$ >> {starts}; sleep 120 & wait"
-    worker = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
                         command=("sh", "-c", script))
     command = send(Command(ts=time.time(), node="n1", id=f"start-{moment}", job=job, generation=0,
                            action=CommandAction.START, worker=worker))

@@ -86,20 +86,20 @@ def test_a_rank_runs_as_the_run_as_user_and_cannot_read_the_control_planes_files
     executor = start_executor("n1", warm_start=warm, run_as=rank_user.name, rank_user=rank_user,
                               jobs_dir=jobs_dir)
     config, job = executor.executor.config, f"user-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=(sys.executable, "-m", "tests.integration.executor.user_probe",
                                  *map(str, protected)))
     send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
                  action=CommandAction.START, worker=worker))
     ended = events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
-    output = (config.job_dir(job) / "logs" / "g0-rank0.log").read_text()
+    output = (config.job_dir(job, "s1") / "logs" / "g0-rank0.log").read_text()
     assert ended.exit_code == 0, output
     found = json.loads(output.splitlines()[-1])
     assert found["reads"] == {str(path): "PermissionError" for path in protected}  # as root: "read"
     assert found["warm"] is warm
     assert (found["uid"], found["gid"]) == (rank_user.uid, rank_user.gid)
     assert set(found["groups"]) <= {rank_user.gid}  # none of the executor's groups
-    job_dir = config.job_dir(job)
+    job_dir = config.job_dir(job, "s1")
     assert (found["home"], found["snapshots"]) == (str(job_dir), str(job_dir / "snapshots"))
     assert not job_dir.is_relative_to(home()) and not job_dir.is_relative_to(credentials_dir().parent)
     owner = job_dir.stat()

@@ -35,12 +35,13 @@ def test_kill_restart_from_replica_reattempt_and_stop(start_executor, send, even
     job = f"demo-{os.getpid()}-{free_port}"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ex = start_executor("n1").executor
-    logs = ex.config.job_dir(job) / "logs"
+    logs = ex.config.job_dir(job, "s1") / "logs"
     argv = (sys.executable, "-m", "trainmedic.demo.train", "--steps", "100000", "--step-s", "0.05",
             "--timeout-s", "20")
 
     def command(id_: str, action: CommandAction, generation: int, restore=NO_RESTORE) -> Command:
-        worker = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=free_port,
+        worker = WorkerSpec(submission="s1",
+                            ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=free_port,
                             command=argv, restore=restore)
         return Command(ts=time.time(), node="n1", id=id_, job=job, generation=generation,
                        action=action, worker=worker)

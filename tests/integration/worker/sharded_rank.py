@@ -36,7 +36,7 @@ def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def run(rank: int, spec: dict[str, Any]) -> None:
     """`spec`: port, nodes (one per rank), replicas (HSDP replica groups; 1: FSDP), root (node
-    dirs below it), restore, until, generation, out, and optionally checkpoint_dir, every, async
+    dirs below it), restore, until, generation, out, and optionally checkpoint_dir, every, resume, async
     (snapshots written behind the next step), resync_at: the step before which the model is
     spoilt (a step half applied) and `resync` called, and own: each rank draws noise for its rows
     from its own torch stream and takes its batches from a sampler, both of which only the rank's
@@ -59,7 +59,7 @@ def run(rank: int, spec: dict[str, Any]) -> None:
                     local_rank=spec["nodes"][:rank].count(node), local_world_size=spec["nodes"].count(node),
                     job="j", node=node, generation=spec["generation"],
                     restore=RestoreSource(kind=spec["restore"]), checkpoint_dir=spec.get("checkpoint_dir"),
-                    snapshot_dir=str(Path(spec["root"]) / node))
+                    snapshot_dir=str(Path(spec["root"]) / node), resume=spec.get("resume"))
     runtime = Runtime(env, snapshot_every=1, checkpoint_every=spec.get("every", 0),
                       snapshot_async=spec.get("async", False))
     sampler, own = Sampler(), spec.get("own", False)

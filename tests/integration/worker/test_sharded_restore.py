@@ -119,3 +119,28 @@ def test_a_restart_in_place_continues_each_rank_s_random_stream_and_data_positio
     assert losses(ranks) == pytest.approx({s: losses(whole)[s] for s in (3, 4)}, rel=1e-5)
     shrunk = generation(tmp_path, "g2", ["a", "a"], until=5, generation=2, own=True)
     assert {r["own"] for r in shrunk} == {"RNG and data position not restored (saved at world size 4, now 2)"}
+
+
+def test_a_new_submission_resumes_a_dcp_checkpoint_only_when_asked_and_only_onto_its_world(
+    tmp_path: Path, uninterrupted: dict[int, float],
+) -> None:
+    """Submission 1 writes DCP checkpoints into its own directory of the shared checkpoint dir.
+    Submission 2, without `resume`, never reads them (its own directory is empty); submission 3,
+    with `resume: latest`, continues at submission 1's last step, its losses an uninterrupted run's;
+    submission 4 asks the same on 2 ranks instead of 4, and is refused rather than trained on."""
+    shared = tmp_path / "shared"
+
+    def submission(number: int, nodes: list[str], **spec: Any) -> list[dict]:
+        return generation(tmp_path, f"s{number}", nodes, root=str(tmp_path / f"s{number}-nodes"),
+                          checkpoint_dir=str(shared / f"2026120{number}T000000.000Z-0000000{number}"),
+                          every=1, **spec)
+
+    submission(1, ["a", "a", "b", "b"], replicas=2, restore="none", until=3)
+    fresh = submission(2, ["a", "a", "b", "b"], replicas=2, restore="checkpoint", until=0)
+    assert {r["start"] for r in fresh} == {0} and {r["kind"] for r in fresh} == {None}
+    resumed = submission(3, ["a", "a", "b", "b"], replicas=2, restore="checkpoint", until=5, resume="latest")
+    assert {r["start"] for r in resumed} == {3} and {r["kind"] for r in resumed} == {"checkpoint"}
+    assert losses(resumed) == pytest.approx({4: uninterrupted[4], 5: uninterrupted[5]}, rel=1e-5)
+    with pytest.raises(Exception, match="written by 4 ranks and this job runs 2"):
+        submission(4, ["a", "a"], restore="checkpoint", until=5,
+                   resume=str(shared / "20261201T000000.000Z-00000001"))

@@ -25,8 +25,27 @@ def test_a_new_job_starts_on_its_nodes_at_generation_0() -> None:
     assert n2.worker.ranks == (2, 3) and n2.worker.world_size == 6
     assert (n2.worker.master_addr, n2.worker.master_port) == ("n1", 29600)
     assert n2.worker.command == ("python", "train.py") and n2.worker.checkpoint_dir == "/ckpt/llm"
-    assert n2.worker.restore == RestoreSource(kind="checkpoint", path="/ckpt/llm")
+    # A new submission starts at step 0, whatever an earlier one of the id left in /ckpt/llm; its
+    # ranks' files and checkpoints are its own, named by it.
+    assert n2.worker.restore == RestoreSource(kind="none") and n2.worker.resume is None
+    assert {c.worker.submission for c in commands.values()} == {submitted().submission}
     assert rec.state.jobs["llm"].state is JobState.STARTING
+
+
+def test_a_job_that_asks_to_resume_starts_from_a_checkpoint_and_carries_where_from() -> None:
+    rec = Recorder()
+    out = rec.feed(submitted(resume="latest"), now=5.0)
+    commands = by_node(out)
+    assert {c.worker.restore for c in commands.values()} == {RestoreSource(kind="checkpoint")}
+    assert {c.worker.resume for c in commands.values()} == {"latest"}
+
+
+def test_two_submissions_of_one_job_id_are_named_apart_and_by_time() -> None:
+    first, again = submitted(), submitted(ts=0.002)
+    assert first.submission != again.submission and first.submission < again.submission
+    assert first.submission == submitted().submission  # one record, one name, however often folded
+    assert first.submission.startswith("19700101T000000.000Z-")
+    assert again.submission.startswith("19700101T000000.002Z-")
 
 
 def test_a_job_whose_node_is_busy_is_not_started_and_says_why() -> None:
@@ -76,8 +95,7 @@ def test_sev2_with_no_survivor_restores_everything_from_the_checkpoint() -> None
     rec = Recorder()
     rec.started()
     out = rec.feed(incident("hang", "SEV2", ranks=tuple(range(6))), now=60.0)
-    assert {c.worker.restore for c in of_type(out, "command")} == {
-        RestoreSource(kind="checkpoint", path="/ckpt/llm")}
+    assert {c.worker.restore for c in of_type(out, "command")} == {RestoreSource(kind="checkpoint")}
 
 
 def test_sev2_without_a_job_finds_the_job_on_its_node() -> None:

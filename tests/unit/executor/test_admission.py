@@ -17,7 +17,7 @@ from trainmedic.recovery.executor.command_loop import Executor
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy, Refusal, admit, resolve
 from trainmedic.recovery.executor.ledger import Ledger
-from trainmedic.schemas import Command, CommandAcked, CommandAction, RestoreSource, WorkerSpec
+from trainmedic.schemas import Command, CommandAcked, CommandAction, WorkerSpec
 
 PYTHON = "/opt/venv/bin/python"
 PATH = {"python": PYTHON, "sh": "/bin/sh", "sleep": "/bin/sleep", "torchrun": "/opt/venv/bin/torchrun",
@@ -26,7 +26,8 @@ DEFAULT = AdmissionPolicy()
 
 
 def check(argv: tuple[str, ...], policy: AdmissionPolicy = DEFAULT, **spec) -> Refusal | None:
-    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv, **spec)
+    worker = WorkerSpec(submission="s1",
+                        ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv, **spec)
     return admit(policy, worker, python=PYTHON, which=PATH.get)
 
 
@@ -65,7 +66,7 @@ def test_an_interpreter_is_the_path_it_is_listed_by_never_another_path_to_its_fi
     (venv / "bin" / "python").symlink_to(sys.executable)
     other = tmp_path / "python-too"
     other.symlink_to(os.path.realpath(sys.executable))
-    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
                         command=(sys.executable, "-m", "trainmedic.demo.train"))
     assert admit(DEFAULT, worker) is None  # the executor's own, as listed
     for python in (venv / "bin" / "python", other, Path(os.path.realpath(sys.executable))):
@@ -101,8 +102,9 @@ def test_paths_a_job_names_must_be_in_the_allowed_dirs_when_some_are_listed() ->
     refusal = check(argv, policy, checkpoint_dir="/ckpt/../etc/cron.d")
     assert refusal == Refusal("directory", "checkpoint_dir '/ckpt/../etc/cron.d' is not in an allowed "
                                            "directory (/ckpt)")
-    restore = RestoreSource(kind="checkpoint", path="/root/.ssh")
-    assert check(argv, policy, checkpoint_dir="/ckpt/llm", restore=restore).rule == "directory"
+    assert check(argv, policy, checkpoint_dir="/ckpt/llm", resume="/root/.ssh").rule == "directory"
+    assert check(argv, policy, checkpoint_dir="/ckpt/llm", resume="/ckpt/llm-v1/step9.pt") is None
+    assert check(argv, policy, checkpoint_dir="/ckpt/llm", resume="latest") is None  # in checkpoint_dir
 
 
 def test_relative_paths_are_the_workdirs_and_the_workdir_must_be_in_the_allowed_dirs() -> None:
@@ -137,7 +139,8 @@ class RecordingExecutor(Executor):
 
 
 def start(cid: str, argv: tuple[str, ...], generation: int, action=CommandAction.START) -> Record:
-    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv)
+    worker = WorkerSpec(submission="s1",
+                        ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv)
     command = Command(ts=time.time(), node="n1", id=cid, job="j", generation=generation, action=action,
                       worker=worker)
     return Record("t.commands", 0, generation, "n1", command, b"")
@@ -203,7 +206,7 @@ def test_a_home_holding_a_pth_is_refused(tmp_path: Path) -> None:
     site = tmp_path / ".local" / "lib" / version / "site-packages"
     site.mkdir(parents=True)
     (site / "evil.pth").write_text("import os; os.system('id > /tmp/owned')\n")
-    worker = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
                         command=(sys.executable, "-m", "trainmedic.demo.train"), env={"HOME": str(tmp_path)})
     refusal = admit(DEFAULT, worker)
     assert refusal is not None and refusal.rule == "environment" and "sets HOME" in refusal.reason, refusal

@@ -8,7 +8,8 @@ from trainmedic.schemas import Command, CommandAction, WorkerSpec, encode
 KEY = generate()
 TRUSTED = TrustedKeys.of(KEY.private.public_key())
 NOW = 1000.0
-SPEC = WorkerSpec(ranks=(0, 1), world_size=2, master_addr="h", master_port=29500, command=("train",))
+SPEC = WorkerSpec(submission="s1",
+                  ranks=(0, 1), world_size=2, master_addr="h", master_port=29500, command=("train",))
 
 
 def cmd(action=CommandAction.START, *, key=KEY, **changes) -> Command:
@@ -100,7 +101,7 @@ def test_start_stops_what_runs_before_launching_a_new_generation():
 
 
 def test_start_without_a_command_is_refused():
-    bare = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1)
+    bare = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1)
     assert "needs a worker spec" in run(cmd(worker=bare)).reason
     assert "needs a worker spec" in run(cmd(CommandAction.RESTART, worker=None)).reason
 

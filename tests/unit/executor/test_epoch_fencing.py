@@ -5,7 +5,8 @@ from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 NOW = 1000.0
-SPEC = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("train",))
+SPEC = WorkerSpec(submission="s1",
+                  ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("train",))
 
 
 def cmd(epoch, id_="c1"):

@@ -20,7 +20,7 @@ def test_a_cold_rank_that_fails_at_import_ends_with_its_traceback_as_tail(tmp_pa
     script = tmp_path / "train.py"
     script.write_text("print('loading', flush=True)\nimport no_such_module\n")
     sup = Supervisor()
-    spec = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, str(script)))
     try:
         sup.launch("j", 0, spec, [dict(os.environ)], tmp_path)
@@ -35,7 +35,7 @@ def test_a_cold_rank_that_fails_at_import_ends_with_its_traceback_as_tail(tmp_pa
 
 def test_a_warm_rank_that_fails_at_import_ends_with_its_traceback_as_tail(warm_supervisor,  # noqa: F811
                                                                            tmp_path: Path) -> None:
-    spec = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "no_such_module"))
     warm_supervisor.launch("j", 0, spec, [dict(os.environ)], tmp_path)
     tail = failure_tail(wait_exit(warm_supervisor))
@@ -57,7 +57,7 @@ def test_a_warm_rank_shows_its_job_and_rank_in_ps(tmp_path: Path) -> None:
 
 
 def warm_title(sup: Supervisor, tmp_path: Path) -> tuple[str, str, bytes]:
-    spec = WorkerSpec(ranks=(3,), world_size=4, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", ranks=(3,), world_size=4, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "tests.unit.executor.rank_probe", "--sleep"))
     (pid,) = sup.launch("llm", 2, spec, [dict(os.environ)], tmp_path)
     title = "trainmedic rank 3 of job llm g2: python -m tests.unit.executor.rank_probe --sleep"

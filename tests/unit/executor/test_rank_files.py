@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import stat
 import sys
 import time
@@ -39,9 +40,9 @@ def test_the_jobs_directories_are_beside_the_home_and_the_executors_state_in_it(
     config = build(tmp_path, monkeypatch)
     assert config.state_dir == tmp_path / "home" / "executor" / "n1"
     assert config.jobs_dir == tmp_path / "home-jobs" / "n1"
-    assert config.job_dir("llm") == tmp_path / "home-jobs" / "n1" / "llm"
-    assert config.snapshot_dir("llm") == tmp_path / "home-jobs" / "n1" / "llm" / "snapshots"
-    assert not config.snapshot_dir("llm").is_relative_to(tmp_path / "home")
+    assert config.job_dir("llm", "S") == tmp_path / "home-jobs" / "n1" / "llm" / "S"
+    assert config.snapshot_dir("llm", "S") == tmp_path / "home-jobs" / "n1" / "llm" / "S" / "snapshots"
+    assert not config.snapshot_dir("llm", "S").is_relative_to(tmp_path / "home")
 
 
 def test_without_run_as_the_executor_warns_that_ranks_share_its_user(tmp_path, monkeypatch, caplog) -> None:
@@ -89,15 +90,57 @@ def test_a_job_directory_is_the_rank_users_own_0700_in_a_0711_jobs_dir(tmp_path,
     owned: list[tuple[Path, int, int]] = []
     monkeypatch.setattr(os, "fchown", lambda fd, uid, gid: owned.append(
         (Path(os.readlink(f"/proc/self/fd/{fd}")), uid, gid)))
-    job = tmp_path / "jobs" / "n1" / "llm"
+    job = tmp_path / "jobs" / "n1" / "llm" / "20261205T190845.123Z-3f2a9c1b"
     assert job_dirs.prepare(job, NOBODY) == job / "logs"
     for path in (job, job / "logs", job / "snapshots"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700
         assert (path, NOBODY.uid, NOBODY.gid) in owned
-    assert stat.S_IMODE(job.parent.stat().st_mode) == 0o711
+    for path in (job.parent, job.parent.parent):  # the job's and the node's: the executor's
+        assert stat.S_IMODE(path.stat().st_mode) == 0o711
+        assert path not in {where for where, _, _ in owned}
     os.chmod(job, 0o755)  # a restart puts it right again
     job_dirs.prepare(job, None)
     assert stat.S_IMODE(job.stat().st_mode) == 0o700
+
+
+def submission_dirs(job: Path, count: int) -> list[Path]:
+    """`count` submissions of `job`, oldest first, each with a log and a snapshot."""
+    made = []
+    for number in range(count):
+        where = job / f"20261205T19{number:02d}00.000Z-0000000{number}"
+        job_dirs.prepare(where, None)
+        (where / "logs" / "g0-rank0.log").write_text(f"submission {number}\n")
+        (where / "snapshots" / "rank0-g0-step000000001.pt").write_bytes(b"x")
+        made.append(where)
+    return made
+
+
+def test_a_new_submission_removes_earlier_ones_snapshots_and_keeps_their_logs_a_while(tmp_path) -> None:
+    """No restore reads another submission's snapshots, so they go when a newer one starts; the logs
+    of the newest KEPT_SUBMISSIONS stay for `job logs`."""
+    job = tmp_path / "jobs" / "n1" / "llm"
+    *older, current, newer = submission_dirs(job, job_dirs.KEPT_SUBMISSIONS + 3)
+    job_dirs.prune(current)
+    assert all(not (where / "snapshots").exists() for where in older)
+    kept = [where for where in older if where.exists()]
+    assert kept == older[-(job_dirs.KEPT_SUBMISSIONS - 1):]
+    assert all((where / "logs" / "g0-rank0.log").exists() for where in kept)
+    for where in (current, newer):  # its own, and a newer one (another deployment's) are left alone
+        assert (where / "snapshots" / "rank0-g0-step000000001.pt").exists()
+
+
+def test_pruning_follows_no_link_the_job_left(tmp_path) -> None:
+    precious = tmp_path / "precious"
+    (precious / "snapshots").mkdir(parents=True)
+    (precious / "snapshots" / "keep").write_text("mine")
+    job = tmp_path / "jobs" / "n1" / "llm"
+    old, current = submission_dirs(job, 2)
+    shutil.rmtree(old / "snapshots")
+    (old / "snapshots").symlink_to(precious / "snapshots")  # the job's own directory: a rank did it
+    (job / "20261205T180000.000Z-00000000").symlink_to(precious)  # named as an older submission
+    job_dirs.prune(current)
+    assert (precious / "snapshots" / "keep").read_text() == "mine"
+    assert not (old / "snapshots").exists() and (old / "logs" / "g0-rank0.log").exists()
 
 
 def evil_home(tmp_path: Path) -> tuple[Path, Path]:
@@ -110,12 +153,12 @@ def evil_home(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp_path: Path) -> None:
     home, mark = evil_home(tmp_path)
-    job = tmp_path / "jobs" / "llm"
+    job = tmp_path / "jobs" / "llm" / "s1"
     (job / SITE).mkdir(parents=True)  # its own HOME's site too: a rank of an earlier generation wrote it
     (job / SITE / "evil.pth").write_text((home / SITE / "evil.pth").read_text())
     probe = ("import os, site; "
              "print(site.ENABLE_USER_SITE, os.environ['HOME'], os.environ['PYTHONNOUSERSITE'])")
-    spec = WorkerSpec(ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(BASE_PYTHON, "-c", probe))
     sup = Supervisor()
     sup.launch("llm", 0, spec, [{**os.environ, "HOME": str(home)}], job)
@@ -143,7 +186,7 @@ def test_a_link_the_job_left_in_its_directory_is_never_followed(tmp_path: Path) 
     not make the executor, root with run_as, change or write what it points to."""
     elsewhere = tmp_path / "etc"
     elsewhere.mkdir(mode=0o755)
-    job = tmp_path / "jobs" / "llm"
+    job = tmp_path / "jobs" / "llm" / "s1"
     job_dirs.prepare(job, None)
     (job / "logs").rmdir()
     (job / "logs").symlink_to(elsewhere)

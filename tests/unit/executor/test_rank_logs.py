@@ -15,8 +15,12 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / ".trainmedic"
 
 
-def write(home: Path, node: str, job: str, generation: int, rank: int, text: str) -> Path:
-    path = home.parent / ".trainmedic-jobs" / node / job / "logs" / log_name(generation, rank)
+SUBMISSION = "20261205T190845.123Z-3f2a9c1b"
+
+
+def write(home: Path, node: str, job: str, generation: int, rank: int, text: str,
+          submission: str = SUBMISSION) -> Path:
+    path = home.parent / ".trainmedic-jobs" / node / job / submission / "logs" / log_name(generation, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
         f.write(text)
@@ -29,7 +33,8 @@ def test_all_ranks_of_every_node_interleaved_a_generation_at_a_time(home: Path) 
     write(home, "n1", "j", 1, 1, "restored\n")
     write(home, "n0", "other", 0, 0, "not ours\n")
     write(home, "n0", "j", 0, 7, "")
-    (home.parent / ".trainmedic-jobs" / "n0" / "j" / "logs" / "notes.txt").write_text("not a rank log\n")
+    logs = home.parent / ".trainmedic-jobs" / "n0" / "j" / SUBMISSION / "logs"
+    (logs / "notes.txt").write_text("not a rank log\n")
     assert list(interleaved(find(home, "j"))) == [
         "== generation 0: rank 0 on n0, rank 1 on n1, rank 7 on n0 ==",
         "[rank 0] step 0", "[rank 1] step 0", "[rank 0] step 1", "[rank 1] step 1", "[rank 1] bye",
@@ -37,6 +42,16 @@ def test_all_ranks_of_every_node_interleaved_a_generation_at_a_time(home: Path) 
     ]
     assert [(log.generation, log.node) for log in find(home, "j", rank=1)] == [(0, "n1"), (1, "n1")]
     assert find(home, "nothing-here") == []
+
+
+def test_only_one_submission_of_a_job_is_read_by_default_the_newest(home: Path) -> None:
+    """A job id submitted again writes its logs apart: never read with an earlier submission's."""
+    earlier = "20261204T080000.000Z-00000000"
+    write(home, "n0", "j", 0, 0, "the earlier run\n", submission=earlier)
+    write(home, "n2", "j", 1, 0, "the earlier run, on a node the later one did not use\n", submission=earlier)
+    write(home, "n0", "j", 0, 0, "this run\n")
+    assert [line for line in interleaved(find(home, "j")) if "run" in line] == ["[rank 0] this run"]
+    assert {log.node for log in find(home, "j", submission=earlier)} == {"n0", "n2"}
 
 
 def test_following_returns_whole_new_lines_and_new_files_from_their_start(home: Path) -> None:

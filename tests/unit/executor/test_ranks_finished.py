@@ -44,7 +44,8 @@ class RecordingExecutor(Executor):
 
 
 def start(workdir: Path, generation: int) -> Record:
-    worker = WorkerSpec(ranks=(4, 5), world_size=6, master_addr="h", master_port=1, command=WAIT_THEN_EXIT_0,
+    worker = WorkerSpec(submission="s1",
+                        ranks=(4, 5), world_size=6, master_addr="h", master_port=1, command=WAIT_THEN_EXIT_0,
                         workdir=str(workdir))
     command = COORDINATOR.sign(Command(ts=time.time(), node="n1", id=f"g{generation}", job="j",
                                        deployment="trainmedic.",  # the executor's topic prefix

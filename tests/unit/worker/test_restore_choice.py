@@ -1,4 +1,5 @@
 import os
+from dataclasses import replace
 
 import torch
 
@@ -41,7 +42,7 @@ def env(tmp_path, restore: RestoreSource, node="n1", rank=0) -> WorkerEnv:
                      checkpoint_dir=str(tmp_path / "ckpt"), snapshot_dir=str(tmp_path / "snap"))
 
 
-def test_offers_follow_the_restore_source(tmp_path):
+def test_every_rank_offers_its_nodes_newest_snapshot_of_any_rank(tmp_path):
     payload = {"step": 0, "model": {"w": torch.zeros(1)}, "optimizer": {}}
     for step in (3, 4, 5):
         state_files.save_keeping(tmp_path / "snap", "rank0-", 1, step, payload, keep=2)
@@ -49,13 +50,36 @@ def test_offers_follow_the_restore_source(tmp_path):
     state_files.save_keeping(tmp_path / "ckpt", "", 1, 2, payload, keep=3)
     assert len(list((tmp_path / "snap").glob("rank0-*"))) == 2
 
-    replica_of_0 = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n1")))
-    assert [(o.kind, o.step) for o in replica_of_0] == [(REPLICA, 5), (CHECKPOINT, 2)]
-    any_rank = local_offers(env(tmp_path, RestoreSource(kind="replica", node="n1")))
-    assert any_rank[0].step == 6
+    named = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n1")))
+    assert [(o.kind, o.step, o.named) for o in named] == [(REPLICA, 6, True), (CHECKPOINT, 2, False)]
     elsewhere = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n9")))
-    assert [o.kind for o in elsewhere] == [CHECKPOINT]
+    assert [(o.kind, o.step, o.named) for o in elsewhere] == [(REPLICA, 6, False), (CHECKPOINT, 2, False)]
+    assert [o.kind for o in local_offers(env(tmp_path, RestoreSource(kind="checkpoint")))] == [CHECKPOINT]
     assert local_offers(env(tmp_path, RestoreSource(kind="none"))) == []
+
+
+def test_the_newest_snapshot_wins_even_when_the_source_names_a_node_with_an_older_one(tmp_path):
+    """A rank killed at step 22 never saved it: its node holds step 21. The restart after it failed
+    at once (generation 1 stepped nothing); the restart after that names the killed rank's node. The
+    survivor's step 22 must win, or a completed step is run again (issue 41's `1 step lost`)."""
+    payload = {"step": 0, "model": {"w": torch.zeros(1)}, "optimizer": {}}
+    state_files.save_keeping(tmp_path / "a" / "snap", "rank0-", 0, 22, payload, keep=2)
+    state_files.save_keeping(tmp_path / "b" / "snap", "rank1-", 0, 21, payload, keep=2)
+    source = RestoreSource(kind="replica", node="b", rank=1)
+    offers = [o for node, rank in (("a", 0), ("b", 1))
+              for o in local_offers(replace(env(tmp_path / node, source, node=node, rank=rank),
+                                            checkpoint_dir=None))]
+    assert [(o.step, o.named) for o in offers] == [(22, False), (21, True)]
+    assert choose(offers).step == 22
+    assert choose([Offer(1, 22, REPLICA, "b", 0, named=True), Offer(0, 22, REPLICA, "a", 0)]).path == "b"
+
+
+def test_this_submissions_own_state_wins_over_the_checkpoint_it_resumed_from():
+    """The resumed checkpoint was written by another submission at its generation 4: the new one's
+    generation 0 snapshots are newer whatever the numbers say."""
+    resumed = Offer(0, 1000, CHECKPOINT, "/ckpt/llm/earlier/g4-step000001000.pt", 4, resumed=True)
+    own = Offer(0, 1001, REPLICA, "snap/rank0-g0-step000001001.pt", 0)
+    assert choose([resumed, own]) is own and choose([resumed]) is resumed
 
 
 def test_a_restore_that_named_a_replica_and_got_none_is_a_fallback_warning():
@@ -64,7 +88,7 @@ def test_a_restore_that_named_a_replica_and_got_none_is_a_fallback_warning():
     assert fallback_warning(RestoreSource(kind="checkpoint"), Offer(0, 9, CHECKPOINT, "c")) is None
     assert fallback_warning(RestoreSource(kind="none"), None) is None
     lost = fallback_warning(replica, Offer(2, 65, CHECKPOINT, "/ckpt/step000000065.pt"))
-    assert lost == ("no replica snapshot of rank 4 on n3: restored step 65 from the checkpoint "
+    assert lost == ("no replica snapshot on any of the job's nodes: restored step 65 from the checkpoint "
                     "/ckpt/step000000065.pt; the steps after it are lost")
     assert "started fresh at step 0" in fallback_warning(replica, None)
 

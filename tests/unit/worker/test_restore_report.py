@@ -3,6 +3,7 @@ A real one-rank gloo group and a real snapshot: the data-parallel path of `Runti
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -63,23 +64,79 @@ def test_a_first_start_with_nothing_to_restore_reports_nothing(tmp_path: Path, g
     assert hook.calls == [(1, None, None)]
 
 
-def test_a_job_submitted_again_over_an_old_checkpoint_dir_saves_above_what_it_resumed(tmp_path: Path,
-                                                                                      group) -> None:
-    """The earlier run's generation 4 left checkpoints of steps 8-10; the new job starts at
-    generation 0, resumes step 10, and its checkpoint of step 11 must be the newest, not pruned."""
+def submission(tmp_path: Path, name: str, generation: int = 0, kind: str = "checkpoint",
+               resume: str | None = None) -> Runtime:
+    """A rank of submission `name` of job j, whose checkpoints go to ckpt/NAME (as its executor
+    sets TRAINMEDIC_CHECKPOINT_DIR), checkpointing every step."""
     from dataclasses import replace
 
+    env = replace(runtime(tmp_path / name, kind).env, generation=generation, resume=resume,
+                  checkpoint_dir=str(tmp_path / "ckpt" / name), submission=name)
+    return Runtime(env, snapshot_every=0, checkpoint_every=1)
+
+
+def test_a_new_submission_never_restores_what_an_earlier_one_left(tmp_path: Path, group) -> None:
+    """The earlier submission of the job id got to generation 4 and step 10; the new one, restarting
+    from checkpoints at its generation 1, has none of its own: it starts afresh, and says so."""
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    earlier = submission(tmp_path, "20261201T000000.000Z-aaaaaaaa", generation=4)
+    for step in (8, 9, 10):
+        earlier.maybe_checkpoint(step, model, optimizer)
+    again = submission(tmp_path, "20261205T000000.000Z-bbbbbbbb", generation=1)
+    assert again.restore(model, optimizer) == 0 and again.restored_from is None
+
+
+def test_resume_latest_takes_the_newest_earlier_checkpoint_then_only_the_submissions_own(tmp_path: Path,
+                                                                                         group) -> None:
     from trainmedic.recovery.worker import state_files
 
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    shared = replace(runtime(tmp_path, "checkpoint").env, checkpoint_dir=str(tmp_path / "ckpt"))
-    earlier = Runtime(replace(shared, generation=4), snapshot_every=0, checkpoint_every=1)
-    for step in (8, 9, 10):
-        earlier.maybe_checkpoint(step, model, optimizer)
-    again = Runtime(replace(shared, generation=0), snapshot_every=0, checkpoint_every=1)
-    assert again.restore(model, optimizer) == 10 and again.saves_as == 5
-    again.maybe_checkpoint(11, model, optimizer)
-    kept = [(g, s) for g, s, _ in state_files.list_states(tmp_path / "ckpt", "")]
-    assert kept == [(4, 9), (4, 10), (5, 11)]
-    assert Runtime(replace(shared, generation=1)).restore(model, optimizer) == 11
+    for name, steps in (("20261130T000000.000Z-00000000", (20,)), ("20261201T000000.000Z-aaaaaaaa", (9, 10))):
+        earlier = submission(tmp_path, name, generation=4)
+        for step in steps:
+            earlier.maybe_checkpoint(step, model, optimizer)
+    (tmp_path / "ckpt" / "20261202T000000.000Z-cccccccc").mkdir()  # one that wrote nothing
+    name = "20261205T000000.000Z-bbbbbbbb"
+    again = submission(tmp_path, name, resume="latest")
+    assert again.restore(model, optimizer) == 10 and again.restored_from.resumed
+    again.maybe_checkpoint(11, model, optimizer)  # saved as generation 0, in its own directory
+    assert [(g, s) for g, s, _ in state_files.list_states(tmp_path / "ckpt" / name, "")] == [(0, 11)]
+    later = submission(tmp_path, name, generation=1, resume="latest")
+    assert later.restore(model, optimizer) == 11 and not later.restored_from.resumed
+
+
+@pytest.mark.parametrize(("saved", "words"), [
+    ({"model": torch.nn.Linear(3, 1).state_dict()},
+     "another model: weight is (1, 3) there and (1, 2) here (1 of 2 tensors differ in shape)"),
+    ({"model": {"w": torch.zeros(1)}},
+     "another model: bias is not in it (2 of this model's tensors are not); it holds w, which this model"),
+    ({"world_size": 8}, "it was written by 8 ranks and this job runs 1"),
+    ({"world_size": None}, "it does not say which world size wrote it"),
+])
+def test_a_resume_onto_another_model_or_world_size_fails_loudly(tmp_path: Path, group, saved, words) -> None:
+    from trainmedic.recovery.worker import resume, state_files
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    payload = {"step": 10, "generation": 4, "world_size": 1, "model": model.state_dict(),
+               "optimizer": optimizer.state_dict(), **saved}
+    if payload["world_size"] is None:
+        del payload["world_size"]
+    state_files.save_keeping(tmp_path / "ckpt" / "20261201T000000.000Z-aaaaaaaa", "", 4, 10, payload, keep=3)
+    again = submission(tmp_path, "20261205T000000.000Z-bbbbbbbb", resume="latest")
+    with pytest.raises(resume.ResumeRefused, match=re.escape(words)):
+        again.restore(model, optimizer)
+
+
+def test_a_resume_with_nothing_to_resume_from_fails_loudly(tmp_path: Path, group) -> None:
+    from trainmedic.recovery.worker import resume
+
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(resume.ResumeRefused, match="no earlier submission of job j wrote a checkpoint"):
+        submission(tmp_path, "20261205T000000.000Z-bbbbbbbb", resume="latest").restore(model, optimizer)
+    with pytest.raises(resume.ResumeRefused, match="no checkpoint there"):
+        submission(tmp_path, "20261205T000000.000Z-bbbbbbbb", resume=str(tmp_path / "none")).restore(
+            model, optimizer)
