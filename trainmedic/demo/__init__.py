@@ -1,13 +1,14 @@
 """The local demo: a real Kafka broker, every trainmedic service, and a CPU training job that is
 broken on purpose (kill -9, Xid 79, a hang, a link flap, then a grow) and heals by itself.
-Exits 0 only if every fault healed (with --model gpt-hsdp, and every loss matched); docs/demo.md.
+Exits 0 only if every fault healed, no step was lost and every loss matched an uninterrupted run's;
+docs/demo.md.
 """
 
 from __future__ import annotations
 
 import argparse
 
-MODELS = ("mlp", "gpt-hsdp")  # the demo's jobs: `trainmedic.demo.train --model`
+MODELS = ("mlp", "gpt-hsdp", "gpt-fsdp")  # the demo's jobs: `trainmedic.demo.train --model`
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=4, help="simulated nodes (default 4, at least 2)")
     parser.add_argument("--model", choices=MODELS, default="mlp",
                         help="the job: mlp, data parallel (default); gpt-hsdp, a small transformer with "
-                        "HSDP, losses checked against an uninterrupted run")
+                        "HSDP; gpt-fsdp, the same with FSDP2 over every rank. Every logged loss is checked "
+                        "against an uninterrupted run's")
     parser.add_argument("--ranks-per-node", type=int, default=2, help="training ranks per node (default 2)")
     parser.add_argument("--step-s", type=float, default=0.25,
                         help="length of one training step (default 0.25)")
@@ -28,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run Prometheus (every service scraped, the healer's alert rules) and "
                         "Alertmanager from Debian's packages (`make prometheus alertmanager`), print their "
                         "URLs, and report when the healer's own metrics showed each fault")
+    parser.add_argument("--in-process", action="store_true",
+                        help="the ranks train under rt.run: a survivor of a peer's failure keeps its process "
+                        "(docs/executor.md, \"Survivors keep their processes\")")
     parser.add_argument("--only", action="append", default=[], metavar="FAULT",
                         help="run only these faults (kill, xid79, hang, flap, and grow, which "
                         "follows xid79); repeatable")

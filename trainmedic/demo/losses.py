@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -63,3 +63,11 @@ def compare(losses: dict[tuple[int, int], float], reference: list[float],
             worst, worst_step = diff, step
     logged_by = {gen for gen, _ in losses}
     return LossCheck(len(losses), len(logged_by), worst, worst_step, tuple(sorted(set(stepped) - logged_by)))
+
+
+def reference(model: str, until: int) -> Iterator[float]:
+    """The demo's `model` (`trainmedic.demo.MODELS`) trained uninterrupted in this process: the loss
+    of every step from 0 to `until` (FSDP2 and HSDP shard the same transformer: one reference)."""
+    from trainmedic.demo import gpt, mlp
+
+    return (gpt if model.startswith("gpt") else mlp).reference_losses(until)

@@ -33,13 +33,13 @@ from trainmedic.demo.grow import run_grow
 from trainmedic.demo.watch import Watcher
 from trainmedic.local import ops_stack
 from trainmedic.local.cluster import LocalCluster, free_port, local_deployment
-from trainmedic.schemas import JobSpec, JobSubmitted
+from trainmedic.schemas import JobSpec
 
 JOB = "demo"
 # The demo's detector: the defaults, with a hang floor that fits a 0.25 s step, and a GPU fault
 # resolved after 10 s of its node's clean samples (not 60 s), so the repaired node rejoins sooner.
 DETECTOR_CONFIG = {"hang": {"floor_s": 10.0}, "gpu": {"healthy_s": 10.0}}
-# What a gpt-hsdp rank imports besides torch (FSDP2, DCP, and dynamo, which torch.optim loads): ranks
+# What a gpt-* rank imports besides torch (FSDP2, DCP, and dynamo, which torch.optim loads): ranks
 # forked warm skip a second or more of CPU each.
 GPT_PRELOAD = ("torch.distributed.fsdp", "torch.distributed.checkpoint.state_dict", "torch._dynamo")
 # The prefixes demos generate: a run deletes the topics of earlier ones (never a user's "demo-orders").
@@ -67,15 +67,9 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.nodes < 2 or args.ranks_per_node < 1:
         print("trainmedic demo: needs at least 2 nodes and 1 rank per node", file=sys.stderr)
         return 2
-    if args.model == "gpt-hsdp":
-        from trainmedic.demo.gpt import BATCH
-
-        worlds = (args.nodes * args.ranks_per_node, (args.nodes - 1) * args.ranks_per_node)
-        if any(BATCH % w for w in worlds):
-            print(f"trainmedic demo: --model gpt-hsdp splits a batch of {BATCH} rows over the ranks; world "
-                  f"sizes {worlds[0]} and, after the Xid 79, {worlds[1]} must both divide it (the default "
-                  f"4 nodes x 2 ranks do)", file=sys.stderr)
-            return 2
+    if problem := world_problem(args):
+        print(f"trainmedic demo: {problem}", file=sys.stderr)
+        return 2
     layout = DemoLayout(home() / "demo")
     stop_progress = threading.Event()
     stack = None
@@ -104,7 +98,7 @@ def run_demo(args: argparse.Namespace) -> int:
             if xid is not None and (not args.only or "grow" in args.only):
                 results.append(grow_back(cluster, watcher, xid, args))
             stop_progress.set()
-            check = loss_check(cluster, watcher) if args.model == "gpt-hsdp" else None
+            check = loss_check(cluster, watcher, args.model)
             if alerts is not None:
                 results = with_alerts(results, watcher, alerts)
                 alerts.stop()
@@ -115,9 +109,9 @@ def run_demo(args: argparse.Namespace) -> int:
                     f"{', '.join(observe.fired(stack.prometheus.url, stack.started, now)) or 'none'}")
             report(results, layout, observed=stack is not None, check=check)
             healed = bool(results) and all(r.healed for r in results)
-            if check is not None:  # the sharded job's promise: resumed where it stopped, the same run
-                healed = healed and check.matches and all(r.steps_lost == 0 and not r.restore_warnings
-                                                          for r in results)
+            # the promise: resumed where it stopped, the same run as an uninterrupted one
+            healed = healed and check.matches and all(r.steps_lost == 0 and not r.restore_warnings
+                                                      for r in results)
             return 0 if healed else 1
     except (TrainmedicError, RuntimeError) as err:
         say(f"failed: {err}")
@@ -195,7 +189,7 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
             nodes = node_names(args.nodes)
             cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir(),
                                    metrics_ports=metrics_ports or {},
-                                   warm_preload=GPT_PRELOAD if args.model == "gpt-hsdp" else ())
+                                   warm_preload=GPT_PRELOAD if args.model.startswith("gpt") else ())
             cluster.prepare(DETECTOR_CONFIG)
             cluster.start_services()
             say(f"starting detector, coordinator and {len(nodes)} nodes "
@@ -205,11 +199,9 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
 
             watcher = Watcher(settings, JOB, say)
             watcher.start()
-            spec = demo_job(nodes, args, layout)
+            spec = demo_job(nodes, args, layout, train_args=("--in-process",) if args.in_process else ())
             with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-                submitted = cluster.layout.operator_key().sign(JobSubmitted(
-                    ts=time.time(), job=spec, deployment=settings.topics.prefix))
-                producer.send(settings.topics.jobs, submitted, key=spec.id)
+                cluster.submit(producer, settings, spec)
             world = len(nodes) * args.ranks_per_node
             say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
             if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
@@ -289,19 +281,32 @@ def progress(watcher: Watcher, cluster: LocalCluster, stop: threading.Event) -> 
             f"world size {current.world_size}")
 
 
-def loss_check(cluster: LocalCluster, watcher: Watcher) -> losses.LossCheck:
-    """Every loss rank 0 of each generation logged so far against an uninterrupted run's."""
-    from trainmedic.demo.gpt import reference_losses
-    from trainmedic.recovery.executor.rank_logs import find
-
-    logged = losses.logged(log.path for log in find(cluster.layout.home, JOB, rank=0))
+def loss_check(cluster: LocalCluster, watcher: Watcher, model: str) -> losses.LossCheck:
+    """Every loss rank 0 of each generation of this submission logged against an uninterrupted run's."""
+    logged = losses.logged(log.path for log in cluster.rank_logs(JOB, rank=0))
     with watcher.lock:
         stepped = set(watcher.timeline.generations)
     say(f"checking {len(logged)} logged losses against an uninterrupted run in one process")
-    reference = list(reference_losses(max((s for _, s in logged), default=-1) + 1))
+    reference = list(losses.reference(model, max((s for _, s in logged), default=-1) + 1))
     check = losses.compare(logged, reference, stepped)
     say(check.describe())
     return check
+
+
+def world_problem(args: argparse.Namespace) -> str | None:
+    """Why the model cannot share its batch over the demo's world sizes (before and after the Xid
+    79), or None."""
+    from trainmedic.demo import gpt, mlp
+
+    worlds = (args.nodes * args.ranks_per_node, (args.nodes - 1) * args.ranks_per_node)
+    if args.model == "mlp":
+        if worlds[0] > mlp.BATCH:
+            return f"--model mlp shares a batch of {mlp.BATCH} rows: at most {mlp.BATCH} ranks"
+    elif any(gpt.BATCH % w for w in worlds):
+        return (f"--model {args.model} splits a batch of {gpt.BATCH} rows over the ranks; world sizes "
+                f"{worlds[0]} and, after the Xid 79, {worlds[1]} must both divide it (the default 4 nodes "
+                "x 2 ranks do)")
+    return None
 
 
 def latest_loss(cluster: LocalCluster) -> str | None:

@@ -25,8 +25,6 @@ from trainmedic.producers.hook import Hook  # noqa: E402
 from trainmedic.recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
 from trainmedic.recovery.worker.runtime import Runtime, Stateful, init_from_env  # noqa: E402
 
-FEATURES = 16
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -34,7 +32,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=1000, help="train until this many steps (default 1000)")
     parser.add_argument("--step-s", type=float, default=0.1, help="pad each step to this long (default 0.1)")
     parser.add_argument("--model", choices=MODELS, default="mlp",
-                        help="mlp: data parallel (default); gpt-hsdp: a small transformer, HSDP over nodes")
+                        help="mlp: data parallel (default); gpt-hsdp: a small transformer, HSDP over nodes; "
+                        "gpt-fsdp: the same transformer, FSDP2 over every rank")
     parser.add_argument("--hidden", type=int, default=32, help="hidden width of the MLP (default 32)")
     parser.add_argument("--snapshot-every", type=int, default=1, help="node-local snapshot period, steps")
     parser.add_argument("--checkpoint-every", type=int, default=0,
@@ -50,42 +49,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same batch for the same (step, rank) in every run and generation."""
-    gen = torch.Generator().manual_seed(step * 1009 + rank)
-    x = torch.randn(32, FEATURES, generator=gen)
-    target = torch.Generator().manual_seed(7)
-    weights = torch.randn(FEATURES, 1, generator=target)
-    return x, x @ weights
-
-
-class Momentum:
-    """SGD with momentum, by hand. torch.optim's constructor imports torch._dynamo, which takes
-    seconds on a small CPU and would dominate the demo's restart time."""
-
-    def __init__(self, params: list[torch.nn.Parameter], lr: float, beta: float = 0.9) -> None:
-        self.params, self.lr, self.beta = params, lr, beta
-        self.velocity = [torch.zeros_like(p) for p in params]
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        for p, v in zip(self.params, self.velocity, strict=True):
-            v.mul_(self.beta).add_(p.grad)
-            p.sub_(self.lr * v)
-
-    def state_dict(self) -> dict:
-        return {"lr": self.lr, "beta": self.beta, "velocity": [v.clone() for v in self.velocity]}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.lr, self.beta = state["lr"], state["beta"]
-        for v, saved in zip(self.velocity, state["velocity"], strict=True):
-            v.copy_(saved)
-
-
 class Job(NamedTuple):
     """What the loop trains: the model and optimizer the runtime saves, and one step (-> its loss)."""
 
@@ -95,23 +58,46 @@ class Job(NamedTuple):
 
 
 def mlp_job(rt: Runtime, hidden: int) -> Job:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, hidden), torch.nn.Tanh(),
-                                torch.nn.Linear(hidden, 1))
-    optimizer = Momentum(list(model.parameters()), lr=0.01)
-    return Job(model, optimizer, lambda step: train_step(rt, model, optimizer, step))
+    """Data parallel: every rank holds the whole model and trains on its share of the step's batch."""
+    from trainmedic.demo import mlp
+
+    model = mlp.model(hidden)
+    optimizer = mlp.Momentum(list(model.parameters()))
+
+    def step(n: int) -> float:
+        optimizer.zero_grad()
+        loss = mlp.summed_loss(model, *mlp.share(n, rt.rank, rt.world_size))
+        loss.backward()
+        grads = [p.grad for p in model.parameters()]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        torch.distributed.all_reduce(flat)  # the sums of every share: the whole batch's
+        flat /= mlp.BATCH
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        optimizer.step()
+        total = loss.detach().clone()
+        torch.distributed.all_reduce(total)
+        return total.item() / mlp.BATCH
+
+    return Job(model, optimizer, step)
 
 
-def gpt_hsdp_job(rt: Runtime) -> Job:
-    """HSDP: the mesh is (nodes, ranks per node), shard within a node, replicate across nodes."""
+def gpt_job(rt: Runtime, replicate_over_nodes: bool) -> Job:
+    """FSDP2 over every rank (a 1-D mesh), or HSDP: the mesh is (nodes, ranks per node), shard within a
+    node, replicate across nodes."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from trainmedic.demo import gpt
 
     local = rt.env.local_world_size
     device = rt.device or torch.device("cpu")
-    mesh = init_device_mesh(device.type, (rt.world_size // local, local),
-                            mesh_dim_names=("replicate", "shard"))
+    if replicate_over_nodes:
+        mesh = init_device_mesh(device.type, (rt.world_size // local, local),
+                                mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(device.type, (rt.world_size,), mesh_dim_names=("shard",))
     model = gpt.shard(gpt.model().to(device), mesh)
     optimizer = gpt.optimizer(model)
 
@@ -126,23 +112,6 @@ def gpt_hsdp_job(rt: Runtime) -> Job:
         return total.item() / rt.world_size
 
     return Job(model, optimizer, step)
-
-
-def train_step(rt: Runtime, model: torch.nn.Module, optimizer: Momentum, step: int) -> float:
-    x, y = batch(step, rt.rank)
-    optimizer.zero_grad()
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    loss.backward()
-    grads = [p.grad for p in model.parameters()]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    torch.distributed.all_reduce(flat)
-    flat /= rt.world_size
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
-        offset += g.numel()
-    optimizer.step()
-    return loss.item()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def train(rt: Runtime, args: argparse.Namespace) -> None:
     """Build the job, restore it and train to `args.steps`, injecting the fault file's faults."""
-    job = gpt_hsdp_job(rt) if args.model == "gpt-hsdp" else mlp_job(rt, args.hidden)
+    job = gpt_job(rt, args.model == "gpt-hsdp") if args.model.startswith("gpt") else mlp_job(rt, args.hidden)
     model, optimizer = job.model, job.optimizer
     start = rt.restore(model, optimizer)
     source = rt.restored_from

@@ -80,3 +80,26 @@ def test_the_gpt_hsdp_demo_s_nodes_tell_their_warm_launchers_to_preload_fsdp(tmp
     hsdp = LocalCluster(DemoLayout(tmp_path), "127.0.0.1:9092", "demo-abcdef.", nodes,
                         warm_preload=GPT_PRELOAD)
     assert hsdp.env()[PRELOAD_ENV].split(",") == ["mylib", *GPT_PRELOAD]
+
+
+@pytest.mark.parametrize("world", [1, 5, 6, 8])
+def test_the_mlp_s_shares_summed_are_the_whole_batch_s_loss_and_gradient_at_any_world_size(world) -> None:
+    """What the mlp demo's ranks all-reduce (their summed losses and gradients, over BATCH) is the
+    whole batch's mean loss and gradient, even shares or not: a re-plan to another world size trains
+    on as an uninterrupted run does."""
+    from trainmedic.demo import mlp
+
+    net = mlp.model()
+    whole = mlp.summed_loss(net, *mlp.batch(0)) / mlp.BATCH
+    expected = torch.autograd.grad(whole, list(net.parameters()))
+    total, grads = 0.0, [torch.zeros_like(p) for p in net.parameters()]
+    for rank in range(world):
+        share = mlp.summed_loss(net, *mlp.share(0, rank, world))
+        total += share.item()
+        parts = torch.autograd.grad(share, list(net.parameters()))
+        grads = [g + d for g, d in zip(grads, parts, strict=True)]
+    assert sum(mlp.share(0, rank, world)[0].shape[0] for rank in range(world)) == mlp.BATCH
+    assert math.isclose(total / mlp.BATCH, whole.item(), rel_tol=1e-5)
+    assert all(torch.allclose(g / mlp.BATCH, e, atol=1e-6) for g, e in zip(grads, expected, strict=True))
+    losses = list(mlp.reference_losses(60))
+    assert losses[0] == pytest.approx(whole.item()) and losses[-1] < losses[0] / 2
