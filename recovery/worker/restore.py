@@ -85,13 +85,14 @@ def choose(offers: list[Offer]) -> Offer | None:
 
 
 def fallback_warning(source: RestoreSource, chosen: Offer | None) -> str | None:
-    """What to say when a restore named a replica and no node offered a snapshot, else None: the
-    job went back to a checkpoint, or to step 0, and lost every step since."""
+    """What to say when a restore named a replica and the job's nodes held no snapshot of a whole
+    state (every shard of a step, for a sharded one), else None: the job went back to a checkpoint,
+    or to step 0, and lost every step since."""
     if source.kind != REPLICA or (chosen is not None and chosen.kind == REPLICA):
         return None
     used = ("started fresh at step 0" if chosen is None
             else f"restored step {chosen.step} from the checkpoint {chosen.path}")
-    return f"no replica snapshot on any of the job's nodes: {used}; the steps after it are lost"
+    return f"no whole replica snapshot on the job's nodes: {used}; the steps after it are lost"
 
 
 def shapes(state: dict[str, Any]) -> resume.Shapes:

@@ -88,7 +88,7 @@ def test_a_restore_that_named_a_replica_and_got_none_is_a_fallback_warning():
     assert fallback_warning(RestoreSource(kind="checkpoint"), Offer(0, 9, CHECKPOINT, "c")) is None
     assert fallback_warning(RestoreSource(kind="none"), None) is None
     lost = fallback_warning(replica, Offer(2, 65, CHECKPOINT, "/ckpt/step000000065.pt"))
-    assert lost == ("no replica snapshot on any of the job's nodes: restored step 65 from the checkpoint "
+    assert lost == ("no whole replica snapshot on the job's nodes: restored step 65 from the checkpoint "
                     "/ckpt/step000000065.pt; the steps after it are lost")
     assert "started fresh at step 0" in fallback_warning(replica, None)
 
