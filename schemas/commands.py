@@ -34,7 +34,9 @@ class CommandAction(StrEnum):
 
 
 class RestoreSource(Model):
-    """Where a restarting rank takes its state from: a live replica, a checkpoint, or nothing."""
+    """Where a restarting rank takes its state from: the snapshots on the job's nodes (`replica`,
+    `node`'s first on a tie), its submission's checkpoint, or nothing. `rank` and `path` were set by
+    earlier coordinators (the snapshot's writer, a checkpoint dir) and are no longer read."""
 
     kind: Literal["replica", "checkpoint", "none"] = "none"
     rank: Count | None = None

@@ -5,6 +5,7 @@ a job stopped. A job's nodes are host names (docs/coordinator.md, "Jobs").
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from typing import Annotated, Literal
 
@@ -28,6 +29,7 @@ from trainmedic.schemas.bounds import (
 EnvName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME,
                                            pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 LATEST = "latest"  # `resume: latest`: the newest checkpoint an earlier submission of the job wrote
+SUBMISSION_NAME = re.compile(r"\d{8}T\d{6}\.\d{3}Z-[0-9a-f]{8}")  # what JobSubmitted.submission gives
 PositiveSeconds = Annotated[float, Field(gt=0, le=86_400 * 365, allow_inf_nan=False)]
 
 
@@ -121,13 +123,15 @@ class JobSubmitted(Event, Signed):
     @property
     def submission(self) -> str:
         """This submission's name: when it was submitted (UTC, to the millisecond, so that names sort
-        by time) and a digest of that time and the spec, e.g. `20261205T190845.123Z-3f2a9c1b`. Its
-        ranks' files on every node and its checkpoints are kept under it, so a job id submitted
-        again never restores, appends to or prunes what an earlier submission left."""
-        whole = int(self.ts)
-        when = time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole)) + f".{int((self.ts - whole) * 1000):03d}Z"
-        identity = f"{self.ts!r}\x1f{self.job.model_dump_json()}"  # signed or not, one submission
-        return f"{when}-{hashlib.sha256(identity.encode()).hexdigest()[:8]}"
+        by the submitter's clock) and a digest of that time and the job id, e.g.
+        `20261205T190845.123Z-3f2a9c1b` (`SUBMISSION_NAME`). Its ranks' files on every node and its
+        checkpoints are kept under it, so a job id submitted again never restores, appends to or
+        prunes what an earlier submission left. Neither the signature nor the spec's serialization
+        is part of it: the same record names the same submission, signed or not, in any version."""
+        whole, ms = divmod(round(self.ts * 1000), 1000)
+        identity = f"{self.job.id}\x1f{self.ts!r}"
+        return (time.strftime("%Y%m%dT%H%M%S", time.gmtime(whole)) + f".{ms:03d}Z-"
+                + hashlib.sha256(identity.encode()).hexdigest()[:8])
 
 
 class JobStopRequested(Event, Signed):

@@ -121,9 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="keep printing as the ranks write, until the job ends (reads the job's state "
                       "from Kafka) or Ctrl-C")
     logs.add_argument("--home", type=Path, metavar="DIR",
-                      help="the TRAINMEDIC_HOME whose ranks' logs to read, in HOME-jobs/NODE/JOB/logs "
-                      "(default: $TRAINMEDIC_HOME, "
-                      "else ./.trainmedic)")
+                      help="the TRAINMEDIC_HOME whose ranks' logs to read, in "
+                      "HOME-jobs/NODE/JOB/SUBMISSION/logs (default: $TRAINMEDIC_HOME, else ./.trainmedic)")
     logs.add_argument("--bootstrap",
                       help="Kafka bootstrap servers, for --follow and to tell an unknown job from one whose "
                       "logs are elsewhere (env TRAINMEDIC_KAFKA_BOOTSTRAP)")

@@ -338,15 +338,16 @@ class Executor:
             job_dir = self.config.job_dir(command.job, spec.submission)
             pids = self.supervisor.launch(command.job, command.generation, some, envs, job_dir) if new else []
             launched = time.monotonic()
-            if new:
-                self._prune(job_dir)
             for local_rank, pid in zip(new, pids, strict=True):
                 self._launched[pid] = LaunchedRank(command.job, command.generation, spec.ranks[local_rank],
-                                                   spec.world_size, local_rank, spec.failure.hang_floor_s)
+                                                   spec.world_size, local_rank, spec.failure.hang_floor_s,
+                                                   spec.submission)
                 self._rank_times[pid] = RankTimes(launched)
             for pid, local_rank in kept.items():
                 self._keep(command, pid, local_rank, launched)
             metrics.RECOVERY_PHASE.labels("launch").observe(launched - began)
+            if new:  # behind the command: snapshots may be many GB, and the ranks train meanwhile
+                threading.Thread(target=self._prune, args=(job_dir,), name="prune", daemon=True).start()
             return group.to(GroupState.RUNNING, spec=spec)
         sent = self.supervisor.signal(command.job, signal.SIGUSR1)
         if sent == 0:
@@ -356,17 +357,18 @@ class Executor:
 
     @staticmethod
     def _prune(job_dir: Path) -> None:
-        """Earlier submissions' files of the job (job_dirs.prune); a failure is logged, never the
-        command's."""
+        """Earlier submissions' files of the job (job_dirs.prune), in a thread of its own; a failure is
+        logged, never the command's."""
         try:
             job_dirs.prune(job_dir)
-        except OSError as err:
-            log.warning("could not remove earlier submissions' files beside %s: %s", job_dir, err)
+        except Exception:
+            log.exception("could not remove earlier submissions' files beside %s", job_dir)
 
     def _survivors(self, command: Command) -> dict[int, int]:
         """The ranks a restart keeps (pid -> local rank): those of its job waiting alive to re-form
-        (`Runtime.run`, after a peer's failure) at the same rank and world size. Every other rank
-        is stopped and started again, as one that is hung, or whose script does not wait."""
+        (`Runtime.run`, after a peer's failure) at the same rank and world size, of the same
+        submission (its HOME is where it waits). Every other rank is stopped and started again, as
+        one that is hung, or whose script does not wait."""
         spec = command.worker
         if command.action is not CommandAction.RESTART or spec is None:
             return {}
@@ -374,7 +376,8 @@ class Executor:
         for rank, pid in self.supervisor.pids(command.job).items():
             launched = self._launched.get(pid)
             if (pid in self._waiting and launched is not None and launched.generation < command.generation
-                    and launched.world_size == spec.world_size and rank in spec.ranks):
+                    and launched.world_size == spec.world_size and rank in spec.ranks
+                    and launched.submission == spec.submission):
                 kept[pid] = spec.ranks.index(rank)
         return kept
 
@@ -399,7 +402,7 @@ class Executor:
             master_addr=spec.master_addr, master_port=spec.master_port, rank=spec.ranks[local_rank],
             world_size=spec.world_size, local_rank=local_rank, local_world_size=len(spec.ranks),
             job=command.job, node=self.config.node, generation=command.generation, restore=spec.restore,
-            checkpoint_dir=spec.checkpoint_dir and os.path.join(spec.checkpoint_dir, spec.submission),
+            checkpoint_dir=job_dirs.checkpoints(spec.checkpoint_dir, command.job, spec.submission),
             snapshot_dir=str(self.config.snapshot_dir(command.job, spec.submission)),
             collective_timeout_s=spec.failure.collective_timeout_s, hang_floor_s=spec.failure.hang_floor_s,
             submission=spec.submission, resume=spec.resume,

@@ -6,18 +6,24 @@ JOBS_DIR/JOB/SUBMISSION, outside TRAINMEDIC_HOME) and which Unix user they run a
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import pwd
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainmedic.bus.errors import ConfigError
+from trainmedic.schemas.jobs import SUBMISSION_NAME
+
+log = logging.getLogger(__name__)
 
 LOGS = "logs"
 SNAPSHOTS = "snapshots"
 KEPT_SUBMISSIONS = 5  # a job's submissions whose logs a node keeps; only the newest keeps snapshots
+MAX_DEPTH = 64  # a tree a rank made deeper than this is not removed (and is logged)
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK  # a directory only, never a link
 SHARED_USER_WARNING = (
     "RANKS RUN AS THE EXECUTOR'S OWN USER (%s): a job can read this node's keys and credentials, "
     "and the executor's environment; set run_as (--run-as, TRAINMEDIC_EXECUTOR_RUN_AS) to a user of "
@@ -55,6 +61,13 @@ def default_root(home: Path) -> Path:
     return home.with_name(f"{home.name}-jobs")
 
 
+def checkpoints(checkpoint_dir: str | None, job: str, submission: str) -> str | None:
+    """Where one submission's ranks write their checkpoints: the job spec's `checkpoint_dir`/JOB/
+    SUBMISSION (relative like it: the rank's workdir's), so that no submission ever reads another's
+    unless it asks to resume one; None without a checkpoint_dir."""
+    return None if checkpoint_dir is None else os.path.join(checkpoint_dir, job, submission)
+
+
 def prepare(job_dir: Path, user: RankUser | None) -> Path:
     """Make `job_dir` (JOBS_DIR/JOB/SUBMISSION: 0700, with its logs and snapshots directories) the
     ranks' own: `user`'s when given; JOBS_DIR and JOBS_DIR/JOB the executor's, 0711. Returns the logs
@@ -85,38 +98,61 @@ def prune(job_dir: Path) -> None:
     """In the directory of `job_dir`'s job: the snapshots of every submission older than `job_dir`'s
     (their names sort by submission time; no restore reads another submission's), and the whole
     directories of all but the newest `KEPT_SUBMISSIONS`. A newer one (another deployment's, on a
-    shared jobs dir) is left alone, and so is anything that is not a directory."""
+    shared jobs dir) is left alone, and so is anything not named as a submission. What it removes
+    belongs to the ranks, which may be replacing it meanwhile: nothing is followed or opened but a
+    directory, opened without following a link (`_remove`)."""
     job = os.open(job_dir.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        older = sorted((name for name in os.listdir(job) if name < job_dir.name), reverse=True)
+        older = sorted((name for name in os.listdir(job)
+                        if SUBMISSION_NAME.fullmatch(name) and name < job_dir.name), reverse=True)
         for number, name in enumerate(older, start=2):  # the current submission is the first kept
-            try:
-                where = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=job)
-            except OSError:
-                continue
-            try:
-                for entry in os.listdir(where) if number > KEPT_SUBMISSIONS else [SNAPSHOTS]:
-                    _remove(where, entry)
-            finally:
-                os.close(where)
             if number > KEPT_SUBMISSIONS:
-                with contextlib.suppress(OSError):
-                    os.rmdir(name, dir_fd=job)
+                _remove(job, name)
+            else:
+                _remove_in(job, name, SNAPSHOTS)
     finally:
         os.close(job)
 
 
-def _remove(parent: int, name: str) -> None:
-    """`name` in `parent`, a file or a whole tree, never following a link (shutil.rmtree's fd-based
-    walk on Linux); gone already is fine."""
+def _remove_in(parent: int, directory: str, name: str) -> None:
+    """`name` in the directory `directory` of `parent` (`_remove`), if that is a directory."""
     try:
-        info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        where = os.open(directory, _DIRECTORY, dir_fd=parent)
+    except OSError:
+        return
+    try:
+        _remove(where, name)
+    finally:
+        os.close(where)
+
+
+def _remove(parent: int, name: str, depth: int = 0) -> None:
+    """`name` in `parent`, a file or a whole tree. A directory is opened only as one, never through
+    a link (`O_DIRECTORY | O_NOFOLLOW`: a link, a FIFO or a device is unlinked, never opened); an
+    entry that cannot go is logged and the rest goes on."""
+    try:
+        fd = os.open(name, _DIRECTORY, dir_fd=parent)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=parent)
-    else:
-        os.unlink(name, dir_fd=parent)
+    except OSError as err:
+        if err.errno not in (errno.ENOTDIR, errno.ELOOP):
+            log.warning("not removed: %s (%s)", name, err)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent)
+        return
+    try:
+        if depth >= MAX_DEPTH:
+            log.warning("not removed: %s is more than %d directories deep", name, MAX_DEPTH)
+            return
+        for entry in os.listdir(fd):
+            _remove(fd, entry, depth + 1)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except OSError as err:  # not empty: a rank wrote into it meanwhile, or what was too deep is left
+        log.warning("not removed: %s (%s)", name, err)
 
 
 def _own_dir(parent: int, name: str, user: RankUser | None, mode: int = 0o700) -> int:
@@ -125,11 +161,11 @@ def _own_dir(parent: int, name: str, user: RankUser | None, mode: int = 0o700) -
     with contextlib.suppress(FileExistsError):
         os.mkdir(name, mode, dir_fd=parent)
     fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-    os.fchmod(fd, mode)  # an existing one too, and whatever the umask
-    if user is not None:
+    if user is not None:  # the owner first: the one before could change the mode in between
         os.fchown(fd, user.uid, user.gid)
     elif os.fstat(fd).st_uid != os.geteuid():  # an earlier layout made it a rank's: the executor's now
         os.fchown(fd, os.geteuid(), os.getegid())
+    os.fchmod(fd, mode)  # an existing one too, and whatever the umask
     return fd
 
 

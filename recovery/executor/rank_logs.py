@@ -41,15 +41,12 @@ def find(home: Path, job: str, rank: int | None = None, submission: str | None =
     found: dict[str, list[RankLog]] = {}
     for path in default_root(home).glob(f"*/{glob_escape(job)}/*/{LOGS}/g*-rank*.log"):
         match = _NAME.fullmatch(path.name)
-        if match is None:
-            continue
-        generation, number = int(match[1]), int(match[2])
-        if rank is None or number == rank:
-            named = path.parents[1].name
-            found.setdefault(named, []).append(RankLog(generation, number, path.parents[3].name, path))
+        if match is not None:
+            found.setdefault(path.parents[1].name, []).append(
+                RankLog(int(match[1]), int(match[2]), path.parents[3].name, path))
     if submission is None:
         submission = max(found, default=None)
-    return sorted(found.get(submission, []))
+    return sorted(log for log in found.get(submission, []) if rank is None or log.rank == rank)
 
 
 def glob_escape(name: str) -> str:

@@ -35,7 +35,7 @@ class WorkerEnv:
     node: str
     generation: int
     restore: RestoreSource
-    checkpoint_dir: str | None = None  # this submission's own (the job's checkpoint_dir/SUBMISSION)
+    checkpoint_dir: str | None = None  # this submission's own (the job's checkpoint_dir/JOB/SUBMISSION)
     snapshot_dir: str | None = None
     collective_timeout_s: float | None = None
     hang_floor_s: float | None = None

@@ -61,11 +61,17 @@ def local_offers(env: WorkerEnv) -> list[Offer]:
 
 
 def _checkpoint_offers(env: WorkerEnv, where: Path, resumed: bool) -> list[Offer]:
-    """The newest whole-model checkpoint at `where` (a checkpoint, or a directory of them)."""
-    if where.is_file():
-        saved = state_files.load(where)
-        return [Offer(env.rank, int(saved["step"]), CHECKPOINT, str(where),
-                      int(saved.get("generation", state_files.UNNAMED)), resumed=resumed)]
+    """The newest whole-model checkpoint at `where` (a checkpoint, or a directory of them). A file
+    that is not one (unreadable, foreign) is no offer, and says why in the rank's log: the restore
+    decides once every rank's offers are in, never one rank alone."""
+    try:
+        if where.is_file():
+            saved = state_files.load(where, mmap=True)  # its step: nothing of the tensors is read
+            return [Offer(env.rank, int(saved["step"]), CHECKPOINT, str(where),
+                          int(saved.get("generation", state_files.UNNAMED)), resumed=resumed)]
+    except Exception as err:
+        log.warning("rank %d: %s is not a checkpoint this rank can read (%s)", env.rank, where, err)
+        return []
     found = state_files.newest(where, "")
     if found is None:
         return []
@@ -114,7 +120,8 @@ def restore_state(env: WorkerEnv, model: Any, optimizer: Any, device: Any = None
     if chosen is None:
         if env.resume:
             resume.location(env)  # raises when that is why (`latest` found none)
-            raise resume.ResumeRefused(f"resume from {env.resume}: no checkpoint there; not resumed")
+            raise resume.ResumeRefused(f"resume from {env.resume}: no checkpoint this job can read there "
+                                       "(the ranks' logs say why); not resumed")
         log.warning("restore %s: no rank has a snapshot or checkpoint; starting fresh", env.restore.kind)
         return 0, None
     mine = env.rank == chosen.rank

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from trainmedic.recovery.worker import state_files
 from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.schemas.jobs import LATEST
+from trainmedic.schemas.jobs import LATEST, SUBMISSION_NAME
 
 Shapes = Mapping[str, tuple[int, ...]]  # a model's tensors: name -> shape
 WORLD_FILE = "trainmedic.json"  # in a DCP checkpoint's directory: the world size and step that wrote it
-DCP_METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
 
 
 class ResumeRefused(RuntimeError):
@@ -23,27 +23,22 @@ class ResumeRefused(RuntimeError):
 
 def location(env: WorkerEnv) -> Path:
     """Where `env.resume` points: a checkpoint, or a directory of them; for `latest`, the directory
-    of the newest earlier submission of this job (by name: submissions are named by when they were
-    submitted) that holds a checkpoint, beside this submission's own. Raises ResumeRefused when
-    `latest` finds none."""
+    of the newest earlier submission of this job that holds a whole checkpoint, beside this
+    submission's own (CHECKPOINT_DIR/JOB/SUBMISSION; submissions are named by when they were
+    submitted). Raises ResumeRefused when `latest` finds none."""
     if env.resume != LATEST:
         return Path(env.resume)
     if not env.checkpoint_dir:
         raise ResumeRefused("resume: latest needs the job's checkpoint_dir, where earlier submissions "
                             "wrote their checkpoints")
     own = Path(env.checkpoint_dir)
-    earlier = sorted((p for p in own.parent.glob("*") if p.name < own.name and p.is_dir()), reverse=True)
-    found = next((p for p in earlier if holds_checkpoint(p)), None)
+    earlier = sorted((p for p in own.parent.glob("*") if SUBMISSION_NAME.fullmatch(p.name)
+                      and p.name < own.name and p.is_dir()), reverse=True)
+    found = next((p for p in earlier if state_files.holds_checkpoint(p)), None)
     if found is None:
         raise ResumeRefused(f"resume: latest: no earlier submission of job {env.job} wrote a checkpoint "
                             f"in {own.parent}; not resumed (drop `resume` to start at step 0)")
     return found
-
-
-def holds_checkpoint(directory: Path) -> bool:
-    """Whether `directory` holds a whole checkpoint, of a whole model (`NAME-stepN.pt`) or a DCP one
-    (`stepN/.metadata`)."""
-    return any(directory.glob("*step*.pt")) or any(directory.glob(f"step*/{DCP_METADATA}"))
 
 
 def mismatch(saved: Shapes, live: Shapes, saved_world: int | None, world: int) -> str | None:

@@ -54,6 +54,8 @@ class Runtime:
     _reattempt: bool = field(default=False, repr=False)
     _stop_held: bool = field(default=False, repr=False)
     _at_step: int = field(default=0, repr=False)  # the completed steps the state holds (restored or saved)
+    _restored_generation: int = field(default=state_files.UNNAMED, repr=False)  # that saved what was restored
+    _resumed: bool = field(default=False, repr=False)  # restored another submission's state: snapshot next
     _data_checked: bool = field(default=False, repr=False)  # the data state proved loadable once
     _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
     _store: dist.TCPStore | None = field(default=None, repr=False)  # this generation's rendezvous store
@@ -67,6 +69,16 @@ class Runtime:
     @property
     def world_size(self) -> int:
         return self.env.world_size
+
+    @property
+    def saves_as(self) -> int:
+        """The generation this rank's snapshots and checkpoints are saved under: the job's. A rank no
+        trainmedic executor started (torchrun: no submission, its checkpoint dir shared by every run)
+        saves one above the restored state's when that is higher, or a run over an earlier run's
+        checkpoints would save below them and prune its own as soon as written."""
+        if self.env.submission is not None:
+            return self.env.generation
+        return max(self.env.generation, self._restored_generation + 1)
 
     def restore(self, model: torch.nn.Module, optimizer: Stateful, data: Stateful | None = None) -> int:
         """Load the state the restore source names into every rank; returns the step to resume at.
@@ -83,7 +95,8 @@ class Runtime:
             done = sharded.restore(self.env, model, optimizer, self.device)
             step, source, what = 0, None, "fresh"
             if done is not None:
-                step, source = done.step, Offer(self.rank, done.step, done.kind, done.path, done.generation)
+                step, source = done.step, Offer(self.rank, done.step, done.kind, done.path, done.generation,
+                                                resumed=done.resumed)
                 self.restored, what, own = done.report(), done.describe(), done.own
         else:
             step, source = restore_state(self.env, model, optimizer, self.device)
@@ -101,6 +114,8 @@ class Runtime:
             what = f"{what}; {self.own_state}"
             self._warn_if_some_ranks_resumed_their_streams(taken)
         self.restored_from = source
+        self._restored_generation = state_files.UNNAMED if source is None else source.generation
+        self._resumed = source is not None and source.resumed
         self.restore_warning = fallback_warning(self.env.restore, source)
         self._report_due = self.restore_warning is not None or self.restored is not None
         if self.restore_warning:
@@ -129,30 +144,35 @@ class Runtime:
         with DCP)."""
         env = self.env
         self._at_step = step
-        snapshot_due = env.snapshot_dir and self.snapshot_every and step % self.snapshot_every == 0
+        # The first step after a resume is snapshot whatever snapshot_every says: the submission's own
+        # state, so that a later generation (maybe at a world size a resume is refused onto) need not
+        # resume again.
+        periodic = self.snapshot_every and step % self.snapshot_every == 0
+        snapshot_due = env.snapshot_dir and (periodic or self._resumed)
+        self._resumed = False
         checkpoint_due = env.checkpoint_dir and self.checkpoint_every and step % self.checkpoint_every == 0
         if sharded.is_sharded(model):
             if snapshot_due or checkpoint_due:
                 state = sharded.flat_state(model, optimizer)
             if snapshot_due:
-                sharded.snapshot(Path(env.snapshot_dir), self.rank, step, env.generation, state,
+                sharded.snapshot(Path(env.snapshot_dir), self.rank, step, self.saves_as, state,
                                  self._writer if self.snapshot_async else None,
                                  own=self._own(data))
             if checkpoint_due:
-                sharded.checkpoint(Path(env.checkpoint_dir), step, env.generation, state)
+                sharded.checkpoint(Path(env.checkpoint_dir), step, self.saves_as, state)
             return
         checkpoint_due = checkpoint_due and self.rank == 0
         if not (snapshot_due or checkpoint_due):
             return
-        payload = {"step": step, "generation": env.generation, "world_size": self.world_size,
+        payload = {"step": step, "generation": self.saves_as, "world_size": self.world_size,
                    "model": model.state_dict(), "optimizer": optimizer.state_dict()}
         if snapshot_due:
             own = self._own(data)
             prefix = state_files.snapshot_prefix(self.rank)
-            state_files.save_snapshot(Path(env.snapshot_dir), prefix, env.generation, step,
+            state_files.save_snapshot(Path(env.snapshot_dir), prefix, self.saves_as, step,
                                       {**payload, "own": own}, state_files.SNAPSHOTS_KEPT)
         if checkpoint_due:
-            state_files.save_keeping(Path(env.checkpoint_dir), "", env.generation, step, payload,
+            state_files.save_keeping(Path(env.checkpoint_dir), "", self.saves_as, step, payload,
                                      state_files.CHECKPOINTS_KEPT)
 
     def _own(self, data: Stateful | None) -> dict[str, Any]:

@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 SHARDS = "shards"  # the prefix of shard snapshot files, named as `state_files` names states
 CHUNK = 8 << 20  # bytes per host buffer of a snapshot (see _pack)
-METADATA = resume.DCP_METADATA
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -194,6 +193,7 @@ class ShardRestore:
     seconds: float = 0.0
     prepare_s: float = 0.0
     own: dict[str, Any] | None = field(default=None, repr=False)  # this rank number's RNG, data position
+    resumed: bool = False  # a checkpoint of another submission, the one the job's `resume` names
 
     def report(self) -> dict[str, Any]:
         """The fields of `schemas.Restored` (shard counts only for snapshots)."""
@@ -255,7 +255,8 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
         raise resume.refuse(path, why)
     dcp.load(state, checkpoint_id=path)
     load_flat(model, optimizer, state)
-    return ShardRestore(step, "checkpoint", path=path, seconds=time.monotonic() - began, prepare_s=prepared)
+    return ShardRestore(step, "checkpoint", path=path, seconds=time.monotonic() - began, prepare_s=prepared,
+                        resumed=not own_common)
 
 
 def _resume_mismatch(path: str, state: dict[str, Any], world_size: int) -> str | None:
@@ -343,23 +344,16 @@ def checkpoint(directory: Path, step: int, generation: int, state: dict[str, Any
             match = re.fullmatch(r"step\d+\.tmp-g(\d+)", stale.name)
             if match and int(match.group(1)) < generation:
                 shutil.rmtree(stale, ignore_errors=True)
-        for _, old in _complete(directory)[:-state_files.CHECKPOINTS_KEPT]:
+        for _, old in state_files.dcp_checkpoints(directory)[:-state_files.CHECKPOINTS_KEPT]:
             shutil.rmtree(old, ignore_errors=True)
     return path
-
-
-def _complete(directory: Path) -> list[tuple[int, Path]]:
-    if not directory.is_dir():
-        return []
-    return sorted((int(p.name.removeprefix("step")), p) for p in directory.glob("step*")
-                  if p.is_dir() and p.name.removeprefix("step").isdigit() and (p / METADATA).is_file())
 
 
 def _checkpoints(env: WorkerEnv) -> list[tuple[int, str]]:
     """This submission's whole DCP checkpoints (its checkpoint dir)."""
     if not env.checkpoint_dir:
         return []
-    return [(step, str(path)) for step, path in _complete(Path(env.checkpoint_dir))]
+    return [(step, str(path)) for step, path in state_files.dcp_checkpoints(Path(env.checkpoint_dir))]
 
 
 def _resumable(env: WorkerEnv) -> list[tuple[int, str]]:
@@ -372,7 +366,7 @@ def _resumable(env: WorkerEnv) -> list[tuple[int, str]]:
     except resume.ResumeRefused as err:  # fatal only if nothing else is offered: `restore`
         log.warning("rank %d: %s", env.rank, err)
         return []
-    if (where / METADATA).is_file():
+    if (where / state_files.DCP_METADATA).is_file():
         name = where.name.removeprefix("step")
         return [(int(name) if name.isdigit() else 0, str(where))]
-    return [(step, str(path)) for step, path in _complete(where)]
+    return [(step, str(path)) for step, path in state_files.dcp_checkpoints(where)]

@@ -17,6 +17,7 @@ from trainmedic.bus.signals import alive
 SNAPSHOTS_KEPT = 2
 CHECKPOINTS_KEPT = 3
 _NAME = re.compile(r"(?:g(\d+)-)?step(\d+)\.pt$")
+DCP_METADATA = ".metadata"  # what DCP writes last: a checkpoint directory with it is whole
 UNNAMED = -1  # the generation of a state whose file name gives none
 
 
@@ -39,9 +40,10 @@ def remove_orphans(directory: Path, prefix: str) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A state written by `write_atomic`; tensors land on the CPU. Never unpickles code."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """A state written by `write_atomic`; tensors land on the CPU (with `mmap`, mapped from the file:
+    read only when touched). Never unpickles code."""
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
 
 
 def newest(directory: Path, prefix: str) -> tuple[int, int, Path] | None:
@@ -94,3 +96,17 @@ def state_path(directory: Path, prefix: str, generation: int, step: int) -> Path
 def snapshot_prefix(rank: int | None) -> str:
     """File-name prefix of one rank's snapshots (or of every rank's, for None)."""
     return "rank" if rank is None else f"rank{rank}-"
+
+
+def dcp_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """(step, path) of the whole DCP checkpoints (`stepN/` with DCP's metadata) in `directory`, oldest
+    first; a save still being written (`stepN.tmp-gG/`) is not one."""
+    if not directory.is_dir():
+        return []
+    return sorted((int(p.name.removeprefix("step")), p) for p in directory.glob("step*")
+                  if p.is_dir() and p.name.removeprefix("step").isdigit() and (p / DCP_METADATA).is_file())
+
+
+def holds_checkpoint(directory: Path) -> bool:
+    """Whether `directory` holds a whole checkpoint: of a whole model (`gG-stepN.pt`) or DCP's."""
+    return bool(list_states(directory, "") or dcp_checkpoints(directory))

@@ -130,7 +130,8 @@ def test_a_sharded_job_through_a_kill_a_shrink_and_a_grow_trains_as_if_never_bro
         kafka_bootstrap: str, tmp_path: Path, model: tuple[str, ...]) -> None:
     """FSDP2 over every rank, and HSDP under `rt.run` (survivors keep their processes): a kill, the
     world shrinking from 6 ranks to 4 after an Xid 79, and growing back to 6; every logged loss
-    equals an uninterrupted run's, no step lost."""
+    equals an uninterrupted run's. HSDP loses no step; FSDP2 (one copy of each shard) may run again
+    the step the killed rank had not saved, and the lost node's steps since the last checkpoint."""
     done, report = demo(tmp_path, kafka_bootstrap, "--model", *model, "--nodes", "3",
                         "--ranks-per-node", "2", "--only", "kill", "--only", "xid79", "--only", "grow")
     faults, summary = report["faults"], done.stdout[-3000:]

@@ -297,10 +297,11 @@ def loss_check(cluster: LocalCluster, watcher: Watcher, model: str) -> losses.Lo
 
 
 FSDP_CHECKPOINT_EVERY = 5  # steps: gpt-fsdp keeps one copy of each shard, so a lost node's come from here
-# What a fault may cost each model (the demo's promise): completed steps lost, and whether a restore may
-# fall back from the replicas to the checkpoint. MLP and HSDP keep every state on two nodes. FSDP2 keeps
-# one copy of each shard: a rank killed before it saved the step its peers saved costs that step, and a
-# lost node's shards come from the last checkpoint (steps run again, to the same losses).
+# What a fault may cost each model at most (the demo's promise): completed steps lost, and whether a
+# restore may fall back from the replicas to the checkpoint. MLP and HSDP keep every state on two
+# nodes. FSDP2 keeps one copy of each shard: a rank killed before it saved the step its peers saved
+# costs that step, and a lost node's shards come from the last checkpoint, up to 5 steps back (run
+# again, to the same losses).
 PROMISE = {"mlp": (0, False), "gpt-hsdp": (0, False), "gpt-fsdp": (FSDP_CHECKPOINT_EVERY, True)}
 
 

@@ -38,7 +38,7 @@ def replan_capacity(state: ClusterState, now: float) -> list:
         nodes = result.allocations.get(job.spec.id, ())
         if nodes == job.nodes or job.state.in_flight or job.over:
             continue
-        restore = planned_restore(job, nodes, result.restore)
+        restore = planned_restore(nodes, result.restore)
         plan = RecoveryPlanned(
             ts=now, plan_id=capacity_plan_id(job), job=job.spec.id, kind=RecoveryKind.RECONFIGURE,
             generation=0 if job.generation is None else job.generation + 1, nodes=nodes, previous=job.nodes,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from trainmedic.recovery.coordinator.core.state import ClusterState, Job, Step
+from trainmedic.recovery.coordinator.core.state import ClusterState, Step
 from trainmedic.schemas.commands import Command, CommandAction, RestoreSource, WorkerSpec
 from trainmedic.schemas.jobs import JobSpec
 from trainmedic.schemas.recovery import RecoveryKind, RecoveryPlanned
@@ -53,21 +53,16 @@ def plan_steps(plan: RecoveryPlanned) -> dict[str, Step]:
     return {command_id(plan.plan_id, plan.job, s.node, plan.generation, s.action): s for s in steps}
 
 
-def first_rank(spec: JobSpec, nodes: tuple[str, ...], node: str) -> int:
-    return nodes.index(node) * spec.ranks_per_node
+def replica(source: str | None = None) -> RestoreSource:
+    """State from the snapshots on the job's nodes, `source`'s first on a tie (None: any node's).
+    Every rank offers its own node's newest of this submission (docs/executor.md, "Restore design")."""
+    return RestoreSource(kind="replica", node=source)
 
 
-def replica(spec: JobSpec, previous: tuple[str, ...], source: str) -> RestoreSource:
-    """State from the snapshots on `source`, named by the rank it ran in `previous`, the layout
-    before the plan: a re-plan renumbers the survivors, but their snapshots keep the old rank."""
-    return RestoreSource(kind="replica", node=source, rank=first_rank(spec, previous, source))
-
-
-def checkpoint(spec: JobSpec) -> RestoreSource:
-    """The newest checkpoint this submission wrote, else the point it resumed from (`spec.resume`);
-    a job with neither a checkpoint directory nor a resume point starts fresh."""
-    if spec.checkpoint_dir is None and spec.resume is None:
-        return RestoreSource(kind="none")
+def checkpoint() -> RestoreSource:
+    """This submission's newest checkpoint, else the point it resumed from: a later generation always
+    restores (every rank joins the restore's collectives, whatever it holds), fresh when nothing is
+    found."""
     return RestoreSource(kind="checkpoint")
 
 
@@ -77,26 +72,17 @@ def first_start(spec: JobSpec) -> RestoreSource:
     return RestoreSource(kind="checkpoint" if spec.resume is not None else "none")
 
 
-def planned_restore(job: Job, nodes: tuple[str, ...],
-                    sources: Mapping[str, RestoreSource]) -> dict[str, RestoreSource]:
+def planned_restore(nodes: tuple[str, ...], sources: Mapping[str, RestoreSource]) -> dict[str, RestoreSource]:
     """What each node of a re-plan restores from, as the planner chose (`PlanResult.restore`): a
-    replica named by the rank it ran before the plan, or the job's checkpoint."""
-    restore = {}
-    for node in nodes:
-        source = sources.get(node)
-        if source is not None:
-            restore[node] = (replica(job.spec, job.nodes, source.node) if source.kind == "replica"
-                             else checkpoint(job.spec))
-    return restore
+    replica on the node it named, or the job's checkpoint."""
+    return {node: replica(source.node) if source.kind == "replica" else checkpoint()
+            for node in nodes if (source := sources.get(node)) is not None}
 
 
-def _own_state(spec: JobSpec, ranks_before: Mapping[str, int], node: str) -> RestoreSource:
-    """A node the plan names no source for keeps its own state: its snapshots, under the rank it
-    ran before the plan (`ranks_before`: node -> its first rank then, as `replica` names it); a
-    node new to the job has none, so the checkpoint."""
-    if node in ranks_before:
-        return RestoreSource(kind="replica", node=node, rank=ranks_before[node])
-    return checkpoint(spec)
+def _own_state(previous: tuple[str, ...], node: str) -> RestoreSource:
+    """A node the plan names no source for keeps its own state (its snapshots first on a tie); a
+    node new to the job takes any node's."""
+    return replica(node if node in previous else None)
 
 
 def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
@@ -106,7 +92,6 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
     spec = job.spec
     index = {node: i for i, node in enumerate(plan.nodes)}
     rpn = spec.ranks_per_node
-    ranks_before = {node: i * rpn for i, node in enumerate(plan.previous)}
     # Every node's worker is the job's, but for its ranks and restore source: validated once, then
     # copied with those two, which are valid by construction (2,048 validations were most of a
     # 2,048-node restart).
@@ -123,7 +108,7 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
         worker = None
         if step.action is not CommandAction.STOP:
             i = index[step.node]
-            restore = plan.restore.get(step.node) or _own_state(spec, ranks_before, step.node)
+            restore = plan.restore.get(step.node) or _own_state(plan.previous, step.node)
             worker = job_worker.model_copy(update={"ranks": tuple(range(i * rpn, (i + 1) * rpn)),
                                                    "restore": restore})
         commands.append(Command(

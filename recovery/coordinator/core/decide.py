@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from trainmedic.recovery.coordinator.core.blame import blames_node, cannot_run, signature
 from trainmedic.recovery.coordinator.core.commands import (
-    checkpoint,
     commands_for,
     digest,
     escalation_id,
@@ -216,16 +215,14 @@ def gave_up_id(job: Job) -> str:
 
 
 def _restart(state: ClusterState, incident: Incident, job: Job, now: float) -> list:
-    """Every node restarts at generation + 1; the failed ones restore from a survivor, else all
-    from the checkpoint."""
+    """Every node restarts at generation + 1 from the newest snapshot any of them holds (a process
+    fault leaves every node's disk): the failed ones prefer a survivor's on a tie, the others their
+    own; with no survivor, any node's (the checkpoint when no snapshot is whole)."""
     spec, nodes = job.spec, job.nodes
     failed = {incident.node} | {nodes[r // spec.ranks_per_node] for r in incident.ranks
                                 if r // spec.ranks_per_node < len(nodes)}
     survivors = [node for node in nodes if node not in failed]
-    if survivors:
-        restore = {node: replica(spec, nodes, survivors[0]) for node in nodes if node in failed}
-    else:
-        restore = dict.fromkeys(nodes, checkpoint(spec))
+    restore = {node: replica(survivors[0] if survivors else None) for node in nodes if node in failed}
     plan = RecoveryPlanned(ts=now, plan_id=incident_plan_id(incident.id), incident_id=incident.id,
                            job=spec.id, kind=RecoveryKind.RESTART, generation=job.generation + 1,
                            nodes=nodes, previous=nodes, restore=restore, isolated={})

@@ -70,7 +70,7 @@ def _replan(state: ClusterState, incidents: list[Incident], isolate: dict[str, s
         nodes = result.allocations.get(job.spec.id, ())
         if nodes == job.nodes or job.over:  # a job being stopped keeps its stop plan
             continue
-        restore = planned_restore(job, nodes, result.restore)
+        restore = planned_restore(nodes, result.restore)
         plan = RecoveryPlanned(
             ts=now, plan_id=plan_id, incident_id=first.id, job=job.spec.id, kind=RecoveryKind.RECONFIGURE,
             generation=0 if job.generation is None else job.generation + 1, nodes=nodes, previous=job.nodes,

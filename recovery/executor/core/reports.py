@@ -30,6 +30,7 @@ class LaunchedRank:
     world_size: int
     local_rank: int | None = None  # None for a rank adopted from a previous executor
     hang_floor_s: float | None = None  # the job's own, from its spec: a rank cannot choose it
+    submission: str | None = None  # whose directory is its HOME (None: adopted, not known)
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,17 +85,20 @@ def test_sev2_restarts_every_node_at_the_next_generation_restoring_from_a_surviv
     commands = by_node(out)
     assert {c.action for c in commands.values()} == {"restart"}
     assert {c.generation for c in commands.values()} == {1}
-    assert commands["n2"].worker.restore == RestoreSource(kind="replica", node="n1", rank=0)
-    assert commands["n1"].worker.restore == RestoreSource(kind="replica", node="n1", rank=0)  # its own
-    assert commands["n3"].worker.restore == RestoreSource(kind="replica", node="n3", rank=4)
+    assert commands["n2"].worker.restore == RestoreSource(kind="replica", node="n1")
+    assert commands["n1"].worker.restore == RestoreSource(kind="replica", node="n1")  # its own
+    assert commands["n3"].worker.restore == RestoreSource(kind="replica", node="n3")
     assert rec.state.nodes["n2"].healthy  # a restart isolates nothing
 
 
-def test_sev2_with_no_survivor_restores_everything_from_the_checkpoint() -> None:
+def test_sev2_with_no_survivor_restores_the_newest_snapshot_of_any_node() -> None:
+    """A process fault leaves every node's disk: a hang of every rank restores from the snapshots
+    they saved, not (silently, steps lost) from an older checkpoint; each rank also offers the
+    checkpoint, for when no snapshot is whole."""
     rec = Recorder()
     rec.started()
     out = rec.feed(incident("hang", "SEV2", ranks=tuple(range(6))), now=60.0)
-    assert {c.worker.restore for c in of_type(out, "command")} == {RestoreSource(kind="checkpoint")}
+    assert {c.worker.restore for c in of_type(out, "command")} == {RestoreSource(kind="replica")}
 
 
 def test_sev2_without_a_job_finds_the_job_on_its_node() -> None:
@@ -124,9 +127,8 @@ def test_sev1_isolates_the_node_and_moves_the_job_by_the_plan() -> None:
     n4 = commands["n4"].worker
     assert (n4.ranks, n4.world_size, n4.master_addr) == ((4, 5), 6, "n1")
     # the nearest survivor: n1 and n3 are equally near, the smaller id wins
-    assert n4.restore == RestoreSource(kind="replica", node="n1", rank=0)
-    # n3 runs ranks 2-3 now, but its snapshots are those of ranks 4-5, which it ran before
-    assert commands["n3"].worker.restore == RestoreSource(kind="replica", node="n3", rank=4)
+    assert n4.restore == RestoreSource(kind="replica", node="n1")
+    assert commands["n3"].worker.restore == RestoreSource(kind="replica", node="n3")  # its own first
 
 
 def test_sev1_shrinks_the_job_when_no_spare_node_is_left() -> None:

@@ -1,8 +1,9 @@
-"""A re-plan renumbers the survivors; their restore source must still name the snapshots they wrote.
+"""A re-plan renumbers the survivors; they must still offer the snapshots they wrote.
 
 Snapshots are written under the rank a process ran (`rank4-g0-step…pt` in its node's snapshot dir),
-so a survivor that becomes ranks 2-3 after the re-plan still holds only `rank4-` files. These
-tests write those files for real and ask the worker side what each new rank could restore.
+so a survivor that becomes ranks 2-3 after the re-plan still holds only `rank4-` files: every rank
+offers its node's newest of any rank. These tests write those files for real and ask the worker
+side what each new rank could restore.
 """
 
 from __future__ import annotations
@@ -63,11 +64,10 @@ def test_survivors_renumbered_by_a_sev1_restore_from_the_snapshots_they_wrote(tm
     for command in restarted:
         source = command.worker.restore
         assert (source.kind, source.node) == ("replica", command.node)
-        assert source.rank in ran[command.node], f"{command.node} wrote {ran[command.node]}"
-        assert {o.step for o in replica_offers(tmp_path, command)} == {STEP}
+        assert {(o.step, o.named) for o in replica_offers(tmp_path, command)} == {(STEP, True)}
 
 
-def test_a_newcomer_restores_from_the_rank_its_source_ran_before_the_replan(tmp_path) -> None:
+def test_a_newcomer_restores_from_a_survivor_s_snapshots(tmp_path) -> None:
     rec = Recorder()
     ran = started(rec, ("n1", "n2", "n3"))
     write_snapshots(tmp_path, ran)
@@ -79,7 +79,7 @@ def test_a_newcomer_restores_from_the_rank_its_source_ran_before_the_replan(tmp_
     assert joined, "the plan should bring in a spare"
     for node in joined:
         source = commands[node].worker.restore
-        assert source.kind == "replica" and source.node in ran
-        assert source.rank in ran[source.node], f"{source.node} wrote {ran[source.node]}, not {source.rank}"
+        assert source.kind == "replica" and source.node in set(plan.nodes) & set(ran)
+        assert replica_offers(tmp_path, commands[node]) == []  # it has none: a survivor's is chosen
     for node in set(plan.nodes) & set(plan.previous):  # each survivor offers its own snapshot
         assert {o.step for o in replica_offers(tmp_path, commands[node])} == {STEP}

@@ -143,6 +143,22 @@ def test_pruning_follows_no_link_the_job_left(tmp_path) -> None:
     assert not (old / "snapshots").exists() and (old / "logs" / "g0-rank0.log").exists()
 
 
+def test_pruning_opens_nothing_but_directories_and_stops_at_a_depth(tmp_path) -> None:
+    """A rank may leave a FIFO where a directory was (opening it would block the executor) or a
+    tree deeper than any real one: pruning unlinks the one and leaves the other, and goes on."""
+    job = tmp_path / "jobs" / "n1" / "llm"
+    old, current = submission_dirs(job, 2)
+    (job / ".cache").mkdir()  # not a submission (an earlier layout's HOME): never pruned
+    (job / ".cache" / "snapshots").mkdir()
+    os.mkfifo(old / "snapshots" / "rank0-g0-step000000002.pt")
+    deep = old / "snapshots" / "deep"
+    deep.joinpath(*["d"] * (job_dirs.MAX_DEPTH + 2)).mkdir(parents=True)
+    job_dirs.prune(current)
+    assert not (old / "snapshots" / "rank0-g0-step000000002.pt").exists()
+    assert deep.exists() and not (old / "snapshots" / "rank0-g0-step000000001.pt").exists()
+    assert (job / ".cache" / "snapshots").exists() and (old / "logs").exists()
+
+
 def evil_home(tmp_path: Path) -> tuple[Path, Path]:
     """A HOME whose user site-packages holds a .pth that leaves a mark when Python starts."""
     home, mark = tmp_path / "evil-home", tmp_path / "owned"

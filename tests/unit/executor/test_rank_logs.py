@@ -52,6 +52,8 @@ def test_only_one_submission_of_a_job_is_read_by_default_the_newest(home: Path) 
     write(home, "n0", "j", 0, 0, "this run\n")
     assert [line for line in interleaved(find(home, "j")) if "run" in line] == ["[rank 0] this run"]
     assert {log.node for log in find(home, "j", submission=earlier)} == {"n0", "n2"}
+    write(home, "n3", "j", 0, 7, "rank 7 of the earlier run only\n", submission=earlier)
+    assert find(home, "j", rank=7) == []  # the newest run had no rank 7: never the earlier's
 
 
 def test_following_returns_whole_new_lines_and_new_files_from_their_start(home: Path) -> None:

@@ -71,7 +71,7 @@ def submission(tmp_path: Path, name: str, generation: int = 0, kind: str = "chec
     from dataclasses import replace
 
     env = replace(runtime(tmp_path / name, kind).env, generation=generation, resume=resume,
-                  checkpoint_dir=str(tmp_path / "ckpt" / name), submission=name)
+                  checkpoint_dir=str(tmp_path / "ckpt" / "j" / name), submission=name)
     return Runtime(env, snapshot_every=0, checkpoint_every=1)
 
 
@@ -97,14 +97,18 @@ def test_resume_latest_takes_the_newest_earlier_checkpoint_then_only_the_submiss
         earlier = submission(tmp_path, name, generation=4)
         for step in steps:
             earlier.maybe_checkpoint(step, model, optimizer)
-    (tmp_path / "ckpt" / "20261202T000000.000Z-cccccccc").mkdir()  # one that wrote nothing
+    (tmp_path / "ckpt" / "j" / "20261202T000000.000Z-cccccccc").mkdir()  # one that wrote nothing
     name = "20261205T000000.000Z-bbbbbbbb"
     again = submission(tmp_path, name, resume="latest")
     assert again.restore(model, optimizer) == 10 and again.restored_from.resumed
     again.maybe_checkpoint(11, model, optimizer)  # saved as generation 0, in its own directory
-    assert [(g, s) for g, s, _ in state_files.list_states(tmp_path / "ckpt" / name, "")] == [(0, 11)]
+    assert [(g, s) for g, s, _ in state_files.list_states(tmp_path / "ckpt" / "j" / name, "")] == [(0, 11)]
+    # and snapshot at once, though snapshot_every is 0: the submission has state of its own
+    assert (tmp_path / name / "snapshots" / "rank0-g0-step000000011.pt").exists()
+    again.maybe_checkpoint(12, model, optimizer)
+    assert not (tmp_path / name / "snapshots" / "rank0-g0-step000000012.pt").exists()
     later = submission(tmp_path, name, generation=1, resume="latest")
-    assert later.restore(model, optimizer) == 11 and not later.restored_from.resumed
+    assert later.restore(model, optimizer) == 12 and not later.restored_from.resumed
 
 
 @pytest.mark.parametrize(("saved", "words"), [
@@ -124,7 +128,8 @@ def test_a_resume_onto_another_model_or_world_size_fails_loudly(tmp_path: Path, 
                "optimizer": optimizer.state_dict(), **saved}
     if payload["world_size"] is None:
         del payload["world_size"]
-    state_files.save_keeping(tmp_path / "ckpt" / "20261201T000000.000Z-aaaaaaaa", "", 4, 10, payload, keep=3)
+    earlier = tmp_path / "ckpt" / "j" / "20261201T000000.000Z-aaaaaaaa"
+    state_files.save_keeping(earlier, "", 4, 10, payload, keep=3)
     again = submission(tmp_path, "20261205T000000.000Z-bbbbbbbb", resume="latest")
     with pytest.raises(resume.ResumeRefused, match=re.escape(words)):
         again.restore(model, optimizer)
@@ -137,6 +142,6 @@ def test_a_resume_with_nothing_to_resume_from_fails_loudly(tmp_path: Path, group
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(resume.ResumeRefused, match="no earlier submission of job j wrote a checkpoint"):
         submission(tmp_path, "20261205T000000.000Z-bbbbbbbb", resume="latest").restore(model, optimizer)
-    with pytest.raises(resume.ResumeRefused, match="no checkpoint there"):
+    with pytest.raises(resume.ResumeRefused, match="no checkpoint this job can read there"):
         submission(tmp_path, "20261205T000000.000Z-bbbbbbbb", resume=str(tmp_path / "none")).restore(
             model, optimizer)

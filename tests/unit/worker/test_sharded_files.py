@@ -62,7 +62,7 @@ def test_a_checkpoint_lands_whole_under_its_step_and_a_dead_generation_s_half_sa
         sharded.checkpoint(shared, step, 1, sharded.flat_state(net, optimizer))
     assert sorted(p.name for p in shared.iterdir()) == [
         "step000000002", "step000000003", "step000000004", "step000000009.tmp-g3"]
-    assert [step for step, _ in sharded._complete(shared)] == [2, 3, 4]
+    assert [step for step, _ in state_files.dcp_checkpoints(shared)] == [2, 3, 4]
 
 
 def test_a_step_cannot_be_retried_in_place_without_a_snapshot_of_it(tmp_path: Path, job) -> None:
