@@ -38,7 +38,7 @@ from trainmedic.recovery.executor.core.state import GroupState, LocalGroup, afte
 from trainmedic.recovery.executor.forkserver import PRELOAD_ENV, WarmLauncher, become_subreaper
 from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.report_server import ReportServer, socket_path
-from trainmedic.recovery.executor.supervisor import RankExit, Supervisor, failure_tail
+from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
 from trainmedic.recovery.keyring import KeyFolder
 from trainmedic.recovery.worker import reform
 from trainmedic.recovery.worker.env import WorkerEnv
@@ -437,7 +437,7 @@ class Executor:
 
     def _on_exit(self, ended: RankExit, still_alive: int) -> None:
         """One rank ended on its own; `still_alive` of its job's ranks have not (yet) been folded."""
-        self._publish_exit(ended, tail=failure_tail(ended))
+        self._publish_exit(ended, tail=ended.tail)
         group = self.groups.get(ended.job)
         if group is not None and group.generation == ended.generation:
             after = after_exit(group, ended.clean, still_alive)

@@ -192,16 +192,21 @@ def put(job_dir: Path, subdir: str, name: str, text: str) -> Path:
     return job_dir / subdir / name
 
 
-def open_log(path: Path) -> int:
-    """`path` (in a job's logs directory) opened to append, never through a link, in its last
-    two parts: what the rank may have replaced. An OSError if either is a link or not a file."""
+def open_log(path: Path, user: RankUser | None = None) -> int:
+    """`path` (in a job's logs directory) opened to append and read, made `user`'s when given (a rank
+    forked warm opens it by name as that user), never through a link in its last two parts, nor a
+    FIFO or a device: what the rank may have replaced. An OSError if either is a link or not a file
+    of its own. The executor reads a failed rank's last output from this descriptor, never by name."""
     logs = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600, dir_fd=logs)
+        fd = os.open(path.name, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600,
+                     dir_fd=logs)
     finally:
         os.close(logs)
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a hard link to a file elsewhere
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a FIFO, or a hard link to a file elsewhere
         os.close(fd)
         raise OSError(f"{path} is not a log file of its own: not written")
+    if user is not None:
+        os.fchown(fd, user.uid, user.gid)
     return fd

@@ -13,7 +13,6 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from trainmedic.recovery.executor import job_dirs, leftovers
 from trainmedic.recovery.executor.core.output_tail import READ_BYTES, output_tail
@@ -38,7 +37,7 @@ class RankExit:
     exit_code: int | None
     signal: int | None
     reason: str | None = None
-    log: Path | None = None  # where its output went; None for a rank adopted after a restart
+    tail: str | None = None  # a failed rank's last output (`core/output_tail.py`); None when clean or unknown
 
     @property
     def clean(self) -> bool:
@@ -53,10 +52,9 @@ class RankProcess:
     world_size: int
     pid: int
     popen: subprocess.Popen | None = None  # None for a rank forked warm or adopted
-    log_file: IO[bytes] | None = None
+    log_fd: int | None = None  # its log as the executor opened it (`job_dirs.open_log`); None if adopted
     start: int | None = None  # process start time (/proc/PID/stat), to tell a reused pid apart
     adopted: bool = False  # started by a previous executor: not our child, polled in /proc
-    log_path: Path | None = None  # its output; unknown for an adopted rank
 
 
 class Supervisor:
@@ -107,16 +105,22 @@ class Supervisor:
             for rank, given in zip(spec.ranks, envs, strict=True):
                 env = {**given, "HOME": str(job_dir), "PYTHONNOUSERSITE": "1"}
                 path = log_dir / log_name(generation, rank)
-                pid = None
-                if target is not None:
-                    title = rank_title(job, generation, rank, target)
-                    pid = self._start_warm(target, env, path, spec.workdir, title)
-                popen, log_file = None, None
-                if pid is None:
-                    popen, log_file = self._start_cold(spec.command, env, path, spec.workdir)
-                    pid = popen.pid
-                proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_file,
-                                   leftovers.start_time(pid), log_path=path)
+                # Made and kept open here: its tail is read from this descriptor, never from the name,
+                # which the rank may make a link to a secret, or a FIFO, before it fails.
+                log_fd = job_dirs.open_log(path, self._user)
+                pid = popen = None
+                try:
+                    if target is not None:
+                        title = rank_title(job, generation, rank, target)
+                        pid = self._start_warm(target, env, path, spec.workdir, title)
+                    if pid is None:
+                        popen = self._start_cold(spec.command, env, log_fd, spec.workdir)
+                        pid = popen.pid
+                except OSError:
+                    os.close(log_fd)
+                    raise
+                proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_fd,
+                                   leftovers.start_time(pid))
                 started.append(proc)
                 self._ranks.setdefault(job, []).append(proc)
                 self._record()
@@ -155,20 +159,14 @@ class Supervisor:
             return None
 
     def _start_cold(
-        self, command: tuple[str, ...], env: Mapping[str, str], path: Path, cwd: str | None,
-    ) -> tuple[subprocess.Popen, IO[bytes]]:
-        log_file = os.fdopen(job_dirs.open_log(path), "ab")
+        self, command: tuple[str, ...], env: Mapping[str, str], log_fd: int, cwd: str | None,
+    ) -> subprocess.Popen:
         user = self._user
-        try:
-            popen = subprocess.Popen(
-                list(command), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
-                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
-            )
-        except OSError:
-            log_file.close()
-            raise
-        return popen, log_file
+        return subprocess.Popen(
+            list(command), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True,
+            **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
+        )
 
     def alive(self, job: str) -> int:
         """How many rank processes of `job` are not yet known to have ended."""
@@ -260,13 +258,15 @@ class Supervisor:
             proc.popen.wait()
         else:
             os.waitpid(proc.pid, 0)
-        if proc.log_file is not None:
-            proc.log_file.close()
         code, sig = (status, None) if status >= 0 else (None, -status)
+        tail = None
+        if proc.log_fd is not None:
+            if status != 0:
+                tail = read_tail(proc.log_fd, f"job {proc.job} g{proc.generation} rank {proc.rank}")
+            os.close(proc.log_fd)
         log.info("job %s g%d: rank %d (pid %d) ended: %s", proc.job, proc.generation, proc.rank,
                  proc.pid, f"exit code {code}" if sig is None else f"signal {signal.Signals(sig).name}")
-        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, code, sig,
-                        log=proc.log_path)
+        return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, code, sig, tail=tail)
 
     @staticmethod
     def _finish_adopted(proc: RankProcess, reused: bool) -> RankExit:
@@ -287,19 +287,14 @@ def rank_title(job: str, generation: int, rank: int, target: WarmTarget) -> str:
     return f"trainmedic rank {rank} of job {job} g{generation}: {command}"
 
 
-def failure_tail(ended: RankExit) -> str | None:
-    """What a rank that failed (exited non-zero, or by a signal) last wrote, read from the end of its
-    log only (output_tail.py); None for a clean exit, an unknown log or one that cannot be read."""
-    if ended.clean or ended.log is None or (ended.exit_code is None and ended.signal is None):
-        return None
+def read_tail(log_fd: int, whose: str) -> str | None:
+    """What a failed rank last wrote: the end of its log, read from the executor's own descriptor
+    (bounded: only the last READ_BYTES, with pread; output_tail.py); None when it cannot be read."""
     try:
-        with open(ended.log, "rb") as log_file:
-            size = log_file.seek(0, os.SEEK_END)
-            log_file.seek(max(0, size - READ_BYTES))
-            end = log_file.read(READ_BYTES)
+        size = os.fstat(log_fd).st_size
+        end = os.pread(log_fd, READ_BYTES, max(0, size - READ_BYTES))
     except OSError as err:
-        log.warning("job %s g%d: rank %d's output cannot be read: %s", ended.job, ended.generation,
-                    ended.rank, err)
+        log.warning("%s: its output cannot be read: %s", whose, err)
         return None
     return output_tail(end, whole=size <= READ_BYTES)
 

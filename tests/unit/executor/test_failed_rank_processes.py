@@ -8,9 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.unit.executor.test_forkserver import wait_exit, warm_supervisor  # noqa: F401 (a fixture)
 from trainmedic.recovery.executor.forkserver import WarmLauncher, become_subreaper
-from trainmedic.recovery.executor.supervisor import Supervisor, failure_tail
+from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 
 CAUSE = "ModuleNotFoundError: No module named 'no_such_module'"
@@ -27,8 +29,8 @@ def test_a_cold_rank_that_fails_at_import_ends_with_its_traceback_as_tail(tmp_pa
         ended = wait_exit(sup)
     finally:
         sup.stop_all(grace_s=0.1)
-    tail = failure_tail(ended)
-    assert ended.exit_code == 1 and ended.log == tmp_path / "logs" / "g0-rank0.log"
+    tail = ended.tail
+    assert ended.exit_code == 1
     assert tail.startswith("Traceback (most recent call last):") and tail.endswith(CAUSE)
     assert "loading" not in tail
 
@@ -38,7 +40,7 @@ def test_a_warm_rank_that_fails_at_import_ends_with_its_traceback_as_tail(warm_s
     spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "no_such_module"))
     warm_supervisor.launch("j", 0, spec, [dict(os.environ)], tmp_path)
-    tail = failure_tail(wait_exit(warm_supervisor))
+    tail = wait_exit(warm_supervisor).tail
     assert tail.startswith("Traceback") and "No module named no_such_module" in tail.splitlines()[-1]
 
 
@@ -68,3 +70,26 @@ def warm_title(sup: Supervisor, tmp_path: Path) -> tuple[str, str, bytes]:
             break
         time.sleep(0.05)
     return title, cmdline, Path(f"/proc/{pid}/environ").read_bytes()
+
+
+# A rank that replaces its log, then fails (issue 42, attacks A2 and B4): a link to a secret must not
+# make the executor read the secret into the exit's tail (then the incident, the alerts); a FIFO must
+# not block it. The tail comes from the descriptor the executor opened, whatever the name is now.
+@pytest.mark.parametrize("replaced_by", ["link", "fifo"])
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_a_rank_that_replaces_its_log_cannot_make_the_executor_read_elsewhere_or_block(
+        tmp_path: Path, replaced_by: str, start: str, request) -> None:
+    secret = tmp_path / "secrets.json"
+    secret.write_text('{"admin": "the-broker-password"}\n')
+    sup = request.getfixturevalue("warm_supervisor") if start == "warm" else Supervisor()
+    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+                      command=(sys.executable, "-m", "tests.unit.executor.replace_log", replaced_by,
+                               str(secret)))
+    job_dir = tmp_path / "jobs" / "j" / "s1"
+    try:
+        sup.launch("j", 0, spec, [{**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])}], job_dir)
+        ended = wait_exit(sup)
+    finally:
+        sup.stop_all(grace_s=0.1)
+    assert ended.exit_code == 1
+    assert "the-broker-password" not in (ended.tail or "") and "my last words" in (ended.tail or "")

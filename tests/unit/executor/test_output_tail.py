@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import tracemalloc
 from pathlib import Path
 
 from trainmedic.recovery.executor.core.output_tail import READ_BYTES, output_tail
-from trainmedic.recovery.executor.supervisor import RankExit, failure_tail
+from trainmedic.recovery.executor.supervisor import read_tail
 from trainmedic.schemas.telemetry import MAX_TAIL_CHARS, MAX_TAIL_LINES, last_lines
 
 IMPORT_ERROR = b"""loading data
@@ -58,21 +59,21 @@ def test_a_huge_log_is_read_only_at_its_end(tmp_path: Path) -> None:
         out.truncate(1 << 30)  # a sparse gigabyte of NULs, then the failure
         out.seek(1 << 30)
         out.write(IMPORT_ERROR)
-    ended = RankExit("j", 0, 0, 1, 1, exit_code=1, signal=None, log=log)
+    fd = os.open(log, os.O_RDONLY)
     tracemalloc.start()
     try:
-        tail = failure_tail(ended)
+        tail = read_tail(fd, "rank 0")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+        os.close(fd)
     assert tail.splitlines() == IMPORT_ERROR.decode().splitlines()[1:]
     assert peak < 16 * READ_BYTES  # not the gigabyte
 
 
-def test_no_tail_for_a_clean_or_unknown_exit_or_an_unreadable_log(tmp_path: Path) -> None:
-    log = tmp_path / "rank.log"
-    log.write_bytes(IMPORT_ERROR)
-    assert failure_tail(RankExit("j", 0, 0, 1, 1, 0, None, log=log)) is None
-    assert failure_tail(RankExit("j", 0, 0, 1, 1, None, None, "adopted", log=log)) is None
-    assert failure_tail(RankExit("j", 0, 0, 1, 1, 1, None, log=tmp_path / "missing.log")) is None
-    assert failure_tail(RankExit("j", 0, 0, 1, 1, None, 9, log=log)).endswith("'no_such_module'")
+def test_a_log_that_cannot_be_read_has_no_tail(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_RDONLY)  # a directory: pread fails
+    try:
+        assert read_tail(fd, "rank 0") is None
+    finally:
+        os.close(fd)
