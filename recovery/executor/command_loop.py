@@ -93,7 +93,7 @@ class Executor:
     def run(self, stop: threading.Event) -> None:
         topic = self.kafka.topics.commands
         partition = partition_of(self.config.node, partition_count(self.kafka, topic))
-        self._ledger = ledger = Ledger.open(self.config.ledger_path)
+        self._ledger = ledger = Ledger.open(self.config.ledger_path(self.kafka.topics.prefix))
         self._reports.start()  # first: where it listens is in every rank's environment, the server's too
         launcher = None
         if self.config.warm_start:

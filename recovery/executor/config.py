@@ -80,9 +80,11 @@ class ExecutorConfig(BaseModel):
                              "with the executor's build_config")
         return self
 
-    @property
-    def ledger_path(self) -> Path:
-        return self.state_dir / "ledger.jsonl"
+    def ledger_path(self, prefix: str) -> Path:
+        """The ledger of the deployment whose topics start with `prefix`: what it applied, its epoch, its
+        jobs' generations and where its commands were read, none of which holds for another
+        deployment on this node (`trainmedic run` makes one per run, and a job id runs in many)."""
+        return self.state_dir / "ledgers" / f"{prefix.rstrip('.') or 'default'}.jsonl"
 
     def job_dir(self, job: str, submission: str) -> Path:
         """The directory of one submission's ranks on this node: their HOME, logs and snapshots

@@ -85,7 +85,7 @@ class Node:
         return json.loads(path.read_text()) if path.exists() else []
 
     def ledger_names(self, command_id: str) -> bool:
-        path = self.state / "ledger.jsonl"
+        path = self.state / "ledgers" / f"{self.kafka.topic_prefix.rstrip('.')}.jsonl"
         return path.exists() and f'"command":"{command_id}"' in path.read_text()
 
 

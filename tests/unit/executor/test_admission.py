@@ -129,7 +129,7 @@ class RecordingExecutor(Executor):
                                 stop_grace_s=0.2, admission=AdmissionPolicy(allowed_executables=("sleep",)))
         super().__init__(config, KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1"}))
         self.sent: list = []
-        self._ledger = Ledger.open(config.ledger_path)
+        self._ledger = Ledger.open(config.ledger_path("t."))
 
     def _send(self, topic: str, event, key: str) -> None:
         self.sent.append(event)

@@ -34,7 +34,7 @@ def executor(tmp_path: Path) -> Iterator[Executor]:
     config = ExecutorConfig(node=NODE, state_dir=tmp_path, insecure=True, warm_start=False, stop_grace_s=0.2,
                             admission=AdmissionPolicy(allowed_executables=("sleep",)))
     ex = Executor(config, kafka)
-    ex._ledger = Ledger.open(config.ledger_path)
+    ex._ledger = Ledger.open(config.ledger_path("t."))
     yield ex
     ex.supervisor.stop_all(0.2)
     ex._ledger.close()

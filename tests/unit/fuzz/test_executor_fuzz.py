@@ -40,7 +40,7 @@ class InMemoryExecutor(Executor):
         config = ExecutorConfig(node="n1", state_dir=state_dir, insecure=True, warm_start=False)
         super().__init__(config, SETTINGS, clock=lambda: NOW)
         self.sent: list[tuple[str, object]] = []
-        self._ledger = Ledger.open(config.ledger_path)
+        self._ledger = Ledger.open(config.ledger_path("t."))
 
     def _send(self, topic: str, event, key: str) -> None:
         self.sent.append((topic, event))
@@ -61,7 +61,7 @@ def test_hostile_commands_are_dead_lettered_and_read_past(seed: int, pool: list)
         acks = [event for topic, event in executor.sent if topic == SETTINGS.topics.acks]
         assert len(letters) == len(bad) and all(isinstance(e, DeadLettered) for e in letters)
         assert [a.command_id for a in acks if a.status == "done"] == [f"c{i}" for i in range(20)]
-        ledger = Ledger.open(executor.config.ledger_path)
+        ledger = Ledger.open(executor.config.ledger_path("t."))
         assert ledger.state.applied == {f"c{i}" for i in range(20)}
         assert ledger.state.positions == {(TOPIC, 0): len(items)}  # a restart meets none of them again
         ledger.close()
