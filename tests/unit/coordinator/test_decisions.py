@@ -165,3 +165,18 @@ def test_the_same_incident_twice_gives_one_plan() -> None:
     again = rec.feed(incident("i1", "SEV1", node="n2"), now=101.0)
     assert len(of_type(first, "recovery_planned")) == 1 and again == []
     assert len(of_type(rec.log, "recovery_planned")) == 2  # the start and this one
+
+
+def test_every_node_of_a_later_generation_restores_even_a_newcomer_of_a_job_without_checkpoints() -> None:
+    """A node that joins with no source named, in a job with no checkpoint dir, used to get `none`
+    and skip the restore's collectives the other ranks entered (a hang until their timeout)."""
+    from trainmedic.recovery.coordinator.core.commands import commands_for
+    from trainmedic.schemas.recovery import RecoveryKind, RecoveryPlanned
+
+    rec = Recorder()
+    rec.feed(submitted(checkpoint_dir=None), now=1.0)
+    plan = RecoveryPlanned(ts=2.0, plan_id="p", job="llm", kind=RecoveryKind.RECONFIGURE, generation=1,
+                           nodes=("n1", "n2", "n4"), previous=("n1", "n2", "n3"), restore={})
+    restore = {c.node: c.worker.restore for c in commands_for(rec.state, plan, 2.0) if c.worker}
+    assert restore == {"n1": RestoreSource(kind="replica", node="n1"),
+                       "n2": RestoreSource(kind="replica", node="n2"), "n4": RestoreSource(kind="replica")}
