@@ -1,7 +1,7 @@
 """The local demo: a real Kafka broker, every trainmedic service, and a CPU training job that is
 broken on purpose (kill -9, Xid 79, a hang, a link flap, then a grow) and heals by itself.
-Exits 0 only if every fault healed, no step was lost and every loss matched an uninterrupted run's;
-docs/demo.md.
+Exits 0 only if every fault healed, no step was lost (gpt-fsdp: none its checkpoint holds) and every
+loss matched an uninterrupted run's; docs/demo.md.
 """
 
 from __future__ import annotations
