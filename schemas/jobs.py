@@ -76,7 +76,7 @@ class JobSpec(Model):
         default=None, description="each rank's working directory: relative paths in command and args")
     checkpoint_dir: ProcessText | None = Field(
         default=None, description="shared storage for checkpoints: each submission writes into a "
-        "directory of its own in it (CHECKPOINT_DIR/SUBMISSION)")
+        "directory of its own in it (CHECKPOINT_DIR/JOB/SUBMISSION)")
     resume: ProcessText | None = Field(
         default=None, description="start from this checkpoint (a file, a DCP directory, or a directory "
         "of them), or `latest`: the newest any earlier submission wrote in checkpoint_dir; checked to be "

@@ -35,21 +35,22 @@ class Offer:
 
 
 def local_offers(env: WorkerEnv) -> list[Offer]:
-    """What this rank could load, by the restore source its environment names: the newest snapshot
-    on its node (any rank's: a data-parallel model is the same on every rank after a step, and the
-    node the source names may hold an older one than another survivor), this submission's newest
+    """What this rank could load, unless its restore source is `none`: the newest snapshot on its
+    node (any rank's: a data-parallel model is the same on every rank after a step, and the node
+    the source names may hold an older one than another survivor), this submission's newest
     checkpoint, and the checkpoint it resumed from. Its snapshot and checkpoint directories are
-    this submission's own."""
+    this submission's own, so whatever the source names, nothing older than the newest state of
+    the submission that survives is chosen."""
     source = env.restore
     offers: list[Offer] = []
     if source.kind == "none":
         return offers
-    if source.kind == REPLICA and env.snapshot_dir:
+    if env.snapshot_dir:
         found = state_files.newest(Path(env.snapshot_dir), state_files.snapshot_prefix(None))
         if found:
             generation, step, path = found
             offers.append(Offer(env.rank, step, REPLICA, str(path), generation,
-                                named=source.node in (None, env.node)))
+                                named=source.kind == REPLICA and source.node in (None, env.node)))
     if env.checkpoint_dir:
         offers += _checkpoint_offers(env, Path(env.checkpoint_dir), resumed=False)
     if env.resume:

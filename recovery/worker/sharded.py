@@ -222,7 +222,7 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
     prepared = time.monotonic() - began
     sharded = {k: v for k, v in state.items() if isinstance(v, DTensor)}
     mine = [Need(env.rank, k, box_of(v), tuple(v.shape)) for k, v in sharded.items()]
-    files = node_files(env) if env.restore.kind == "replica" else []
+    files = node_files(env)  # whatever the source names: the newest whole step wins
     offered = (_checkpoints(env), _resumable(env)) if checkpoints else ([], [])
     gathered: list[Any] = [None] * env.world_size
     dist.all_gather_object(gathered, (env.node, files, mine, *offered))

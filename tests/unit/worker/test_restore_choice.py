@@ -54,7 +54,9 @@ def test_every_rank_offers_its_nodes_newest_snapshot_of_any_rank(tmp_path):
     assert [(o.kind, o.step, o.named) for o in named] == [(REPLICA, 6, True), (CHECKPOINT, 2, False)]
     elsewhere = local_offers(env(tmp_path, RestoreSource(kind="replica", rank=0, node="n9")))
     assert [(o.kind, o.step, o.named) for o in elsewhere] == [(REPLICA, 6, False), (CHECKPOINT, 2, False)]
-    assert [o.kind for o in local_offers(env(tmp_path, RestoreSource(kind="checkpoint")))] == [CHECKPOINT]
+    from_checkpoint = local_offers(env(tmp_path, RestoreSource(kind="checkpoint")))  # a newer snapshot wins
+    assert [(o.kind, o.step, o.named) for o in from_checkpoint] == [(REPLICA, 6, False),
+                                                                    (CHECKPOINT, 2, False)]
     assert local_offers(env(tmp_path, RestoreSource(kind="none"))) == []
 
 
