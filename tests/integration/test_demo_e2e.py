@@ -47,6 +47,9 @@ def test_every_fault_heals_without_losing_a_step(kafka_bootstrap: str, alertmana
     assert [f["steps_lost"] for f in faults] == [0, 0, 0, 0, 0], summary
     assert [(f["world_size_before"], f["world_size_after"]) for f in faults] == [
         (6, 6), (6, 4), (4, 4), (4, 4), (4, 6)], summary
+    # the MLP shares one batch per step: through every re-plan its losses are an uninterrupted run's
+    losses = json.loads(report_path.read_text())["losses"]
+    assert losses["matches"] and losses["generations"] >= 5, summary
     assert all(f["alerted_after_s"] is not None and f["alerted_after_s"] < 10 for f in faults[:4]), summary
     assert faults[4]["time_to_resume_s"] is not None and faults[4]["alerted_after_s"] is None, summary
     # Each restart and re-plan timed by phase, from the log: detection first, the first step last.
