@@ -236,7 +236,9 @@ def _write_pair(directory: Path, now: float, role: str) -> str:
 
 def _save(directory: Path, manifest: dict) -> None:
     tmp = directory / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+        os.fchmod(out.fileno(), 0o600)  # its owner's only, as the keys are
+        out.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     tmp.replace(directory / MANIFEST)
 
 

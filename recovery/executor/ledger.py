@@ -37,7 +37,9 @@ class Ledger:
                     fold_entry(state, json.loads(line))
                 except (ValueError, KeyError, TypeError) as err:
                     log.warning("%s:%d: unreadable ledger line skipped (%s)", path, number, err)
-        return cls(path, state, path.open("a", encoding="utf-8"))
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)  # the executor's only; an older version made it 0644
+        return cls(path, state, os.fdopen(fd, "a", encoding="utf-8"))
 
     def record(
         self, *, topic: str, partition: int, offset: int, command_id: str | None = None,

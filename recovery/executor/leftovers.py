@@ -30,9 +30,12 @@ def start_time(pid: int) -> int | None:
 
 
 def save(path: Path, ranks: list[dict]) -> None:
-    """Replace the record of live ranks (atomically: write, fsync, rename)."""
+    """Replace the record of live ranks (atomically: write, fsync, rename), readable by the executor's
+    user only."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)  # a .tmp left by an older version may be 0644
         json.dump(ranks, handle)
         handle.flush()
         os.fsync(handle.fileno())
