@@ -31,15 +31,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_config(options: Options, section: Section, args: argparse.Namespace, **computed) -> ExecutorConfig:
     """The executor's config: the trusted keys and the node's own key loaded from the keys folder
     unless insecure, the keys folder and the state dir under TRAINMEDIC_HOME and the jobs' directories
-    beside it unless given, the ranks' user looked up. Warns, once, when ranks would run as the
-    executor's own user."""
+    beside it unless given, the ranks' user looked up. As root without a rank user, a ConfigError
+    unless ranks_as_root says so; warns, once, when ranks run as the executor's own user."""
     import logging
     import os
     import pwd
 
+    from trainmedic.bus.errors import ConfigError
     from trainmedic.bus.settings import home
     from trainmedic.recovery import keyring
-    from trainmedic.recovery.executor.job_dirs import SHARED_USER_WARNING, RankUser, default_root
+    from trainmedic.recovery.executor.job_dirs import (
+        RANKS_AS_ROOT_REFUSED,
+        RANKS_AS_ROOT_WARNING,
+        SHARED_USER_WARNING,
+        RankUser,
+        default_root,
+    )
 
     keyring.refuse_legacy()
     config = options.build(
@@ -55,7 +62,11 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
                                  else keyring.load_signing(Path(values["keys_dir"]),
                                                            keyring.node_role(str(values["node"])))),
     )
-    if config.rank_user is None:
+    if config.rank_user is None and os.geteuid() == 0:
+        if not config.ranks_as_root:
+            raise ConfigError(RANKS_AS_ROOT_REFUSED)
+        logging.getLogger("trainmedic.executor").warning(RANKS_AS_ROOT_WARNING)
+    elif config.rank_user is None:
         own = pwd.getpwuid(os.geteuid()).pw_name
         logging.getLogger("trainmedic.executor").warning(SHARED_USER_WARNING, own)
     return config

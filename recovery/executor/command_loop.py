@@ -35,7 +35,9 @@ from trainmedic.recovery.executor.core.rank_env import base_env, rank_env
 from trainmedic.recovery.executor.core.reports import LaunchedRank, Report
 from trainmedic.recovery.executor.core.restart import interrupted_answer, unanswered
 from trainmedic.recovery.executor.core.state import GroupState, LocalGroup, after_exit, fenced_at
-from trainmedic.recovery.executor.forkserver import PRELOAD_ENV, WarmLauncher, become_subreaper
+from trainmedic.recovery.executor.forkserver import PRELOAD_ENV
+from trainmedic.recovery.executor.job_cgroup import JobCgroups
+from trainmedic.recovery.executor.job_trees import JobTrees
 from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.report_server import ReportServer, socket_path
 from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
@@ -95,13 +97,10 @@ class Executor:
         partition = partition_of(self.config.node, partition_count(self.kafka, topic))
         self._ledger = ledger = Ledger.open(self.config.ledger_path(self.kafka.topics.prefix))
         self._reports.start()  # first: where it listens is in every rank's environment, the server's too
-        launcher = None
-        if self.config.warm_start:
-            if become_subreaper():
-                launcher = WarmLauncher(env=self._server_env(), user=self.config.rank_user)
-            else:
-                log.warning("cannot become a child subreaper here: every rank starts cold")
-        self.supervisor.use_launcher(launcher)
+        config = self.config
+        cgroups = JobCgroups.here(config.node, config.state_dir, config.job_pids_max, config.job_memory_max)
+        self.supervisor.use_trees(JobTrees(warm=config.warm_start, env=self._server_env(),
+                                           user=config.rank_user, cgroups=cgroups))
         self._take_over(ledger)
         reader = self._reader(topic, partition)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",
@@ -133,8 +132,6 @@ class Executor:
             ledger.close()
             self._reports.close()
             self._report_outbox.flush(5.0)
-            if launcher is not None:
-                launcher.close()
             try:
                 for ended in exits:  # stopped as the node shuts down on purpose, or as the executor stops
                     self._publish_exit(ended, stopped=self._leaving.is_set())
@@ -175,6 +172,7 @@ class Executor:
         says they should, report those killed or ended, answer the command it was applying."""
         found = leftovers.take_over(self.config.state_dir / "ranks.json", ledger.state)
         self.supervisor.adopt(found.adopt)
+        self.supervisor.trees.sweep(keep={rank.job for rank in found.adopt})
         for rank in found.adopt:  # they keep reporting; their place among local ranks is not recorded
             self._launched[rank.pid] = LaunchedRank(rank.job, rank.generation, rank.rank, rank.world_size)
         for rank, _ in found.kill:  # ranks the ledger says must not run: this executor's own stop
@@ -413,8 +411,8 @@ class Executor:
                         self._contract(command, local_rank).to_env(), job=command.worker.env)
 
     def _server_env(self) -> dict[str, str]:
-        """The warm fork server's environment: what every rank gets, so that no credential is in the
-        memory a forked rank inherits (its /proc/PID/environ is the server's)."""
+        """The job launchers' environment: what every rank gets, so that no credential is in the
+        memory a forked rank inherits (its /proc/PID/environ is the launcher's)."""
         preload = {PRELOAD_ENV: os.environ[PRELOAD_ENV]} if os.environ.get(PRELOAD_ENV) else {}
         return {**base_env(os.environ, self.config.admission.rank_env), **self._channel(), **preload}
 

@@ -34,6 +34,9 @@ class ExecutorConfig(BaseModel):
                                "executor running as root (none: ranks run as the executor's user, "
                                "with a warning)")
     rank_user: InstanceOf[RankUser] | None = Field(default=None, description="run_as, looked up")
+    ranks_as_root: bool = Field(default=False, description="an executor running as root without run_as "
+                                "refuses to start unless given this: its ranks would run as root, able to "
+                                "read every key and credential of the node and to ptrace the executor")
     freshness_s: float = Field(default=DEFAULT_FRESHNESS_S, gt=0,
                                description="refuse commands whose ts is further than this from now")
     stop_grace_s: float = Field(default=DEFAULT_STOP_GRACE_S, gt=0,
@@ -49,8 +52,12 @@ class ExecutorConfig(BaseModel):
                                                     "loaded from keys_dir: every ack is signed with it")
     insecure: bool = Field(default=False, description="accept unsigned commands, with no keys; "
                            "for local experiments only (excludes --keys-dir)")
-    warm_start: bool = Field(default=True, description="fork ranks from a warm launcher that has torch "
-                             "imported (--no-warm-start: every rank a new interpreter)")
+    warm_start: bool = Field(default=True, description="fork `python -m` ranks from a job launcher that "
+                             "has torch imported (--no-warm-start: every rank a new interpreter)")
+    job_pids_max: int | None = Field(default=None, gt=0, description="the most processes and threads "
+                                     "one job may have on this node, in its cgroup (none: no limit)")
+    job_memory_max: int | None = Field(default=None, gt=0, description="the most memory, in bytes, one "
+                                       "job may use on this node, in its cgroup (none: no limit)")
     admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy, description="which commands "
                                        "ranks may run, and what of this environment they get")
 

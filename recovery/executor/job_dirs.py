@@ -24,6 +24,14 @@ SNAPSHOTS = "snapshots"
 KEPT_SUBMISSIONS = 5  # a job's submissions whose logs a node keeps; only the newest keeps snapshots
 MAX_DEPTH = 64  # a tree a rank made deeper than this is not removed (and is logged)
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK  # a directory only, never a link
+RANKS_AS_ROOT_REFUSED = (
+    "the executor runs as root and no run_as is set: its ranks would run as root, able to read every "
+    "key and credential of this node and to ptrace the executor. Create a user for them (e.g. "
+    "`useradd --system trainmedic-rank`) and pass --run-as trainmedic-rank (TRAINMEDIC_EXECUTOR_RUN_AS), "
+    "or pass --ranks-as-root to run them as root on a machine that is yours alone")
+RANKS_AS_ROOT_WARNING = (
+    "RANKS RUN AS ROOT (--ranks-as-root): every job can read this node's keys and credentials, and "
+    "ptrace the executor")
 SHARED_USER_WARNING = (
     "RANKS RUN AS THE EXECUTOR'S OWN USER (%s): a job can read this node's keys and credentials, "
     "and the executor's environment; set run_as (--run-as, TRAINMEDIC_EXECUTOR_RUN_AS) to a user of "

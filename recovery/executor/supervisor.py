@@ -8,7 +8,6 @@ import errno
 import logging
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ from pathlib import Path
 from trainmedic.recovery.executor import job_dirs, leftovers
 from trainmedic.recovery.executor.core.output_tail import READ_BYTES, output_tail
 from trainmedic.recovery.executor.core.restart import RecordedRank
-from trainmedic.recovery.executor.forkserver import WarmLauncher, WarmTarget, warm_target
+from trainmedic.recovery.executor.job_trees import JobTrees
+from trainmedic.recovery.executor.launcher import LauncherFailed, WarmTarget, warm_target
 from trainmedic.recovery.executor.rank_logs import log_name
 from trainmedic.schemas import WorkerSpec
 
@@ -51,26 +51,32 @@ class RankProcess:
     rank: int
     world_size: int
     pid: int
-    popen: subprocess.Popen | None = None  # None for a rank forked warm or adopted
     log_fd: int | None = None  # its log as the executor opened it (`job_dirs.open_log`); None if adopted
     start: int | None = None  # process start time (/proc/PID/stat), to tell a reused pid apart
     adopted: bool = False  # started by a previous executor: not our child, polled in /proc
 
 
 class Supervisor:
-    """Owns the rank processes of every job on this node, run as `user` when given; records them in
-    `registry` when given."""
+    """Owns the rank processes of every job on this node, run as `user` when given, each job's forked
+    by its launcher in its own tree (`trees`; by default launchers that exec every command, no
+    cgroups); records them in `registry` when given."""
 
-    def __init__(self, registry: Path | None = None, launcher: WarmLauncher | None = None,
-                 user: job_dirs.RankUser | None = None) -> None:
+    def __init__(self, registry: Path | None = None, user: job_dirs.RankUser | None = None,
+                 trees: JobTrees | None = None) -> None:
         self._ranks: dict[str, list[RankProcess]] = {}
         self._registry = registry
-        self._launcher = launcher
         self._user = user
+        self._trees = trees
 
-    def use_launcher(self, launcher: WarmLauncher | None) -> None:
-        """Fork ranks warm through `launcher` from now on (None: start every rank cold)."""
-        self._launcher = launcher
+    @property
+    def trees(self) -> JobTrees:
+        if self._trees is None:
+            self._trees = JobTrees(warm=False, user=self._user)
+        return self._trees
+
+    def use_trees(self, trees: JobTrees) -> None:
+        """Launch ranks in `trees` from now on."""
+        self._trees = trees
 
     def _record(self) -> None:
         """Keep the registry of live ranks current (see leftovers.py)."""
@@ -99,7 +105,7 @@ class Supervisor:
             raise NotADirectoryError(
                 errno.ENOTDIR, f"workdir {spec.workdir} is not a directory on this node: no rank started")
         log_dir = job_dirs.prepare(job_dir, self._user)
-        target = warm_target(spec.command) if self._launcher is not None else None
+        target = warm_target(spec.command) if self.trees.warm else None
         started: list[RankProcess] = []
         try:
             for rank, given in zip(spec.ranks, envs, strict=True):
@@ -108,24 +114,19 @@ class Supervisor:
                 # Made and kept open here: its tail is read from this descriptor, never from the name,
                 # which the rank may make a link to a secret, or a FIFO, before it fails.
                 log_fd = job_dirs.open_log(path, self._user)
-                pid = popen = None
                 try:
-                    if target is not None:
-                        title = rank_title(job, generation, rank, target)
-                        pid = self._start_warm(target, env, path, spec.workdir, title)
-                    if pid is None:
-                        popen = self._start_cold(spec.command, env, log_fd, spec.workdir)
-                        pid = popen.pid
+                    pid = self._start(job, generation, rank, target or spec.command, env, log_fd,
+                                      spec.workdir)
                 except OSError:
                     os.close(log_fd)
                     raise
-                proc = RankProcess(job, generation, rank, spec.world_size, pid, popen, log_fd,
+                proc = RankProcess(job, generation, rank, spec.world_size, pid, log_fd,
                                    leftovers.start_time(pid))
                 started.append(proc)
                 self._ranks.setdefault(job, []).append(proc)
                 self._record()
                 log.info("job %s g%d: rank %d started%s, pid %d, output in %s", job, generation, rank,
-                         "" if proc.popen else " (warm fork)", proc.pid, path)
+                         " (warm fork)" if target else "", proc.pid, path)
         except OSError:
             for proc in started:
                 _kill_group(proc.pid, signal.SIGKILL)
@@ -133,8 +134,9 @@ class Supervisor:
                     time.sleep(0.01)
                 self._ranks[job].remove(proc)
                 self._finish(proc, status)
-            if job in self._ranks and not self._ranks[job]:
-                del self._ranks[job]
+            if not self._ranks.get(job):
+                self._ranks.pop(job, None)
+                self._end(job)
             self._record()
             raise
         return [proc.pid for proc in started]
@@ -148,25 +150,15 @@ class Supervisor:
                 adopted=True))
         self._record()
 
-    def _start_warm(
-        self, target: WarmTarget, env: Mapping[str, str], path: Path, cwd: str | None, title: str,
-    ) -> int | None:
-        """The pid of a rank forked by the warm launcher, or None to start it cold."""
+    def _start(self, job: str, generation: int, rank: int, command: WarmTarget | tuple[str, ...],
+               env: Mapping[str, str], log_fd: int, cwd: str | None) -> int:
+        """The pid of a rank started by the job's launcher; a launcher that fails is replaced, once."""
+        title = rank_title(job, generation, rank, command) if isinstance(command, WarmTarget) else None
         try:
-            return self._launcher.launch(target, env, path, cwd, title)
-        except OSError as err:
-            log.warning("warm start failed (%s); starting the rank cold", err)
-            return None
-
-    def _start_cold(
-        self, command: tuple[str, ...], env: Mapping[str, str], log_fd: int, cwd: str | None,
-    ) -> subprocess.Popen:
-        user = self._user
-        return subprocess.Popen(
-            list(command), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
-            stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True,
-            **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
-        )
+            return self.trees.launcher(job).launch(command, env, log_fd, cwd, title)
+        except LauncherFailed as err:
+            log.warning("job %s: %s; a new launcher starts the rank", job, err)
+            return self.trees.launcher(job).launch(command, env, log_fd, cwd, title)
 
     def alive(self, job: str) -> int:
         """How many rank processes of `job` are not yet known to have ended."""
@@ -215,9 +207,19 @@ class Supervisor:
                     exits.append(self._finish(proc, status))
             if not procs:
                 del self._ranks[job]
+                self._end(job)
         if exits:
             self._record()
+        self.trees.reap_orphans(self._known())
         return exits
+
+    def _end(self, job: str) -> None:
+        """No rank of `job` is left here: its tree ends (job_trees.py), and what it held is reaped."""
+        self.trees.end(job)
+        self.trees.reap_orphans(self._known(), force=True)
+
+    def _known(self) -> set[int]:
+        return {proc.pid for procs in self._ranks.values() for proc in procs}
 
     def stop(self, job: str, grace_s: float, keep: Collection[int] = ()) -> list[RankExit]:
         """SIGTERM every rank group of `job` but the pids in `keep`, SIGKILL what is left after
@@ -248,16 +250,15 @@ class Supervisor:
         exits: list[RankExit] = []
         for job in list(self._ranks):
             exits.extend(self.stop(job, grace_s))
+        if self._trees is not None:
+            self._trees.close()
         return exits
 
     @staticmethod
     def _finish(proc: RankProcess, status: int) -> RankExit:
         """Clean up after an ended rank whose pid is not yet reaped, then reap it."""
         _kill_group(proc.pid, signal.SIGKILL)  # whatever the rank left in its group
-        if proc.popen is not None:
-            proc.popen.wait()
-        else:
-            os.waitpid(proc.pid, 0)
+        os.waitpid(proc.pid, 0)
         code, sig = (status, None) if status >= 0 else (None, -status)
         tail = None
         if proc.log_fd is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import re
 import shutil
 import sys
@@ -32,7 +33,7 @@ from trainmedic.demo.faults import (
 from trainmedic.demo.grow import run_grow
 from trainmedic.demo.watch import Watcher
 from trainmedic.local import ops_stack
-from trainmedic.local.cluster import LocalCluster, free_port, local_deployment
+from trainmedic.local.cluster import ROOT_RANKS, LocalCluster, free_port, local_deployment
 from trainmedic.schemas import JobSpec
 
 JOB = "demo"
@@ -197,6 +198,8 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
                 f"(topics {prefix}*, logs in {layout.logs})")
             cluster.wait_ready()
             say("services ready")
+            if os.geteuid() == 0:
+                say(ROOT_RANKS)
 
             watcher = Watcher(settings, JOB, say)
             watcher.start()

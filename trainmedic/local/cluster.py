@@ -30,6 +30,9 @@ from trainmedic.schemas.jobs import JobSpec, JobSubmitted
 
 log = logging.getLogger(__name__)
 
+ROOT_RANKS = ("the ranks run as root, the user who started this: they can read everything on this "
+              "machine (a real node runs them as a user of their own, `trainmedic node --run-as USER`)")
+
 
 @dataclass(frozen=True)
 class ClusterLayout:
@@ -125,6 +128,8 @@ class LocalCluster:
             "TRAINMEDIC_EXECUTOR_KEYS_DIR": str(self.layout.keys_dir),
             "TRAINMEDIC_DEMO_FAULTS": str(self.layout.rank_faults),
             "PYTHONUNBUFFERED": "1",
+            # the ranks run as the user who started the cluster, root included (said by ROOT_RANKS)
+            **({"TRAINMEDIC_EXECUTOR_RANKS_AS_ROOT": "true"} if os.geteuid() == 0 else {}),
             **({PRELOAD_ENV: ",".join(filter(None, (os.environ.get(PRELOAD_ENV), *self.warm_preload)))}
                if self.warm_preload else {}),
         }

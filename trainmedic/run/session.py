@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from trainmedic.bus.errors import TrainmedicError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
-from trainmedic.local.cluster import ClusterLayout, LocalCluster, free_port, local_deployment
+from trainmedic.local.cluster import ROOT_RANKS, ClusterLayout, LocalCluster, free_port, local_deployment
 from trainmedic.ops.jobs.checks import command_problem
 from trainmedic.ops.jobs.view import JobWatch
 from trainmedic.ops.run_records import record_run
@@ -84,6 +85,8 @@ def run_job(args: argparse.Namespace) -> int:
                      *(("--job-env", ",".join(spec.env)) if spec.env else ()))
             cluster = LocalCluster(layout, bootstrap, prefix, spec.nodes, credentials=credentials_dir(),
                                    node_args=admit)
+            if os.geteuid() == 0:
+                say(ROOT_RANKS)
             try:
                 status = supervise(cluster, spec, args, say, started)
             finally:

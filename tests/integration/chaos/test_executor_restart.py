@@ -68,7 +68,7 @@ class Node:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trainmedic.cli", "executor", "--node", "n1",
              "--state-dir", str(self.state), "--jobs-dir", str(self.jobs), "--stop-grace-s", "5",
-             "--keys-dir", str(trusted_folder(self.logs)), *self.flags],
+             "--keys-dir", str(trusted_folder(self.logs)), "--ranks-as-root", *self.flags],
             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         wait_until(lambda: "reading " in log.read_text() or self.proc.poll() is not None, 60, "the executor")

@@ -26,7 +26,7 @@ def start_cli(kafka, state: Path, log: Path, stop_grace_s: float = 2.0) -> subpr
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainmedic.cli", "executor", "--node", "n1", "--insecure", "--state-dir",
          str(state), "--jobs-dir", str(state.with_name(f"{state.name}-jobs")), "--stop-grace-s",
-         str(stop_grace_s), "--allowed-executables", "sh"],
+         str(stop_grace_s), "--allowed-executables", "sh", "--ranks-as-root"],
         env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     deadline = time.monotonic() + 30

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from trainmedic.recovery.executor.core.reports import LaunchedRank
-from trainmedic.recovery.executor.forkserver import WarmLauncher, become_subreaper
+from trainmedic.recovery.executor.job_trees import JobTrees
 from trainmedic.recovery.executor.report_server import ReportServer, socket_path
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
@@ -25,12 +25,9 @@ from trainmedic.schemas import WorkerSpec
 
 @pytest.fixture
 def warm() -> Iterator[Supervisor]:
-    assert become_subreaper(), "Linux lets a process become a child subreaper"
-    launcher = WarmLauncher()
-    sup = Supervisor(launcher=launcher)
+    sup = Supervisor(trees=JobTrees(warm=True))
     yield sup
     sup.stop_all(grace_s=0.1)
-    launcher.close()
 
 
 def exit_of(sup: Supervisor, timeout_s: float = 30.0):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.executor.test_forkserver import wait_exit, warm_supervisor  # noqa: F401 (a fixture)
-from trainmedic.recovery.executor.forkserver import WarmLauncher, become_subreaper
+from trainmedic.recovery.executor.job_trees import JobTrees
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 
@@ -45,14 +45,12 @@ def test_a_warm_rank_that_fails_at_import_ends_with_its_traceback_as_tail(warm_s
 
 
 def test_a_warm_rank_shows_its_job_and_rank_in_ps(tmp_path: Path) -> None:
-    assert become_subreaper()
-    launcher = WarmLauncher(env={**os.environ, "SERVER_MARK": "kept"})  # what its ranks' environ shows
-    sup = Supervisor(launcher=launcher)
+    # what its ranks' environ shows: the launcher's
+    sup = Supervisor(trees=JobTrees(warm=True, env={**os.environ, "SERVER_MARK": "kept"}))
     try:
         title, cmdline, environ = warm_title(sup, tmp_path)
     finally:
         sup.stop_all(grace_s=0.1)
-        launcher.close()
     # cut to the fork server's own command line, so that /proc/PID/environ is left as it was
     assert cmdline.startswith("trainmedic rank 3 of job llm g2: python -m") and title.startswith(cmdline)
     assert b"SERVER_MARK=kept" in environ.split(b"\0")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.recovery.executor.forkserver import WarmLauncher, WarmTarget, become_subreaper, warm_target
+from trainmedic.recovery.executor.job_trees import JobTrees
+from trainmedic.recovery.executor.launcher import WarmTarget, warm_target
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 
@@ -32,12 +33,9 @@ def test_only_modules_of_this_interpreter_are_forked_warm(argv, expected) -> Non
 
 @pytest.fixture
 def warm_supervisor() -> Iterator[Supervisor]:
-    assert become_subreaper(), "Linux lets a process become a child subreaper"
-    launcher = WarmLauncher()
-    sup = Supervisor(launcher=launcher)
+    sup = Supervisor(trees=JobTrees(warm=True))
     yield sup
     sup.stop_all(grace_s=0.1)
-    launcher.close()
 
 
 def start(sup: Supervisor, tmp_path: Path, *args: str, **env: str) -> int:

@@ -17,8 +17,8 @@ from tests.integration.executor.test_warm_rank_reports import exit_of
 from trainmedic.bus.errors import ConfigError
 from trainmedic.recovery.executor import cli, job_dirs
 from trainmedic.recovery.executor.config import ExecutorConfig
-from trainmedic.recovery.executor.forkserver import WarmLauncher
 from trainmedic.recovery.executor.job_dirs import RankUser
+from trainmedic.recovery.executor.launcher import JobLauncher
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 
@@ -37,7 +37,7 @@ def build(tmp_path: Path, monkeypatch, *argv: str):
 
 
 def test_the_jobs_directories_are_beside_the_home_and_the_executors_state_in_it(tmp_path, monkeypatch):
-    config = build(tmp_path, monkeypatch)
+    config = build(tmp_path, monkeypatch, "--ranks-as-root")
     assert config.state_dir == tmp_path / "home" / "executor" / "n1"
     assert config.jobs_dir == tmp_path / "home-jobs" / "n1"
     assert config.job_dir("llm", "S") == tmp_path / "home-jobs" / "n1" / "llm" / "S"
@@ -46,6 +46,7 @@ def test_the_jobs_directories_are_beside_the_home_and_the_executors_state_in_it(
 
 
 def test_without_run_as_the_executor_warns_that_ranks_share_its_user(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: NOBODY.uid)  # not root: root needs a rank user, or says so
     with caplog.at_level(logging.WARNING, "trainmedic.executor"):
         config = build(tmp_path, monkeypatch)
     assert config.rank_user is None
@@ -185,13 +186,14 @@ def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp
 
 def test_the_fork_server_starts_without_a_user_site(tmp_path: Path) -> None:
     home, _ = evil_home(tmp_path)
-    launcher = WarmLauncher(env={**os.environ, "HOME": str(home)})
+    launcher = JobLauncher(warm=True, env={**os.environ, "HOME": str(home)})
     try:
-        pid, deadline = launcher._proc.pid, time.monotonic() + 10
+        pid, deadline = launcher.pid, time.monotonic() + 10
         while not Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)  # read at once, it is sometimes still empty
         assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:4] == [
             sys.executable.encode(), b"-s", b"-m", b"trainmedic.recovery.executor.forkserver"]
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[5] == b"--warm"
         assert b"PYTHONNOUSERSITE=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     finally:
         launcher.close()

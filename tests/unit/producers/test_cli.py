@@ -85,6 +85,7 @@ def test_node_builds_its_three_configs_from_the_demos_flags(
     node_key = keyring.generate_key(tmp_path / "keys", now=1.0, role=keyring.node_role("n01"))
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
     monkeypatch.setenv("TRAINMEDIC_GPU_SEED", "7")
+    monkeypatch.setenv("TRAINMEDIC_EXECUTOR_RANKS_AS_ROOT", "true")  # as the local cluster's root nodes
     config = tmp_path / "node.yaml"
     config.write_text("agent: {interval_s: 0.5}\nexecutor: {stop_grace_s: 3}\n")
     args = build_parser("node").parse_args([

@@ -1,0 +1,195 @@
+"""The executor's handle on one job's launcher (forkserver.py): which commands it forks warm, the
+requests it sends, and the answers it believes, only for a process it can prove is the rank it asked
+for (docs/executor.md, "Warm rank start (the fork server)", "Containment: a cgroup per job").
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainmedic.recovery.executor.core.admission import NICENESS
+from trainmedic.recovery.executor.forkserver import MAX_REQUEST
+from trainmedic.recovery.executor.job_dirs import RankUser
+
+log = logging.getLogger(__name__)
+
+PR_SET_CHILD_SUBREAPER = 36
+ANSWER_TIMEOUT_S = 120.0  # a launcher's first answer waits for its `import torch`, which load may slow
+
+
+class LauncherFailed(OSError):
+    """The launcher itself failed (exited, hung, answered what it cannot prove): it is not used again."""
+
+
+@dataclass(frozen=True)
+class WarmTarget:
+    """A rank command the launcher can run in a fork: a module of this interpreter, at a niceness."""
+
+    module: str
+    args: tuple[str, ...]
+    nice: int = 0
+
+
+def warm_target(argv: Sequence[str], python: str = sys.executable) -> WarmTarget | None:
+    """The warm form of `argv`, or None when it must be exec'd. Only an ASCII niceness in nice's
+    form is read here (`str.isdigit` also takes `²`, which `int` refuses); any other is `nice`'s to judge."""
+    rest, nice = list(argv), 0
+    if rest[:2] == ["nice", "-n"] and len(rest) > 2:
+        if not NICENESS.fullmatch(rest[2]):
+            return None
+        nice, rest = int(rest[2]), rest[3:]
+    if len(rest) < 3 or rest[1] != "-m":
+        return None
+    exe = rest[0] if os.sep in rest[0] else shutil.which(rest[0])
+    if exe is None or os.path.abspath(exe) != os.path.abspath(python):
+        return None
+    return WarmTarget(rest[2], tuple(rest[3:]), nice)
+
+
+def become_subreaper() -> bool:
+    """Make orphaned descendants of this process its children (Linux). False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class JobLauncher:
+    """One launcher process, run as `user` when given (its forks are ranks), without the user site
+    directory (`-s`), as the ranks are; `warm`: with torch imported. Started at once, so that it warms
+    up early; `in_job` is what proves a pid is in the job's cgroup (None where there are no cgroups)."""
+
+    def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None,
+                 user: RankUser | None = None) -> None:
+        # SPT_NOENV: a rank's title stays within the server's command line, so that /proc/PID/environ
+        # still reads as the server's environment (setproctitle writes over it otherwise)
+        server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1",
+                      "SPT_NOENV": "1"}
+        self._channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-s", "-m", "trainmedic.recovery.executor.forkserver", str(theirs.fileno()),
+                 *(["--warm"] if warm else [])],
+                stdin=subprocess.DEVNULL, env=server_env, pass_fds=(theirs.fileno(),),
+                **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
+            )
+        finally:
+            theirs.close()
+        self._channel.settimeout(ANSWER_TIMEOUT_S)
+        self._uid = os.getuid() if user is None else user.uid
+        self._lock = threading.Lock()
+        self.in_job: Callable[[int], bool] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def launch(self, command: WarmTarget | Sequence[str], env: Mapping[str, str], log_fd: int,
+               cwd: str | None = None, title: str | None = None) -> int:
+        """Start a rank (a module run in a fork, or a command exec'd) with `log_fd` as its output, in
+        `cwd` (else the launcher's directory), named `title` in ps; returns its pid, proven. Raises
+        OSError when the command cannot be exec'd (its errno), LauncherFailed when the launcher fails."""
+        if isinstance(command, WarmTarget):
+            request = {"module": command.module, "args": list(command.args), "nice": command.nice}
+        else:
+            request = {"argv": list(command)}
+        request.update(env=dict(env), cwd=cwd, title=title)
+        data = json.dumps(request).encode()
+        if len(data) > MAX_REQUEST:
+            raise OSError(errno.E2BIG, f"a rank's request of {len(data)} bytes (its environment) is over "
+                          f"{MAX_REQUEST}")
+        asked = boot_ticks()
+        with self._lock:
+            if not self.alive():
+                raise LauncherFailed(f"the job's launcher exited with code {self._proc.returncode}")
+            try:
+                socket.send_fds(self._channel, [data], [log_fd])
+                reply = self._channel.recv(MAX_REQUEST)
+            except OSError as err:  # a timeout included
+                self.close()
+                raise LauncherFailed(f"the job's launcher did not answer: {err}") from None
+        if not reply:
+            raise LauncherFailed("the job's launcher closed its channel")
+        answer = json.loads(reply)
+        pid = answer.get("pid")
+        if pid is not None:
+            wrong = self.disproof(int(pid), asked)
+            if wrong is not None:
+                self.close()
+                raise LauncherFailed(f"the job's launcher answered pid {pid}, which {wrong}: neither "
+                                     "signalled nor waited for; the launcher is replaced")
+        if "errno" in answer:  # the rank could not exec, and exited 127: our child, reaped here
+            os.waitpid(int(pid), 0)
+            raise OSError(int(answer["errno"]), answer["error"])
+        if "error" in answer:
+            raise LauncherFailed(f"the job's launcher could not start the rank: {answer['error']}")
+        return int(pid)
+
+    def disproof(self, pid: int, asked: int) -> str | None:
+        """Why `pid` is not a rank this launcher started after `asked` (boot_ticks), or None when it is:
+        a child of this executor (its subreaper), leading its own session, of the launcher's user,
+        started after the request, and in the job's cgroup where there is one."""
+        stat = proc_stat(pid)
+        if stat is None:
+            return "does not exist"
+        ppid, session, started = int(stat[1]), int(stat[3]), int(stat[19])
+        if ppid != os.getpid():
+            return "is not a child of this executor"
+        if session != pid:
+            return "does not lead a session of its own"
+        if started < asked:
+            return "started before it was asked for"
+        if proc_uid(pid) != self._uid:
+            return "runs as another user"
+        if self.in_job is not None and not self.in_job(pid):
+            return "is not in the job's cgroup"
+        return None
+
+    def close(self) -> None:
+        """Close the channel and kill the launcher (it holds nothing to save; its ranks are not its
+        children), then reap it."""
+        self._channel.close()
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+
+
+def boot_ticks() -> int:
+    """Now, in the clock ticks since boot that /proc/PID/stat's start time counts."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name (state first), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def proc_uid(pid: int) -> int | None:
+    """The process's real uid (a zombie's too), or None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
