@@ -9,15 +9,20 @@ import re
 
 __all__ = ["terminal_safe"]
 
-# C0 controls (ESC, CR, BS, TAB, newline…), DEL, C1 controls (CSI, OSC as single characters),
-# the Unicode line and paragraph separators, and the bidirectional marks, embeddings, overrides
-# and isolates.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# C0 controls (ESC, CR, BS, TAB, newline…), DEL, C1 controls (CSI, OSC as single characters), and
+# every character Unicode calls a format character (Cf: the bidirectional marks, embeddings,
+# overrides and isolates, U+061C, the zero-width space and joiners, the BOM, the tag characters…)
+# or a line or paragraph separator, and the invisible Hangul fillers: what reorders, hides or
+# breaks a line where people read it (tests/unit/ops/test_rendered_text.py checks the whole of Cf).
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u180e"
+    "\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
 
 
 def _visible(char: str) -> str:
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def terminal_safe(text: str, keep: str = "") -> str:

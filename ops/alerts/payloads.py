@@ -1,10 +1,11 @@
 """What each sink is sent for an incident event, and which sinks get it. Pure: time is an argument.
 
-Evidence, job ids and categories carry what ranks and telemetry sources wrote. What people read
-(summaries, the Slack-compatible text, annotations) has its control characters escaped
-(schemas/printable.py); the Slack text also has `&`, `<` and `>` escaped as Slack asks, so no
-`<!channel>`, `<@U…>` or `<http…|link>` in the evidence mentions anyone or hides a link. The
-machine-readable `details` keep the values as written (JSON escapes control characters).
+Evidence, job ids and categories carry what ranks and telemetry sources wrote. Every field of every
+payload has its control, bidi and invisible characters escaped (schemas/printable.py): a raw ESC in
+the JSON `details` reached whoever printed them. In the Slack text, what the incident says is inline
+code, its `&`, `<` and `>` escaped as Slack asks and its backticks shown as `ˋ`: no `<!channel>`,
+`<@U…>` or `<http…|link>` mentions anyone or hides a link, a bare URL is no link, and no `*FIRING*`
+in the evidence is bold.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ ACTION_WORDS = {
 PAGERDUTY_SUMMARY_MAX = 1024  # Events API v2: longer summaries are cut
 PAGERDUTY_FIELD_MAX = 255  # source, component, group, class: short names in PagerDuty's UI
 SLACK_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+CODE_BACKTICK = "\u02cb"  # ˋ, what a backtick in the incident's text shows as in Slack's inline code
 
 
 def route(incident: Incident, config: AlertBridgeConfig) -> list[str]:
@@ -43,6 +45,12 @@ def rfc3339(ts: float) -> str:
 def slack_safe(text: str) -> str:
     """`text` as literal Slack mrkdwn: controls escaped, and `&`, `<`, `>` as Slack's entities."""
     return terminal_safe(text).translate(SLACK_ESCAPES)
+
+
+def slack_code(text: str) -> str:
+    """`text` as Slack inline code, shown as written: no link (a bare URL included), mention or
+    formatting; a backtick, which would end the code, shown as `ˋ`."""
+    return f"`{slack_safe(text).replace('`', CODE_BACKTICK)}`" if text else ""
 
 
 def evidence(incident: Incident) -> list[str]:
@@ -63,9 +71,10 @@ def summary(incident: Incident) -> str:
 def alertmanager_alert(incident: Incident, now: float, resend_s: float, generator_url: str) -> dict[str, Any]:
     """One PostableAlert. Open: ends 4 x resend_s from now unless re-posted (as Prometheus does);
     resolved: ends at the resolution time."""
-    labels = {"alertname": f"trainmedic_{incident.category}", "severity": str(incident.severity),
-              "category": incident.category, "incident_id": incident.id}
-    labels.update({k: v for k, v in (("job", incident.job), ("node", incident.node)) if v})
+    labels = {"alertname": terminal_safe(f"trainmedic_{incident.category}"),
+              "severity": str(incident.severity), "category": terminal_safe(incident.category),
+              "incident_id": terminal_safe(incident.id)}
+    labels.update({k: terminal_safe(v) for k, v in (("job", incident.job), ("node", incident.node)) if v})
     resolved = incident.status is IncidentStatus.RESOLVED
     return {
         "labels": labels,
@@ -104,16 +113,20 @@ def webhook_message(incident: Incident) -> dict[str, Any]:
     literally), the dedup key and the whole incident."""
     resolved = incident.status is IncidentStatus.RESOLVED
     mark = "RESOLVED" if resolved else "FIRING"
-    lines = [f"*{mark}* {slack_safe(summary(incident))}",
-             f"action: {incident.action}; incident {slack_safe(incident.id)}"]
-    lines += [f"• {slack_safe(line)}" for line in evidence(incident)[:10]]
+    lines = [f"*{mark}* {slack_code(summary(incident))}",
+             f"action: {incident.action}; incident {slack_code(incident.id)}"]
+    lines += [f"• {slack_code(line)}" for line in evidence(incident)[:10]]
     return {"text": "\n".join(lines), "dedup_key": f"{incident.id}:{incident.status}",
             "status": "resolved" if resolved else "firing", "incident": details(incident)}
 
 
 def details(incident: Incident) -> dict[str, Any]:
-    return {"id": incident.id, "status": str(incident.status), "category": incident.category,
-            "severity": str(incident.severity), "action": str(incident.action), "job": incident.job,
-            "node": incident.node, "ranks": list(incident.ranks), "first_ts": incident.first_ts,
+    """The whole incident for machines (unix times as the detector wrote them), its text escaped."""
+    def safe(text: str | None) -> str | None:
+        return None if text is None else terminal_safe(text)
+
+    return {"id": safe(incident.id), "status": str(incident.status), "category": safe(incident.category),
+            "severity": str(incident.severity), "action": str(incident.action), "job": safe(incident.job),
+            "node": safe(incident.node), "ranks": list(incident.ranks), "first_ts": incident.first_ts,
             "ts": incident.ts, "detection_delay_s": round(incident.ts - incident.first_ts, 3),
-            "evidence": list(incident.evidence)}
+            "evidence": [terminal_safe(line) for line in incident.evidence]}

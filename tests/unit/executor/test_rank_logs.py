@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,36 @@ def test_a_line_without_end_is_held_only_up_to_the_bound(home: Path) -> None:
     tail = Tail()
     write(home, "n1", "j", 0, 0, "x" * (3 * MAX_LINE))  # a rank that never ends its line
     lines = tail.read(find(home, "j"))
-    assert lines[1] == "[rank 0] " + "x" * MAX_LINE
+    assert lines[1] == "[rank 0] " + "x" * MAX_LINE + f" [cut: {2 * MAX_LINE} more bytes]"
     assert sum(len(rest) for _, rest in tail.partial.values()) <= MAX_LINE
     write(home, "n1", "j", 0, 0, "y" * (2 * MAX_LINE) + "\nok\n")
-    assert tail.read(find(home, "j")) == ["[rank 0] " + "y" * MAX_LINE, "[rank 0] ok"]
+    assert tail.read(find(home, "j")) == ["[rank 0] " + "y" * MAX_LINE + f" [cut: {MAX_LINE} more bytes]",
+                                          "[rank 0] ok"]
+
+
+def test_a_whole_log_shows_a_100_kb_line_cut_and_saying_so(home: Path) -> None:
+    """Issue 42, E: `job logs` printed a rank's 100 KB lines whole."""
+    from trainmedic.recovery.executor.rank_logs import MAX_LINE
+
+    write(home, "n1", "j", 0, 0, "a\n" + "z" * 100_000 + "\nb\n")
+    assert list(interleaved(find(home, "j")))[1:] == [
+        "[rank 0] a", "[rank 0] " + "z" * MAX_LINE + f" [cut: {100_000 - MAX_LINE} more bytes]", "[rank 0] b"]
+
+
+@pytest.mark.parametrize("replaced_by", ["link", "fifo"])
+def test_a_log_a_rank_replaced_is_neither_followed_nor_waited_on(home: Path, tmp_path: Path,
+                                                                 replaced_by: str) -> None:
+    """Issue 42, item 1: a rank makes its log a link to a secret (or a FIFO): `job logs` and the tee
+    of `trainmedic run`, perhaps run by root, printed the secret (or blocked)."""
+    secret = tmp_path / "secret"
+    secret.write_text("the admin password\n")
+    write(home, "n1", "j", 0, 0, "mine\n")
+    write(home, "n1", "j", 0, 1, "")
+    [_, replaced] = find(home, "j")
+    replaced.path.unlink()
+    if replaced_by == "link":
+        replaced.path.symlink_to(secret)
+    else:
+        os.mkfifo(replaced.path)
+    shown = [*interleaved(find(home, "j")), *Tail().read(find(home, "j"))]
+    assert "[rank 0] mine" in shown and not any("password" in line for line in shown)

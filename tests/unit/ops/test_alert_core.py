@@ -87,7 +87,7 @@ def test_pagerduty_resolve_has_the_same_dedup_key() -> None:
 
 def test_webhook_has_a_slack_text_and_the_incident() -> None:
     body = webhook_message(incident())
-    assert body["text"].startswith("*FIRING* [SEV1] node_lost on n02 (job llm): no heartbeat for 10s")
+    assert body["text"].startswith("*FIRING* `[SEV1] node_lost on n02 (job llm): no heartbeat for 10s")
     assert body["incident"]["id"] == "node_lost-abc" and body["dedup_key"] == "node_lost-abc:open"
     assert webhook_message(incident(status="resolved"))["text"].startswith("*RESOLVED*")
 
@@ -152,5 +152,5 @@ def test_people_read_evidence_times_as_clock_times_machines_get_them_as_written(
     assert fired["annotations"]["summary"] == f"[SEV1] node_lost on n02 (job llm): {readable[0]}"
     message = webhook_message(stamped)
     assert [line for line in message["text"].splitlines() if line.startswith("• ")] == [
-        f"• {line}" for line in readable]
+        f"• `{line}`" for line in readable]
     assert message["incident"]["evidence"] == list(lines)

@@ -3,6 +3,8 @@ and Slack's `<!channel>` are shown, never obeyed (schemas/printable.py and its u
 
 from __future__ import annotations
 
+import unicodedata
+
 from tests.unit.coordinator.test_job_status import SPEC
 from tests.unit.coordinator.world import CONFIG
 from trainmedic.ops.alerts.payloads import alertmanager_alert, pagerduty_event, webhook_message
@@ -72,10 +74,42 @@ def test_job_status_and_the_coordinators_log_lines_escape_what_ranks_wrote() -> 
 def test_slack_text_takes_mentions_and_links_literally() -> None:
     text = webhook_message(incident())["text"]
     assert "<!channel>" not in text and "<@U024BE7LH>" not in text and "<https://" not in text
-    assert "&lt;!channel&gt; &lt;@U024BE7LH&gt; &lt;https://evil.example|docs&gt; &amp; done" in text
-    assert text.startswith("*FIRING* [SEV2] software_error on n1 (job llm\\x1b[8m): ")
+    assert "&lt;!channel&gt; &lt;@U024BE7LH&gt; &lt;https://evil.example|docs&gt; &amp; done`" in text
+    assert text.startswith("*FIRING* `[SEV2] software_error on n1 (job llm\\x1b[8m): ")
     assert not unsafe(text.replace("\n", ""))
-    assert webhook_message(incident())["incident"]["evidence"] == [f"rank 3: {ERROR}"]  # machines: as sent
+    assert webhook_message(incident())["incident"]["evidence"] == [terminal_safe(f"rank 3: {ERROR}")]
+
+
+def test_slack_shows_urls_formatting_and_backticks_of_the_evidence_as_code() -> None:
+    """Issue 42, C: a bare URL in the evidence became a link in Slack, and `*RESOLVED*` in it bold."""
+    line = "see https://evil.example/fix *RESOLVED* `x` _y_ ~z~"
+    text = webhook_message(incident(evidence=(line,)))["text"]
+    assert "• `see https://evil.example/fix *RESOLVED* ˋxˋ _y_ ~z~`" in text.splitlines()
+    assert text.count("`") == 6  # summary, id, the one line: each a code span, none broken out of
+
+
+def test_format_characters_are_escaped_every_one_of_them() -> None:
+    """Issue 42, C: U+061C and U+200B went through; now every Unicode format character (Cf), line and
+    paragraph separator does not."""
+    hidden = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) in ("Cf", "Zl", "Zp")]
+    assert not [c for c in hidden if terminal_safe(c) == c]
+    assert terminal_safe("a\u061cb\u200bc\U000e0041") == "a\\u061cb\\u200bc\\U000e0041"
+
+
+def test_every_field_of_every_alert_payload_is_escaped() -> None:
+    """Issue 42, C: a raw ESC reached the webhook's JSON evidence (and PagerDuty's custom details)."""
+    fired = incident(evidence=(f"rank 3: {ERROR}", "\u200b"))  # and the job id's ESC
+
+    def strings(value) -> list[str]:
+        if isinstance(value, dict):
+            return [s for k, v in value.items() for s in (k, *strings(v))]
+        if isinstance(value, list):
+            return [s for v in value for s in strings(v)]
+        return [value] if isinstance(value, str) else []
+
+    for payload in (webhook_message(fired), pagerduty_event(fired, "key"),
+                    alertmanager_alert(fired, now=1_700_000_020.0, resend_s=60.0, generator_url="x/{id}")):
+        assert not [s for s in strings(payload) if terminal_safe(s.replace("\n", "")) != s.replace("\n", "")]
 
 
 def test_pagerduty_and_alertmanager_get_bounded_escaped_text() -> None:
