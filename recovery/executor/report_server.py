@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 1_024  # in all, and at most a quarter of the process's file limit (`connection_cap`)
 MAX_UNKNOWN = 64  # of processes not (yet) known as ranks: a stranger's sockets cannot fill the table
+MAX_UNKNOWN_PER_USER = 16  # of those, of one Unix user: another user cannot hold them all
 MAX_PER_RANK = 8  # one hook needs one; a data loader's workers may each hold one
 UNKNOWN_GRACE_S = 5.0  # how long lines of a process not (yet) known as a rank are held
 ENDED_GRACE_S = 5.0  # how long a rank that ended may still be read (its last lines in the socket)
@@ -67,9 +68,11 @@ def owned_folder(path: Path) -> None:
     os.chmod(path, 0o711)
 
 
-def peer_pid(conn: socket.socket) -> int:
+def peer_credentials(conn: socket.socket) -> tuple[int, int]:
+    """The pid and uid of the process at the other end (as the kernel says, not the process)."""
     credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", credentials)[0]
+    pid, uid, _ = struct.unpack("3i", credentials)
+    return pid, uid
 
 
 def parent_of(pid: int) -> int | None:
@@ -98,6 +101,7 @@ def rank_of(pid: int, known: Resolve,
 class _Connection:
     sock: socket.socket
     pid: int
+    uid: int
     since: float
     rank_pid: int | None = None
     buffer: bytearray = field(default_factory=bytearray)
@@ -225,18 +229,35 @@ class ReportServer:
             self._listen_again_at = self._clock() + ACCEPT_PAUSE_S
             self._refuse("connections", f"cannot accept: {err}", 0)
             return
-        pid = peer_pid(sock)
-        unknown = sum(1 for c in self._connections.values() if c.rank_pid is None)
-        if len(self._connections) >= self._cap or unknown >= MAX_UNKNOWN:
-            self._refuse("connections", f"{len(self._connections)} connections are open ({unknown} of "
-                         "processes not known as ranks)", pid)
+        pid, uid = peer_credentials(sock)
+        refusal = self._no_room(pid, uid)
+        if refusal is not None:
+            self._refuse("connections", refusal, pid)
             sock.close()
             return
         sock.setblocking(False)
-        connection = _Connection(sock, pid, self._clock())
+        connection = _Connection(sock, pid, uid, self._clock())
         self._connections[sock.fileno()] = connection
         self._selector.register(sock, selectors.EVENT_READ)
         self._identify(connection)
+
+    def _no_room(self, pid: int, uid: int) -> str | None:
+        """Why a new connection of `pid` (of user `uid`) cannot be taken, or None. A process known as
+        a rank goes before any other: at the cap, the oldest connection not known as a rank's is
+        closed for it. Others may hold MAX_UNKNOWN connections, at most MAX_UNKNOWN_PER_USER a user:
+        neither another user nor a stranger reconnecting at once can keep a job's ranks out."""
+        unknown = [c for c in self._connections.values() if c.rank_pid is None]
+        if rank_of(pid, self._resolve) is not None:
+            if len(self._connections) >= self._cap and unknown:
+                self._drop(min(unknown, key=lambda c: c.since))
+            full = len(self._connections) >= self._cap
+            return f"{len(self._connections)} connections are open" if full else None
+        if len(self._connections) >= self._cap or len(unknown) >= MAX_UNKNOWN:
+            return (f"{len(self._connections)} connections are open ({len(unknown)} of processes not known "
+                    "as ranks)")
+        if sum(c.uid == uid for c in unknown) >= MAX_UNKNOWN_PER_USER:
+            return f"uid {uid} holds {MAX_UNKNOWN_PER_USER} connections of processes not known as ranks"
+        return None
 
     def _identify(self, connection: _Connection) -> bool:
         """Find whose the connection is, and pass on what it held; False if it was closed."""

@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from trainmedic.recovery.executor.core.reports import LaunchedRank, RankReports,
 from trainmedic.recovery.executor.report_server import (
     MAX_PER_RANK,
     MAX_UNKNOWN,
+    MAX_UNKNOWN_PER_USER,
     ReportServer,
     rank_of,
     socket_path,
@@ -236,14 +238,57 @@ def test_a_ranks_last_lines_are_read_after_it_ended_then_its_connections_close(s
 def test_strangers_cannot_fill_the_connection_table(server) -> None:
     srv, _, _ = server
     socks = []
-    for _ in range(MAX_UNKNOWN + 5):
+    for _ in range(MAX_UNKNOWN_PER_USER + 5):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(str(srv.path))
         socks.append(sock)
-    wait_for(lambda: len(srv._connections) == MAX_UNKNOWN, 3.0)  # the 5 past the cap closed at once
+    wait_for(lambda: len(srv._connections) == MAX_UNKNOWN_PER_USER, 3.0)  # past one user's budget: closed
+    assert MAX_UNKNOWN_PER_USER < MAX_UNKNOWN  # and every user's together at most MAX_UNKNOWN
     wait_for(lambda: not srv._connections, 15.0)  # and the others once known as no rank's
     for sock in socks:
         sock.close()
+
+
+def test_a_stranger_that_holds_every_slot_and_reconnects_at_once_never_keeps_a_rank_out(server) -> None:
+    """Issue 42, B2: another local user held the unknown-peer slots and reconnected at once; a new
+    job's reports: none published for 75 s. A process known as a rank goes before any other."""
+    srv, launched, published = server
+    srv._cap = MAX_UNKNOWN_PER_USER  # the table as full as a stranger can make it
+    stop = threading.Event()
+
+    def squat() -> None:
+        held: list[socket.socket] = []
+        while not stop.is_set():
+            held = [s for s in held if s.fileno() >= 0 and not _closed(s)]
+            while len(held) < MAX_UNKNOWN_PER_USER + 2:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.connect(str(srv.path))
+                held.append(sock)
+            time.sleep(0.01)
+        for sock in held:
+            sock.close()
+
+    squatter = threading.Thread(target=squat, daemon=True)
+    squatter.start()
+    try:
+        wait_for(lambda: len(srv._connections) == MAX_UNKNOWN_PER_USER, 5.0)
+        process = launch(srv)
+        launched[process.pid] = RANK
+        process.wait(timeout=60)
+        wait_for(lambda: len(published) == 5, 15.0)
+    finally:
+        stop.set()
+        squatter.join(10)
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed `sock` (a read of 0 bytes), without blocking."""
+    try:
+        return sock.recv(1, socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def test_a_socket_folder_another_user_made_first_is_not_used_and_the_executor_still_listens(
