@@ -423,10 +423,13 @@ class Executor:
     def _publish_report(self, report: Report) -> None:
         """A rank's report, checked and stamped (report_server.py's thread): on telemetry.worker, or
         dropped and counted, never waited for. The phases of its rank's start it ends are timed. A
-        rank waiting to re-form is noted, not published: the next restart keeps it."""
+        rank waiting to re-form is noted, not published: the next restart keeps it, unless it reports
+        anything after (an error of its own: it does not wait, and keeping it made the restart a
+        no-op for it)."""
         if isinstance(report, WorkerWaiting):
             self._waiting.add(report.pid)
             return
+        self._waiting.discard(report.pid)  # it said more since: it is not waiting (a restart stops it)
         self._report_outbox.send(self.kafka.topics.worker, report, key=report.job)
         self._report_outbox.poll()
         times = self._rank_times.get(report.pid)

@@ -21,7 +21,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.waiting import wait_until
-from tests.integration.executor.conftest import events, send, start_executor  # noqa: F401 (fixtures)
+from tests.integration.executor.conftest import (  # noqa: F401 (fixtures)
+    events,
+    free_port_fixture,
+    send,
+    start_executor,
+)
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
 from trainmedic.recovery.executor.job_dirs import RankUser
 from trainmedic.schemas import Command, CommandAction, WorkerSpec
@@ -117,3 +122,24 @@ def _owner(pid: int) -> int | None:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return None
+
+
+def test_a_rank_that_errs_after_it_said_it_waits_is_restarted_not_kept(
+        start_executor, send, events, free_port: int) -> None:  # noqa: F811
+    """Issue 42, E: `worker_waiting` then an error made the restart a no-op for that rank."""
+    job = f"waits-{uuid.uuid4().hex[:6]}"
+    start_executor("n1", warm_start=False, admission=POLICY)
+
+    def command(action: CommandAction, generation: int) -> Command:
+        worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1",
+                            master_port=free_port,
+                            command=(sys.executable, "-m", "tests.integration.security.waits_then_fails"))
+        return Command(ts=time.time(), node="n1", id=f"{action}-{job}-{generation}", job=job,
+                       generation=generation, action=action, worker=worker)
+
+    send(command(CommandAction.START, 0))
+    first = events.wait_for(lambda e: e.type == "worker_error" and e.job == job, timeout_s=90)
+    send(command(CommandAction.RESTART, 1))
+    stopped = events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=60)
+    assert (stopped.pid, stopped.generation, stopped.stopped) == (first.pid, 0, True)
+    events.wait_for(lambda e: e.type == "worker_start" and e.job == job and e.generation == 1, timeout_s=90)
