@@ -27,11 +27,35 @@ from pathlib import Path
 import pytest
 
 from trainmedic.bus.settings import KafkaSettings, credentials_dir
+from trainmedic.recovery.executor.job_cgroup import JobCgroups, hierarchies
 
 ROOT = Path(__file__).resolve().parent.parent
 # The suite's broker and state live in this checkout, not in the user's own home (~/.local/state/trainmedic):
 # a test run neither uses nor disturbs the broker of the user's runs. Tests that need another home set it.
 os.environ.setdefault("TRAINMEDIC_HOME", str(ROOT / ".trainmedic"))
+
+
+def _executor_trees() -> set[str]:
+    """The names of the executors' job cgroup trees beside this process's cgroup (job_cgroup.py)."""
+    if os.geteuid() != 0:
+        return set()
+    found = hierarchies(Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text())
+    return {path.name for h in found if h.controller is None and h.base("").is_dir()
+            for path in h.base("").glob("trainmedic-*")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_job_cgroups_left() -> Iterator[None]:
+    """An executor a test kills (the chaos tests) leaves its job cgroups to a next executor that never
+    comes: the trees this session made are emptied and removed at its end."""
+    before = _executor_trees()
+    yield
+    found = hierarchies(Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text())
+    for name in _executor_trees() - before:
+        tree = JobCgroups(found, name.removeprefix("trainmedic-"))
+        for job in tree.jobs():
+            tree.kill(job)
+        tree.close()
 
 
 def _docker_answers() -> bool:
