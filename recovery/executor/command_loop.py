@@ -35,7 +35,7 @@ from trainmedic.recovery.executor.core.rank_env import base_env, rank_env
 from trainmedic.recovery.executor.core.reports import LaunchedRank, Report
 from trainmedic.recovery.executor.core.restart import interrupted_answer, unanswered
 from trainmedic.recovery.executor.core.state import GroupState, LocalGroup, after_exit, fenced_at
-from trainmedic.recovery.executor.forkserver import PRELOAD_ENV
+from trainmedic.recovery.executor.forkserver import PRELOAD_ENV, set_dumpable
 from trainmedic.recovery.executor.job_cgroup import JobCgroups
 from trainmedic.recovery.executor.job_trees import JobTrees
 from trainmedic.recovery.executor.ledger import Ledger
@@ -95,6 +95,7 @@ class Executor:
     def run(self, stop: threading.Event) -> None:
         topic = self.kafka.topics.commands
         partition = partition_of(self.config.node, partition_count(self.kafka, topic))
+        set_dumpable(False)  # no process of its user (a rank without run_as) may ptrace it or read it
         self._ledger = ledger = Ledger.open(self.config.ledger_path(self.kafka.topics.prefix))
         self._reports.start()  # first: where it listens is in every rank's environment, the server's too
         config = self.config

@@ -41,7 +41,7 @@ def serve(channel_fd: int, warm: bool) -> None:
     A request is a JSON packet with the rank's log attached (SCM_RIGHTS): {"argv"} (fork and exec) or
     {"module", "args"} (run the module in the fork), and {"env", "nice", "cwd", "title"}. The answer:
     {"pid"}, or {"error", "errno"} and the pid of a rank that could not exec, which exits 127."""
-    _set_dumpable(False)
+    set_dumpable(False)
     os.dup2(2, 1)  # whatever a preloaded module prints goes to the executor's log
     channel = socket.socket(fileno=channel_fd)
     global _CHANNEL
@@ -112,7 +112,7 @@ def _become_rank(request: dict, log_fd: int, failed: int) -> None:
         os.dup2(null, 0)
         for fd in {_CHANNEL, log_fd, null} - {0, 1, 2}:
             os.close(fd)
-        _set_dumpable(True)  # the rank's own, as a rank exec'd by its user would be
+        set_dumpable(True)  # the rank's own, as a rank exec'd by its user would be
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         if request.get("nice"):
@@ -160,7 +160,7 @@ def _run_module(request: dict) -> None:
     raise SystemExit(0)
 
 
-def _set_dumpable(on: bool) -> None:
+def set_dumpable(on: bool) -> None:
     """Linux's PR_SET_DUMPABLE: off, only root may ptrace the process or open its /proc files."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, int(on), 0, 0, 0)

@@ -146,7 +146,7 @@ def test_a_node_serves_its_agent_gpu_producer_and_executor_on_one_endpoint(kafka
     port = free_port()
     proc, log = start(kafka, tmp_path, "node", "--node", "n1", "--source", "synthetic",
                       "--gpus-per-node", "2", "--gpu-interval-s", "0.1", "--agent-interval-s", "0.1",
-                      "--insecure", "--state-dir", str(tmp_path / "executor"),
+                      "--insecure", "--ranks-as-root", "--state-dir", str(tmp_path / "executor"),
                       "--metrics-port", str(port))
     gpu = ("trainmedic_producer_events_sent_total", (("what", "gpu samples"),))
     beats = ("trainmedic_producer_events_sent_total", (("what", "heartbeats"),))

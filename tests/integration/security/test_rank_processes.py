@@ -10,6 +10,7 @@ executor (root, in this process) whose ranks run as a real rank user:
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 pytestmark = pytest.mark.kafka
 
+PR_GET_DUMPABLE = 3
 POLICY = AdmissionPolicy(allowed_executables=("sh",),
                          allowed_modules=("tests.integration.executor", "tests.integration.security"))
 
@@ -143,3 +145,10 @@ def test_a_rank_that_errs_after_it_said_it_waits_is_restarted_not_kept(
     stopped = events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=60)
     assert (stopped.pid, stopped.generation, stopped.stopped) == (first.pid, 0, True)
     events.wait_for(lambda e: e.type == "worker_start" and e.job == job and e.generation == 1, timeout_s=90)
+
+
+def test_the_executor_is_not_dumpable(start_executor) -> None:  # noqa: F811
+    """Issue 42, item 3: a process of the executor's user (a rank, without run_as) could ptrace it and
+    read its memory (its credentials, its node key)."""
+    start_executor("n1", warm_start=False, admission=POLICY)  # in this process, as the tests run it
+    assert ctypes.CDLL(None, use_errno=True).prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
