@@ -1,14 +1,15 @@
-"""A job's launcher, the process every rank of the job on this node is forked from (docs/executor.md,
-"Warm rank start (the fork server)", "Containment"). Runs as the rank user, in the job's cgroup; the
-executor's side is `launcher.py`.
+"""The processes every rank is forked from (docs/executor.md, "Job launchers: warm start and
+containment"); the executor's side is `launcher.py`.
 
-Warm (torch imported first, PRELOAD), it forks a `PYTHON -m MODULE` rank and runs the module in the
-fork: a (re)start costs a fork instead of an interpreter start plus `import torch`. Any other command
-is forked and exec'd. What it imports is the standard library and setproctitle only: its memory is
-every warm rank's.
+The executor starts one zygote, as the rank user: warm, it imports torch first (PRELOAD). For each
+job on the node the zygote forks a launcher (a fork: nothing is imported again), which the executor
+moves into the job's cgroup before it forks anything; every rank of the job is forked by that
+launcher. A `PYTHON -m MODULE` rank runs the module in the fork, so a (re)start costs a fork
+instead of an interpreter start plus `import torch`; any other command is forked and exec'd. What
+this module imports is the standard library and setproctitle only: its memory is every warm rank's.
 
-It is not dumpable, so that no rank (of its user) can ptrace it or take its descriptors
-(`pidfd_getfd`), and a rank keeps none of them: its answers can only come from it.
+Neither is dumpable, so that no rank (of their user) can ptrace them or take their descriptors
+(`pidfd_getfd`), and a rank keeps none of their channels: an answer can only come from them.
 """
 
 from __future__ import annotations
@@ -24,47 +25,78 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 
 import setproctitle
 
-PRELOAD = ("torch", "torch.distributed")
+# What a warm zygote imports, and so every warm rank has: torch, and the worker runtime a rank
+# imports (pydantic and the schemas with it: 0.1 s of each rank's start otherwise).
+PRELOAD = ("torch", "torch.distributed", "trainmedic.runtime", "trainmedic.recovery.worker.runtime")
 PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"
 MAX_REQUEST = 4 << 20  # a request's bytes (a rank's whole environment is in it)
 PR_SET_DUMPABLE = 4
-_CHANNEL = -1  # the server's end of the channel, which no rank keeps
+_ZYGOTE_CHANNEL = -1  # the zygote's end of its channel, which no launcher keeps
+_CHANNEL = -1  # a launcher's end of its channel, which no rank keeps
 
 
 def serve(channel_fd: int, warm: bool) -> None:
-    """The server's loop: not dumpable, preloaded when `warm`, then one fork per request on
+    """The zygote: not dumpable, preloaded when `warm`, then one launcher forked per request on
     `channel_fd` (its end of the executor's SOCK_SEQPACKET pair) until the executor closes its end.
 
-    A request is a JSON packet with the rank's log attached (SCM_RIGHTS): {"argv"} (fork and exec) or
-    {"module", "args"} (run the module in the fork), and {"env", "nice", "cwd", "title"}. The answer:
-    {"pid"}, or {"error", "errno"} and the pid of a rank that could not exec, which exits 127."""
+    A request is a JSON packet, `{}`, with the launcher's end of a new socket pair attached
+    (SCM_RIGHTS); the answer is {"pid"} of the launcher, or {"error"}. Launchers that end are reaped."""
     set_dumpable(False)
     os.dup2(2, 1)  # whatever a preloaded module prints goes to the executor's log
+    global _ZYGOTE_CHANNEL
+    _ZYGOTE_CHANNEL = channel_fd
     channel = socket.socket(fileno=channel_fd)
-    global _CHANNEL
-    _CHANNEL = channel_fd
     if warm:
         extra = [name.strip() for name in os.environ.get(PRELOAD_ENV, "").split(",") if name.strip()]
         for name in (*PRELOAD, *extra):
             with contextlib.suppress(ImportError):  # a job without torch is still served
                 importlib.import_module(name)
+    signal.signal(signal.SIGCHLD, _reap_launchers)
+    _answer_requests(channel, _fork_launcher)
+
+
+def _answer_requests(channel: socket.socket, fork: Callable[[dict, int], dict]) -> None:
+    """One answer per request, each with one descriptor attached, until the channel closes."""
     while True:
         data, fds, _, _ = socket.recv_fds(channel, MAX_REQUEST, 1)
         if not data:
             return
         try:
             if len(fds) != 1:
-                raise OSError("a request without its log")
-            answer = _fork_rank(json.loads(data), fds[0])
+                raise OSError("a request without its descriptor")
+            answer = fork(json.loads(data), fds[0])
         except Exception as err:  # the answer says what failed; the server stays up
             answer = {"error": f"{type(err).__name__}: {err}"}
         finally:
             for fd in fds:
                 os.close(fd)
         channel.sendall(json.dumps(answer).encode())
+
+
+def _fork_launcher(_request: dict, channel_fd: int) -> dict:
+    """Fork a job's launcher, serving ranks on `channel_fd`."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for its own forks
+            global _CHANNEL
+            os.close(_ZYGOTE_CHANNEL)  # the executor's channel to the zygote is not the job's
+            _CHANNEL = channel_fd
+            _answer_requests(socket.socket(fileno=channel_fd), _fork_rank)
+        finally:
+            os._exit(0)
+    return {"pid": pid}
+
+
+def _reap_launchers(_signum: int, _frame: object) -> None:
+    """The zygote's SIGCHLD: launchers the executor killed (with their job) are reaped."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
 
 
 def _fork_rank(request: dict, log_fd: int) -> dict:

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 
 from trainmedic.recovery.executor.job_cgroup import JobCgroups
 from trainmedic.recovery.executor.job_dirs import RankUser
-from trainmedic.recovery.executor.launcher import JobLauncher, become_subreaper, proc_stat, proc_uid
+from trainmedic.recovery.executor.launcher import JobLauncher, Zygote, become_subreaper, proc_stat, proc_uid
 
 log = logging.getLogger(__name__)
 
@@ -21,8 +21,8 @@ REAP_EVERY_S = 1.0  # how often /proc is read for what the jobs' processes left 
 
 
 class JobTrees:
-    """The launchers and cgroups of every job on this node. `warm`: launchers import torch first, and
-    one is kept ready (the spare, which no job has used) so that a job's first launch is warm too."""
+    """The launchers and cgroups of every job on this node, the launchers forked by one zygote
+    (`warm`: it imports torch first, so that every launcher, and every rank it forks, has it)."""
 
     def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None, user: RankUser | None = None,
                  cgroups: JobCgroups | None = None) -> None:
@@ -33,25 +33,24 @@ class JobTrees:
         self._user = user
         self._cgroups = cgroups
         self._launchers: dict[str, JobLauncher] = {}
-        self._spare = self._new() if warm else None
+        self._zygote = self._new_zygote()
         self._reaped_at = 0.0
 
-    def _new(self) -> JobLauncher:
-        return JobLauncher(warm=self.warm, env=self._env, user=self._user)
+    def _new_zygote(self) -> Zygote:
+        return Zygote(warm=self.warm, env=self._env, user=self._user)
 
     def launcher(self, job: str) -> JobLauncher:
-        """The job's launcher: the one it has, else the spare (or a new one) moved into its cgroup
-        before it forks anything."""
+        """The job's launcher: the one it has, else a new one forked by the zygote (a new zygote
+        where it has died) and moved into the job's cgroup before it forks anything."""
         launcher = self._launchers.get(job)
         if launcher is not None and launcher.alive():
             return launcher
         if launcher is not None:
-            self._end_launcher(job)
-        launcher, self._spare = self._spare, None
-        if launcher is None or not launcher.alive():
-            launcher = self._new()
-        if self.warm:
-            self._spare = self._new()
+            self._launchers.pop(job).close()
+        if not self._zygote.alive():
+            self._zygote.close()
+            self._zygote = self._new_zygote()
+        launcher = self._zygote.spawn()
         if self._cgroups is not None:
             try:
                 self._cgroups.create(job)
@@ -71,9 +70,6 @@ class JobTrees:
         if launcher is not None:
             launcher.close()
 
-    def _end_launcher(self, job: str) -> None:
-        self._launchers.pop(job).close()
-
     def sweep(self, keep: Collection[str]) -> None:
         """At start: kill the cgroups of jobs (of a previous executor) with no rank to adopt."""
         if self._cgroups is None:
@@ -84,7 +80,7 @@ class JobTrees:
                 self._cgroups.kill(job)
 
     def servers(self) -> set[int]:
-        return {launcher.pid for launcher in (*self._launchers.values(), self._spare) if launcher is not None}
+        return {self._zygote.pid, *(launcher.pid for launcher in self._launchers.values())}
 
     def reap_orphans(self, known: Collection[int], force: bool = False) -> int:
         """Reap the zombies a job's processes left to the executor (their subreaper): in a job's cgroup,
@@ -122,11 +118,9 @@ class JobTrees:
         return user is not None and user.uid != os.geteuid() and proc_uid(pid) == user.uid
 
     def close(self) -> None:
-        """Every job ended (at the executor's stop, once its ranks are), the spare closed."""
+        """Every job ended (at the executor's stop, once its ranks are), the zygote closed."""
         for job in list(self._launchers):
             self.end(job)
-        if self._spare is not None:
-            self._spare.close()
-            self._spare = None
+        self._zygote.close()
         if self._cgroups is not None:
             self._cgroups.close()

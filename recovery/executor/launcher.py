@@ -5,12 +5,15 @@ for (docs/executor.md, "Warm rank start (the fork server)", "Containment: a cgro
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
 import logging
 import os
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -68,10 +71,37 @@ def become_subreaper() -> bool:
         return False
 
 
-class JobLauncher:
-    """One launcher process, run as `user` when given (its forks are ranks), without the user site
-    directory (`-s`), as the ranks are; `warm`: with torch imported. Started at once, so that it warms
-    up early; `in_job` is what proves a pid is in the job's cgroup (None where there are no cgroups)."""
+class _Channel:
+    """A request-and-answer socket (SOCK_SEQPACKET: a packet each), one descriptor sent with each
+    request; one exchange at a time, an answer waited for ANSWER_TIMEOUT_S at most."""
+
+    def __init__(self, sock: socket.socket, who: str) -> None:
+        sock.settimeout(ANSWER_TIMEOUT_S)
+        self._sock, self._who, self._lock = sock, who, threading.Lock()
+
+    def ask(self, request: dict, fd: int) -> dict:
+        data = json.dumps(request).encode()
+        if len(data) > MAX_REQUEST:
+            raise OSError(errno.E2BIG, f"a request of {len(data)} bytes (a rank's environment) is over "
+                          f"{MAX_REQUEST}")
+        with self._lock:
+            try:
+                socket.send_fds(self._sock, [data], [fd])
+                reply = self._sock.recv(MAX_REQUEST)
+            except OSError as err:  # a timeout included
+                raise LauncherFailed(f"{self._who} did not answer: {err}") from None
+        if not reply:
+            raise LauncherFailed(f"{self._who} closed its channel")
+        return json.loads(reply)
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class Zygote:
+    """The process every job's launcher is forked from (forkserver.py), run as `user` when given (its
+    forks' forks are ranks), without the user site directory (`-s`), as the ranks are; `warm`: with
+    torch imported. Started at once, so that it warms up early."""
 
     def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None,
                  user: RankUser | None = None) -> None:
@@ -79,7 +109,7 @@ class JobLauncher:
         # still reads as the server's environment (setproctitle writes over it otherwise)
         server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1",
                       "SPT_NOENV": "1"}
-        self._channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-s", "-m", "trainmedic.recovery.executor.forkserver", str(theirs.fileno()),
@@ -89,10 +119,8 @@ class JobLauncher:
             )
         finally:
             theirs.close()
-        self._channel.settimeout(ANSWER_TIMEOUT_S)
+        self._channel = _Channel(ours, "the launchers' zygote")
         self._uid = os.getuid() if user is None else user.uid
-        self._lock = threading.Lock()
-        self.in_job: Callable[[int], bool] | None = None
 
     @property
     def pid(self) -> int:
@@ -100,6 +128,57 @@ class JobLauncher:
 
     def alive(self) -> bool:
         return self._proc.poll() is None
+
+    def spawn(self) -> JobLauncher:
+        """A new job launcher, forked (proven: the zygote's child, of its user, started after the
+        request); LauncherFailed when the zygote fails."""
+        if not self.alive():
+            raise LauncherFailed(f"the launchers' zygote exited with code {self._proc.returncode}")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        asked = boot_ticks()
+        try:
+            answer = self._channel.ask({}, theirs.fileno())
+        except LauncherFailed:
+            ours.close()
+            self.close()
+            raise
+        finally:
+            theirs.close()
+        pid = answer.get("pid")
+        stat = proc_stat(int(pid)) if pid is not None else None
+        wrong = ("is not there" if stat is None else "is not the zygote's child" if int(stat[1]) != self.pid
+                 else "started before it was asked for" if int(stat[19]) < asked
+                 else "runs as another user" if proc_uid(int(pid)) != self._uid else None)
+        if wrong is not None:
+            ours.close()
+            self.close()
+            raise LauncherFailed(f"the launchers' zygote answered {answer}, which {wrong}: it is replaced")
+        return JobLauncher(int(pid), ours, self._uid)
+
+    def close(self) -> None:
+        """Close the channel and kill the zygote (it holds nothing to save; the launchers are
+        killed with their jobs), then reap it."""
+        self._channel.close()
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+
+
+class JobLauncher:
+    """One job's launcher (forked by the zygote, of `uid`), on `sock`; `in_job` is what proves a pid
+    is in the job's cgroup (None where there are no cgroups). Signalled through a pidfd, so never
+    another process that got its pid."""
+
+    def __init__(self, pid: int, sock: socket.socket, uid: int) -> None:
+        self.pid = pid
+        self._pidfd = os.pidfd_open(pid)
+        self._channel = _Channel(sock, "the job's launcher")
+        self._uid = uid
+        self.in_job: Callable[[int], bool] | None = None
+
+    def alive(self) -> bool:
+        """False once the launcher has exited (its pidfd reads as ready)."""
+        return self._pidfd >= 0 and not select.select([self._pidfd], [], [], 0)[0]
 
     def launch(self, command: WarmTarget | Sequence[str], env: Mapping[str, str], log_fd: int,
                cwd: str | None = None, title: str | None = None) -> int:
@@ -111,23 +190,14 @@ class JobLauncher:
         else:
             request = {"argv": list(command)}
         request.update(env=dict(env), cwd=cwd, title=title)
-        data = json.dumps(request).encode()
-        if len(data) > MAX_REQUEST:
-            raise OSError(errno.E2BIG, f"a rank's request of {len(data)} bytes (its environment) is over "
-                          f"{MAX_REQUEST}")
+        if not self.alive():
+            raise LauncherFailed("the job's launcher exited")
         asked = boot_ticks()
-        with self._lock:
-            if not self.alive():
-                raise LauncherFailed(f"the job's launcher exited with code {self._proc.returncode}")
-            try:
-                socket.send_fds(self._channel, [data], [log_fd])
-                reply = self._channel.recv(MAX_REQUEST)
-            except OSError as err:  # a timeout included
-                self.close()
-                raise LauncherFailed(f"the job's launcher did not answer: {err}") from None
-        if not reply:
-            raise LauncherFailed("the job's launcher closed its channel")
-        answer = json.loads(reply)
+        try:
+            answer = self._channel.ask(request, log_fd)
+        except LauncherFailed:
+            self.close()
+            raise
         pid = answer.get("pid")
         if pid is not None:
             wrong = self.disproof(int(pid), asked)
@@ -163,12 +233,13 @@ class JobLauncher:
         return None
 
     def close(self) -> None:
-        """Close the channel and kill the launcher (it holds nothing to save; its ranks are not its
-        children), then reap it."""
+        """Close the channel and kill the launcher (its zygote reaps it)."""
         self._channel.close()
-        if self._proc.poll() is None:
-            self._proc.kill()
-        self._proc.wait()
+        if self._pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            os.close(self._pidfd)
+            self._pidfd = -1
 
 
 def boot_ticks() -> int:

@@ -114,9 +114,17 @@ def test_a_job_has_no_more_processes_than_its_cgroup_allows(
 
     def sleepers() -> list[int]:
         return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-                if (stat := stat_of(pid)) is not None and stat[0] != "Z" and _owner(pid) == rank_user.uid]
+                if (stat := stat_of(pid)) is not None and stat[0] != "Z" and _owner(pid) == rank_user.uid
+                and _comm(pid) == "sleep"]
 
     wait_until(lambda: not sleepers(), timeout_s=10, what="the job's end took every one of its processes")
+
+
+def _comm(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
 
 
 def _owner(pid: int) -> int | None:

@@ -18,7 +18,7 @@ from trainmedic.bus.errors import ConfigError
 from trainmedic.recovery.executor import cli, job_dirs
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.job_dirs import RankUser
-from trainmedic.recovery.executor.launcher import JobLauncher
+from trainmedic.recovery.executor.launcher import Zygote
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 
@@ -186,7 +186,7 @@ def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp
 
 def test_the_fork_server_starts_without_a_user_site(tmp_path: Path) -> None:
     home, _ = evil_home(tmp_path)
-    launcher = JobLauncher(warm=True, env={**os.environ, "HOME": str(home)})
+    launcher = Zygote(warm=True, env={**os.environ, "HOME": str(home)})
     try:
         pid, deadline = launcher.pid, time.monotonic() + 10
         while not Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
