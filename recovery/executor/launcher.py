@@ -1,6 +1,6 @@
-"""The executor's handle on one job's launcher (forkserver.py): which commands it forks warm, the
-requests it sends, and the answers it believes, only for a process it can prove is the rank it asked
-for (docs/executor.md, "Warm rank start (the fork server)", "Containment: a cgroup per job").
+"""The executor's handles on the zygote and each job's launcher (forkserver.py): which commands are
+forked warm, the requests sent, and the answers believed, only for a process the executor can prove
+is the launcher or rank it asked for (docs/executor.md, "Job launchers: warm start and containment").
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from trainmedic.recovery.executor.job_dirs import RankUser
 log = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
-ANSWER_TIMEOUT_S = 120.0  # a launcher's first answer waits for its `import torch`, which load may slow
+ANSWER_TIMEOUT_S = 120.0  # the zygote's first answer waits for its `import torch`, which load may slow
 
 
 class LauncherFailed(OSError):

@@ -283,7 +283,7 @@ class Supervisor:
 
 def rank_title(job: str, generation: int, rank: int, target: WarmTarget) -> str:
     """How a rank forked warm shows in ps: `trainmedic rank 3 of job JOB g2: python -m pkg.train ARGS`
-    (cut to the fork server's command line's length)."""
+    (cut to the zygote's command line's length)."""
     command = " ".join(("python -m", target.module, *target.args))
     return f"trainmedic rank {rank} of job {job} g{generation}: {command}"
 
