@@ -86,6 +86,9 @@ def first_rise(samples: list[tuple[float, float]], since: float) -> float | None
     return round(rose[0] - since, 1) if rose else None
 
 
+SETTLE_S = 3.0  # three of Prometheus's 1 s scrapes after the last fault, before its counts are asked for
+
+
 def with_metrics(results: list[FaultResult], prometheus: str, until: float,
                  say: Callable[[str], None]) -> list[FaultResult]:
     """The results with when the healer's metrics counted each fault's incident and plan."""

@@ -104,6 +104,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 results = with_alerts(results, watcher, alerts)
                 alerts.stop()
             if stack is not None:
+                time.sleep(observe.SETTLE_S)  # a fault healed in 1-2 s: its plan scraped before asked for
                 now = time.time()
                 results = observe.with_metrics(results, stack.prometheus.url, now, say)
                 say("the healer's own alerts that fired: "

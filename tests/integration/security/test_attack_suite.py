@@ -60,6 +60,7 @@ from trainmedic.schemas import (
 pytestmark = pytest.mark.kafka
 
 NODES = ("n1", "n2", "n3")
+LAUNCHER = b"trainmedic.recovery.executor.forkserver"  # the zygote's and launchers' command line
 CONFIG = CoordinatorConfig(tick_s=0.2, ack_timeout_s=5.0, max_retries=1, default_address="127.0.0.1",
                            nodes=tuple(NodeConfig(id=n, switch="leaf-1") for n in NODES))
 # The legitimate job's ranks may run `sleep`; nothing else is admitted.
@@ -142,8 +143,17 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def _ranks(root: Path, node: str) -> list[int]:
-    """The ranks the executor of ROOT/NODE launched: they report to its socket."""
-    return sorted(processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(root / node)}"))
+    """The ranks the executor of ROOT/NODE launched: they report to its socket (its zygote and its
+    jobs' launchers have the ranks' environment, and are not ranks)."""
+    return sorted(pid for pid in processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(root / node)}")
+                  if LAUNCHER not in _cmdline(pid))
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def unverified(kind: str, reason: str) -> tuple[str, dict[str, str]]:
