@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from trainmedic.schemas.base import Model, NodeEvent, Signed
 from trainmedic.schemas.bounds import (
@@ -24,6 +24,9 @@ from trainmedic.schemas.bounds import (
     Text,
 )
 from trainmedic.schemas.jobs import EnvName, FailureSettings
+
+# 32 bytes in hex: the generation's rendezvous secret (docs/security.md, "The rendezvous")
+RendezvousKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class CommandAction(StrEnum):
@@ -52,7 +55,10 @@ class WorkerSpec(Model):
     launch ranks without asking the job registry; `LOCAL_RANK` is a rank's index in `ranks`;
     `restore` naming the node itself means the ranks keep their own state. `submission` names the
     job's submission: its ranks' files on a node, and its checkpoints, are that submission's alone
-    (optional in v1; an executor refuses to launch ranks without it).
+    (optional in v1; an executor refuses to launch ranks without it). `rendezvous_key` is the
+    generation's secret, which its ranks and rank 0's store prove to each other, and `master_port`
+    the generation's port; the coordinator derives both per generation (optional in v1; an executor
+    refuses to launch ranks without it).
     """
 
     ranks: tuple[Count, ...] = Field(max_length=MAX_ITEMS)
@@ -69,6 +75,7 @@ class WorkerSpec(Model):
                                             description="the job's env: set in each rank's environment")
     workdir: ProcessText | None = None
     failure: FailureSettings = FailureSettings()
+    rendezvous_key: RendezvousKey | None = None
 
     @model_validator(mode="after")
     def _ranks_fit(self) -> WorkerSpec:

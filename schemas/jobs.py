@@ -64,7 +64,9 @@ class JobSpec(Model):
                                          description="nodes -> achieved FLOP/s at that size")
     nodes: tuple[Name, ...] = Field(default=(), max_length=MAX_ITEMS)
     ranks_per_node: int = Field(default=1, ge=1, le=MAX_SMALL_ITEMS)
-    master_port: int = Field(default=29500, ge=1, le=65535, description="rendezvous port on rank 0's node")
+    master_port: int = Field(default=29500, ge=1, le=65535,
+                             description="first of the 1,024 rendezvous ports on rank 0's node: each "
+                                         "generation listens at one of its own")
     command: tuple[ProcessText, ...] = Field(min_length=1, max_length=MAX_SMALL_ITEMS,
                                              description="argv that launches one rank")
     args: tuple[ProcessText, ...] = Field(default=(), max_length=MAX_SMALL_ITEMS,

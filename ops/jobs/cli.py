@@ -52,7 +52,8 @@ job spec (YAML; see docs/job-example.yaml):
   workdir: .                     # optional: each rank's directory, relative to this file; default
                                  # this file's directory
   ranks_per_node: 8              # default 1
-  master_port: 29500             # default 29500 (rank 0's node listens there)
+  master_port: 29500             # default 29500: each generation's rank 0 listens at one of the
+                                 # 1,024 ports from here (open them between the job's nodes)
   checkpoint_dir: /ckpt/llm-a    # optional: where a restart restores from without a replica
   weight: 1.0                    # optional: the job's priority in the plan (at most 1000)
   transition_s: 120              # optional: how long a restart of this job costs (at most 86400)

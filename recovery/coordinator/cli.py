@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from trainmedic.bus.metrics import serve_metrics
     from trainmedic.bus.settings import KafkaSettings
     from trainmedic.recovery.coordinator.kafka_adapter import lead
+    from trainmedic.recovery.coordinator.rendezvous import Rendezvous
 
     if args.migrate_lifecycle:
         return migrate_lifecycle(args)
@@ -129,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     sign = (lambda command: command) if signing is None else signing.sign
     try:
         with stop_on_signals(stop):
-            lead(settings, config, sign=sign, trust=trust, stop=stop)
+            lead(settings, config, sign=sign, trust=trust, rendezvous=Rendezvous.of(signing), stop=stop)
     except TrainmedicError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 1

@@ -404,7 +404,7 @@ class Executor:
             checkpoint_dir=job_dirs.checkpoints(spec.checkpoint_dir, command.job, spec.submission),
             snapshot_dir=str(self.config.snapshot_dir(command.job, spec.submission)),
             collective_timeout_s=spec.failure.collective_timeout_s, hang_floor_s=spec.failure.hang_floor_s,
-            submission=spec.submission, resume=spec.resume,
+            submission=spec.submission, resume=spec.resume, rendezvous_key=spec.rendezvous_key,
         )
 
     def _rank_env(self, command: Command, local_rank: int) -> dict[str, str]:

@@ -19,6 +19,7 @@ DEFAULT_TIMEOUT_S = 60.0  # rendezvous and collectives, when neither the caller 
 HANG_FLOOR = "TRAINMEDIC_HANG_FLOOR_S"
 SUBMISSION = "TRAINMEDIC_SUBMISSION"
 RESUME = "TRAINMEDIC_RESUME"
+RENDEZVOUS_KEY = "TRAINMEDIC_RENDEZVOUS_KEY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ class WorkerEnv:
     hang_floor_s: float | None = None
     submission: str | None = None  # which submission of the job this rank is of
     resume: str | None = None  # the checkpoint the submission started from (the job spec's `resume`)
+    rendezvous_key: str | None = None  # the generation's secret, hex (job_store.py)
 
     def to_env(self) -> dict[str, str]:
         """The variables the executor sets for this rank (absent optional dirs are left unset)."""
@@ -68,6 +70,8 @@ class WorkerEnv:
             env[SUBMISSION] = self.submission
         if self.resume:
             env[RESUME] = self.resume
+        if self.rendezvous_key:
+            env[RENDEZVOUS_KEY] = self.rendezvous_key
         return env
 
     @classmethod
@@ -108,4 +112,5 @@ class WorkerEnv:
             hang_floor_s=env_seconds(env, HANG_FLOOR),
             submission=env.get(SUBMISSION) or None,
             resume=env.get(RESUME) or None,
+            rendezvous_key=env.get(RENDEZVOUS_KEY) or None,
         )

@@ -21,9 +21,11 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
+from trainmedic.bus.errors import ConfigError
 from trainmedic.producers.hook import Hook
 from trainmedic.recovery.worker import rank_state, reform, sharded, state_files
-from trainmedic.recovery.worker.env import DEFAULT_TIMEOUT_S, WorkerEnv
+from trainmedic.recovery.worker.env import DEFAULT_TIMEOUT_S, RENDEZVOUS_KEY, WorkerEnv
+from trainmedic.recovery.worker.job_store import JobStore, StoreRefused, StoreServer, listen
 from trainmedic.recovery.worker.rank_state import (
     Stateful,  # what the runtime saves: an optimizer, a data loader
 )
@@ -58,7 +60,7 @@ class Runtime:
     _resumed: bool = field(default=False, repr=False)  # restored another submission's state: snapshot next
     _data_checked: bool = field(default=False, repr=False)  # the data state proved loadable once
     _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
-    _store: dist.TCPStore | None = field(default=None, repr=False)  # this generation's rendezvous store
+    _store: JobStore | None = field(default=None, repr=False)  # this generation's rendezvous store
     _backend: str = field(default="gloo", repr=False)
     _timeout_s: float = field(default=DEFAULT_TIMEOUT_S, repr=False)
 
@@ -287,10 +289,9 @@ class Runtime:
                         self.env.generation, "none came" if found is None else "another place")
             return False
         began = time.monotonic()
-        if self.rank == 0 and self._store is not None:  # it serves the store: the next generation meets there
-            self._store.set(generation_key(found.generation), "1")
-        else:
-            self._store = generation_store(found, self._timeout_s)
+        if self._store is not None:
+            self._store.close()  # rank 0's: its server too (the next generation meets at another port)
+        self._store = generation_store(found, self._timeout_s)
         dist.init_process_group(self._backend, store=dist.PrefixStore(f"g{found.generation}", self._store),
                                 rank=found.rank, world_size=found.world_size,
                                 timeout=timedelta(seconds=self._timeout_s))
@@ -334,15 +335,9 @@ def _die_by_sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-GENERATION_CHECK_S = 2.0  # how long a rank waits for its generation's mark before it connects again
 # What gloo and NCCL say when a peer is gone: a collective broken by another rank, not by this one.
 PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
                  "NCCL communicator was aborted", "remote process exited", "Timed out waiting")
-
-
-def generation_key(generation: int) -> str:
-    """The mark rank 0 sets in its store for `generation`: a rank connected to it has found it."""
-    return f"trainmedic/generation/{generation}"
 
 
 def forget_frames(err: BaseException) -> None:
@@ -363,36 +358,43 @@ def peer_failed(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(sign in str(err) for sign in PEER_FAILURES)
 
 
-def generation_store(contract: WorkerEnv, timeout_s: float) -> dist.TCPStore:
-    """The rendezvous store of this rank's own generation.
+def generation_store(contract: WorkerEnv, timeout_s: float) -> JobStore:
+    """The rendezvous store of this rank's own generation (job_store.py), which rank 0 serves on the
+    job's address at the generation's port.
 
-    Every generation of a job meets at the same address and port, and the nodes of a re-plan do
-    not start at the same moment: a node that only starts ranks (a grow) launches before the old
-    rank 0, still finishing its step, has closed its store. A rank that connected to that old
-    store would wait for peers that never come. So rank 0 marks its new store with the
-    generation, and every other rank connects again until it finds the mark.
+    The nodes of a re-plan do not start at the same moment: a rank may come before rank 0 listens.
+    So every rank connects again, for `timeout_s` at most, until a server proves the generation's
+    key; one that cannot (a stranger's, another generation's) is never used.
     """
-    key = generation_key(contract.generation)
-    master = contract.rank == 0
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = max(1.0, deadline - time.monotonic())
-        store = dist.TCPStore(contract.master_addr, contract.master_port,
-                              contract.world_size if master else None, master, timedelta(seconds=left),
-                              wait_for_workers=False)
-        if master:
-            store.set(key, "1")
+    if not contract.rendezvous_key:
+        raise ConfigError(f"{RENDEZVOUS_KEY} is not set: is this rank launched by `trainmedic executor`?")
+    key = bytes.fromhex(contract.rendezvous_key)
+    addr, port = contract.master_addr, contract.master_port
+    server = None
+    if contract.rank == 0:
         try:
-            store.wait([key], timedelta(seconds=min(GENERATION_CHECK_S, left)))
-            return store
-        except RuntimeError as err:  # a DistError: the old generation's store, or it just closed
+            server = StoreServer(listen(addr, port), key)
+        except OSError as err:
+            raise RuntimeError(f"rank 0 of job {contract.job} g{contract.generation} cannot listen at "
+                               f"{addr}:{port} for its rendezvous ({err.strerror or err}); the next "
+                               "generation gets another port") from None
+    deadline = time.monotonic() + timeout_s
+    said = False
+    while True:
+        try:
+            return JobStore(addr, port, key, timedelta(seconds=timeout_s), server)
+        except (StoreRefused, OSError) as err:
             if time.monotonic() >= deadline:
-                raise
-            log.info("rank %d g%d: the store at %s:%d is not this generation's (%s); connecting again",
-                     contract.rank, contract.generation, contract.master_addr, contract.master_port,
-                     str(err).splitlines()[0][:120])
-            del store
-            time.sleep(0.2)
+                if server is not None:
+                    server.close()
+                raise dist.DistStoreError(f"rank {contract.rank} g{contract.generation}: no store at "
+                                          f"{addr}:{port} proved this generation's key in {timeout_s:g}s "
+                                          f"({err})") from None
+            if not said:
+                log.info("rank %d g%d: no store of this generation at %s:%d yet (%s); connecting again",
+                         contract.rank, contract.generation, addr, port, str(err).splitlines()[0][:120])
+                said = True
+            time.sleep(0.1)
 
 
 def init_from_env(

@@ -119,6 +119,10 @@ def _steps(command: Command, group: LocalGroup | None) -> Apply | Refuse:
             return Refuse(f"{command.action} names no submission of job {command.job} that can name a "
                           "directory: without one its ranks could restore another submission's state "
                           "(a coordinator older than this executor? upgrade it)")
+        if worker.rendezvous_key is None:
+            return Refuse(f"{command.action} of job {command.job} carries no rendezvous key: its ranks "
+                          "would meet in a store anyone can join (a coordinator older than this "
+                          "executor? upgrade it)")
         if worker.workdir is not None and not os.path.isabs(worker.workdir):
             return Refuse(f"workdir {worker.workdir!r} is relative: a job's workdir must be an absolute "
                           "path, the same on every node (a node has no directory to resolve it against)")

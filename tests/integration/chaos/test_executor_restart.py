@@ -133,7 +133,7 @@ def test_a_killed_executor_restarts_without_stopping_training(kafka, node_root, 
     node.start()
     argv = (sys.executable, "-m", "trainmedic.demo.train", "--steps", "100000", "--step-s", "0.05",
             "--timeout-s", "20")
-    worker = WorkerSpec(submission="s1",
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                         ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=free_port(),
                         command=argv, restore=RestoreSource())
     send(Command(ts=time.time(), node="n1", id="start-0", job=job, generation=0, action=CommandAction.START,
@@ -201,7 +201,8 @@ def test_a_command_whose_ack_died_with_the_executor_is_answered_after_its_restar
     node = Node(kafka, node_root, "--no-warm-start", "--allowed-executables", "sh")  # its ranks are shells
     node.start()
     script = f"echo $RANK $$ >> {starts}; sleep 120 & wait"
-    worker = WorkerSpec(submission="s1", ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
                         command=("sh", "-c", script))
     command = send(Command(ts=time.time(), node="n1", id=f"start-{moment}", job=job, generation=0,
                            action=CommandAction.START, worker=worker))

@@ -53,7 +53,8 @@ def test_ranks_of_a_job_being_stopped_when_the_executor_crashed_are_killed_by_th
         kafka, send, events, tmp_path, cli_procs):
     job = f"cli-{os.getpid()}-{time.monotonic_ns()}"
     cli_procs.append(first := start_cli(kafka, tmp_path / "state", tmp_path / "first.log", stop_grace_s=60))
-    worker = WorkerSpec(submission="s1", ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
                         command=("sh", "-c", "trap '' TERM; sleep 60 & wait"))  # they ignore SIGTERM
     send(Command(ts=time.time(), node="n1", id="start", job=job, generation=0, action=CommandAction.START,
                  worker=worker), key=None)

@@ -22,7 +22,8 @@ def test_a_rank_that_fails_at_import_reports_its_traceback_in_its_exit(start_exe
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
     start_executor("n1", warm_start=warm)
     job = f"typo-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=(sys.executable, "-m", "tests.integration.executor.import_failing_rank"))
     start(send, job, worker)
     ended = events.wait_for(lambda e: e.type == "worker_exit" and e.job == job, timeout_s=90)
@@ -36,7 +37,8 @@ def test_a_rank_that_fails_at_import_reports_its_traceback_in_its_exit(start_exe
 def test_a_rank_stopped_on_a_command_carries_no_tail(start_executor, send, events, tmp_path: Path) -> None:
     start_executor("n1")
     started = tmp_path / "started"
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=("sh", "-c", f"echo Traceback: not a failure; touch {started}; sleep 60"))
     start(send, "stopped", worker)
     deadline = time.monotonic() + 60

@@ -54,7 +54,8 @@ def test_a_rank_gets_its_jobs_env_and_failure_settings_and_runs_in_its_workdir(
     listed = POLICY.model_copy(update={"allowed_dirs": (str(tmp_path),), "job_env": tuple(JOB_ENV)})
     start_executor("n1", warm_start=warm, admission=listed)
     seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)),
                         env=JOB_ENV, workdir=str(workdir),
                         failure=FailureSettings(hang_floor_s=90.0, collective_timeout_s=300.0))
@@ -75,7 +76,8 @@ def test_a_workdir_missing_on_the_node_fails_the_start_with_the_reason(start_exe
                                                                          tmp_path: Path) -> None:
     start_executor("n1")
     missing = tmp_path / "not-here"
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=("sleep", "30"), workdir=str(missing))
     command = start(send, "nowhere", worker)
     failed = events.wait_for(
@@ -96,7 +98,8 @@ def test_the_executor_announces_itself_signed_once_it_reads_its_commands(start_e
 def test_ranks_finished_is_reported_once_signed_when_every_local_rank_exits_0(start_executor, send,
                                                                                events) -> None:
     start_executor("n1")
-    worker = WorkerSpec(submission="s1", ranks=(2, 3), world_size=4, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(2, 3), world_size=4, master_addr="127.0.0.1", master_port=1,
                         command=("sh", "-c", 'test "$RANK" = 2 && sleep 1; exit 0'))
     start(send, "fine", worker, generation=1)
     finished = events.wait_for(lambda e: e.type == "ranks_finished" and e.job == "fine")
@@ -111,10 +114,12 @@ def test_ranks_finished_is_reported_once_signed_when_every_local_rank_exits_0(st
 @pytest.mark.kafka
 def test_no_ranks_finished_when_one_rank_fails_or_the_ranks_are_stopped(start_executor, send, events) -> None:
     start_executor("n1")
-    worker = WorkerSpec(submission="s1", ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=1,
                         command=("sh", "-c", 'test "$RANK" = 0 && exit 0; exit 3'))
     start(send, "broken", worker)
-    stopped = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    stopped = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                         ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                          command=("sh", "-c", 'trap "exit 0" TERM; sleep 30 & wait'))  # exits 0 when stopped
     start(send, "stopped", stopped)
     events.wait_for(lambda e: e.type == "ack" and e.command_id == "start-stopped-g0" and e.status == "done")

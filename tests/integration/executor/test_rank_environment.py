@@ -20,7 +20,8 @@ SECRETS = {"TRAINMEDIC_CLUSTER_KEY": "sekrit-cluster-key", "TRAINMEDIC_CLUSTER_K
 def rank_environment(send, events, tmp_path: Path) -> tuple[dict, str]:
     """Start one rank of a new job on n1 that writes what it sees (`env_rank`); its findings and job."""
     seen, job = tmp_path / "seen.json", f"env-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=(sys.executable, "-m", "tests.integration.executor.env_rank", str(seen)))
     send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
                  action=CommandAction.START, worker=worker))
@@ -60,7 +61,8 @@ def test_a_rank_holds_no_kafka_settings_and_reports_through_its_executor_only_ab
 
     before = {label: refused(label) for label in ("other_job", "other_generation")}
     job = f"hook-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=(sys.executable, "-m", "tests.integration.executor.hook_rank"))
     sent = time.time()
     send(Command(ts=sent, node="n1", id=f"start-{job}", job=job, generation=0,

@@ -42,7 +42,8 @@ def test_a_rank_runs_as_the_run_as_user_and_cannot_read_the_control_planes_files
     executor = start_executor("n1", warm_start=warm, run_as=rank_user.name, rank_user=rank_user,
                               jobs_dir=jobs_dir)
     config, job = executor.executor.config, f"user-{uuid.uuid4().hex[:8]}"
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=(sys.executable, "-m", "tests.integration.executor.user_probe",
                                  *map(str, protected)))
     send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,

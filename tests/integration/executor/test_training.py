@@ -40,7 +40,7 @@ def test_kill_restart_from_replica_reattempt_and_stop(start_executor, send, even
             "--timeout-s", "20")
 
     def command(id_: str, action: CommandAction, generation: int, restore=NO_RESTORE) -> Command:
-        worker = WorkerSpec(submission="s1",
+        worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                             ranks=(0, 1), world_size=2, master_addr="127.0.0.1", master_port=free_port,
                             command=argv, restore=restore)
         return Command(ts=time.time(), node="n1", id=id_, job=job, generation=generation,

@@ -60,7 +60,8 @@ def test_a_warm_rank_reports_its_last_events_however_it_ends(
     job = f"warm-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PROBE_END": end, "TRAINMEDIC_JOB": job, "TRAINMEDIC_NODE": "n1",
            "RANK": "0", "WORLD_SIZE": "1", "TRAINMEDIC_REPORT_SOCKET": str(server.path)}
-    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "tests.integration.executor.reporting_rank"))
     pid = warm.launch(job, 0, spec, [env], tmp_path)[0]
     launched[pid] = LaunchedRank(job, 0, 0, 1, 0)

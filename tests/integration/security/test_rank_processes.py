@@ -40,7 +40,8 @@ POLICY = AdmissionPolicy(allowed_executables=("sh",),
 
 
 def launch(send, job: str, command: tuple[str, ...]) -> None:  # noqa: F811 (the fixture, passed)
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="127.0.0.1", master_port=1,
                         command=command)
     send(Command(ts=time.time(), node="n1", id=f"start-{job}", job=job, generation=0,
                  action=CommandAction.START, worker=worker))
@@ -141,7 +142,8 @@ def test_a_rank_that_errs_after_it_said_it_waits_is_restarted_not_kept(
     start_executor("n1", warm_start=False, admission=POLICY)
 
     def command(action: CommandAction, generation: int) -> Command:
-        worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="127.0.0.1",
+        worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                            ranks=(0,), world_size=1, master_addr="127.0.0.1",
                             master_port=free_port,
                             command=(sys.executable, "-m", "tests.integration.security.waits_then_fails"))
         return Command(ts=time.time(), node="n1", id=f"{action}-{job}-{generation}", job=job,

@@ -26,7 +26,7 @@ DEFAULT = AdmissionPolicy()
 
 
 def check(argv: tuple[str, ...], policy: AdmissionPolicy = DEFAULT, **spec) -> Refusal | None:
-    worker = WorkerSpec(submission="s1",
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                         ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv, **spec)
     return admit(policy, worker, python=PYTHON, which=PATH.get)
 
@@ -66,7 +66,8 @@ def test_an_interpreter_is_the_path_it_is_listed_by_never_another_path_to_its_fi
     (venv / "bin" / "python").symlink_to(sys.executable)
     other = tmp_path / "python-too"
     other.symlink_to(os.path.realpath(sys.executable))
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="h", master_port=1,
                         command=(sys.executable, "-m", "trainmedic.demo.train"))
     assert admit(DEFAULT, worker) is None  # the executor's own, as listed
     for python in (venv / "bin" / "python", other, Path(os.path.realpath(sys.executable))):
@@ -139,7 +140,7 @@ class RecordingExecutor(Executor):
 
 
 def start(cid: str, argv: tuple[str, ...], generation: int, action=CommandAction.START) -> Record:
-    worker = WorkerSpec(submission="s1",
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                         ranks=(0,), world_size=1, master_addr="h", master_port=1, command=argv)
     command = Command(ts=time.time(), node="n1", id=cid, job="j", generation=generation, action=action,
                       worker=worker)
@@ -206,7 +207,8 @@ def test_a_home_holding_a_pth_is_refused(tmp_path: Path) -> None:
     site = tmp_path / ".local" / "lib" / version / "site-packages"
     site.mkdir(parents=True)
     (site / "evil.pth").write_text("import os; os.system('id > /tmp/owned')\n")
-    worker = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                        ranks=(0,), world_size=1, master_addr="h", master_port=1,
                         command=(sys.executable, "-m", "trainmedic.demo.train"), env={"HOME": str(tmp_path)})
     refusal = admit(DEFAULT, worker)
     assert refusal is not None and refusal.rule == "environment" and "sets HOME" in refusal.reason, refusal

@@ -8,7 +8,7 @@ from trainmedic.schemas import Command, CommandAction, WorkerSpec, encode
 KEY = generate()
 TRUSTED = TrustedKeys.of(KEY.private.public_key())
 NOW = 1000.0
-SPEC = WorkerSpec(submission="s1",
+SPEC = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                   ranks=(0, 1), world_size=2, master_addr="h", master_port=29500, command=("train",))
 
 
@@ -101,7 +101,8 @@ def test_start_stops_what_runs_before_launching_a_new_generation():
 
 
 def test_start_without_a_command_is_refused():
-    bare = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1)
+    bare = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1)
     assert "needs a worker spec" in run(cmd(worker=bare)).reason
     assert "needs a worker spec" in run(cmd(CommandAction.RESTART, worker=None)).reason
 
@@ -111,6 +112,12 @@ def test_a_relative_workdir_is_refused_and_an_absolute_one_launches():
     refusal = run(cmd(worker=relative))
     assert isinstance(refusal, Refuse) and "workdir 'jobs/llm' is relative" in refusal.reason
     assert run(cmd(worker=SPEC.model_copy(update={"workdir": "/srv/jobs/llm"}))).steps == (Step.LAUNCH,)
+
+
+def test_a_launch_without_a_rendezvous_key_is_refused():
+    for action in (CommandAction.START, CommandAction.RESTART):
+        refusal = run(cmd(action, worker=SPEC.model_copy(update={"rendezvous_key": None})))
+        assert isinstance(refusal, Refuse) and "no rendezvous key" in refusal.reason
 
 
 def test_stop_when_nothing_runs_is_done_with_no_steps():

@@ -5,7 +5,7 @@ from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 NOW = 1000.0
-SPEC = WorkerSpec(submission="s1",
+SPEC = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                   ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("train",))
 
 

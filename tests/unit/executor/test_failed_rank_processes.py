@@ -22,7 +22,8 @@ def test_a_cold_rank_that_fails_at_import_ends_with_its_traceback_as_tail(tmp_pa
     script = tmp_path / "train.py"
     script.write_text("print('loading', flush=True)\nimport no_such_module\n")
     sup = Supervisor()
-    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, str(script)))
     try:
         sup.launch("j", 0, spec, [dict(os.environ)], tmp_path)
@@ -37,7 +38,8 @@ def test_a_cold_rank_that_fails_at_import_ends_with_its_traceback_as_tail(tmp_pa
 
 def test_a_warm_rank_that_fails_at_import_ends_with_its_traceback_as_tail(warm_supervisor,  # noqa: F811
                                                                            tmp_path: Path) -> None:
-    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "no_such_module"))
     warm_supervisor.launch("j", 0, spec, [dict(os.environ)], tmp_path)
     tail = wait_exit(warm_supervisor).tail
@@ -57,7 +59,8 @@ def test_a_warm_rank_shows_its_job_and_rank_in_ps(tmp_path: Path) -> None:
 
 
 def warm_title(sup: Supervisor, tmp_path: Path) -> tuple[str, str, bytes]:
-    spec = WorkerSpec(submission="s1", ranks=(3,), world_size=4, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(3,), world_size=4, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "tests.unit.executor.rank_probe", "--sleep"))
     (pid,) = sup.launch("llm", 2, spec, [dict(os.environ)], tmp_path)
     title = "trainmedic rank 3 of job llm g2: python -m tests.unit.executor.rank_probe --sleep"
@@ -80,7 +83,8 @@ def test_a_rank_that_replaces_its_log_cannot_make_the_executor_read_elsewhere_or
     secret = tmp_path / "secrets.json"
     secret.write_text('{"admin": "the-broker-password"}\n')
     sup = request.getfixturevalue("warm_supervisor") if start == "warm" else Supervisor()
-    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "tests.unit.executor.replace_log", replaced_by,
                                str(secret)))
     job_dir = tmp_path / "jobs" / "j" / "s1"

@@ -39,7 +39,8 @@ def warm_supervisor() -> Iterator[Supervisor]:
 
 
 def start(sup: Supervisor, tmp_path: Path, *args: str, **env: str) -> int:
-    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=("nice", "-n", "5", PY, "-m", "tests.unit.executor.rank_probe", *args))
     return sup.launch("j", 0, spec, [{**os.environ, **env}], tmp_path)[0]
 
@@ -73,7 +74,8 @@ def test_a_warm_rank_killed_by_a_signal_reports_it(warm_supervisor, tmp_path: Pa
 
 
 def test_an_unimportable_module_fails_in_its_rank_with_the_reason(warm_supervisor, tmp_path) -> None:
-    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(PY, "-m", "no_such_module_here"))
     warm_supervisor.launch("j", 0, spec, [dict(os.environ)], tmp_path)
     ended = wait_exit(warm_supervisor)

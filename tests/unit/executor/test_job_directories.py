@@ -5,7 +5,7 @@ import pytest
 from trainmedic.recovery.executor.core.decide import Apply, Refuse, decide
 from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
-SPEC = WorkerSpec(submission="s1",
+SPEC = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                   ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("train",))
 
 

@@ -41,7 +41,7 @@ def executor(tmp_path: Path) -> Iterator[Executor]:
 
 
 def command(cid: str, action=CommandAction.START, argv=("sleep", "30"), generation=0, **changes) -> Command:
-    worker = WorkerSpec(submission="s1",
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                         ranks=(0,), world_size=1, master_addr="h", master_port=29500, command=("true",))
     worker = worker.model_copy(update={"command": argv})  # as a reader without the bounds would pass it
     return Command(ts=time.time(), node=NODE, id=cid, job="j", generation=generation, action=action,

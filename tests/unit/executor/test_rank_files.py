@@ -175,7 +175,8 @@ def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp
     (job / SITE / "evil.pth").write_text((home / SITE / "evil.pth").read_text())
     probe = ("import os, site; "
              "print(site.ENABLE_USER_SITE, os.environ['HOME'], os.environ['PYTHONNOUSERSITE'])")
-    spec = WorkerSpec(submission="s1", ranks=(0,), world_size=1, master_addr="h", master_port=1,
+    spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(BASE_PYTHON, "-c", probe))
     sup = Supervisor()
     sup.launch("llm", 0, spec, [{**os.environ, "HOME": str(home)}], job)

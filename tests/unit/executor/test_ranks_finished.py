@@ -44,7 +44,7 @@ class RecordingExecutor(Executor):
 
 
 def start(workdir: Path, generation: int) -> Record:
-    worker = WorkerSpec(submission="s1",
+    worker = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                         ranks=(4, 5), world_size=6, master_addr="h", master_port=1, command=WAIT_THEN_EXIT_0,
                         workdir=str(workdir))
     command = COORDINATOR.sign(Command(ts=time.time(), node="n1", id=f"g{generation}", job="j",

@@ -13,7 +13,7 @@ TRUSTED = TrustedKeys.of(COORDINATOR.private.public_key())
 
 def command(**changes: object) -> Command:
     base = dict(ts=100.5, node="n1", id="c1", job="j", generation=2, action=CommandAction.RESTART,
-                worker=WorkerSpec(submission="s1",
+                worker=WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                                   ranks=(0, 1), world_size=2, master_addr="h", master_port=29500,
                                   command=("python", "train.py")))
     return Command(**{**base, **changes})

@@ -20,7 +20,8 @@ def supervisor() -> Iterator[Supervisor]:
 
 
 def spec(script: str, ranks=(0,)) -> WorkerSpec:
-    return WorkerSpec(submission="s1", ranks=ranks, world_size=len(ranks), master_addr="h", master_port=1,
+    return WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                      ranks=ranks, world_size=len(ranks), master_addr="h", master_port=1,
                       command=("sh", "-c", script))
 
 
@@ -99,7 +100,7 @@ def test_a_dead_rank_leaves_nothing_behind_in_its_group(supervisor, tmp_path):
 
 
 def test_a_command_that_cannot_start_starts_nothing(supervisor, tmp_path):
-    bad = WorkerSpec(submission="s1",
+    bad = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                      ranks=(0,), world_size=1, master_addr="h", master_port=1, command=("/nonexistent",))
     with pytest.raises(OSError):
         supervisor.launch("j", 0, bad, [dict(os.environ)], tmp_path)

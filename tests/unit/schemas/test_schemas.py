@@ -58,7 +58,8 @@ EXAMPLES: dict[str, list[s.Event]] = {
     "commands": [
         s.Command(ts=5, node=NODE, id="c1", plan_id="p1", incident_id="inc-1", job="j",
                   generation=3, action="restart", signature="ab",
-                  worker=s.WorkerSpec(submission="s1", ranks=[0, 1], world_size=4, master_addr="10.0.0.1",
+                  worker=s.WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
+                                      ranks=[0, 1], world_size=4, master_addr="10.0.0.1",
                                       master_port=29500, command=["python", "train.py"],
                                       checkpoint_dir="/ckpt",
                                       restore=s.RestoreSource(kind="replica", rank=2, node="b"))),
