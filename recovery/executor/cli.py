@@ -47,6 +47,7 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
         RankUser,
         default_root,
     )
+    from trainmedic.recovery.executor.rank_users import JobUids
 
     keyring.refuse_legacy()
     config = options.build(
@@ -62,7 +63,12 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
                                  else keyring.load_signing(Path(values["keys_dir"]),
                                                            keyring.node_role(str(values["node"])))),
     )
-    if config.rank_user is None and os.geteuid() == 0:
+    if config.job_uids is not None:
+        if os.geteuid() != 0:
+            raise ConfigError(f"job_uids: switching ranks to a uid per job needs an executor running as "
+                              f"root, and this one runs as uid {os.geteuid()}")
+        JobUids.parse(config.job_uids, config.state_dir / "job-uids.json")  # a ConfigError: what is wrong
+    elif config.rank_user is None and os.geteuid() == 0:
         if not config.ranks_as_root:
             raise ConfigError(RANKS_AS_ROOT_REFUSED)
         logging.getLogger("trainmedic.executor").warning(RANKS_AS_ROOT_WARNING)

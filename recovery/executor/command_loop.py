@@ -39,6 +39,7 @@ from trainmedic.recovery.executor.forkserver import PRELOAD_ENV, set_dumpable
 from trainmedic.recovery.executor.job_cgroup import JobCgroups
 from trainmedic.recovery.executor.job_trees import JobTrees
 from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.recovery.executor.rank_users import JobUids, OneUser
 from trainmedic.recovery.executor.report_server import ReportServer, socket_path
 from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
 from trainmedic.recovery.keyring import KeyFolder
@@ -70,7 +71,7 @@ class Executor:
         self.config = config
         self.kafka = kafka
         self.clock = clock
-        self.supervisor = Supervisor(config.state_dir / "ranks.json", user=config.rank_user)
+        self.supervisor = Supervisor(config.state_dir / "ranks.json")
         self.groups: dict[str, LocalGroup] = {}
         self.producer = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
         self._ledger: Ledger | None = None
@@ -100,8 +101,10 @@ class Executor:
         self._reports.start()  # first: where it listens is in every rank's environment, the server's too
         config = self.config
         cgroups = JobCgroups.here(config.node, config.state_dir, config.job_pids_max, config.job_memory_max)
-        self.supervisor.use_trees(JobTrees(warm=config.warm_start, env=self._server_env(),
-                                           user=config.rank_user, cgroups=cgroups))
+        users = (OneUser(config.rank_user) if config.job_uids is None
+                 else JobUids.parse(config.job_uids, config.state_dir / "job-uids.json"))
+        self.supervisor.use_trees(JobTrees(warm=config.warm_start, env=self._server_env(), users=users,
+                                           cgroups=cgroups))
         self._take_over(ledger)
         reader = self._reader(topic, partition)
         log.info("executor for node %s: commands from %s partition %d, %s; state in %s",

@@ -34,6 +34,10 @@ class ExecutorConfig(BaseModel):
                                "executor running as root (none: ranks run as the executor's user, "
                                "with a warning)")
     rank_user: InstanceOf[RankUser] | None = Field(default=None, description="run_as, looked up")
+    job_uids: str | None = Field(default=None, pattern=r"^[0-9]+-[0-9]+$", description="FIRST-LAST: "
+                                 "each job's ranks run as a uid of their own from this range (e.g. "
+                                 "61184-65519), no user of /etc/passwd, so that two jobs' ranks can "
+                                 "neither ptrace nor read each other; needs root; excludes run_as")
     ranks_as_root: bool = Field(default=False, description="an executor running as root without run_as "
                                 "refuses to start unless given this: its ranks would run as root, able to "
                                 "read every key and credential of the node and to ptrace the executor")
@@ -81,6 +85,9 @@ class ExecutorConfig(BaseModel):
             raise ValueError("no trusted command keys or no key of this node: set --keys-dir (the "
                              "coordinator's *.pub files and this node's key), or pass --insecure to accept "
                              "unsigned commands and send unsigned acks")
+        if self.job_uids is not None and self.run_as is not None:
+            raise ValueError(f"job_uids {self.job_uids} and run_as {self.run_as} exclude each other: a "
+                             "uid per job, or one user for every job")
         if self.run_as is not None and (self.rank_user is None or self.run_as not in
                                         (self.rank_user.name, str(self.rank_user.uid))):
             raise ValueError(f"run_as {self.run_as!r} is not looked up (rank_user): build the config "

@@ -1,12 +1,13 @@
 """The processes every rank is forked from (docs/executor.md, "Job launchers: warm start and
 containment"); the executor's side is `launcher.py`.
 
-The executor starts one zygote, as the rank user: warm, it imports torch first (PRELOAD). For each
-job on the node the zygote forks a launcher (a fork: nothing is imported again), which the executor
-moves into the job's cgroup before it forks anything; every rank of the job is forked by that
-launcher. A `PYTHON -m MODULE` rank runs the module in the fork, so a (re)start costs a fork
-instead of an interpreter start plus `import torch`; any other command is forked and exec'd. What
-this module imports is the standard library and setproctitle only: its memory is every warm rank's.
+The executor starts one zygote, as its own user: warm, it imports torch first (PRELOAD). For each
+job on the node the zygote forks a launcher (a fork: nothing is imported again), which becomes the
+job's user at once and which the executor moves into the job's cgroup before it forks anything;
+every rank of the job is forked by that launcher. A `PYTHON -m MODULE` rank runs the module in the
+fork, so a (re)start costs a fork instead of an interpreter start plus `import torch`; any other
+command is forked and exec'd. What this module imports is the standard library and setproctitle
+only: its memory is every warm rank's.
 
 Neither is dumpable, so that no rank (of their user) can ptrace them or take their descriptors
 (`pidfd_getfd`), and a rank keeps none of their channels: an answer can only come from them.
@@ -43,8 +44,9 @@ def serve(channel_fd: int, warm: bool) -> None:
     """The zygote: not dumpable, preloaded when `warm`, then one launcher forked per request on
     `channel_fd` (its end of the executor's SOCK_SEQPACKET pair) until the executor closes its end.
 
-    A request is a JSON packet, `{}`, with the launcher's end of a new socket pair attached
-    (SCM_RIGHTS); the answer is {"pid"} of the launcher, or {"error"}. Launchers that end are reaped."""
+    A request is a JSON packet, `{}` or the job's user `{"uid", "gid"}`, with the launcher's end of a
+    new socket pair attached (SCM_RIGHTS); the answer is {"pid"} of the launcher, or {"error"}.
+    Launchers that end are reaped."""
     set_dumpable(False)
     os.dup2(2, 1)  # whatever a preloaded module prints goes to the executor's log
     global _ZYGOTE_CHANNEL
@@ -77,18 +79,32 @@ def _answer_requests(channel: socket.socket, fork: Callable[[dict, int], dict]) 
         channel.sendall(json.dumps(answer).encode())
 
 
-def _fork_launcher(_request: dict, channel_fd: int) -> dict:
-    """Fork a job's launcher, serving ranks on `channel_fd`."""
+def _fork_launcher(request: dict, channel_fd: int) -> dict:
+    """Fork a job's launcher, serving ranks on `channel_fd`, as the job's user when the request names
+    one (its uid and gid, no other group); answered once it is that user."""
+    global _CHANNEL
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(ready_read)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for its own forks
-            global _CHANNEL
+            if "uid" in request:
+                os.setgroups([])
+                os.setgid(int(request["gid"]))
+                os.setuid(int(request["uid"]))
+                set_dumpable(False)  # as it was: no process of the job's user may ptrace it
+            os.write(ready_write, b"1")
+            os.close(ready_write)
             os.close(_ZYGOTE_CHANNEL)  # the executor's channel to the zygote is not the job's
             _CHANNEL = channel_fd
             _answer_requests(socket.socket(fileno=channel_fd), _fork_rank)
         finally:
             os._exit(0)
+    os.close(ready_write)
+    with os.fdopen(ready_read, "rb") as ready:
+        if ready.read(1) != b"1":
+            raise OSError(f"the launcher could not become uid {request.get('uid')}")
     return {"pid": pid}
 
 

@@ -25,10 +25,11 @@ KEPT_SUBMISSIONS = 5  # a job's submissions whose logs a node keeps; only the ne
 MAX_DEPTH = 64  # a tree a rank made deeper than this is not removed (and is logged)
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK  # a directory only, never a link
 RANKS_AS_ROOT_REFUSED = (
-    "the executor runs as root and no run_as is set: its ranks would run as root, able to read every "
-    "key and credential of this node and to ptrace the executor. Create a user for them (e.g. "
-    "`useradd --system trainmedic-rank`) and pass --run-as trainmedic-rank (TRAINMEDIC_EXECUTOR_RUN_AS), "
-    "or pass --ranks-as-root to run them as root on a machine that is yours alone")
+    "the executor runs as root and neither job_uids nor run_as is set: its ranks would run as root, "
+    "able to read every key and credential of this node and to ptrace the executor. Give each job a "
+    "uid of its own with --job-uids 61184-65519 (TRAINMEDIC_EXECUTOR_JOB_UIDS), or create one user for "
+    "every job's ranks (e.g. `useradd --system trainmedic-rank`) and pass --run-as trainmedic-rank, or "
+    "pass --ranks-as-root to run them as root on a machine that is yours alone")
 RANKS_AS_ROOT_WARNING = (
     "RANKS RUN AS ROOT (--ranks-as-root): every job can read this node's keys and credentials, and "
     "ptrace the executor")
@@ -100,6 +101,26 @@ def prepare(job_dir: Path, user: RankUser | None) -> Path:
     finally:
         os.close(parent)
     return job_dir / LOGS
+
+
+def prepare_checkpoints(where: Path, user: RankUser) -> None:
+    """Make one submission's checkpoint directory (`where`: CHECKPOINT_DIR/JOB/SUBMISSION) `user`'s,
+    0700, and its job's the executor's, 0755 (`resume: latest` lists it): ranks of a uid of their
+    own cannot make them in a folder an admin made. Where the executor cannot (a file system that
+    squashes root), it says so and the ranks make them themselves, as without a user."""
+    try:
+        where.parent.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.open(where.parent.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            job = _own_dir(parent, where.parent.name, None, 0o755)
+            try:
+                os.close(_own_dir(job, where.name, user))
+            finally:
+                os.close(job)
+        finally:
+            os.close(parent)
+    except OSError as err:
+        log.warning("could not make %s uid %d's (%s): its ranks make it themselves", where, user.uid, err)
 
 
 def prune(job_dir: Path) -> None:

@@ -12,11 +12,12 @@ import time
 from collections.abc import Collection, Mapping
 
 from trainmedic.recovery.executor.job_cgroup import JobCgroups
-from trainmedic.recovery.executor.job_dirs import RankUser
 from trainmedic.recovery.executor.launcher import JobLauncher, Zygote, become_subreaper, proc_stat, proc_uid
+from trainmedic.recovery.executor.rank_users import JobUids, OneUser
 
 log = logging.getLogger(__name__)
 
+EXECUTORS_OWN = OneUser(None)  # every rank as the executor's own user
 REAP_EVERY_S = 1.0  # how often /proc is read for what the jobs' processes left behind
 
 
@@ -24,20 +25,20 @@ class JobTrees:
     """The launchers and cgroups of every job on this node, the launchers forked by one zygote
     (`warm`: it imports torch first, so that every launcher, and every rank it forks, has it)."""
 
-    def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None, user: RankUser | None = None,
-                 cgroups: JobCgroups | None = None) -> None:
+    def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None,
+                 users: OneUser | JobUids = EXECUTORS_OWN, cgroups: JobCgroups | None = None) -> None:
         if not become_subreaper():
             raise OSError("this system cannot make the executor its ranks' subreaper (Linux 3.4+ can)")
         self.warm = warm
         self._env = dict(env) if env is not None else None
-        self._user = user
+        self.users = users
         self._cgroups = cgroups
         self._launchers: dict[str, JobLauncher] = {}
         self._zygote = self._new_zygote()
         self._reaped_at = 0.0
 
     def _new_zygote(self) -> Zygote:
-        return Zygote(warm=self.warm, env=self._env, user=self._user)
+        return Zygote(warm=self.warm, env=self._env)
 
     def launcher(self, job: str) -> JobLauncher:
         """The job's launcher: the one it has, else a new one forked by the zygote (a new zygote
@@ -50,7 +51,7 @@ class JobTrees:
         if not self._zygote.alive():
             self._zygote.close()
             self._zygote = self._new_zygote()
-        launcher = self._zygote.spawn()
+        launcher = self._zygote.spawn(self.users.of(job))
         if self._cgroups is not None:
             try:
                 self._cgroups.create(job)
@@ -84,7 +85,7 @@ class JobTrees:
 
     def reap_orphans(self, known: Collection[int], force: bool = False) -> int:
         """Reap the zombies a job's processes left to the executor (their subreaper): in a job's cgroup,
-        or, with no cgroups, of the rank user; never `known` (ranks, launchers) nor another child of
+        or, with no cgroups, of a job's user; never `known` (ranks, launchers) nor another child of
         this process. At most every REAP_EVERY_S unless `force`; returns how many."""
         now = time.monotonic()
         if not force and now - self._reaped_at < REAP_EVERY_S or not self._tells_jobs_apart():
@@ -108,14 +109,14 @@ class JobTrees:
         return reaped
 
     def _tells_jobs_apart(self) -> bool:
-        """Whether a zombie can be told to be a job's: by its cgroup, or by the rank user (not ours)."""
-        return self._cgroups is not None or (self._user is not None and self._user.uid != os.geteuid())
+        """Whether a zombie can be told to be a job's: by its cgroup, or by its user (not ours)."""
+        return self._cgroups is not None or self.users.apart
 
     def _of_a_job(self, pid: int) -> bool:
         if self._cgroups is not None:
             return self._cgroups.within(pid)
-        user = self._user
-        return user is not None and user.uid != os.geteuid() and proc_uid(pid) == user.uid
+        uid = proc_uid(pid)
+        return uid is not None and self.users.owns(uid)
 
     def close(self) -> None:
         """Every job ended (at the executor's stop, once its ranks are), the zygote closed."""

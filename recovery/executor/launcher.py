@@ -99,12 +99,11 @@ class _Channel:
 
 
 class Zygote:
-    """The process every job's launcher is forked from (forkserver.py), run as `user` when given (its
-    forks' forks are ranks), without the user site directory (`-s`), as the ranks are; `warm`: with
-    torch imported. Started at once, so that it warms up early."""
+    """The process every job's launcher is forked from (forkserver.py), run as the executor's user
+    (each launcher becomes its job's), without the user site directory (`-s`), as the ranks are;
+    `warm`: with torch imported. Started at once, so that it warms up early."""
 
-    def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None,
-                 user: RankUser | None = None) -> None:
+    def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None) -> None:
         # SPT_NOENV: a rank's title stays within the server's command line, so that /proc/PID/environ
         # still reads as the server's environment (setproctitle writes over it otherwise)
         server_env = {**(env or os.environ), "OMP_NUM_THREADS": "1", "PYTHONNOUSERSITE": "1",
@@ -115,12 +114,10 @@ class Zygote:
                 [sys.executable, "-s", "-m", "trainmedic.recovery.executor.forkserver", str(theirs.fileno()),
                  *(["--warm"] if warm else [])],
                 stdin=subprocess.DEVNULL, env=server_env, pass_fds=(theirs.fileno(),),
-                **({} if user is None else {"user": user.uid, "group": user.gid, "extra_groups": []}),
             )
         finally:
             theirs.close()
         self._channel = _Channel(ours, "the launchers' zygote")
-        self._uid = os.getuid() if user is None else user.uid
 
     @property
     def pid(self) -> int:
@@ -129,15 +126,17 @@ class Zygote:
     def alive(self) -> bool:
         return self._proc.poll() is None
 
-    def spawn(self) -> JobLauncher:
-        """A new job launcher, forked (proven: the zygote's child, of its user, started after the
-        request); LauncherFailed when the zygote fails."""
+    def spawn(self, user: RankUser | None = None) -> JobLauncher:
+        """A new job launcher, forked as `user` (else the executor's user; proven: the zygote's child,
+        of that user, started after the request); LauncherFailed when the zygote fails."""
         if not self.alive():
             raise LauncherFailed(f"the launchers' zygote exited with code {self._proc.returncode}")
+        uid = os.getuid() if user is None else user.uid
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         asked = boot_ticks()
         try:
-            answer = self._channel.ask({}, theirs.fileno())
+            answer = self._channel.ask({} if user is None else {"uid": user.uid, "gid": user.gid},
+                                       theirs.fileno())
         except LauncherFailed:
             ours.close()
             self.close()
@@ -148,12 +147,12 @@ class Zygote:
         stat = proc_stat(int(pid)) if pid is not None else None
         wrong = ("is not there" if stat is None else "is not the zygote's child" if int(stat[1]) != self.pid
                  else "started before it was asked for" if int(stat[19]) < asked
-                 else "runs as another user" if proc_uid(int(pid)) != self._uid else None)
+                 else "runs as another user" if proc_uid(int(pid)) != uid else None)
         if wrong is not None:
             ours.close()
             self.close()
             raise LauncherFailed(f"the launchers' zygote answered {answer}, which {wrong}: it is replaced")
-        return JobLauncher(int(pid), ours, self._uid)
+        return JobLauncher(int(pid), ours, uid)
 
     def close(self) -> None:
         """Close the channel and kill the zygote (it holds nothing to save; the launchers are

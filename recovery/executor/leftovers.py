@@ -29,9 +29,9 @@ def start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
-def save(path: Path, ranks: list[dict]) -> None:
-    """Replace the record of live ranks (atomically: write, fsync, rename), readable by the executor's
-    user only."""
+def save(path: Path, ranks: list[dict] | dict) -> None:
+    """Replace the record of live ranks (or another record of the executor's, as JSON) atomically
+    (write, fsync, rename), readable by the executor's user only."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:

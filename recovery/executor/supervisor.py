@@ -57,21 +57,19 @@ class RankProcess:
 
 
 class Supervisor:
-    """Owns the rank processes of every job on this node, run as `user` when given, each job's forked
-    by its launcher in its own tree (`trees`; by default launchers that exec every command, no
-    cgroups); records them in `registry` when given."""
+    """Owns the rank processes of every job on this node, each job's run as its user (`trees.users`)
+    and forked by its launcher in its own tree (`trees`; by default launchers as the executor's user
+    that exec every command, no cgroups); records them in `registry` when given."""
 
-    def __init__(self, registry: Path | None = None, user: job_dirs.RankUser | None = None,
-                 trees: JobTrees | None = None) -> None:
+    def __init__(self, registry: Path | None = None, trees: JobTrees | None = None) -> None:
         self._ranks: dict[str, list[RankProcess]] = {}
         self._registry = registry
-        self._user = user
         self._trees = trees
 
     @property
     def trees(self) -> JobTrees:
         if self._trees is None:
-            self._trees = JobTrees(warm=False, user=self._user)
+            self._trees = JobTrees(warm=False)
         return self._trees
 
     def use_trees(self, trees: JobTrees) -> None:
@@ -104,16 +102,21 @@ class Supervisor:
             # error, never its node's, whichever node it was planned on.
             raise NotADirectoryError(
                 errno.ENOTDIR, f"workdir {spec.workdir} is not a directory on this node: no rank started")
-        log_dir = job_dirs.prepare(job_dir, self._user)
+        user = self.trees.users.of(job)
+        log_dir = job_dirs.prepare(job_dir, user)
+        checkpoints = job_dirs.checkpoints(spec.checkpoint_dir, job, spec.submission or "")
+        if user is not None and checkpoints is not None and (os.path.isabs(checkpoints) or spec.workdir):
+            job_dirs.prepare_checkpoints(Path(spec.workdir or "/", checkpoints), user)
         target = warm_target(spec.command) if self.trees.warm else None
+        named = {} if user is None else {"USER": user.name, "LOGNAME": user.name}
         started: list[RankProcess] = []
         try:
             for rank, given in zip(spec.ranks, envs, strict=True):
-                env = {**given, "HOME": str(job_dir), "PYTHONNOUSERSITE": "1"}
+                env = {**given, **named, "HOME": str(job_dir), "PYTHONNOUSERSITE": "1"}
                 path = log_dir / log_name(generation, rank)
                 # Made and kept open here: its tail is read from this descriptor, never from the name,
                 # which the rank may make a link to a secret, or a FIFO, before it fails.
-                log_fd = job_dirs.open_log(path, self._user)
+                log_fd = job_dirs.open_log(path, user)
                 try:
                     pid = self._start(job, generation, rank, target or spec.command, env, log_fd,
                                       spec.workdir)

@@ -57,7 +57,7 @@ def test_as_root_without_a_rank_user_the_executor_refuses_unless_told_ranks_run_
     monkeypatch.setenv("TRAINMEDIC_HOME", str(tmp_path))
     assert main(["executor", "--node", "n1", "--insecure", "--bootstrap", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
-    assert "runs as root and no run_as is set" in err and "--run-as" in err and "--ranks-as-root" in err
+    assert "neither job_uids nor run_as is set" in err and "--job-uids" in err and "--ranks-as-root" in err
     parser = argparse.ArgumentParser()
     OPTIONS.add_to(parser)
     args = parser.parse_args(["--node", "n1", "--insecure", "--ranks-as-root"])

@@ -1,0 +1,86 @@
+"""Issue 42, A4: a uid of its own for each job on a node, from a range no user of /etc/passwd is in;
+kept for good, so that no uid ever serves two jobs; the same on every node with the same range unless
+another job took it there."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from trainmedic.bus.errors import ConfigError
+from trainmedic.recovery.executor import job_dirs
+from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.job_dirs import RankUser
+from trainmedic.recovery.executor.rank_users import JobUids, OneUser
+
+
+def test_each_job_gets_its_own_uid_and_group_kept_across_restarts(tmp_path: Path) -> None:
+    path = tmp_path / "job-uids.json"
+    uids = JobUids.parse("2147400000-2147400009", path)
+    users = {job: uids.of(job) for job in ("a", "b", "c")}
+    assert len({user.uid for user in users.values()}) == 3
+    assert all(user.uid == user.gid and uids.owns(user.uid) for user in users.values())
+    assert users["a"].name == f"trainmedic-job-{users['a'].uid}"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    again = JobUids.parse("2147400000-2147400009", path)  # the executor restarted
+    assert {job: again.of(job) for job in users} == users
+    other_node = JobUids.parse("2147400000-2147400009", tmp_path / "other.json")
+    assert other_node.of("b") == users["b"]  # the same range: the same uid, unless taken there
+
+
+def test_a_taken_uid_is_never_given_to_another_job_and_a_full_range_says_so(tmp_path, caplog) -> None:
+    uids = JobUids.parse("2147400000-2147400001", tmp_path / "job-uids.json")
+    with caplog.at_level(logging.WARNING):
+        taken = [uids.of(job).uid for job in ("a", "b")]
+    assert sorted(taken) == [2147400000, 2147400001]
+    if any("runs as uid" in record.message for record in caplog.records):  # b wanted a's: said so
+        assert "its checkpoints are written by two uids" in caplog.text
+    with pytest.raises(OSError, match="every uid of job_uids 2147400000-2147400001 is some job's"):
+        uids.of("one more")
+    assert not uids.owns(2147400002) and not uids.owns(1000)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("61184", "is not FIRST-LAST"),
+    ("10-20", "is not FIRST-LAST"),
+    ("70000-60000", "is not FIRST-LAST"),
+    ("0-65535", "is not FIRST-LAST"),
+])
+def test_a_range_that_cannot_be_is_a_configuration_error(tmp_path, text, words) -> None:
+    with pytest.raises(ConfigError, match=words):
+        JobUids.parse(text, tmp_path / "job-uids.json")
+
+
+def test_a_range_with_a_user_of_the_passwd_file_in_it_is_refused(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="uid 65534 is user nobody's"):
+        JobUids.parse("65000-65535", tmp_path / "job-uids.json")
+
+
+def test_job_uids_and_run_as_exclude_each_other(tmp_path) -> None:
+    with pytest.raises(ValueError, match="exclude each other"):
+        ExecutorConfig(node="n1", state_dir=tmp_path, insecure=True, run_as="nobody",
+                       rank_user=RankUser("nobody", 65534, 65534), job_uids="61184-65519")
+    assert ExecutorConfig(node="n1", state_dir=tmp_path, insecure=True, job_uids="61184-65519").job_uids
+
+
+def test_one_user_owns_only_its_uid_and_never_the_executors() -> None:
+    assert OneUser(RankUser("r", 2147400000, 2147400000)).owns(2147400000)
+    assert not OneUser(RankUser("r", os.geteuid(), 0)).owns(os.geteuid())
+    assert not OneUser(None).apart
+
+
+def test_a_submissions_checkpoint_directory_is_made_its_jobs_uids(tmp_path) -> None:
+    assert os.geteuid() == 0, "only root gives a directory away"
+    user = RankUser("trainmedic-job-2147400000", 2147400000, 2147400000)
+    where = tmp_path / "ckpt" / "job" / "20261206T000000.000Z-1"
+    job_dirs.prepare_checkpoints(where, user)
+    job, own = (where.parent.stat(), where.stat())
+    assert (job.st_uid, stat.S_IMODE(job.st_mode)) == (0, 0o755)
+    assert (own.st_uid, own.st_gid, stat.S_IMODE(own.st_mode)) == (user.uid, user.gid, 0o700)
+    (where.parent / "link").symlink_to(tmp_path)
+    job_dirs.prepare_checkpoints(where.parent / "link", user)  # a link is never handed over
+    assert tmp_path.stat().st_uid == 0
