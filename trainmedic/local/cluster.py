@@ -31,7 +31,8 @@ from trainmedic.schemas.jobs import JobSpec, JobSubmitted
 log = logging.getLogger(__name__)
 
 ROOT_RANKS = ("the ranks run as root, the user who started this: they can read everything on this "
-              "machine (a real node runs each job's as a uid of its own, `trainmedic node --job-uids 61184-65519`)")
+              "machine (a real node runs each job's as a uid of its own: `trainmedic node --job-uids "
+              "61184-65519`)")
 
 
 @dataclass(frozen=True)
