@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from trainmedic.bus.metrics import serve_metrics
     from trainmedic.bus.settings import KafkaSettings
     from trainmedic.recovery.coordinator.kafka_adapter import lead
-    from trainmedic.recovery.coordinator.rendezvous import Rendezvous
+    from trainmedic.recovery.coordinator.rendezvous import rendezvous_root
 
     if args.migrate_lifecycle:
         return migrate_lifecycle(args)
@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
     sign = (lambda command: command) if signing is None else signing.sign
     try:
         with stop_on_signals(stop):
-            lead(settings, config, sign=sign, trust=trust, rendezvous=Rendezvous.of(signing), stop=stop)
+            lead(settings, config, sign=sign, trust=trust, rendezvous_root=rendezvous_root(signing),
+                 stop=stop)
     except TrainmedicError as err:
         print(f"trainmedic coordinator: {err}", file=sys.stderr)
         return 1

@@ -27,7 +27,6 @@ from trainmedic.recovery.coordinator.intake import rebuild, receive
 from trainmedic.recovery.coordinator.lease import Lease
 from trainmedic.recovery.coordinator.narrate import cause, narrate
 from trainmedic.recovery.coordinator.provenance import Trust, impersonates, skewed, stale, unverified
-from trainmedic.recovery.coordinator.rendezvous import Rendezvous
 from trainmedic.recovery.coordinator.routing import route
 from trainmedic.recovery.signing import Signable
 from trainmedic.schemas import DeadLettered, Topics
@@ -76,13 +75,12 @@ class CoordinatorService:
     """
 
     def __init__(self, settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer,
-                 producer: TransactionalProducer, epoch: int, trust: Trusted = None,
-                 rendezvous: Rendezvous | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.state = ClusterState.initial(config)
+                 producer: TransactionalProducer, epoch: int, rendezvous_root: bytes, trust: Trusted = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.state = ClusterState.initial(config, rendezvous_root)
         self.epoch = epoch
         self._topics = settings.topics
         self._sign = sign
-        self._rendezvous = rendezvous or Rendezvous.of(None)
         self._trust = trust if callable(trust) else (lambda: trust)
         self._clock = clock
         topics, name = self._topics, settings.topics.owned("coordinator")
@@ -187,10 +185,7 @@ class CoordinatorService:
         with self._producer.transaction():
             for event in outputs:
                 suffix, key = route(event)
-                if isinstance(event, Command):
-                    event, update = self._rendezvous.seal(event), {**stamp, "epoch": self.epoch}
-                else:
-                    update = stamp
+                update = {**stamp, "epoch": self.epoch} if isinstance(event, Command) else stamp
                 self._producer.send(self._topics.name(suffix), self._sign(event.model_copy(update=update)),
                                     key=key)
         self._dlq.flush()
@@ -205,7 +200,7 @@ class CoordinatorService:
 
 
 def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, trust: Trusted,
-         rendezvous: Rendezvous, stop: threading.Event) -> None:
+         rendezvous_root: bytes, stop: threading.Event) -> None:
     """Coordinate while this process holds the lease; wait for it while another does; until `stop`.
 
     A holder that loses the lease (its session expired: it was paused or cut off) or is
@@ -216,7 +211,7 @@ def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, tr
     try:
         while lease.acquire(stop):
             try:
-                _lead_once(settings, config, sign, trust, rendezvous, stop, lease)
+                _lead_once(settings, config, sign, trust, rendezvous_root, stop, lease)
             finally:
                 metrics.LEADING.set(0)
     finally:
@@ -224,14 +219,14 @@ def lead(settings: KafkaSettings, config: CoordinatorConfig, *, sign: Signer, tr
 
 
 def _lead_once(settings: KafkaSettings, config: CoordinatorConfig, sign: Signer, trust: Trusted,
-               rendezvous: Rendezvous, stop: threading.Event, lease: Lease) -> None:
+               rendezvous_root: bytes, stop: threading.Event, lease: Lease) -> None:
     producer = TransactionalProducer(settings, transactional_id=settings.topics.owned("coordinator"))
     service = None
     try:
         epoch = lease.take(producer)
         log.info("leading at epoch %d", epoch)
         service = CoordinatorService(settings, config, sign=sign, producer=producer, epoch=epoch,
-                                     trust=trust, rendezvous=rendezvous)
+                                     trust=trust, rendezvous_root=rendezvous_root)
         service.start()
         # Leading from here, where it acts on the rebuilt state and its gauges say it: the rules read
         # the leader's trainmedic_isolations_left, which holds no count before (docs/metrics.md).

@@ -40,7 +40,7 @@ from trainmedic.recovery.executor.job_cgroup import JobCgroups
 from trainmedic.recovery.executor.job_trees import JobTrees
 from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.rank_users import JobUids, OneUser
-from trainmedic.recovery.executor.report_server import ReportServer, socket_path
+from trainmedic.recovery.executor.report_server import ReportServer, socket_folder
 from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
 from trainmedic.recovery.keyring import KeyFolder
 from trainmedic.recovery.worker import reform
@@ -71,7 +71,8 @@ class Executor:
         self.config = config
         self.kafka = kafka
         self.clock = clock
-        self.supervisor = Supervisor(config.state_dir / "ranks.json")
+        self.supervisor = Supervisor(config.state_dir / "ranks.json",
+                                     on_end=lambda job: self._reports.unlisten(job))
         self.groups: dict[str, LocalGroup] = {}
         self.producer = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
         self._ledger: Ledger | None = None
@@ -88,7 +89,7 @@ class Executor:
         self._report_outbox = Outbox(
             EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}-reports")),
             what="rank reports")
-        self._reports = ReportServer(socket_path(config.state_dir), node=config.node,
+        self._reports = ReportServer(socket_folder(config.state_dir), node=config.node,
                                      resolve=self._launched.get, publish=self._publish_report, clock=clock,
                                      on_tick=self._report_outbox.poll)
         DEAD_LETTERS.labels("executor")  # at 0 from the start: a first invalid command is an increase
@@ -98,7 +99,7 @@ class Executor:
         partition = partition_of(self.config.node, partition_count(self.kafka, topic))
         set_dumpable(False)  # no process of its user (a rank without run_as) may ptrace it or read it
         self._ledger = ledger = Ledger.open(self.config.ledger_path(self.kafka.topics.prefix))
-        self._reports.start()  # first: where it listens is in every rank's environment, the server's too
+        self._reports.start()  # first: adopted ranks report to it at once
         config = self.config
         cgroups = JobCgroups.here(config.node, config.state_dir, config.job_pids_max, config.job_memory_max)
         users = (OneUser(config.rank_user) if config.job_uids is None
@@ -179,6 +180,7 @@ class Executor:
         self.supervisor.trees.sweep(keep={rank.job for rank in found.adopt})
         for rank in found.adopt:  # they keep reporting; their place among local ranks is not recorded
             self._launched[rank.pid] = LaunchedRank(rank.job, rank.generation, rank.rank, rank.world_size)
+            self._channel(rank.job)
         for rank, _ in found.kill:  # ranks the ledger says must not run: this executor's own stop
             self._publish_exit(RankExit(rank.job, rank.generation, rank.rank, rank.world_size, rank.pid,
                                         None, signal.SIGKILL), stopped=True)
@@ -411,18 +413,20 @@ class Executor:
         )
 
     def _rank_env(self, command: Command, local_rank: int) -> dict[str, str]:
-        return rank_env(os.environ, self.config.admission.rank_env, self._channel(),
+        return rank_env(os.environ, self.config.admission.rank_env, self._channel(command.job),
                         self._contract(command, local_rank).to_env(), job=command.worker.env)
 
     def _server_env(self) -> dict[str, str]:
         """The job launchers' environment: what every rank gets, so that no credential is in the
         memory a forked rank inherits (its /proc/PID/environ is the launcher's)."""
         preload = {PRELOAD_ENV: os.environ[PRELOAD_ENV]} if os.environ.get(PRELOAD_ENV) else {}
-        return {**base_env(os.environ, self.config.admission.rank_env), **self._channel(), **preload}
+        return {**base_env(os.environ, self.config.admission.rank_env), **preload}
 
-    def _channel(self) -> dict[str, str]:
-        """Where a rank's in-band hook reports: this executor's socket (no broker, no credentials)."""
-        return {SOCKET_ENV: str(self._reports.path)}
+    def _channel(self, job: str) -> dict[str, str]:
+        """Where the in-band hook of a rank of `job` reports: the job's socket of this executor, in a
+        folder only the job's group may enter (no broker, no credentials)."""
+        user = self.supervisor.trees.users.of(job)
+        return {SOCKET_ENV: str(self._reports.listen(job, None if user is None else user.gid))}
 
     def _publish_report(self, report: Report) -> None:
         """A rank's report, checked and stamped (report_server.py's thread): on telemetry.worker, or

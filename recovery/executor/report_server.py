@@ -1,5 +1,6 @@
-"""The executor's end of its ranks' local channel: a Unix socket that takes their reports, from ranks
-the kernel says it launched, bounded everywhere (docs/security.md, "The job cannot steer the healer").
+"""The executor's end of its ranks' local channel: a Unix socket per job that takes their reports, from
+ranks the kernel says it launched, bounded everywhere (docs/security.md, "The job cannot steer the
+healer"). Each job's socket is in a folder only the job's group (and the executor) may enter.
 """
 
 from __future__ import annotations
@@ -51,21 +52,39 @@ def connection_cap() -> int:
     return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(16, min(MAX_CONNECTIONS, soft // 4))
 
 
-def socket_path(state_dir: Path, tmp: str | None = None) -> Path:
-    """Where the executor of `state_dir` listens: short (a socket path has at most 107 bytes), stable
-    across its restarts (ranks it adopts keep reporting), in a folder only this user writes."""
+def socket_folder(state_dir: Path, tmp: str | None = None) -> Path:
+    """Where the executor of `state_dir` keeps its jobs' sockets: short (a socket path has at most 107
+    bytes), stable across its restarts (ranks it adopts keep reporting), only this user's to write."""
     digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
-    return Path(tmp or tempfile.gettempdir()) / f"trainmedic-{os.getuid()}" / f"{digest}.sock"
+    return Path(tmp or tempfile.gettempdir()) / f"trainmedic-{os.getuid()}" / digest
+
+
+def job_socket(folder: Path, job: str) -> Path:
+    """The socket of `job`'s ranks in `folder`: JOB_DIGEST/reports.sock."""
+    return folder / hashlib.sha256(job.encode()).hexdigest()[:16] / "reports.sock"
 
 
 def owned_folder(path: Path) -> None:
-    """Make `path` (the socket's folder) a folder of this user's that others may enter but not
+    """Make `path` (the sockets' folder) a folder of this user's that others may enter but not
     change (0711); refuse one that another user owns or may write."""
     path.mkdir(mode=0o711, exist_ok=True)
     info = path.lstat()
     if not path.is_dir() or path.is_symlink() or info.st_uid != os.getuid():
         raise PermissionError(f"{path} is not a folder of this user's: refusing to listen for ranks there")
     os.chmod(path, 0o711)
+
+
+def _remove_sockets(folder: Path) -> None:
+    """`folder` and what is in it (sockets, and job folders of sockets), if it is there: never
+    anything but the executor's own (it alone writes there)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            _remove_sockets(entry)
+        else:
+            entry.unlink(missing_ok=True)
+    folder.rmdir()
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int]:
@@ -111,12 +130,13 @@ class _Connection:
 
 
 class ReportServer:
-    """Serves the socket at `path` until `close()`; `publish` gets each report let through."""
+    """Serves a socket per job (`listen`) in `folder` until `close()`; `publish` gets each report let
+    through."""
 
-    def __init__(self, path: Path, *, node: str, resolve: Resolve, publish: Publish,
+    def __init__(self, folder: Path, *, node: str, resolve: Resolve, publish: Publish,
                  limits: ReportLimits | None = None, clock: Callable[[], float] = time.time,
                  on_tick: Callable[[], None] = lambda: None) -> None:
-        self.path = path
+        self.folder = folder
         self._node = node
         self._resolve = resolve
         self._publish = publish
@@ -130,35 +150,77 @@ class ReportServer:
         self._refusals: dict[str, int] = {}  # of processes not known as ranks, for the log's pace
         self._cap = MAX_CONNECTIONS
         self._listen_again_at: float | None = None
+        self._paused: list[socket.socket] = []  # listeners out of file descriptors stopped for a while
+        self._listeners: dict[str, socket.socket] = {}  # by job
+        self._lock = threading.Lock()  # `listen` and `unlisten` come from the executor's thread
         self._next_tick = 0.0
         self._fallback: Path | None = None  # the folder of a fresh name it made, removed at close
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._listener: socket.socket | None = None
 
     def start(self) -> None:
-        """Listen at `path`; where its folder is taken (another user made it first), at a folder of
-        a fresh name instead, loudly: adopted ranks then lose their channel, nothing else."""
+        """Serve (no job's socket yet) in `folder`; where its parent is taken (another user made it
+        first), in a folder of a fresh name instead, loudly: adopted ranks then lose their channel,
+        nothing else. What a previous executor of this state left there is removed."""
         try:
-            owned_folder(self.path.parent)
+            owned_folder(self.folder.parent)
         except PermissionError as err:
-            folder = Path(tempfile.mkdtemp(prefix=f"trainmedic-{os.getuid()}-"))
-            os.chmod(folder, 0o711)
-            log.error("%s; ranks report to %s instead (ranks adopted from a previous executor cannot "
-                      "report until restarted)", err, folder)
-            self.path, self._fallback = folder / self.path.name, folder
-        self.path.unlink(missing_ok=True)  # a socket a previous executor of this state left
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.path))
-        os.chmod(self.path, 0o666)  # any local process may connect; only a rank's reports count
-        listener.listen(128)
-        listener.setblocking(False)
-        self._selector.register(listener, selectors.EVENT_READ)
-        self._listener = listener
+            parent = Path(tempfile.mkdtemp(prefix=f"trainmedic-{os.getuid()}-"))
+            os.chmod(parent, 0o711)
+            log.error("%s; ranks report in %s instead (ranks adopted from a previous executor cannot "
+                      "report until restarted)", err, parent)
+            self.folder, self._fallback = parent / self.folder.name, parent
+        _remove_sockets(self.folder)
+        owned_folder(self.folder)
         self._cap = connection_cap()
         self._thread = threading.Thread(target=self._serve, name="trainmedic-rank-reports", daemon=True)
         self._thread.start()
-        log.info("ranks report to %s", self.path)
+        log.info("ranks report to a socket per job in %s", self.folder)
+
+    def listen(self, job: str, gid: int | None = None) -> Path:
+        """The socket `job`'s ranks report to (made at the first call): in a folder that the executor
+        and group `gid` (the job's ranks' only group) may enter, 0710; 0700 when None, for ranks of the
+        executor's own user. Any thread."""
+        with self._lock:
+            listener = self._listeners.get(job)
+            if listener is not None:
+                return Path(listener.getsockname())
+            path = job_socket(self.folder, job)
+            _remove_sockets(path.parent)  # a previous executor's
+            path.parent.mkdir(mode=0o700)
+            if gid is not None:
+                os.chown(path.parent, os.geteuid(), gid)
+                os.chmod(path.parent, 0o710)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                listener.bind(str(path))
+                os.chmod(path, 0o666)  # the folder says who may connect
+                listener.listen(128)
+                listener.setblocking(False)
+                self._selector.register(listener, selectors.EVENT_READ, job)
+            except OSError:
+                listener.close()
+                raise
+            self._listeners[job] = listener
+            return path
+
+    def unlisten(self, job: str) -> None:
+        """`job` has no rank here any more: its socket and folder go (connections already made are
+        read on until their ranks' ENDED_GRACE_S). Any thread."""
+        with self._lock:
+            listener = self._listeners.pop(job, None)
+            if listener is None:
+                return
+            path = Path(listener.getsockname())
+            self._close_listener(listener)
+            _remove_sockets(path.parent)
+
+    def _close_listener(self, listener: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(listener)
+        if listener in self._paused:
+            self._paused.remove(listener)
+        listener.close()
 
     def forget(self, pid: int) -> None:
         """The rank of `pid` ended (any thread): its connections are read for ENDED_GRACE_S more,
@@ -171,30 +233,34 @@ class ReportServer:
             self._thread.join(5.0)
         for connection in list(self._connections.values()):
             self._drop(connection)
-        if self._listener is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(self._listener)
-            self._listener.close()
-            self.path.unlink(missing_ok=True)
-            if self._fallback is not None:
-                self._fallback.rmdir()
+        for job in list(self._listeners):
+            self.unlisten(job)
+        _remove_sockets(self.folder)
+        if self._fallback is not None:
+            self._fallback.rmdir()
         self._selector.close()
 
     def _serve(self) -> None:
         while not self._stop.is_set():
             for key, _ in self._selector.select(timeout=0.2):
-                try:
-                    if key.fileobj is self._listener:
-                        self._accept()
-                    elif key.fd in self._connections:
-                        self._read(self._connections[key.fd])
-                except Exception:  # a bug must not end every rank's reports
-                    log.exception("rank reports: unexpected error; the connection is dropped")
-                    connection = self._connections.get(key.fd)
-                    if connection is not None:
-                        self._drop(connection)
-            self._tick()
+                with self._lock:
+                    self._handle(key)
+            with self._lock:
+                self._tick()
             self._on_tick()
+
+    def _handle(self, key: selectors.SelectorKey) -> None:
+        try:
+            if key.data is not None:  # a job's listener (closed since the select: skipped)
+                if key.fileobj.fileno() >= 0:
+                    self._accept(key.fileobj)
+            elif key.fd in self._connections:
+                self._read(self._connections[key.fd])
+        except Exception:  # a bug must not end every rank's reports
+            log.exception("rank reports: unexpected error; the connection is dropped")
+            connection = self._connections.get(key.fd)
+            if connection is not None:
+                self._drop(connection)
 
     def _tick(self) -> None:
         now = self._clock()
@@ -203,7 +269,10 @@ class ReportServer:
         self._next_tick = now + 0.2
         if self._listen_again_at is not None and now >= self._listen_again_at:
             self._listen_again_at = None
-            self._selector.register(self._listener, selectors.EVENT_READ)
+            for listener in self._paused:
+                job = next(job for job, open_one in self._listeners.items() if open_one is listener)
+                self._selector.register(listener, selectors.EVENT_READ, job)
+            self._paused.clear()
         for pid, ended in list(self._ended.items()):
             if now - ended >= ENDED_GRACE_S:
                 for connection in [c for c in self._connections.values() if c.rank_pid == pid]:
@@ -219,13 +288,14 @@ class ReportServer:
             elif connection.closed and connection.rank_pid is not None:  # its lines went on: done
                 self._drop(connection)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         try:
-            sock, _ = self._listener.accept()
+            sock, _ = listener.accept()
         except BlockingIOError:
             return
         except OSError as err:  # out of file descriptors: the listener stays readable, so pause it
-            self._selector.unregister(self._listener)
+            self._selector.unregister(listener)
+            self._paused.append(listener)
             self._listen_again_at = self._clock() + ACCEPT_PAUSE_S
             self._refuse("connections", f"cannot accept: {err}", 0)
             return

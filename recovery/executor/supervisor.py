@@ -9,7 +9,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,12 +59,15 @@ class RankProcess:
 class Supervisor:
     """Owns the rank processes of every job on this node, each job's run as its user (`trees.users`)
     and forked by its launcher in its own tree (`trees`; by default launchers as the executor's user
-    that exec every command, no cgroups); records them in `registry` when given."""
+    that exec every command, no cgroups); records them in `registry` when given, and tells `on_end`
+    of each job whose last rank here ended."""
 
-    def __init__(self, registry: Path | None = None, trees: JobTrees | None = None) -> None:
+    def __init__(self, registry: Path | None = None, trees: JobTrees | None = None,
+                 on_end: Callable[[str], None] = lambda job: None) -> None:
         self._ranks: dict[str, list[RankProcess]] = {}
         self._registry = registry
         self._trees = trees
+        self._on_end = on_end
 
     @property
     def trees(self) -> JobTrees:
@@ -220,6 +223,7 @@ class Supervisor:
         """No rank of `job` is left here: its tree ends (job_trees.py), and what it held is reaped."""
         self.trees.end(job)
         self.trees.reap_orphans(self._known(), force=True)
+        self._on_end(job)
 
     def _known(self) -> set[int]:
         return {proc.pid for procs in self._ranks.values() for proc in procs}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
+from trainmedic.recovery.coordinator.core.rendezvous import rendezvous
 from trainmedic.recovery.coordinator.core.state import ClusterState, Step
 from trainmedic.schemas.commands import Command, CommandAction, RestoreSource, WorkerSpec
 from trainmedic.schemas.jobs import JobSpec
@@ -95,11 +96,12 @@ def commands_for(state: ClusterState, plan: RecoveryPlanned, now: float,
     # Every node's worker is the job's, but for its ranks and restore source: validated once, then
     # copied with those two, which are valid by construction (2,048 validations were most of a
     # 2,048-node restart).
+    key, port = rendezvous(state.rendezvous_root, plan.job, job.submission, plan.generation, spec.master_port)
     job_worker = WorkerSpec(
         ranks=(), world_size=len(plan.nodes) * rpn, master_addr=state.node(plan.nodes[0]).address,
-        master_port=spec.master_port, command=spec.argv, checkpoint_dir=spec.checkpoint_dir,
+        master_port=port, command=spec.argv, checkpoint_dir=spec.checkpoint_dir,
         resume=spec.resume, submission=job.submission or None, env=dict(spec.env), workdir=spec.workdir,
-        failure=spec.failure,
+        failure=spec.failure, rendezvous_key=key,
     ) if plan.nodes else None
     commands = []
     for cid, step in plan_steps(plan).items():

@@ -229,10 +229,14 @@ class ClusterState:
     isolated: set[str] = field(default_factory=set)  # nodes out of service (`lifecycle.isolated`)
     capacity_ts: float | None = None  # the latest node event that may change the plan (drain, return)
     capacity_decided_ts: float | None = None  # the latest re-plan for it (`capacity.py`)
+    # The root of every generation's rendezvous secret (rendezvous.py): the coordinator passes its own,
+    # from its signing key; empty only in a state that sends no command (a CLI's view, a simulation).
+    # Not of the log: neither compared nor shown.
+    rendezvous_root: bytes = field(default=b"", compare=False, repr=False)
 
     @classmethod
-    def initial(cls, config: CoordinatorConfig) -> ClusterState:
-        state = cls(config)
+    def initial(cls, config: CoordinatorConfig, rendezvous_root: bytes = b"") -> ClusterState:
+        state = cls(config, rendezvous_root=rendezvous_root)
         state.members.update(node.id for node in config.nodes)
         for node in config.nodes:
             state.nodes[node.id] = Node(node.id, node.address or config.default_address or node.id,

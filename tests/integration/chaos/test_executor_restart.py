@@ -30,12 +30,11 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from tests.helpers.ports import free_port
 from tests.helpers.waiting import wait_until
-from tests.integration.executor.conftest import KEY, Events, processes_with
+from tests.integration.executor.conftest import KEY, Events, job_processes, processes_with
 from tests.integration.executor.test_training import steps_in
 from trainmedic.bus.producer import EventProducer
 from trainmedic.recovery import keyring
 from trainmedic.recovery.executor import leftovers
-from trainmedic.recovery.executor.report_server import socket_path
 from trainmedic.recovery.signing import TrustedKeys
 from trainmedic.schemas import Command, CommandAction, RestoreSource, WorkerSpec, encode
 
@@ -92,7 +91,7 @@ class Node:
 @pytest.fixture
 def node_root(kafka, tmp_path) -> Iterator[Path]:
     yield tmp_path
-    ranks = processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(tmp_path / 'state')}")  # + launcher
+    ranks = job_processes(tmp_path / "state")  # and the launchers
     for pid in processes_with(f"TRAINMEDIC_TOPIC_PREFIX={kafka.topic_prefix}") + ranks:  # executors
         try:
             os.kill(pid, signal.SIGKILL)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import signal
 import threading
@@ -20,13 +22,14 @@ from trainmedic.bus.settings import KafkaSettings
 from trainmedic.recovery.executor.command_loop import Executor
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
-from trainmedic.recovery.executor.report_server import socket_path
+from trainmedic.recovery.executor.job_cgroup import hierarchies
 from trainmedic.recovery.signing import SigningKey, TrustedKeys, generate
 from trainmedic.schemas import Command
 
 KEY = generate()  # the coordinator's key; executors trust its public half only
 TRUSTED = TrustedKeys.of(KEY.private.public_key())
 NODE_KEYS: dict[str, SigningKey] = {}  # each node's own key, which signs its acks
+LAUNCHER = b"trainmedic.recovery.executor.forkserver"  # the zygote's and launchers' command line
 
 
 def node_key(node: str) -> SigningKey:
@@ -155,9 +158,37 @@ def processes_with(assignment: str) -> list[int]:
     return found
 
 
+def job_processes(state_dir: Path) -> list[int]:
+    """Pids of the live processes in the job cgroups of the executor of `state_dir` (its ranks, what
+    they started, its jobs' launchers): trainmedic-NODE-DIGEST/job-*/ in the cgroup v2 tree."""
+    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
+    v2 = next(h for h in hierarchies(Path("/proc/self/mountinfo").read_text(),
+                                     Path("/proc/self/cgroup").read_text()) if h.controller is None)
+    found = []
+    for procs in v2.base("").glob(f"trainmedic-*-{digest}/job-*/cgroup.procs"):
+        with contextlib.suppress(OSError):
+            found += [int(pid) for pid in procs.read_text().split() if _alive(int(pid))]
+    return found
+
+
 def ranks_of(state_dir: Path) -> list[int]:
-    """Pids of the live ranks the executor of `state_dir` launched: they name its socket."""
-    return processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(state_dir)}")
+    """Pids of the live ranks the executor of `state_dir` launched (and what they started), not its
+    jobs' launchers."""
+    return [pid for pid in job_processes(state_dir) if LAUNCHER not in _cmdline(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 @pytest.fixture(autouse=True)

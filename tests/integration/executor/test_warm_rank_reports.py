@@ -18,7 +18,7 @@ import pytest
 
 from trainmedic.recovery.executor.core.reports import LaunchedRank
 from trainmedic.recovery.executor.job_trees import JobTrees
-from trainmedic.recovery.executor.report_server import ReportServer, socket_path
+from trainmedic.recovery.executor.report_server import ReportServer, socket_folder
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 
@@ -43,7 +43,7 @@ def exit_of(sup: Supervisor, timeout_s: float = 30.0):
 def reports(tmp_path: Path) -> Iterator[tuple[ReportServer, dict[int, LaunchedRank], list]]:
     launched: dict[int, LaunchedRank] = {}
     published: list = []
-    server = ReportServer(socket_path(tmp_path), node="n1", resolve=launched.get, publish=published.append)
+    server = ReportServer(socket_folder(tmp_path), node="n1", resolve=launched.get, publish=published.append)
     server.start()
     yield server, launched, published
     server.close()
@@ -59,7 +59,7 @@ def test_a_warm_rank_reports_its_last_events_however_it_ends(
     server, launched, published = reports
     job = f"warm-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PROBE_END": end, "TRAINMEDIC_JOB": job, "TRAINMEDIC_NODE": "n1",
-           "RANK": "0", "WORLD_SIZE": "1", "TRAINMEDIC_REPORT_SOCKET": str(server.path)}
+           "RANK": "0", "WORLD_SIZE": "1", "TRAINMEDIC_REPORT_SOCKET": str(server.listen(job))}
     spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32,
                       ranks=(0,), world_size=1, master_addr="h", master_port=1,
                       command=(sys.executable, "-m", "tests.integration.executor.reporting_rank"))

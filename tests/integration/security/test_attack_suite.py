@@ -27,7 +27,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.helpers.waiting import wait_until
-from tests.integration.executor.conftest import RunningExecutor, processes_with
+from tests.integration.executor.conftest import RunningExecutor, ranks_of
 from tests.integration.test_coordinator import Keys, leading
 from trainmedic.bus import clients
 from trainmedic.bus.admin import create_topics, delete_topics, grant_roles, list_topics, revoke_roles
@@ -40,7 +40,7 @@ from trainmedic.recovery.coordinator.core.commands import escalation_id
 from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
-from trainmedic.recovery.executor.report_server import socket_path
+from trainmedic.recovery.executor.report_server import job_socket, socket_folder
 from trainmedic.recovery.signing import generate
 from trainmedic.schemas import (
     Command,
@@ -60,7 +60,6 @@ from trainmedic.schemas import (
 pytestmark = pytest.mark.kafka
 
 NODES = ("n1", "n2", "n3")
-LAUNCHER = b"trainmedic.recovery.executor.forkserver"  # the zygote's and launchers' command line
 CONFIG = CoordinatorConfig(tick_s=0.2, ack_timeout_s=5.0, max_retries=1, default_address="127.0.0.1",
                            nodes=tuple(NodeConfig(id=n, switch="leaf-1") for n in NODES))
 # The legitimate job's ranks may run `sleep`; nothing else is admitted.
@@ -143,17 +142,8 @@ def stack(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def _ranks(root: Path, node: str) -> list[int]:
-    """The ranks the executor of ROOT/NODE launched: they report to its socket (its zygote and its
-    jobs' launchers have the ranks' environment, and are not ranks)."""
-    return sorted(pid for pid in processes_with(f"TRAINMEDIC_REPORT_SOCKET={socket_path(root / node)}")
-                  if LAUNCHER not in _cmdline(pid))
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+    """The ranks the executor of ROOT/NODE launched (in its jobs' cgroups, not their launchers)."""
+    return sorted(ranks_of(root / node))
 
 
 def unverified(kind: str, reason: str) -> tuple[str, dict[str, str]]:
@@ -255,14 +245,15 @@ def _ack(s: Stack, node: str, status: str) -> CommandAcked:
 # -- the catalogue -----------------------------------------------------------------------------
 
 def a_process_that_is_no_rank_reports_for_the_job(s: Stack) -> None:
-    """Ranks hold no Kafka credentials: they report over their executor's socket, which any local
-    process can reach. One that is no rank the executor launched (nor a child of one) is heard
-    and never published: a crash of the job's rank 0, forged, restarts nothing."""
+    """Ranks hold no Kafka credentials: they report over their job's socket of their executor, which
+    root (and the job's group) can reach. A process that is no rank the executor launched (nor a
+    child of one) is heard and never published: a crash of the job's rank 0, forged, restarts
+    nothing."""
     before = metric("trainmedic_executor_rank_reports_total", outcome="unknown_process")
     forged = WorkerFailed(ts=time.time(), node="n1", job="llm", rank=0, world_size=2, generation=0,
                           error="RuntimeError: forged")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(str(socket_path(s.root / "n1")))
+        sock.connect(str(job_socket(socket_folder(s.root / "n1"), "llm")))
         sock.sendall(encode(forged) + b"\n")
         wait_until(lambda: metric("trainmedic_executor_rank_reports_total", outcome="unknown_process")
                    > before, 20.0, "the stranger's report refused")

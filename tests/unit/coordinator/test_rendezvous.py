@@ -1,52 +1,52 @@
-"""Each generation's rendezvous secret and port: the same in every command of a generation and after a
-coordinator restarts, another for every generation and submission, derived from the signing key only."""
+"""Each generation's rendezvous secret and port: the same in every command of a generation and for a
+coordinator that restarts with the same key, another for every generation and submission, derived
+from the coordinator's signing key only, and never part of the state a log folds to."""
 
 from __future__ import annotations
 
-from trainmedic.recovery.coordinator.rendezvous import PORTS, Rendezvous
+from tests.unit.coordinator.world import CONFIG, incident, submitted
+from trainmedic.recovery.coordinator.core import ClusterState, react
+from trainmedic.recovery.coordinator.core.rendezvous import PORTS, rendezvous
+from trainmedic.recovery.coordinator.rendezvous import rendezvous_root
 from trainmedic.recovery.signing import generate
-from trainmedic.schemas import Command, CommandAction, WorkerSpec
 
 KEY = generate()
 
 
-def command(*, node="n1", generation=3, submission="s1", base=29500, action=CommandAction.START) -> Command:
-    worker = WorkerSpec(submission=submission, ranks=(0,), world_size=2, master_addr="10.0.0.1",
-                        master_port=base, command=("train",))
-    return Command(ts=1.0, node=node, id=f"c-{node}-{generation}", job="j", generation=generation,
-                   action=action, worker=worker)
+def launched(root: bytes) -> dict[int, set[tuple[str | None, int]]]:
+    """generation -> the (key, port) pairs its commands carry, for one job started and re-planned."""
+    state = ClusterState.initial(CONFIG, root)
+    log = react(state, submitted(), 0.0) + react(state, incident("i-1", "SEV1", node="n2",
+                                                                   category="gpu_lost"), 50.0)
+    found: dict[int, set] = {}
+    for command in (e for e in log if e.type == "command" and e.worker is not None):
+        found.setdefault(command.generation, set()).add((command.worker.rendezvous_key,
+                                                         command.worker.master_port))
+    return found
 
 
-def sealed(**kw) -> tuple[str, int]:
-    worker = Rendezvous.of(KEY).seal(command(**kw)).worker
-    return worker.rendezvous_key, worker.master_port
+def test_every_command_of_a_generation_carries_one_key_and_port_and_each_generation_its_own():
+    root = rendezvous_root(KEY)
+    found = launched(root)
+    assert sorted(found) == [0, 1] and all(len(pairs) == 1 for pairs in found.values())
+    (key0, port0), (key1, _) = found[0].copy().pop(), found[1].copy().pop()
+    assert len(key0) == 64 and key0 != key1 and 29500 <= port0 < 29500 + PORTS
+    assert launched(rendezvous_root(KEY)) == found  # a coordinator that restarts with the key
 
 
-def test_every_node_of_a_generation_gets_the_same_key_and_port_and_a_restart_derives_them_again():
-    assert sealed(node="n1") == sealed(node="n2") == sealed(node="n1", action=CommandAction.RESTART)
-    key, port = sealed()
-    assert len(key) == 64 and 29500 <= port < 29500 + PORTS
+def test_only_the_signing_key_derives_them():
+    assert launched(rendezvous_root(generate())) != launched(rendezvous_root(KEY))
+    assert rendezvous_root(None) != rendezvous_root(None)  # insecure: a key of its own process
 
 
-def test_generations_submissions_and_coordinator_keys_each_get_their_own():
-    keys = {sealed(generation=g)[0] for g in range(50)} | {sealed(submission="s2")[0]}
-    assert len(keys) == 51
-    assert len({sealed(generation=g)[1] for g in range(50)}) > 40  # ports spread over the range
-    assert Rendezvous.of(generate()).seal(command()).worker.rendezvous_key != sealed()[0]
+def test_submissions_and_generations_spread_over_the_port_range():
+    root = rendezvous_root(KEY)
+    keys = {rendezvous(root, "j", s, g, 29500)[0] for s in ("s1", "s2") for g in range(50)}
+    assert len(keys) == 100
+    assert len({rendezvous(root, "j", "s1", g, 29500)[1] for g in range(50)}) > 40
+    assert 65500 <= rendezvous(root, "j", "s1", 1, 65500)[1] <= 65535  # near the top, still a port
 
 
-def test_a_resent_command_keeps_what_it_was_sealed_with():
-    rendezvous = Rendezvous.of(KEY)
-    once = rendezvous.seal(command())
-    assert rendezvous.seal(once) == once
-    stop = command(action=CommandAction.STOP).model_copy(update={"worker": None})
-    assert rendezvous.seal(stop) == stop
-
-
-def test_a_port_near_the_top_stays_a_port():
-    assert 65500 <= sealed(base=65500)[1] <= 65535
-
-
-def test_an_insecure_coordinator_still_seals_with_a_key_of_its_own():
-    assert Rendezvous.of(None).seal(command()).worker.rendezvous_key != Rendezvous.of(None).seal(
-        command()).worker.rendezvous_key
+def test_the_root_is_not_part_of_the_folded_state():
+    assert ClusterState.initial(CONFIG, b"a" * 32) == ClusterState.initial(CONFIG, b"b" * 32)
+    assert "rendezvous_root" not in repr(ClusterState.initial(CONFIG, b"a" * 32))

@@ -131,6 +131,7 @@ class RecordingExecutor(Executor):
         super().__init__(config, KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1"}))
         self.sent: list = []
         self._ledger = Ledger.open(config.ledger_path("t."))
+        self._reports.start()  # as `run` does: the jobs' sockets are in the ranks' environment
 
     def _send(self, topic: str, event, key: str) -> None:
         self.sent.append(event)
@@ -167,6 +168,7 @@ def test_a_refused_command_is_acked_refused_with_the_rule_counted_and_nothing_st
     finally:
         executor.supervisor.stop_all(0.2)
         executor._ledger.close()
+        executor._reports.close()
 
 
 def test_the_policy_is_set_by_flag_variable_or_yaml(tmp_path: Path) -> None:

@@ -35,9 +35,11 @@ def executor(tmp_path: Path) -> Iterator[Executor]:
                             admission=AdmissionPolicy(allowed_executables=("sleep",)))
     ex = Executor(config, kafka)
     ex._ledger = Ledger.open(config.ledger_path("t."))
+    ex._reports.start()  # as `run` does: the jobs' sockets are in the ranks' environment
     yield ex
     ex.supervisor.stop_all(0.2)
     ex._ledger.close()
+    ex._reports.close()
 
 
 def command(cid: str, action=CommandAction.START, argv=("sleep", "30"), generation=0, **changes) -> Command:

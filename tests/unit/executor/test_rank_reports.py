@@ -7,6 +7,7 @@ The core (`reports.check`) with plain values; the socket (`ReportServer` and the
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -27,8 +28,9 @@ from trainmedic.recovery.executor.report_server import (
     MAX_UNKNOWN,
     MAX_UNKNOWN_PER_USER,
     ReportServer,
+    job_socket,
     rank_of,
-    socket_path,
+    socket_folder,
 )
 from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
@@ -110,7 +112,7 @@ def test_a_process_is_known_by_itself_or_its_nearest_launched_ancestor() -> None
 def server(tmp_path: Path) -> Iterator[tuple[ReportServer, dict[int, LaunchedRank], list]]:
     launched: dict[int, LaunchedRank] = {}
     published: list = []
-    server = ReportServer(socket_path(tmp_path, tmp=str(tmp_path)), node="n1", resolve=launched.get,
+    server = ReportServer(socket_folder(tmp_path), node="n1", resolve=launched.get,
                           publish=published.append)
     server.start()
     yield server, launched, published
@@ -139,7 +141,7 @@ with hook.capture():
 def launch(server: ReportServer, job: str = "llm", generation: int = 3, rank: int = 1) -> subprocess.Popen:
     env = {"PATH": "/usr/bin:/bin", "TRAINMEDIC_JOB": job, "TRAINMEDIC_NODE": "n1", "RANK": str(rank),
            "WORLD_SIZE": "4", "TRAINMEDIC_GENERATION": str(generation), "LOCAL_RANK": "1",
-           "TRAINMEDIC_REPORT_SOCKET": str(server.path), "PYTHONPATH": str(Path(__file__).parents[3])}
+           "TRAINMEDIC_REPORT_SOCKET": str(server.listen(job)), "PYTHONPATH": str(Path(__file__).parents[3])}
     return subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, "boom"], env=env, stderr=subprocess.PIPE)
 
 
@@ -152,7 +154,9 @@ def test_a_launched_rank_reports_through_the_socket_as_itself(server) -> None:
     assert [type(e) for e in published] == [WorkerStarted] + [WorkerStepped] * 3 + [WorkerFailed]
     assert {(e.job, e.rank, e.generation, e.pid) for e in published} == {("llm", 1, 3, process.pid)}
     assert published[-1].error == "RuntimeError: boom"
-    assert oct(srv.path.parent.stat().st_mode & 0o777) == "0o711"
+    assert oct(srv.folder.parent.stat().st_mode & 0o777) == "0o711"
+    assert oct(srv.folder.stat().st_mode & 0o777) == "0o711"
+    assert oct(srv.listen("llm").parent.stat().st_mode & 0o777) == "0o700"  # ranks of the executor's user
 
 
 def test_a_process_the_executor_did_not_launch_is_heard_but_never_published(server) -> None:
@@ -167,7 +171,8 @@ def test_a_process_the_executor_did_not_launch_is_heard_but_never_published(serv
 
 
 def test_the_hook_drops_and_counts_while_no_executor_listens_and_reconnects(tmp_path: Path) -> None:
-    path = tmp_path / "r.sock"
+    folder = tmp_path / "sockets"
+    path = job_socket(folder, "llm")
     now = [0.0]
     channel = ReportChannel(str(path), retry_s=1.0, clock=lambda: now[0])
     hook = Hook(WorkerIdentity("llm", 1, 4, "n1", 3), channel)
@@ -175,8 +180,9 @@ def test_the_hook_drops_and_counts_while_no_executor_listens_and_reconnects(tmp_
     assert channel.send(event) is False and channel.dropped == 1
     launched = {os.getpid(): RANK}
     published: list = []
-    srv = ReportServer(path, node="n1", resolve=launched.get, publish=published.append)
+    srv = ReportServer(folder, node="n1", resolve=launched.get, publish=published.append)
     srv.start()
+    srv.listen("llm")
     try:
         assert channel.send(event) is False  # still inside retry_s: no reconnect storm
         now[0] = 1.5
@@ -194,7 +200,7 @@ def test_a_rank_cannot_hold_more_than_a_few_connections(server) -> None:
     socks = []
     for _ in range(MAX_PER_RANK + 4):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(srv.path))
+        sock.connect(str(srv.listen("llm")))
         sock.settimeout(0.3)
         socks.append(sock)
     closed = 0
@@ -224,7 +230,7 @@ def test_a_ranks_last_lines_are_read_after_it_ended_then_its_connections_close(s
     srv, launched, published = server
     launched[os.getpid()] = RANK
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(str(srv.path))
+    sock.connect(str(srv.listen("llm")))
     wait_for(lambda: srv._reports)  # identified
     srv.forget(os.getpid())  # the executor reaped it before the relay read its last words
     sock.sendall(line(type="worker_error", error="last words") + b"\n")
@@ -240,7 +246,7 @@ def test_strangers_cannot_fill_the_connection_table(server) -> None:
     socks = []
     for _ in range(MAX_UNKNOWN_PER_USER + 5):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(srv.path))
+        sock.connect(str(srv.listen("llm")))
         socks.append(sock)
     wait_for(lambda: len(srv._connections) == MAX_UNKNOWN_PER_USER, 3.0)  # past one user's budget: closed
     assert MAX_UNKNOWN_PER_USER < MAX_UNKNOWN  # and every user's together at most MAX_UNKNOWN
@@ -262,7 +268,7 @@ def test_a_stranger_that_holds_every_slot_and_reconnects_at_once_never_keeps_a_r
             held = [s for s in held if s.fileno() >= 0 and not _closed(s)]
             while len(held) < MAX_UNKNOWN_PER_USER + 2:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                sock.connect(str(srv.path))
+                sock.connect(str(srv.listen("llm")))
                 held.append(sock)
             time.sleep(0.01)
         for sock in held:
@@ -293,15 +299,15 @@ def _closed(sock: socket.socket) -> bool:
 
 def test_a_socket_folder_another_user_made_first_is_not_used_and_the_executor_still_listens(
         tmp_path: Path) -> None:
-    path = socket_path(tmp_path, tmp=str(tmp_path))
-    path.parent.mkdir(mode=0o777)
-    os.chown(path.parent, 65534, 65534)  # nobody's: it could put a socket of its own there
-    srv = ReportServer(path, node="n1", resolve={}.get, publish=lambda report: None)
+    folder = socket_folder(tmp_path, tmp=str(tmp_path))
+    folder.parent.mkdir(mode=0o777)
+    os.chown(folder.parent, 65534, 65534)  # nobody's: it could put a socket of its own there
+    srv = ReportServer(folder, node="n1", resolve={}.get, publish=lambda report: None)
     srv.start()
     try:
-        assert srv.path.parent != path.parent and srv.path.parent.stat().st_uid == os.getuid()
+        assert srv.folder.parent != folder.parent and srv.folder.parent.stat().st_uid == os.getuid()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.connect(str(srv.path))
+            sock.connect(str(srv.listen("llm")))
     finally:
         srv.close()
 
@@ -336,7 +342,7 @@ def test_a_rank_kept_into_a_new_generation_is_heard_about_it_on_the_same_connect
     go = tmp_path / "kept"
     env = {"PATH": "/usr/bin:/bin", "TRAINMEDIC_JOB": "llm", "TRAINMEDIC_NODE": "n1", "RANK": "1",
            "WORLD_SIZE": "4", "TRAINMEDIC_GENERATION": "3", "LOCAL_RANK": "1",
-           "TRAINMEDIC_REPORT_SOCKET": str(srv.path), "PYTHONPATH": str(Path(__file__).parents[3])}
+           "TRAINMEDIC_REPORT_SOCKET": str(srv.listen("llm")), "PYTHONPATH": str(Path(__file__).parents[3])}
     process = subprocess.Popen([sys.executable, "-c", KEPT_SCRIPT, str(go)], env=env)
     launched[process.pid] = RANK
     wait_for(lambda: [e.type for e in published] == ["worker_step", "worker_waiting"])
@@ -359,3 +365,37 @@ def test_a_rank_that_ended_before_it_was_registered_is_still_heard(server) -> No
     launched[process.pid] = RANK
     wait_for(lambda: len(published) == 5)
     assert [type(e) for e in published] == [WorkerStarted] + [WorkerStepped] * 3 + [WorkerFailed]
+
+
+def connect_as(uid: int, gid: int, path: Path) -> int:
+    """0 when a process of `uid` and only group `gid` can connect to `path`, else its errno."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(str(path))
+        except OSError as err:
+            code = err.errno or 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def test_only_the_jobs_group_may_reach_its_socket_and_it_goes_with_the_job(server) -> None:
+    """Issue 42, item 3: a socket per job, in a folder of the executor's that only the job's group
+    may enter (0710), so that another user cannot even connect."""
+    assert os.geteuid() == 0, "a folder of another group is root's to make"
+    srv, _, _ = server
+    job_gid = 2147400000
+    path = srv.listen("llm", gid=job_gid)
+    assert srv.listen("llm", gid=job_gid) == path  # one per job
+    folder = path.parent.stat()
+    assert (folder.st_uid, folder.st_gid, oct(folder.st_mode & 0o777)) == (0, job_gid, "0o710")
+    assert connect_as(job_gid, job_gid, path) == 0
+    assert connect_as(65534, 65534, path) == errno.EACCES  # another user: not even a connection
+    assert job_socket(srv.folder, "other") != path
+    srv.unlisten("llm")
+    assert not path.parent.exists()

@@ -32,6 +32,7 @@ class RecordingExecutor(Executor):
         super().__init__(config, KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1"}))
         self.sent: list = []
         self._ledger = Ledger.open(config.ledger_path("t."))
+        self._reports.start()  # as `run` does: the jobs' sockets are in the ranks' environment
 
     def _send(self, topic: str, event, key: str) -> None:
         self.sent.append(event)
@@ -69,6 +70,7 @@ def test_a_launched_generation_is_finished_once_and_an_adopted_one_never(tmp_pat
     (work / "GO").unlink()
     first._handle(start(work, 1))
     first._ledger.close()  # the executor dies here; its ranks run on
+    first._reports.close()
     second = RecordingExecutor(tmp_path / "state")
     second._take_over(second._ledger)
     assert second.supervisor.alive("j") == 2  # adopted
@@ -77,3 +79,4 @@ def test_a_launched_generation_is_finished_once_and_an_adopted_one_never(tmp_pat
     assert all(e.status_unknown for e in second.of(WorkerExited))
     assert second.of(RanksFinished) == []
     second._ledger.close()
+    second._reports.close()
