@@ -72,7 +72,8 @@ class Executor:
         self.kafka = kafka
         self.clock = clock
         self.supervisor = Supervisor(config.state_dir / "ranks.json",
-                                     on_end=lambda job: self._reports.unlisten(job))
+                                     on_end=lambda job: self._reports.unlisten(job),
+                                     allowed_dirs=config.admission.allowed_dirs)
         self.groups: dict[str, LocalGroup] = {}
         self.producer = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
         self._ledger: Ledger | None = None

@@ -90,11 +90,15 @@ def _fork_launcher(request: dict, channel_fd: int) -> dict:
             os.close(ready_read)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # it waits for its own forks
             if "uid" in request:
-                os.setgroups([])
-                os.setgid(int(request["gid"]))
-                os.setuid(int(request["uid"]))
+                try:
+                    os.setgroups([])
+                    os.setgid(int(request["gid"]))
+                    os.setuid(int(request["uid"]))
+                except OSError as err:
+                    os.write(ready_write, str(err.errno).encode())
+                    raise
                 set_dumpable(False)  # as it was: no process of the job's user may ptrace it
-            os.write(ready_write, b"1")
+            os.write(ready_write, b"ok")
             os.close(ready_write)
             os.close(_ZYGOTE_CHANNEL)  # the executor's channel to the zygote is not the job's
             _CHANNEL = channel_fd
@@ -103,8 +107,11 @@ def _fork_launcher(request: dict, channel_fd: int) -> dict:
             os._exit(0)
     os.close(ready_write)
     with os.fdopen(ready_read, "rb") as ready:
-        if ready.read(1) != b"1":
-            raise OSError(f"the launcher could not become uid {request.get('uid')}")
+        said = ready.read(16)
+    if said != b"ok":
+        code = int(said) if said.isdigit() else 0
+        raise OSError(code, f"the launcher could not become uid {request.get('uid')} "
+                            f"({os.strerror(code) if code else 'it ended first'})")
     return {"pid": pid}
 
 

@@ -103,22 +103,39 @@ def prepare(job_dir: Path, user: RankUser | None) -> Path:
     return job_dir / LOGS
 
 
-def prepare_checkpoints(where: Path, user: RankUser) -> None:
-    """Make one submission's checkpoint directory (`where`: CHECKPOINT_DIR/JOB/SUBMISSION) `user`'s,
-    0700, and its job's the executor's, 0755 (`resume: latest` lists it): ranks of a uid of their
-    own cannot make them in a folder an admin made. Where the executor cannot (a file system that
-    squashes root), it says so and the ranks make them themselves, as without a user."""
+def prepare_checkpoints(where: str, roots: tuple[str, ...], user: RankUser) -> None:
+    """Make one submission's checkpoint directory (`where`: CHECKPOINT_DIR/JOB/SUBMISSION, absolute)
+    `user`'s, 0700: ranks of a uid of their own cannot make it in a folder an admin made. Only
+    below one of `roots` (the admission policy's `allowed_dirs`; none: nothing is made, the ranks
+    make it themselves), walking down from that root without following a link, and only what is
+    missing: a directory that is there is never given away nor changed (the job names the path).
+    The directories above the submission's are made the executor's, 0755 (`resume: latest` lists
+    the job's). Where it cannot (a file system that squashes root), it says so."""
+    target = os.path.normpath(where)
+    root = next((os.path.normpath(r) for r in roots
+                 if target.startswith(os.path.normpath(r).rstrip(os.sep) + os.sep)), None)
+    if root is None:
+        return
+    parts = os.path.relpath(target, root).split(os.sep)
     try:
-        where.parent.parent.mkdir(parents=True, exist_ok=True)
-        parent = os.open(where.parent.parent, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            job = _own_dir(parent, where.parent.name, None, 0o755)
-            try:
-                os.close(_own_dir(job, where.name, user))
-            finally:
-                os.close(job)
+            for depth, name in enumerate(parts):
+                last = depth == len(parts) - 1
+                try:
+                    os.mkdir(name, 0o700 if last else 0o755, dir_fd=fd)
+                    made = True
+                except FileExistsError:
+                    made = False
+                child = os.open(name, _DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                if made:
+                    if last:
+                        os.fchown(fd, user.uid, user.gid)
+                    os.fchmod(fd, 0o700 if last else 0o755)
         finally:
-            os.close(parent)
+            os.close(fd)
     except OSError as err:
         log.warning("could not make %s uid %d's (%s): its ranks make it themselves", where, user.uid, err)
 

@@ -143,6 +143,9 @@ class Zygote:
             raise
         finally:
             theirs.close()
+        if "error" in answer:  # the zygote is well: this launcher could not be made
+            ours.close()
+            raise LauncherFailed(f"the launchers' zygote could not fork a launcher: {answer['error']}")
         pid = answer.get("pid")
         stat = proc_stat(int(pid)) if pid is not None else None
         wrong = ("is not there" if stat is None else "is not the zygote's child" if int(stat[1]) != self.pid

@@ -5,6 +5,7 @@ systemd's DynamicUser does, so that the ranks of two jobs can neither ptrace nor
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import logging
@@ -44,7 +45,8 @@ class OneUser:
 
 class JobUids:
     """A uid of its own for each job on this node, from [first, last], its group the same number,
-    neither in /etc/passwd. A job keeps its uid here for good (its files on this node stay its
+    neither in /etc/passwd nor /etc/group (users of a directory service are not seen: keep the
+    range out of theirs). A job keeps its uid here for good (its files on this node stay its
     own; `path` records who has which, 0600), so no uid ever serves two jobs. A job's uid is the
     same on every node whose range is the same, unless another job had taken it there (logged):
     a checkpoint directory on a shared file system is then written by two uids."""
@@ -65,6 +67,11 @@ class JobUids:
         if taken:
             raise ConfigError(f"job_uids {text}: uid {taken[0].pw_uid} is user {taken[0].pw_name}'s; a "
                               "job's ranks would share it. Choose a range no user of /etc/passwd is in")
+        groups = [entry for entry in grp.getgrall() if int(first) <= entry.gr_gid <= int(last)]
+        if groups:
+            raise ConfigError(f"job_uids {text}: gid {groups[0].gr_gid} is group {groups[0].gr_name}'s, and "
+                              "a job's ranks take their uid as their group. Choose a range no group of "
+                              "/etc/group is in")
         return cls(int(first), int(last), path)
 
     def of(self, job: str) -> RankUser:

@@ -171,6 +171,7 @@ class ReportServer:
                       "report until restarted)", err, parent)
             self.folder, self._fallback = parent / self.folder.name, parent
         _remove_sockets(self.folder)
+        (self.folder.parent / f"{self.folder.name}.sock").unlink(missing_ok=True)  # an older executor's one
         owned_folder(self.folder)
         self._cap = connection_cap()
         self._thread = threading.Thread(target=self._serve, name="trainmedic-rank-reports", daemon=True)

@@ -60,11 +60,14 @@ class Supervisor:
     """Owns the rank processes of every job on this node, each job's run as its user (`trees.users`)
     and forked by its launcher in its own tree (`trees`; by default launchers as the executor's user
     that exec every command, no cgroups); records them in `registry` when given, and tells `on_end`
-    of each job whose last rank here ended."""
+    of each job whose last rank here ended. Below `allowed_dirs`, it makes a submission's checkpoint
+    directory its ranks' user's."""
 
     def __init__(self, registry: Path | None = None, trees: JobTrees | None = None,
-                 on_end: Callable[[str], None] = lambda job: None) -> None:
+                 on_end: Callable[[str], None] = lambda job: None,
+                 allowed_dirs: tuple[str, ...] = ()) -> None:
         self._ranks: dict[str, list[RankProcess]] = {}
+        self._dirs = allowed_dirs  # where the executor may make a job's checkpoint directory
         self._registry = registry
         self._trees = trees
         self._on_end = on_end
@@ -109,7 +112,7 @@ class Supervisor:
         log_dir = job_dirs.prepare(job_dir, user)
         checkpoints = job_dirs.checkpoints(spec.checkpoint_dir, job, spec.submission or "")
         if user is not None and checkpoints is not None and (os.path.isabs(checkpoints) or spec.workdir):
-            job_dirs.prepare_checkpoints(Path(spec.workdir or "/", checkpoints), user)
+            job_dirs.prepare_checkpoints(os.path.join(spec.workdir or "/", checkpoints), self._dirs, user)
         target = warm_target(spec.command) if self.trees.warm else None
         named = {} if user is None else {"USER": user.name, "LOGNAME": user.name}
         started: list[RankProcess] = []

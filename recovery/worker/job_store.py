@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import os
 import selectors
@@ -105,8 +106,11 @@ class StoreServer:
         return self._listener.getsockname()[1]
 
     def close(self) -> None:
+        if self._stop:
+            return
         self._stop = True
-        self._wake_w.send(b"x")
+        with suppress(OSError):  # the thread may have ended already
+            self._wake_w.send(b"x")
         self._thread.join(timeout=5.0)
 
     def _serve(self) -> None:
@@ -127,7 +131,9 @@ class StoreServer:
     def _accept(self) -> None:
         try:
             sock, _ = self._listener.accept()
-        except (BlockingIOError, InterruptedError):
+        except OSError as err:  # none after all, or out of descriptors: the server goes on
+            if not isinstance(err, (BlockingIOError, InterruptedError)):
+                log.warning("store: cannot accept a connection: %s", err)
             return
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -146,14 +152,15 @@ class StoreServer:
         try:
             if mask & selectors.EVENT_READ:
                 chunk = conn.sock.recv(1 << 16)
-                if not chunk:
-                    raise ConnectionError("closed")
+                if not chunk:  # closed by its end: what a rank does when it leaves
+                    self._drop(conn)
+                    return
                 conn.inbox += chunk
                 self._frames(conn)
             self._flush(conn)
-        except (OSError, ValueError, msgspec.DecodeError) as err:
+        except Exception as err:  # whatever one connection sent, only it is dropped
             if conn.proved:
-                log.debug("store: a connection ended: %s", err)
+                log.warning("store: a connection of the job dropped: %s", err)
             self._drop(conn)
 
     def _frames(self, conn: _Conn) -> None:
@@ -218,7 +225,7 @@ class StoreServer:
             self._parked.setdefault(missing, []).append(parked)
             return
         values = [self._data[k] for k in parked.keys]
-        answer = {"get": values[0], "mget": values}.get(parked.op)  # "wait": None
+        answer = None if parked.op == "wait" else values if parked.op == "mget" else values[0]
         self._answer(parked.conn, answer)
         with suppress(OSError, KeyError, ValueError):
             self._flush(parked.conn)
@@ -379,6 +386,9 @@ class JobStore(dist.Store):
                 self._hang_up()
                 raise dist.DistStoreError(f"the store at {self._addr}:{self._port} is gone ({op}: "
                                           f"{err or type(err).__name__})") from None
+            except BaseException:  # a signal's handler raised mid-answer: never read it as the next one's
+                self._hang_up()
+                raise
         return value
 
 
@@ -404,13 +414,18 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def listen(addr: str, port: int) -> socket.socket:
-    """The generation's listening socket on the job's address (never every interface)."""
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def listen(addr: str, port: int, spans_nodes: bool) -> socket.socket:
+    """The generation's listening socket on the job's address (never every interface). An address
+    that resolves to loopback on this node cannot serve a job on several nodes (a host name that
+    /etc/hosts gives 127.0.1.1, as Debian's does): a ValueError that says so."""
+    family, kind, proto, _, where = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+    if spans_nodes and ipaddress.ip_address(where[0]).is_loopback:
+        raise ValueError(f"{addr} is {where[0]} on this node, which the job's other nodes cannot reach: "
+                         "give this node an address they reach in the coordinator's config (`address`)")
+    sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((addr, port))
+        sock.bind(where)
         sock.listen(1024)
     except BaseException:
         sock.close()

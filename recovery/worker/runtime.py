@@ -321,6 +321,8 @@ class Runtime:
                 self.hook.close()
             if dist.is_initialized():
                 dist.destroy_process_group()
+            if self._store is not None:
+                self._store.close()  # rank 0's: its server and port too
 
     def _on_reattempt(self, signum: int, frame: Any) -> None:
         self._reattempt = True
@@ -335,6 +337,7 @@ def _die_by_sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+CONNECT_AGAIN_S = 0.02  # how soon a rank tries its generation's store again (rank 0 may not listen yet)
 # What gloo and NCCL say when a peer is gone: a collective broken by another rank, not by this one.
 PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
                  "NCCL communicator was aborted", "remote process exited", "Timed out waiting")
@@ -373,11 +376,11 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> JobStore:
     server = None
     if contract.rank == 0:
         try:
-            server = StoreServer(listen(addr, port), key)
-        except OSError as err:
+            server = StoreServer(listen(addr, port, contract.world_size > contract.local_world_size), key)
+        except (OSError, ValueError) as err:
             raise RuntimeError(f"rank 0 of job {contract.job} g{contract.generation} cannot listen at "
-                               f"{addr}:{port} for its rendezvous ({err.strerror or err}); the next "
-                               "generation gets another port") from None
+                               f"{addr}:{port} for its rendezvous ({getattr(err, 'strerror', None) or err}); "
+                               "the next generation gets another port") from None
     deadline = time.monotonic() + timeout_s
     said = False
     while True:
@@ -394,7 +397,7 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> JobStore:
                 log.info("rank %d g%d: no store of this generation at %s:%d yet (%s); connecting again",
                          contract.rank, contract.generation, addr, port, str(err).splitlines()[0][:120])
                 said = True
-            time.sleep(0.1)
+            time.sleep(CONNECT_AGAIN_S)
 
 
 def init_from_env(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,9 +56,15 @@ def test_a_range_that_cannot_be_is_a_configuration_error(tmp_path, text, words) 
         JobUids.parse(text, tmp_path / "job-uids.json")
 
 
-def test_a_range_with_a_user_of_the_passwd_file_in_it_is_refused(tmp_path) -> None:
+def test_a_range_with_a_user_or_group_of_the_node_in_it_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError, match="uid 65534 is user nobody's"):
         JobUids.parse("65000-65535", tmp_path / "job-uids.json")
+    subprocess.run(["groupadd", "-g", "2147400500", "trainmedic-test-group"], check=True)
+    try:
+        with pytest.raises(ConfigError, match="gid 2147400500 is group trainmedic-test-group's"):
+            JobUids.parse("2147400000-2147400999", tmp_path / "job-uids.json")
+    finally:
+        subprocess.run(["groupdel", "trainmedic-test-group"], check=True)
 
 
 def test_job_uids_and_run_as_exclude_each_other(tmp_path) -> None:
@@ -73,14 +80,31 @@ def test_one_user_owns_only_its_uid_and_never_the_executors() -> None:
     assert not OneUser(None).apart
 
 
-def test_a_submissions_checkpoint_directory_is_made_its_jobs_uids(tmp_path) -> None:
+def test_a_submissions_checkpoint_directory_is_made_its_jobs_uids_below_an_allowed_dir_only(tmp_path) -> None:
     assert os.geteuid() == 0, "only root gives a directory away"
     user = RankUser("trainmedic-job-2147400000", 2147400000, 2147400000)
-    where = tmp_path / "ckpt" / "job" / "20261206T000000.000Z-1"
-    job_dirs.prepare_checkpoints(where, user)
+    allowed = tmp_path / "ckpt"
+    allowed.mkdir()
+    where = allowed / "llm" / "job" / "20261206T000000.000Z-1"
+    job_dirs.prepare_checkpoints(str(where), (str(tmp_path / "elsewhere"),), user)
+    assert not (allowed / "llm").exists()  # not below an allowed dir: the ranks make it
+    job_dirs.prepare_checkpoints(str(where), (str(allowed),), user)
     job, own = (where.parent.stat(), where.stat())
     assert (job.st_uid, stat.S_IMODE(job.st_mode)) == (0, 0o755)
     assert (own.st_uid, own.st_gid, stat.S_IMODE(own.st_mode)) == (user.uid, user.gid, 0o700)
-    (where.parent / "link").symlink_to(tmp_path)
-    job_dirs.prepare_checkpoints(where.parent / "link", user)  # a link is never handed over
-    assert tmp_path.stat().st_uid == 0
+
+
+def test_what_is_there_is_never_given_away_nor_followed(tmp_path) -> None:
+    """The job names the path: root must not take over /tmp (`checkpoint_dir: /`, job `tmp`), nor
+    follow a link the job's ranks made."""
+    user = RankUser("trainmedic-job-2147400000", 2147400000, 2147400000)
+    allowed = tmp_path / "ckpt"
+    (allowed / "tmp").mkdir(parents=True)
+    os.chmod(allowed / "tmp", 0o1777)
+    job_dirs.prepare_checkpoints(str(allowed / "tmp" / "s1"), (str(allowed),), user)
+    assert (allowed / "tmp").stat().st_mode & 0o7777 == 0o1777  # there before: unchanged
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (allowed / "link").symlink_to(victim)
+    job_dirs.prepare_checkpoints(str(allowed / "link" / "job" / "s1"), (str(allowed),), user)
+    assert list(victim.iterdir()) == [] and victim.stat().st_uid == 0
