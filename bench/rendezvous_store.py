@@ -8,7 +8,7 @@ opens the store to after the all_reduce: what a generation's rendezvous costs a 
 store adds a proof (an HMAC over two nonces, both ways) per connection and serves from a Python
 thread; TCPStore is torch's C++ server, open to anyone. No broker needed.
 
-    .venv/bin/python bench/rendezvous_store.py [--world 4] [--rounds 15]
+    .venv/bin/python bench/rendezvous_store.py [--world 4] [--rounds 25]
 """
 
 from __future__ import annotations
@@ -69,9 +69,10 @@ def rank_main(rank: int, world: int, rounds: list[tuple[str, int, str]], out: mp
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=25)
     args = parser.parse_args()
-    rounds = [(kind, free_port(), os.urandom(32).hex()) for _ in range(args.rounds) for kind in ("tcp", "job")]
+    rounds = [(kind, free_port(), os.urandom(32).hex())
+              for _ in range(args.rounds) for kind in ("tcp", "job")]
     out = mp.get_context("spawn").Queue()
     mp.spawn(rank_main, args=(args.world, rounds, out), nprocs=args.world, join=True)
     times: dict[str, list[float]] = {"tcp": [], "job": []}
