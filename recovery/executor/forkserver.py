@@ -208,8 +208,9 @@ def _exec(argv: list[str], env: dict[str, str], failed: int) -> None:
 def _run_module(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
-    if request.get("cwd") and not sys.flags.safe_path:  # what `python -m` puts first when started there
-        sys.path[0] = os.getcwd()
+    # What `python -m` puts first, started in the rank's directory. The zygote itself runs with -P:
+    # it imports as the executor's user (root), never from the directory it was started in.
+    sys.path.insert(0, os.getcwd())
     sys.argv = [request["module"], *request["args"]]
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     raise SystemExit(0)

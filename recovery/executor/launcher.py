@@ -100,7 +100,8 @@ class _Channel:
 
 class Zygote:
     """The process every job's launcher is forked from (forkserver.py), run as the executor's user
-    (each launcher becomes its job's), without the user site directory (`-s`), as the ranks are;
+    (each launcher becomes its job's), without the user site directory (`-s`), as the ranks are,
+    nor the directory it starts in on its path (`-P`: it imports as root);
     `warm`: with torch imported. Started at once, so that it warms up early."""
 
     def __init__(self, *, warm: bool, env: Mapping[str, str] | None = None) -> None:
@@ -111,8 +112,8 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-s", "-m", "trainmedic.recovery.executor.forkserver", str(theirs.fileno()),
-                 *(["--warm"] if warm else [])],
+                [sys.executable, "-s", "-P", "-m", "trainmedic.recovery.executor.forkserver",
+                 str(theirs.fileno()), *(["--warm"] if warm else [])],
                 stdin=subprocess.DEVNULL, env=server_env, pass_fds=(theirs.fileno(),),
             )
         finally:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import logging
 import os
 import selectors
@@ -414,14 +413,10 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def listen(addr: str, port: int, spans_nodes: bool) -> socket.socket:
-    """The generation's listening socket on the job's address (never every interface). An address
-    that resolves to loopback on this node cannot serve a job on several nodes (a host name that
-    /etc/hosts gives 127.0.1.1, as Debian's does): a ValueError that says so."""
+def listen(addr: str, port: int) -> socket.socket:
+    """The generation's listening socket on the job's address as it resolves here (IPv4 or IPv6),
+    never every interface."""
     family, kind, proto, _, where = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
-    if spans_nodes and ipaddress.ip_address(where[0]).is_loopback:
-        raise ValueError(f"{addr} is {where[0]} on this node, which the job's other nodes cannot reach: "
-                         "give this node an address they reach in the coordinator's config (`address`)")
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

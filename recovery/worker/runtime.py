@@ -376,11 +376,11 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> JobStore:
     server = None
     if contract.rank == 0:
         try:
-            server = StoreServer(listen(addr, port, contract.world_size > contract.local_world_size), key)
-        except (OSError, ValueError) as err:
+            server = StoreServer(listen(addr, port), key)
+        except OSError as err:
             raise RuntimeError(f"rank 0 of job {contract.job} g{contract.generation} cannot listen at "
-                               f"{addr}:{port} for its rendezvous ({getattr(err, 'strerror', None) or err}); "
-                               "the next generation gets another port") from None
+                               f"{addr}:{port} for its rendezvous ({err.strerror or err}); the next "
+                               "generation gets another port") from None
     deadline = time.monotonic() + timeout_s
     said = False
     while True:

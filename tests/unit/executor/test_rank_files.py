@@ -185,6 +185,21 @@ def test_a_rank_has_its_job_directory_as_home_and_never_runs_a_user_site_pth(tmp
     assert not mark.exists()
 
 
+def test_the_zygote_imports_nothing_from_the_directory_it_starts_in(tmp_path: Path, monkeypatch) -> None:
+    """It runs as the executor's user (root): a module planted where the executor was started (a
+    shared directory) must not be what it imports. The ranks it forks still find their modules in
+    their own directory, as `python -m` does."""
+    marker = tmp_path / "imported"
+    (tmp_path / "setproctitle.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path)
+    zygote = Zygote(warm=False)
+    try:
+        zygote.spawn().close()  # it served a request: everything it imports, it has
+    finally:
+        zygote.close()
+    assert not marker.exists()
+
+
 def test_the_fork_server_starts_without_a_user_site(tmp_path: Path) -> None:
     home, _ = evil_home(tmp_path)
     launcher = Zygote(warm=True, env={**os.environ, "HOME": str(home)})
@@ -192,9 +207,9 @@ def test_the_fork_server_starts_without_a_user_site(tmp_path: Path) -> None:
         pid, deadline = launcher.pid, time.monotonic() + 10
         while not Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)  # read at once, it is sometimes still empty
-        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:4] == [
-            sys.executable.encode(), b"-s", b"-m", b"trainmedic.recovery.executor.forkserver"]
-        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[5] == b"--warm"
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:5] == [
+            sys.executable.encode(), b"-s", b"-P", b"-m", b"trainmedic.recovery.executor.forkserver"]
+        assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[6] == b"--warm"
         assert b"PYTHONNOUSERSITE=1" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     finally:
         launcher.close()

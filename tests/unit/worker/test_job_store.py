@@ -98,7 +98,7 @@ def test_many_strangers_do_not_keep_the_ranks_out(monkeypatch):
 
 def test_a_rank_never_joins_a_squatter():
     port = free_port()
-    squatter = StoreServer(listen("127.0.0.1", port, False), os.urandom(32))  # listens first, without the key
+    squatter = StoreServer(listen("127.0.0.1", port), os.urandom(32))  # listens first, without the key
     tcp_squatter_port = free_port()
     tcp_squatter = dist.TCPStore("127.0.0.1", tcp_squatter_port, 2, True, timedelta(seconds=5),
                                  wait_for_workers=False)
@@ -114,7 +114,7 @@ def test_a_rank_never_joins_a_squatter():
 
 def test_a_rank_that_reaches_the_old_generations_store_finds_the_new_one():
     port = free_port()
-    old = StoreServer(listen("127.0.0.1", port, False), os.urandom(32))  # generation 3's rank 0, finishing
+    old = StoreServer(listen("127.0.0.1", port), os.urandom(32))  # generation 3's rank 0, finishing
     joined: list = []
     client = threading.Thread(target=lambda: joined.append(generation_store(env(1, 4, port), 30.0)))
     client.start()  # generation 4's rank 1: a node that only starts ranks launches first
@@ -141,14 +141,6 @@ def test_rank_0_listens_on_the_jobs_address_only():
 def test_a_contract_without_a_key_is_refused():
     with pytest.raises(ConfigError, match="TRAINMEDIC_RENDEZVOUS_KEY"):
         generation_store(env(1, 1, free_port(), key=None), 1.0)
-
-
-def test_a_job_on_several_nodes_never_meets_on_loopback():
-    """A node's host name that /etc/hosts gives 127.0.1.1 would have rank 0 listen where no other
-    node reaches it: rank 0 says so instead of waiting for ranks that cannot come."""
-    with pytest.raises(ValueError, match="127.0.0.1 on this node, which the job's other nodes cannot reach"):
-        listen("127.0.0.1", free_port(), spans_nodes=True)
-    listen("127.0.0.1", free_port(), spans_nodes=False).close()  # one node: loopback is the job's
 
 
 def test_a_request_that_breaks_the_server_drops_only_its_connection():
