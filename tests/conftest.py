@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -44,11 +45,18 @@ def _executor_trees() -> set[str]:
             for path in h.base("").glob("trainmedic-*")}
 
 
+def _report_folders() -> set[Path]:
+    """The executors' folders of their jobs' report sockets (report_server.socket_folder)."""
+    parent = Path(tempfile.gettempdir()) / f"trainmedic-{os.getuid()}"
+    return set(parent.iterdir()) if parent.is_dir() else set()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_job_cgroups_left() -> Iterator[None]:
-    """An executor a test kills (the chaos tests) leaves its job cgroups to a next executor that never
-    comes: the trees this session made are emptied and removed at its end."""
-    before = _executor_trees()
+    """An executor a test kills (the chaos tests) leaves its job cgroups and its jobs' report sockets
+    to a next executor that never comes: the ones this session made are emptied and removed at its
+    end."""
+    before, folders = _executor_trees(), _report_folders()
     yield
     found = hierarchies(Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text())
     for name in _executor_trees() - before:
@@ -56,6 +64,8 @@ def _no_job_cgroups_left() -> Iterator[None]:
         for job in tree.jobs():
             tree.kill(job)
         tree.close()
+    for folder in _report_folders() - folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _docker_answers() -> bool:

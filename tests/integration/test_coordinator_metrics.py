@@ -12,7 +12,7 @@ import time
 import pytest
 from prometheus_client import REGISTRY
 
-from tests.integration.test_coordinator import CONFIG, leading, sign, step_until
+from tests.integration.test_coordinator import CONFIG, ROOT, leading, sign, step_until
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.recovery.coordinator import metrics
@@ -48,7 +48,7 @@ def test_a_coordinator_reports_leading_only_once_its_state_is_rebuilt(
     monkeypatch.setattr(CoordinatorService, "start", slow_start)
     stop = threading.Event()
     thread = threading.Thread(target=lead, args=(kafka, CONFIG),
-                              kwargs={"sign": sign, "trust": None, "stop": stop})
+                              kwargs={"sign": sign, "trust": None, "rendezvous_root": ROOT, "stop": stop})
     thread.start()
     try:
         assert rebuilding.wait(60), "the coordinator never took the lease"
