@@ -30,7 +30,7 @@ def test_every_command_of_a_generation_carries_one_key_and_port_and_each_generat
     found = launched(root)
     assert sorted(found) == [0, 1] and all(len(pairs) == 1 for pairs in found.values())
     (key0, port0), (key1, _) = found[0].copy().pop(), found[1].copy().pop()
-    assert len(key0) == 64 and key0 != key1 and 29500 <= port0 < 29500 + PORTS
+    assert len(key0) == 64 and key0 != key1 and 29600 <= port0 < 29600 + PORTS  # world.py's master_port
     assert launched(rendezvous_root(KEY)) == found  # a coordinator that restarts with the key
 
 
