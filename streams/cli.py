@@ -9,13 +9,12 @@ import argparse
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Mapping
 
 from trainmedic.bus.config import Options, Section
-from trainmedic.bus.metrics_flag import add_metrics_argument
+from trainmedic.bus.service_cli import add_service_arguments, exit_with, run_until_stopped
 from trainmedic.streams.config import CORE_SECTIONS, DetectorServiceConfig
 
 CONFIG_FORMAT = """\
@@ -33,11 +32,7 @@ OPTIONS = Options(DETECTOR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = CONFIG_FORMAT
-    OPTIONS.add_to(parser)
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
-    add_metrics_argument(parser)
+    add_service_arguments(parser, OPTIONS, CONFIG_FORMAT)
 
 
 def build_config(args: argparse.Namespace, settings, env: Mapping[str, str] = os.environ
@@ -52,25 +47,23 @@ def build_config(args: argparse.Namespace, settings, env: Mapping[str, str] = os
 
 def run(args: argparse.Namespace) -> int:
     from trainmedic.bus.admin import wait_for_topics
-    from trainmedic.bus.errors import TrainmedicError
     from trainmedic.bus.lag import LagSampler
     from trainmedic.bus.metrics import serve_metrics
     from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.common.errors import TrainmedicError
     from trainmedic.streams.engines.batches import events_topic
 
     try:
         settings = KafkaSettings.from_env(role="detector", bootstrap=args.bootstrap)
         options = build_config(args, settings)
     except TrainmedicError as err:
-        print(f"trainmedic detector: {err}", file=sys.stderr)
-        return 2
+        return exit_with(2, "detector", err)
     config, live = options.detection, options.live
     topics = settings.topics
     try:
         wait_for_topics(settings, [topics.gpu, topics.node, topics.worker, topics.incidents, topics.dlq])
     except TrainmedicError as err:
-        print(f"trainmedic detector: {err}", file=sys.stderr)
-        return 1
+        return exit_with(1, "detector", err)
     if serve_metrics(args.metrics_port, args.metrics_host) is not None:
         group, watched = options.app_id, [topics.gpu, topics.node, topics.worker]
         if options.stage == "ingest":
@@ -84,8 +77,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_consumer(options: DetectorServiceConfig, settings, config, live_config) -> int:
-    from trainmedic.bus.errors import TrainmedicError
-    from trainmedic.bus.signals import stop_on_signals
     from trainmedic.streams.core import Detector
     from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig, tune_gc
     from trainmedic.streams.engines.decide_stage import DeciderService
@@ -109,17 +100,14 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
         service = (DetectorService(settings, pipeline, service_config) if options.stage == "all" else
                    DeciderService(settings, pipeline, service_config,
                                   events_partitions=options.events_partitions))
-    stop = threading.Event()
-    try:
-        with stop_on_signals(stop):
-            service.run(stop.is_set)
-    except TrainmedicError as err:
-        print(f"trainmedic detector: {err}", file=sys.stderr)
-        return 1
-    logging.getLogger(__name__).info("stopped after %d events, %d incidents, %d dead letters",
-                                     pipeline.stats.events, pipeline.stats.incidents,
-                                     pipeline.stats.dead_lettered)
-    return 0
+
+    def detect(stop: threading.Event) -> None:
+        service.run(stop.is_set)
+        logging.getLogger(__name__).info("stopped after %d events, %d incidents, %d dead letters",
+                                         pipeline.stats.events, pipeline.stats.incidents,
+                                         pipeline.stats.dead_lettered)
+
+    return run_until_stopped("detector", detect)
 
 
 def _run_faust(options: DetectorServiceConfig, settings, config, live_config) -> int:

@@ -5,33 +5,27 @@ starts, event-time ordering) and the detection core's tuning, its sections YAML 
 
 from __future__ import annotations
 
-from dataclasses import fields
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, create_model, field_validator, model_validator
 
-from trainmedic.bus.timespan import parse_instant
-from trainmedic.streams.core import (
-    CorrelationConfig,
-    DetectorConfig,
-    EscalationConfig,
-    GapConfig,
-    GpuConfig,
-    HangConfig,
-    HeartbeatConfig,
-    LinkConfig,
-    StragglerConfig,
-)
-from trainmedic.streams.live import LiveConfig
+from trainmedic.common.timespan import parse_instant
+from trainmedic.streams.core import SECTIONS, DetectorConfig
+from trainmedic.streams.live_config import LiveConfig
 
 # DetectorConfig's sections, top-level keys of the file and no flags: tuning tables, not options.
-CORE_SECTIONS = tuple(part.name for part in fields(DetectorConfig))
+CORE_SECTIONS = tuple(SECTIONS)
 ENDS = ("earliest", "latest")
 
+# The service config's fields for the core's sections, made from the core's own list of them (each
+# defaults to its class's defaults), so that a section added to the core is a YAML key here too.
+_CoreSections = create_model("_CoreSections", **{name: (kind, Field(default_factory=kind))
+                                                 for name, kind in SECTIONS.items()})
 
-class DetectorServiceConfig(BaseModel):
+
+class DetectorServiceConfig(_CoreSections):
     """Validated when built, the core's cross-section rules included. `app_id` has no default here:
     the command derives it from the topic prefix (`<prefix>detector`)."""
 
@@ -62,14 +56,6 @@ class DetectorServiceConfig(BaseModel):
     web_port: int | None = Field(None, ge=1, le=65535, description="faust engine: serve Faust's web "
                                  "views on this port (off by default)")
     loglevel: Literal["debug", "info", "warn", "error"] = Field("info", description="log level")
-    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
-    gpu: GpuConfig = Field(default_factory=GpuConfig)
-    hang: HangConfig = Field(default_factory=HangConfig)
-    straggler: StragglerConfig = Field(default_factory=StragglerConfig)
-    correlation: CorrelationConfig = Field(default_factory=CorrelationConfig)
-    link: LinkConfig = Field(default_factory=LinkConfig)
-    escalation: EscalationConfig = Field(default_factory=EscalationConfig)
-    gap: GapConfig = Field(default_factory=GapConfig)
 
     @field_validator("start", mode="before")
     @classmethod
@@ -91,7 +77,7 @@ class DetectorServiceConfig(BaseModel):
     @property
     def detection(self) -> DetectorConfig:
         """The detection core's config, from the sections."""
-        return DetectorConfig(**{name: getattr(self, name) for name in CORE_SECTIONS})
+        return DetectorConfig(**{name: getattr(self, name) for name in SECTIONS})
 
     def start_at(self, now: float) -> str | float:
         """Where a first start begins: `earliest`, `latest` or Unix seconds (a span counts back

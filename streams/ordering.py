@@ -7,14 +7,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from trainmedic.bus.message import RawMessage
-
-if TYPE_CHECKING:
-    from trainmedic.streams.live import LiveConfig
+from trainmedic.streams.live_config import LiveConfig
 
 BUCKETS_PER_S = 100  # a bucket holds 10 ms of event time: a release splits at most one
 AHEAD_S = 0.5  # past `order_at`, event time an arrival may be ahead of the slowest partition and be fed

@@ -4,7 +4,7 @@ offsets of the partitions they read and compare them with what they have read.""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
@@ -12,7 +12,6 @@ from confluent_kafka.admin import OffsetSpec
 
 from trainmedic.bus import clients
 from trainmedic.bus.settings import KafkaSettings
-from trainmedic.streams.checkpoints.contents import Offsets
 
 RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
 EVERY_S = 0.25  # how often to ask for the end offsets
@@ -42,7 +41,8 @@ class ReadCheck:
         self._answers: list[tuple[float, dict[tuple[str, int], int]]] = []  # (asked at, ends) not reached
         self.failures = 0
 
-    def poll(self, offsets: Offsets, wall: float, about: Iterable | None = None) -> float | None:
+    def poll(self, offsets: Mapping[tuple[str, int], int], wall: float,
+             about: Iterable | None = None) -> float | None:
         """The wall time up to which the reads of `offsets`' partitions are now known complete, if
         newly known; else None. Asks about `about` (by default the same partitions): a consumer
         engine asks about those it paused too, so that what it asked while they were paused still

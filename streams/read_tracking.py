@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from trainmedic.streams.live import LiveConfig
-    from trainmedic.streams.ordering import Source
+from trainmedic.streams.live_config import LiveConfig
+from trainmedic.streams.ordering import Source
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from trainmedic.bus.timespan import duration_arg, instant_arg
+from trainmedic.common.timespan import duration_arg, instant_arg
 
 if TYPE_CHECKING:
     from trainmedic.bus.reader import TopicReader
@@ -77,9 +77,9 @@ class Counts:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.bus.errors import TrainmedicError
     from trainmedic.bus.reader import NOW, At, TopicReader
     from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.common.errors import TrainmedicError
 
     if args.duration == 0:
         print("trainmedic record: --duration must be longer than 0s", file=sys.stderr)

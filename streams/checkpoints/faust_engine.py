@@ -12,8 +12,8 @@ import time
 import faust
 
 from trainmedic.bus.admin import describe_topics
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.streams.checkpoints.contents import Cadence, Offsets, encode_checkpoint
 from trainmedic.streams.checkpoints.topic import CheckpointTopic
 from trainmedic.streams.live import LiveDetector

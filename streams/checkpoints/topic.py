@@ -12,10 +12,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from trainmedic.bus import clients
 from trainmedic.bus.admin import ensure_topic, wait_for_topics
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import watermark
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.streams.checkpoints.contents import (
     Checkpoint,
     CheckpointError,

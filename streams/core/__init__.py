@@ -1,6 +1,7 @@
 """The pure detection core: telemetry events in, incidents out. No Kafka, no clock."""
 
 from trainmedic.streams.core.config import (
+    SECTIONS,
     CorrelationConfig,
     DetectorConfig,
     EscalationConfig,
@@ -16,5 +17,5 @@ from trainmedic.streams.core.state import DetectorState
 
 __all__ = [
     "CorrelationConfig", "Detector", "DetectorConfig", "DetectorState", "EscalationConfig",
-    "GapConfig", "GpuConfig", "HangConfig", "HeartbeatConfig", "LinkConfig", "StragglerConfig",
+    "GapConfig", "GpuConfig", "HangConfig", "HeartbeatConfig", "LinkConfig", "SECTIONS", "StragglerConfig",
 ]

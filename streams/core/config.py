@@ -210,15 +210,19 @@ class DetectorConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DetectorConfig:
         """Build from nested plain data (JSON/YAML); unknown sections or keys are errors."""
-        sections = {part.name: part.default_factory for part in fields(cls)}  # name -> its config class
-        unknown = set(data) - set(sections)
+        unknown = set(data) - set(SECTIONS)
         if unknown:
             raise ValueError(f"unknown config sections: {', '.join(sorted(unknown))}")
         parts = {}
         for name, section in data.items():
-            kind = sections[name]
+            kind = SECTIONS[name]
             bad = set(section) - {f.name for f in fields(kind)}
             if bad:
                 raise ValueError(f"unknown keys in {name}: {', '.join(sorted(bad))}")
             parts[name] = kind(**section)
         return cls(**parts)
+
+
+# Section name -> its config class, taken from DetectorConfig's fields: the one list of the core's tuning
+# sections, which the service's config (streams/config.py) makes its YAML keys.
+SECTIONS: dict[str, type] = {part.name: part.default_factory for part in fields(DetectorConfig)}

@@ -8,6 +8,8 @@ from trainmedic.streams.core.config import EscalationConfig
 from trainmedic.streams.core.state import DetectorState
 from trainmedic.streams.core.taxonomy import CATEGORIES, Repeats
 
+_ESCALATES = {Severity.SEV3: Severity.SEV2, Severity.SEV2: Severity.SEV1}
+
 
 def escalate(
     cfg: EscalationConfig, state: DetectorState, category: str, severity: Severity, *,
@@ -30,21 +32,14 @@ def escalate(
 
 def _sev3(cfg: EscalationConfig, history: dict[str, list[float]], category: str, scope: str,
           ts: float, lines: list[str]) -> Severity:
-    key = f"{category}|{scope}"
-    kept = [t for t in history.get(key, ()) if t > ts - cfg.sev3_window_s]
-    history[key] = kept
+    kept = _in_window(history, f"{category}|{scope}", ts - cfg.sev3_window_s)
     episodes = CATEGORIES[category].repeats is Repeats.EPISODE
     if episodes and kept and ts - kept[-1] < cfg.episode_s:
         lines.append(f"same {category} episode on {scope} as at {kept[-1]:.3f} "
                      f"(within {cfg.episode_s:g}s): not counted again")
         return Severity.SEV3
-    kept.append(ts)
-    if len(kept) < cfg.sev3_count:
-        return Severity.SEV3
-    what = "episode " if episodes else ""
-    lines.append(f"escalated SEV3->SEV2: {category} {what}#{len(kept)} on {scope} "
-                 f"within {cfg.sev3_window_s:g}s")
-    return Severity.SEV2
+    return _count(kept, ts, Severity.SEV3, cfg.sev3_count, cfg.sev3_window_s, lines,
+                  repeat=f"{category} episode" if episodes else category, scope=scope)
 
 
 def _sev2(cfg: EscalationConfig, state: DetectorState, node: str, job: str | None,
@@ -53,8 +48,7 @@ def _sev2(cfg: EscalationConfig, state: DetectorState, node: str, job: str | Non
     counts against a node. Otherwise the `sev2_count`-th on the node in the window is SEV1."""
     since = ts - cfg.sev2_window_s
     history = state.sev2_history
-    kept = [t for t in history.get(node, ()) if t > since]
-    history[node] = kept
+    kept = _in_window(history, node, since)
     for stale in [name for name, errors in state.job_errors.items() if errors[-1][0] <= since]:
         del state.job_errors[stale]  # its last failure left the window: nothing to repeat
     if job is not None and signature:  # "" : not known (a clue from a format-2 checkpoint)
@@ -70,9 +64,24 @@ def _sev2(cfg: EscalationConfig, state: DetectorState, node: str, job: str | Non
             lines.append(f"follows job {job}: failed the same way at {first_ts:.3f} on {first_node} "
                          f"({signature}); the job's failure, not counted against a node")
             return Severity.SEV2
+    return _count(kept, ts, Severity.SEV2, cfg.sev2_count, cfg.sev2_window_s, lines,
+                  repeat="SEV2", scope=f"node {node}")
+
+
+def _in_window(history: dict[str, list[float]], key: str, since: float) -> list[float]:
+    """The times counted under `key` after `since`; the older ones are dropped from `history`."""
+    kept = [t for t in history.get(key, ()) if t > since]
+    history[key] = kept
+    return kept
+
+
+def _count(kept: list[float], ts: float, severity: Severity, count: int, window_s: float, lines: list[str],
+           *, repeat: str, scope: str) -> Severity:
+    """Count a repeat at `ts` among those `kept` in the window: the `count`-th escalates `severity` one
+    step, said in `lines` ("escalated SEV3->SEV2: `repeat` #3 on `scope` within 600s")."""
     kept.append(ts)
-    if len(kept) < cfg.sev2_count:
-        return Severity.SEV2
-    lines.append(f"escalated SEV2->SEV1: SEV2 #{len(kept)} on node {node} "
-                 f"within {cfg.sev2_window_s:g}s")
-    return Severity.SEV1
+    if len(kept) < count:
+        return severity
+    raised = _ESCALATES[severity]
+    lines.append(f"escalated {severity}->{raised}: {repeat} #{len(kept)} on {scope} within {window_s:g}s")
+    return raised

@@ -17,11 +17,11 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from trainmedic.bus import clients
 from trainmedic.bus.admin import wait_for_topics
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import RawMessage
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import At, fetch, locate, watermarks
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.streams import metrics, read_check
 from trainmedic.streams.checkpoints.contents import Cadence, Offsets, encode_checkpoint
 from trainmedic.streams.checkpoints.topic import CheckpointTopic

@@ -29,7 +29,7 @@ from trainmedic.streams.engines.batches import (
 )
 from trainmedic.streams.engines.consumer import DetectorService
 from trainmedic.streams.event_time import ClockBound
-from trainmedic.streams.live import LiveConfig
+from trainmedic.streams.live_config import LiveConfig
 from trainmedic.streams.pipeline import Output
 
 log = logging.getLogger(__name__)

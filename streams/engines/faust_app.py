@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import faust
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.message import RawMessage
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import ConfigError
 from trainmedic.streams.checkpoints.contents import Offsets
 from trainmedic.streams.checkpoints.faust_engine import FaustCheckpoints
 from trainmedic.streams.core import Detector, DetectorConfig

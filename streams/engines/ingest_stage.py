@@ -17,11 +17,11 @@ from confluent_kafka import OFFSET_STORED, KafkaException, TopicPartition
 
 from trainmedic.bus import clients
 from trainmedic.bus.admin import ensure_topic, wait_for_topics
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import RawMessage
 from trainmedic.bus.reader import At, fetch, locate
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.bus.transactional import Fenced, TransactionalProducer
+from trainmedic.common.errors import KafkaError
 from trainmedic.schemas import encode
 from trainmedic.schemas.wire import KINDS, Telemetry
 from trainmedic.streams.engines.batches import (

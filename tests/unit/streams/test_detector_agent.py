@@ -14,9 +14,9 @@ from faust.types import TP
 
 import trainmedic.schemas as s
 from tests.unit.streams.test_scenarios import SCENARIOS
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import RawMessage
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.streams.checkpoints.contents import Owner, decode_checkpoint, encode_checkpoint
 from trainmedic.streams.checkpoints.faust_engine import FaustCheckpoints
 from trainmedic.streams.core import Detector

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.common.errors import ConfigError
 from trainmedic.streams.checkpoints.topic import CheckpointTopic
 from trainmedic.streams.cli import add_arguments, build_config
 from trainmedic.streams.core import DetectorConfig, HangConfig
