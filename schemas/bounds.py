@@ -34,13 +34,14 @@ Weight = Annotated[float, Field(gt=0, le=MAX_WEIGHT, allow_inf_nan=False)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9._:\-]+$")]
 
 
-def _no_nul(text: str) -> str:
+def no_nul(text: str) -> str:
+    """The text, if it has no NUL byte (`schemas/twins.py` keeps this check as a pattern)."""
     if "\x00" in text:
         raise ValueError("must not contain a NUL byte (it cannot be passed to a process)")
     return text
 
 
 # Text that may end up in a process's argv or environment (job ids, paths, argv words).
-ProcessText = Annotated[str, StringConstraints(max_length=MAX_TEXT), AfterValidator(_no_nul)]
-Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID), AfterValidator(_no_nul)]
+ProcessText = Annotated[str, StringConstraints(max_length=MAX_TEXT), AfterValidator(no_nul)]
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID), AfterValidator(no_nul)]
 Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]

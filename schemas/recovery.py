@@ -51,22 +51,26 @@ class RecoveryPlanned(Event, Signed):
                                             "were decisions")
 
 
-class RecoveryCompleted(Event, Signed):
+class PlanOutcome(Event, Signed):
+    """How a job's plan (`plan_id`, at `generation`) ended; each kind below narrows `type`, which is
+    declared here so that the JSON keeps its fields in the order they had before this base existed."""
+
+    type: Literal["recovery_completed", "recovery_failed"]
+    plan_id: Id
+    job: Id
+    generation: Count
+
+
+class RecoveryCompleted(PlanOutcome):
     """Every command of a job's plan was acknowledged done (commands to isolated nodes aside)."""
 
     type: Literal["recovery_completed"] = "recovery_completed"
-    plan_id: Id
-    job: Id
-    generation: Count
 
 
-class RecoveryFailed(Event, Signed):
+class RecoveryFailed(PlanOutcome):
     """A job's plan cannot complete; `escalation` is the incident it escalated to, if any."""
 
     type: Literal["recovery_failed"] = "recovery_failed"
-    plan_id: Id
-    job: Id
-    generation: Count
     reason: Text
     command_id: Id | None = None
     node: Name | None = None
