@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import threading
 
 from trainmedic.bus.config import Options, Section
-from trainmedic.bus.metrics_flag import add_metrics_argument
-from trainmedic.bus.signals import stop_on_signals
+from trainmedic.bus.service_cli import add_service_arguments, exit_with, run_until_stopped
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 
 log = logging.getLogger("trainmedic.coordinator")
@@ -48,14 +46,10 @@ OPTIONS = Options(COORDINATOR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = CONFIG_FORMAT
-    OPTIONS.add_to(parser)
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    add_service_arguments(parser, OPTIONS, CONFIG_FORMAT)
     parser.add_argument("--migrate-lifecycle", action="store_true",
                         help="copy an older coordinator's decisions from the incidents and nodes topics to "
                         "the recovery topic, once, with every coordinator stopped; then exit")
-    add_metrics_argument(parser)
 
 
 def build_config(args: argparse.Namespace) -> CoordinatorConfig:
@@ -72,7 +66,7 @@ def build_config(args: argparse.Namespace) -> CoordinatorConfig:
 def load_trust(directory):
     """What the coordinator trusts in `directory`: its own keys, the operators', each node's; a
     ConfigError when no operator key is trusted (then no job could ever be started)."""
-    from trainmedic.bus.errors import ConfigError
+    from trainmedic.common.errors import ConfigError
     from trainmedic.recovery import keyring
     from trainmedic.recovery.coordinator.provenance import Trust
 
@@ -101,9 +95,9 @@ def load_keys(config: CoordinatorConfig):
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainmedic.bus.errors import ConfigError, TrainmedicError
     from trainmedic.bus.metrics import serve_metrics
     from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.common.errors import ConfigError
     from trainmedic.recovery.coordinator.kafka_adapter import lead
     from trainmedic.recovery.coordinator.rendezvous import rendezvous_root
 
@@ -114,8 +108,7 @@ def run(args: argparse.Namespace) -> int:
         settings = KafkaSettings.from_env(role="coordinator", bootstrap=args.bootstrap)
         signing, trust = load_keys(config)
     except ConfigError as err:
-        print(f"trainmedic coordinator: {err}", file=sys.stderr)
-        return 2
+        return exit_with(2, "coordinator", err)
     if signing is None:
         log.warning("INSECURE: commands are sent UNSIGNED and no signature is checked: anyone who can "
                     "write to %s, %s, %s or %s can start jobs, move nodes, answer commands and restart "
@@ -125,34 +118,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         log.info("signing commands with key %s; trusting %s (from %s)", signing.key_id, trust(),
                  config.keys_dir)
-    stop = threading.Event()
     serve_metrics(args.metrics_port, args.metrics_host)
     sign = (lambda command: command) if signing is None else signing.sign
-    try:
-        with stop_on_signals(stop):
-            lead(settings, config, sign=sign, trust=trust, rendezvous_root=rendezvous_root(signing),
-                 stop=stop)
-    except TrainmedicError as err:
-        print(f"trainmedic coordinator: {err}", file=sys.stderr)
-        return 1
-    log.info("stopped")
-    return 0
+
+    def coordinate(stop: threading.Event) -> None:
+        lead(settings, config, sign=sign, trust=trust, rendezvous_root=rendezvous_root(signing), stop=stop)
+        log.info("stopped")
+
+    return run_until_stopped("coordinator", coordinate)
 
 
 def migrate_lifecycle(args: argparse.Namespace) -> int:
-    from trainmedic.bus.errors import ConfigError, TrainmedicError
     from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.common.errors import ConfigError, TrainmedicError
     from trainmedic.recovery.coordinator.migrate import AlreadyMigrated, migrate
 
     try:
         settings = KafkaSettings.from_env(role="coordinator", bootstrap=args.bootstrap)
         copied = migrate(settings)
     except ConfigError as err:
-        print(f"trainmedic coordinator: {err}", file=sys.stderr)
-        return 2
+        return exit_with(2, "coordinator", err)
     except (AlreadyMigrated, TrainmedicError) as err:
-        print(f"trainmedic coordinator: {err}", file=sys.stderr)
-        return 1
+        return exit_with(1, "coordinator", err)
     for (topic, kind), count in sorted(copied.items()):
         print(f"{count:6d}  {kind} from {topic}")
     print(f"copied {sum(copied.values())} records of an older coordinator to {settings.topics.recovery}")

@@ -9,9 +9,9 @@ from collections.abc import Iterable
 
 from trainmedic.bus.message import Record
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
-from trainmedic.recovery.coordinator.core.fold import apply
 from trainmedic.recovery.coordinator.core.state import ClusterState, Rejected
 from trainmedic.recovery.coordinator.core.steps import react
+from trainmedic.recovery.coordinator.migrate import ImplicitIsolations
 
 log = logging.getLogger(__name__)
 
@@ -20,11 +20,15 @@ def rebuild(state: ClusterState, records: Iterable[Record]) -> list[tuple[Record
     """Fold every record into `state`; returns those that did not apply, with the reason. A record
     can be valid and still not apply (a `recovery_planned` whose move the job's state table forbids,
     from a corrupt or foreign log, raises IllegalTransition in the fold); the topics are kept
-    forever, so a coordinator that raised on it would raise again on every restart."""
+    forever, so a coordinator that raised on it would raise again on every restart. Decisions of a log
+    older than `isolated` are upcast here (`ImplicitIsolations`): such a log reaches a coordinator of
+    this version only through `--migrate-lifecycle`, with every coordinator stopped, so a rebuild is
+    where it is read."""
     refused = []
+    fold = ImplicitIsolations()
     for record in records:
         try:
-            apply(state, record.event)
+            fold.apply(state, record.event)
         except Exception as err:  # a bug or a corrupt log: one record, never the whole rebuild
             refused.append((record, _reason(err)))
     return refused

@@ -11,13 +11,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import Record
 from trainmedic.bus.metrics import DEAD_LETTERS
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import TopicReader
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.bus.transactional import Fenced, TransactionalProducer
+from trainmedic.common.errors import KafkaError
 from trainmedic.recovery.coordinator import metrics, observe
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.endings import rejected, resolutions, unanswered

@@ -1,6 +1,7 @@
-"""Upgrading a log written by a coordinator older than the `recovery` topic: its decisions copied from
-`incidents` and `nodes` to `recovery`, once (docs/coordinator.md, "Upgrading from a coordinator that
-wrote to incidents and nodes"; the history is on `migrate`).
+"""Upgrading a log an older coordinator wrote: its decisions copied from `incidents` and `nodes` to
+`recovery`, once (docs/coordinator.md, "Upgrading from a coordinator that wrote to incidents and
+nodes"; the history is on `migrate`); and decisions written before they named the nodes they isolate,
+upcast as they are folded (`ImplicitIsolations`), so the pure fold knows only the current form.
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ from trainmedic.bus.message import RawMessage, parse_message
 from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.bus.transactional import TransactionalProducer
-from trainmedic.schemas import DeadLettered, Topics
+from trainmedic.recovery.coordinator.core.fold import apply, isolate
+from trainmedic.recovery.coordinator.core.state import ClusterState
+from trainmedic.schemas import (
+    DeadLettered,
+    Incident,
+    RecoveryKind,
+    RecoveryPlanned,
+    RecoverySkipped,
+    Severity,
+    Topics,
+)
 from trainmedic.schemas.topics import KINDS
 
 log = logging.getLogger("trainmedic.coordinator")
@@ -70,3 +81,33 @@ def migrate(settings: KafkaSettings, timeout_s: float = 30.0) -> Counter[tuple[s
         producer.close()
     log.info("copied %d records of an older coordinator to %s", len(found), topics.recovery)
     return copied
+
+
+class ImplicitIsolations:
+    """The fold of a log written before decisions named the nodes they isolate: there a decision with
+    no `isolated` (a skip, or a reconfigure plan) that answered a SEV1 incident of a node isolated that
+    node, at the incident's time. It remembers which incidents such decisions answered, since a
+    rebuild may read the incident before or after the decision (another topic)."""
+
+    def __init__(self) -> None:
+        self._answered: set[str] = set()
+
+    def apply(self, state: ClusterState, event: object) -> ClusterState:
+        """`fold.apply`, then the isolation an old decision implied, once both it and its incident are in."""
+        apply(state, event)
+        if (answered := _answered_implicitly(event)) is not None:
+            self._answered.add(answered)
+        elif isinstance(event, Incident):
+            answered = event.id
+        incident = state.incidents.get(answered) if answered in self._answered else None
+        if incident is not None and incident.severity is Severity.SEV1 and incident.node is not None:
+            isolate(state, {incident.node: incident.id}, incident.ts)
+        return state
+
+
+def _answered_implicitly(event: object) -> str | None:
+    """The incident an old decision answered without saying what it isolates, or None."""
+    if isinstance(event, RecoverySkipped) or (isinstance(event, RecoveryPlanned)
+                                              and event.kind is RecoveryKind.RECONFIGURE):
+        return event.incident_id if event.isolated is None else None
+    return None

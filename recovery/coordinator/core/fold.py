@@ -173,33 +173,26 @@ def _incident(state: ClusterState, incident: Incident) -> None:
     if (incident.severity is not Severity.WARN and incident.action is not Action.ALERT
             and incident.id not in state.handled):
         state.pending.add(incident.id)
-    _isolate_legacy(state, incident.id)
 
 
 def _decided(state: ClusterState, incident_id: str | None, answer: str,
-             isolated: dict[str, str] | None, ts: float, legacy: bool) -> None:
-    """An incident was answered; the nodes the answer isolates leave service (the fold isolates
-    only what a decision on the log says, so the cap counts decisions, not incidents)."""
+             isolated: dict[str, str] | None, ts: float) -> None:
+    """An incident was answered; the nodes the answer isolates leave service."""
     if incident_id is not None:
         state.handled.setdefault(incident_id, answer)
         state.pending.discard(incident_id)
-        if legacy:
-            state.legacy.add(incident_id)
-            _isolate_legacy(state, incident_id)
-    for node_id, blamed in (isolated or {}).items():
+    isolate(state, isolated or {}, ts)
+
+
+def isolate(state: ClusterState, isolated: dict[str, str], ts: float) -> None:
+    """A decision at `ts` takes the nodes of `isolated` (node -> the incident that blamed it) out of
+    service: the fold isolates only what a decision on the log says, so the cap counts decisions, not
+    incidents. (migrate.py upcasts a log written before decisions said it.)"""
+    for node_id, blamed in isolated.items():
         if not state.in_cluster(node_id):
             log.warning("a decision isolates node %s, which is not in the cluster: ignored", node_id)
             continue
         lifecycle.isolated(state, state.node(node_id), blamed, ts)
-
-
-def _isolate_legacy(state: ClusterState, incident_id: str) -> None:
-    """Upcast a log written before decisions named the nodes they isolate: there, an answered
-    SEV1 incident isolated its node."""
-    incident = state.incidents.get(incident_id)
-    if (incident_id in state.legacy and incident is not None and incident.severity is Severity.SEV1
-            and incident.node is not None):
-        _decided(state, None, "", {incident.node: incident.id}, incident.ts, legacy=False)
 
 
 def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
@@ -222,8 +215,7 @@ def _planned(state: ClusterState, plan: RecoveryPlanned) -> None:
     state.plans.add((plan.plan_id, plan.job))
     if plan.incident_id is not None:
         state.handled[plan.incident_id] = plan.plan_id
-    _decided(state, plan.incident_id, plan.plan_id, plan.isolated, plan.ts,
-             legacy=plan.isolated is None and plan.kind is RecoveryKind.RECONFIGURE)
+    _decided(state, plan.incident_id, plan.plan_id, plan.isolated, plan.ts)
     for node in plan.nodes:
         state.node(node)
     if job is None:
@@ -258,7 +250,7 @@ def _outcome(state: ClusterState, event: RecoveryCompleted | RecoveryFailed) -> 
 
 def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
     if event.incident_id is not None:
-        _decided(state, event.incident_id, "skipped", event.isolated, event.ts, legacy=event.isolated is None)
+        _decided(state, event.incident_id, "skipped", event.isolated, event.ts)
     elif event.job is None:
         lifecycle.capacity_decided(state, event.ts)  # no job needed to change for the nodes' change
     elif event.job in state.jobs:

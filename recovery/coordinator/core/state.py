@@ -223,7 +223,6 @@ class ClusterState:
     early_acks: dict[str, list] = field(default_factory=dict)  # acks of commands not seen yet
     failures: set[str] = field(default_factory=set)  # SEV1/SEV2 incident ids, for the MTBF
     pending: set[str] = field(default_factory=set)  # open incidents not decided yet (waiting, or new)
-    legacy: set[str] = field(default_factory=set)  # incidents answered by events older than `isolated`
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
     members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
     isolated: set[str] = field(default_factory=set)  # nodes out of service (`lifecycle.isolated`)

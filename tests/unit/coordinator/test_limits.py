@@ -103,16 +103,6 @@ def test_the_log_of_capped_and_grouped_decisions_folds_to_the_live_state(seed: i
     assert catch_up(rebuilt, now=653.0) == []  # a restarted coordinator issues nothing twice
 
 
-def test_a_log_from_before_isolations_were_decisions_still_isolates_its_nodes() -> None:
-    rec = Recorder(CoordinatorConfig(**{**LIMITED.model_dump(), "group_window_s": 0}))
-    rec.started()
-    rec.feed(lost("old", "n2", ts=100.0), now=100.0)
-    legacy = [e.model_copy(update={"isolated": None}) if e.type in ("recovery_planned", "recovery_skipped")
-              else e for e in rec.log]
-    for events in (legacy, sorted(legacy, key=lambda e: e.type == "incident")):  # either order
-        assert not refold(rec, events).nodes["n2"].healthy
-
-
 def test_a_job_fault_that_comes_with_a_node_fault_is_answered_by_its_re_plan() -> None:
     rec = Recorder(LIMITED)
     rec.started()

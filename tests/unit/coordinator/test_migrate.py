@@ -1,10 +1,13 @@
 """Which records of an old log the upgrade copies to the recovery topic: the old coordinator's
-decisions on incidents and re-admissions on nodes, nothing else."""
+decisions on incidents and re-admissions on nodes, nothing else; and how a log older than decisions
+that name the nodes they isolate is rebuilt."""
 
 from __future__ import annotations
 
-from tests.unit.coordinator.world import incident, submitted
-from trainmedic.bus.message import RawMessage
+from tests.unit.coordinator.world import LIMITED, Recorder, incident, submitted
+from trainmedic.bus.message import RawMessage, Record, parse_message
+from trainmedic.recovery.coordinator.core import ClusterState, CoordinatorConfig, apply
+from trainmedic.recovery.coordinator.intake import rebuild
 from trainmedic.recovery.coordinator.migrate import legacy
 from trainmedic.schemas import NodeCordoned, NodeReadmitted, RecoveryCompleted, Topics, encode
 
@@ -24,3 +27,26 @@ def test_only_the_old_coordinators_records_on_incidents_and_nodes_are_copied() -
     messages.append(RawMessage(TOPICS.incidents, 0, 9, 0, b"k", b'{"type": "recovery_planned"}'))  # invalid
     assert [(m.offset, kind) for m, kind in legacy(TOPICS, messages)] == [
         (1, "recovery_completed"), (3, "node_readmitted")]
+
+
+def test_a_log_from_before_isolations_were_decisions_still_isolates_its_nodes_on_a_rebuild() -> None:
+    rec = Recorder(CoordinatorConfig(**{**LIMITED.model_dump(), "group_window_s": 0}))
+    rec.started()
+    rec.feed(incident("old", "SEV1", node="n2", job=None, ts=100.0, category="node_lost"), now=100.0)
+    old = [((topic, key), e.model_copy(update={"isolated": None}) if e.type in ("recovery_planned",
+                                                                                 "recovery_skipped") else e)
+           for (topic, key), e in rec.placed()]
+    records = [parse_message(TOPICS, TOPICS.name(topic), 0, offset, key.encode(), encode(e), now=0.0)
+               for offset, ((topic, key), e) in enumerate(old)]
+    assert all(isinstance(r, Record) for r in records)  # the old decisions are valid as they are
+    rebuilt = []
+    for read in (records, sorted(records, key=lambda r: r.event.type == "incident")):  # either order
+        state = ClusterState.initial(rec.state.config)
+        assert rebuild(state, read) == []
+        rebuilt.append(state)
+    assert rebuilt[0] == rebuilt[1]
+    assert (rebuilt[0].nodes["n2"].isolated_by, rebuilt[0].nodes["n2"].isolated_ts) == ("old", 100.0)
+    bare = ClusterState.initial(rec.state.config)
+    for _, e in old:
+        apply(bare, e)
+    assert bare.nodes["n2"].healthy  # the fold itself reads only decisions that name what they isolate

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from tests.unit.coordinator.world import Recorder, incident, of_type, submitted
-from trainmedic.recovery.worker import state_files
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.restore import REPLICA, local_offers
+from trainmedic.runtime import state_files
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.restore import REPLICA, local_offers
 
 STEP = 57
 
