@@ -6,14 +6,11 @@ Every option also has a TRAINMEDIC_EXECUTOR_* variable and a --config YAML key
 from __future__ import annotations
 
 import argparse
-import sys
-import threading
 from pathlib import Path
 
 from trainmedic.bus.config import Options, Section
-from trainmedic.bus.errors import TrainmedicError
-from trainmedic.bus.metrics_flag import add_metrics_argument
-from trainmedic.bus.signals import stop_on_signals
+from trainmedic.bus.service_cli import add_service_arguments, exit_with, run_until_stopped
+from trainmedic.common.errors import TrainmedicError
 from trainmedic.recovery.executor.config import ExecutorConfig
 
 # The trusted keys, the node's key and the ranks' user are looked up; the poll is an internal tick.
@@ -22,10 +19,7 @@ OPTIONS = Options(EXECUTOR)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    OPTIONS.add_to(parser)
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
-    add_metrics_argument(parser)
+    add_service_arguments(parser, OPTIONS)
 
 
 def build_config(options: Options, section: Section, args: argparse.Namespace, **computed) -> ExecutorConfig:
@@ -37,8 +31,8 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
     import os
     import pwd
 
-    from trainmedic.bus.errors import ConfigError
     from trainmedic.bus.settings import home
+    from trainmedic.common.errors import ConfigError
     from trainmedic.recovery import keyring
     from trainmedic.recovery.executor.job_dirs import (
         RANKS_AS_ROOT_REFUSED,
@@ -90,20 +84,12 @@ def run(args: argparse.Namespace) -> int:
         config = build_config(OPTIONS, EXECUTOR, args)
         kafka = KafkaSettings.from_env(role="executor", bootstrap=args.bootstrap)
     except TrainmedicError as err:
-        print(f"trainmedic executor: {err}", file=sys.stderr)
-        return 2
+        return exit_with(2, "executor", err)
     if config.insecure:
         log.warning("INSECURE: command signatures are NOT checked; anyone who can write to %s "
                     "can start and stop processes on this node", kafka.topics.commands)
     else:
         log.info("commands must be signed by one of the keys %s; acks signed with node key %s (from %s)",
                  config.trusted, config.node_key.key_id, config.keys_dir)
-    stop = threading.Event()
     serve_metrics(args.metrics_port, args.metrics_host)
-    try:
-        with stop_on_signals(stop):
-            Executor(config, kafka).run(stop)
-    except TrainmedicError as err:
-        print(f"trainmedic executor: {err}", file=sys.stderr)
-        return 1
-    return 0
+    return run_until_stopped("executor", lambda stop: Executor(config, kafka).run(stop))

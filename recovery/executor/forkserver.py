@@ -32,7 +32,7 @@ import setproctitle
 
 # What a warm zygote imports, and so every warm rank has: torch, and the worker runtime a rank
 # imports (pydantic and the schemas with it, which each rank imported at start otherwise).
-PRELOAD = ("torch", "torch.distributed", "trainmedic.runtime", "trainmedic.recovery.worker.runtime")
+PRELOAD = ("torch", "torch.distributed", "trainmedic.runtime", "trainmedic.runtime.rank")
 PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"
 MAX_REQUEST = 4 << 20  # a request's bytes (a rank's whole environment is in it)
 PR_SET_DUMPABLE = 4

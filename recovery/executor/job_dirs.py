@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.schemas.jobs import SUBMISSION_NAME
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.recovery.executor import leftovers
 from trainmedic.recovery.executor.job_dirs import RankUser
 

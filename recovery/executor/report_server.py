@@ -12,7 +12,6 @@ import os
 import resource
 import selectors
 import socket
-import struct
 import tempfile
 import threading
 import time
@@ -23,13 +22,13 @@ from pathlib import Path
 from trainmedic.recovery.executor import metrics
 from trainmedic.recovery.executor.core.reports import (
     MAX_LINE,
-    LaunchedRank,
     RankReports,
     Refused,
     Report,
     ReportLimits,
     check,
 )
+from trainmedic.recovery.executor.report_peers import Resolve, peer_credentials, rank_of
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +40,7 @@ UNKNOWN_GRACE_S = 5.0  # how long lines of a process not (yet) known as a rank a
 ENDED_GRACE_S = 5.0  # how long a rank that ended may still be read (its last lines in the socket)
 MAX_HELD_LINES = 16
 ACCEPT_PAUSE_S = 1.0  # out of file descriptors: stop accepting this long rather than spin
-ANCESTORS = 16  # how far up the parent chain a process may be from the rank it belongs to
 
-Resolve = Callable[[int], LaunchedRank | None]
 Publish = Callable[[Report], None]
 
 
@@ -85,35 +82,6 @@ def _remove_sockets(folder: Path) -> None:
         else:
             entry.unlink(missing_ok=True)
     folder.rmdir()
-
-
-def peer_credentials(conn: socket.socket) -> tuple[int, int]:
-    """The pid and uid of the process at the other end (as the kernel says, not the process)."""
-    credentials = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _ = struct.unpack("3i", credentials)
-    return pid, uid
-
-
-def parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[1])  # the name in parentheses may hold spaces
-
-
-def rank_of(pid: int, known: Resolve,
-            parent: Callable[[int], int | None] = parent_of) -> tuple[int, LaunchedRank] | None:
-    """The launched rank `pid` is, or descends from (at most ANCESTORS up), with that rank's pid."""
-    current: int | None = pid
-    for _ in range(ANCESTORS):
-        if current is None or current <= 1:
-            return None
-        launched = known(current)
-        if launched is not None:
-            return current, launched
-        current = parent(current)
-    return None
 
 
 @dataclass

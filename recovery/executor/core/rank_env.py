@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 BASE_NAMES = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
     "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH",
-    "TRAINMEDIC_DEMO_FAULTS",  # the shipped fault injection (recovery/worker/faults.py)
+    "TRAINMEDIC_DEMO_FAULTS",  # the shipped fault injection (trainmedic/runtime/faults.py)
 })
 # Name prefixes a rank gets: locale, the accelerator and its collectives, thread counts.
 BASE_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "MKL_", "GLOO_", "TORCH_")

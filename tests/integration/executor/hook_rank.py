@@ -5,7 +5,7 @@ import json
 import os
 import socket
 
-from trainmedic.producers.hook import Hook
+from trainmedic.runtime.hook import Hook
 
 hook = Hook.from_env()
 hook.started()

@@ -8,7 +8,7 @@ error) or `return` (falls off the end after one step).
 import os
 import sys
 
-from trainmedic.producers.hook import Hook
+from trainmedic.runtime.hook import Hook
 
 hook = Hook.from_env()
 hook.started()

@@ -130,14 +130,9 @@ class RecordingExecutor(Executor):
                                 stop_grace_s=0.2, admission=AdmissionPolicy(allowed_executables=("sleep",)))
         super().__init__(config, KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1"}))
         self.sent: list = []
-        self._ledger = Ledger.open(config.ledger_path("t."))
-        self._reports.start()  # as `run` does: the jobs' sockets are in the ranks' environment
-
-    def _send(self, topic: str, event, key: str) -> None:
-        self.sent.append(event)
-
-    def _flush(self) -> None:
-        return None
+        self.producer.send = lambda topic, event, key: self.sent.append(event)
+        self.applier.ledger = Ledger.open(config.ledger_path("t."))
+        self.reporter.start()  # as `run` does: the jobs' sockets are in the ranks' environment
 
 
 def start(cid: str, argv: tuple[str, ...], generation: int, action=CommandAction.START) -> Record:
@@ -164,11 +159,11 @@ def test_a_refused_command_is_acked_refused_with_the_rule_counted_and_nothing_st
                                              "allowed_interpreters)")
         assert refusals._value.get() == before + 1
         assert executor.supervisor.alive("j") == 1  # the running generation was not stopped for it
-        assert "evil" not in executor._ledger.state.applied
+        assert "evil" not in executor.applier.ledger.state.applied
     finally:
         executor.supervisor.stop_all(0.2)
-        executor._ledger.close()
-        executor._reports.close()
+        executor.applier.ledger.close()
+        executor.reporter.close()
 
 
 def test_the_policy_is_set_by_flag_variable_or_yaml(tmp_path: Path) -> None:

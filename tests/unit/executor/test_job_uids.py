@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.recovery.executor import job_dirs
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.job_dirs import RankUser

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.recovery import keyring
 from trainmedic.schemas import Command, CommandAction, encode
 

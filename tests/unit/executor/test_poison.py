@@ -34,12 +34,12 @@ def executor(tmp_path: Path) -> Iterator[Executor]:
     config = ExecutorConfig(node=NODE, state_dir=tmp_path, insecure=True, warm_start=False, stop_grace_s=0.2,
                             admission=AdmissionPolicy(allowed_executables=("sleep",)))
     ex = Executor(config, kafka)
-    ex._ledger = Ledger.open(config.ledger_path("t."))
-    ex._reports.start()  # as `run` does: the jobs' sockets are in the ranks' environment
+    ex.applier.ledger = Ledger.open(config.ledger_path("t."))
+    ex.reporter.start()  # as `run` does: the jobs' sockets are in the ranks' environment
     yield ex
     ex.supervisor.stop_all(0.2)
-    ex._ledger.close()
-    ex._reports.close()
+    ex.applier.ledger.close()
+    ex.reporter.close()
 
 
 def command(cid: str, action=CommandAction.START, argv=("sleep", "30"), generation=0, **changes) -> Command:
@@ -73,7 +73,8 @@ def test_a_niceness_int_cannot_read_starts_cold_instead_of_raising() -> None:
 
 def test_an_argv_execve_refuses_fails_the_command_and_the_executor_reads_on(executor: Executor) -> None:
     executor._handle(record(command("c1", argv=("sleep", "30\x00")), offset=0))
-    assert executor._ledger.state.positions[("t.commands", 0)] == 1 and "c1" in executor._ledger.state.applied
+    ledger = executor.applier.ledger
+    assert ledger.state.positions[("t.commands", 0)] == 1 and "c1" in ledger.state.applied
     executor._handle(record(command("c2", generation=1), offset=1))  # the next command still runs
     assert executor.supervisor.alive("j") == 1
 
@@ -82,10 +83,10 @@ def test_a_delivery_timeout_stops_no_rank(executor: Executor) -> None:
     executor._handle(record(command("c1"), offset=0))
     assert executor.supervisor.alive("j") == 1
     time.sleep(0.5)  # the acks of c1 time out: librdkafka reports them as not retriable
-    executor._flush()
+    executor.producer.flush()
     executor._handle(record(command("c2", action=CommandAction.REATTEMPT), offset=1))
     assert executor.supervisor.alive("j") == 1
-    assert executor._ledger.state.positions[("t.commands", 0)] == 2
+    assert executor.applier.ledger.state.positions[("t.commands", 0)] == 2
 
 
 def test_a_command_that_raises_while_decided_is_dead_lettered_and_read_past(executor: Executor) -> None:
@@ -93,7 +94,7 @@ def test_a_command_that_raises_while_decided_is_dead_lettered_and_read_past(exec
     parsed = parse_message(executor.kafka.topics, executor.kafka.topics.commands, 0, 5, b"n1", raw, 0.0)
     broken = Record(parsed.topic, parsed.partition, parsed.offset, parsed.key, object(), raw)
     executor._handle(broken)
-    assert executor._ledger.state.positions[(executor.kafka.topics.commands, 0)] == 6
+    assert executor.applier.ledger.state.positions[(executor.kafka.topics.commands, 0)] == 6
 
 
 def test_an_invalid_command_is_dead_lettered_and_counted(executor: Executor) -> None:
@@ -105,5 +106,5 @@ def test_an_invalid_command_is_dead_lettered_and_counted(executor: Executor) -> 
     before = counted()
     topics = executor.kafka.topics
     executor._handle(parse_message(topics, topics.commands, 0, 3, b"n1", b"not a command", 0.0))
-    assert executor._ledger.state.positions[(topics.commands, 0)] == 4
+    assert executor.applier.ledger.state.positions[(topics.commands, 0)] == 4
     assert counted() == before + 1  # TrainmedicDeadLetters sees it

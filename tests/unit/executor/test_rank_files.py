@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.executor.test_warm_rank_reports import exit_of
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.recovery.executor import cli, job_dirs
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.job_dirs import RankUser

@@ -20,18 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.producers.hook import Hook, WorkerIdentity
-from trainmedic.producers.report_channel import ReportChannel
 from trainmedic.recovery.executor.core.reports import LaunchedRank, RankReports, Refused, ReportLimits, check
+from trainmedic.recovery.executor.report_peers import rank_of
 from trainmedic.recovery.executor.report_server import (
     MAX_PER_RANK,
     MAX_UNKNOWN,
     MAX_UNKNOWN_PER_USER,
     ReportServer,
     job_socket,
-    rank_of,
     socket_folder,
 )
+from trainmedic.runtime.hook import Hook, WorkerIdentity
+from trainmedic.runtime.report_channel import ReportChannel
 from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped
 
 RANK = LaunchedRank("llm", 3, 1, 4, local_rank=1, hang_floor_s=120.0)
@@ -128,7 +128,7 @@ def wait_for(condition, timeout_s: float = 20.0) -> None:
 
 RANK_SCRIPT = """
 import sys
-from trainmedic.producers.hook import Hook
+from trainmedic.runtime.hook import Hook
 hook = Hook.from_env()
 hook.started()
 for step in range(3):
@@ -321,7 +321,7 @@ def test_a_ranks_free_text_is_bounded_as_the_hook_bounds_it() -> None:
 KEPT_SCRIPT = """
 import sys, time
 from pathlib import Path
-from trainmedic.producers.hook import Hook
+from trainmedic.runtime.hook import Hook
 hook = Hook.from_env()
 hook.step(7, 0.01)
 hook.waiting()  # a peer failed: it waits, alive, for the next generation

@@ -31,14 +31,9 @@ class RecordingExecutor(Executor):
                                 admission=AdmissionPolicy(allowed_executables=("sh",)))
         super().__init__(config, KafkaSettings.from_env({"TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:1"}))
         self.sent: list = []
-        self._ledger = Ledger.open(config.ledger_path("t."))
-        self._reports.start()  # as `run` does: the jobs' sockets are in the ranks' environment
-
-    def _send(self, topic: str, event, key: str) -> None:
-        self.sent.append(event)
-
-    def _flush(self) -> None:
-        return None
+        self.producer.send = lambda topic, event, key: self.sent.append(event)
+        self.applier.ledger = Ledger.open(config.ledger_path("t."))
+        self.reporter.start()  # as `run` does: the jobs' sockets are in the ranks' environment
 
     def of(self, kind: type) -> list:
         return [e for e in self.sent if isinstance(e, kind)]
@@ -69,14 +64,14 @@ def test_a_launched_generation_is_finished_once_and_an_adopted_one_never(tmp_pat
 
     (work / "GO").unlink()
     first._handle(start(work, 1))
-    first._ledger.close()  # the executor dies here; its ranks run on
-    first._reports.close()
+    first.applier.ledger.close()  # the executor dies here; its ranks run on
+    first.reporter.close()
     second = RecordingExecutor(tmp_path / "state")
-    second._take_over(second._ledger)
+    second._take_over()
     assert second.supervisor.alive("j") == 2  # adopted
     (work / "GO").touch()
     wait_until(lambda: second._reap() or len(second.of(WorkerExited)) == 2, 30, "the adopted ranks")
     assert all(e.status_unknown for e in second.of(WorkerExited))
     assert second.of(RanksFinished) == []
-    second._ledger.close()
-    second._reports.close()
+    second.applier.ledger.close()
+    second.reporter.close()

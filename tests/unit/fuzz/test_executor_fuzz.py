@@ -40,10 +40,8 @@ class InMemoryExecutor(Executor):
         config = ExecutorConfig(node="n1", state_dir=state_dir, insecure=True, warm_start=False)
         super().__init__(config, SETTINGS, clock=lambda: NOW)
         self.sent: list[tuple[str, object]] = []
-        self._ledger = Ledger.open(config.ledger_path("t."))
-
-    def _send(self, topic: str, event, key: str) -> None:
-        self.sent.append((topic, event))
+        self.producer.send = lambda topic, event, key: self.sent.append((topic, event))
+        self.applier.ledger = Ledger.open(config.ledger_path("t."))
 
 
 @FUZZ
@@ -56,7 +54,7 @@ def test_hostile_commands_are_dead_lettered_and_read_past(seed: int, pool: list)
         items = interleave(rng, GOOD, bad)
         for offset, (_, value) in enumerate(items):
             executor._handle(parse_message(SETTINGS.topics, TOPIC, 0, offset, b"n1", value, NOW))
-        executor._ledger.close()
+        executor.applier.ledger.close()
         letters = [event for topic, event in executor.sent if topic == SETTINGS.topics.dlq]
         acks = [event for topic, event in executor.sent if topic == SETTINGS.topics.acks]
         assert len(letters) == len(bad) and all(isinstance(e, DeadLettered) for e in letters)
