@@ -2,7 +2,7 @@
 
 import sys
 
-from trainmedic.bus.entry import run_command
+from trainmedic.common.entry import run_command
 from trainmedic.producers import gpu_cli
 
 sys.exit(run_command(gpu_cli, "python -m trainmedic.producers"))

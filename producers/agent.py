@@ -9,13 +9,13 @@ import logging
 import threading
 from pathlib import Path
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.outbox import Outbox
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import ConfigError
 from trainmedic.producers.config import HostAgentConfig
 from trainmedic.producers.control import ControlFile
 from trainmedic.producers.faults import HardwareFault, LinkFlap
 from trainmedic.producers.links import discover_links, missing_links, read_links
-from trainmedic.producers.outbox import Outbox
 from trainmedic.producers.rounds import apply_control, open_outbox, serve
 from trainmedic.schemas import LinkState, NodeHeartbeat
 

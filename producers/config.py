@@ -17,8 +17,8 @@ from pydantic import (
     model_validator,
 )
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.bus.timespan import parse_duration
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.timespan import parse_duration
 from trainmedic.producers.faults import GpuFault, LinkFlap, parse_fault
 
 GpuSourceName = Literal["nvml", "dcgm", "synthetic"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.bus.timespan import parse_duration
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.timespan import parse_duration
 
 
 class FaultSpecError(ConfigError):

@@ -6,14 +6,14 @@ import logging
 import threading
 from typing import Any, Protocol
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.outbox import Outbox
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import ConfigError
 from trainmedic.producers.config import GpuProducerConfig
 from trainmedic.producers.control import ControlFile
 from trainmedic.producers.dcgm_scraper import DcgmScraper
 from trainmedic.producers.faults import GpuFault, HardwareFault
 from trainmedic.producers.nvml import NvmlGpus
-from trainmedic.producers.outbox import Outbox
 from trainmedic.producers.rounds import apply_control, open_outbox, serve
 from trainmedic.producers.synthetic import SyntheticGpus
 from trainmedic.schemas import GpuSample

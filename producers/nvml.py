@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainmedic.bus.errors import TrainmedicError
+from trainmedic.common.errors import TrainmedicError
 from trainmedic.producers.throttle import throttle_reasons
 from trainmedic.schemas import GpuSample
 

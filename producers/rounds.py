@@ -8,14 +8,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.bus.outbox import Outbox
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import ConfigError
 from trainmedic.producers.config import Delivery
 from trainmedic.producers.control import ControlFile
 from trainmedic.producers.faults import FaultSpecError, HardwareFault, parse_fault
 from trainmedic.producers.loop import run_every
-from trainmedic.producers.outbox import Outbox
 
 log = logging.getLogger(__name__)
 

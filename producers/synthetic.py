@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.producers.faults import EccFault, GpuFault, GpuLostFault, NvlinkFault, ThermalFault, XidFault
 from trainmedic.schemas import GpuSample
 

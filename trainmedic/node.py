@@ -13,8 +13,8 @@ import sys
 from dataclasses import replace
 
 from trainmedic.bus.config import Options, Section
-from trainmedic.bus.timespan import duration_arg
-from trainmedic.producers.cli_args import add_kafka_arguments
+from trainmedic.bus.service_cli import add_kafka_arguments
+from trainmedic.common.timespan import duration_arg
 from trainmedic.producers.config import GpuProducerConfig, HostAgentConfig
 from trainmedic.recovery.executor import cli as executor_cli
 
@@ -41,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
     import threading
     import time
 
-    from trainmedic.bus.errors import TrainmedicError
     from trainmedic.bus.metrics import serve_metrics
     from trainmedic.bus.settings import KafkaSettings
-    from trainmedic.bus.signals import leave_on_signals
+    from trainmedic.common.errors import TrainmedicError
+    from trainmedic.common.signals import leave_on_signals
     from trainmedic.producers.agent import open_agent, run_agent
     from trainmedic.producers.gpu_producer import open_source, run_gpu_producer
     from trainmedic.recovery.executor.command_loop import Executor

@@ -22,11 +22,11 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from trainmedic.bus import clients
 from trainmedic.bus import metrics as bus_metrics
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import RawMessage, parse_message
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import TopicReader
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.ops.alerts import metrics, payloads
 from trainmedic.ops.alerts.config import AlertBridgeConfig
 from trainmedic.ops.alerts.delivery import Delivery, DeliveryBook

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from trainmedic.bus.config import Options, Section
-from trainmedic.bus.errors import ConfigError
-from trainmedic.bus.metrics_flag import add_metrics_argument
+from trainmedic.bus.service_cli import add_service_arguments, exit_with, run_until_stopped
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import ConfigError
 from trainmedic.ops.alerts.config import AlertBridgeConfig
 
 CONFIG_FORMAT = """\
@@ -58,11 +57,7 @@ SECRETS = (("pagerduty", "routing_key", "TRAINMEDIC_PAGERDUTY_ROUTING_KEY"),
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = CONFIG_FORMAT
-    OPTIONS.add_to(parser)
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
-    add_metrics_argument(parser)
+    add_service_arguments(parser, OPTIONS, CONFIG_FORMAT)
 
 
 def _secret(env: Mapping[str, str], name: str) -> str | None:
@@ -104,10 +99,8 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import threading
 
-    from trainmedic.bus.errors import TrainmedicError
     from trainmedic.bus.lag import LagSampler
     from trainmedic.bus.metrics import serve_metrics
-    from trainmedic.bus.signals import stop_on_signals
     from trainmedic.ops.alerts.bridge import AlertBridge, incident_topics
 
     log = logging.getLogger("trainmedic.alerts")
@@ -115,24 +108,21 @@ def run(args: argparse.Namespace) -> int:
         settings = KafkaSettings.from_env(role="ops", bootstrap=args.bootstrap)
         config = build_config(args, settings)
     except ConfigError as err:
-        print(f"trainmedic alerts: {err}", file=sys.stderr)
-        return 2
-    stop = threading.Event()
+        return exit_with(2, "alerts", err)
     sampler = None
     if serve_metrics(args.metrics_port, args.metrics_host) is not None:
         sampler = LagSampler(settings, config.group_id, incident_topics(settings)).start()
     bridge = AlertBridge(settings, config)
-    try:
-        with stop_on_signals(stop):
+
+    def forward(stop: threading.Event) -> None:
+        try:
             bridge.start()
             while not stop.is_set():
                 bridge.step()
-    except TrainmedicError as err:
-        print(f"trainmedic alerts: {err}", file=sys.stderr)
-        return 1
-    finally:
-        if sampler is not None:
-            sampler.stop()
-        bridge.close()
-    log.info("stopped; %d deliveries were waiting: they are retried on restart", bridge.book.backlog())
-    return 0
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            bridge.close()
+        log.info("stopped; %d deliveries were waiting: they are retried on restart", bridge.book.backlog())
+
+    return run_until_stopped("alerts", forward)
