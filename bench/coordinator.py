@@ -10,16 +10,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from trainmedic.recovery.coordinator.core import (
-    ClusterState,
-    CoordinatorConfig,
-    NodeConfig,
-    apply,
-    react,
-    settle,
-    tick,
-)
-from trainmedic.schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+from harness.coordinator_cluster import initial_state, job_spec, node_names
+
+from trainmedic.recovery.coordinator.core import ClusterState, apply, react, settle, tick
+from trainmedic.schemas import CommandAcked, Incident, JobSubmitted
 
 JOBS, LEAF, SPARES = 32, 32, 32
 MIN_JOB_NODES = 8
@@ -27,16 +21,12 @@ MIN_JOB_NODES = 8
 
 def cluster(nodes: int) -> tuple[ClusterState, list]:
     """A state with every job started and running, and the log that built it."""
-    names = [f"n{i:05d}" for i in range(nodes)]
-    config = CoordinatorConfig(nodes=tuple(NodeConfig(id=n, switch=f"leaf-{i // LEAF}")
-                                           for i, n in enumerate(names)))
-    state, log = ClusterState.initial(config), []
+    names = node_names(nodes)
+    state, log = initial_state(names, LEAF), []
     size = (nodes - SPARES) // JOBS
+    sizes = (*range(size // 2, size + 1, max(1, size // 16)), size)
     for j in range(JOBS):
-        spec = JobSpec(id=f"job-{j:02d}", nodes=tuple(names[j * size:(j + 1) * size]), ranks_per_node=8,
-                       throughput={s: 1e15 * s ** 0.9 for s in range(size // 2, size + 1, max(1, size // 16))}
-                       | {size: 1e15 * size ** 0.9}, command=("python", "train.py"), checkpoint_dir="/ckpt")
-        event = JobSubmitted(ts=1.0, job=spec)
+        event = JobSubmitted(ts=1.0, job=job_spec(j, names[j * size:(j + 1) * size], sizes))
         log += [event, *react(state, event, 1.0)]
     for command in [e for e in log if e.type == "command"]:
         ack = CommandAcked(ts=2.0, node=command.node, command_id=command.id, job=command.job,

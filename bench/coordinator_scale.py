@@ -24,47 +24,36 @@ import gc
 import statistics
 import time
 
+from harness.coordinator_cluster import initial_state, job_spec, node_names
+
 import trainmedic.recovery.planner.plan  # noqa: F401  (numpy loads here, not in a measurement)
-from trainmedic.recovery.coordinator.core import (
-    ClusterState,
-    CoordinatorConfig,
-    NodeConfig,
-    apply,
-    react,
-    settle,
-    tick,
-)
+from trainmedic.recovery.coordinator.core import ClusterState, apply, react, settle, tick
 from trainmedic.recovery.coordinator.core.decide import completion
-from trainmedic.schemas import CommandAcked, Incident, JobSpec, JobSubmitted
+from trainmedic.schemas import CommandAcked, Incident, JobSubmitted
 from trainmedic.schemas.nodes import NodeReadmitted
 
-NODES, LEAF, RANKS_PER_NODE = 12_500, 32, 8
+NODES, LEAF = 12_500, 32
 JOB_SIZES = (2048,) * 2 + (512,) * 8 + (128,) * 20 + (32,) * 20
 TABLE_SIZES = 16
 # CPU time of this process, not wall time: on a shared machine the wall clock also counts the others.
 clock = time.process_time
 
 
-def table(size: int) -> dict[int, float]:
-    """At most TABLE_SIZES sizes from 75% to 100% of `size`, on a concave scaling curve."""
+def table(size: int) -> tuple[int, ...]:
+    """At most TABLE_SIZES sizes from 75% to 100% of `size`: where a job's throughput is known."""
     low = size * 3 // 4
     step = max(1, (size - low) // (TABLE_SIZES - 1))
-    return {s: 1e15 * s ** 0.9 for s in (*range(low, size, step), size)}
+    return (*range(low, size, step), size)
 
 
 def cluster() -> ClusterState:
     """Every job submitted, started and running (built by `apply`, so building stays fast)."""
-    names = [f"n{i:05d}" for i in range(NODES)]
-    config = CoordinatorConfig(nodes=tuple(NodeConfig(id=n, switch=f"leaf-{i // LEAF:04d}")
-                                           for i, n in enumerate(names)))
-    state = ClusterState.initial(config)
+    names = node_names(NODES)
+    state = initial_state(names, LEAF)
     first = 0
     for j, size in enumerate(JOB_SIZES):
-        spec = JobSpec(id=f"job-{j:02d}", nodes=tuple(names[first:first + size]),
-                       ranks_per_node=RANKS_PER_NODE, throughput=table(size), command=("python", "train.py"),
-                       checkpoint_dir="/ckpt")
+        react(state, JobSubmitted(ts=1.0, job=job_spec(j, names[first:first + size], table(size))), 1.0)
         first += size
-        react(state, JobSubmitted(ts=1.0, job=spec), 1.0)
     finish(state, 2.0)
     return state
 

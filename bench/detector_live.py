@@ -43,84 +43,43 @@ one instead, with the admin's credentials found as for any trainmedic client.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from harness.detector_workers import WORKERS
+from harness.synthetic_telemetry import (
+    EVENTS_PER_NODE,
+    GPUS,
+    JOBS,
+    TELEMETRY_PARTITIONS,
+    cluster_second,
+    delete_run,
+    fresh_topics,
+    prefill,
+    producer,
+)
+from harness.worker_process import Worker, cpu_s
 
 from trainmedic.bus import settings as bus_settings
-from trainmedic.bus.admin import create_topics, remove_prefix
 from trainmedic.bus.message import RawMessage
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.local.broker import LocalBroker
 from trainmedic.local.cluster import free_port_pair
 from trainmedic.schemas.codec import TELEMETRY, decode
-from trainmedic.schemas.topics import BY_SUFFIX, adapter
+from trainmedic.schemas.topics import adapter
 from trainmedic.schemas.wire import decode_telemetry as decode_fast
 from trainmedic.streams.core import Detector
 from trainmedic.streams.engines.consumer import READING, tune_gc
-from trainmedic.streams.engines.faust_app import FaustTuning
 from trainmedic.streams.live import LiveConfig, LiveDetector
-
-GPUS, JOBS = 8, 4
-TELEMETRY_PARTITIONS = sum(BY_SUFFIX[name].partitions for name in ("telemetry.gpu", "telemetry.node",
-                                                                    "telemetry.worker"))
-EVENTS_PER_NODE = 1 + 2 * GPUS  # heartbeat, gpu samples, rank steps
-GPU = ('{"type":"gpu_sample","v":1,"ts":%.3f,"node":"%s","gpu":%d,"uuid":"GPU-%s-%d","util":97.0,'
-       '"mem_used_mb":70000.0,"mem_total_mb":81559.0,"temp_c":%.1f,"power_w":612.5,"ecc_sbe":0,'
-       '"ecc_dbe":0,"nvlink_errors":0,"xids":[],"throttle":[]}')
-BEAT = '{"type":"node_heartbeat","v":1,"ts":%.3f,"node":"%s","interval":1.0,"links":[]}'
-STEP = ('{"type":"worker_step","v":1,"ts":%.3f,"node":"%s","job":"%s","rank":%d,"world_size":%d,'
-        '"generation":0,"pid":%d,"step":%d,"step_time":%.3f}')
-TUNED = FaustTuning()
-# The Faust engine before issue 18 (asyncio's loop), measured next to the tuned one in every run.
-PLAIN = FaustTuning(loop="aio")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process `pid` has used so far, all its threads."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def children(pid: int) -> list[int]:
-    """The running child processes of `pid`."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
-    return found
-
-
-def cluster_second(topics, nodes: int, t: int, base: float) -> list[tuple[str, str, bytes]]:
-    """One second of telemetry of `nodes` nodes (a multiple of 4), as (topic, key, value), ts order."""
-    per_job = nodes // JOBS
-    out = []
-    for n in range(nodes):
-        ts, node = base + t + n / nodes, f"node-{n:05d}"
-        out.append((topics.node, node, (BEAT % (ts, node)).encode()))
-        for g in range(GPUS):
-            out.append((topics.gpu, node, (GPU % (ts, node, g, node, g, 60.0 + g)).encode()))
-        job, first = divmod(n, per_job)
-        for g in range(GPUS):
-            rank = first * GPUS + g
-            out.append((topics.worker, f"job-{job}", (STEP % (
-                ts, node, f"job-{job}", rank, per_job * GPUS, 1000 + rank, t, 0.98 + 0.01 * (rank % 5),
-            )).encode()))
-    return out
 
 
 @contextmanager
@@ -139,43 +98,6 @@ def own_broker(home: Path) -> Iterator[tuple[str, int]]:
         yield state.bootstrap, state.pid
     finally:
         broker.stop()
-
-
-def fresh_topics(bootstrap: str, run: str) -> KafkaSettings:
-    settings = KafkaSettings.from_env(role="admin", bootstrap=bootstrap, topic_prefix=f"{run}.")
-    create_topics(settings)
-    return settings
-
-
-def producer(settings: KafkaSettings) -> Producer:
-    """Configured as trainmedic's producers are (EventProducer), with room for a pre-fill."""
-    return Producer(settings.client_config(**{
-        "enable.idempotence": True, "acks": "all", "linger.ms": 5, "compression.type": "lz4",
-        "queue.buffering.max.messages": 1_000_000,
-    }))
-
-
-def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
-    """The last `seconds` of the cluster's telemetry, ending now, produced as fast as the broker
-    takes it.
-
-    Event time ends now: an event ahead of its message's broker timestamp or of the detector's
-    clock (or more than max_skew_s behind it) is dead-lettered and logged (`Pipeline`), which is
-    not what a drain measures."""
-    out, count, base = producer(settings), 0, time.time() - seconds
-    for t in range(seconds):
-        for topic, key, value in cluster_second(settings.topics, nodes, t, base):
-            while True:
-                try:
-                    out.produce(topic, value, key)
-                    break
-                except BufferError:
-                    out.poll(0.05)
-            count += 1
-        out.poll(0)
-    if out.flush(120):
-        raise RuntimeError("pre-fill not delivered")
-    return count
 
 
 def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: bool = True,
@@ -214,229 +136,6 @@ def drain(settings: KafkaSettings, total: int, live: LiveDetector | None, fast: 
         held.append(most)
     client.close()
     return elapsed
-
-
-class Worker:
-    """`python bench/detector_live.py --worker MODE APP_ID`: a detector of one engine (or, with
-    `noop`, a Faust agent that only counts) plus a twice-a-second report on stdout (the event
-    loop it runs on included)."""
-
-    def __init__(self, settings: KafkaSettings, run: str, home: Path, mode: str, *,
-                 settle: bool = False) -> None:
-        env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": settings.bootstrap,
-               "TRAINMEDIC_TOPIC_PREFIX": settings.topic_prefix, "TRAINMEDIC_HOME": str(home),
-               "BENCH_SETTLE": "1" if settle else ""}
-        self.log = home / f"{run}-{mode}.log"
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", mode, f"{run}-{mode}"], env=env,
-                                     stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True)
-        self.reports: list[dict] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):  # Faust may print too
-                self.reports.append(json.loads(line))
-
-    def wait(self, until, give_up_s: float = 300.0) -> dict:
-        deadline = time.monotonic() + give_up_s
-        while time.monotonic() < deadline:
-            if self.reports and until(self.reports[-1]):
-                return self.reports[-1]
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"worker gave up; its log:\n{self.log.read_text()[-3000:]}")
-
-    def cpu_s(self) -> float:
-        """The worker's CPU seconds so far, and its children's (a sharded detector's ingest instances)."""
-        return cpu_s(self.proc.pid) + sum(cpu_s(child) for child in children(self.proc.pid))
-
-    def own_cpu_s(self) -> float:
-        return cpu_s(self.proc.pid)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def report(events: int, assigned: int, buffered: int, loop: str = "none", forced: int = 0,
-           incidents: int | None = None) -> None:
-    """One report line; `incidents` None from a worker that decides nothing (ingest alone, no-op)."""
-    print(json.dumps({"wall": time.time(), "events": events, "assigned": assigned, "buffered": buffered,
-                      "loop": loop, "forced": forced, "incidents": incidents}), flush=True)
-
-
-def loop_name() -> str:
-    """The running event loop's module: "asyncio.unix_events" or "uvloop"."""
-    import asyncio
-
-    return type(asyncio.get_running_loop()).__module__
-
-
-def run_consumer_worker(app_id: str) -> None:
-    """The consumer engine as `trainmedic detector` runs it, from the earliest offsets."""
-    import logging
-
-    from trainmedic.bus.signals import stop_on_signals
-    from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig, tune_gc
-    from trainmedic.streams.pipeline import Pipeline
-
-    tune_gc()
-    logging.basicConfig(level=logging.WARNING)
-    settings = KafkaSettings.from_env(role="admin")
-    pipeline = Pipeline(settings.topics, LiveDetector(Detector()))
-    service = DetectorService(settings, pipeline, ServiceConfig(app_id=app_id, start="earliest"))
-    stop = threading.Event()
-
-    def reports() -> None:
-        while not stop.wait(0.5):
-            report(pipeline.stats.events, len(service.offsets), pipeline.live.buffered,
-                   forced=pipeline.live.forced, incidents=pipeline.stats.incidents)
-
-    threading.Thread(target=reports, daemon=True).start()
-    with stop_on_signals(stop):
-        service.run(stop.is_set)
-
-
-def run_sharded_worker(app_id: str, instances: int) -> None:
-    """A sharded detector: `instances` ingest processes (`--worker ingest`) and the decider, here."""
-    import logging
-
-    from trainmedic.bus.signals import stop_on_signals
-    from trainmedic.streams.engines.consumer import ServiceConfig, tune_gc
-    from trainmedic.streams.engines.decide_stage import DeciderService
-    from trainmedic.streams.pipeline import Pipeline
-
-    tune_gc()
-    logging.basicConfig(level=logging.WARNING)
-    ingest = [subprocess.Popen([sys.executable, __file__, "--worker", "ingest", app_id],
-                               env={**os.environ, "BENCH_INSTANCE": f"i{n}"}) for n in range(instances)]
-    given = [Path(os.environ["TRAINMEDIC_HOME"]) / f"{app_id}-i{n}.assigned" for n in range(instances)]
-    deadline = time.monotonic() + (120 if os.environ.get("BENCH_SETTLE") else 0)
-    while not all(f.exists() for f in given) and time.monotonic() < deadline:
-        time.sleep(0.1)  # sustained rates: the group settles (every instance given partitions) first
-    settings = KafkaSettings.from_env(role="admin")
-    pipeline = Pipeline(settings.topics, LiveDetector(Detector()))
-    service = DeciderService(settings, pipeline, ServiceConfig(app_id=app_id, start="earliest"))
-    stop = threading.Event()
-
-    def reports() -> None:
-        while not stop.wait(0.5):
-            report(pipeline.stats.events, len(service.sources.next), pipeline.live.buffered,
-                   forced=pipeline.live.forced, incidents=pipeline.stats.incidents)
-
-    threading.Thread(target=reports, daemon=True).start()
-    try:
-        with stop_on_signals(stop):
-            service.run(stop.is_set)
-    finally:
-        for proc in ingest:
-            proc.terminate()
-        for proc in ingest:
-            proc.wait(30)
-
-
-def run_ingest_stage(app_id: str, instances: int) -> None:
-    """The ingest stage alone: `instances` ingest processes into <app-id>-events, no decider; the
-    events they have read are the group's committed offsets (the telemetry topics are fresh)."""
-    from trainmedic.bus.signals import stop_on_signals
-
-    ingest = [subprocess.Popen([sys.executable, __file__, "--worker", "ingest", app_id],
-                               env={**os.environ, "BENCH_INSTANCE": f"i{n}"}) for n in range(instances)]
-    settings = KafkaSettings.from_env(role="admin")
-    topics = settings.topics
-    group = Consumer(settings.client_config(**{"group.id": f"{app_id}-ingest", "enable.auto.commit": False}))
-    meta = group.list_topics(timeout=10).topics
-    parts = [TopicPartition(name, p) for name in (topics.gpu, topics.node, topics.worker)
-             for p in meta[name].partitions]
-    stop = threading.Event()
-    try:
-        with stop_on_signals(stop):
-            while not stop.wait(0.5):
-                done = group.committed(parts, timeout=10)
-                report(sum(max(tp.offset, 0) for tp in done), sum(tp.offset >= 0 for tp in done), 0)
-    finally:
-        group.close()
-        for proc in ingest:
-            proc.terminate()
-        for proc in ingest:
-            proc.wait(30)
-
-
-def run_ingest_worker(app_id: str) -> None:
-    """One ingest instance of a sharded detector (its name from BENCH_INSTANCE)."""
-    import logging
-
-    from trainmedic.bus.signals import stop_on_signals
-    from trainmedic.streams.engines.ingest_stage import IngestConfig, IngestService
-    from trainmedic.streams.pipeline import Pipeline
-
-    logging.basicConfig(level=logging.WARNING)
-    settings = KafkaSettings.from_env(role="admin")
-    instance = os.environ["BENCH_INSTANCE"]
-    flag = Path(os.environ["TRAINMEDIC_HOME"]) / f"{app_id}-{instance}.assigned"
-
-    class Reporting(IngestService):
-        def _assigned(self, consumer, partitions) -> None:
-            super()._assigned(consumer, partitions)
-            if self._next:
-                flag.touch()
-
-    service = Reporting(settings, Pipeline(settings.topics, None, max_skew_s=300.0), IngestConfig(
-        app_id=app_id, start="earliest", instance=instance))
-    stop = threading.Event()
-    with stop_on_signals(stop):
-        service.run(stop.is_set)
-
-
-def run_faust_worker(app_id: str, tuning: FaustTuning) -> None:
-    from trainmedic.streams.cli import run_worker as run_faust
-    from trainmedic.streams.engines.faust_app import build_app
-
-    settings = KafkaSettings.from_env(role="admin")
-    detector = build_app(settings, app_id=app_id, datadir=os.environ["TRAINMEDIC_HOME"], tuning=tuning)
-    app, stats, live = detector.app, detector.stats, detector.live
-    telemetry = {settings.topics.gpu, settings.topics.node, settings.topics.worker}
-
-    @app.timer(interval=0.5)
-    async def reports():
-        report(stats.events, sum(tp.topic in telemetry for tp in app.consumer.assignment()), live.buffered,
-               loop_name(), live.forced, stats.incidents)
-
-    run_faust(app, "warning", tuning.loop)
-
-
-def run_noop_worker(app_id: str, tuning: FaustTuning) -> None:
-    """A Faust app with the detector's topic settings whose agent only counts what it reads."""
-    import faust
-
-    from trainmedic.streams.cli import run_worker as run_faust
-    from trainmedic.streams.engines.faust_app import faust_credentials
-
-    settings = KafkaSettings.from_env(role="admin")
-    topics = settings.topics
-    app = faust.App(app_id, broker=[f"kafka://{host.strip()}" for host in settings.bootstrap.split(",")],
-                    broker_credentials=faust_credentials(settings), store="memory://", web_enabled=False,
-                    topic_disable_leader=True, datadir=os.environ["TRAINMEDIC_HOME"], **tuning.app_settings())
-    telemetry = app.topic(topics.gpu, topics.node, topics.worker, value_serializer="raw",
-                          key_serializer="raw")
-    count = {"events": 0}
-
-    @app.agent(telemetry)
-    async def process(stream):
-        async for _ in stream.events():
-            count["events"] += 1
-
-    @app.timer(interval=0.5)
-    async def reports():
-        report(count["events"], sum(tp.topic in telemetry.topics for tp in app.consumer.assignment()), 0,
-               loop_name())
-
-    run_faust(app, "warning", tuning.loop)
 
 
 def worker_drain(settings: KafkaSettings, run: str, home: Path, total: int, mode: str) -> dict:
@@ -510,30 +209,17 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
             "incidents": done["incidents"]}
 
 
-def delete_run(settings: KafkaSettings, run: str) -> None:
-    """The run's topics, the workers' own (their app ids start with the run) included."""
-    remove_prefix(settings, run)
-
-
-WORKERS = {
-    "consumer": run_consumer_worker, "ingest": run_ingest_worker,
-    "sharded-1": partial(run_sharded_worker, instances=1),
-    "sharded-2": partial(run_sharded_worker, instances=2),
-    "ingest-1": partial(run_ingest_stage, instances=1), "ingest-2": partial(run_ingest_stage, instances=2),
-    "faust": partial(run_faust_worker, tuning=TUNED), "faust-plain": partial(run_faust_worker, tuning=PLAIN),
-    "noop": partial(run_noop_worker, tuning=TUNED), "noop-plain": partial(run_noop_worker, tuning=PLAIN),
+DRAINERS = {  # the worker modes whose drain is measured by default, in this order: their line's label, what
+    "consumer": ("(c) detector, consumer engine:", "trainmedic detector"),
+    "sharded-1": ("(f) sharded detector, 1 ingest:", "trainmedic detector --stage ingest x1 + decide"),
+    "sharded-2": ("(f) sharded detector, 2 ingest:", "trainmedic detector --stage ingest x2 + decide"),
+    "ingest-1": ("(g) ingest stage alone, 1 instance:", "trainmedic detector --stage ingest x1, no decider"),
+    "ingest-2": ("(g) ingest stage alone, 2 instances:", "trainmedic detector --stage ingest x2, no decider"),
+    "faust-plain": ("(d) detector, Faust engine, before:", "trainmedic detector --engine faust, before"),
+    "faust": ("(d) detector, Faust engine, tuned:", "trainmedic detector --engine faust"),
+    "noop-plain": ("(e) Faust no-op agent, before:", "Faust's own ceiling here, before"),
+    "noop": ("(e) Faust no-op agent, tuned:", "Faust's own ceiling here"),
 }
-DRAINERS = (
-    ("consumer", "(c) detector, consumer engine:      ", "trainmedic detector"),
-    ("sharded-1", "(f) sharded detector, 1 ingest:     ", "trainmedic detector --stage ingest x1 + decide"),
-    ("sharded-2", "(f) sharded detector, 2 ingest:     ", "trainmedic detector --stage ingest x2 + decide"),
-    ("ingest-1", "(g) ingest stage alone, 1 instance: ", "trainmedic detector --stage ingest x1, no decider"),
-    ("ingest-2", "(g) ingest stage alone, 2 instances:", "trainmedic detector --stage ingest x2, no decider"),
-    ("faust-plain", "(d) detector, Faust engine, before: ", "trainmedic detector --engine faust, before"),
-    ("faust", "(d) detector, Faust engine, tuned:  ", "trainmedic detector --engine faust"),
-    ("noop-plain", "(e) Faust no-op agent, before:      ", "Faust's own ceiling here, before"),
-    ("noop", "(e) Faust no-op agent, tuned:       ", "Faust's own ceiling here"),
-)
 
 
 def project(engine_rate: float, state_per_node: float, sharded: dict | None, gpus: int = 100_000) -> None:
@@ -564,7 +250,7 @@ def main() -> None:
     parser.add_argument("--engines", default="consumer,faust-plain,faust",
                         help=f"worker modes to measure sustained rates of ({', '.join(WORKERS)})")
     parser.add_argument("--skip-drain", action="store_true", help="only the sustained rates")
-    parser.add_argument("--drains", default=",".join(mode for mode, _, _ in DRAINERS),
+    parser.add_argument("--drains", default=",".join(DRAINERS),
                         help="worker modes whose drain is measured, in this order")
     parser.add_argument("--bootstrap", help="a running broker to use instead of one of the bench's own")
     parser.add_argument("--worker", nargs=2, metavar=("MODE", "APP_ID"), help=argparse.SUPPRESS)
@@ -625,8 +311,8 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                   "backlog, and holds more)")
             state_per_node = len(live.detector.state.to_msgpack()) / args.nodes
             engine_rate, sharded = None, None
-            for mode, label, what in sorted((d for d in DRAINERS if d[0] in args.drains.split(",")),
-                                            key=lambda d: args.drains.split(",").index(d[0])):
+            for mode in dict.fromkeys(m for m in args.drains.split(",") if m in DRAINERS):
+                label, what = DRAINERS[mode]
                 # This machine's speed drifts between minutes: the ceiling again, just before each
                 # engine, is what its ratio is taken to.
                 ceiling = total / drain(settings, total, None)
@@ -636,13 +322,13 @@ def measure(args: argparse.Namespace, engines: list[str], bootstrap: str, broker
                     engine_rate = rate if mode == "consumer" else engine_rate
                     sharded = got if mode == "sharded-1" else sharded
                     split = decider(got) if mode.startswith("sharded") else ""
-                    print(f"{label}{rate:>9,.0f} events/s  ({got['took_s']:5.2f} s "
+                    print(f"{label:36}{rate:>9,.0f} events/s  ({got['took_s']:5.2f} s "
                           f"for {got['events']:,}), {rate / ceiling:.2f}x the ceiling "
                           f"({ceiling / 1000:,.0f}k just before), worker {us(got['cpu_s'], got['events'])} "
                           f"CPU/event{split}, held at most {got['most_held']:,} ({got['forced']:,} released "
                           f"early){incidents(got)}, loop {got['loop']}: {what}")
                 else:
-                    print(f"{label}drained before it reported twice; pre-fill more")
+                    print(f"{label:36}drained before it reported twice; pre-fill more")
             if engine_rate is not None:
                 project(engine_rate, state_per_node, sharded)
         finally:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trainmedic.producers.hook import Hook, HookConfig
+from trainmedic.runtime.hook import Hook, HookConfig
 
 
 def python_work(iterations: int) -> Callable[[], None]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import tempfile
 import time
@@ -25,25 +24,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.distributed.device_mesh import init_device_mesh
+from harness.snapshot_steps import MODES, ROUNDS, hsdp_mesh, schedule
 
 from trainmedic.demo import gpt
 from trainmedic.local.cluster import free_port
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.runtime import Runtime
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.rank import Runtime
 from trainmedic.schemas import RestoreSource
-
-MODES = ("plain", "sync", "async")  # no snapshot; one every step, written in the step; written behind it
-ROUNDS = 2
 
 
 def _rank(rank: int, spec: dict[str, Any]) -> None:
     torch.set_num_threads(1)
     world, local = spec["world"], spec["local"]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
-                            world_size=world)
-    mesh = init_device_mesh("cpu", (world // local, local), mesh_dim_names=("replicate", "shard"))
-    net = gpt.shard(gpt.model(), mesh)
+    net = gpt.shard(gpt.model(), hsdp_mesh(rank, world, local, spec["port"]))
     optimizer = gpt.optimizer(net)
     env = WorkerEnv(master_addr="127.0.0.1", master_port=spec["port"], rank=rank, world_size=world,
                     local_rank=rank % local, local_world_size=local, job="bench",
@@ -52,9 +45,9 @@ def _rank(rank: int, spec: dict[str, Any]) -> None:
                     snapshot_dir=str(Path(spec["root"]) / f"node-{rank // local}"))
     runtimes = {"plain": Runtime(env, snapshot_every=0), "sync": Runtime(env),
                 "async": Runtime(env, snapshot_async=True)}
-    schedule = ["warm-up"] * 3 + [mode for _ in range(ROUNDS) for mode in MODES for _ in range(spec["steps"])]
+    modes = schedule(3, spec["steps"])
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
-    for step, mode in enumerate(schedule):
+    for step, mode in enumerate(modes):
         rt = runtimes.get(mode, runtimes["plain"])
         dist.barrier()
         began = time.perf_counter()
@@ -66,7 +59,7 @@ def _rank(rank: int, spec: dict[str, Any]) -> None:
         dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the job moves at its slowest rank's pace
         if mode in times:
             times[mode].append(took.item())
-        if step + 1 < len(schedule) and schedule[step + 1] != mode:
+        if step + 1 < len(modes) and modes[step + 1] != mode:
             rt.flush()  # not timed: a write in flight does not slow the next mode's steps
     runtimes["async"].close()
     if rank == 0:
@@ -80,8 +73,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--step-s", type=float, default=0.25, help="the demo's padded step (default 0.25)")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="hsdp-snapshot-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="hsdp-snapshot-", ignore_cleanup_errors=True) as tmp:
+        root = Path(tmp)
         world = args.nodes * args.ranks_per_node
         spec = {"root": str(root), "world": world, "local": args.ranks_per_node, "steps": args.steps,
                 "port": free_port()}
@@ -98,8 +91,6 @@ def main() -> None:
                             (f"of the demo's {args.step_s:g} s step", args.step_s)):
             print(f"snapshot cost {label:24}: in the step {100 * (sync - plain) / step:+5.1f} % | "
                   f"behind it {100 * (behind - plain) / step:+5.1f} %")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

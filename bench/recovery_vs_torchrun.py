@@ -40,24 +40,21 @@ Files and logs go to $TRAINMEDIC_HOME/bench-recovery/ (emptied at the start).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import yaml
+from harness.recovery_runs import FAULTS, MODES, ON_TORCHRUN, SIDES, STARTED, Recovery, Results, say
+from harness.torchrun_side import torchrun_side
 
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
@@ -65,7 +62,6 @@ from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import (
     DemoFault,
     FaultResult,
-    arm_rank_fault,
     hang_rank,
     kill_rank,
     lose_node,
@@ -73,46 +69,18 @@ from trainmedic.demo.faults import (
     run_fault,
 )
 from trainmedic.demo.grow import run_grow
-from trainmedic.demo.runner import DETECTOR_CONFIG, JOB, demo_job, node_names, settle
-from trainmedic.demo.timeline import Timeline
-from trainmedic.demo.watch import Watcher, wait_for
-from trainmedic.local.cluster import LocalCluster, local_deployment
+from trainmedic.demo.runner import DETECTOR_CONFIG, JOB, deployment, node_names, settle, watched_job
+from trainmedic.demo.watch import Watcher
+from trainmedic.local.cluster import LocalCluster
 from trainmedic.ops.incidents.phases import PHASES
 from trainmedic.schemas.nodes import NodeUncordoned
 
-FAULTS = {  # name -> its row in the table
-    "kill": "killed rank (kill -9)",
-    "raise": "exception in a step",
-    "hang": "hung rank",
-    "node": "node lost, no spare",
-    "node-spare": "node lost, a spare",
-}
-ON_TORCHRUN = ("kill", "raise", "hang")  # a lost node has no torchrun --standalone equivalent
-SIDES = ("torchrun", "cold", "warm", "inproc")
-MODES = ("cold", "warm", "inproc")  # trainmedic's sides
 NODE_FAULTS = ("node", "node-spare")
 # The coordinator's and detector's guards against a fault that keeps coming back (restart backoff and
 # limit, the isolation cap's window, SEV2 -> SEV1 escalation) would time the guards, not the recovery.
 COORDINATOR_GUARDS_OFF = {"restart_backoff_s": [0.0], "max_restarts": 1000, "isolation_window_s": 1.0}
 DETECTOR_GUARDS_OFF = {**DETECTOR_CONFIG, "escalation": {"sev2_count": 1000}}
-BENCH_PREFIX = re.compile(r"bench-[0-9a-f]{6}\.")  # this bench's topic prefixes, replaced per cluster
-STEP_LINE = re.compile(r"^step (\d+) loss \S+ gen (\d+) rank \d+ t ([0-9.]+)$")
-STARTED = time.monotonic()
-
-
-def say(text: str) -> None:
-    print(f"[bench {time.monotonic() - STARTED:6.1f}s] {text}", flush=True)
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """One fault's cost: seconds from the injection to the first completed step after the restart,
-    completed steps run again (both None when the job did not step again within the cap), and for
-    trainmedic the seconds of each recovery phase."""
-
-    time_to_step_s: float | None
-    steps_lost: int | None
-    phases: dict[str, float] = field(default_factory=dict)
+BENCH_PREFIX = re.compile(r"bench-[0-9a-f]{6}\.")  # what `deployment` prefixes this bench's clusters with
 
 
 # trainmedic
@@ -143,41 +111,28 @@ def bench_job(args: argparse.Namespace, layout: DemoLayout, mode: str,
     """The demo's services and job (as `runner.running_job`), with `spares` idle nodes besides the
     job's, ranks started as `mode` says (cold, warm, or warm and kept in-process), and the guards
     against repeated faults off."""
-    shutil.rmtree(layout.root, ignore_errors=True)
-    prefix = f"bench-{uuid.uuid4().hex[:6]}."  # what BENCH_PREFIX matches
-    with local_deployment(prefix, say, replacing=BENCH_PREFIX) as bootstrap:
-        cluster = watcher = None
+    with deployment(layout, "bench", BENCH_PREFIX, say) as settings:
+        cluster = None
         try:
-            settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
             nodes = node_names(args.nodes + spares)
-            cluster = LocalCluster(layout, bootstrap, prefix, nodes, credentials=credentials_dir(),
+            cluster = LocalCluster(layout, settings.bootstrap, settings.topic_prefix, nodes,
+                                   credentials=credentials_dir(),
                                    node_args=("--no-warm-start",) if mode == "cold" else ())
             cluster.prepare(DETECTOR_GUARDS_OFF)
             _update_yaml(layout.root / "coordinator.yaml", COORDINATOR_GUARDS_OFF)
             cluster.start_services()
             cluster.wait_ready()
-            watcher = Watcher(settings, JOB, say)
-            watcher.start()
-            spec = demo_job(nodes[:args.nodes], args, layout,
-                            train_args=("--in-process",) if mode == "inproc" else ())
-            with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-                cluster.submit(producer, settings, spec)
-            if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
-                raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
-            say(f"job {JOB} trains on {args.nodes} of {len(nodes)} nodes, ranks {mode}")
-            yield cluster, watcher
+            with watched_job(cluster, settings, nodes[:args.nodes], args, layout, say,
+                             ("--in-process",) if mode == "inproc" else ()) as watcher:
+                say(f"job {JOB} trains on {args.nodes} of {len(nodes)} nodes, ranks {mode}")
+                yield cluster, watcher
         finally:
-            if watcher is not None:
-                watcher.stop()
             if cluster is not None:
                 cluster.close()
 
 
 def _update_yaml(path: Path, values: dict) -> None:
     path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **values}))
-
-
-Results = dict[str, list[Recovery]]  # fault -> its repeats
 
 
 def trainmedic_mode(args: argparse.Namespace, root: Path, mode: str) -> tuple[Results, list[dict]]:
@@ -253,151 +208,6 @@ def uncordon(cluster: LocalCluster, node: str) -> None:
         producer.send(settings.topics.nodes, cluster.layout.operator_key().sign(NodeUncordoned(
             ts=time.time(), node=node, reason="bench: back as the spare", by="bench",
             deployment=cluster.prefix)), key=node)
-
-
-# torchrun
-
-
-class TorchrunJob:
-    """The demo job under `torchrun --standalone --max-restarts N`, its step lines folded into a Timeline.
-
-    Offers what the demo's Watcher offers (`timeline`, `lock`, `wait_for`), so the demo's
-    `settle` and the same measurements apply.
-    """
-
-    def __init__(self, root: Path, world_size: int, max_restarts: int, args: argparse.Namespace) -> None:
-        self.root = root
-        self.world_size = world_size
-        self.max_restarts = max_restarts
-        self.args = args
-        self.timeline = Timeline("torchrun")
-        self.lock = threading.Lock()
-        self.proc: subprocess.Popen | None = None
-        self._reader: threading.Thread | None = None
-
-    @property
-    def fault_file(self) -> Path:
-        return self.root / "rank-faults.json"
-
-    def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.fault_file.write_text("[]")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINMEDIC_")}
-        env.update(TRAINMEDIC_CHECKPOINT_DIR=str(self.root / "checkpoints"),
-                   TRAINMEDIC_RESTORE=json.dumps({"kind": "checkpoint"}), PYTHONUNBUFFERED="1",
-                   # With the agent's shared TCP store (the default since torch 2.5) the restarted
-                   # workers read the previous generation's gloo addresses and never connect
-                   # (pytorch/pytorch#135712; seen here with torch 2.15): the documented opt-out.
-                   TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
-        # nice, like the demo's ranks; torch.distributed.run is the torchrun command.
-        argv = ["nice", "-n", "10", sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nnodes", "1", "--nproc-per-node", str(self.world_size),
-                "--max-restarts", str(self.max_restarts),
-                "-m", "trainmedic.demo.train", "--steps", "1000000", "--step-s", str(self.args.step_s),
-                "--snapshot-every", "0", "--checkpoint-every", "1", "--timeout-s", str(self.args.timeout_s),
-                "--fault-file", str(self.fault_file)]
-        # Its own session, so that everything it starts can be ended as one process group.
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        self._reader = threading.Thread(target=self._read, name="torchrun-stdout", daemon=True)
-        self._reader.start()
-
-    def wait_for(self, condition: Callable[[Timeline], object], timeout_s: float) -> object:
-        """Poll `condition(timeline)` until it is truthy (returned) or the timeout passes (None)."""
-        return wait_for(self.lock, self.timeline, condition, timeout_s, check=self._check_alive)
-
-    def _check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"torchrun exited with {self.proc.returncode} "
-                               f"(log in {self.root / 'torchrun.log'})")
-
-    def worker_pid(self, rank: int) -> int:
-        """The pid of the worker with RANK=`rank`: a child of torchrun's agent (found through /proc)."""
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-                environ = (stat.parent / "environ").read_bytes().split(b"\0") if ppid == self.proc.pid else []
-                if f"RANK={rank}".encode() in environ:
-                    return int(stat.parent.name)
-            except (OSError, ValueError, IndexError):
-                continue  # the process ended while we looked, or is not ours to read
-        raise RuntimeError(f"no torchrun worker with RANK={rank}")
-
-    def close(self) -> None:
-        """SIGTERM to torchrun and its workers; SIGKILL to what is left after 30 s."""
-        if self.proc is None:
-            return
-        _signal_group(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            say("torchrun did not stop within 30s; killing it")
-        _signal_group(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self._reader.join(10)
-
-    def _read(self) -> None:
-        with (self.root / "torchrun.log").open("w") as log:
-            for line in self.proc.stdout:
-                text = line.decode(errors="replace")
-                log.write(text)
-                match = STEP_LINE.match(text.strip())
-                if match:
-                    step, gen, ts = int(match[1]), int(match[2]), float(match[3])
-                    with self.lock:
-                        self.timeline.stepped(gen, self.world_size, step, ts)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # everything in the group has ended
-        os.killpg(pgid, sig)
-
-
-def torchrun_fault(job: TorchrunJob, inject: Callable[[], None], cap_s: float) -> Recovery:
-    """Inject, then wait for the first step of a later generation (a restart), as `run_fault` does."""
-    with job.lock:
-        before = job.timeline.generation
-        inject()
-    injected = time.time()
-    after = job.wait_for(lambda t: t.generation if t.generation > before else None, cap_s)
-    if after is None:
-        return Recovery(None, None)
-    with job.lock:
-        return Recovery(round(job.timeline.generations[after].first_step_ts - injected, 2),
-                        job.timeline.steps_lost(before, after))
-
-
-def torchrun_side(args: argparse.Namespace, root: Path, world_size: int) -> Results:
-    """The selected faults torchrun has, each `args.repeat` times, on one torchrun job."""
-    names = [f for f in args.faults if f in ON_TORCHRUN]
-    if not names:
-        return {}
-    job = TorchrunJob(root, world_size, args.repeat * len(names) + 1, args)
-    try:
-        job.start()
-        say(f"torchrun: {world_size} workers starting (log in {root / 'torchrun.log'})")
-        if not job.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
-            raise RuntimeError(f"torchrun's job did not reach step 10 (log in {root / 'torchrun.log'})")
-        last = 2 * args.ranks_per_node - 1  # the rank the demo's kill hits: node-1's last
-        injections = {
-            "kill": lambda: os.kill(job.worker_pid(last), signal.SIGKILL),
-            "raise": lambda: arm_rank_fault(job.fault_file, job.timeline, "crash", rank=last),
-            "hang": lambda: arm_rank_fault(job.fault_file, job.timeline, "hang", rank=0),
-        }
-        results: Results = {}
-        for name in names:
-            results[name] = []
-            for i in range(args.repeat):
-                settle(job)
-                say(f"torchrun: {name} {i + 1}/{args.repeat}")
-                recovery = torchrun_fault(job, injections[name], args.cap_s)
-                say(f"torchrun: {name}: first step after {recovery.time_to_step_s}s, "
-                    f"{recovery.steps_lost} steps lost")
-                results[name].append(recovery)
-        return results
-    finally:
-        job.close()
-        say("torchrun stopped")
 
 
 # the report
@@ -496,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap-s", type=float, default=120.0,
                         help="longest wait for the first step after a fault (default 120)")
     parser.add_argument("--json", type=Path, help="also write every repeat's numbers here")
-    parser.set_defaults(model="mlp")  # the demo job's model, which demo_job reads
+    parser.set_defaults(model="mlp")  # the demo job's model, which runner.demo_job reads
     args = parser.parse_args(argv)
     if args.nodes < 2 or args.ranks_per_node < 1 or args.repeat < 1:
         parser.error("needs at least 2 nodes, 1 rank per node and 1 repeat")

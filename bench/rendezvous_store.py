@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.runtime import generation_store
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.rendezvous import generation_store
 from trainmedic.schemas import RestoreSource
 
 TIMEOUT = timedelta(seconds=60)

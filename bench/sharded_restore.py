@@ -33,26 +33,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from torch.distributed.device_mesh import init_device_mesh
+from harness.snapshot_steps import MODES, hsdp_mesh, schedule
 from torch.distributed.fsdp import fully_shard
 
 from trainmedic.local.cluster import free_port
-from trainmedic.recovery.worker import sharded
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.runtime import sharded
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.snapshot_writer import SnapshotWriter
 from trainmedic.schemas import RestoreSource
 
 NODES = {"before": ["a", "a", "b", "b"], "after": ["a", "a", "c", "c"]}
-MODES = ("plain", "sync", "async")  # no snapshot; one every step, written in the step; written behind it
-ROUNDS = 2
 
 
 def _job(rank: int, nodes: list[str], spec: dict[str, Any]) -> tuple[torch.nn.Module, Any, WorkerEnv]:
     torch.set_num_threads(1)  # one core per rank's compute: the lone rank leaves the writer the other
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}", rank=rank,
-                            world_size=len(nodes))
-    mesh = (init_device_mesh("cpu", (2, len(nodes) // 2), mesh_dim_names=("replicate", "shard"))
-            if len(nodes) > 1 else init_device_mesh("cpu", (1,), mesh_dim_names=("shard",)))
+    mesh = hsdp_mesh(rank, len(nodes), 2, spec["port"])
     torch.manual_seed(0)
     net = torch.nn.Sequential(*(torch.nn.Linear(spec["width"], spec["width"]) for _ in range(spec["layers"])))
     for layer in net:
@@ -63,8 +58,14 @@ def _job(rank: int, nodes: list[str], spec: dict[str, Any]) -> tuple[torch.nn.Mo
                     local_rank=rank % 2, local_world_size=2, job="bench", node=nodes[rank],
                     generation=spec["generation"], restore=RestoreSource(kind=spec["restore"]),
                     checkpoint_dir=str(Path(spec["root"]) / "shared"),
-                    snapshot_dir=str(Path(spec["root"]) / nodes[rank]))
+                    snapshot_dir=str(Path(spec["root"]) / snapshots(spec) / nodes[rank]))
     return net, optimizer, env
+
+
+def snapshots(spec: dict[str, Any]) -> str:
+    """Where the ranks keep snapshots: a restore takes the newest state, and the snapshots are as new as
+    the checkpoint, so the checkpoint's runs see none (an empty folder) to restore from the checkpoint."""
+    return "no-snapshots" if spec["restore"] == "checkpoint" else "."
 
 
 def _train(rank: int, spec: dict[str, Any]) -> None:
@@ -72,8 +73,8 @@ def _train(rank: int, spec: dict[str, Any]) -> None:
     x = torch.randn(16, spec["width"], generator=torch.Generator().manual_seed(rank))
     times: dict[str, list[float]] = {mode: [] for mode in MODES}
     writer, step = SnapshotWriter(), 0
-    schedule = ["warm-up"] * 2 + [mode for _ in range(ROUNDS) for mode in MODES for _ in range(spec["steps"])]
-    for step, mode in enumerate(schedule, start=1):
+    modes = schedule(2, spec["steps"])
+    for step, mode in enumerate(modes, start=1):
         began = time.perf_counter()
         net(x).square().mean().backward()
         optimizer.step()
@@ -84,7 +85,7 @@ def _train(rank: int, spec: dict[str, Any]) -> None:
                              writer if mode == "async" else None)
         if mode in times:
             times[mode].append(time.perf_counter() - began)
-        if mode != schedule[min(step, len(schedule) - 1)]:
+        if mode != modes[min(step, len(modes) - 1)]:
             writer.wait()  # not timed: a write in flight does not slow the next mode's steps
     writer.wait()
     sharded.checkpoint(Path(env.checkpoint_dir), step, 0, sharded.flat_state(net, optimizer))
@@ -114,8 +115,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="sharded-restore-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="sharded-restore-", ignore_cleanup_errors=True) as tmp:
+        root = Path(tmp)
         spec = {"root": str(root), "width": args.width, "layers": args.layers, "steps": args.steps,
                 "generation": 0, "restore": "none"}
         params = args.layers * (args.width + 1) * args.width
@@ -143,8 +144,6 @@ def main() -> None:
             replica, checkpoint = (statistics.median(r[part] for r in got[kind]) for kind in got)
             print(f"{what:16}: from the replica's snapshots {replica:6.3f} s | from the DCP checkpoint "
                   f"{checkpoint:6.3f} s | checkpoint / replica {checkpoint / replica:4.2f}x")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from trainmedic.bus import clients
 from trainmedic.bus.admin import wait_for_topics
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import RawMessage, Record, parse_message
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.schemas import DeadLettered
 
 __all__ = ["EARLIEST", "END_GRACE_S", "LATEST", "NOW", "At", "End", "Item", "Marks", "Start", "TopicReader",
@@ -64,10 +64,6 @@ Start = Literal["earliest", "latest"] | int | Mapping[Where, int] | At
 End = Literal["now"] | At | None
 
 
-def clamp(offset: int, low: int, high: int) -> int:
-    return min(max(offset, low), high)
-
-
 def start_offsets(start: Start, marks: Marks, found: Mapping[Where, int] | None = None) -> dict[Where, int]:
     """Each partition's first offset to read: a concrete one, never the lazy logical end, so that
     nothing sent after opening is missed. `found` answers a time start: offsets_for_times' offset
@@ -80,10 +76,8 @@ def start_offsets(start: Start, marks: Marks, found: Mapping[Where, int] | None 
             out[where] = high
         elif isinstance(start, At):
             out[where] = found[where] if found[where] >= 0 else high
-        elif isinstance(start, int):
-            out[where] = clamp(start, low, high)
-        else:
-            out[where] = clamp(start[where], low, high)
+        else:  # a given offset, kept inside what the partition holds
+            out[where] = min(max(start if isinstance(start, int) else start[where], low), high)
     return out
 
 

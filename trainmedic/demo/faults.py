@@ -17,7 +17,7 @@ from typing import Literal
 from trainmedic.demo.timeline import SeenIncident, Timeline
 from trainmedic.demo.watch import Watcher
 from trainmedic.local.cluster import LocalCluster
-from trainmedic.recovery.worker.faults import RankFault
+from trainmedic.runtime.faults import RankFault
 
 RankFaultKind = Literal["hang", "crash"]  # the rank-fault file's kinds the demo arms ahead
 

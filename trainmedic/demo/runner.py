@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from trainmedic.bus.errors import TrainmedicError
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
+from trainmedic.common.errors import TrainmedicError
 from trainmedic.demo import losses, observe
 from trainmedic.demo.alerts_watch import AlertWatch
 from trainmedic.demo.cluster import DemoLayout
@@ -177,50 +177,35 @@ def running_job(args: argparse.Namespace, layout: DemoLayout, say: Callable[[str
     `args.nodes` x `args.ranks_per_node` ranks, trained past step 10; all stopped on exit.
 
     With `alertmanager`, an alert bridge forwards the incidents there; with `metrics_ports`, the
-    services named there serve their metrics. `layout.root` is emptied first: snapshots or a
-    ledger left by an earlier run would be restored from, or replayed, by this one.
+    services named there serve their metrics. `layout.root` is emptied first (`deployment`).
     """
-    from trainmedic.bus.producer import EventProducer
-
-    shutil.rmtree(layout.root, ignore_errors=True)
-    prefix = f"demo-{uuid.uuid4().hex[:6]}."  # what DEMO_PREFIX matches
-    # the broker stops (if it is ours) after the rest; earlier demos' topics are deleted
-    with local_deployment(prefix, say, replacing=DEMO_PREFIX) as bootstrap:
-        cluster = watcher = None
+    with deployment(layout, "demo", DEMO_PREFIX, say) as settings:
+        cluster = None
         try:
-            settings = KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
             nodes = node_names(args.nodes)
-            cluster = LocalCluster(layout, bootstrap, prefix, nodes, alertmanager, credentials_dir(),
-                                   metrics_ports=metrics_ports or {},
+            cluster = LocalCluster(layout, settings.bootstrap, settings.topic_prefix, nodes, alertmanager,
+                                   credentials_dir(), metrics_ports=metrics_ports or {},
                                    warm_preload=GPT_PRELOAD if args.model.startswith("gpt") else ())
             cluster.prepare(DETECTOR_CONFIG)
             cluster.start_services()
             say(f"starting detector, coordinator and {len(nodes)} nodes "
-                f"(topics {prefix}*, logs in {layout.logs})")
+                f"(topics {settings.topic_prefix}*, logs in {layout.logs})")
             cluster.wait_ready()
             say("services ready")
             if os.geteuid() == 0:
                 say(ROOT_RANKS)
 
-            watcher = Watcher(settings, JOB, say)
-            watcher.start()
-            spec = demo_job(nodes, args, layout, train_args=(
-                *(("--in-process",) if args.in_process else ()),
-                *(("--checkpoint-every", str(FSDP_CHECKPOINT_EVERY)) if args.model == "gpt-fsdp" else ())))
-            with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-                cluster.submit(producer, settings, spec)
-            world = len(nodes) * args.ranks_per_node
-            say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
-            if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
-                raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
-            say(f"job {JOB} trains with world size {world}")
-            yield cluster, watcher
+            fsdp = args.model == "gpt-fsdp"
+            train_args = (*(("--in-process",) if args.in_process else ()),
+                          *(("--checkpoint-every", str(FSDP_CHECKPOINT_EVERY)) if fsdp else ()))
+            with watched_job(cluster, settings, nodes, args, layout, say, train_args) as watcher:
+                say(f"job {JOB} trains with world size {len(nodes) * args.ranks_per_node}")
+                yield cluster, watcher
         finally:
-            if watcher is not None:
-                watcher.stop()
             if cluster is not None:
                 say("stopping the services and the job")
                 cluster.close()
+
 
 def with_alerts(results: list[FaultResult], watcher: Watcher, alerts: AlertWatch,
                 wait_s: float = 20.0) -> list[FaultResult]:
@@ -267,6 +252,40 @@ def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayou
         checkpoint_dir=str(layout.root / "checkpoints"),
         transition_s=30,
     )
+
+
+@contextmanager
+def deployment(layout: DemoLayout, name: str, replacing: re.Pattern,
+               say: Callable[[str], None] = say) -> Iterator[KafkaSettings]:
+    """The operator's settings for a new deployment under the prefix `name`-<6 hex digits>. (which
+    `replacing` matches: earlier ones' topics are deleted) on the broker `local_deployment` gives,
+    stopped on exit if it is ours. `layout.root` is emptied first: snapshots or a ledger left by an
+    earlier run would be restored from, or replayed, by this one."""
+    shutil.rmtree(layout.root, ignore_errors=True)
+    prefix = f"{name}-{uuid.uuid4().hex[:6]}."
+    with local_deployment(prefix, say, replacing=replacing) as bootstrap:
+        yield KafkaSettings.from_env(role="operator", bootstrap=bootstrap, topic_prefix=prefix)
+
+
+@contextmanager
+def watched_job(cluster: LocalCluster, settings: KafkaSettings, nodes: tuple[str, ...],
+                args: argparse.Namespace, layout: DemoLayout, say: Callable[[str], None] = say,
+                train_args: tuple[str, ...] = ()) -> Iterator[Watcher]:
+    """The demo's job on `nodes` (`demo_job`) submitted, and a Watcher on it once it trained past
+    step 10; the watcher stopped on exit."""
+    from trainmedic.bus.producer import EventProducer
+
+    watcher = Watcher(settings, JOB, say)
+    watcher.start()
+    try:
+        with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
+            cluster.submit(producer, settings, demo_job(nodes, args, layout, train_args))
+        say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
+        if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
+            raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
+        yield watcher
+    finally:
+        watcher.stop()
 
 
 def settle(watcher: Watcher, steps: int = 5) -> None:

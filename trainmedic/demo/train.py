@@ -21,9 +21,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402 -- after OMP_NUM_THREADS, which torch reads on import
 
 from trainmedic.demo import MODELS  # noqa: E402
-from trainmedic.producers.hook import Hook  # noqa: E402
-from trainmedic.recovery.worker.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
-from trainmedic.recovery.worker.runtime import Runtime, Stateful, init_from_env  # noqa: E402
+from trainmedic.runtime.faults import FAULTS_ENV, due, inject, read_faults  # noqa: E402
+from trainmedic.runtime.hook import Hook  # noqa: E402
+from trainmedic.runtime.rank import Runtime, Stateful, init_from_env  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -5,7 +5,6 @@ by default (SCRAM, ACLs per role), its connections capped and its principals' by
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -15,8 +14,7 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,10 +22,11 @@ from pathlib import Path
 from trainmedic.bus import credentials
 from trainmedic.bus.acls import ADMIN, GRANTS, RETIRED
 from trainmedic.bus.admin import grant_roles, retire_users, set_scram_users, wait_for_broker
-from trainmedic.bus.errors import BrokerError, ConfigError, TrainmedicError
 from trainmedic.bus.settings import KafkaSettings
-from trainmedic.bus.signals import alive
+from trainmedic.common.errors import BrokerError, ConfigError, TrainmedicError
+from trainmedic.common.signals import alive
 from trainmedic.local import broker_auth, broker_limits
+from trainmedic.local.broker_config import LOG4J, cluster_id, server_properties
 from trainmedic.local.broker_limits import QUOTAS, Connections, Quota
 from trainmedic.schemas import DEFAULT_PREFIX
 
@@ -44,6 +43,8 @@ def broker_port(env: Mapping[str, str] = os.environ) -> int:
     if not value.isdigit() or not 1 <= int(value) < 65535:
         raise ConfigError(f"TRAINMEDIC_BROKER_PORT={value!r}: give a port from 1 to 65534")
     return int(value)
+
+
 INSECURE = ("INSECURE: the broker runs without authentication or ACLs: any program that reaches "
             "127.0.0.1:{port} may read, write and delete every topic")
 
@@ -312,53 +313,6 @@ class LocalBroker:
             f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
             "-cp", f"{self.libs}/*", main, *args,
         ]
-
-
-def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
-    """A new KRaft cluster id: 16 random bytes in URL-safe base64. One in 64 would begin with '-',
-    which kafka-storage reads as an option and refuses; like Kafka's own Uuid.randomUuid, draw again."""
-    while True:
-        drawn = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
-        if not drawn.startswith("-"):
-            return drawn
-
-
-def server_properties(data: Path, port: int, controller_port: int, passwords: dict[str, str] | None = None,
-                      connections: Connections | None = None) -> str:
-    """A single-node KRaft broker+controller on loopback with replication factors of one; SASL and
-    the authorizer with the roles' `passwords`, plain without; `connections` capped."""
-    listener = "SASL_PLAINTEXT" if passwords is not None else "PLAINTEXT"
-    limits = broker_limits.connection_properties(connections or Connections(), listener)
-    return f"""\
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
-controller.listener.names=CONTROLLER
-{broker_auth.listener_properties(port, controller_port, passwords)}log.dirs={data}
-num.partitions=1
-default.replication.factor=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=10
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=true
-log.segment.bytes=67108864
-num.network.threads=2
-num.io.threads=2
-background.threads=2
-{limits}"""
-
-
-LOG4J = """\
-log4j.rootLogger=INFO, stdout
-log4j.appender.stdout=org.apache.log4j.ConsoleAppender
-log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
-log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
-log4j.logger.kafka=INFO
-log4j.logger.org.apache.kafka=WARN
-log4j.logger.kafka.server.KafkaServer=INFO
-"""
 
 
 def _require(program: str, message: str) -> None:

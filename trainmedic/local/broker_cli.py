@@ -10,8 +10,8 @@ import logging
 import sys
 import time
 
-from trainmedic.bus.errors import ConfigError, TrainmedicError
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
+from trainmedic.common.errors import ConfigError, TrainmedicError
 from trainmedic.local.broker import DEFAULT_PORT, INSECURE, LocalBroker, broker_port
 
 log = logging.getLogger("trainmedic.local.broker")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainmedic.bus.errors import BrokerError
+from trainmedic.common.errors import BrokerError
 
 MiB = 1 << 20
 ConfigTool = Callable[..., list[str]]  # ConfigCommand's arguments -> the command line that runs it

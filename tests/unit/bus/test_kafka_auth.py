@@ -11,10 +11,10 @@ from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceTyp
 
 from trainmedic.bus.acls import CONTRACT, GRANTS, bindings, filters
 from trainmedic.bus.credentials import read_role, write_roles
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.settings import KafkaSettings, credentials_dir
-from trainmedic.local.broker import server_properties
+from trainmedic.common.errors import ConfigError
 from trainmedic.local.broker_auth import complete
+from trainmedic.local.broker_config import server_properties
 from trainmedic.schemas.topics import SPECS
 from trainmedic.streams.engines.faust_app import faust_credentials
 

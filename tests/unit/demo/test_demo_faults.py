@@ -8,7 +8,7 @@ import pytest
 
 from trainmedic.demo.faults import arm_rank_fault
 from trainmedic.demo.timeline import Timeline
-from trainmedic.recovery.worker.faults import due, inject, read_faults
+from trainmedic.runtime.faults import due, inject, read_faults
 
 
 @pytest.mark.parametrize("kind", ["hang", "crash"])

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainmedic.local.broker import server_properties
 from trainmedic.local.broker_auth import complete
+from trainmedic.local.broker_config import server_properties
 from trainmedic.local.broker_limits import DEFAULT, QUOTAS, TELEMETRY, Connections, MiB, parse_described
 from trainmedic.schemas import encode
 from trainmedic.schemas.telemetry import GpuSample, WorkerStepped

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.bus.errors import BrokerError
-from trainmedic.local.broker import LocalBroker, cluster_id, server_properties
+from trainmedic.common.errors import BrokerError
+from trainmedic.local.broker import LocalBroker
+from trainmedic.local.broker_config import cluster_id, server_properties
 
 
 def test_server_properties_are_kraft_combined_on_loopback(tmp_path: Path) -> None:
