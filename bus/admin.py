@@ -15,8 +15,8 @@ from confluent_kafka.admin import (
 )
 
 from trainmedic.bus.clients import admin as _admin
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 
 
 def list_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> set[str]:

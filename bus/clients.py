@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka.admin import AdminClient
 
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 
 __all__ = ["NOT_READY", "admin", "broker_error", "consumer", "not_ready", "producer"]
 

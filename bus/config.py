@@ -16,8 +16,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.bus.yaml_file import load_mapping
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.yaml_file import load_mapping
 
 _METAVARS = {int: "N", float: "NUMBER", Path: "PATH", str: "TEXT"}
 _BOOLS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)

@@ -11,10 +11,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from trainmedic.bus import clients
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import Record, parse_message
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.schemas import DeadLettered
 
 log = logging.getLogger(__name__)

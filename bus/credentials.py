@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 
 __all__ = ["clear", "read_role", "write_roles"]
 

@@ -9,7 +9,7 @@ import logging
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from trainmedic.bus.metrics_flag import metrics_host
+from trainmedic.common.metrics_flag import metrics_host
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,10 @@ DEAD_LETTER_FAILURES = Counter("trainmedic_dead_letter_failures",
 CONSUMER_LAG = Gauge("trainmedic_consumer_lag", "Messages a consumer group has not committed yet "
                      "(high watermark - committed offset), sampled every few seconds",
                      ["group", "topic", "partition"])
+# What an Outbox (bus/outbox.py) queued or dropped: the GPU producer's, the host agent's, an executor's.
+EVENTS_SENT = Counter("trainmedic_producer_events_sent", "Telemetry events queued for Kafka", ["what"])
+EVENTS_DROPPED = Counter("trainmedic_producer_events_dropped",
+                         "Telemetry events dropped rather than waiting for Kafka", ["what"])
 # Each service observes the phases of a recovery it sees: the coordinator detect, plan and commands;
 # an executor stop, launch and each rank's rendezvous, restore and first_step (docs/metrics.md).
 RECOVERY_PHASE = Histogram("trainmedic_recovery_phase_seconds",

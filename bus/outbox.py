@@ -10,10 +10,10 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import Message
 from pydantic import BaseModel
 
-from trainmedic.bus.errors import DeliveryError, KafkaError
+from trainmedic.bus import metrics
 from trainmedic.bus.producer import EventProducer
-from trainmedic.producers import metrics
-from trainmedic.producers.drops import DropLedger
+from trainmedic.common.drops import DropLedger
+from trainmedic.common.errors import DeliveryError, KafkaError
 
 log = logging.getLogger(__name__)
 

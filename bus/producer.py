@@ -13,9 +13,9 @@ from confluent_kafka import KafkaException, Message, Producer
 from pydantic import BaseModel
 
 from trainmedic.bus import clients
-from trainmedic.bus.errors import DeliveryError, KafkaError
 from trainmedic.bus.metrics import DEAD_LETTER_FAILURES
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import DeliveryError, KafkaError
 from trainmedic.schemas import DeadLettered, encode
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from trainmedic.bus.credentials import read_role
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.schemas import DEFAULT_PREFIX, Topics
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"

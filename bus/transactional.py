@@ -10,9 +10,9 @@ from contextlib import contextmanager
 
 from confluent_kafka import KafkaException
 
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 
 log = logging.getLogger(__name__)
 

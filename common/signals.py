@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -46,14 +46,36 @@ def leave_on_signals(leave: threading.Event, stop: threading.Event) -> Iterator[
 
 
 @contextmanager
-def _handling(handler) -> Iterator[None]:
-    """`handler` for SIGTERM and SIGINT while inside; the previous handlers after."""
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+def _handling(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """`handler` for SIGTERM and SIGINT while inside; the previous handlers after.
+
+    Python runs a signal handler in the main thread between two bytecodes, perhaps while that thread
+    holds a lock the handler wants: `stop.wait()` holds its condition's lock at moments, and
+    `stop.set()` in the handler then waits for it forever (a producer that never exits after
+    SIGTERM). So the handler only writes the signal's number to a pipe, and a thread of its own reads
+    it and calls `handler`, taking whatever locks it likes.
+    """
+    read_fd, write_fd = os.pipe()
+
+    def relay() -> None:
+        with open(read_fd, "rb", buffering=0) as pipe:
+            while signum := pipe.read(1):
+                handler(signum[0], None)
+
+    thread = threading.Thread(target=relay, name="signals", daemon=True)
+    thread.start()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        os.write(write_fd, bytes([signum]))
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        os.close(write_fd)  # the relay hands on what came before, then ends
+        thread.join(timeout=5)
 
 
 def alive(pid: int) -> bool:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 
 __all__ = ["duration_arg", "env_seconds", "instant_arg", "parse_duration", "parse_instant"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 
 
 def load_mapping(path: Path, expected: str = "a mapping of settings") -> dict:

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.ops.prologue import run_command
 from trainmedic.recovery import keyring
 

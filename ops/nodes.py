@@ -23,10 +23,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
-from trainmedic.bus.yaml_file import load_mapping
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.yaml_file import load_mapping
 from trainmedic.ops.incidents.render import iso, span
 from trainmedic.ops.jobs.states import JobLog
 from trainmedic.ops.keys import add_operator_arguments, operator_key

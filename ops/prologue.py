@@ -9,8 +9,8 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 
-from trainmedic.bus.errors import ConfigError, TrainmedicError
 from trainmedic.bus.settings import KafkaSettings, home
+from trainmedic.common.errors import ConfigError, TrainmedicError
 from trainmedic.ops.run_records import find_run
 
 USAGE = 2  # the command cannot run as asked: nothing was done

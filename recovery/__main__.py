@@ -2,7 +2,7 @@
 
 import sys
 
-from trainmedic.bus.entry import run_command
+from trainmedic.common.entry import run_command
 from trainmedic.recovery.coordinator import cli
 
 sys.exit(run_command(cli, "python -m trainmedic.recovery"))

@@ -24,8 +24,8 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.settings import home
+from trainmedic.common.errors import ConfigError
 from trainmedic.recovery.signing import KIND, SigningKey, TrustedKeys, generate, key_id_of
 
 log = logging.getLogger(__name__)

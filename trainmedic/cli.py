@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-from trainmedic.bus.entry import configure_logging
+from trainmedic.common.entry import configure_logging
 
 # name -> (module, relative to this package; one-line help). The order is the order of `trainmedic --help`.
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -17,9 +17,9 @@ import argparse
 import sys
 import time
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.reader import EARLIEST, NOW, At, TopicReader
-from trainmedic.bus.timespan import parse_instant
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.timespan import parse_instant
 from trainmedic.ops.incidents.fold import IncidentHistory, apply
 from trainmedic.ops.incidents.render import LEGEND, details, row, story, table
 from trainmedic.ops.incidents.views import find, timeline, views

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.settings import home
-from trainmedic.bus.yaml_file import load_mapping
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.yaml_file import load_mapping
 from trainmedic.ops.jobs.checks import command_problem, log_problems, with_workdir
 from trainmedic.ops.jobs.states import JobLog, started, state_text
 from trainmedic.ops.jobs.view import JobWatch, follow_logs, show_logs, show_status

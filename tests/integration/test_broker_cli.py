@@ -15,9 +15,9 @@ import pytest
 import trainmedic.schemas as s
 from trainmedic.bus.admin import create_topics, list_topics
 from trainmedic.bus.consumer import EventConsumer
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 from trainmedic.local.cluster import free_port_pair
 
 pytestmark = pytest.mark.kafka

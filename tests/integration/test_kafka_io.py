@@ -12,10 +12,10 @@ import trainmedic.schemas as s
 from tests.unit.schemas.test_schemas import EXAMPLES
 from trainmedic.bus.admin import create_topics, list_topics, remove_prefix
 from trainmedic.bus.consumer import EventConsumer
-from trainmedic.bus.errors import DeliveryError, KafkaError
 from trainmedic.bus.message import Record
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import DeliveryError, KafkaError
 
 pytestmark = pytest.mark.kafka
 

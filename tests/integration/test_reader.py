@@ -11,10 +11,10 @@ from confluent_kafka import Consumer, Producer
 import trainmedic.schemas as s
 from tests.integration.producer_time import producer_stamped
 from trainmedic.bus.admin import ensure_topic, wait_for_topics
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.message import Record
 from trainmedic.bus.reader import LATEST, NOW, At, TopicReader, watermarks
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import KafkaError
 
 pytestmark = pytest.mark.kafka
 HOUR = 3600.0

@@ -26,7 +26,7 @@ def test_a_users_own_packages_do_not_shadow_trainmedics(tmp_path: Path) -> None:
     code = (
         "import schemas, recovery, streams\n"
         "from trainmedic.runtime import WorkerEnv, init_from_env\n"
-        "import trainmedic.schemas, trainmedic.recovery.worker.env, trainmedic.streams.core\n"
+        "import trainmedic.schemas, trainmedic.runtime.env, trainmedic.streams.core\n"
         "assert schemas.OWNER == recovery.OWNER == streams.OWNER == 'user'\n"
         "assert trainmedic.schemas.WorkerSpec and callable(init_from_env) and WorkerEnv\n"
         "print(trainmedic.schemas.__file__)\n"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from trainmedic.bus.errors import TrainmedicError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
+from trainmedic.common.errors import TrainmedicError
 from trainmedic.local.cluster import ROOT_RANKS, ClusterLayout, LocalCluster, free_port, local_deployment
 from trainmedic.ops.jobs.checks import command_problem
 from trainmedic.ops.jobs.view import JobWatch

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.bus.timespan import env_seconds
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.timespan import env_seconds
 from trainmedic.schemas import RestoreSource
 
 COLLECTIVE_TIMEOUT = "TRAINMEDIC_COLLECTIVE_TIMEOUT_S"

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.bus.timespan import env_seconds
-from trainmedic.producers.report_channel import SOCKET_ENV, ReportChannel
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.timespan import env_seconds
+from trainmedic.runtime.report_channel import SOCKET_ENV, ReportChannel
 
 log = logging.getLogger(__name__)
 

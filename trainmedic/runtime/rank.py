@@ -21,16 +21,14 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.producers.hook import Hook
-from trainmedic.recovery.worker import rank_state, reform, sharded, state_files
-from trainmedic.recovery.worker.env import DEFAULT_TIMEOUT_S, RENDEZVOUS_KEY, WorkerEnv
-from trainmedic.recovery.worker.job_store import JobStore, StoreRefused, StoreServer, listen
-from trainmedic.recovery.worker.rank_state import (
-    Stateful,  # what the runtime saves: an optimizer, a data loader
-)
-from trainmedic.recovery.worker.restore import Offer, fallback_warning, restore_state
-from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.runtime import rank_state, reform, sharded, state_files
+from trainmedic.runtime.env import DEFAULT_TIMEOUT_S, WorkerEnv
+from trainmedic.runtime.hook import Hook
+from trainmedic.runtime.job_store import JobStore
+from trainmedic.runtime.rank_state import Stateful  # what the runtime saves: an optimizer, a data loader
+from trainmedic.runtime.rendezvous import generation_store, join_store
+from trainmedic.runtime.restore import Offer, fallback_warning, restore_state
+from trainmedic.runtime.snapshot_writer import SnapshotWriter
 from trainmedic.schemas import RestoreSource
 
 log = logging.getLogger(__name__)
@@ -60,7 +58,7 @@ class Runtime:
     _resumed: bool = field(default=False, repr=False)  # restored another submission's state: snapshot next
     _data_checked: bool = field(default=False, repr=False)  # the data state proved loadable once
     _writer: SnapshotWriter = field(default_factory=SnapshotWriter, repr=False)
-    _store: JobStore | None = field(default=None, repr=False)  # this generation's rendezvous store
+    _store: dist.Store | None = field(default=None, repr=False)  # this generation's rendezvous store
     _backend: str = field(default="gloo", repr=False)
     _timeout_s: float = field(default=DEFAULT_TIMEOUT_S, repr=False)
 
@@ -289,7 +287,7 @@ class Runtime:
                         self.env.generation, "none came" if found is None else "another place")
             return False
         began = time.monotonic()
-        if self._store is not None:
+        if isinstance(self._store, JobStore):  # torch's own store under torchrun closes itself
             self._store.close()  # rank 0's: its server too (the next generation meets at another port)
         self._store = generation_store(found, self._timeout_s)
         dist.init_process_group(self._backend, store=dist.PrefixStore(f"g{found.generation}", self._store),
@@ -321,7 +319,7 @@ class Runtime:
                 self.hook.close()
             if dist.is_initialized():
                 dist.destroy_process_group()
-            if self._store is not None:
+            if isinstance(self._store, JobStore):  # torch's own store under torchrun closes itself
                 self._store.close()  # rank 0's: its server and port too
 
     def _on_reattempt(self, signum: int, frame: Any) -> None:
@@ -337,7 +335,6 @@ def _die_by_sigterm() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-CONNECT_AGAIN_S = 0.02  # how soon a rank tries its generation's store again (rank 0 may not listen yet)
 # What gloo and NCCL say when a peer is gone: a collective broken by another rank, not by this one.
 PEER_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
                  "NCCL communicator was aborted", "remote process exited", "Timed out waiting")
@@ -361,45 +358,6 @@ def peer_failed(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(sign in str(err) for sign in PEER_FAILURES)
 
 
-def generation_store(contract: WorkerEnv, timeout_s: float) -> JobStore:
-    """The rendezvous store of this rank's own generation (job_store.py), which rank 0 serves on the
-    job's address at the generation's port.
-
-    The nodes of a re-plan do not start at the same moment: a rank may come before rank 0 listens.
-    So every rank connects again, for `timeout_s` at most, until a server proves the generation's
-    key; one that cannot (a stranger's, another generation's) is never used.
-    """
-    if not contract.rendezvous_key:
-        raise ConfigError(f"{RENDEZVOUS_KEY} is not set: is this rank launched by `trainmedic executor`?")
-    key = bytes.fromhex(contract.rendezvous_key)
-    addr, port = contract.master_addr, contract.master_port
-    server = None
-    if contract.rank == 0:
-        try:
-            server = StoreServer(listen(addr, port), key)
-        except OSError as err:
-            raise RuntimeError(f"rank 0 of job {contract.job} g{contract.generation} cannot listen at "
-                               f"{addr}:{port} for its rendezvous ({err.strerror or err}); the next "
-                               "generation gets another port") from None
-    deadline = time.monotonic() + timeout_s
-    said = False
-    while True:
-        try:
-            return JobStore(addr, port, key, timedelta(seconds=timeout_s), server)
-        except (StoreRefused, OSError) as err:
-            if time.monotonic() >= deadline:
-                if server is not None:
-                    server.close()
-                raise dist.DistStoreError(f"rank {contract.rank} g{contract.generation}: no store at "
-                                          f"{addr}:{port} proved this generation's key in {timeout_s:g}s "
-                                          f"({err})") from None
-            if not said:
-                log.info("rank %d g%d: no store of this generation at %s:%d yet (%s); connecting again",
-                         contract.rank, contract.generation, addr, port, str(err).splitlines()[0][:120])
-                said = True
-            time.sleep(CONNECT_AGAIN_S)
-
-
 def init_from_env(
     *, timeout_s: float | None = None, hook: Hook | None = None, snapshot_every: int = 1,
     checkpoint_every: int = 0, snapshot_async: bool = False, backend: str | None = None,
@@ -415,7 +373,8 @@ def init_from_env(
     step (the step pays for the copy to host memory only); a rank stopped while one is written
     loses it, so a restore may go back up to two steps unless the other replica's copy landed.
     """
-    contract = WorkerEnv.from_env(os.environ if env is None else env)
+    env = os.environ if env is None else env
+    contract = WorkerEnv.from_env(env)
     if timeout_s is None:
         timeout_s = contract.collective_timeout_s or DEFAULT_TIMEOUT_S
     began = time.monotonic()
@@ -424,7 +383,7 @@ def init_from_env(
     if backend == "nccl":
         device = torch.device("cuda", contract.local_rank)
         torch.cuda.set_device(device)
-    store = generation_store(contract, timeout_s)
+    store = join_store(contract, timeout_s, env)
     dist.init_process_group(backend, store=dist.PrefixStore(f"g{contract.generation}", store),
                             rank=contract.rank, world_size=contract.world_size,
                             timeout=timedelta(seconds=timeout_s))

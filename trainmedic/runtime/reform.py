@@ -9,8 +9,8 @@ import json
 import time
 from pathlib import Path
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.common.errors import ConfigError
+from trainmedic.runtime.env import WorkerEnv
 
 REFORM_DIR = "reform"
 REFORM_WAIT_S = 120.0  # how long a rank whose peer failed waits for the next generation, alive

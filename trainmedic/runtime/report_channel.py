@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from trainmedic.producers.drops import DropLedger
+from trainmedic.common.drops import DropLedger
 from trainmedic.schemas.codec import encode
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ SOCKET_ENV = "TRAINMEDIC_REPORT_SOCKET"  # set by the executor for its ranks
 
 
 class ReportChannel:
-    """A Sink for `trainmedic.producers.hook.Hook`: used from the hook's one sender thread."""
+    """A Sink for `trainmedic.runtime.hook.Hook`: used from the hook's one sender thread."""
 
     def __init__(self, path: str, *, what: str = "reports", timeout_s: float = 1.0, retry_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:

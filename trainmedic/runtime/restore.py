@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainmedic.recovery.worker import resume, state_files
-from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.runtime import resume, state_files
+from trainmedic.runtime.env import WorkerEnv
 from trainmedic.schemas import RestoreSource
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainmedic.recovery.worker import state_files
-from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.runtime import state_files
+from trainmedic.runtime.env import WorkerEnv
 from trainmedic.schemas.jobs import LATEST, SUBMISSION_NAME
 
 Shapes = Mapping[str, tuple[int, ...]]  # a model's tensors: name -> shape

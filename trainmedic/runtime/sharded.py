@@ -24,10 +24,10 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-from trainmedic.recovery.worker import rank_state, resume, state_files
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
-from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.runtime import rank_state, resume, state_files
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.shard_plan import Box, Need, ShardFile, Transfer, plan, restorable
+from trainmedic.runtime.snapshot_writer import SnapshotWriter
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from trainmedic.bus.signals import alive
+from trainmedic.common.signals import alive
 
 SNAPSHOTS_KEPT = 2
 CHECKPOINTS_KEPT = 3

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from trainmedic.recovery.worker.env import DEFAULT_TIMEOUT_S
+from trainmedic.runtime.env import DEFAULT_TIMEOUT_S
 from trainmedic.streams.core.config import DetectorConfig
 
 Rule = Callable[[DetectorConfig, float], float]  # (config, the job's step time) -> seconds

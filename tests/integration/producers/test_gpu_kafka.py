@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.producers.consume import consume_until
+from trainmedic.bus.outbox import Outbox
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.producers.config import GpuProducerConfig
 from trainmedic.producers.faults import XidFault
 from trainmedic.producers.gpu_producer import GpuProducer, open_source, run_gpu_producer
-from trainmedic.producers.outbox import Outbox
 from trainmedic.producers.rounds import open_outbox
 from trainmedic.schemas import GpuSample
 

@@ -15,9 +15,9 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from tests.unit.worker.test_rank_state import Sampler
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.runtime import Runtime
+from tests.unit.runtime.test_rank_state import Sampler
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.rank import Runtime
 from trainmedic.schemas import RestoreSource
 
 BATCH = 8  # rows per step, split over the ranks (every rank is data parallel)

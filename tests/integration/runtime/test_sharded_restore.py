@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch.multiprocessing as mp
 
-from tests.integration.worker import sharded_rank
+from tests.integration.runtime import sharded_rank
 from trainmedic.local.cluster import free_port
 
 

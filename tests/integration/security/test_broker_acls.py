@@ -16,9 +16,9 @@ from pydantic import SecretStr
 
 from trainmedic.bus import clients
 from trainmedic.bus.admin import delete_topics, list_topics, revoke_roles
-from trainmedic.bus.errors import KafkaError
 from trainmedic.bus.settings import KafkaSettings, credentials_dir
 from trainmedic.bus.transactional import TransactionalProducer
+from trainmedic.common.errors import KafkaError
 from trainmedic.schemas import NodeHeartbeat
 
 pytestmark = pytest.mark.kafka

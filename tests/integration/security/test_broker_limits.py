@@ -19,7 +19,7 @@ import pytest
 from trainmedic.bus.admin import create_topics, list_topics
 from trainmedic.bus.clients import producer
 from trainmedic.bus.settings import KafkaSettings
-from trainmedic.bus.signals import alive
+from trainmedic.common.signals import alive
 from trainmedic.local.broker import LocalBroker
 from trainmedic.local.broker_limits import QUOTAS, Quota
 from trainmedic.local.cluster import free_port_pair

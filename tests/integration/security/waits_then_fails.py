@@ -3,7 +3,7 @@ runs on, never re-forming (issue 42, E): a restart must stop it, not keep it as 
 
 import time
 
-from trainmedic.producers.hook import Hook
+from trainmedic.runtime.hook import Hook
 
 hook = Hook.from_env()
 hook.started()

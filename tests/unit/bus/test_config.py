@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from trainmedic.bus.config import Options, Section
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 
 FROZEN = ConfigDict(frozen=True, extra="forbid")
 

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 import trainmedic.schemas as s
-from trainmedic.bus.errors import DeliveryError
 from trainmedic.bus.message import Record, parse_message
 from trainmedic.bus.producer import DLQ_ATTEMPTS, EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import DeliveryError
 from trainmedic.schemas.dlq import KEY_KEPT_BYTES, MAX_LETTER_BYTES, REASON_KEPT_CHARS, VALUE_KEPT_BYTES
 
 TOPICS = s.Topics()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.settings import credentials_dir, home
+from trainmedic.common.errors import ConfigError
 from trainmedic.local.broker import broker_port
 
 

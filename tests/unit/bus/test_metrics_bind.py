@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainmedic.bus.metrics import serve_metrics
-from trainmedic.bus.metrics_flag import add_metrics_argument
+from trainmedic.common.metrics_flag import add_metrics_argument
 
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from trainmedic.bus.errors import DeliveryError, KafkaError
+from trainmedic.bus.outbox import Outbox
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
-from trainmedic.producers.drops import DropLedger
-from trainmedic.producers.outbox import Outbox
+from trainmedic.common.drops import DropLedger
+from trainmedic.common.errors import DeliveryError, KafkaError
 from trainmedic.schemas import GpuSample
 
 SAMPLE = GpuSample(ts=1.0, node="n01", gpu=0)
@@ -67,7 +67,7 @@ class StandInProducer:
 def test_drops_are_counted_and_told_once_kafka_takes_events_again(caplog: pytest.LogCaptureFixture) -> None:
     producer = StandInProducer(room=2)
     outbox = Outbox(producer, what="gpu samples")  # type: ignore[arg-type]  # EventProducer's surface
-    with caplog.at_level(logging.INFO, logger="trainmedic.producers.outbox"):
+    with caplog.at_level(logging.INFO, logger="trainmedic.bus.outbox"):
         assert [outbox.send("t", SAMPLE, "n01") for _ in range(5)] == [True, True, False, False, False]
         producer.deliver(ok=False)  # a message that timed out while the broker was away
         assert outbox.send("t", SAMPLE, "n01") is True  # an earlier failure never stops the next send

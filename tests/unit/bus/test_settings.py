@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.common.errors import ConfigError
 
 
 def test_defaults() -> None:

@@ -1,4 +1,4 @@
-"""trainmedic.bus.timespan: the one grammar of durations and instants, what it accepts and what it says."""
+"""trainmedic.common.timespan: the one grammar of durations and instants, what it accepts and what it says."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.bus.timespan import duration_arg, env_seconds, instant_arg, parse_duration, parse_instant
+from trainmedic.common.errors import ConfigError
+from trainmedic.common.timespan import duration_arg, env_seconds, instant_arg, parse_duration, parse_instant
 
 NOW = datetime(2025, 5, 1, 12, 0, tzinfo=UTC).timestamp()
 DURATION_FORMS = "a number of seconds (1.5) or a number with a unit ms, s, m, h or d"

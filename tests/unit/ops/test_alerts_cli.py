@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.cli import main
+from trainmedic.common.errors import ConfigError
 from trainmedic.ops.alerts.cli import add_arguments, build_config
 from trainmedic.ops.alerts.config import AlertBridgeConfig, AlertmanagerSink, RetryConfig
 

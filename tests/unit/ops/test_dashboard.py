@@ -17,7 +17,6 @@ from prometheus_client.metrics import MetricWrapperBase
 
 import trainmedic.bus.metrics
 import trainmedic.ops.alerts.metrics
-import trainmedic.producers.metrics
 import trainmedic.recovery.coordinator.metrics
 import trainmedic.recovery.executor.metrics
 import trainmedic.streams.metrics
@@ -35,8 +34,7 @@ def exported() -> tuple[set[str], set[str]]:
     """Sample names and label names of every metric the services define."""
     samples, labels = set(), {"le"}
     modules = (trainmedic.bus.metrics, trainmedic.streams.metrics, trainmedic.recovery.coordinator.metrics,
-               trainmedic.recovery.executor.metrics,
-               trainmedic.producers.metrics, trainmedic.ops.alerts.metrics)
+               trainmedic.recovery.executor.metrics, trainmedic.ops.alerts.metrics)
     for metric in (value for module in modules for value in vars(module).values()):
         if isinstance(metric, MetricWrapperBase):
             for family in metric.describe():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError, KafkaError
 from trainmedic.bus.settings import DEFAULT_BOOTSTRAP, DEFAULT_PREFIX
 from trainmedic.cli import main
+from trainmedic.common.errors import ConfigError, KafkaError
 from trainmedic.ops.prologue import operator_settings, run_command
 from trainmedic.ops.run_records import record_run
 

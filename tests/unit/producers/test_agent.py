@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.producers.sysfs import cluster_node
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.producers.agent import HostAgent, open_agent
 from trainmedic.producers.config import HostAgentConfig
 from trainmedic.producers.faults import LinkFlap, parse_fault

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.producers.control import ControlFile
 from trainmedic.producers.faults import HardwareFault, XidFault
 from trainmedic.producers.rounds import apply_control

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
+from trainmedic.common.errors import ConfigError
 from trainmedic.producers.faults import parse_fault
 from trainmedic.producers.synthetic import SyntheticGpus
 from trainmedic.schemas import GpuSample, adapter, encode

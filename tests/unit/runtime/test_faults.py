@@ -1,6 +1,6 @@
 import json
 
-from trainmedic.recovery.worker.faults import RankFault, due, read_faults
+from trainmedic.runtime.faults import RankFault, due, read_faults
 
 
 def test_faults_are_read_from_one_object_or_a_list(tmp_path):

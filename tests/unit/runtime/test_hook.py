@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.producers.drops import DropLedger
-from trainmedic.producers.hook import Hook, HookConfig, WorkerIdentity
+from trainmedic.common.drops import DropLedger
+from trainmedic.common.errors import ConfigError
+from trainmedic.runtime.hook import Hook, HookConfig, WorkerIdentity
 from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped, adapter, encode
 
 ENV = {"TRAINMEDIC_JOB": "llama-70b", "RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1",
@@ -82,7 +82,7 @@ def test_a_bad_environment_is_a_clear_error(change: dict[str, str], says: str) -
 
 
 def test_without_a_job_the_hook_does_nothing_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="trainmedic.producers.hook"):
+    with caplog.at_level(logging.INFO, logger="trainmedic.runtime.hook"):
         noop = Hook.from_env({"RANK": "0"})
     assert "TRAINMEDIC_JOB is not set" in caplog.text
     assert not noop.enabled
@@ -240,6 +240,6 @@ def test_with_no_executor_listening_steps_never_wait_memory_stays_bounded_and_ev
 
 def test_without_the_executors_socket_the_hook_does_nothing_and_says_so(
         caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="trainmedic.producers.hook"):
+    with caplog.at_level(logging.INFO, logger="trainmedic.runtime.hook"):
         noop = Hook.from_env({"TRAINMEDIC_JOB": "gpt-j", "TRAINMEDIC_KAFKA_BOOTSTRAP": "127.0.0.1:9092"})
     assert "TRAINMEDIC_REPORT_SOCKET is not set" in caplog.text and not noop.enabled

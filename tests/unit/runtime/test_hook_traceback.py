@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from tests.unit.producers.test_hook import IDENTITY, ListSink
-from trainmedic.producers.hook import Hook
+from tests.unit.runtime.test_hook import IDENTITY, ListSink
 from trainmedic.recovery.executor.core.reports import (
     MAX_LINE,
     LaunchedRank,
@@ -17,6 +16,7 @@ from trainmedic.recovery.executor.core.reports import (
     ReportLimits,
     check,
 )
+from trainmedic.runtime.hook import Hook
 from trainmedic.schemas import WorkerFailed
 from trainmedic.schemas.telemetry import MAX_TAIL_CHARS, MAX_TAIL_LINES
 

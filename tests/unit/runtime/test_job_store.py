@@ -17,11 +17,13 @@ import pytest
 import torch.distributed as dist
 
 from tests.helpers.ports import free_port
-from trainmedic.bus.errors import ConfigError
-from trainmedic.recovery.worker import job_store
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.job_store import JobStore, StoreRefused, StoreServer, listen
-from trainmedic.recovery.worker.runtime import generation_store
+from trainmedic.common.errors import ConfigError
+from trainmedic.runtime import store_server
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.job_store import JobStore
+from trainmedic.runtime.rendezvous import generation_store
+from trainmedic.runtime.store_server import StoreServer, listen
+from trainmedic.runtime.store_wire import StoreRefused
 from trainmedic.schemas import RestoreSource
 
 KEY = "11" * 32
@@ -82,7 +84,7 @@ def test_a_stranger_reads_and_writes_nothing():
 
 
 def test_many_strangers_do_not_keep_the_ranks_out(monkeypatch):
-    monkeypatch.setattr(job_store, "MAX_STRANGERS", 4)
+    monkeypatch.setattr(store_server, "MAX_STRANGERS", 4)
     port = free_port()
     rank0 = generation_store(env(0, 1, port), 10.0)
     strangers = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(10)]

@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from trainmedic.recovery.worker import rank_state
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.runtime import Runtime
+from trainmedic.runtime import rank_state
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.rank import Runtime
 from trainmedic.schemas import RestoreSource
 
 
@@ -123,7 +123,7 @@ def test_a_data_parallel_restart_resumes_the_rank_s_streams_and_data(tmp_path: P
 
 def test_a_file_of_that_step_left_by_a_timeline_the_job_went_back_from_is_not_taken(tmp_path: Path,
                                                                                    group) -> None:
-    from trainmedic.recovery.worker import state_files
+    from trainmedic.runtime import state_files
 
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -9,9 +9,9 @@ import pytest
 import torch.distributed as dist
 
 from trainmedic.recovery.executor.job_dirs import put
-from trainmedic.recovery.worker import reform
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.runtime import peer_failed
+from trainmedic.runtime import reform
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.rank import peer_failed
 from trainmedic.schemas import RestoreSource
 
 
@@ -97,7 +97,7 @@ def test_a_kept_error_holds_nothing_of_the_frames_it_passed_through() -> None:
     import gc
     import weakref
 
-    from trainmedic.recovery.worker.runtime import forget_frames
+    from trainmedic.runtime.rank import forget_frames
 
     class Group:
         pass

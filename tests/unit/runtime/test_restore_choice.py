@@ -3,9 +3,9 @@ from dataclasses import replace
 
 import torch
 
-from trainmedic.recovery.worker import state_files
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.restore import (
+from trainmedic.runtime import state_files
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.restore import (
     CHECKPOINT,
     REPLICA,
     Offer,

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.runtime import Runtime
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.rank import Runtime
 from trainmedic.schemas import RestoreSource
 
 
@@ -89,7 +89,7 @@ def test_a_new_submission_never_restores_what_an_earlier_one_left(tmp_path: Path
 
 def test_resume_latest_takes_the_newest_earlier_checkpoint_then_only_the_submissions_own(tmp_path: Path,
                                                                                          group) -> None:
-    from trainmedic.recovery.worker import state_files
+    from trainmedic.runtime import state_files
 
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -120,7 +120,7 @@ def test_resume_latest_takes_the_newest_earlier_checkpoint_then_only_the_submiss
     ({"world_size": None}, "it does not say which world size wrote it"),
 ])
 def test_a_resume_onto_another_model_or_world_size_fails_loudly(tmp_path: Path, group, saved, words) -> None:
-    from trainmedic.recovery.worker import resume, state_files
+    from trainmedic.runtime import resume, state_files
 
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -136,7 +136,7 @@ def test_a_resume_onto_another_model_or_world_size_fails_loudly(tmp_path: Path, 
 
 
 def test_a_resume_with_nothing_to_resume_from_fails_loudly(tmp_path: Path, group) -> None:
-    from trainmedic.recovery.worker import resume
+    from trainmedic.runtime import resume
 
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainmedic.recovery.worker.shard_plan import Need, ShardFile, Transfer, covers, overlap, plan, restorable
+from trainmedic.runtime.shard_plan import Need, ShardFile, Transfer, covers, overlap, plan, restorable
 
 
 def rows(start: int, count: int, width: int = 4) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -11,10 +11,10 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from trainmedic.recovery.worker import sharded, state_files
-from trainmedic.recovery.worker.env import WorkerEnv
-from trainmedic.recovery.worker.runtime import Runtime
-from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.runtime import sharded, state_files
+from trainmedic.runtime.env import WorkerEnv
+from trainmedic.runtime.rank import Runtime
+from trainmedic.runtime.snapshot_writer import SnapshotWriter
 from trainmedic.schemas import RestoreSource
 
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from trainmedic.recovery.worker.snapshot_writer import SnapshotWriter
+from trainmedic.runtime.snapshot_writer import SnapshotWriter
 
 
 def test_writes_run_one_at_a_time_in_order_behind_the_caller() -> None:

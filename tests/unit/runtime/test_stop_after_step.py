@@ -10,8 +10,8 @@ import textwrap
 
 RANK = textwrap.dedent("""
     import signal, sys, time
-    from trainmedic.recovery.worker.env import WorkerEnv
-    from trainmedic.recovery.worker.runtime import Runtime
+    from trainmedic.runtime.env import WorkerEnv
+    from trainmedic.runtime.rank import Runtime
     from trainmedic.schemas import RestoreSource
 
     rt = Runtime(WorkerEnv(master_addr="127.0.0.1", master_port=1, rank=0, world_size=1, local_rank=0,
@@ -54,8 +54,8 @@ def test_a_sigterm_outside_a_finishing_step_ends_the_rank_at_once():
 def test_outside_a_finishing_step_sigterm_keeps_the_kernel_default():
     """A Python handler runs only between bytecodes: a rank blocked in a collective's C code would
     not die until the collective timed out. So the handler is there only while finishing a step."""
-    from trainmedic.recovery.worker.env import WorkerEnv
-    from trainmedic.recovery.worker.runtime import Runtime
+    from trainmedic.runtime.env import WorkerEnv
+    from trainmedic.runtime.rank import Runtime
     from trainmedic.schemas import RestoreSource
 
     rt = Runtime(WorkerEnv(master_addr="127.0.0.1", master_port=1, rank=0, world_size=1, local_rank=0,

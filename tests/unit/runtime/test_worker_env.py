@@ -3,8 +3,8 @@ import re
 
 import pytest
 
-from trainmedic.bus.errors import ConfigError
-from trainmedic.recovery.worker.env import WorkerEnv
+from trainmedic.common.errors import ConfigError
+from trainmedic.runtime.env import WorkerEnv
 from trainmedic.schemas import RestoreSource
 
 
