@@ -46,7 +46,7 @@ def _executor_trees() -> set[str]:
 
 
 def _report_folders() -> set[Path]:
-    """The executors' folders of their jobs' report sockets (report_server.socket_folder)."""
+    """The executors' folders of their jobs' report sockets (report_sockets.socket_folder)."""
     parent = Path(tempfile.gettempdir()) / f"trainmedic-{os.getuid()}"
     return set(parent.iterdir()) if parent.is_dir() else set()
 

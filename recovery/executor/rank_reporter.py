@@ -22,7 +22,8 @@ from trainmedic.recovery.executor.core.reports import LaunchedRank, Report
 from trainmedic.recovery.executor.core.restart import Leftovers
 from trainmedic.recovery.executor.core.state import LocalGroup
 from trainmedic.recovery.executor.node_producer import NodeProducer
-from trainmedic.recovery.executor.report_server import ReportServer, socket_folder
+from trainmedic.recovery.executor.report_server import ReportServer
+from trainmedic.recovery.executor.report_sockets import socket_folder
 from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
 from trainmedic.runtime.report_channel import SOCKET_ENV
 from trainmedic.schemas import RanksFinished, WorkerExited
@@ -119,8 +120,10 @@ class RankReporter:
         purpose, which the detector must not read as a fault. `tail`: what a failed rank last wrote."""
         self._rank_times.pop(ended.pid, None)
         self._waiting.discard(ended.pid)
-        if self._launched.pop(ended.pid, None) is not None:
-            self._server.forget(ended.pid)
+        launched = self._launched.get(ended.pid)
+        if launched is not None:
+            self._server.forget(ended.pid, launched)  # first: the server knows the pid at every moment
+            del self._launched[ended.pid]
         event = WorkerExited(
             ts=self._clock(), node=self._config.node, job=ended.job, rank=ended.rank,
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,

@@ -6,7 +6,6 @@ healer"). Each job's socket is in a folder only the job's group (and the executo
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import resource
@@ -22,6 +21,7 @@ from pathlib import Path
 from trainmedic.recovery.executor import metrics
 from trainmedic.recovery.executor.core.reports import (
     MAX_LINE,
+    LaunchedRank,
     RankReports,
     Refused,
     Report,
@@ -29,6 +29,7 @@ from trainmedic.recovery.executor.core.reports import (
     check,
 )
 from trainmedic.recovery.executor.report_peers import Resolve, peer_credentials, rank_of
+from trainmedic.recovery.executor.report_sockets import job_socket, owned_folder, remove_sockets
 
 log = logging.getLogger(__name__)
 
@@ -47,41 +48,6 @@ Publish = Callable[[Report], None]
 def connection_cap() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     return MAX_CONNECTIONS if soft == resource.RLIM_INFINITY else max(16, min(MAX_CONNECTIONS, soft // 4))
-
-
-def socket_folder(state_dir: Path, tmp: str | None = None) -> Path:
-    """Where the executor of `state_dir` keeps its jobs' sockets: short (a socket path has at most 107
-    bytes), stable across its restarts (ranks it adopts keep reporting), only this user's to write."""
-    digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:16]
-    return Path(tmp or tempfile.gettempdir()) / f"trainmedic-{os.getuid()}" / digest
-
-
-def job_socket(folder: Path, job: str) -> Path:
-    """The socket of `job`'s ranks in `folder`: JOB_DIGEST/reports.sock."""
-    return folder / hashlib.sha256(job.encode()).hexdigest()[:16] / "reports.sock"
-
-
-def owned_folder(path: Path) -> None:
-    """Make `path` (the sockets' folder) a folder of this user's that others may enter but not
-    change (0711); refuse one that another user owns or may write."""
-    path.mkdir(mode=0o711, exist_ok=True)
-    info = path.lstat()
-    if not path.is_dir() or path.is_symlink() or info.st_uid != os.getuid():
-        raise PermissionError(f"{path} is not a folder of this user's: refusing to listen for ranks there")
-    os.chmod(path, 0o711)
-
-
-def _remove_sockets(folder: Path) -> None:
-    """`folder` and what is in it (sockets, and job folders of sockets), if it is there: never
-    anything but the executor's own (it alone writes there)."""
-    if not folder.is_dir() or folder.is_symlink():
-        return
-    for entry in folder.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            _remove_sockets(entry)
-        else:
-            entry.unlink(missing_ok=True)
-    folder.rmdir()
 
 
 @dataclass
@@ -114,7 +80,7 @@ class ReportServer:
         self._selector = selectors.DefaultSelector()
         self._connections: dict[int, _Connection] = {}  # by file descriptor
         self._reports: dict[int, RankReports] = {}  # by the rank's pid
-        self._ended: dict[int, float] = {}  # rank pid -> when the executor saw it end (from its thread)
+        self._ended: dict[int, tuple[float, LaunchedRank]] = {}  # rank pid -> when it ended, and as whom
         self._refusals: dict[str, int] = {}  # of processes not known as ranks, for the log's pace
         self._cap = MAX_CONNECTIONS
         self._listen_again_at: float | None = None
@@ -138,7 +104,7 @@ class ReportServer:
             log.error("%s; ranks report in %s instead (ranks adopted from a previous executor cannot "
                       "report until restarted)", err, parent)
             self.folder, self._fallback = parent / self.folder.name, parent
-        _remove_sockets(self.folder)
+        remove_sockets(self.folder)
         (self.folder.parent / f"{self.folder.name}.sock").unlink(missing_ok=True)  # an older executor's one
         owned_folder(self.folder)
         self._cap = connection_cap()
@@ -155,7 +121,7 @@ class ReportServer:
             if listener is not None:
                 return Path(listener.getsockname())
             path = job_socket(self.folder, job)
-            _remove_sockets(path.parent)  # a previous executor's
+            remove_sockets(path.parent)  # a previous executor's
             path.parent.mkdir(mode=0o700)
             if gid is not None:
                 os.chown(path.parent, os.geteuid(), gid)
@@ -182,7 +148,7 @@ class ReportServer:
                 return
             path = Path(listener.getsockname())
             self._close_listener(listener)
-            _remove_sockets(path.parent)
+            remove_sockets(path.parent)
 
     def _close_listener(self, listener: socket.socket) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -191,10 +157,12 @@ class ReportServer:
             self._paused.remove(listener)
         listener.close()
 
-    def forget(self, pid: int) -> None:
-        """The rank of `pid` ended (any thread): its connections are read for ENDED_GRACE_S more,
-        then closed and its state dropped, by the server's own thread."""
-        self._ended[pid] = self._clock()
+    def forget(self, pid: int, launched: LaunchedRank) -> None:
+        """The rank of `pid`, launched as `launched`, ended (any thread, before `resolve` forgets it):
+        its connections are read for ENDED_GRACE_S more, those it made before it ended still known as
+        its even if no tick identified them yet, then closed and its state dropped, by the server's
+        own thread."""
+        self._ended[pid] = (self._clock(), launched)
 
     def close(self) -> None:
         self._stop.set()
@@ -204,7 +172,7 @@ class ReportServer:
             self._drop(connection)
         for job in list(self._listeners):
             self.unlisten(job)
-        _remove_sockets(self.folder)
+        remove_sockets(self.folder)
         if self._fallback is not None:
             self._fallback.rmdir()
         self._selector.close()
@@ -242,7 +210,7 @@ class ReportServer:
                 job = next(job for job, open_one in self._listeners.items() if open_one is listener)
                 self._selector.register(listener, selectors.EVENT_READ, job)
             self._paused.clear()
-        for pid, ended in list(self._ended.items()):
+        for pid, (ended, _) in list(self._ended.items()):
             if now - ended >= ENDED_GRACE_S:
                 for connection in [c for c in self._connections.values() if c.rank_pid == pid]:
                     self._drop(connection)
@@ -301,6 +269,9 @@ class ReportServer:
     def _identify(self, connection: _Connection) -> bool:
         """Find whose the connection is, and pass on what it held; False if it was closed."""
         found = rank_of(connection.pid, self._resolve)
+        ended = self._ended.get(connection.pid)
+        if found is None and ended is not None and connection.since <= ended[0]:
+            found = connection.pid, ended[1]  # registered and reaped between two ticks
         if found is None:
             return True
         rank_pid, launched = found

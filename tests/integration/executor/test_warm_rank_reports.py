@@ -18,7 +18,8 @@ import pytest
 
 from trainmedic.recovery.executor.core.reports import LaunchedRank
 from trainmedic.recovery.executor.job_trees import JobTrees
-from trainmedic.recovery.executor.report_server import ReportServer, socket_folder
+from trainmedic.recovery.executor.report_server import ReportServer
+from trainmedic.recovery.executor.report_sockets import socket_folder
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 

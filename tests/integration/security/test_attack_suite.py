@@ -40,7 +40,7 @@ from trainmedic.recovery.coordinator.core.commands import escalation_id
 from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
-from trainmedic.recovery.executor.report_server import job_socket, socket_folder
+from trainmedic.recovery.executor.report_sockets import job_socket, socket_folder
 from trainmedic.recovery.signing import generate
 from trainmedic.schemas import (
     Command,

@@ -27,9 +27,8 @@ from trainmedic.recovery.executor.report_server import (
     MAX_UNKNOWN,
     MAX_UNKNOWN_PER_USER,
     ReportServer,
-    job_socket,
-    socket_folder,
 )
+from trainmedic.recovery.executor.report_sockets import job_socket, socket_folder
 from trainmedic.runtime.hook import Hook, WorkerIdentity
 from trainmedic.runtime.report_channel import ReportChannel
 from trainmedic.schemas import WorkerFailed, WorkerStarted, WorkerStepped
@@ -232,7 +231,7 @@ def test_a_ranks_last_lines_are_read_after_it_ended_then_its_connections_close(s
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(str(srv.listen("llm")))
     wait_for(lambda: srv._reports)  # identified
-    srv.forget(os.getpid())  # the executor reaped it before the relay read its last words
+    srv.forget(os.getpid(), RANK)  # the executor reaped it before the relay read its last words
     sock.sendall(line(type="worker_error", error="last words") + b"\n")
     wait_for(lambda: published)
     assert published[0].error == "last words"
@@ -363,6 +362,19 @@ def test_a_rank_that_ended_before_it_was_registered_is_still_heard(server) -> No
     time.sleep(0.5)  # the server has read the end of its connection by now
     assert published == []
     launched[process.pid] = RANK
+    wait_for(lambda: len(published) == 5)
+    assert [type(e) for e in published] == [WorkerStarted] + [WorkerStepped] * 3 + [WorkerFailed]
+
+
+def test_a_rank_registered_and_reaped_between_two_ticks_is_still_heard(server) -> None:
+    """The same rank, its pid recorded and its end reaped before the server's next tick identified its
+    connection: what it sent is still its own, not a stranger's."""
+    srv, _, published = server
+    process = launch(srv)
+    process.wait(timeout=60)
+    time.sleep(0.5)  # the server has read the end of its connection by now
+    assert published == []
+    srv.forget(process.pid, RANK)  # `launched` held it for a moment between two ticks, then let it go
     wait_for(lambda: len(published) == 5)
     assert [type(e) for e in published] == [WorkerStarted] + [WorkerStepped] * 3 + [WorkerFailed]
 
