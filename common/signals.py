@@ -60,22 +60,31 @@ def _handling(handler: Callable[[int, object], None]) -> Iterator[None]:
     def relay() -> None:
         with open(read_fd, "rb", buffering=0) as pipe:
             while signum := pipe.read(1):
-                handler(signum[0], None)
-
-    thread = threading.Thread(target=relay, name="signals", daemon=True)
-    thread.start()
+                try:
+                    handler(signum[0], None)
+                except Exception:  # the relay must outlive a failed handler: the next signal needs it
+                    log.exception("the handler of signal %d failed", signum[0])
 
     def on_signal(signum: int, _frame: object) -> None:
         os.write(write_fd, bytes([signum]))
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    previous: dict[int, object] = {}
+    thread = None
+    try:  # a signal before the relay starts waits in the pipe
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)  # ValueError off the main thread
+        starting = threading.Thread(target=relay, name="signals", daemon=True)
+        starting.start()
+        thread = starting  # it owns the read end from now on
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
         os.close(write_fd)  # the relay hands on what came before, then ends
-        thread.join(timeout=5)
+        if thread is None:
+            os.close(read_fd)
+        else:
+            thread.join(timeout=5)
 
 
 def alive(pid: int) -> bool:

@@ -20,6 +20,7 @@ from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.state import ClusterState
 from trainmedic.recovery.coordinator.intake import log_state, rebuild
 from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
+from trainmedic.recovery.coordinator.migrate import ImplicitIsolations
 from trainmedic.recovery.executor import rank_logs
 from trainmedic.schemas.jobs import JobSubmitted
 from trainmedic.schemas.printable import terminal_safe
@@ -45,6 +46,7 @@ class JobWatch:
         self.state = log_state(config)
         self.refused: list[tuple[Record, str]] = []
         self.rejected: dict[str, str] = {}  # job -> why the coordinator rejected its submission
+        self._upcast = ImplicitIsolations()  # one for every part it reads: an old decision and its incident
         self._jobs = settings.topics.jobs
         self._reader = TopicReader(settings, [*read_topics(settings.topics), *extra], start=EARLIEST,
                                    validate=True, name=settings.topics.owned("job"), timeout_s=30.0)
@@ -63,7 +65,8 @@ class JobWatch:
         return self._fold(valid(self._reader.poll(timeout_s)))
 
     def _fold(self, records: list[Record]) -> list[Record]:
-        self.refused += rebuild(self.state, sorted(records, key=lambda r: r.topic != self._jobs))
+        in_order = sorted(records, key=lambda r: r.topic != self._jobs)
+        self.refused += rebuild(self.state, in_order, self._upcast)
         self.rejected.update((r.event.job, r.event.reason) for r in records
                              if isinstance(r.event, JobEnded) and r.event.state == "rejected")
         return records

@@ -16,16 +16,18 @@ from trainmedic.recovery.coordinator.migrate import ImplicitIsolations
 log = logging.getLogger(__name__)
 
 
-def rebuild(state: ClusterState, records: Iterable[Record]) -> list[tuple[Record, str]]:
+def rebuild(state: ClusterState, records: Iterable[Record],
+            upcast: ImplicitIsolations | None = None) -> list[tuple[Record, str]]:
     """Fold every record into `state`; returns those that did not apply, with the reason. A record
     can be valid and still not apply (a `recovery_planned` whose move the job's state table forbids,
     from a corrupt or foreign log, raises IllegalTransition in the fold); the topics are kept
     forever, so a coordinator that raised on it would raise again on every restart. Decisions of a log
     older than `isolated` are upcast here (`ImplicitIsolations`): such a log reaches a coordinator of
     this version only through `--migrate-lifecycle`, with every coordinator stopped, so a rebuild is
-    where it is read."""
+    where it is read. A caller that rebuilds in parts (a reader's polls) passes one `upcast` to all.
+    """
     refused = []
-    fold = ImplicitIsolations()
+    fold = upcast or ImplicitIsolations()
     for record in records:
         try:
             fold.apply(state, record.event)

@@ -19,6 +19,7 @@ from trainmedic.recovery.coordinator.core.state import ClusterState
 from trainmedic.schemas import (
     DeadLettered,
     Incident,
+    IncidentStatus,
     RecoveryKind,
     RecoveryPlanned,
     RecoverySkipped,
@@ -94,11 +95,15 @@ class ImplicitIsolations:
 
     def apply(self, state: ClusterState, event: object) -> ClusterState:
         """`fold.apply`, then the isolation an old decision implied, once both it and its incident are in."""
+        known = state.incidents.get(event.id) if isinstance(event, Incident) else None
         apply(state, event)
         if (answered := _answered_implicitly(event)) is not None:
             self._answered.add(answered)
-        elif isinstance(event, Incident):
-            answered = event.id
+        elif (isinstance(event, Incident) and event.status is IncidentStatus.OPEN
+              and (known is None or known.status is not IncidentStatus.RESOLVED)):
+            answered = event.id  # as the fold read an incident: while it is open, never once resolved
+        else:
+            return state
         incident = state.incidents.get(answered) if answered in self._answered else None
         if incident is not None and incident.severity is Severity.SEV1 and incident.node is not None:
             isolate(state, {incident.node: incident.id}, incident.ts)

@@ -66,13 +66,13 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> JobStore:
 def join_store(contract: WorkerEnv, timeout_s: float, env: Mapping[str, str]) -> dist.Store:
     """The store this rank joins its process group through: its generation's, which only holders of
     the generation's key can join; or, under torchrun with no key (no executor launched it), torch's
-    own TCPStore at MASTER_ADDR:MASTER_PORT, served by rank 0, which anyone who reaches the port can
-    join, as with any torchrun job (docs/security.md)."""
+    own TCPStore at MASTER_ADDR:MASTER_PORT, served by torchrun's agent (else by rank 0), which anyone
+    who reaches the port can join, as with any torchrun job (docs/security.md)."""
     if contract.rendezvous_key or TORCHRUN not in env:
         return generation_store(contract, timeout_s)
     log.warning("rank %d: started by torchrun with no %s: joining through torch's own store at %s:%d, "
                 "which anyone who reaches that port can join", contract.rank, RENDEZVOUS_KEY,
                 contract.master_addr, contract.master_port)
-    master = contract.rank == 0
+    master = contract.rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
     return dist.TCPStore(contract.master_addr, contract.master_port, contract.world_size if master else None,
                          master, timedelta(seconds=timeout_s), wait_for_workers=False)

@@ -10,7 +10,7 @@ import sys
 import textwrap
 import threading
 
-from trainmedic.common.signals import leave_on_signals
+from trainmedic.common.signals import leave_on_signals, stop_on_signals
 
 
 def test_the_first_signal_leaves_and_the_second_stops() -> None:
@@ -46,3 +46,20 @@ def test_a_signal_while_the_stop_events_lock_is_held_still_stops() -> None:
     except subprocess.TimeoutExpired:
         raise AssertionError("the process hung in its signal handler") from None
     assert done.stdout.strip() == "stopped", done.stderr
+
+
+def test_off_the_main_thread_it_refuses_and_leaves_no_pipe_open() -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    failed: list[BaseException] = []
+
+    def try_it() -> None:
+        try:
+            with stop_on_signals(threading.Event()):
+                pass
+        except ValueError as err:  # signal handlers are the main thread's alone
+            failed.append(err)
+
+    thread = threading.Thread(target=try_it)
+    thread.start()
+    thread.join(10)
+    assert failed and len(os.listdir("/proc/self/fd")) == before

@@ -8,7 +8,7 @@ from tests.unit.coordinator.world import LIMITED, Recorder, incident, submitted
 from trainmedic.bus.message import RawMessage, Record, parse_message
 from trainmedic.recovery.coordinator.core import ClusterState, CoordinatorConfig, apply
 from trainmedic.recovery.coordinator.intake import rebuild
-from trainmedic.recovery.coordinator.migrate import legacy
+from trainmedic.recovery.coordinator.migrate import ImplicitIsolations, legacy
 from trainmedic.schemas import NodeCordoned, NodeReadmitted, RecoveryCompleted, Topics, encode
 
 TOPICS = Topics("m.")
@@ -50,3 +50,25 @@ def test_a_log_from_before_isolations_were_decisions_still_isolates_its_nodes_on
     for _, e in old:
         apply(bare, e)
     assert bare.nodes["n2"].healthy  # the fold itself reads only decisions that name what they isolate
+    upcast = ImplicitIsolations()  # read in parts, as `job status` polls: one upcast for all of them
+    state = ClusterState.initial(rec.state.config)
+    incident_last = sorted(records, key=lambda r: r.event.type == "incident")
+    assert incident_last[-1].event.type == "incident"
+    for part in (incident_last[:-1], incident_last[-1:]):  # the decision in one part, its incident next
+        rebuild(state, part, upcast)
+    assert state == rebuilt[0]
+
+
+def test_an_old_decision_does_not_isolate_again_a_node_readmitted_before_its_incident_resolved() -> None:
+    rec = Recorder(CoordinatorConfig(**{**LIMITED.model_dump(), "group_window_s": 0}))
+    rec.started()
+    opened = incident("old", "SEV1", node="n2", job=None, ts=100.0, category="node_lost")
+    rec.feed(opened, now=100.0)
+    fold, state = ImplicitIsolations(), ClusterState.initial(rec.state.config)
+    for _, e in rec.placed():
+        old = e.type in ("recovery_planned", "recovery_skipped")
+        fold.apply(state, e.model_copy(update={"isolated": None}) if old else e)
+    assert state.nodes["n2"].isolated_by == "old"
+    fold.apply(state, NodeReadmitted(ts=200.0, node="n2", incident_id="old"))
+    fold.apply(state, opened.model_copy(update={"status": "resolved", "ts": 300.0}))
+    assert state.nodes["n2"].healthy  # the resolution is not the old decision's answer again
