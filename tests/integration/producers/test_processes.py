@@ -1,5 +1,5 @@
 """Real processes: the GPU producer stops cleanly on SIGTERM. (A rank that dies of an exception
-still gets its worker_error out: tests/unit/executor/test_rank_reports.py.)"""
+still gets its worker_error out: tests/unit/executor/test_report_socket.py.)"""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ import pytest
 
 from tests.helpers.waiting import wait_until
 from tests.integration.executor.conftest import RunningExecutor
-from tests.integration.security.test_attack_suite import _ranks
+from tests.integration.security.attack_stack import rank_pids
 from tests.integration.test_coordinator import Keys, leading
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
@@ -169,7 +169,7 @@ def stack(deployment, tmp_path: Path) -> Iterator[Stack]:
     try:
         wait_until(lambda: coordinator.state.jobs["llm"].state is JobState.RUNNING
                    if "llm" in coordinator.state.jobs else False, 60.0, "the job runs")
-        wait_until(lambda: _ranks(tmp_path, "n1") and _ranks(tmp_path, "n2"), 30.0, "its ranks")
+        wait_until(lambda: rank_pids(tmp_path, "n1") and rank_pids(tmp_path, "n2"), 30.0, "its ranks")
         made.report(*(worker(WorkerStarted, n, r) for r, n in enumerate(("n1", "n2"))))
         yield made
     finally:
@@ -197,7 +197,7 @@ def test_forged_worker_reports_neither_isolate_nor_blind_nor_return_a_node(stack
     # (ii) one step far ahead, then a real crash of generation 0
     stack.report(worker(WorkerStepped, "n1", 0, generation=10**15, step=10**6, step_time=1.0))
     time.sleep(2.0)
-    for pid in _ranks(stack.root, "n1"):
+    for pid in rank_pids(stack.root, "n1"):
         os.kill(pid, signal.SIGKILL)
     crash = wait_until(lambda: [i for i in stack.incidents() if i.job == "llm" and i.status == "open"],
                        30.0, "the crash's incident")
