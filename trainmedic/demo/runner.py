@@ -33,7 +33,7 @@ from trainmedic.demo.faults import (
 from trainmedic.demo.grow import run_grow
 from trainmedic.demo.watch import Watcher
 from trainmedic.local import ops_stack
-from trainmedic.local.cluster import ROOT_RANKS, LocalCluster, free_port, local_deployment
+from trainmedic.local.cluster import ROOT_RANKS, LocalCluster, free_port, local_deployment, rendezvous_base
 from trainmedic.schemas import JobSpec
 
 JOB = "demo"
@@ -242,7 +242,7 @@ def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayou
     n = len(nodes)
     ranks = args.ranks_per_node
     return JobSpec(
-        id=JOB, nodes=nodes, ranks_per_node=ranks, master_port=free_port(),
+        id=JOB, nodes=nodes, ranks_per_node=ranks, master_port=rendezvous_base(),
         # Sizes in nodes -> FLOP/s: the job can shrink by a node and keep going.
         throughput={size: 1.0e14 * size * ranks for size in range(max(1, n - 2), n + 1)},
         # nice: on two cores the ranks must leave room for heartbeats and the broker.

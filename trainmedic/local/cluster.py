@@ -9,6 +9,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import re
 import signal
 import socket
@@ -24,6 +25,7 @@ import yaml
 
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.recovery.coordinator.core.rendezvous import PORTS
 from trainmedic.recovery.executor import rank_logs
 from trainmedic.recovery.executor.forkserver import PRELOAD_ENV
 from trainmedic.schemas.jobs import JobSpec, JobSubmitted
@@ -306,6 +308,21 @@ def free_port_pair() -> int:
                 continue
         return port
     raise RuntimeError("no two adjacent free ports on loopback")
+
+
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+RENDEZVOUS_FLOOR = 20_000  # above the ports services are told to use (9092, 9090, 9093, 91xx, 29500)
+
+
+def rendezvous_base(ephemeral: Path = EPHEMERAL) -> int:
+    """The first of the PORTS a job's generations listen at on this machine (`JobSpec.master_port`), at
+    random below the kernel's ephemeral range: there no connection's own port can take a generation's
+    (a Kafka client's port in the range made rank 0's listen fail, the generation lost, its node blamed)."""
+    try:
+        low = int(ephemeral.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32_768  # Linux's default
+    return random.randrange(RENDEZVOUS_FLOOR, max(RENDEZVOUS_FLOOR + 1, low - PORTS))
 
 
 def free_port() -> int:

@@ -19,7 +19,13 @@ from pydantic import ValidationError
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
 from trainmedic.common.errors import TrainmedicError
-from trainmedic.local.cluster import ROOT_RANKS, ClusterLayout, LocalCluster, free_port, local_deployment
+from trainmedic.local.cluster import (
+    ROOT_RANKS,
+    ClusterLayout,
+    LocalCluster,
+    local_deployment,
+    rendezvous_base,
+)
 from trainmedic.ops.jobs.checks import command_problem
 from trainmedic.ops.jobs.view import JobWatch
 from trainmedic.ops.run_records import record_run
@@ -65,7 +71,7 @@ def run_job(args: argparse.Namespace) -> int:
     prefix = args.prefix or f"run-{uuid.uuid4().hex[:6]}."
     try:
         spec = run_spec(job, command, nodes=args.nodes, ranks_per_node=args.nproc_per_node,
-                        workdir=Path.cwd(), master_port=free_port(), env=parse_env(args.env),
+                        workdir=Path.cwd(), master_port=rendezvous_base(), env=parse_env(args.env),
                         checkpoint_dir=args.checkpoint_dir, resume=args.resume,
                         max_restarts=args.max_restarts, hang_floor_s=args.hang_floor_s)
     except ValidationError as err:  # an option out of the schema's bounds (e.g. --max-restarts -1)

@@ -26,7 +26,7 @@ from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.demo.cluster import DemoLayout
-from trainmedic.local.cluster import LocalCluster, free_port
+from trainmedic.local.cluster import LocalCluster, rendezvous_base
 from trainmedic.schemas import (
     Incident,
     JobSpec,
@@ -65,7 +65,7 @@ def cluster(kafka_bootstrap: str, deployment, tmp_path: Path) -> Iterator[LocalC
 
 def job_spec(layout: DemoLayout) -> JobSpec:
     return JobSpec(
-        id=JOB, nodes=NODES[:2], ranks_per_node=1, master_port=free_port(),
+        id=JOB, nodes=NODES[:2], ranks_per_node=1, master_port=rendezvous_base(),
         throughput={1: 1.0e14, 2: 2.0e14},
         command=("nice", "-n", "10", sys.executable, "-m", "trainmedic.demo.train", "--steps", "100000",
                  "--step-s", "0.2", "--report", "--timeout-s", "60"),
