@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from trainmedic.bus.addresses import all_loopback
 from trainmedic.bus.credentials import read_role
 from trainmedic.common.errors import ConfigError
 from trainmedic.schemas import DEFAULT_PREFIX, Topics
@@ -19,6 +20,13 @@ from trainmedic.schemas import DEFAULT_PREFIX, Topics
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 # librdkafka keys whose values are secrets: kept out of logs and reprs.
 SECRET_KEYS = ("sasl.password", "ssl.key.password", "ssl.keystore.password", "sasl.oauthbearer.client.secret")
+
+
+def _loopback(bootstrap: str) -> bool:
+    try:
+        return all_loopback(bootstrap)
+    except ConfigError:  # not HOST:PORT: the validator has said so already
+        return False
 
 
 def home(env: Mapping[str, str] = os.environ) -> Path:
@@ -70,10 +78,10 @@ class KafkaSettings(BaseModel):
     def from_env(cls, env: Mapping[str, str] = os.environ, *, role: str | None = None,
                  **overrides: object) -> KafkaSettings:
         """Settings from TRAINMEDIC_* variables; explicit overrides (e.g. CLI flags) win. Without
-        TRAINMEDIC_KAFKA_CONFIG, `role`'s credentials file (the local broker's) is used if there is one."""
+        TRAINMEDIC_KAFKA_CONFIG, `role`'s credentials file (the local broker's) is used if there is one.
+        The settings' `bootstrap.servers` is the bootstrap unless TRAINMEDIC_KAFKA_BOOTSTRAP or an
+        override gives one."""
         values: dict[str, object] = {}
-        if "TRAINMEDIC_KAFKA_BOOTSTRAP" in env:
-            values["bootstrap"] = env["TRAINMEDIC_KAFKA_BOOTSTRAP"]
         if "TRAINMEDIC_TOPIC_PREFIX" in env:
             values["topic_prefix"] = env["TRAINMEDIC_TOPIC_PREFIX"]
         raw = env.get("TRAINMEDIC_KAFKA_CONFIG")
@@ -88,8 +96,12 @@ class KafkaSettings(BaseModel):
         else:
             config = read_role(credentials_dir(env), role) if role else None
         if config:
+            if "bootstrap.servers" in config:
+                values["bootstrap"] = config.pop("bootstrap.servers")
             values["secrets"] = {k: config.pop(k) for k in SECRET_KEYS if k in config}
             values["extra"] = config
+        if "TRAINMEDIC_KAFKA_BOOTSTRAP" in env:
+            values["bootstrap"] = env["TRAINMEDIC_KAFKA_BOOTSTRAP"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls(**values)
@@ -98,13 +110,27 @@ class KafkaSettings(BaseModel):
             raise ConfigError(f"Kafka settings: {first['loc'][0]}: {first['msg']}") from None
 
     def unanswered(self, timeout_s: float, detail: str) -> str:
-        """Why a client of these settings heard no broker, and what to do: a broker that drops clients
-        without credentials looks the same as none, so settings without any say so."""
-        said = f"no Kafka broker answered at {self.bootstrap} within {timeout_s:g}s ({detail})"
-        if "security.protocol" in self.extra:
+        """Why a client of these settings heard no broker, what it tried (address, protocol, CA) and what
+        to do: a broker that drops clients without credentials looks the same as none, so settings without
+        any say so; a broker on another host is not started from here, so only a loopback one is told
+        to `trainmedic broker start`."""
+        protocol = self.extra.get("security.protocol", "PLAINTEXT")
+        tried = f"security.protocol {protocol}"
+        if protocol.upper() in ("SSL", "SASL_SSL"):
+            ca = self.extra.get("ssl.ca.location")
+            tried += f", TLS with CA file {ca}" if ca else ", TLS with the system's CAs"
+        said = f"no Kafka broker answered at {self.bootstrap} within {timeout_s:g}s ({detail}; {tried})"
+        none = (f"no credentials were used (no TRAINMEDIC_KAFKA_CONFIG, no role file in {credentials_dir()})"
+                if "security.protocol" not in self.extra else "")
+        if not _loopback(self.bootstrap):
+            tls = (" (a certificate not signed by that CA, or not naming that address, fails the TLS "
+                   "handshake)" if "ssl" in protocol.lower() else "")
+            return (f"{said}; check that the broker runs on that host, that {self.bootstrap} is reachable "
+                    "from here (a firewall; the address the broker advertises, its --advertise), and that "
+                    f"the role file and its CA are that broker's{tls}" + (f"; {none}" if none else ""))
+        if not none:
             return f"{said}; start one with `trainmedic broker start`"
-        return (f"{said}; no credentials were used (no TRAINMEDIC_KAFKA_CONFIG, no role file in "
-                f"{credentials_dir()}): if the broker runs, it is a secure one and this is not its "
+        return (f"{said}; {none}: if the broker runs, it is a secure one and this is not its "
                 "home (set TRAINMEDIC_HOME to the home that started it), else start one with "
                 "`trainmedic broker start`")
 

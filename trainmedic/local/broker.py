@@ -1,6 +1,7 @@
-"""The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1, secure
-by default (SCRAM, ACLs per role), its connections capped and its principals' byte rates bounded
-(docs/security.md, "Broker authentication and ACLs", "The broker protects itself").
+"""The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1 (or the
+address it is told to listen on, then with TLS), secure by default (SCRAM, ACLs per role), its
+connections capped and its principals' byte rates bounded (docs/security.md, "Broker authentication
+and ACLs", "The broker protects itself").
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from trainmedic.bus import credentials
@@ -25,16 +27,17 @@ from trainmedic.bus.admin import grant_roles, retire_users, set_scram_users, wai
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.common.errors import BrokerError, ConfigError, TrainmedicError
 from trainmedic.common.signals import alive
-from trainmedic.local import broker_auth, broker_limits
+from trainmedic.local import broker_auth, broker_limits, broker_tls
 from trainmedic.local.broker_config import LOG4J, cluster_id, server_properties
 from trainmedic.local.broker_limits import QUOTAS, Connections, Quota
+from trainmedic.local.broker_listen import DEFAULT_PORT, PLAINTEXT_OFF_LOOPBACK, BrokerState, Listener
 from trainmedic.schemas import DEFAULT_PREFIX
 
 log = logging.getLogger(__name__)
 
 POM = Path(__file__).resolve().parents[2] / "compose" / "pom.xml"
 HEAP = "-Xmx512m"
-DEFAULT_PORT = 9092
+__all__ = ["DEFAULT_PORT", "INSECURE", "BrokerState", "Listener", "LocalBroker", "broker_port"]
 
 
 def broker_port(env: Mapping[str, str] = os.environ) -> int:
@@ -46,49 +49,42 @@ def broker_port(env: Mapping[str, str] = os.environ) -> int:
 
 
 INSECURE = ("INSECURE: the broker runs without authentication or ACLs: any program that reaches "
-            "127.0.0.1:{port} may read, write and delete every topic")
-
-
-@dataclass(frozen=True)
-class BrokerState:
-    """What a running broker left behind: enough to find it, check it and stop it."""
-
-    pid: int
-    port: int
-    controller_port: int
-    secure: bool = False  # a state file written before brokers were secure is a plain broker's
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+            "{where} may read, write and delete every topic")
 
 
 class LocalBroker:
-    """One single-node broker whose files live in `home` (TRAINMEDIC_HOME). Methods are idempotent.
+    """One single-node broker whose files live in `home` (TRAINMEDIC_HOME), on loopback at `port` or at
+    `listener` (then `port` is not used); TLS from `tls_files`, else a CA of its own. Methods are idempotent.
 
     Layout under `home`:
       kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
-      broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, ports)
+      broker/server.properties, broker/data/, broker/broker.log, broker/broker.json (pid, addresses)
       broker/secrets.json the roles' passwords (0600)
       broker/quotas.json  the quotas last set, per cluster id (they live in the cluster's metadata)
-      credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure
+      broker/tls/         a TLS broker's CA, certificate and key (broker_tls)
+      credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure, and
+                          a TLS broker's CA, ca.pem
     """
 
     def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None, *,
+                 listener: Listener | None = None, tls_files: broker_tls.OperatorTls | None = None,
                  credentials_dir: Path | None = None, connections: Connections | None = None,
                  quotas: dict[str | None, Quota] = QUOTAS):
         self.home = home
         self.connections = connections or Connections.for_files(broker_limits.open_files())
         self.quotas = quotas
         self.credentials = credentials_dir or home / "credentials"
-        self.port = port
-        self.controller_port = controller_port or port + 1
+        self.listener = listener or Listener(port=port, controller_port=controller_port or 0)
+        self.tls_files = tls_files
+        self.port = self.listener.port
+        self.controller_port = self.listener.controller_port
         self.libs = home / "kafka" / "libs"
         self.dir = home / "broker"
         self.state_file = self.dir / "broker.json"
         self.log_file = self.dir / "broker.log"
         self.secrets_file = self.dir / "secrets.json"
         self.quotas_file = self.dir / "quotas.json"
+        self.tls_dir = self.dir / "tls"
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -123,12 +119,17 @@ class LocalBroker:
             raise BrokerError(f"Maven could not fetch the Kafka jars:\n{output}")
         stamp.touch()
 
-    def write_config(self, passwords: dict[str, str] | None = None) -> Path:
-        """server.properties: secure with the roles' `passwords`, plain without."""
+    def write_config(self, passwords: dict[str, str] | None = None, listener: Listener | None = None) -> Path:
+        """server.properties: secure with the roles' `passwords`, plain without; at `listener` (by
+        default the broker's), its TLS files made or checked first when it is a TLS one."""
         self.make_private()
+        listener = listener or self.listener
+        stores = None
+        if listener.tls:
+            stores = broker_tls.prepare(self.tls_dir, listener.names, datetime.now(UTC), self.tls_files)
         path = self.dir / "server.properties"
-        broker_auth.write_private(path, server_properties(self.dir / "data", self.port, self.controller_port,
-                                                          passwords, self.connections))
+        broker_auth.write_private(path, server_properties(self.dir / "data", listener, passwords=passwords,
+                                                          connections=self.connections, tls=stores))
         (self.dir / "log4j.properties").write_text(LOG4J)
         return path
 
@@ -140,6 +141,11 @@ class LocalBroker:
             folder.chmod(0o700)
         self.log_file.touch(mode=0o600)
         self.log_file.chmod(0o600)
+
+    @property
+    def ca(self) -> Path | None:
+        """The CA a TLS broker's clients trust (None: no TLS)."""
+        return self.tls_dir / "ca.pem" if self.listener.tls else None
 
     @property
     def formatted(self) -> bool:
@@ -174,21 +180,28 @@ class LocalBroker:
                 raise BrokerError(f"the broker runs {'secure' if running.secure else 'plain'} already "
                                   f"(pid {running.pid}): `trainmedic broker stop` first to start it "
                                   f"{'secure' if secure else 'plain'}")
+            if not running.same_place(self.listener):
+                tls = {True: " with TLS", False: ""}
+                raise BrokerError(f"the broker runs at {running.bootstrap}{tls[running.tls]} already (pid "
+                                  f"{running.pid}): `trainmedic broker stop` first to start it at "
+                                  f"{self.listener.bootstrap}{tls[self.listener.tls]}")
             return running, False
+        if self.listener.tls and not secure:
+            raise BrokerError("--insecure runs without authentication, and so without TLS: not with --tls, "
+                              "and off loopback only with --plaintext")
         _require("java", "Java 17 or newer is needed to run Kafka: install a JDK "
                  "(e.g. `apt-get install openjdk-17-jre-headless`)")
         for port in (self.port, self.controller_port):
-            if not _port_free(port):
+            if not _port_free(self.listener.host, port):
                 raise BrokerError(
-                    f"port {port} on 127.0.0.1 is taken by another program; pick other ports "
-                    f"with --port (or TRAINMEDIC_BROKER_PORT)"
+                    f"port {port} on {self.listener.host} is taken by another program; pick other ports "
+                    f"with --port or --listen (or TRAINMEDIC_BROKER_PORT)"
                 )
         self.fetch_jars()
+        self._log_warnings(secure)
         if not secure:
             credentials.clear(self.credentials)
             self.format_storage(self.write_config())
-            with open(self.log_file, "a") as out:
-                out.write(f"WARNING {INSECURE.format(port=self.port)}\n")
             state = self._launch(False, timeout_s)
             self._limit(None)
             return state, True
@@ -209,15 +222,26 @@ class LocalBroker:
             raise
         return state, True
 
+    def _log_warnings(self, secure: bool) -> None:
+        """Say in the broker's log what it runs without: authentication (--insecure), TLS off loopback."""
+        where = self.listener.listen
+        warnings = [] if secure else [INSECURE.format(where=where)]
+        if not (self.listener.tls or self.listener.loopback):
+            warnings.append(PLAINTEXT_OFF_LOOPBACK.format(where=where))
+        self.make_private()
+        with open(self.log_file, "a") as out:
+            out.writelines(f"WARNING {warning}\n" for warning in warnings)
+
     def _add_users(self, passwords: dict[str, str], timeout_s: float) -> None:
         """Storage formatted before the broker was secure: start it plain once (no authorizer) to
         add the SCRAM users, keeping its topics; the secure start follows."""
-        log.warning("storage in %s predates authentication: adding the SCRAM users with one plain start",
-                    self.dir / "data")
-        self.write_config()
-        self._launch(False, timeout_s)
+        log.warning("storage in %s predates authentication: adding the SCRAM users with one plain start "
+                    "on loopback", self.dir / "data")
+        loopback = Listener(port=self.port, controller_port=self.controller_port)
+        self.write_config(listener=loopback)
+        self._launch(False, timeout_s, loopback)
         try:
-            plain = KafkaSettings(bootstrap=f"127.0.0.1:{self.port}")
+            plain = KafkaSettings(bootstrap=loopback.bootstrap)
             wait_for_broker(plain, timeout_s)
             set_scram_users(plain, {name: passwords[name] for name in (*GRANTS, ADMIN)})
         finally:
@@ -225,9 +249,10 @@ class LocalBroker:
 
     def _authorize(self, passwords: dict[str, str], prefixes: tuple[str, ...]) -> None:
         """The roles' SCRAM users, their ACLs for `prefixes`, and their credentials files."""
-        config = broker_auth.role_config(ADMIN, passwords[ADMIN])
+        ca = self.ca
+        config = broker_auth.role_config(ADMIN, passwords[ADMIN], ca=str(ca) if ca else None)
         password = config.pop("sasl.password")
-        admin = KafkaSettings(bootstrap=f"127.0.0.1:{self.port}", extra=config,
+        admin = KafkaSettings(bootstrap=self.listener.bootstrap, extra=config,
                               secrets={"sasl.password": password})
         wait_for_broker(admin, 60.0)
         set_scram_users(admin, {role: passwords[role] for role in GRANTS})
@@ -235,7 +260,9 @@ class LocalBroker:
         for prefix in prefixes:
             grant_roles(admin, prefix)
         credentials.write_roles(self.credentials, {
-            role: broker_auth.role_config(role, passwords[role]) for role in (*GRANTS, ADMIN)})
+            role: broker_auth.role_config(role, passwords[role], bootstrap=self.listener.bootstrap,
+                                          ca=credentials.CA_FILE if ca else None)
+            for role in (*GRANTS, ADMIN)}, ca.read_bytes() if ca else None)
 
     def _limit(self, admin_password: str | None) -> None:
         """Set the quotas on the running broker, unless this cluster already has these ones
@@ -260,15 +287,17 @@ class LocalBroker:
     def _admin_tool(self, admin_password: str | None) -> Iterator[broker_limits.ConfigTool]:
         """Kafka's ConfigCommand as the admin, its settings in a private file while it runs."""
         client = self.dir / "admin-client.properties"
-        broker_auth.write_private(client, broker_auth.client_properties(admin_password))
+        broker_auth.write_private(client, broker_auth.client_properties(admin_password, self.ca))
         try:
             yield lambda *args: self._java("kafka.admin.ConfigCommand", "--bootstrap-server",
-                                           f"127.0.0.1:{self.port}", "--command-config", str(client), *args)
+                                           self.listener.bootstrap, "--command-config", str(client), *args)
         finally:
             client.unlink(missing_ok=True)
 
-    def _launch(self, secure: bool, timeout_s: float) -> BrokerState:
-        """Start the process with the written config; wait until it accepts clients."""
+    def _launch(self, secure: bool, timeout_s: float, listener: Listener | None = None) -> BrokerState:
+        """Start the process with the written config (at `listener`, by default the broker's); wait
+        until it accepts clients."""
+        listener = listener or self.listener
         config = self.dir / "server.properties"
         log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
         with open(self.log_file, "ab") as out:
@@ -276,7 +305,8 @@ class LocalBroker:
                 self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
             )
-        state = BrokerState(proc.pid, self.port, self.controller_port, secure)
+        state = BrokerState(proc.pid, listener.port, listener.controller_port, secure, listener.host,
+                            listener.bootstrap, listener.tls)
         self.state_file.write_text(json.dumps(asdict(state)))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -284,7 +314,7 @@ class LocalBroker:
                 self.state_file.unlink(missing_ok=True)
                 raise BrokerError(f"the broker exited with code {proc.returncode}; its log ends:\n"
                                   f"{_tail(self.log_file)}")
-            if _accepts(self.port) and _ready(self.log_file, log_start):
+            if _accepts(listener.reach_host, listener.port) and _ready(self.log_file, log_start):
                 return state
             time.sleep(0.2)
         self.stop()
@@ -320,20 +350,20 @@ def _require(program: str, message: str) -> None:
         raise BrokerError(message)
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True
 
 
-def _accepts(port: int) -> bool:
-    with socket.socket() as sock:
+def _accepts(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+        return sock.connect_ex((host, port)) == 0
 
 
 def _ready(log_file: Path, since: int) -> bool:

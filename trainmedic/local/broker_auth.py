@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 
 from trainmedic.bus.acls import ADMIN, ROLES
+from trainmedic.local.broker_listen import Listener
 
 MECHANISM = "SCRAM-SHA-512"
 CONTROLLER = "controller"  # the controller listener's PLAIN password's key in secrets.json
@@ -36,19 +37,28 @@ def write_private(path: Path, text: str) -> None:
     path.chmod(0o600)
 
 
-def role_config(role: str, password: str) -> dict[str, str]:
-    """The librdkafka settings a client of `role` authenticates with."""
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM,
-            "sasl.username": role, "sasl.password": password}
+def role_config(role: str, password: str, *, bootstrap: str | None = None,
+                ca: str | None = None) -> dict[str, str]:
+    """The librdkafka settings a client of `role` authenticates with; with `bootstrap`, where the broker
+    is; with `ca` (the CA file, "ca.pem" beside the role file), over TLS with host names verified."""
+    config = {"bootstrap.servers": bootstrap} if bootstrap else {}
+    config |= {"security.protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT", "sasl.mechanism": MECHANISM,
+               "sasl.username": role, "sasl.password": password}
+    if ca:
+        config |= {"ssl.ca.location": ca, "ssl.endpoint.identification.algorithm": "https"}
+    return config
 
 
-def client_properties(admin_password: str | None) -> str:
-    """A Java client's settings (Kafka's own tools) as the admin; None: a plain broker, none."""
+def client_properties(admin_password: str | None, ca: Path | None = None) -> str:
+    """A Java client's settings (Kafka's own tools) as the admin, over TLS trusting `ca` when given;
+    None: a plain broker, none."""
     if admin_password is None:
         return ""
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
-    return (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={MECHANISM}\n"
-            f'sasl.jaas.config={scram} required username="{ADMIN}" password="{admin_password}";\n')
+    tls = (f"ssl.truststore.type=PEM\nssl.truststore.location={ca}\n"
+           "ssl.endpoint.identification.algorithm=https\n") if ca else ""
+    return (f"security.protocol={'SASL_SSL' if ca else 'SASL_PLAINTEXT'}\nsasl.mechanism={MECHANISM}\n"
+            f'sasl.jaas.config={scram} required username="{ADMIN}" password="{admin_password}";\n{tls}')
 
 
 def add_scram_argument(passwords: dict[str, str]) -> list[str]:
@@ -56,31 +66,30 @@ def add_scram_argument(passwords: dict[str, str]) -> list[str]:
     return ["--add-scram", f"{MECHANISM}=[name={ADMIN},password={passwords[ADMIN]}]"]
 
 
-def listener_properties(port: int, controller_port: int, passwords: dict[str, str] | None) -> str:
-    """Listeners and, with `passwords`, SASL and the authorizer (None: plain, no authorizer)."""
-    if passwords is None:
-        return f"""\
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+def listener_properties(listener: Listener, passwords: dict[str, str] | None) -> str:
+    """Listeners and, with `passwords`, SASL and the authorizer (None: plain, no authorizer). The
+    client listener is also the inter-broker one; on a TLS `listener` every listener is SASL_SSL."""
+    name = listener.protocol(passwords is not None)
+    lines = f"""\
+listeners={name}://{listener.listen},CONTROLLER://{listener.controller}
+advertised.listeners={name}://{listener.bootstrap}
+inter.broker.listener.name={name}
+listener.security.protocol.map=CONTROLLER:{name},{name}:{name}
 """
-    admin, controller = passwords[ADMIN], passwords[CONTROLLER]
+    if passwords is None:
+        return lines
+    admin, plain_password = passwords[ADMIN], passwords[CONTROLLER]
     scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
     plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
-    return f"""\
-listeners=SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=SASL_PLAINTEXT://127.0.0.1:{port}
-inter.broker.listener.name=SASL_PLAINTEXT
-listener.security.protocol.map=CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+    return f"""{lines}\
 sasl.enabled.mechanisms={MECHANISM}
 sasl.mechanism.inter.broker.protocol={MECHANISM}
-listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={scram} required \\
+listener.name.{name.lower()}.scram-sha-512.sasl.jaas.config={scram} required \\
     username="{ADMIN}" password="{admin}";
 sasl.mechanism.controller.protocol=PLAIN
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
 listener.name.controller.plain.sasl.jaas.config={plain} required \\
-    username="{ADMIN}" password="{controller}" user_{ADMIN}="{controller}";
+    username="{ADMIN}" password="{plain_password}" user_{ADMIN}="{plain_password}";
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:{ADMIN}

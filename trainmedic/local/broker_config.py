@@ -1,6 +1,6 @@
 """What the local broker is started with: its server.properties (a single-node KRaft broker and
-controller on loopback), its log4j settings, and the id a new cluster's storage is formatted with.
-Pure: text out, nothing written.
+controller, on loopback unless told otherwise), its log4j settings, and the id a new cluster's
+storage is formatted with. Pure: text out, nothing written.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from trainmedic.local import broker_auth, broker_limits
+from trainmedic.common.errors import ConfigError
+from trainmedic.local import broker_auth, broker_limits, broker_tls
 from trainmedic.local.broker_limits import Connections
+from trainmedic.local.broker_listen import Listener
 
 
 def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
@@ -23,18 +25,25 @@ def cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -
             return drawn
 
 
-def server_properties(data: Path, port: int, controller_port: int, passwords: dict[str, str] | None = None,
-                      connections: Connections | None = None) -> str:
-    """A single-node KRaft broker+controller on loopback with replication factors of one; SASL and
-    the authorizer with the roles' `passwords`, plain without; `connections` capped."""
-    listener = "SASL_PLAINTEXT" if passwords is not None else "PLAINTEXT"
-    limits = broker_limits.connection_properties(connections or Connections(), listener)
+def server_properties(data: Path, listener: Listener | int, controller_port: int | None = None,
+                      passwords: dict[str, str] | None = None, connections: Connections | None = None,
+                      tls: broker_tls.Stores | None = None) -> str:
+    """A single-node KRaft broker+controller with replication factors of one, at `listener` (a port:
+    loopback's, the controller at `controller_port`); SASL and the authorizer with the roles'
+    `passwords`, plain without; TLS from the `tls` stores on a TLS listener; `connections` capped."""
+    if isinstance(listener, int):
+        listener = Listener(port=listener, controller_port=controller_port or 0)
+    if listener.tls and (passwords is None or tls is None):
+        raise ConfigError("a TLS listener needs the roles' passwords (not --insecure) and the TLS files")
+    protocol = listener.protocol(passwords is not None)
+    limits = broker_limits.connection_properties(connections or Connections(), protocol)
     return f"""\
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:{controller_port}
+controller.quorum.voters=1@{listener.voter}
 controller.listener.names=CONTROLLER
-{broker_auth.listener_properties(port, controller_port, passwords)}log.dirs={data}
+{broker_auth.listener_properties(listener, passwords)}{broker_tls.properties(tls) if listener.tls else ""}\
+log.dirs={data}
 num.partitions=1
 default.replication.factor=1
 offsets.topic.replication.factor=1
