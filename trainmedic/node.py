@@ -8,8 +8,10 @@ purpose (SIGTERM), the node leaves in order (docs/producers.md, "Configuration")
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 
 from trainmedic.bus.config import Options, Section
@@ -25,6 +27,26 @@ GPU = Section(GpuProducerConfig, env="GPU", key="gpu", prefix="gpu-", skip=("nod
 AGENT = Section(HostAgentConfig, env="AGENT", key="agent", prefix="agent-", skip=("node",),
                 title="host agent")
 OPTIONS = Options(EXECUTOR, GPU, AGENT)
+# librdkafka settings that make a client a principal: a SASL user, a client certificate or key.
+PRINCIPAL_SETTINGS = ("sasl.", "ssl.certificate.", "ssl.key.", "ssl.keystore.")
+
+
+def shared_principal(env: Mapping[str, str]) -> str | None:
+    """Why this node's Kafka settings cannot work, or None. Its executor and its agent (and GPU
+    producer) are two principals, each with its own ACLs: one TRAINMEDIC_KAFKA_CONFIG that names a
+    principal gives both parts the same one, and the broker refuses one of them."""
+    from trainmedic.bus.settings import KafkaSettings
+
+    if not env.get("TRAINMEDIC_KAFKA_CONFIG"):
+        return None
+    settings = KafkaSettings.from_env(env)  # a ConfigError when it is no JSON object
+    named = sorted(k for k in (*settings.extra, *settings.secrets) if k.startswith(PRINCIPAL_SETTINGS))
+    if not named:
+        return None
+    return (f"TRAINMEDIC_KAFKA_CONFIG names one Kafka principal ({', '.join(named)}) for both parts of "
+            "this node, the executor and the agent, and the broker's ACLs refuse one of them: unset it "
+            "and set TRAINMEDIC_CREDENTIALS_DIR to a folder holding each role's librdkafka settings as "
+            "executor.json and agent.json (docs/security.md, \"How a service finds its credentials\")")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     from trainmedic.bus.metrics import serve_metrics
     from trainmedic.bus.settings import KafkaSettings
-    from trainmedic.common.errors import TrainmedicError
+    from trainmedic.common.errors import ConfigError, TrainmedicError
     from trainmedic.common.signals import leave_on_signals
     from trainmedic.producers.agent import open_agent, run_agent
     from trainmedic.producers.gpu_producer import open_source, run_gpu_producer
@@ -51,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
 
     log = logging.getLogger("trainmedic.node")
     try:
+        refused = shared_principal(os.environ)
+        if refused:
+            raise ConfigError(refused)
         executor_config = executor_cli.build_config(OPTIONS, EXECUTOR, args,
                                                     node=lambda _: socket.gethostname())
         node = executor_config.node
@@ -68,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if executor_config.insecure:
         log.warning("INSECURE: unsigned commands will be applied on node %s; its acks go unsigned", node)
+    if executor_config.data_plane is not None:
+        log.info("node %s: ranks meet over NIC %s (address %s)", node, executor_config.data_plane.interface,
+                 executor_config.data_plane.address or "none")
     serve_metrics(args.metrics_port, args.metrics_host)  # the three parts' metrics, on one endpoint
 
     leave, stop = threading.Event(), threading.Event()

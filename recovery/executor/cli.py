@@ -13,8 +13,9 @@ from trainmedic.bus.service_cli import add_service_arguments, exit_with, run_unt
 from trainmedic.common.errors import TrainmedicError
 from trainmedic.recovery.executor.config import ExecutorConfig
 
-# The trusted keys, the node's key and the ranks' user are looked up; the poll is an internal tick.
-EXECUTOR = Section(ExecutorConfig, env="EXECUTOR", skip=("trusted", "node_key", "rank_user", "poll_s"))
+# The trusted keys, the node's key, the ranks' user and NIC are looked up; the poll is an internal tick.
+EXECUTOR = Section(ExecutorConfig, env="EXECUTOR",
+                   skip=("trusted", "node_key", "rank_user", "data_plane", "poll_s"))
 OPTIONS = Options(EXECUTOR)
 
 
@@ -25,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_config(options: Options, section: Section, args: argparse.Namespace, **computed) -> ExecutorConfig:
     """The executor's config: the trusted keys and the node's own key loaded from the keys folder
     unless insecure, the keys folder and the state dir under TRAINMEDIC_HOME and the jobs' directories
-    beside it unless given, the ranks' user looked up. As root without a rank user, a ConfigError
-    unless ranks_as_root says so; warns, once, when ranks run as the executor's own user."""
+    beside it unless given, the ranks' user looked up, the data plane checked against this host's NICs.
+    As root without a rank user, a ConfigError unless ranks_as_root says so; warns, once, when ranks
+    run as the executor's own user."""
     import logging
     import os
     import pwd
@@ -34,6 +36,7 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
     from trainmedic.bus.settings import home
     from trainmedic.common.errors import ConfigError
     from trainmedic.recovery import keyring
+    from trainmedic.recovery.executor import data_plane
     from trainmedic.recovery.executor.job_dirs import (
         RANKS_AS_ROOT_REFUSED,
         RANKS_AS_ROOT_WARNING,
@@ -50,6 +53,8 @@ def build_config(options: Options, section: Section, args: argparse.Namespace, *
         jobs_dir=lambda values: default_root(home()) / str(values.get("node")),
         rank_user=lambda values: (None if values.get("run_as") is None
                                   else RankUser.named(str(values["run_as"]), os.geteuid())),
+        data_plane=lambda values: data_plane.resolve(*(None if values.get(name) is None else str(values[name])
+                                                       for name in ("data_interface", "data_address"))),
         keys_dir=lambda values: None if values.get("insecure") is True else keyring.default_dir(),
         trusted=lambda values: (None if values.get("insecure") is True
                                 else keyring.load_trusted(Path(values["keys_dir"]))),
@@ -91,5 +96,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         log.info("commands must be signed by one of the keys %s; acks signed with node key %s (from %s)",
                  config.trusted, config.node_key.key_id, config.keys_dir)
+    if config.data_plane is not None:
+        log.info("ranks meet over NIC %s (address %s)", config.data_plane.interface,
+                 config.data_plane.address or "none")
     serve_metrics(args.metrics_port, args.metrics_host)
     return run_until_stopped("executor", lambda stop: Executor(config, kafka).run(stop))

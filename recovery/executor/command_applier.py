@@ -252,11 +252,13 @@ class CommandApplier:
             snapshot_dir=str(self.config.snapshot_dir(command.job, spec.submission)),
             collective_timeout_s=spec.failure.collective_timeout_s, hang_floor_s=spec.failure.hang_floor_s,
             submission=spec.submission, resume=spec.resume, rendezvous_key=spec.rendezvous_key,
+            node_address=self.config.data_plane.address if self.config.data_plane else None,
         )
 
     def _rank_env(self, command: Command, local_rank: int) -> dict[str, str]:
         return rank_env(os.environ, self.config.admission.rank_env, self._reporter.channel(command.job),
-                        self._contract(command, local_rank).to_env(), job=command.worker.env)
+                        self._contract(command, local_rank).to_env(), job=command.worker.env,
+                        node=self.config.data_plane.rank_env() if self.config.data_plane else None)
 
     def _ack(self, command: Command, status: AckStatus, *, reason: str | None = None,
              elapsed_s: float | None = None) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
+from trainmedic.recovery.executor.data_plane import DataPlane
 from trainmedic.recovery.executor.job_dirs import SNAPSHOTS, RankUser
 from trainmedic.recovery.signing import SigningKey, TrustedKeys
 
@@ -62,6 +63,18 @@ class ExecutorConfig(BaseModel):
                                      "one job may have on this node, in its cgroup (none: no limit)")
     job_memory_max: int | None = Field(default=None, gt=0, description="the most memory, in bytes, one "
                                        "job may use on this node, in its cgroup (none: no limit)")
+    data_interface: str | None = Field(default=None, min_length=1, description="the NIC this node's "
+                                       "ranks reach the job's other nodes over (e.g. eth0): every rank gets "
+                                       "GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME naming it, unless its "
+                                       "job's env sets them (none: the NIC that holds data_address, else "
+                                       "neither is set)")
+    data_address: str | None = Field(default=None, min_length=1, description="this node's IP on that "
+                                     "network, held by one of its NICs (its `address:` in the coordinator's "
+                                     "nodes config); ranks get it as TRAINMEDIC_NODE_ADDRESS, and one whose "
+                                     "MASTER_ADDR is loopback in a job of several nodes stops at once (none: "
+                                     "data_interface's address)")
+    data_plane: InstanceOf[DataPlane] | None = Field(default=None, description="data_interface and "
+                                                     "data_address, checked against this host's NICs")
     admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy, description="which commands "
                                        "ranks may run, and what of this environment they get")
 
@@ -92,6 +105,9 @@ class ExecutorConfig(BaseModel):
                                         (self.rank_user.name, str(self.rank_user.uid))):
             raise ValueError(f"run_as {self.run_as!r} is not looked up (rank_user): build the config "
                              "with the executor's build_config")
+        if (self.data_interface or self.data_address) and self.data_plane is None:
+            raise ValueError("data_interface and data_address are not checked against this host's NICs "
+                             "(data_plane): build the config with the executor's build_config")
         return self
 
     def ledger_path(self, prefix: str) -> Path:

@@ -4,8 +4,10 @@ no torch import, so the executor can use it too (docs/executor.md, "The environm
 
 from __future__ import annotations
 
+import ipaddress
 import json
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -20,6 +22,7 @@ HANG_FLOOR = "TRAINMEDIC_HANG_FLOOR_S"
 SUBMISSION = "TRAINMEDIC_SUBMISSION"
 RESUME = "TRAINMEDIC_RESUME"
 RENDEZVOUS_KEY = "TRAINMEDIC_RENDEZVOUS_KEY"
+NODE_ADDRESS = "TRAINMEDIC_NODE_ADDRESS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class WorkerEnv:
     submission: str | None = None  # which submission of the job this rank is of
     resume: str | None = None  # the checkpoint the submission started from (the job spec's `resume`)
     rendezvous_key: str | None = None  # the generation's secret, hex (job_store.py)
+    node_address: str | None = None  # this node's data-plane address, when its executor was given one
 
     def to_env(self) -> dict[str, str]:
         """The variables the executor sets for this rank (absent optional dirs are left unset)."""
@@ -72,6 +76,8 @@ class WorkerEnv:
             env[RESUME] = self.resume
         if self.rendezvous_key:
             env[RENDEZVOUS_KEY] = self.rendezvous_key
+        if self.node_address:
+            env[NODE_ADDRESS] = self.node_address
         return env
 
     @classmethod
@@ -113,4 +119,39 @@ class WorkerEnv:
             submission=env.get(SUBMISSION) or None,
             resume=env.get(RESUME) or None,
             rendezvous_key=env.get(RENDEZVOUS_KEY) or None,
+            node_address=env.get(NODE_ADDRESS) or None,
         )
+
+
+def _resolved(host: str) -> list[str]:
+    try:
+        return [info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+    except (OSError, UnicodeError):  # unresolvable here: the rendezvous says so itself
+        return []
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_rendezvous(contract: WorkerEnv, resolve: Callable[[str], list[str]] = _resolved) -> str | None:
+    """Why this rank cannot meet its job's other nodes, or None. A job that spans nodes (WORLD_SIZE above
+    LOCAL_WORLD_SIZE) on a node with a data address that is not loopback, whose MASTER_ADDR resolves
+    (`resolve`, first address: where rank 0 listens) to loopback, would wait out its timeout and read
+    as a job that never completed a step. A node without a data address (all on one machine) passes."""
+    if not contract.node_address or _loopback(contract.node_address):
+        return None
+    if contract.world_size <= contract.local_world_size:
+        return None
+    found = resolve(contract.master_addr)
+    if not found or not _loopback(found[0]):
+        return None
+    return (f"rank {contract.rank} of job {contract.job}: its rendezvous address MASTER_ADDR="
+            f"{contract.master_addr} is {found[0]} (loopback) on node {contract.node}, whose data address "
+            f"is {contract.node_address}, and its job spans nodes ({contract.world_size} ranks, "
+            f"{contract.local_world_size} here): the other nodes cannot reach it. Give rank 0's node an "
+            "`address:` the other nodes reach in the coordinator's nodes config (a node's address is its "
+            "`address`, else `default_address`, else its id as a host name; docs/coordinator.md)")

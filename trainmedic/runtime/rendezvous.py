@@ -12,7 +12,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from trainmedic.common.errors import ConfigError
-from trainmedic.runtime.env import RENDEZVOUS_KEY, WorkerEnv
+from trainmedic.runtime.env import RENDEZVOUS_KEY, WorkerEnv, loopback_rendezvous
 from trainmedic.runtime.job_store import JobStore
 from trainmedic.runtime.store_server import StoreServer, listen
 from trainmedic.runtime.store_wire import StoreRefused
@@ -30,10 +30,14 @@ def generation_store(contract: WorkerEnv, timeout_s: float) -> JobStore:
 
     The nodes of a re-plan do not start at the same moment: a rank may come before rank 0 listens.
     So every rank connects again, for `timeout_s` at most, until a server proves the generation's
-    key; one that cannot (a stranger's, another generation's) is never used.
+    key; one that cannot (a stranger's, another generation's) is never used. A MASTER_ADDR that is
+    loopback here in a job that spans nodes is a ConfigError at once (`loopback_rendezvous`).
     """
     if not contract.rendezvous_key:
         raise ConfigError(f"{RENDEZVOUS_KEY} is not set: is this rank launched by `trainmedic executor`?")
+    unreachable = loopback_rendezvous(contract)
+    if unreachable:
+        raise ConfigError(unreachable)
     key = bytes.fromhex(contract.rendezvous_key)
     addr, port = contract.master_addr, contract.master_port
     server = None

@@ -1,6 +1,6 @@
 """The environment a rank starts with: an allow-list of the executor's, never its credentials, then the
-job's own env, then the hook's channel and the worker contract, which nothing overrides
-(docs/executor.md, "The environment of a rank").
+node's data-plane NIC, then the job's own env, then the hook's channel and the worker contract, which
+nothing overrides (docs/executor.md, "The environment of a rank").
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ def base_env(parent: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str
 
 
 def rank_env(parent: Mapping[str, str], extra: tuple[str, ...], channel: Mapping[str, str],
-             contract: Mapping[str, str], job: Mapping[str, str] | None = None) -> dict[str, str]:
-    """One rank's environment: `base_env`, then the job's env (`job`, less the names in NEVER), then
-    where its hook reports (`channel`: the executor's socket), then the worker contract, which
-    nothing overrides."""
+             contract: Mapping[str, str], job: Mapping[str, str] | None = None,
+             node: Mapping[str, str] | None = None) -> dict[str, str]:
+    """One rank's environment: `base_env`, then the node's own settings (`node`: the NIC of its data
+    plane), then the job's env (`job`, less the names in NEVER), then where its hook reports
+    (`channel`: the executor's socket), then the worker contract, which nothing overrides."""
     own = {name: value for name, value in (job or {}).items() if name not in NEVER}
-    return {**base_env(parent, extra), **own, **channel, **contract}
+    return {**base_env(parent, extra), **(node or {}), **own, **channel, **contract}
