@@ -1,4 +1,4 @@
-"""The one place that builds librdkafka clients (`KafkaSettings.client_config`: our defaults with the
+"""The one place that builds librdkafka clients (`configuration`: our defaults, the caller's, then the
 user's settings on top), and says what their errors mean for people (`broker_error`).
 """
 
@@ -13,7 +13,8 @@ from confluent_kafka.admin import AdminClient
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.common.errors import KafkaError
 
-__all__ = ["NOT_READY", "admin", "broker_error", "consumer", "not_ready", "producer"]
+__all__ = ["NOT_READY", "RECONNECT", "admin", "broker_error", "configuration", "consumer", "not_ready",
+           "producer"]
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +27,34 @@ NOT_READY = frozenset({
 # Errors that mean no broker answered at all.
 _UNREACHABLE = frozenset({RdKafkaError._TRANSPORT, RdKafkaError._TIMED_OUT, RdKafkaError._ALL_BROKERS_DOWN})
 
+# How soon a client is back once its broker can be reached again. librdkafka's own defaults keep a
+# connection whose peer went silent for 60 s (socket.timeout.ms: its requests wait that long), so after a
+# partition the kernel's retransmission back-off decides when it speaks again (16-32 s after a 30 s
+# outage); they wait up to 10 s between tries (reconnect.backoff.max.ms, plus up to 50 % of jitter), and
+# up to 30 s on a try whose packets go nowhere (socket.connection.setup.timeout.ms). A node whose link
+# came back was on Kafka 24 s later (issue 44, measured on the multi-host bed). With these, a request
+# unanswered for 10 s drops its connection, a try is at most 5 s long and the next one at most 1.5 s
+# away, so a node is back within a few seconds of its link. The user's settings (TRAINMEDIC_KAFKA_CONFIG,
+# a role's file) still win.
+RECONNECT: dict[str, object] = {
+    "socket.timeout.ms": 10_000,
+    "reconnect.backoff.ms": 100,
+    "reconnect.backoff.max.ms": 1000,
+    "socket.connection.setup.timeout.ms": 5000,
+}
+
+
+def configuration(settings: KafkaSettings, config: dict[str, object] | None = None) -> dict[str, object]:
+    """A client's librdkafka configuration: RECONNECT, then `config` (the caller's defaults), then the
+    user's settings on top (`KafkaSettings.client_config`)."""
+    return settings.client_config(**{**RECONNECT, **(config or {})})
+
 
 def consumer(settings: KafkaSettings, config: dict[str, object], *,
              logger: logging.Logger = log) -> Consumer:
     """A consumer with `config` (group id, offsets policy) as our defaults; created now."""
     try:
-        return Consumer(settings.client_config(**config), logger=logger)
+        return Consumer(configuration(settings, config), logger=logger)
     except KafkaException as err:
         raise KafkaError(f"cannot create a Kafka consumer: {err}") from None
 
@@ -40,14 +63,14 @@ def producer(settings: KafkaSettings, config: dict[str, object], *,
              logger: logging.Logger = log) -> Producer:
     """A producer with `config` (idempotence, batching) as our defaults; created now."""
     try:
-        return Producer(settings.client_config(**config), logger=logger)
+        return Producer(configuration(settings, config), logger=logger)
     except KafkaException as err:
         raise KafkaError(f"cannot create a Kafka producer: {err}") from None
 
 
 def admin(settings: KafkaSettings) -> AdminClient:
     """An admin client (topics, metadata)."""
-    return AdminClient(settings.client_config())
+    return AdminClient(configuration(settings))
 
 
 def not_ready(code: RdKafkaError) -> bool:

@@ -41,7 +41,8 @@ class LiveConfig(BaseModel):
                            "rejoin_s for the producers")
     rejoin_s: float = Field(default=10.0, ge=0, description="after a blind spell: how long event time "
                             "stays where it was while the producers reconnect (librdkafka backs off up "
-                            "to 10 s) and send what they held; nodes share partitions, so one node's "
+                            "to 10 s by default, 1 s as trainmedic sets it) and send what they held; "
+                            "nodes share partitions, so one node's "
                             "late backlog lands behind another's fresh data")
     stall_s: float = Field(default=1.0, gt=0, description="wall time between two calls (events or "
                            "ticks) beyond which the detector itself was paused: that time is not "

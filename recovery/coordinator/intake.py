@@ -5,19 +5,31 @@ refused with the reason, for the dlq, and the next record goes on (docs/coordina
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from trainmedic.bus.message import Record
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.state import ClusterState, Rejected
 from trainmedic.recovery.coordinator.core.steps import react
 from trainmedic.recovery.coordinator.migrate import ImplicitIsolations
+from trainmedic.schemas import Topics
 
 log = logging.getLogger(__name__)
 
 
-def rebuild(state: ClusterState, records: Iterable[Record],
-            upcast: ImplicitIsolations | None = None) -> list[tuple[Record, str]]:
+def arrival(record: Record, topics: Topics, now: float | None) -> float | None:
+    """When the coordinator received `record`: the broker's append time on a topic the broker stamps
+    (LogAppendTime; never later than `now`), else `now`, its own clock as it reads the record (None on
+    a rebuild: an incident's own `ts` stands in then). Never the clock of the host that wrote it."""
+    spec = topics.spec_of(record.topic)
+    if spec is not None and spec.broker_time and record.timestamp_ms is not None:
+        stamp = record.timestamp_ms / 1000
+        return stamp if now is None else min(stamp, now)
+    return now
+
+
+def rebuild(state: ClusterState, records: Iterable[Record], upcast: ImplicitIsolations | None = None,
+            arrived: Callable[[Record], float | None] | None = None) -> list[tuple[Record, str]]:
     """Fold every record into `state`; returns those that did not apply, with the reason. A record
     can be valid and still not apply (a `recovery_planned` whose move the job's state table forbids,
     from a corrupt or foreign log, raises IllegalTransition in the fold); the topics are kept
@@ -25,12 +37,13 @@ def rebuild(state: ClusterState, records: Iterable[Record],
     older than `isolated` are upcast here (`ImplicitIsolations`): such a log reaches a coordinator of
     this version only through `--migrate-lifecycle`, with every coordinator stopped, so a rebuild is
     where it is read. A caller that rebuilds in parts (a reader's polls) passes one `upcast` to all.
+    `arrived` says when each record was received (`arrival`), if anything does.
     """
     refused = []
     fold = upcast or ImplicitIsolations()
     for record in records:
         try:
-            fold.apply(state, record.event)
+            fold.apply(state, record.event, None if arrived is None else arrived(record))
         except Exception as err:  # a bug or a corrupt log: one record, never the whole rebuild
             refused.append((record, _reason(err)))
     return refused
@@ -57,10 +70,11 @@ def listing(records: Iterable[Record], config: CoordinatorConfig | None, jobs_to
     return state
 
 
-def receive(state: ClusterState, record: Record, now: float) -> list | str:
-    """What to publish for one live record (`react`), or the reason it could not be applied."""
+def receive(state: ClusterState, record: Record, now: float, arrived: float | None = None) -> list | str:
+    """What to publish for one live record (`react`; received at `arrived`, else `now`), or the reason
+    it could not be applied."""
     try:
-        return react(state, record.event, now)
+        return react(state, record.event, now, arrived)
     except Rejected as err:
         log.warning("%s[%d]@%d rejected: %s", record.topic, record.partition, record.offset, err)
         return _reason(err)

@@ -23,7 +23,7 @@ from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.endings import rejected, resolutions, unanswered
 from trainmedic.recovery.coordinator.core.state import ClusterState, JobState
 from trainmedic.recovery.coordinator.core.steps import catch_up, settle, tick
-from trainmedic.recovery.coordinator.intake import rebuild, receive
+from trainmedic.recovery.coordinator.intake import arrival, rebuild, receive
 from trainmedic.recovery.coordinator.lease import Lease
 from trainmedic.recovery.coordinator.narrate import cause, narrate
 from trainmedic.recovery.coordinator.provenance import Trust, impersonates, skewed, stale, unverified
@@ -104,7 +104,7 @@ class CoordinatorService:
         trust = self._trust()
         records = [r for r in records if self._unverified(r, trust, live=False) is None]  # dead-lettered live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
-        refused = rebuild(self.state, records)
+        refused = rebuild(self.state, records, arrived=lambda record: arrival(record, self._topics, None))
         for record, reason in refused:  # dead-lettered when first read live
             log.warning("%s[%d]@%d skipped: %s", record.topic, record.partition, record.offset, reason)
         jobs = self.state.jobs.values()
@@ -127,7 +127,8 @@ class CoordinatorService:
                 self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
                 continue
             observe.received(record.event)
-            outputs = receive(self.state, record, self._clock())
+            now = self._clock()
+            outputs = receive(self.state, record, now, arrival(record, self._topics, now))
             if isinstance(outputs, str):
                 metrics.REJECTED.labels(getattr(record.event, "type", "?")).inc()
                 self._dlq.send(self._topics.dlq, record.rejected(outputs, self._clock()), key=record.topic)

@@ -93,10 +93,10 @@ class ImplicitIsolations:
     def __init__(self) -> None:
         self._answered: set[str] = set()
 
-    def apply(self, state: ClusterState, event: object) -> ClusterState:
+    def apply(self, state: ClusterState, event: object, arrived: float | None = None) -> ClusterState:
         """`fold.apply`, then the isolation an old decision implied, once both it and its incident are in."""
         known = state.incidents.get(event.id) if isinstance(event, Incident) else None
-        apply(state, event)
+        apply(state, event, arrived)
         if (answered := _answered_implicitly(event)) is not None:
             self._answered.add(answered)
         elif (isinstance(event, Incident) and event.status is IncidentStatus.OPEN

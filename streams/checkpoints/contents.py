@@ -48,7 +48,7 @@ from trainmedic.schemas.wire import decode_telemetry
 from trainmedic.streams.core import Detector, DetectorState
 from trainmedic.streams.live import Held, LiveDetector
 
-VERSION = 6
+VERSION = 7
 # formats 2-4, per held event in the head's list: seq, topic, partition, offset, timestamp_ms, key, value
 HELD_FIELDS = 7
 SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
@@ -210,9 +210,15 @@ def _v5_to_v6(head: dict, body: bytes) -> tuple[dict, bytes]:
     return {**head, "v": 6}, body
 
 
+def _v6_to_v7(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 6 (before 7): the state remembered no ended job and no rank's failed exit; their
+    defaults (none ended, none exited) decode it. A detector of format 6 refuses format 7 as newer."""
+    return {**head, "v": 7}, body
+
+
 # Format n -> n + 1, applied in turn until the format is VERSION.
 UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6,
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7,
 }
 
 

@@ -9,6 +9,7 @@ from bisect import bisect_left, insort
 
 from trainmedic.streams.core.config import DetectorConfig
 from trainmedic.streams.core.incidents import IncidentBook
+from trainmedic.streams.core.job_end import over
 from trainmedic.streams.core.state import Clue, DetectorState, Group, JobWatch, NodeState, OpenIncident
 from trainmedic.streams.core.taxonomy import CATEGORIES, Resolves
 
@@ -108,8 +109,10 @@ def held_until(state: DetectorState, cfg: DetectorConfig, job: JobWatch, now: fl
 def affected(state: DetectorState, node: NodeState) -> tuple[str | None, list[int], dict[str, int],
                                                              list[str]]:
     """Who a fault on this node hits: (the job if exactly one, its ranks here, job -> generation,
-    evidence lines naming every job and its ranks)."""
-    jobs = {name: state.jobs[name].gen for name in node.jobs if name in state.jobs}
+    evidence lines naming every job and its ranks). Not a job over at its generation, every rank of it
+    gone and its failure decided (`job_end.over`): a fault after that is not the job's."""
+    jobs = {name: job.gen for name in node.jobs
+            if (job := state.jobs.get(name)) is not None and not over(state, job, lost=False)}
     lines = [f"affects job {name} ranks {node.jobs[name]}" for name in sorted(jobs)]
     if len(jobs) == 1:
         (name,) = jobs

@@ -40,7 +40,7 @@ class Detector:
             })
         self._on.update({twin: self._on[kind] for kind, twin in wire.TRUSTED.items() if kind in self._on})
         self._fire: dict[Timer, Callable[[str, float], None]] = {
-            Timer.NODE_LOST: self._nodes.check_lost,
+            Timer.NODE_LOST: self._node_lost,
             Timer.RELEASE: self._jobs.release,
             Timer.HANG: self._jobs.check_hang,
             Timer.STRAGGLER: self._jobs.check_stragglers,
@@ -94,6 +94,11 @@ class Detector:
             fire[kind](key, when)
         if now > self.state.clock:
             self.state.clock = now
+
+    def _node_lost(self, name: str, when: float) -> None:
+        """A node's heartbeat deadline: it may be lost, and a job with no rank running elsewhere over."""
+        self._nodes.check_lost(name, when)
+        self._jobs.node_lost(name, when)
 
     def _rearm(self) -> None:
         """Rebuild the deadline heap from restored state (it is a cache, not state)."""

@@ -1,4 +1,8 @@
-"""Opening, annotating and resolving incidents: the only place Incident events are made."""
+"""Opening, annotating and resolving incidents: the only place Incident events are made. An incident is
+opened or resolved no earlier than event time had come to when the detector decided it: evidence that
+arrives late (held by its producer through a partition, from a host whose clock is behind) is dated by
+its own clock in the evidence, but never moves an incident's time back before what was already known,
+so an incident's timeline reads in the order things were learned (issue 44)."""
 
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ class IncidentBook:
         `signature` (what the failure looks like) tells a job's repeat from a node's;
         `counts_node` False: it counts against no node in escalation (it still names it)."""
         scope = job or node or "-"
+        ts = max(ts, self.state.clock)
         iid = incident_id(category, scope, key, root_ts)
         known = self.state.incidents.get(iid)
         if known is not None:
@@ -74,11 +79,12 @@ class IncidentBook:
         """Close an open incident (same id, status resolved) with the evidence gathered since."""
         if self.state.incidents.pop(rec.id, None) is None:
             return
+        ts = max(ts, self.state.clock, rec.ts)
         if len(rec.evidence) >= self.config.correlation.evidence_lines:
             rec.evidence.pop()
             rec.dropped += 1
         rec.evidence.append(f"{ts:.3f} resolved: {why}")
-        self._emit(rec, IncidentStatus.RESOLVED, max(ts, rec.ts))
+        self._emit(rec, IncidentStatus.RESOLVED, ts)
 
     def get(self, iid: str | None) -> OpenIncident | None:
         return None if iid is None else self.state.incidents.get(iid)

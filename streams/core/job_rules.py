@@ -11,6 +11,7 @@ from trainmedic.streams.core.correlation import add_clue, decide, held_until, ov
 from trainmedic.streams.core.deadlines import Deadlines, Timer
 from trainmedic.streams.core.hang import describe_threshold, record_step_time, stopped_first, threshold
 from trainmedic.streams.core.incidents import IncidentBook
+from trainmedic.streams.core.job_end import note_ended, over, refused
 from trainmedic.streams.core.node_rules import NodeRules
 from trainmedic.streams.core.state import Clue, DetectorState, JobWatch, OpenIncident, RankState
 from trainmedic.streams.core.straggler import rank_medians, record_rank_step
@@ -100,12 +101,14 @@ class JobRules:
         how = f"signal {ev.signal}" if ev.signal is not None else f"code {ev.exit_code}"
         signature = f"process_exit: {how}"
         said = _last_words(ev.output_tail)
+        rank.exited = True
         if rank.errored:  # exiting after its own error: fallout, not a root cause
             self._clue(ev.job, job, "process_exit", CONSEQUENCE_SPECIFICITY, Hold.SYMPTOM, ev,
                        f"exited with {how} after its error{said}", signature)
         else:
             self._clue(ev.job, job, "process_exit", CATEGORIES["process_exit"].specificity,
                        Hold.EVIDENCE, ev, f"exited with {how}{said}", signature)
+        self._settle(ev.job, job, ev.ts)
 
     # -- timers ------------------------------------------------------------------------
 
@@ -126,6 +129,15 @@ class JobRules:
             self.timers.arm(Timer.RELEASE, name, wait)
             return
         decide(self.book, name, job, when)
+        self._settle(name, job, when)
+
+    def node_lost(self, name: str, when: float) -> None:
+        """Node `name` may just have been declared lost: its jobs with no other rank running are over."""
+        node = self.state.nodes.get(name)
+        if node is not None and node.lost_since is not None:
+            for job_name in list(node.jobs):
+                if (job := self.state.jobs.get(job_name)) is not None:
+                    self._settle(job_name, job, when)
 
     def check_hang(self, name: str, when: float) -> None:
         job = self.state.jobs.get(name)
@@ -212,12 +224,17 @@ class JobRules:
         `worker_exit`), so it announces a newer one as a `worker_start` does: a rank that dies
         before its hook starts (a script broken at import) is still seen."""
         job = self.state.jobs.get(ev.job)
+        if refused(self.state, ev.job, ev.generation, start):  # a report of a generation that ended
+            return None
         if job is None:
             if not start and sum(not j.started for j in self.state.jobs.values()) >= UNSTARTED_JOBS:
                 return None
             job = self.state.jobs[ev.job] = JobWatch(gen=ev.generation, last_progress=ev.ts,
                                                      started=start, threshold=self.config.hang.warmup_s)
             self.timers.arm(Timer.HANG, ev.job, ev.ts + job.threshold)
+            self.state.ended.pop(ev.job, None)
+        elif job.finishing and not job.ranks and start and ev.generation == job.gen:
+            self._new_generation(ev.job, job, ev)  # over at this generation: the id submitted again
         elif ev.generation != job.gen:
             newer = start or announces
             if ev.generation < job.gen or not newer or ev.generation - job.gen > GENERATION_JUMP:
@@ -259,6 +276,8 @@ class JobRules:
         self._clear_straggler(rank, ts, "rank exited")
         if not job.ranks:
             self._end(name, job, ts)
+        else:
+            self._settle(name, job, ts)
 
     def _stopped(self, name: str, job: JobWatch, rank_no: int, ts: float) -> None:
         """A planned stop: the rank leaves; once none is left the job is quiet by intent until its
@@ -272,6 +291,18 @@ class JobRules:
         if not job.ranks:
             job.finishing = True
             job.group = None
+        self._settle(name, job, ts)
+
+    def _settle(self, name: str, job: JobWatch, ts: float) -> None:
+        """Once the job is over at its generation (`job_end.over`), forget it on its nodes and refuse
+        its later reports of that generation: quiet by intent until a newer one starts."""
+        if self.state.ended.get(name) == job.gen or not over(self.state, job):
+            return
+        for r, rank in job.ranks.items():
+            self._unlist(name, rank.node, r)
+            self._clear_straggler(rank, ts, "its job is over")
+        job.ranks, job.finishing = {}, True
+        note_ended(self.state, name, job.gen)
 
     def _end(self, name: str, job: JobWatch, ts: float) -> None:
         """Every rank exited: decide what is pending, clear what the job's steps would."""
@@ -284,6 +315,7 @@ class JobRules:
                 if not rec.jobs and _jobs_resolve(rec):
                     self.book.resolve(rec, ts, f"job {name} ended")
         del self.state.jobs[name]
+        note_ended(self.state, name, job.gen)
 
     def _new_generation(self, name: str, job: JobWatch, ev: WorkerEvent) -> None:
         """The job was restarted: its ranks, progress and stragglers start afresh."""
@@ -292,6 +324,7 @@ class JobRules:
         for r, rank in job.ranks.items():
             self._unlist(name, rank.node, r)
             self._clear_straggler(rank, ev.ts, f"job restarted at generation {ev.generation}")
+        self.state.ended.pop(name, None)
         job.gen = ev.generation
         job.ranks = {}
         job.max_step, job.steps_seen, job.step_times, job.first_step_ts = -1, 0, [], None

@@ -29,17 +29,25 @@ class NodeRules:
             node = self.state.nodes[name] = NodeState(last_seen=ts)
         return node
 
+    def arrived(self, ts: float) -> float:
+        """When the detector heard of telemetry its node stamped `ts`: then, or, for telemetry that came
+        after event time had passed it (held by its producer through a partition, or from a node whose
+        clock is behind), event time as it came. A node lives when it is heard from, whatever its own
+        clock says: its clock neither makes it lost nor dates its return before its loss (issue 44)."""
+        return max(ts, self.state.clock)
+
     def seen(self, name: str, ts: float) -> NodeState:
-        """The node's state, noting that it is alive at ts (its agent's telemetry)."""
+        """The node's state, noting that it is alive as its agent's telemetry stamped `ts` arrives."""
+        at = self.arrived(ts)
         node = self.state.nodes.get(name)
         if node is None:
-            node = self.state.nodes[name] = NodeState(last_seen=ts)
-        elif ts > node.last_seen:
-            node.last_seen = ts
+            node = self.state.nodes[name] = NodeState(last_seen=at)
+        elif at > node.last_seen:
+            node.last_seen = at
             if node.lost_since is not None:
-                self._back(name, node, ts)
+                self._back(name, node, at)
             elif node.gap_id is not None:
-                self._out_of_gap(name, node, ts)
+                self._out_of_gap(name, node, at)
         return node
 
     # -- events ------------------------------------------------------------------------
@@ -79,8 +87,7 @@ class NodeRules:
         ts = ev.ts
         node = self.seen(ev.node, ts)
         node.interval = ev.interval
-        if ev.leaving != node.leaving and ts >= node.last_seen:
-            node.leaving = ev.leaving
+        node.leaving = ev.leaving  # the latest to arrive (a node's heartbeats share one partition, in order)
         self.timers.arm(Timer.NODE_LOST, ev.node,
                         node.last_seen + self.config.heartbeat.timeout_s(ev.interval))
         if ev.links:

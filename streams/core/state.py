@@ -63,6 +63,7 @@ class RankState:
     step: int = -1
     step_ts: float = 0.0
     errored: bool = False  # reported its own worker_error at this generation
+    exited: bool = False  # its process ended in a failure (after any other exit it leaves the job)
     times: list[float] = field(default_factory=list)  # recent step times (straggler window)
     slow_checks: int = 0
     straggler_id: str | None = None
@@ -134,6 +135,8 @@ class DetectorState:
     sev2_history: dict[str, list[float]] = field(default_factory=dict)  # node -> ts
     # job -> [ts, node, signature] of its recent SEV2 failures: a repeat follows the job
     job_errors: dict[str, list[list]] = field(default_factory=dict)
+    # job -> the generation it ended at, the oldest first: its later reports of it are refused (job_end.py)
+    ended: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plain data (dict keys become strings)."""
@@ -155,6 +158,7 @@ class DetectorState:
             sev3_history=data["sev3_history"],
             sev2_history=data["sev2_history"],
             job_errors=data["job_errors"],
+            ended=data.get("ended", {}),  # a checkpoint before format 7 remembers no ended job
         )
 
 

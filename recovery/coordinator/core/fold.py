@@ -45,15 +45,17 @@ MAX_ACKS_PER_COMMAND = 8
 ACK_SKEW_S = 60.0
 
 
-def apply(state: ClusterState, event: object) -> ClusterState:
-    """Fold one event into the state. Events of other types are ignored."""
+def apply(state: ClusterState, event: object, arrived: float | None = None) -> ClusterState:
+    """Fold one event into the state. Events of other types are ignored. `arrived`: when the
+    coordinator received it (its own clock, or the broker's on a topic the broker stamps); None for
+    its own decisions and on a rebuild, where an incident's `ts` stands in (`ClusterState.received`)."""
     match event:
         case JobSubmitted():
             _submitted(state, event)
         case JobStopRequested():
             _stop_requested(state, event)
         case Incident():
-            _incident(state, _as_decided(event))
+            _incident(state, _as_decided(event), arrived)
         case RecoveryPlanned():
             _planned(state, _as_decided(event))
         case RecoveryCompleted() | RecoveryFailed():
@@ -154,11 +156,13 @@ def _ended(state: ClusterState, event: JobEnded) -> None:
         state.capacity_ts = event.ts if state.capacity_ts is None else max(state.capacity_ts, event.ts)
 
 
-def _incident(state: ClusterState, incident: Incident) -> None:
+def _incident(state: ClusterState, incident: Incident, arrived: float | None) -> None:
     _observed(state, incident.first_ts)
     known = state.incidents.get(incident.id)
     if known is not None and known.status is IncidentStatus.RESOLVED:
         return  # resolved is final
+    if arrived is not None and (known is None or known.status is not incident.status):
+        state.arrived[incident.id] = arrived  # a copy read again does not move it
     state.incidents[incident.id] = incident
     if incident.status is not IncidentStatus.OPEN:
         state.pending.discard(incident.id)

@@ -33,10 +33,12 @@ def node_group(state: ClusterState) -> list[Incident]:
 
 
 def decide_isolations(state: ClusterState, now: float) -> list:
-    """Once the oldest waiting node SEV1 is `group_window_s` old: isolate what the cap allows,
-    re-plan once, hold the rest."""
+    """Once the first waiting node SEV1 arrived `group_window_s` ago: isolate what the cap allows,
+    re-plan once, hold the rest. Arrived, by the coordinator's clock (`ClusterState.received`): an
+    incident's `ts` is the detector's time of a node's telemetry, another host's clock, and a node
+    a second or two behind would have its faults decided alone, or late (issue 44)."""
     group = node_group(state)
-    if not group or group[0].ts + state.config.group_window_s > now:
+    if not group or min(map(state.received, group)) + state.config.group_window_s > now:
         return []
     out: list = []
     isolate: dict[str, str] = {}

@@ -99,7 +99,7 @@ def suspects(state: ClusterState) -> dict[str, str]:
         if (incident.node is not None and incident.status is IncidentStatus.OPEN
                 and incident.severity is Severity.SEV1):
             returned = state.nodes[incident.node].returned_ts if incident.node in state.nodes else None
-            if returned is None or incident.ts > returned:
+            if returned is None or state.received(incident) > returned:
                 out.setdefault(incident.node, incident.id)
     return out
 

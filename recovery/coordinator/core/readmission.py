@@ -29,9 +29,10 @@ def readmissions(state: ClusterState, now: float) -> list[NodeReadmitted]:
     still_open: set[str] = set()
     for incident in state.incidents.values():
         if incident.node in isolated:
-            last_seen[incident.node] = max(last_seen.get(incident.node, 0.0), incident.ts)
+            came = state.received(incident)  # not its ts: probation runs on the coordinator's clock
+            last_seen[incident.node] = max(last_seen.get(incident.node, 0.0), came)
             returned = isolated[incident.node].returned_ts
-            if incident.status is IncidentStatus.OPEN and (returned is None or incident.ts > returned):
+            if incident.status is IncidentStatus.OPEN and (returned is None or came > returned):
                 still_open.add(incident.node)  # one older than the node's last return was vouched for
     out = []
     for node_id in sorted(isolated):

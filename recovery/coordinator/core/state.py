@@ -232,6 +232,10 @@ class ClusterState:
     # from its signing key; empty only in a state that sends no command (a CLI's view, a simulation).
     # Not of the log: neither compared nor shown.
     rendezvous_root: bytes = field(default=b"", compare=False, repr=False)
+    # Incident id -> when this coordinator received its latest status (open, then resolved), by its own
+    # clock or the broker's (`fold.apply`): windows are judged on it, never on the incident's `ts`, which
+    # another host's clock set. Not of the log: a rebuild receives nothing, and goes by `ts` (`received`).
+    arrived: dict[str, float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def initial(cls, config: CoordinatorConfig, rendezvous_root: bytes = b"") -> ClusterState:
@@ -241,6 +245,11 @@ class ClusterState:
             state.nodes[node.id] = Node(node.id, node.address or config.default_address or node.id,
                                         node.switch, node.gpus)
         return state
+
+    def received(self, incident: Incident) -> float:
+        """When the coordinator received `incident` (`arrived`); its `ts` for one it made itself, or
+        read from the log on a rebuild."""
+        return self.arrived.get(incident.id, incident.ts)
 
     def in_cluster(self, node_id: str) -> bool:
         """`node_id` is one of the cluster's nodes: listed in the config's `nodes`. A job or an

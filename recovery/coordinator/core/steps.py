@@ -101,9 +101,10 @@ def settle(state: ClusterState, outputs: list, now: float) -> list:
     return settled
 
 
-def react(state: ClusterState, event: object, now: float) -> list:
-    """One live event: fold it, decide, fold the decisions. Returns what to publish."""
-    apply(state, event)
+def react(state: ClusterState, event: object, now: float, arrived: float | None = None) -> list:
+    """One live event, received at `arrived` (the broker's time on a topic it stamps; else `now`): fold
+    it, decide, fold the decisions. Returns what to publish."""
+    apply(state, event, now if arrived is None else arrived)
     return settle(state, decide(state, event, now), now)
 
 
