@@ -120,6 +120,11 @@ class ReportServer:
             listener = self._listeners.get(job)
             if listener is not None:
                 return Path(listener.getsockname())
+            if not self.folder.is_dir():  # removed under it (a tmp cleaner): made again, loudly
+                log.warning("the ranks' socket folder %s was removed by something else; made again "
+                            "(ranks already running lost their reports channel)", self.folder)
+                owned_folder(self.folder.parent)
+                owned_folder(self.folder)
             path = job_socket(self.folder, job)
             remove_sockets(path.parent)  # a previous executor's
             path.parent.mkdir(mode=0o700)

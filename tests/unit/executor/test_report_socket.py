@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -318,3 +319,15 @@ def test_only_the_jobs_group_may_reach_its_socket_and_it_goes_with_the_job(serve
     assert job_socket(srv.folder, "other") != path
     srv.unlisten("llm")
     assert not path.parent.exists()
+
+
+def test_a_socket_folder_removed_under_the_executor_is_made_again_for_the_next_job(server) -> None:
+    """A tmp cleaner (or another test session's clean-up) removed the folder: every later start
+    failed with ENOENT until the executor restarted."""
+    srv, launched, published = server
+    shutil.rmtree(srv.folder.parent)
+    process = launch(srv)
+    launched[process.pid] = RANK
+    process.wait(timeout=60)
+    wait_for(lambda: len(published) == 5)
+    assert oct(srv.folder.stat().st_mode & 0o777) == "0o711"
