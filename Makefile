@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup kafka alertmanager prometheus unit test demo lint lock bench clean
+.PHONY: setup kafka alertmanager prometheus multihost unit test demo lint lock bench clean
 
 setup: $(STAMP)
 
@@ -49,17 +49,28 @@ prometheus:
 	  && mkdir -p $(PROM_HOME) && dpkg -x $$tmp/prometheus_*.deb $(PROM_HOME) && rm -rf $$tmp \
 	  && $(PROM_HOME)/usr/bin/prometheus --version | head -1; }
 
+# The multi-host bed's tool (tests/multihost): nftables, for partitions; Debian's package, installed once
+# where the user is root (elsewhere those tests skip, saying why).
+multihost:
+	@command -v nft >/dev/null || [ "$$(id -u)" != 0 ] || { \
+	  command -v apt-get >/dev/null || { echo "The multi-host tests need nft and apt-get is not available:" \
+	    "install nftables"; exit 1; }; \
+	  env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nftables \
+	  || { apt-get update && env DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y --no-install-recommends nftables; }; }
+
 # The fast tier: pure cores, the layering check, no broker (seconds).
 unit: setup
 	$(BIN)/python -m pytest tests/unit
 
 # The README's test command: the unit tier first, then everything against a real broker, which it
-# starts (and stops) itself unless TRAINMEDIC_KAFKA_BOOTSTRAP names one.
+# starts (and stops) itself unless TRAINMEDIC_KAFKA_BOOTSTRAP names one, then the multi-host bed
+# (hosts as network namespaces, with a broker of their own).
 # The suite's broker and state stay in this checkout (tests/conftest.py does the same for a bare pytest),
 # apart from the user's own home (~/.local/state/trainmedic) that `make demo` and `trainmedic run` use.
 test: export TRAINMEDIC_HOME ?= $(CURDIR)/.trainmedic
-test: setup kafka alertmanager prometheus
-	$(BIN)/python -m pytest tests/unit tests/integration
+test: setup kafka alertmanager prometheus multihost
+	$(BIN)/python -m pytest tests/unit tests/integration tests/multihost
 
 # The README's main command.
 demo: setup kafka
