@@ -61,11 +61,13 @@ def bed(bed_allowed: None, tmp_path: Path) -> Iterator[Bed]:
 
 
 @pytest.fixture(scope="module")
-def site(bed_allowed: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    """A broker host, a control host and three node hosts with their files (docs/deployment.md),
-    shared by a module's tests; each test deploys under a topic prefix of its own (`cluster`)."""
+def site(bed_allowed: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[Site]:
+    """The broker hosts (a module's BROKERS, else one), a control and a standby host and three node
+    hosts with their files (docs/deployment.md), shared by a module's tests; each test deploys under
+    a topic prefix of its own (`cluster`)."""
     with made_bed(tmp_path_factory.mktemp("site")) as made:
-        built = Site(made, NODES)
+        built = Site(made, NODES, getattr(request.module, "BROKERS", ("kafka",)))
         try:
             built.build()
             yield built
@@ -93,5 +95,5 @@ def cluster(site: Site) -> Iterator[Callable[..., Cluster]]:
         for name, host in site.bed.hosts.items():  # the next test finds every host as it was
             host.skew_s = 0.0
             site.bed.heal(name)
-            if name != "kafka":
+            if name not in site.brokers:
                 site.bed.kill(name)  # what a killed service left running: its ranks

@@ -40,12 +40,13 @@ def clean_env() -> dict[str, str]:
 
 @dataclass
 class Site:
-    """The bed's hosts with trainmedic installed: `kafka` runs the broker, `control` the detector and
-    a coordinator, `standby` a second coordinator where a test wants one, `nodes` each a `trainmedic
-    node`."""
+    """The bed's hosts with trainmedic installed: `brokers` run the broker (one, or a cluster's
+    members), `control` the detector and a coordinator, `standby` a second coordinator where a test
+    wants one, `nodes` each a `trainmedic node`."""
 
     bed: Bed
     nodes: tuple[str, ...]
+    brokers: tuple[str, ...] = ("kafka",)
     bootstrap: str = ""
 
     def home(self, host: str) -> Path:
@@ -68,14 +69,12 @@ class Site:
 
     def build(self) -> None:
         """Hosts, broker, role files and keys: docs/deployment.md's steps 1-3."""
-        for host in ("kafka", *CONTROL, *self.nodes):
+        for host in (*self.brokers, *CONTROL, *self.nodes):
             self.bed.add(host)
             self.home(host).mkdir(parents=True)
         self.home(OPERATOR).mkdir(parents=True)
-        address = self.bed.hosts["kafka"].address
-        out = self.cli("kafka", "broker", "start", "--listen", f"{address}:{BROKER_PORT}", timeout=240)
-        self.bootstrap = out.strip().splitlines()[-1]
-        made = self.home("kafka") / "credentials"
+        self.start_brokers()
+        made = self.home(self.brokers[0]) / "credentials"
         for host in (*CONTROL, *self.nodes, OPERATOR):
             to = self.home(host) / "credentials"
             to.mkdir(mode=0o700)
@@ -95,6 +94,34 @@ class Site:
                 if not (self.home(host) / "keys" / pub.name).exists():
                     shutil.copy2(pub, self.home(host) / "keys")
 
+    def start_brokers(self) -> None:
+        """One broker, or a cluster: `broker init` on the first member, its shared folder copied to
+        the others, then every member's `broker start --node-id N` at once (each waits for a majority)."""
+        first = self.brokers[0]
+        if len(self.brokers) == 1:
+            address = self.bed.hosts[first].address
+            out = self.cli(first, "broker", "start", "--listen", f"{address}:{BROKER_PORT}", timeout=240)
+            self.bootstrap = out.strip().splitlines()[-1]
+            return
+        members = ",".join(f"{i}@{self.bed.hosts[host].address}:{BROKER_PORT}"
+                           for i, host in enumerate(self.brokers, 1))
+        self.cli(first, "broker", "init", "--members", members)
+        shared = self.home(first) / "broker" / "cluster"
+        for host in self.brokers[1:]:
+            (self.home(host) / "broker").mkdir(mode=0o700)
+            shutil.copytree(shared, self.home(host) / "broker" / "cluster")
+        starting = [self.bed.spawn(host, [*CLI, "broker", "start", "--node-id", str(i)], self.env(host),
+                                   f"broker-start-{host}") for i, host in enumerate(self.brokers, 1)]
+        for host, proc in zip(self.brokers, starting, strict=True):
+            if proc.wait(300) != 0:
+                raise RuntimeError(f"broker start on {host}: exit {proc.returncode}\n"
+                                   f"{self.bed.log(f'broker-start-{host}')[-3000:]}")
+        self.bootstrap = self.bed.log(f"broker-start-{first}").strip().splitlines()[-1]
+
+    def restart_broker(self, host: str) -> None:
+        """A cluster member's broker started again (after `bed.kill`)."""
+        self.cli(host, "broker", "start", "--node-id", str(self.brokers.index(host) + 1), timeout=300)
+
     def trust(self, host: str, *role: str) -> None:
         """`host`'s own public key trusted on the control hosts for `role`."""
         for pub in public_keys(self.home(host)):
@@ -103,8 +130,9 @@ class Site:
                 self.cli(control, "keys", "trust", str(self.bed.root / pub.name), *role)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.cli("kafka", "broker", "stop", timeout=60)
+        for host in self.brokers:
+            with contextlib.suppress(Exception):
+                self.cli(host, "broker", "stop", timeout=60)
 
 
 def public_keys(home: Path) -> list[Path]:
@@ -140,7 +168,8 @@ class Cluster:
     def start(self) -> None:
         """Topics, then the control host's services, then the nodes; until each is ready."""
         self.root.mkdir()
-        self.site.cli("kafka", "topics", "create", env=self.env("kafka"))
+        first = self.site.brokers[0]
+        self.site.cli(first, "topics", "create", env=self.env(first))
         addresses = {node: self.site.bed.hosts[node].address for node in self.site.nodes}
         config = self.root / "coordinator.yaml"
         config.write_text(yaml.safe_dump({"ack_timeout_s": 20, **self.coordinator, "nodes": [

@@ -5,65 +5,26 @@ are docs/deployment.md's fault table."""
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import signal
-import sys
 import time
 
 import pytest
 
-from tests.multihost.deploy import Cluster
-from trainmedic.demo.losses import compare, logged, reference
-from trainmedic.local.cluster import rendezvous_base
+from tests.multihost.training import (
+    JOB,
+    check_losses,
+    first_step_after,
+    isolated,
+    job,
+    last_step,
+    opened,
+    steps_logged,
+)
 from trainmedic.schemas import Incident, NodeHeartbeat, NodeReadmitted, RecoveryCompleted, RecoveryPlanned
-from trainmedic.schemas.recovery import RecoveryKind, RecoverySkipped
+from trainmedic.schemas.recovery import RecoveryKind
 
 pytestmark = pytest.mark.multihost
-
-JOB = "mh"
-
-
-def job(cluster: Cluster, steps: int, nodes: tuple[str, ...] = ("n1", "n2")) -> dict:
-    return {"id": JOB, "nodes": list(nodes), "ranks_per_node": 1, "master_port": rendezvous_base(),
-            "throughput": {1: 1.0e14, 2: 2.0e14},
-            "command": [sys.executable, "-m", "trainmedic.demo.train", "--steps", str(steps),
-                        "--step-s", "0.25", "--report", "--timeout-s", "30"],
-            "checkpoint_dir": str(cluster.root / "checkpoints"), "workdir": str(cluster.root),
-            "transition_s": 10}
-
-
-def first_step_after(cluster: Cluster, ts: float) -> float:
-    """When rank 0 of a later generation first logged a step after `ts`, seconds after it."""
-    found = [float(t) for path in cluster.rank_logs(JOB, 0)
-             for gen, t in re.findall(r"^step \d+ loss \S+ gen (\d+) rank 0 t (\S+)", path.read_text(), re.M)
-             if int(gen) > 0 and float(t) > ts]
-    return min(found) - ts if found else math.nan
-
-
-def steps_logged(cluster: Cluster) -> dict[tuple[int, int], float]:
-    return logged(cluster.rank_logs(JOB, 0))
-
-
-def last_step(cluster: Cluster) -> int:
-    return max((step for _, step in steps_logged(cluster)), default=-1)
-
-
-def opened(cluster: Cluster) -> list[Incident]:
-    return [e for e in cluster.events("incidents") if isinstance(e, Incident) and e.status == "open"]
-
-
-def isolated(cluster: Cluster) -> set[str]:
-    return {n for e in cluster.events("recovery") if isinstance(e, RecoveryPlanned | RecoverySkipped)
-            for n in (e.isolated or {})}
-
-
-def check_losses(cluster: Cluster, steps: int) -> None:
-    losses = steps_logged(cluster)
-    assert {step for _, step in losses} == set(range(steps)), "a step was lost"
-    check = compare(losses, list(reference("mlp", steps)))
-    assert check.matches, check.describe()
 
 
 def test_a_rank_killed_on_one_host_is_healed_across_hosts_with_equal_losses(cluster) -> None:

@@ -1,7 +1,7 @@
 """The local Apache Kafka broker: jars from Maven Central, KRaft combined mode on 127.0.0.1 (or the
-address it is told to listen on, then with TLS), secure by default (SCRAM, ACLs per role), its
-connections capped and its principals' byte rates bounded (docs/security.md, "Broker authentication
-and ACLs", "The broker protects itself").
+address it is told to listen on, then with TLS), a single node or one member of a cluster, secure by
+default (SCRAM, ACLs per role), its connections capped and its principals' byte rates bounded
+(docs/security.md, "Broker authentication and ACLs", "A cluster of brokers", "The broker protects itself").
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator, Mapping
@@ -25,12 +24,14 @@ from trainmedic.bus import credentials
 from trainmedic.bus.acls import ADMIN, GRANTS, RETIRED
 from trainmedic.bus.admin import grant_roles, retire_users, set_scram_users, wait_for_broker
 from trainmedic.bus.settings import KafkaSettings
-from trainmedic.common.errors import BrokerError, ConfigError, TrainmedicError
+from trainmedic.common.errors import BrokerError, ConfigError, KafkaError, TrainmedicError
 from trainmedic.common.signals import alive
-from trainmedic.local import broker_auth, broker_limits, broker_tls
+from trainmedic.local import broker_auth, broker_cluster, broker_limits, broker_tls
+from trainmedic.local.broker_cluster import Member
 from trainmedic.local.broker_config import LOG4J, cluster_id, server_properties
 from trainmedic.local.broker_limits import QUOTAS, Connections, Quota
 from trainmedic.local.broker_listen import DEFAULT_PORT, PLAINTEXT_OFF_LOOPBACK, BrokerState, Listener
+from trainmedic.local.broker_process import accepts, port_free, ready, tail
 from trainmedic.schemas import DEFAULT_PREFIX
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,9 @@ INSECURE = ("INSECURE: the broker runs without authentication or ACLs: any progr
 
 
 class LocalBroker:
-    """One single-node broker whose files live in `home` (TRAINMEDIC_HOME), on loopback at `port` or at
-    `listener` (then `port` is not used); TLS from `tls_files`, else a CA of its own. Methods are idempotent.
+    """One broker whose files live in `home` (TRAINMEDIC_HOME), on loopback at `port` or at `listener` (then
+    `port` is not used): a single node, or the cluster's `member`; TLS from `tls_files`, else a CA of its
+    own (a member's: the cluster's). Methods are idempotent.
 
     Layout under `home`:
       kafka/libs/         the jars of compose/pom.xml (fetched once with Maven)
@@ -62,6 +64,7 @@ class LocalBroker:
       broker/secrets.json the roles' passwords (0600)
       broker/quotas.json  the quotas last set, per cluster id (they live in the cluster's metadata)
       broker/tls/         a TLS broker's CA, certificate and key (broker_tls)
+      broker/cluster/     a member's files shared with the cluster's other members (broker_cluster)
       credentials/ROLE.json each role's librdkafka settings (0600), while the broker is secure, and
                           a TLS broker's CA, ca.pem
     """
@@ -69,8 +72,9 @@ class LocalBroker:
     def __init__(self, home: Path, port: int = DEFAULT_PORT, controller_port: int | None = None, *,
                  listener: Listener | None = None, tls_files: broker_tls.OperatorTls | None = None,
                  credentials_dir: Path | None = None, connections: Connections | None = None,
-                 quotas: dict[str | None, Quota] = QUOTAS):
+                 quotas: dict[str | None, Quota] = QUOTAS, member: Member | None = None):
         self.home = home
+        self.member = member
         self.connections = connections or Connections.for_files(broker_limits.open_files())
         self.quotas = quotas
         self.credentials = credentials_dir or home / "credentials"
@@ -126,10 +130,13 @@ class LocalBroker:
         listener = listener or self.listener
         stores = None
         if listener.tls:
+            if self.member and not self.tls_files:
+                self.member.install_ca(self.tls_dir)
             stores = broker_tls.prepare(self.tls_dir, listener.names, datetime.now(UTC), self.tls_files)
         path = self.dir / "server.properties"
         broker_auth.write_private(path, server_properties(self.dir / "data", listener, passwords=passwords,
-                                                          connections=self.connections, tls=stores))
+                                                          connections=self.connections, tls=stores,
+                                                          quorum=self.member and self.member.quorum))
         (self.dir / "log4j.properties").write_text(LOG4J)
         return path
 
@@ -156,9 +163,10 @@ class LocalBroker:
         `passwords` are given); later starts reuse it."""
         if self.formatted:
             return
+        made = self.member.cluster.cluster_id if self.member else cluster_id()
         scram = broker_auth.add_scram_argument(passwords) if passwords else []
         done = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config), *scram),
+            self._java("kafka.tools.StorageTool", "format", "-t", made, "-c", str(config), *scram),
             capture_output=True, text=True,
         )
         if done.returncode != 0:
@@ -176,6 +184,9 @@ class LocalBroker:
         """
         running = self.state()
         if running is not None:
+            refused = broker_cluster.refusal(running, self.member)
+            if refused:
+                raise BrokerError(refused)
             if running.secure != secure:
                 raise BrokerError(f"the broker runs {'secure' if running.secure else 'plain'} already "
                                   f"(pid {running.pid}): `trainmedic broker stop` first to start it "
@@ -186,13 +197,15 @@ class LocalBroker:
                                   f"{running.pid}): `trainmedic broker stop` first to start it at "
                                   f"{self.listener.bootstrap}{tls[self.listener.tls]}")
             return running, False
+        if self.member and not secure:
+            raise BrokerError("a cluster's member runs secure: not with --insecure")
         if self.listener.tls and not secure:
             raise BrokerError("--insecure runs without authentication, and so without TLS: not with --tls, "
                               "and off loopback only with --plaintext")
         _require("java", "Java 17 or newer is needed to run Kafka: install a JDK "
                  "(e.g. `apt-get install openjdk-17-jre-headless`)")
         for port in (self.port, self.controller_port):
-            if not _port_free(self.listener.host, port):
+            if not port_free(self.listener.host, port):
                 raise BrokerError(
                     f"port {port} on {self.listener.host} is taken by another program; pick other ports "
                     f"with --port or --listen (or TRAINMEDIC_BROKER_PORT)"
@@ -205,13 +218,9 @@ class LocalBroker:
             state = self._launch(False, timeout_s)
             self._limit(None)
             return state, True
-        found = broker_auth.read_secrets(self.secrets_file)
-        passwords = broker_auth.complete(found or {})
-        if self.formatted and found is None:
-            self._add_users(passwords, timeout_s)
-        if passwords != found:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            broker_auth.write_private(self.secrets_file, json.dumps(passwords, indent=2))
+        if self.member:
+            self.member.check_storage(self.dir / "data")
+        passwords = self.member.secrets() if self.member else self._own_passwords(timeout_s)
         self.format_storage(self.write_config(passwords), passwords)
         state = self._launch(True, timeout_s)
         try:
@@ -231,6 +240,17 @@ class LocalBroker:
         self.make_private()
         with open(self.log_file, "a") as out:
             out.writelines(f"WARNING {warning}\n" for warning in warnings)
+
+    def _own_passwords(self, timeout_s: float) -> dict[str, str]:
+        """A single broker's passwords: those in broker/secrets.json, made there when missing."""
+        found = broker_auth.read_secrets(self.secrets_file)
+        passwords = broker_auth.complete(found or {})
+        if self.formatted and found is None:
+            self._add_users(passwords, timeout_s)
+        if passwords != found:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            broker_auth.write_private(self.secrets_file, json.dumps(passwords, indent=2))
+        return passwords
 
     def _add_users(self, passwords: dict[str, str], timeout_s: float) -> None:
         """Storage formatted before the broker was secure: start it plain once (no authorizer) to
@@ -255,14 +275,26 @@ class LocalBroker:
         admin = KafkaSettings(bootstrap=self.listener.bootstrap, extra=config,
                               secrets={"sasl.password": password})
         wait_for_broker(admin, 60.0)
-        set_scram_users(admin, {role: passwords[role] for role in GRANTS})
-        retire_users(admin, RETIRED)
-        for prefix in prefixes:
-            grant_roles(admin, prefix)
+        for attempt in (1, 2, 3):  # each step is idempotent: every member of a cluster takes them all
+            try:
+                set_scram_users(admin, {role: passwords[role] for role in GRANTS})
+                retire_users(admin, RETIRED)
+                for prefix in prefixes:
+                    grant_roles(admin, prefix)
+                break
+            except KafkaError as err:  # a request in flight on the bootstrap connection, which librdkafka
+                if err.code != "_DESTROY_BROKER" or attempt == 3:  # drops once it knows every broker
+                    raise
+                log.info("setting up users and ACLs again: %s", err)
         credentials.write_roles(self.credentials, {
-            role: broker_auth.role_config(role, passwords[role], bootstrap=self.listener.bootstrap,
+            role: broker_auth.role_config(role, passwords[role], bootstrap=self.bootstrap,
                                           ca=credentials.CA_FILE if ca else None)
             for role in (*GRANTS, ADMIN)}, ca.read_bytes() if ca else None)
+
+    @property
+    def bootstrap(self) -> str:
+        """The address clients are given (the role files'): every member's in a cluster."""
+        return self.member.cluster.bootstrap if self.member else self.listener.bootstrap
 
     def _limit(self, admin_password: str | None) -> None:
         """Set the quotas on the running broker, unless this cluster already has these ones
@@ -305,27 +337,32 @@ class LocalBroker:
                 self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
             )
+        node, members = (self.member.node_id, len(self.member.cluster.members)) if self.member else (1, 1)
         state = BrokerState(proc.pid, listener.port, listener.controller_port, secure, listener.host,
-                            listener.bootstrap, listener.tls)
+                            listener.bootstrap, listener.tls, node, members)
         self.state_file.write_text(json.dumps(asdict(state)))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self.state_file.unlink(missing_ok=True)
                 raise BrokerError(f"the broker exited with code {proc.returncode}; its log ends:\n"
-                                  f"{_tail(self.log_file)}")
-            if _accepts(listener.reach_host, listener.port) and _ready(self.log_file, log_start):
+                                  f"{tail(self.log_file)}")
+            if accepts(listener.reach_host, listener.port) and ready(self.log_file, log_start):
                 return state
             time.sleep(0.2)
         self.stop()
-        raise BrokerError(f"the broker did not accept clients within {timeout_s:.0f}s; its log ends:\n"
-                          f"{_tail(self.log_file)}")
+        wait = " (a member waits until a majority of the cluster's members run)" if self.member else ""
+        raise BrokerError(f"the broker did not accept clients within {timeout_s:.0f}s{wait}; its log ends:\n"
+                          f"{tail(self.log_file)}")
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop cleanly (SIGTERM, then SIGKILL after the timeout). False if it was not running."""
         state = self.state()
         if state is None:
             return False
+        if state.members > 1:
+            timeout_s = broker_cluster.shutdown_wait_s(self.dir / "cluster", state.node_id, timeout_s,
+                                                       accepts)
         os.kill(state.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while alive(state.pid) and time.monotonic() < deadline:
@@ -348,38 +385,6 @@ class LocalBroker:
 def _require(program: str, message: str) -> None:
     if shutil.which(program) is None:
         raise BrokerError(message)
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _accepts(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-def _ready(log_file: Path, since: int) -> bool:
-    """The broker logs this line once it serves clients (KRaft mode, Kafka 3.x)."""
-    with open(log_file, "rb") as f:
-        f.seek(since)
-        return b"Kafka Server started" in f.read()
-
-
-def _tail(path: Path, size: int = 3000) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, path.stat().st_size - size))
-            return f.read().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return "(no log)"
 
 
 def _digest(path: Path) -> str:

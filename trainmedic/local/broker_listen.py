@@ -140,6 +140,8 @@ class BrokerState:
     host: str = LOOPBACK
     advertise: str = ""  # HOST:PORT, "" for the listen address
     tls: bool = False
+    node_id: int = 1
+    members: int = 1  # a cluster's member count (1: a single broker)
 
     @property
     def bootstrap(self) -> str:
