@@ -88,7 +88,8 @@ lock:
 
 # Every benchmark, each printing its numbers. Those that need Kafka use the local broker,
 # started here if it is not running (and left running: `trainmedic broker stop`), unless
-# TRAINMEDIC_KAFKA_BOOTSTRAP names another; bench/detector_live.py starts a broker of its own.
+# TRAINMEDIC_KAFKA_BOOTSTRAP names another; bench/detector_live.py starts a broker of its own,
+# bench/tls_cost.py two (a plain and a TLS one).
 bench: setup kafka
 	@[ -n "$$TRAINMEDIC_KAFKA_BOOTSTRAP" ] || $(BIN)/trainmedic broker start >/dev/null
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
