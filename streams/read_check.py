@@ -13,7 +13,12 @@ from confluent_kafka.admin import OffsetSpec
 from trainmedic.bus import clients
 from trainmedic.bus.settings import KafkaSettings
 
-RENEW_AFTER = 3  # failed end-offset requests in a row after which the admin client is made anew
+# Failed end-offset requests in a row after which the admin client is made anew: at the first. A
+# client that asked a broker now gone keeps asking it until renewed (its partitions' new leaders
+# unknown to it): with 3, a member of a three-broker cluster killed blinded the detector for 3 x
+# TIMEOUT_S = 15 s, though every partition had a leader again within seconds (docs/deployment.md,
+# fault (e)).
+RENEW_AFTER = 1
 EVERY_S = 0.25  # how often to ask for the end offsets
 TIMEOUT_S = 5.0  # how long one request may take
 MAX_ANSWERS = 64  # answers kept until reads reach them (16 s of them at EVERY_S; then fewer per second)

@@ -19,9 +19,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import ConfigResource, ResourceType
 
+from tests.helpers.waiting import wait_until
 from trainmedic.bus.admin import create_topics, wait_for_topics
 from trainmedic.bus.clients import admin as admin_client
 from trainmedic.bus.settings import KafkaSettings
@@ -51,6 +52,16 @@ def free_ports(count: int = 3, first: int = 19700, last: int = 19799) -> list[in
         port += 10
     assert len(found) == count, f"no {count} free port pairs in {first}-{last}"
     return found
+
+
+def described(client, resource: ConfigResource) -> dict | None:
+    """`resource`'s configs, or None while the member asked does not know the topic yet."""
+    try:
+        return client.describe_configs([resource])[resource].result()
+    except KafkaException as err:
+        if err.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise
 
 
 def member(home: Path, *args: str) -> subprocess.Popen[str]:
@@ -196,7 +207,9 @@ def test_three_members_replicate_and_lose_nothing_when_one_stops(tmp_path: Path)
         assert all(len(r) == 3 and len(isr) == 3 for parts in topics.values() for _, r, isr in parts), topics
         resource = ConfigResource(ResourceType.TOPIC, TOPIC)
         client = admin_client(admin)  # alive until its future is done: a destroyed client fails it
-        configs = client.describe_configs([resource])[resource].result()
+        # A member learns a new topic from the controller a moment after another answered for it
+        # (UNKNOWN_TOPIC_OR_PART from the one asked): ask until one knows it, as a client would.
+        configs = wait_until(lambda: described(client, resource), 30, f"{TOPIC}'s configs")
         assert configs["min.insync.replicas"].value == "2"
 
         traffic = Traffic(agent, operator)

@@ -63,7 +63,11 @@ def server_properties(data: Path, listener: Listener | int, controller_port: int
     limits = broker_limits.connection_properties(connections or Connections(), protocol)
     quorum = quorum or Quorum(1, f"1@{listener.voter}", SINGLE)
     copies = quorum.replication
-    min_insync = f"min.insync.replicas={copies.min_insync}\n" if copies.factor > 1 else ""
+    # A cluster: a member killed moves its partitions' leaders once the controller misses it for
+    # broker.session.timeout.ms; Kafka's 9 s kept every client of those partitions waiting, the
+    # detector blind (docs/deployment.md, fault (e)). 3 s, with a heartbeat every second.
+    min_insync = (f"min.insync.replicas={copies.min_insync}\nbroker.session.timeout.ms=3000\n"
+                  "broker.heartbeat.interval.ms=1000\n" if copies.factor > 1 else "")
     return f"""\
 process.roles=broker,controller
 node.id={quorum.node_id}
