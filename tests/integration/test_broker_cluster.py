@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import ConfigResource, ResourceType
 
+from tests.helpers.ports import free_pairs
 from tests.helpers.waiting import wait_until
 from trainmedic.bus.admin import create_topics, wait_for_topics
 from trainmedic.bus.clients import admin as admin_client
@@ -33,25 +33,6 @@ pytestmark = pytest.mark.kafka
 
 PREFIX = "clu."
 TOPIC = f"{PREFIX}telemetry.node"
-
-
-def free_ports(count: int = 3, first: int = 19700, last: int = 19799) -> list[int]:
-    """`count` ports p in [first, last), ten apart at least, with p and p + 1 free on loopback."""
-    found: list[int] = []
-    port = first
-    while len(found) < count and port < last:
-        try:
-            for candidate in (port, port + 1):
-                with socket.socket() as sock:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Kafka binds
-                    sock.bind(("127.0.0.1", candidate))
-        except OSError:
-            port += 2
-            continue
-        found.append(port)
-        port += 10
-    assert len(found) == count, f"no {count} free port pairs in {first}-{last}"
-    return found
 
 
 def described(client, resource: ConfigResource) -> dict | None:
@@ -168,7 +149,7 @@ def in_sync(admin: KafkaSettings, names: set[str], timeout_s: float = 60.0) -> d
 
 
 def test_three_members_replicate_and_lose_nothing_when_one_stops(tmp_path: Path) -> None:
-    ports = free_ports()
+    ports = free_pairs(3, 19700, 19799, apart=10)
     homes = [tmp_path / f"h{n}" for n in (1, 2, 3)]
     members = ",".join(f"{n}@127.0.0.1:{port}" for n, port in zip((1, 2, 3), ports, strict=True))
     for fetched in [member(home, "fetch") for home in homes]:  # the jars, as each host fetches them

@@ -17,26 +17,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
+from tests.helpers.ports import free_pairs
 from trainmedic.bus.admin import create_topics
 from trainmedic.bus.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
 PREFIX = "tls."
-
-
-def free_pair(first: int = 19500, last: int = 19599) -> int:
-    """A port p in [first, last) with p and p + 1 free on loopback (the controller listens on p + 1)."""
-    for port in range(first, last):
-        try:
-            for candidate in (port, port + 1):
-                with socket.socket() as sock:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Kafka binds
-                    sock.bind(("127.0.0.1", candidate))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError(f"no two adjacent free ports in {first}-{last}")
 
 
 def broker(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -71,7 +58,7 @@ class _Quiet:
 
 
 def test_tls_broker_serves_its_roles_and_refuses_the_others(tmp_path: Path) -> None:
-    port = free_pair()
+    (port,) = free_pairs(1, 19500, 19599)
     started = broker(tmp_path, "start", "--listen", f"127.0.0.1:{port}", "--tls")
     try:
         assert started.returncode == 0, started.stderr
