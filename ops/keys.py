@@ -1,12 +1,13 @@
-"""Create, rotate, trust and list the Ed25519 keys that sign commands, jobs, node events and acks
-(docs/security.md#keys).
+"""Create, rotate, trust, revoke and list the Ed25519 keys that sign commands, jobs, node events and
+acks (docs/security.md#keys).
 
-Roles: `coordinator` (the default) signs commands; `operator` (--role operator) signs jobs and node
-events; `node:NAME` (--node NAME) signs node NAME's acks. `generate` writes a role's first key pair
-and makes it the signing key (private key mode 0600); `rotate` writes a new one and deletes the old
-private key, keeping the old public key trusted; `trust FILE.pub` adds a public key made elsewhere
-for a role; `list` prints each key. The folder is --keys-dir, else $TRAINMEDIC_HOME/keys. Never
-copy a .key file to another machine.
+Roles: `coordinator` (the default of generate and rotate) signs commands; `operator` (--role
+operator) signs jobs and node events; `node:NAME` (--node NAME) signs node NAME's acks. `generate`
+writes a role's first key pair and makes it the signing key (private key mode 0600); `rotate` writes
+a new one and deletes the old private key, keeping the old public key trusted; `trust FILE.pub`
+adds a public key made elsewhere for the role it names (always said: a key is trusted only for the
+role it was trusted for); `revoke ID` trusts a key no more, for good; `list` prints each key. The
+folder is --keys-dir, else $TRAINMEDIC_HOME/keys. Never copy a .key file to another machine.
 """
 
 from __future__ import annotations
@@ -26,16 +27,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (("generate", "write a first key pair of a role and make it the role's signing key"),
                        ("rotate", "write a new signing key of a role; keep the old public key trusted"),
-                       ("trust", "copy a public key made elsewhere into the folder, trusted for a role"),
-                       ("list", "print every key: id, role, kind, created, signing, private key here")):
+                       ("trust", "copy a public key made elsewhere into the folder, trusted for the role "
+                                 "given (--role coordinator|operator or --node NAME)"),
+                       ("revoke", "trust a key no more, for good: recorded as revoked, its files deleted"),
+                       ("list", "print every key: id, role, trust, kind, created, signing, private here")):
         action = sub.add_parser(name, help=text, description=text)
         if name == "trust":
             action.add_argument("public", type=Path, metavar="ID.pub", help="the public key file (PEM)")
-        if name != "list":
+        if name == "revoke":
+            action.add_argument("key_id", metavar="KEY_ID", help="the key's id (`trainmedic keys list`)")
+            action.add_argument("--force", action="store_true",
+                                help="revoke it even if it is the signing key of its role here (a stolen "
+                                     "key), leaving the role nothing to sign with until `keys generate`")
+        if name in ("generate", "rotate", "trust"):
             role = action.add_mutually_exclusive_group(required=name == "trust")
             role.add_argument("--role", choices=("coordinator", "operator"),
-                              help="coordinator (signs commands; the default) or operator (signs jobs and "
-                                   "node events)")
+                              help="coordinator (signs commands; the default of generate and rotate) or "
+                                   "operator (signs jobs and node events)")
             role.add_argument("--node", metavar="NAME", help="the key of node NAME (signs its acks)")
         action.add_argument("--keys-dir", type=Path, metavar="DIR",
                             help="the keys folder (default $TRAINMEDIC_HOME/keys)")
@@ -49,6 +57,8 @@ def _run(args: argparse.Namespace) -> int:
     directory = args.keys_dir or keyring.default_dir()
     if args.action == "list":
         return _list(directory, keyring.list_keys(directory))
+    if args.action == "revoke":
+        return _revoke(directory, keyring.revoke_key(directory, args.key_id, time.time(), args.force))
     role = keyring.node_role(args.node) if args.node else args.role or keyring.COORDINATOR
     if args.action == "generate":
         key_id = keyring.generate_key(directory, time.time(), role)
@@ -57,7 +67,8 @@ def _run(args: argparse.Namespace) -> int:
     elif args.action == "rotate":
         old, new = keyring.rotate_key(directory, time.time(), role)
         print(f"{role} signing key {new} replaces {old} (its private key deleted, its public key still "
-              f"trusted); {_where(role, new)}; {_switch(role)}")
+              f"trusted); {_where(role, new)}; {_switch(role)}; once nothing signed by {old} is in flight, "
+              f"`trainmedic keys revoke {old}` where it is trusted (docs/security.md, \"Keys\")")
     else:
         key_id = keyring.trust_key(directory, args.public, role, time.time())
         print(f"key {key_id} trusted here as {role} ({directory / (key_id + '.pub')})")
@@ -67,7 +78,8 @@ def _run(args: argparse.Namespace) -> int:
 def _where(role: str, key_id: str) -> str:
     """Where the new public key must go."""
     if role == keyring.COORDINATOR:
-        return "copy the .pub to every executor's keys folder"
+        return (f"copy the .pub to every executor's machine (and any other coordinator's) and run "
+                f"`trainmedic keys trust {key_id}.pub --role coordinator` there")
     return (f"unless this is the coordinator's keys folder, copy the .pub to its machine and run "
             f"`trainmedic keys trust {key_id}.pub {keyring.role_flag(role)}` there")
 
@@ -79,17 +91,32 @@ def _switch(role: str) -> str:
         role, "then restart the node's executor to sign its acks with it (its ranks keep running)")
 
 
-def _list(directory: Path, keys: list) -> int:
+def _revoke(directory: Path, revoked: keyring.Revoked) -> int:
+    private = "its private key deleted" if revoked.private_deleted else "no private key of it here"
+    print(f"key {revoked.key_id} ({revoked.role or 'no role'}) revoked in {directory} at "
+          f"{keyring.utc(revoked.at)} UTC ({private}): refused here from the verifiers' next look at the "
+          f"folder (no restart; also when it was the last key of its role), even if its .pub is copied in "
+          f"again; revoke it on every machine that trusts it")
+    return 0
+
+
+def _list(directory: Path, keys: list[keyring.KeyInfo]) -> int:
     if not keys:
         print(f"no keys in {directory}: run `trainmedic keys generate`", file=sys.stderr)
         return 1
-    width = max(len("ROLE"), *(len(key.role) for key in keys)) + 2
-    print(f"{'KEY ID':<18}{'ROLE':<{width}}{'KIND':<9}{'CREATED (UTC)':<22}{'SIGNS':<7}PRIVATE")
+    width = max(len("ROLE"), *(len(key.role or "-") for key in keys)) + 2
+    print(f"{'KEY ID':<18}{'ROLE':<{width}}{'TRUST':<10}{'KIND':<9}{'CREATED (UTC)':<22}{'SIGNS':<7}PRIVATE")
     for key in keys:
-        created = "-" if key.created is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(key.created))
+        created = "-" if key.created is None else keyring.utc(key.created)
+        trust = "REVOKED" if key.revoked is not None else "NO-ROLE" if key.role is None else "trusted"
         signs = "yes" if key.signing else ""
-        print(f"{key.key_id:<18}{key.role:<{width}}{key.kind:<9}{created:<22}{signs:<7}"
-              f"{'here' if key.private else ''}")
+        private = "here" if key.private else ""
+        when = "" if key.revoked is None else f"  (revoked {keyring.utc(key.revoked)} UTC)"
+        print(f"{key.key_id:<18}{key.role or '-':<{width}}{trust:<10}{key.kind:<9}{created:<22}{signs:<7}"
+              f"{private:<7}{when}".rstrip())
+    if any(key.role is None and key.revoked is None for key in keys):
+        print("NO-ROLE: an ID.pub copied in without a role, trusted for nothing: `trainmedic keys trust "
+              "ID.pub --role coordinator|operator` or `--node NAME`, or delete it", file=sys.stderr)
     return 0
 
 

@@ -1,18 +1,19 @@
 """Keys on disk: one folder of Ed25519 key files (ID.pub, ID.key, keys.json), by default
-$TRAINMEDIC_HOME/keys, each key with a role (docs/security.md, "Keys").
+$TRAINMEDIC_HOME/keys. A public key is trusted only for the role keys.json gives it; one with no role
+(an ID.pub copied in by hand) or revoked here is trusted for nothing (docs/security.md, "Keys").
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import (
@@ -26,17 +27,26 @@ from cryptography.hazmat.primitives.serialization import (
 
 from trainmedic.bus.settings import home
 from trainmedic.common.errors import ConfigError
+from trainmedic.recovery import key_manifest
+from trainmedic.recovery.key_manifest import (
+    COORDINATOR,
+    MANIFEST,
+    NODE,
+    OPERATOR,
+    role_of,
+    save,
+    signer,
+    warn_once,
+    writing,
+)
 from trainmedic.recovery.signing import KIND, SigningKey, TrustedKeys, generate, key_id_of
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "keys.json"
 LEGACY_ENV = ("TRAINMEDIC_CLUSTER_KEY_FILE", "TRAINMEDIC_CLUSTER_KEY")
-COORDINATOR = "coordinator"
-OPERATOR = "operator"
-NODE = "node:"  # + the node's name
 HOW_TO_CREATE = "run `trainmedic keys generate`"
 _NODE_NAME = re.compile(r"[^\s/]{1,256}")
+_KEY_ID = re.compile(r"[0-9a-f]{16}")
 
 
 def node_role(node: str) -> str:
@@ -68,10 +78,22 @@ class KeyInfo:
 
     key_id: str
     kind: str
-    role: str
+    role: str | None  # None: an ID.pub with no role here, trusted for nothing
     created: float | None  # None: a public key copied without its keys.json entry
     signing: bool
     private: bool
+    revoked: float | None = None  # when it was revoked here
+
+
+@dataclass(frozen=True)
+class Revoked:
+    """A key revoked here: `role` None for an ID.pub that had none; `private_deleted` whether its
+    private key was here (and is gone)."""
+
+    key_id: str
+    role: str | None
+    at: float
+    private_deleted: bool
 
 
 def refuse_legacy(env: Mapping[str, str] = os.environ) -> None:
@@ -84,20 +106,21 @@ def refuse_legacy(env: Mapping[str, str] = os.environ) -> None:
 
 def generate_key(directory: Path, now: float, role: str = COORDINATOR) -> str:
     """A first key pair of `role` in `directory`, made its signing key. Refuses a role that has one."""
-    if _signer(_manifest(directory), role):
-        rotate = f"trainmedic keys rotate {role_flag(role)}".rstrip()
-        raise ConfigError(f"{directory} already has a {role} signing key: `{rotate}` replaces it")
-    return _write_pair(directory, now, role)
+    with writing(directory) as manifest:
+        if signer(manifest, role):
+            rotate = f"trainmedic keys rotate {role_flag(role)}".rstrip()
+            raise ConfigError(f"{directory} already has a {role} signing key: `{rotate}` replaces it")
+        return _write_pair(directory, manifest, now, role)
 
 
 def rotate_key(directory: Path, now: float, role: str = COORDINATOR) -> tuple[str, str]:
     """A new signing key of `role`; the old one's private file is deleted, its public key stays
-    trusted (until its ID.pub is removed), so what was signed in flight still verifies. Returns
-    (old id, new id)."""
-    old = _signer(_manifest(directory), role)
-    if not old:
-        raise ConfigError(f"{directory} has no {role} signing key to rotate: {how_to_create(role)}")
-    new = _write_pair(directory, now, role)
+    trusted (until it is revoked), so what was signed in flight still verifies. Returns (old id, new id)."""
+    with writing(directory) as manifest:
+        old = signer(manifest, role)
+        if not old:
+            raise ConfigError(f"{directory} has no {role} signing key to rotate: {how_to_create(role)}")
+        new = _write_pair(directory, manifest, now, role)
     (directory / f"{old}.key").unlink(missing_ok=True)
     return old, new
 
@@ -105,43 +128,88 @@ def rotate_key(directory: Path, now: float, role: str = COORDINATOR) -> tuple[st
 def ensure_key(directory: Path, now: float, role: str = COORDINATOR) -> str | None:
     """The id of a key of `role` generated now if `directory` has no signing key of it yet; None if
     it has one."""
-    return None if _signer(_manifest(directory), role) else _write_pair(directory, now, role)
+    if signer(key_manifest.read(directory), role):  # no lock (nor a writable folder) needed then
+        return None
+    with writing(directory) as manifest:
+        return None if signer(manifest, role) else _write_pair(directory, manifest, now, role)
 
 
 def trust_key(directory: Path, public: Path, role: str, now: float) -> str:
-    """Copy the public key file `public` into `directory`, trusted for `role` (an operator's, or a
-    node's from that node's machine). Returns its id."""
+    """Copy the public key file `public` into `directory`, trusted for `role` (the coordinator's on an
+    executor's machine, an operator's or a node's on the coordinator's). Returns its id. A key revoked
+    here, or trusted here for another role, is refused."""
     key = _load_public(public, None)
     key_id = key_id_of(key)
-    manifest = _manifest(directory)
-    known = _role(manifest, key_id) if (directory / f"{key_id}.pub").exists() else None
-    if known is not None and known != role:
-        raise ConfigError(f"key {key_id} is already trusted here as {known}: one key, one role")
-    if role != COORDINATOR:
+    with writing(directory) as manifest:
+        gone = key_manifest.revoked(manifest).get(key_id)
+        if gone is not None:
+            raise ConfigError(f"key {key_id} was revoked here ({utc(gone['at'])} UTC): a revoked key is "
+                              f"never trusted again; trust a new key of the role instead")
+        known = role_of(manifest, key_id)
+        if known is not None and known != role:
+            raise ConfigError(f"key {key_id} is already trusted here as {known}: one key, one role")
         manifest.setdefault("roles", {})[key_id] = role
-    manifest.setdefault("created", {}).setdefault(key_id, now)
-    directory.mkdir(parents=True, exist_ok=True)
-    _save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role
-    if public.resolve() != (directory / f"{key_id}.pub").resolve():
-        shutil.copyfile(public, directory / f"{key_id}.pub")
+        manifest.setdefault("created", {}).setdefault(key_id, now)
+        save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role
+        if public.resolve() != (directory / f"{key_id}.pub").resolve():
+            shutil.copyfile(public, directory / f"{key_id}.pub")
     return key_id
 
 
+def revoke_key(directory: Path, key_id: str, now: float, force: bool = False) -> Revoked:
+    """Trust `key_id` no more here, for good: recorded in keys.json as revoked (id, role, when), so
+    its ID.pub copied in again is still refused; its ID.pub and, if here, ID.key deleted. The
+    signing key of a role needs `force`: the role is then left with no key to sign with. Revoking a
+    key revoked before changes nothing but deleting its files again."""
+    if not _KEY_ID.fullmatch(key_id):
+        raise ConfigError(f"{key_id!r} is not a key id (16 hex digits, as `trainmedic keys list` shows them)")
+    public, private = directory / f"{key_id}.pub", directory / f"{key_id}.key"
+    if not directory.is_dir():
+        raise ConfigError(f"no key {key_id} in {directory} (`trainmedic keys list` shows its keys)")
+    with writing(directory) as manifest:
+        record = key_manifest.revoked(manifest).get(key_id)
+        had_private = private.exists()
+        if record is None:
+            role = role_of(manifest, key_id)
+            if role is None and not public.exists() and not had_private:
+                raise ConfigError(f"no key {key_id} in {directory} (`trainmedic keys list` shows its keys)")
+            signs = [r for r in (COORDINATOR, *manifest.get("signers", {})) if signer(manifest, r) == key_id]
+            if signs and not force:
+                flag = f" {role_flag(signs[0])}".rstrip()
+                raise ConfigError(
+                    f"key {key_id} is the {signs[0]} signing key of {directory}: revoked, its role has no "
+                    f"key to sign with, and what it signs is refused wherever the revocation is made. To "
+                    f"retire it, `trainmedic keys rotate{flag}` first, then revoke it; if it was stolen, "
+                    f"pass --force, then `trainmedic keys generate{flag}`")
+            for role_signed in signs:
+                key_manifest.set_signer(manifest, role_signed, None)
+            manifest.get("roles", {}).pop(key_id, None)
+            record = manifest.setdefault("revoked", {})[key_id] = {"role": role, "at": now}
+            save(directory, manifest)  # before the files go: a verifier reloading sees it revoked
+        private.unlink(missing_ok=True)
+        public.unlink(missing_ok=True)
+    return Revoked(key_id, record["role"], record["at"], had_private)
+
+
 def list_keys(directory: Path) -> list[KeyInfo]:
-    manifest = _manifest(directory)
-    created = manifest.get("created", {})
+    """Every key of the folder: its ID.pub files (trusted, role-less, or revoked and copied in again)
+    and the keys revoked here, oldest first."""
+    manifest = key_manifest.read(directory)
+    created, revoked = manifest.get("created", {}), key_manifest.revoked(manifest)
+    ids = {path.stem for path in directory.glob("*.pub")} | set(revoked)
     out = []
-    for path in sorted(directory.glob("*.pub"), key=lambda p: (created.get(p.stem, 0), p.stem)):
-        role = _role(manifest, path.stem)
-        signing = path.stem == _signer(manifest, role)
-        out.append(KeyInfo(path.stem, KIND, role, created.get(path.stem), signing,
-                           (directory / f"{path.stem}.key").exists()))
+    for key_id in sorted(ids, key=lambda k: (created.get(k, 0), k)):
+        gone = revoked.get(key_id)
+        role = gone["role"] if gone else role_of(manifest, key_id)
+        out.append(KeyInfo(key_id, KIND, role, created.get(key_id), role is not None and not gone
+                           and key_id == signer(manifest, role), (directory / f"{key_id}.key").exists(),
+                           gone["at"] if gone else None))
     return out
 
 
 def load_signing(directory: Path, role: str = COORDINATOR) -> SigningKey:
     """The signing key of `role`, or a ConfigError that says what to do."""
-    key_id = _signer(_manifest(directory), role)
+    key_id = signer(key_manifest.read(directory), role)
     if not key_id:
         what = {COORDINATOR: "command signing key", OPERATOR: "operator key"}.get(role, f"key of {role}")
         unsigned = {COORDINATOR: "send unsigned commands", OPERATOR: "publish it unsigned"}.get(
@@ -159,22 +227,64 @@ def load_signing(directory: Path, role: str = COORDINATOR) -> SigningKey:
 
 
 def load_trusted(directory: Path) -> TrustedKeys:
-    """The coordinator's public keys in `directory` (what an executor trusts); a ConfigError if none."""
-    trusted = load_roles(directory).get(COORDINATOR)
-    if trusted is None:
-        raise ConfigError(f"no trusted command keys (*.pub) in {directory}: copy the coordinator's "
-                          f"keys/*.pub there, or {HOW_TO_CREATE} on the coordinator's machine (or pass "
-                          "--insecure to accept unsigned commands)")
+    """The coordinator's public keys in `directory` (what an executor trusts at start); a ConfigError
+    if none."""
+    trusted = coordinator_keys(directory)
+    if not trusted.keys:
+        raise ConfigError(f"no trusted command keys (*.pub) in {directory}: trust the coordinator's public "
+                          f"key there with `trainmedic keys trust ID.pub --role coordinator`, or "
+                          f"{HOW_TO_CREATE} on the coordinator's machine (or pass --insecure to accept "
+                          "unsigned commands)")
     return trusted
 
 
+def reload_trusted(directory: Path) -> TrustedKeys:
+    """The coordinator's public keys in `directory` as a running executor loads them again (KeyFolder):
+    none, when the last one was revoked or removed, is no error (which would keep it trusted) but an
+    ERROR in the log, and every command is refused until a coordinator key is trusted again."""
+    trusted = coordinator_keys(directory)
+    if not trusted.keys:
+        log.error("no trusted command keys left in %s: every command is refused until the coordinator's "
+                  "public key is trusted there (`trainmedic keys trust ID.pub --role coordinator`)",
+                  directory)
+    return trusted
+
+
+def coordinator_keys(directory: Path) -> TrustedKeys:
+    """The coordinator's public keys in `directory`, maybe none; with the ids revoked there."""
+    roles, revoked = _roles(directory)
+    return roles.get(COORDINATOR, TrustedKeys({}, revoked))
+
+
 def load_roles(directory: Path) -> dict[str, TrustedKeys]:
-    """Every public key in `directory`, checked against its file name, by role."""
-    manifest = _manifest(directory)
-    by_role: dict[str, list[Ed25519PublicKey]] = {}
+    """Every public key in `directory` with a role, checked against its file name, by role; each
+    carries the ids revoked here (so that a record they signed is refused as revoked), and a role
+    whose keys were all revoked is there with none. An ID.pub with no role, or of a revoked key, is
+    trusted for nothing, and named once in a WARNING."""
+    return _roles(directory)[0]
+
+
+def _roles(directory: Path) -> tuple[dict[str, TrustedKeys], frozenset[str]]:
+    manifest = key_manifest.read(directory)
+    revoked = key_manifest.revoked(manifest)
+    by_role: dict[str, list[Ed25519PublicKey]] = {r["role"]: [] for r in revoked.values() if r["role"]}
     for path in sorted(directory.glob("*.pub")):
-        by_role.setdefault(_role(manifest, path.stem), []).append(_load_public(path, path.stem))
-    return {role: TrustedKeys.of(*publics) for role, publics in by_role.items()}
+        role = role_of(manifest, path.stem)
+        if path.stem in revoked:
+            warn_once(directory, path.stem, "revoked", "key %s (%s) was revoked here at %s UTC: it is "
+                      "trusted for nothing; delete the file", path.stem, path, utc(revoked[path.stem]["at"]),
+                      logger=log)
+        elif role is None:
+            warn_once(directory, path.stem, "no role", "key %s (%s) has no role in %s, so it is trusted "
+                      "for nothing: if it is the coordinator's, run `trainmedic keys trust %s --role "
+                      "coordinator --keys-dir %s` (or --role operator, --node NAME: the role it was made "
+                      "for)",
+                      path.stem, path, MANIFEST, path, directory, logger=log)
+        else:
+            by_role.setdefault(role, []).append(_load_public(path, path.stem))
+    ids = frozenset(revoked)
+    return {role: TrustedKeys({key_id_of(p): p for p in publics}, revoked=ids)
+            for role, publics in by_role.items()}, ids
 
 
 Trust = TypeVar("Trust")
@@ -182,25 +292,28 @@ Trust = TypeVar("Trust")
 
 class KeyFolder(Generic[Trust]):
     """What a verifier trusts from a folder (`load` of it), loaded again when its ID.pub files or its
-    manifest change: a key copied in for a rotation is trusted, one removed no longer is, without a
-    restart."""
+    manifest change: a key copied in for a rotation is trusted, one removed or revoked no longer is
+    (the last of its role included: `load` must not raise for a role left with no key), without a
+    restart. The first look loads it again too: it may have changed since `trusted` was. When `load`
+    fails (a key file half copied), what was trusted is kept but for the keys revoked there since.
+    `trusted` is a TrustedKeys, a mapping of them, or has a `without(revoked ids)` as they do."""
 
     def __init__(self, directory: Path, trusted: Trust,
-                 load: Callable[[Path], Trust] = load_trusted) -> None:
+                 load: Callable[[Path], Trust] = reload_trusted) -> None:
         self._directory = directory
         self._trusted = trusted
         self._load = load
-        self._seen: tuple | None = None  # the folder as `trusted` was loaded from it
+        self._seen: tuple | None = None  # the folder as `trusted` was last loaded from it
 
     def trusted(self) -> Trust:
         seen = self._fingerprint()
-        if self._seen is None:
-            self._seen = seen
-        elif seen != self._seen:
+        if seen != self._seen:
             try:
                 self._trusted = self._load(self._directory)
-            except ConfigError as err:  # a half-copied or emptied folder: keep what was trusted, try again
-                log.error("keeping the trusted keys of %s: %s", self._directory, err)
+            except ConfigError as err:  # a half-copied key file: keep what was trusted, try again
+                self._trusted = _without(self._trusted, _revoked_ids(self._directory))
+                log.error("keeping the trusted keys of %s, but for those revoked there: %s", self._directory,
+                          err)
             else:
                 self._seen = seen
                 log.info("trusted keys of %s loaded again: %s", self._directory, self._trusted)
@@ -214,44 +327,41 @@ class KeyFolder(Generic[Trust]):
         return frozenset(path.name for path in self._directory.glob("*.pub")), manifest
 
 
-def _write_pair(directory: Path, now: float, role: str) -> str:
+def _revoked_ids(directory: Path) -> frozenset[str]:
+    try:
+        return frozenset(key_manifest.revoked(key_manifest.read(directory)))
+    except ConfigError:  # keys.json unreadable: nothing more is known
+        return frozenset()
+
+
+def _without(trusted: Trust, revoked: frozenset[str]) -> Trust:
+    """`trusted` less the keys `revoked`."""
+    if not revoked:
+        return trusted
+    if isinstance(trusted, Mapping):
+        return cast(Trust, {role: keys.without(revoked) for role, keys in trusted.items()})
+    return cast(Trust, trusted.without(revoked))  # type: ignore[attr-defined]
+
+
+def _write_pair(directory: Path, manifest: dict, now: float, role: str) -> str:
+    """A new key pair of `role`, its signing key; `manifest` is the folder's, read under its lock."""
     key = generate()
-    directory.mkdir(parents=True, exist_ok=True)
     private = key.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
     fd = os.open(directory / f"{key.key_id}.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(private)
-    manifest = _manifest(directory)
-    if role == COORDINATOR:
-        manifest["signing"] = key.key_id
-    else:
-        manifest.setdefault("signers", {})[role] = key.key_id
-        manifest.setdefault("roles", {})[key.key_id] = role
+    key_manifest.set_signer(manifest, role, key.key_id)
+    manifest.setdefault("roles", {})[key.key_id] = role
     manifest.setdefault("created", {})[key.key_id] = now
-    _save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role
+    save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role
     public = key.private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     (directory / f"{key.key_id}.pub").write_bytes(public)
     return key.key_id
 
 
-def _save(directory: Path, manifest: dict) -> None:
-    tmp = directory / f".{MANIFEST}.tmp"
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
-        os.fchmod(out.fileno(), 0o600)  # its owner's only, as the keys are
-        out.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    tmp.replace(directory / MANIFEST)
-
-
-def _signer(manifest: dict, role: str) -> str | None:
-    if role == COORDINATOR:
-        return manifest.get("signing")
-    return manifest.get("signers", {}).get(role)
-
-
-def _role(manifest: dict, key_id: str) -> str:
-    """The role keys.json's `roles` gives `key_id`. A key it does not name is a coordinator key:
-    every key of a folder written before roles, and an ID.pub copied in by hand."""
-    return manifest.get("roles", {}).get(key_id, COORDINATOR)
+def utc(at: float) -> str:
+    """`at` (seconds since the epoch) as `trainmedic keys` shows a time: YYYY-MM-DD HH:MM:SS, in UTC."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
 
 
 def _load_public(path: Path, key_id: str | None) -> Ed25519PublicKey:
@@ -265,16 +375,3 @@ def _load_public(path: Path, key_id: str | None) -> Ed25519PublicKey:
     if key_id is not None and key_id_of(public) != key_id:
         raise ConfigError(f"{path}: not the Ed25519 public key of id {key_id}")
     return public
-
-
-def _manifest(directory: Path) -> dict:
-    path = directory / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{path}: unreadable ({err}); it names the signing keys and their roles") from None
-    if not isinstance(manifest, dict):
-        raise ConfigError(f"{path}: not a JSON object")
-    return manifest

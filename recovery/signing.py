@@ -26,7 +26,7 @@ Signable = TypeVar("Signable", bound=BaseModel)  # a model with `signature` and 
 
 
 class Unverified(ValueError):
-    """Why a record is not authentic; `kind` (unsigned, unknown_key, bad_signature, wrong_node,
+    """Why a record is not authentic; `kind` (unsigned, unknown_key, revoked, bad_signature, wrong_node,
     other_deployment, ...) is a short label for metrics, the message the reason for the dlq or the refusal."""
 
     def __init__(self, kind: str, reason: str) -> None:
@@ -88,13 +88,19 @@ class SigningKey:
 
 @dataclass(frozen=True)
 class TrustedKeys:
-    """The public keys whose signatures a verifier accepts, by key id."""
+    """The public keys whose signatures a verifier accepts, by key id, and the ids revoked where they
+    were loaded (a record one of them signed is refused as `revoked` rather than `unknown_key`)."""
 
     keys: Mapping[str, Ed25519PublicKey]
+    revoked: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, *publics: Ed25519PublicKey) -> TrustedKeys:
         return cls({key_id_of(public): public for public in publics})
+
+    def without(self, revoked: frozenset[str]) -> TrustedKeys:
+        """These keys but those `revoked`, which are refused as revoked."""
+        return TrustedKeys({k: v for k, v in self.keys.items() if k not in revoked}, self.revoked | revoked)
 
     def __str__(self) -> str:
         """The trusted ids, the first few of a long list (a coordinator trusts a key per node)."""
@@ -129,6 +135,8 @@ class TrustedKeys:
         if not isinstance(key_id, str) or not key_id:
             raise Unverified("unsigned", "unsigned: the signature names no key id (an old HMAC signature?)")
         public = self.keys.get(key_id)
+        if public is None and key_id in self.revoked:
+            raise Unverified("revoked", f"revoked key id {key_id!r}")
         if public is None:
             trusted = str(self)
             raise Unverified("unknown_key", f"unknown key id {key_id!r}: this node trusts {trusted}"

@@ -40,12 +40,13 @@ from trainmedic.schemas import Command, CommandAction, RestoreSource, WorkerSpec
 
 
 def trusted_folder(root: Path) -> Path:
-    """An executor's keys folder: the public half of the tests' coordinator key, copied in, and the
-    node's own key (`trainmedic keys generate --node n1`), which signs its acks."""
+    """An executor's keys folder: the public half of the tests' coordinator key, trusted as the
+    coordinator's (`trainmedic keys trust ID.pub --role coordinator`), and the node's own key
+    (`trainmedic keys generate --node n1`), which signs its acks."""
     folder = root / "keys"
-    folder.mkdir(exist_ok=True)
     pem = KEY.private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
-    (folder / f"{KEY.key_id}.pub").write_bytes(pem)
+    (root / "coordinator.pub").write_bytes(pem)
+    keyring.trust_key(folder, root / "coordinator.pub", keyring.COORDINATOR, time.time())
     keyring.ensure_key(folder, time.time(), keyring.node_role("n1"))
     return folder
 

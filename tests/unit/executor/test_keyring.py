@@ -5,7 +5,7 @@ import stat
 import pytest
 
 from trainmedic.common.errors import ConfigError
-from trainmedic.recovery import keyring
+from trainmedic.recovery import key_manifest, keyring
 from trainmedic.schemas import Command, CommandAction, encode
 
 
@@ -37,7 +37,7 @@ def test_rotate_signs_with_the_new_key_and_keeps_trusting_the_old_one(tmp_path):
 def test_missing_keys_say_what_to_do(tmp_path):
     with pytest.raises(ConfigError, match="trainmedic keys generate"):
         keyring.load_signing(tmp_path)
-    with pytest.raises(ConfigError, match=r"copy the coordinator's keys/\*.pub"):
+    with pytest.raises(ConfigError, match=r"keys trust ID.pub --role coordinator"):
         keyring.load_trusted(tmp_path)
     with pytest.raises(ConfigError, match="no coordinator signing key to rotate"):
         keyring.rotate_key(tmp_path, now=1.0)
@@ -45,7 +45,7 @@ def test_missing_keys_say_what_to_do(tmp_path):
 
 def test_a_public_key_under_another_id_is_refused(tmp_path):
     key_id = keyring.generate_key(tmp_path / "a", now=1.0)
-    (tmp_path / "b").mkdir()
+    key_manifest.save(tmp_path / "b", {"roles": {"0123456789abcdef": "coordinator"}})
     (tmp_path / "b" / "0123456789abcdef.pub").write_bytes((tmp_path / "a" / f"{key_id}.pub").read_bytes())
     with pytest.raises(ConfigError, match="not the Ed25519 public key of id 0123456789abcdef"):
         keyring.load_trusted(tmp_path / "b")
@@ -72,21 +72,24 @@ def test_a_key_folder_picks_up_a_rotated_key_and_forgets_a_removed_one(tmp_path)
     assert folder.trusted().check(signed_by_new) is None and set(folder.trusted().keys) == {old, new}
     (tmp_path / f"{old}.pub").unlink()
     assert set(folder.trusted().keys) == {new}
-    (tmp_path / f"{new}.pub").unlink()  # an emptied folder: keep what was trusted, log why
-    assert set(folder.trusted().keys) == {new}
+    (tmp_path / f"{new}.pub").unlink()  # the last one removed too: none trusted (an ERROR says so)
+    assert set(folder.trusted().keys) == set()
+    assert folder.trusted().check(signed_by_new).startswith(f"unknown key id '{new}'")
 
 
 def test_a_half_copied_key_is_read_again_once_complete(tmp_path):
     keyring.generate_key(tmp_path / "coordinator", now=1.0)
     _, new = keyring.rotate_key(tmp_path / "coordinator", now=2.0)
     node = tmp_path / "node"
-    node.mkdir()
     for pub in (tmp_path / "coordinator").glob("*.pub"):
         if pub.stem != new:
-            (node / pub.name).write_bytes(pub.read_bytes())
+            keyring.trust_key(node, pub, keyring.COORDINATOR, now=3.0)
     folder = keyring.KeyFolder(node, keyring.load_trusted(node))
     folder.trusted()
     text = (tmp_path / "coordinator" / f"{new}.pub").read_bytes()
+    manifest = key_manifest.read(node)  # as `keys trust` does: the role recorded, then the file copied
+    manifest["roles"][new] = keyring.COORDINATOR
+    key_manifest.save(node, manifest)
     (node / f"{new}.pub").write_bytes(text[:20])
     assert new not in folder.trusted().keys
     (node / f"{new}.pub").write_bytes(text)
@@ -152,3 +155,10 @@ def test_a_key_folder_with_another_loader_sees_a_trusted_key_added(tmp_path):
     assert "operator" not in folder.trusted()
     operator = keyring.generate_key(tmp_path, now=2.0, role=keyring.OPERATOR)
     assert set(folder.trusted()["operator"].keys) == {operator}
+
+
+def test_a_key_folder_sees_a_change_made_before_its_first_look(tmp_path):
+    old = keyring.generate_key(tmp_path, now=1.0)
+    folder = keyring.KeyFolder(tmp_path, keyring.load_trusted(tmp_path))  # as an executor starts
+    _, new = keyring.rotate_key(tmp_path, now=2.0)  # before its first command
+    assert set(folder.trusted().keys) == {old, new}

@@ -3,7 +3,10 @@ exit 2 saying what to run, before anything is published."""
 
 from __future__ import annotations
 
+import shutil
+
 from trainmedic.cli import main
+from trainmedic.recovery import keyring
 
 
 def test_keys_are_generated_and_listed_by_role(tmp_path, capsys) -> None:
@@ -28,6 +31,28 @@ def test_a_public_key_from_a_node_is_trusted_for_that_node(tmp_path, capsys) -> 
     assert f"key {pub.stem} trusted here as node:n1" in capsys.readouterr().out
     assert main(["keys", "trust", str(pub), "--role", "operator", "--keys-dir", str(tmp_path / "c")]) == 2
     assert "one key, one role" in capsys.readouterr().err
+
+
+def test_revoke_wants_force_for_a_signing_key_and_list_shows_revoked_and_role_less_keys(tmp_path, capsys):
+    keys = ["--keys-dir", str(tmp_path / "n1")]
+    assert main(["keys", "generate", "--node", "n1", *keys]) == 0
+    assert main(["keys", "rotate", "--node", "n1", *keys]) == 0
+    old, new = (key.key_id for key in keyring.list_keys(tmp_path / "n1"))
+    assert main(["keys", "generate", "--keys-dir", str(tmp_path / "other")]) == 0
+    stray = next((tmp_path / "other").glob("*.pub"))
+    shutil.copy(stray, tmp_path / "n1")  # by hand: no role
+    capsys.readouterr()
+    assert main(["keys", "revoke", new, *keys]) == 2
+    err = capsys.readouterr().err
+    assert "node:n1 signing key" in err and "keys rotate --node n1" in err and "--force" in err
+    assert main(["keys", "revoke", old, *keys]) == 0
+    assert f"key {old} (node:n1) revoked" in capsys.readouterr().out
+    assert main(["keys", "list", *keys]) == 0
+    out, err = capsys.readouterr()
+    rows = {row[0]: row for row in (line.split() for line in out.splitlines()[1:])}
+    assert rows[old][1:3] == ["node:n1", "REVOKED"] and "(revoked" in rows[old]
+    assert rows[new][1:3] == ["node:n1", "trusted"] and rows[stray.stem][1:3] == ["-", "NO-ROLE"]
+    assert "keys trust ID.pub --role coordinator" in err
 
 
 def test_job_submit_without_an_operator_key_is_exit_2_saying_what_to_run(tmp_path, capsys, monkeypatch):
