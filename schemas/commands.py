@@ -22,6 +22,7 @@ from trainmedic.schemas.bounds import (
     ProcessText,
     Seconds,
     Text,
+    Timestamp,
 )
 from trainmedic.schemas.jobs import EnvName, FailureSettings
 
@@ -30,10 +31,20 @@ RendezvousKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 
 
 class CommandAction(StrEnum):
+    """What a command asks of its node: the first four act on a job's ranks; `health_check` asks the
+    node to run its probe and answer `done` (it passed) or `failed` (docs/executor.md, "The health
+    check"). An executor older than `health_check` dead-letters such a command and never answers it."""
+
     START = "start"
     STOP = "stop"
     RESTART = "restart"
     REATTEMPT = "reattempt"
+    HEALTH_CHECK = "health_check"
+
+
+# The `job` of a health check, which concerns no job: never a job's id (those name a directory: no
+# parentheses, no space), so no job's generation, ledger line or ranks are touched by one.
+HEALTH_CHECK_JOB = "(health check)"
 
 
 class RestoreSource(Model):
@@ -89,7 +100,10 @@ class WorkerSpec(Model):
 class Command(NodeEvent, Signed):
     """A signed instruction to the executor on `node`, signed by the coordinator (`Signed`). Two
     fencing tokens: `generation` (of the job) and `epoch` (of the coordinator that sent it; none
-    from one without a lease).
+    from one without a lease). A `health_check` names job HEALTH_CHECK_JOB at generation 0, its
+    `incident_id` the coordinator's `node_suspect` incident, and carries `deadline`: the time by which
+    the coordinator wants its answer, `health_check_deadline_s` after its first send (optional in v1;
+    only a health check has one).
     """
 
     type: Literal["command"] = "command"
@@ -101,6 +115,7 @@ class Command(NodeEvent, Signed):
     action: CommandAction
     worker: WorkerSpec | None = None
     epoch: Count | None = None
+    deadline: Timestamp | None = None
 
 
 class AckStatus(StrEnum):

@@ -30,6 +30,7 @@ config file (YAML, every key optional; the flags' names with underscores):
   restart_backoff_s: [30, 120, 600]  # before a 2nd, 3rd, ... restart (flag repeated; variable "30;120;600")
   max_restarts: 4          # per restart window, then recovery_failed and an alert
   restart_window_s: 3600
+  health_check_deadline_s: 120  # a suspect node's health check answered by then, or the node is isolated
   readmission: auto        # re-admit an isolated node on its own (auto), or only by `nodes uncordon` (off)
   readmit_probation_s: 300 # its fault resolved and no incident for this long
   readmit_max_failures: 3  # isolated more often than this within the window: a person decides
@@ -64,8 +65,8 @@ def build_config(args: argparse.Namespace) -> CoordinatorConfig:
 
 
 def load_trust(directory):
-    """What the coordinator trusts in `directory`: its own keys, the operators', each node's; a
-    ConfigError when no operator key is trusted (then no job could ever be started)."""
+    """What the coordinator trusts in `directory` at start: its own keys, the operators', each node's;
+    a ConfigError when no operator key is trusted (then no job could ever be started)."""
     from trainmedic.common.errors import ConfigError
     from trainmedic.recovery import keyring
     from trainmedic.recovery.coordinator.provenance import Trust
@@ -75,6 +76,21 @@ def load_trust(directory):
         raise ConfigError(f"no operator key in {directory}: {keyring.how_to_create(keyring.OPERATOR)} "
                           "here, or trust an operator's public key with `trainmedic keys trust ID.pub "
                           "--role operator` (or pass --insecure to fold unsigned jobs and node events)")
+    return trust
+
+
+def reload_trust(directory):
+    """What the running coordinator trusts in `directory`, loaded again (keyring.KeyFolder). No operator
+    key left (the last one revoked, say stolen) is no error, which would keep it trusted, but an ERROR
+    in the log: every job and node event is then refused until one is trusted again."""
+    from trainmedic.recovery import keyring
+    from trainmedic.recovery.coordinator.provenance import Trust
+
+    trust = Trust.of(keyring.load_roles(directory))
+    if not trust.operators.keys:
+        log.error("no operator key left in %s: every job and node event is refused until one is trusted "
+                  "(`trainmedic keys generate --role operator`, or `trainmedic keys trust ID.pub --role "
+                  "operator`)", directory)
     return trust
 
 
@@ -91,7 +107,7 @@ def load_keys(config: CoordinatorConfig):
     if keyless:
         log.warning("no key trusted for node(s) %s: their acks will be dead-lettered until `trainmedic keys "
                     "trust NODE.pub --node NAME` adds theirs to %s", ", ".join(keyless[:20]), config.keys_dir)
-    return signing, keyring.KeyFolder(config.keys_dir, trust, load_trust).trusted
+    return signing, keyring.KeyFolder(config.keys_dir, trust, reload_trust).trusted
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from trainmedic.recovery.coordinator.core.state import ClusterState
-from trainmedic.schemas.commands import Command, CommandAcked, RanksFinished
+from trainmedic.schemas.commands import Command, CommandAcked, CommandAction, RanksFinished
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
 from trainmedic.schemas.nodes import NodeReadmitted
@@ -73,7 +73,13 @@ def narrate(trigger: str, outputs: list, state: ClusterState) -> list[str]:
     commands: dict[tuple[str, str, int], list[Command]] = defaultdict(list)
     planned = set()
     for event in outputs:
-        if isinstance(event, Command):
+        if isinstance(event, Command) and event.action is CommandAction.HEALTH_CHECK:
+            record = state.commands.get(event.id)
+            again = " again" if record is not None and len(record.sent) > 1 else ""
+            due = (event.deadline or event.ts) - event.ts
+            lines.append(f"{trigger} → health check {event.id} sent{again} to {event.node} (answer due "
+                         f"within {due:.0f} s)")
+        elif isinstance(event, Command):
             commands[(event.plan_id, event.job, event.generation)].append(event)
     for event in outputs:
         match event:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import UnionType
 
 from trainmedic.bus.message import Record
+from trainmedic.recovery.coordinator.core.blame import HEALTH_CHECK_FAILED, NODE_SUSPECT
 from trainmedic.recovery.keyring import COORDINATOR, NODE, OPERATOR
 from trainmedic.recovery.signing import TrustedKeys, Unverified
 from trainmedic.schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
@@ -30,12 +31,19 @@ class Trust:
 
     @classmethod
     def of(cls, roles: Mapping[str, TrustedKeys]) -> Trust:
-        """From the keys by role (`keyring.load_roles`)."""
+        """From the keys by role (`keyring.load_roles`), each refusing the ids revoked in their folder."""
         nodes = {role.removeprefix(NODE): keys for role, keys in roles.items() if role.startswith(NODE)}
-        empty = TrustedKeys({})
+        revoked = frozenset().union(*(keys.revoked for keys in roles.values()))
+        empty = TrustedKeys({}, revoked)
         return cls(roles.get(COORDINATOR, empty), roles.get(OPERATOR, empty),
-                   TrustedKeys({key_id: key for keys in nodes.values() for key_id, key in keys.keys.items()}),
+                   TrustedKeys({key_id: key for keys in nodes.values() for key_id, key in keys.keys.items()},
+                               revoked),
                    {key_id: node for node, keys in nodes.items() for key_id in keys.keys})
+
+    def without(self, revoked: frozenset[str]) -> Trust:
+        """This trust but for the keys `revoked` (keyring.KeyFolder, when its folder does not load)."""
+        return Trust(self.own.without(revoked), self.operators.without(revoked), self.nodes.without(revoked),
+                     {key_id: node for key_id, node in self.owners.items() if key_id not in revoked})
 
     def __str__(self) -> str:
         nodes = sorted(set(self.owners.values()))
@@ -43,11 +51,11 @@ class Trust:
         return f"own {self.own}; operators {self.operators}; nodes {shown or 'none'}"
 
 
-# Ids (commands.escalation_id, decide.gave_up_id, isolation's alert) and categories of the
+# Ids (commands.escalation_id, decide.gave_up_id, isolation's alert, health.py's) and categories of the
 # incidents only the coordinator raises, on its own `recovery` topic.
 OWN_INCIDENT_IDS = ("esc-", "mass-")
 OWN_CATEGORIES = frozenset({"mass_failure", "recovery_failed", "reattempt_failed", "restart_failed",
-                            "start_failed", "stop_failed"})
+                            "start_failed", "stop_failed", NODE_SUSPECT, HEALTH_CHECK_FAILED})
 
 
 def impersonates(record: Record, incidents_topic: str) -> Unverified | None:

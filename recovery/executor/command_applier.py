@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import signal
 import threading
 import time
@@ -21,11 +22,13 @@ from trainmedic.recovery.executor import job_dirs, metrics
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import admit
 from trainmedic.recovery.executor.core.decide import Apply, Decision, Reack, Refuse, Skip, Step, decide
+from trainmedic.recovery.executor.core.health import bounded
 from trainmedic.recovery.executor.core.ledger_state import RecordedAck
 from trainmedic.recovery.executor.core.rank_env import rank_env
 from trainmedic.recovery.executor.core.reports import LaunchedRank
 from trainmedic.recovery.executor.core.restart import Leftovers, interrupted_answer, unanswered
 from trainmedic.recovery.executor.core.state import GroupState, LocalGroup, after_exit, fenced_at
+from trainmedic.recovery.executor.health_check import HealthProbe, argv_of
 from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.node_producer import NodeProducer
 from trainmedic.recovery.executor.rank_reporter import RankReporter
@@ -37,6 +40,8 @@ from trainmedic.schemas import AckStatus, Command, CommandAcked, DeadLettered
 from trainmedic.schemas.commands import CommandAction
 
 log = logging.getLogger(__name__)
+
+ANSWER_MARGIN_S = 5.0  # a health check ends this long before its deadline, for its answer to get there
 
 
 class CommandApplier:
@@ -54,6 +59,9 @@ class CommandApplier:
         self.ledger: Ledger | None = None
         self._keys = (None if config.trusted is None or config.keys_dir is None
                       else KeyFolder(config.keys_dir, config.trusted))  # picks up rotated keys
+        self._probe = HealthProbe(argv_of(config.health_check) if config.health_check else None)
+        self._checking: set[str] = set()  # ids of the health checks running
+        self._checked: queue.SimpleQueue[tuple[Command, RecordedAck]] = queue.SimpleQueue()
 
     def take_over(self, found: Leftovers) -> None:
         """After a previous executor (leftovers.py): answer the command it was applying, send the newest
@@ -127,10 +135,57 @@ class CommandApplier:
             ledger.record(**where)
             self._ack(command, AckStatus.REFUSED, reason=decision.reason)
             return
+        if Step.HEALTH_CHECK in decision.steps:
+            ledger.record(**where)  # its offset only: a check is no job's command, and may run again
+            self._check(command)
+            return
         ledger.record(**where, command_id=command.id, job=command.job, generation=command.generation,
                       applied=True, action=command.action, epoch=command.epoch,
                       ranks=command.worker.ranks if command.worker is not None else None)
         self._carry_out(command, decision, group)
+
+    def _check(self, command: Command) -> None:
+        """Accept a health check and run the probe in a thread of its own (the ranks' commands and exits
+        are not held up for it), for at most `health_check_timeout_s`, less when its deadline is
+        nearer; `finish_checks` answers it. A re-send while it runs is not run twice."""
+        if command.id in self._checking:
+            log.info("health check %s: running already", command.id)
+            return
+        timeout_s = self.config.health_check_timeout_s
+        if command.deadline is not None:  # answer in time: the coordinator fails a check past it
+            timeout_s = max(1.0, min(timeout_s, command.deadline - self._clock() - ANSWER_MARGIN_S))
+        log.info("health check %s: %s, for at most %.0f s", command.id,
+                 self.config.health_check or "the built-in probe", timeout_s)
+        self._ack(command, AckStatus.ACCEPTED)
+        self._checking.add(command.id)
+        threading.Thread(target=self._run_check, args=(command, timeout_s), name="health-check",
+                         daemon=True).start()
+
+    def _run_check(self, command: Command, timeout_s: float) -> None:
+        """The probe's verdict, queued for `finish_checks` whatever happens: an exception nobody foresaw
+        fails the check, saying what, rather than end the thread and leave the check running forever
+        (every re-send answered "running already", the node isolated at the deadline)."""
+        started = time.monotonic()
+        try:
+            verdict = self._probe.run(timeout_s)
+            status, reason = (AckStatus.DONE if verdict.ok else AckStatus.FAILED), verdict.reason
+        except Exception as err:
+            log.exception("health check %s: the probe failed", command.id)
+            status = AckStatus.FAILED
+            reason = bounded(f"the health check failed: {type(err).__name__}: {err}")
+        self._checked.put((command, RecordedAck(status, reason, time.monotonic() - started)))
+
+    def finish_checks(self) -> None:
+        """Answer the health checks that ended: on the command loop's thread, whose the ledger is."""
+        while True:
+            try:
+                command, answer = self._checked.get_nowait()
+            except queue.Empty:
+                return
+            self._checking.discard(command.id)
+            level = logging.INFO if answer.status == AckStatus.DONE else logging.WARNING
+            log.log(level, "health check %s: %s (%s)", command.id, answer.status, answer.reason)
+            self._answer(command, answer)
 
     def _admitted(self, command: Command, decision: Decision) -> Decision:
         """`decision`, unless it launches ranks whose command the admission policy does not allow:

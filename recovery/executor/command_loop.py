@@ -156,6 +156,7 @@ class Executor:
         for item in reader.poll(self.config.poll_s, max_messages=100):
             self._handle(item)
         self._reap()
+        self.applier.finish_checks()
         self.producer.flush()
 
     def _reap(self) -> None:

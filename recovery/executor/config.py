@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf, model_validator
 
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
 from trainmedic.recovery.executor.data_plane import DataPlane
+from trainmedic.recovery.executor.health_check import argv_of
 from trainmedic.recovery.executor.job_dirs import SNAPSHOTS, RankUser
 from trainmedic.recovery.signing import SigningKey, TrustedKeys
 
@@ -48,7 +49,8 @@ class ExecutorConfig(BaseModel):
                                 description="seconds between SIGTERM and SIGKILL when stopping ranks")
     poll_s: float = Field(default=0.2, gt=0, le=5, description="longest wait for a command in one poll")
     keys_dir: Path | None = Field(default=None, description="folder of the coordinator's public keys "
-                                  "(*.pub) that commands must be signed with, and of this node's key that "
+                                  "(*.pub, trusted with `trainmedic keys trust ID.pub --role coordinator`) "
+                                  "that commands must be signed with, and of this node's key that "
                                   "signs its acks (`trainmedic keys generate --node NODE`); default "
                                   "$TRAINMEDIC_HOME/keys")
     trusted: InstanceOf[TrustedKeys] | None = Field(default=None, description="the public keys loaded "
@@ -75,6 +77,15 @@ class ExecutorConfig(BaseModel):
                                      "data_interface's address)")
     data_plane: InstanceOf[DataPlane] | None = Field(default=None, description="data_interface and "
                                                      "data_address, checked against this host's NICs")
+    health_check: str | None = Field(default=None, min_length=1, description="the command this node "
+                                     "runs as its health check when the coordinator asks (a suspect node), "
+                                     "split as a shell would, run without one: exit 0 passes (e.g. `dcgmi "
+                                     "diag -r 1`); none: the built-in probe (NVML: every GPU opened and "
+                                     "read; a queued Xid, a pending page retirement or row remap, or an "
+                                     "uncorrected ECC error fails it; no GPU: it passes, saying so)")
+    health_check_timeout_s: float = Field(default=60.0, gt=0, description="the longest a health check "
+                                          "may run (less when the coordinator's deadline is nearer); "
+                                          "then it is killed and fails")
     admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy, description="which commands "
                                        "ranks may run, and what of this environment they get")
 
@@ -105,6 +116,12 @@ class ExecutorConfig(BaseModel):
                                         (self.rank_user.name, str(self.rank_user.uid))):
             raise ValueError(f"run_as {self.run_as!r} is not looked up (rank_user): build the config "
                              "with the executor's build_config")
+        if self.health_check is not None:
+            try:
+                argv_of(self.health_check)
+            except ValueError as err:
+                raise ValueError(f"health_check {self.health_check!r} cannot be split into a command: "
+                                 f"{err}") from None
         if (self.data_interface or self.data_address) and self.data_plane is None:
             raise ValueError("data_interface and data_address are not checked against this host's NICs "
                              "(data_plane): build the config with the executor's build_config")

@@ -5,7 +5,7 @@ simulated time, with the world playing the detector, the executors and the opera
 
 from __future__ import annotations
 
-from trainmedic.recovery.coordinator.core.blame import signature
+from trainmedic.recovery.coordinator.core.blame import HEALTH_CHECK_FAILED, signature
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig, NodeConfig
 from trainmedic.recovery.coordinator.core.decide import ESCALATION
 from trainmedic.recovery.coordinator.core.fold import apply
@@ -14,7 +14,7 @@ from trainmedic.recovery.coordinator.core.lifecycle import new_work_refused, sus
 from trainmedic.recovery.coordinator.core.limits import restart_due
 from trainmedic.recovery.coordinator.core.state import ClusterState
 from trainmedic.recovery.coordinator.core.steps import react, settle, tick
-from trainmedic.schemas.commands import AckStatus, Command, CommandAcked
+from trainmedic.schemas.commands import AckStatus, Command, CommandAcked, CommandAction
 from trainmedic.schemas.incident import Incident, IncidentStatus, Progress
 from trainmedic.schemas.jobs import JobSpec, JobSubmitted
 from trainmedic.schemas.nodes import NodeDrained, NodeReadmitted, NodeUncordoned
@@ -29,7 +29,8 @@ from trainmedic.streams.core.taxonomy import CATEGORIES
 
 EPOCH = 1_700_000_000.0  # simulated second 0 as the coordinator sees it (Unix time)
 EPSILON = 1e-3  # a tick just after a deadline, so the deadline has passed
-ESCALATIONS = frozenset(category for _, _, category in ESCALATION.values())  # a command failed: paged
+# a command or a health check failed: paged
+ESCALATIONS = frozenset(category for _, _, category in ESCALATION.values()) | {HEALTH_CHECK_FAILED}
 
 
 class Healer(Policy):
@@ -143,6 +144,9 @@ class Healer(Policy):
                         book.reconfigure(now)  # a planned move: the job stops for it
                     elif book is not None and not book.is_running and event.kind is not RecoveryKind.STOP:
                         book.wait(now, Down.RESTART)  # (the give-up's stop: it still waits for a person)
+                case Command(action=CommandAction.HEALTH_CHECK):  # a suspect node's probe passes where
+                    self.world.at(now, self._answer, [event], AckStatus.DONE)  # the node is healthy;
+                    self._tick_at(event.deadline - EPOCH + EPSILON)  # a broken one is silent until then
                 case Command():
                     commands.setdefault((event.plan_id, event.job), []).append(event)
                 case RecoveryCompleted():

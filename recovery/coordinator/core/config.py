@@ -67,6 +67,11 @@ class CoordinatorConfig(BaseModel):
                                   "signing key (ID.key), its public keys and those of the operators and "
                                   "nodes it trusts (ID.pub, roles in keys.json); default "
                                   "$TRAINMEDIC_HOME/keys (`trainmedic keys generate`)")
+    health_check_deadline_s: float = Field(default=120.0, gt=0, description="how long a suspect node's "
+                                           "executor has to answer its health check, from its first send "
+                                           "(re-sent every ack_timeout_s until then); no answer by then "
+                                           "isolates the node, as a failed check does; only refusals raise "
+                                           "a WARN instead")
     readmission: Literal["auto", "off"] = Field(default="auto", description="re-admit an isolated node "
                                                 "on its own (auto) or only by `trainmedic nodes uncordon` "
                                                 "(off)")

@@ -16,6 +16,7 @@ from trainmedic.recovery.coordinator.core.commands import (
     start_plan_id,
     stop_plan_id,
 )
+from trainmedic.recovery.coordinator.core.health import on_check_answer, suspect
 from trainmedic.recovery.coordinator.core.isolation import decide_isolations, node_group, skip
 from trainmedic.recovery.coordinator.core.lifecycle import new_work_refused, suspects
 from trainmedic.recovery.coordinator.core.limits import give_up_reason, restart_due
@@ -121,18 +122,25 @@ def _stopped(job: Job, now: float, how: str) -> JobEnded:
 def on_incident(state: ClusterState, incident: Incident, now: float) -> list:
     """SEV3 reattempts; a SEV1 that blames its node isolates it (grouped and capped,
     `isolation.py`); a SEV2, or a SEV1 that follows the job, restarts the job, backing off
-    between restarts and giving up at the limit. An incident not yet due waits (no output):
-    `tick` decides it when it is. WARN and `alert` incidents are for the alert sinks."""
+    between restarts and giving up at the limit; such a SEV1 where another job failed too makes
+    its node suspect and sends it a health check (`health.py`). An incident not yet due waits (no
+    output): `tick` decides it when it is. WARN and `alert` incidents are for the alert sinks."""
     if incident.id not in state.pending:
         return []  # decided already, resolved, or not the coordinator's to act on
     if incident.node is not None and not state.in_cluster(incident.node):
         return [skip(incident, now, f"node {incident.node} is not in the cluster: nothing isolated or "
                                     "restarted")]
+    held: list = []
     if incident.severity is Severity.SEV1:
         if incident.node is None:
             return [skip(incident, now, "a SEV1 incident that names no node: nothing to isolate")]
         if blames_node(state, incident):
             return decide_isolations(state, now)
+        held = suspect(state, incident, now)  # a job's failure: the node is checked, the job answered
+    return held + _for_the_job(state, incident, now)
+
+
+def _for_the_job(state: ClusterState, incident: Incident, now: float) -> list:
     job = _job_of(state, incident)
     if job is None:
         where = f"job {incident.job}" if incident.job else f"node {incident.node}"
@@ -231,6 +239,8 @@ def _restart(state: ClusterState, incident: Incident, job: Job, now: float) -> l
 
 def on_ack(state: ClusterState, ack: CommandAcked, now: float) -> list:
     record = state.commands.get(ack.command_id)
+    if record is not None and record.command.action is CommandAction.HEALTH_CHECK:
+        return on_check_answer(state, record, now)
     job = state.jobs.get(record.command.job) if record else None
     if record is None or job is None or not job.state.in_flight or record.command.id not in job.steps:
         return []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from trainmedic.recovery.coordinator.core import lifecycle, limits
+from trainmedic.recovery.coordinator.core import health, lifecycle, limits
 from trainmedic.recovery.coordinator.core.commands import plan_steps
 from trainmedic.recovery.coordinator.core.job_bounds import job_problems
 from trainmedic.recovery.coordinator.core.state import (
@@ -21,7 +21,14 @@ from trainmedic.recovery.coordinator.core.state import (
     Rejected,
     move,
 )
-from trainmedic.schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
+from trainmedic.schemas.commands import (
+    Command,
+    CommandAcked,
+    CommandAction,
+    NodeJoined,
+    NodeLeaving,
+    RanksFinished,
+)
 from trainmedic.schemas.incident import Action, Incident, IncidentStatus, Severity
 from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
 from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
@@ -74,9 +81,11 @@ def apply(state: ClusterState, event: object, arrived: float | None = None) -> C
             _ranks_finished(state, event)
         case NodeCordoned() | NodeDrained() | NodeUncordoned() | NodeReadmitted():
             lifecycle.apply_node_event(state, event)
+            health.returned(state, event.node)
         case NodeJoined() | NodeLeaving():
             heard(state, event.node, event.ts)
             lifecycle.apply_node_report(state, event)
+            health.returned(state, event.node)
     return state
 
 
@@ -164,6 +173,7 @@ def _incident(state: ClusterState, incident: Incident, arrived: float | None) ->
     if arrived is not None and (known is None or known.status is not incident.status):
         state.arrived[incident.id] = arrived  # a copy read again does not move it
     state.incidents[incident.id] = incident
+    health.fold_health(state, incident)
     if incident.status is not IncidentStatus.OPEN:
         state.pending.discard(incident.id)
         return
@@ -299,6 +309,8 @@ def unbound(state: ClusterState, record: CommandRecord, ack: CommandAcked) -> st
     if ack.ts < record.sent[0] - ACK_SKEW_S:
         return f"ack stamped {record.sent[0] - ack.ts:.0f}s before command {command.id} was first sent"
     answerable = (config.max_retries + 1) * config.ack_timeout_s + config.done_timeout_s + ACK_SKEW_S
+    if command.deadline is not None:  # a health check is answerable until its deadline
+        answerable = max(answerable, command.deadline - record.sent[0] + ACK_SKEW_S)
     if ack.ts > record.sent[0] + answerable:
         return (f"ack stamped {ack.ts - record.sent[0]:.0f}s after command {command.id} was first sent, "
                 f"past the {answerable:.0f}s in which it can be answered")
@@ -329,6 +341,14 @@ def _answer(state: ClusterState, record: CommandRecord, ack: CommandAcked) -> No
     if record.status.terminal:
         return  # the answer to a re-send, or a re-delivered ack
     status = CommandStatus(ack.status.value)
+    if status is CommandStatus.REFUSED and record.command.action is CommandAction.HEALTH_CHECK:
+        # stale (a clock), fenced (an epoch) or unverified (a key): nothing about the node's hardware. The
+        # check stays open, re-sent until its deadline (health.checks_due); the latest refusal is kept
+        if record.refused is None or (ack.ts, ack.reason or "") > record.refused:
+            record.refused = (ack.ts, ack.reason or "")
+        log.warning("health check %s refused by node %s: %s (no answer about the node; re-sent until its "
+                    "deadline)", record.command.id, ack.node, ack.reason)
+        return
     record.status = move(COMMAND_MOVES, record.status, status, f"command {record.command.id}")
     if status is CommandStatus.ACCEPTED:
         record.accepted_ts = ack.ts if record.accepted_ts is None else record.accepted_ts

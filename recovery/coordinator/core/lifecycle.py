@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 
+from trainmedic.recovery.coordinator.core.blame import NODE_SUSPECT, blames_node
 from trainmedic.recovery.coordinator.core.state import ClusterState, Node, NodeMode
 from trainmedic.schemas.commands import NodeJoined, NodeLeaving
-from trainmedic.schemas.incident import IncidentStatus, Severity
+from trainmedic.schemas.incident import IncidentStatus
 from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,13 @@ def apply_node_report(state: ClusterState, event: NodeJoined | NodeLeaving) -> N
             node.left_ts, node.left_reason = event.ts, event.reason
     elif node.joined_ts is None or event.ts > node.joined_ts:
         node.joined_ts = event.ts
+    # a join that ended a leave (the leave read first, or after the join): the node came back, which
+    # vouches for it (health.vouched_by); an executor that restarts without a leave does not
+    ended = (isinstance(event, NodeJoined) and was_leaving and not node.leaving) or (
+        isinstance(event, NodeLeaving) and event.ts == node.left_ts and not node.leaving)
+    if ended:
+        rejoined = node.rejoined_ts
+        node.rejoined_ts = node.joined_ts if rejoined is None else max(rejoined, node.joined_ts)
     if node.leaving != was_leaving:
         _capacity_changed(state, event.ts)
 
@@ -91,13 +99,15 @@ def capacity_decided(state: ClusterState, ts: float) -> None:
 
 
 def suspects(state: ClusterState) -> dict[str, str]:
-    """Node -> an open SEV1 incident that names it but did not isolate it (held past the cap, or
-    waiting for its group): such a node keeps its job but takes no new work. An uncordon or
-    re-admission later than the incident vouches for the node."""
+    """Node -> an open incident that holds it: a SEV1 that blames it but did not isolate it (held past
+    the cap, or waiting for its group), or the coordinator's `node_suspect` while its health check is
+    out: such a node keeps its job but takes no new work. A job's failure alone holds no node: what
+    jobs report is about the jobs (`blame.blames_node`). An uncordon or re-admission later than the
+    incident vouches for the node."""
     out: dict[str, str] = {}
     for incident in state.incidents.values():
         if (incident.node is not None and incident.status is IncidentStatus.OPEN
-                and incident.severity is Severity.SEV1):
+                and (incident.category == NODE_SUSPECT or blames_node(state, incident))):
             returned = state.nodes[incident.node].returned_ts if incident.node in state.nodes else None
             if returned is None or state.received(incident) > returned:
                 out.setdefault(incident.node, incident.id)

@@ -82,7 +82,8 @@ class CommandStatus(StrEnum):
     """A command's life: ISSUED → ACCEPTED → DONE, FAILED or REFUSED (ISSUED may skip ACCEPTED).
 
     Terminal states take no move: a re-sent command is acknowledged again, and those acks
-    are ignored.
+    are ignored. A health check never becomes REFUSED: a refusal of one is no answer about the node
+    (`CommandRecord.refused`; fold.py).
     """
 
     ISSUED = "issued"
@@ -147,6 +148,12 @@ class Node:
     left_ts: float | None = None  # the latest leave the node announced itself (node_leaving), and why
     left_reason: str = ""
     joined_ts: float | None = None  # the latest node_joined: ends a leave announced before it
+    rejoined_ts: float | None = None  # the latest node_joined that ended a leave (one announced before it)
+    suspect_by: str | None = None  # its open `node_suspect` incident whose health check is not decided
+    # its newest open `node_suspect` that a later uncordon, re-admission or return ended (its check is
+    # over): `health.checks_due` resolves it
+    suspicion_vouched: str | None = None
+    vouched_ts: float | None = None  # its latest passed health check: job failures before it are answered
 
     @property
     def healthy(self) -> bool:
@@ -207,6 +214,7 @@ class CommandRecord:
     status: CommandStatus = CommandStatus.ISSUED
     accepted_ts: float | None = None
     reason: str | None = None
+    refused: tuple[float, str] | None = None  # a health check's latest refusal (ts, reason): no answer
 
 
 @dataclass
@@ -226,6 +234,8 @@ class ClusterState:
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
     members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
     isolated: set[str] = field(default_factory=set)  # nodes out of service (`lifecycle.isolated`)
+    # nodes whose health check is out (`Node.suspect_by`) or whose vouched suspicion waits to be resolved
+    suspected: set[str] = field(default_factory=set)
     capacity_ts: float | None = None  # the latest node event that may change the plan (drain, return)
     capacity_decided_ts: float | None = None  # the latest re-plan for it (`capacity.py`)
     # The root of every generation's rendezvous secret (rendezvous.py): the coordinator passes its own,

@@ -18,6 +18,7 @@ from trainmedic.recovery.coordinator.core.decide import (
     succeeded,
 )
 from trainmedic.recovery.coordinator.core.fold import apply
+from trainmedic.recovery.coordinator.core.health import checks_due
 from trainmedic.recovery.coordinator.core.readmission import readmissions
 from trainmedic.recovery.coordinator.core.state import (
     ClusterState,
@@ -32,13 +33,15 @@ from trainmedic.schemas.incident import Severity
 def tick(state: ClusterState, now: float) -> list:
     """For every plan in flight: issue missing commands, re-send unanswered ones, fail it when a
     command failed or ran out of time, and complete it when all are done. Then decide the
-    incidents whose wait is over (a group of SEV1s, a job's backoff), re-admit the isolated
-    nodes that earned it, and re-plan for nodes that left or came back once all is quiet."""
+    incidents whose wait is over (a group of SEV1s, a job's backoff), follow the suspect nodes'
+    health checks (`health.checks_due`), re-admit the isolated nodes that earned it, and re-plan
+    for nodes that left or came back once all is quiet."""
     out: list = []
     for job in state.jobs.values():
         if job.state.in_flight:
             out += _check(state, job, now)
-    return out + due(state, now) + readmissions(state, now) + replan_capacity(state, now)
+    out += due(state, now) + checks_due(state, now)
+    return out + readmissions(state, now) + replan_capacity(state, now)
 
 
 def due(state: ClusterState, now: float) -> list:

@@ -24,6 +24,7 @@ class Step(StrEnum):
     STOP = "stop"  # SIGTERM every rank's process group, SIGKILL after the grace period
     LAUNCH = "launch"  # start the ranks of the command's worker spec
     SIGNAL_REATTEMPT = "signal_reattempt"  # SIGUSR1 to every running rank
+    HEALTH_CHECK = "health_check"  # run this node's probe, bounded in time; ack done or failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,8 @@ def decide(
         return Refuse(f"command is for node {command.node!r}, this is {node!r}")
     if trusted is not None and (why := trusted.check(received, deployment=deployment)) is not None:
         return Refuse(why, unverified=True)
-    if command.id in applied:
+    checked = command.action is CommandAction.HEALTH_CHECK and command.id in (answers or {})
+    if command.id in applied or checked:  # a health check is never `applied`: only its answer is kept
         answer = (answers or {}).get(command.id)
         if answer is not None:
             return Reack(answer, f"command {command.id} was already applied: its recorded ack "
@@ -106,6 +108,8 @@ def decide(
 
 
 def _steps(command: Command, group: LocalGroup | None) -> Apply | Refuse:
+    if command.action is CommandAction.HEALTH_CHECK:  # no job's: it touches no ranks and no generation
+        return Apply((Step.HEALTH_CHECK,), "run this node's health check")
     state = GroupState.IDLE if group is None else group.state
     live = state in MAY_HAVE_PROCESSES
     if command.action in (CommandAction.START, CommandAction.RESTART):

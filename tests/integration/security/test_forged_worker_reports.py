@@ -11,7 +11,11 @@ the one writer of `telemetry.worker`:
     `worker_start`): no node is isolated;
 (ii) a `worker_step` of the real job at generation 10**15, then a real crash (a rank killed with
     SIGKILL, reported by its executor): the job still gets its incident and its restart;
-(iii) a real Xid 79 on n3 isolates it; forged `worker_start`s and steps naming n3 do not resolve
+(iii) forged `worker_error`s (each after a forged `worker_start`) of two real jobs whose specs
+    name n3 (one runs there, one waits for it; issue 45): n3 is not isolated; it becomes suspect, its
+    executor runs its health check (the built-in probe: no GPU here, so it passes), and the passed
+    check ends the suspicion;
+(iv) a real Xid 79 on n3 isolates it; forged `worker_start`s and steps naming n3 do not resolve
     its `gpu_lost`, and n3 stays isolated.
 """
 
@@ -37,6 +41,7 @@ from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.settings import KafkaSettings, credentials_dir
 from trainmedic.recovery import keyring
 from trainmedic.recovery.coordinator.core import CoordinatorConfig, JobState, NodeConfig
+from trainmedic.recovery.coordinator.core.lifecycle import new_work_refused
 from trainmedic.recovery.coordinator.kafka_adapter import CoordinatorService
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
@@ -70,6 +75,7 @@ class Stack:
     coordinator: CoordinatorService
     lock: threading.Lock
     root: Path
+    keys: Keys
     silent_gpus: set[tuple[str, int]] = field(default_factory=set)  # GPUs that fell off the bus
 
     def as_role(self, role: str) -> KafkaSettings:
@@ -81,6 +87,21 @@ class Stack:
         with EventProducer(self.as_role("executor")) as producer:
             for event in events:
                 producer.send(self.admin.topics.worker, event, key=event.job)
+
+    def submit(self, spec: JobSpec) -> None:
+        with EventProducer(self.as_role("operator")) as producer:
+            producer.send(self.admin.topics.jobs, self.keys.job(spec), key=spec.id)
+
+    def held(self, node: str) -> str | None:
+        """Why the coordinator gives `node` no new work (None: it may take some)."""
+        with self.lock:
+            return new_work_refused(self.coordinator.state, node)
+
+    def suspicions(self, node: str) -> list[Incident]:
+        """The coordinator's `node_suspect` incidents for `node`, as it holds them now."""
+        with self.lock:
+            return [i for i in self.coordinator.state.incidents.values()
+                    if i.category == "node_suspect" and i.node == node]
 
     def incidents(self) -> list[Incident]:
         with TopicReader(self.admin, [self.admin.topics.incidents], end=NOW, validate=True) as reader:
@@ -96,8 +117,9 @@ class Stack:
                     if isinstance(r.event, RecoveryPlanned)]
 
 
-def worker(kind, node: str, rank: int, job: str = "llm", generation: int = 0, **fields):
-    return kind(ts=time.time(), node=node, job=job, rank=rank, world_size=2, generation=generation, **fields)
+def worker(kind, node: str, rank: int, job: str = "llm", generation: int = 0, world_size: int = 2, **fields):
+    return kind(ts=time.time(), node=node, job=job, rank=rank, world_size=world_size, generation=generation,
+                **fields)
 
 
 def _agents(stack: Stack, stop: threading.Event) -> None:
@@ -155,7 +177,7 @@ def stack(deployment, tmp_path: Path) -> Iterator[Stack]:
     detector = DetectorService(detector_role, Pipeline(detector_role.topics, LiveDetector(Detector())),
                                ServiceConfig(app_id=f"{admin.topic_prefix}detector", start="earliest"))
     lock, stop = threading.Lock(), threading.Event()
-    made = Stack(admin, coordinator, lock, tmp_path)
+    made = Stack(admin, coordinator, lock, tmp_path, keys)
 
     def coordinate() -> None:
         with lock:
@@ -206,7 +228,23 @@ def test_forged_worker_reports_neither_isolate_nor_blind_nor_return_a_node(stack
                30.0, "the job's restart")
     assert stack.isolated() == []
 
-    # (iii) a real Xid 79 on n3 isolates it; forged starts and steps naming n3 do not bring it back
+    # (iii) two real jobs whose specs name n3, one running there, one waiting for it; a forged error of each
+    for spec in (JobSpec(id="on-n3", nodes=("n3",), throughput={1: 1.0e15}, command=("sleep", "600")),
+                 JobSpec(id="for-n3", nodes=("n3",), throughput={1: 1.0e15}, command=("sleep", "600"))):
+        stack.submit(spec)
+    wait_until(lambda: rank_pids(stack.root, "n3"), 30.0, "job on-n3 runs on n3")
+    stack.report(*(event for job in ("on-n3", "for-n3")
+                   for event in (worker(WorkerStarted, "n3", 0, job=job, world_size=1),
+                                 worker(WorkerFailed, "n3", 0, job=job, world_size=1, error=CUDA))))
+    wait_until(lambda: stack.suspicions("n3"), 30.0, "n3 suspect")  # raised open; its check is out
+    assert stack.isolated() == []
+    wait_until(lambda: all(i.status == "resolved" for i in stack.suspicions("n3")), 30.0, "n3's check passed")
+    [passed] = stack.suspicions("n3")
+    assert "passed on n3: no GPU seen" in passed.evidence[-1], passed.evidence  # the node's own answer
+    time.sleep(3.0)  # the group window and a tick or two: nothing isolates n3 after its check
+    assert stack.isolated() == [] and stack.held("n3") is None
+
+    # (iv) a real Xid 79 on n3 isolates it; forged starts and steps naming n3 do not bring it back
     stack.silent_gpus.add(("n3", 0))
     with EventProducer(stack.as_role("agent")) as agent:
         agent.send(stack.admin.topics.gpu, GpuSample(ts=time.time(), node="n3", gpu=0, xids=(79,)), key="n3")

@@ -1,5 +1,5 @@
 """Blame the right thing: a failure that follows the job backs off, then stops and alerts; it
-never isolates a node. A node is blamed with hardware evidence or failures across jobs."""
+never isolates a node. A node is blamed with hardware evidence; failures across jobs make it suspect."""
 
 from __future__ import annotations
 
@@ -87,15 +87,19 @@ def ran_before_on_n1(rec: Recorder) -> None:
                    "job_ended")
 
 
-def test_a_software_failure_on_one_node_across_two_jobs_blames_the_node() -> None:
+def test_a_software_failure_on_one_node_across_two_jobs_makes_it_suspect_not_isolated() -> None:
+    """Issue 45: what jobs report never isolates a node; two jobs failing on n1 make it suspect, and
+    its health check decides (test_suspects.py)."""
     rec = Recorder(LIMITED)
     ran_before_on_n1(rec)
     rec.started()
     other = incident("other", "SEV2", node="n1", job="other", ts=90.0, category="software_error")
     rec.feed(other, now=90.0)
-    rec.feed(value_error("g0", 100.0), now=100.0)
-    rec.tick(now=102.0)
-    assert unhealthy(rec) == ["n1"]
+    out = rec.feed(value_error("g0", 100.0), now=100.0)
+    out += rec.tick(now=102.0)
+    assert unhealthy(rec) == []
+    [check] = [c for c in of_type(out, "command") if c.action == "health_check"]
+    assert check.node == "n1" and restarts(out)  # the node is checked, the job restarted
 
 
 @pytest.mark.parametrize("other_job", ["invented-1", "other"])

@@ -127,7 +127,8 @@ def _incident(id_: str, category: str, topic: str) -> Record:
 
 
 @pytest.mark.parametrize(("id_", "category"), [("esc-0123", "start_failed"), ("esc-0123", "gpu_lost"),
-                                               ("mass-0123", "mass_failure"), ("x-1", "recovery_failed")])
+                                               ("mass-0123", "mass_failure"), ("x-1", "recovery_failed"),
+                                               ("x-2", "node_suspect"), ("x-3", "health_check_failed")])
 def test_an_incident_posing_as_the_coordinators_own_is_refused_on_incidents_only(id_, category):
     why = impersonates(_incident(id_, category, "p.incidents"), "p.incidents")
     assert why is not None and why.kind == "misplaced" and "belongs on the recovery topic" in str(why)
