@@ -14,6 +14,7 @@ from trainmedic.bus.message import RawMessage
 from trainmedic.schemas import Incident
 from trainmedic.streams.core import Detector
 from trainmedic.streams.live_config import LiveConfig
+from trainmedic.streams.metrics import CORE_LIMITS
 from trainmedic.streams.ordering import Held, Ordering
 from trainmedic.streams.read_tracking import ReadTracker
 
@@ -53,6 +54,7 @@ class LiveDetector:
     def __post_init__(self) -> None:
         self._order = Ordering(self.config)
         self._reads = ReadTracker(self.config, self._order.sources)
+        CORE_LIMITS.watch(self)  # the metrics read what the core's limits held back (streams/metrics.py)
 
     def feed(self, event: BaseModel, source: tuple, wall: float,
              origin: RawMessage | None = None) -> list[Incident]:

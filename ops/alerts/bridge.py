@@ -31,6 +31,7 @@ from trainmedic.ops.alerts import metrics, payloads
 from trainmedic.ops.alerts.config import AlertBridgeConfig
 from trainmedic.ops.alerts.delivery import Delivery, DeliveryBook
 from trainmedic.ops.alerts.http import Outcome, Result, post_json
+from trainmedic.ops.alerts.limits import PostLimiter
 from trainmedic.ops.incidents.fold import IncidentHistory, apply
 from trainmedic.ops.incidents.views import views
 from trainmedic.schemas import AlertDelivered, DeadLettered, Incident, IncidentStatus
@@ -55,6 +56,7 @@ class AlertBridge:
         self.config = config
         self.book = DeliveryBook(list(config.sinks()), config.retry, config.backlog_max)
         self.open: dict[str, Incident] = {}
+        self.limits = PostLimiter(config.limits)
         self._post = post
         self._clock = clock
         self._producer = EventProducer(settings, client_id=settings.topics.owned("alerts"))
@@ -83,6 +85,8 @@ class AlertBridge:
         for sink in self.book.queues:
             for counter in (metrics.ALERTS_DELIVERED, metrics.ALERTS_REJECTED, metrics.ALERT_RETRIES):
                 counter.labels(sink)
+        for scope in ("node", "job"):
+            metrics.ALERTS_HELD.labels(scope)
         bus_metrics.DEAD_LETTERS.labels("alerts")
         log.info("alert bridge on %s (group %s): sinks %s; %d incidents open in the log",
                  " and ".join(topics), self.config.group_id, ", ".join(f"{name} {'/'.join(s.severities)}"
@@ -93,6 +97,7 @@ class AlertBridge:
         self._flow_control()
         for msg in self._consumer.consume(100, timeout_s):
             self._take(msg)
+        self.summarize()
         self._deliver()
         self._refresh()
         self._commit()
@@ -148,8 +153,22 @@ class AlertBridge:
             self.open[incident.id] = incident
         else:
             self.open.pop(incident.id, None)
+        # the coordinator's own escalations (on `recovery`) are never held; the rest past its node's or
+        # job's posts in the window are, and a summary tells (limits.py)
+        held = self.limits.admit(incident, self._clock(), trusted=msg.topic == self.settings.topics.recovery)
+        if held is not None:
+            metrics.ALERTS_HELD.labels(held).inc()
+            sinks = []
         self.book.admit(incident, position, sinks)
         return None
+
+    def summarize(self) -> None:
+        """Queue one summary per node or job whose window is over and held incidents back, and the
+        resolution of each summary posted a window ago."""
+        for summary in self.limits.due(self._clock()):
+            if summary.status is IncidentStatus.OPEN:
+                log.warning("%s", summary.evidence[0])
+            self.book.admit(summary, None, payloads.route(summary, self.config))
 
     def _deliver(self) -> None:
         for _ in range(MAX_ATTEMPTS_PER_STEP):
@@ -204,7 +223,8 @@ class AlertBridge:
         if am is None or now < self._next_refresh:
             return
         self._next_refresh = now + am.resend_s
-        routed = [i for i in self.open.values() if i.severity in am.severities]
+        routed = [i for i in self.open.values()
+                  if i.severity in am.severities and not self.limits.holds(i.id)]
         if not routed or self.book.backlog("alertmanager"):
             return  # queued deliveries go first; the next refresh covers the rest
         url, body = self._request("alertmanager", routed, now)

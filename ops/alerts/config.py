@@ -35,6 +35,16 @@ class RetryConfig(_Frozen):
         return self
 
 
+class PostLimits(_Frozen):
+    """At most `posts_per_node` incidents of one node and `posts_per_job` of one job are posted per
+    `posts_window_s`; the rest are held back and one summary says how many (ops/alerts/limits.py)."""
+
+    posts_per_node: int = Field(default=10, ge=1,
+                                description="limits: incidents of one node posted per window")
+    posts_per_job: int = Field(default=10, ge=1, description="limits: incidents of one job posted per window")
+    posts_window_s: float = Field(default=60.0, gt=0, description="limits: the window, seconds")
+
+
 class AlertmanagerSink(_Frozen):
     """Alertmanager API v2; open alerts are re-posted every resend_s and expire 4 x resend_s later."""
 
@@ -68,6 +78,7 @@ class AlertBridgeConfig(_Frozen):
     pagerduty: PagerDutySink | None = None
     webhook: WebhookSink | None = None
     retry: RetryConfig = RetryConfig()
+    limits: PostLimits = PostLimits()
     backlog_max: int = Field(default=10_000, ge=1, description="deliveries held before consumption pauses")
     timeout_s: float = Field(default=10.0, gt=0, description="per HTTP request")
     group_id: str = Field(min_length=1, description="the consumer group on the incidents topic "

@@ -48,7 +48,7 @@ from trainmedic.schemas.wire import decode_telemetry
 from trainmedic.streams.core import Detector, DetectorState
 from trainmedic.streams.live import Held, LiveDetector
 
-VERSION = 7
+VERSION = 8
 # formats 2-4, per held event in the head's list: seq, topic, partition, offset, timestamp_ms, key, value
 HELD_FIELDS = 7
 SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
@@ -216,9 +216,16 @@ def _v6_to_v7(head: dict, body: bytes) -> tuple[dict, bytes]:
     return {**head, "v": 7}, body
 
 
+def _v7_to_v8(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 7 (before 8): the state counted no incidents against the limits (`rates`), had no
+    `storms` and no suppressed incident; their defaults (nothing counted) decode it. A detector of
+    format 7 refuses format 8 as newer."""
+    return {**head, "v": 8}, body
+
+
 # Format n -> n + 1, applied in turn until the format is VERSION.
 UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7,
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
 }
 
 

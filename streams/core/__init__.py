@@ -9,6 +9,7 @@ from trainmedic.streams.core.config import (
     GpuConfig,
     HangConfig,
     HeartbeatConfig,
+    LimitsConfig,
     LinkConfig,
     StragglerConfig,
 )
@@ -17,5 +18,6 @@ from trainmedic.streams.core.state import DetectorState
 
 __all__ = [
     "CorrelationConfig", "Detector", "DetectorConfig", "DetectorState", "EscalationConfig",
-    "GapConfig", "GpuConfig", "HangConfig", "HeartbeatConfig", "LinkConfig", "SECTIONS", "StragglerConfig",
+    "GapConfig", "GpuConfig", "HangConfig", "HeartbeatConfig", "LimitsConfig",
+    "LinkConfig", "SECTIONS", "StragglerConfig",
 ]

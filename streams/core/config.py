@@ -179,6 +179,26 @@ class GapConfig:
 
 
 @dataclass(frozen=True)
+class LimitsConfig:
+    """What job reports can raise, in event time (docs/detection.md, "Storms"): at most
+    `node_incidents` incidents from job reports per node and `job_incidents` per job within
+    `window_s`; the next opens one `storm` for it and the others are suppressed until `window_s`
+    after it. A node follows at most `node_jobs` started jobs. Node evidence is never limited."""
+
+    node_incidents: int = 10
+    job_incidents: int = 5
+    window_s: float = 60.0
+    node_jobs: int = 64
+
+    def __post_init__(self) -> None:
+        _positive(self, "window_s")
+        for name in ("node_incidents", "job_incidents", "node_jobs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"LimitsConfig.{name} must be a whole number >= 1")
+
+
+@dataclass(frozen=True)
 class DetectorConfig:
     """Everything the detection core can be tuned by."""
 
@@ -190,6 +210,7 @@ class DetectorConfig:
     link: LinkConfig = field(default_factory=LinkConfig)
     escalation: EscalationConfig = field(default_factory=EscalationConfig)
     gap: GapConfig = field(default_factory=GapConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
     def __post_init__(self) -> None:
         # Bounded like event times: then every product of a setting and an event's value (a hang

@@ -17,6 +17,7 @@ class Timer(IntEnum):
     HANG = 2
     STRAGGLER = 3
     LINK_STABLE = 4
+    STORM = 5  # a node's or job's storm window is over (limits.py)
 
 
 class Deadlines:

@@ -12,6 +12,7 @@ from trainmedic.streams.core.config import DetectorConfig
 from trainmedic.streams.core.deadlines import Deadlines, Timer
 from trainmedic.streams.core.incidents import IncidentBook
 from trainmedic.streams.core.job_rules import JobRules
+from trainmedic.streams.core.limits import LimitCounts
 from trainmedic.streams.core.node_rules import NIC_KEY_SEP, NodeRules
 from trainmedic.streams.core.state import DetectorState
 
@@ -24,8 +25,8 @@ class Detector:
                  state: DetectorState | None = None) -> None:
         self.config = config or DetectorConfig()
         self.state = state or DetectorState()
-        self._book = IncidentBook(self.state, self.config)
         self._timers = Deadlines()
+        self._book = IncidentBook(self.state, self.config, self._timers)
         self._nodes = NodeRules(self.state, self.config, self._book, self._timers)
         self._jobs = JobRules(self.state, self.config, self._book, self._timers, self._nodes)
         self._on: dict[type, Callable] = {}
@@ -45,6 +46,7 @@ class Detector:
             Timer.HANG: self._jobs.check_hang,
             Timer.STRAGGLER: self._jobs.check_stragglers,
             Timer.LINK_STABLE: self._nodes.check_link_stable,
+            Timer.STORM: self._book.limits.end_storm,
         }
         self._rearm()
 
@@ -73,6 +75,11 @@ class Detector:
         if handler is None:
             raise TypeError(f"not a telemetry event: {type(event).__name__}")
         handler(event)
+
+    @property
+    def limited(self) -> LimitCounts:
+        """What the limits held back since this detector was made (limits.py), for the metrics."""
+        return self._book.limits.counts
 
     def advance(self, now: float) -> list[Incident]:
         """Move the clock to `now` and fire the time-based rules whose deadline is before it.
@@ -117,3 +124,4 @@ class Detector:
                 arm(Timer.HANG, name, job.last_progress + job.threshold)
             if job.straggler_due is not None:
                 arm(Timer.STRAGGLER, name, job.straggler_due)
+        self._book.limits.rearm()

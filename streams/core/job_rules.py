@@ -217,14 +217,15 @@ class JobRules:
 
     def _worker(self, ev: WorkerEvent, start: bool = False,
                 announces: bool = False) -> tuple[JobWatch, RankState] | None:
-        """The job and rank of a worker event, placing the rank on its node; None for an event
-        of an older generation (a fenced-off process), of a newer one that no `worker_start` within
-        GENERATION_JUMP announced, or of a new job past the cap on jobs never seen started.
-        `announces`: the event comes from the executor that launched its generation (a
-        `worker_exit`), so it announces a newer one as a `worker_start` does: a rank that dies
-        before its hook starts (a script broken at import) is still seen."""
+        """The job and rank of a worker event, placing the rank on its node; None for an event of a
+        generation that ended or older (a fenced-off process), of a newer one that no `worker_start` within
+        GENERATION_JUMP announced, of a new job past the cap on jobs never seen started, or of one job
+        too many on its node (limits.py). `announces`: the event comes from the executor that launched
+        its generation (a `worker_exit`), so it announces a newer one as a `worker_start` does: a rank
+        that dies before its hook starts (a script broken at import) is still seen."""
         job = self.state.jobs.get(ev.job)
-        if refused(self.state, ev.job, ev.generation, start):  # a report of a generation that ended
+        if refused(self.state, ev.job, ev.generation, start) or (
+                (start or job is None) and self.book.limits.crowded(ev)):
             return None
         if job is None:
             if not start and sum(not j.started for j in self.state.jobs.values()) >= UNSTARTED_JOBS:

@@ -123,6 +123,18 @@ class OpenIncident:
     stepping_since: float | None = None  # and when that generation's first step was
     gpu: int | None = None
     nic: str | None = None
+    suppressed: bool = False  # held by a storm (limits.py): followed as any other, emitted once released
+
+
+@dataclass(slots=True)
+class Storm:
+    """A node or job past its limit (limits.py): its `storm` incident, open until `until`, how
+    many incidents it suppressed and how many worker reports of more jobs on its node were not followed."""
+
+    id: str
+    until: float
+    suppressed: int = 0
+    refused: int = 0
 
 
 @dataclass(slots=True)
@@ -137,6 +149,9 @@ class DetectorState:
     job_errors: dict[str, list[list]] = field(default_factory=dict)
     # job -> the generation it ended at, the oldest first: its later reports of it are refused (job_end.py)
     ended: dict[str, int] = field(default_factory=dict)
+    # "node:NAME" / "job:NAME" -> when incidents from job reports opened on it, within limits.window_s
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    storms: dict[str, Storm] = field(default_factory=dict)  # the same keys -> its storm (limits.py)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready plain data (dict keys become strings)."""
@@ -159,6 +174,8 @@ class DetectorState:
             sev2_history=data["sev2_history"],
             job_errors=data["job_errors"],
             ended=data.get("ended", {}),  # a checkpoint before format 7 remembers no ended job
+            rates=data.get("rates", {}),  # before format 8: nothing counted, no storm
+            storms={k: Storm(**v) for k, v in data.get("storms", {}).items()},
         )
 
 

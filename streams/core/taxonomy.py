@@ -45,6 +45,14 @@ class Repeats(StrEnum):
     SIGNATURE = "signature"  # a repeat of its job's own error signature is the job's, not the node's
 
 
+class Source(StrEnum):
+    """Whose telemetry raises the category: what job reports raise is rate-limited (limits.py)."""
+
+    NODE = "node"  # the node's agent: heartbeats and GPU samples (never limited)
+    JOB = "job"  # a job's worker reports, which an executor writes (limited per node and per job)
+    DETECTOR = "detector"  # the detector's own: the limit reached (carries no job's progress)
+
+
 @dataclass(frozen=True)
 class Category:
     """One row of TAXONOMY.md. Lower `specificity` wins when explanations compete."""
@@ -56,11 +64,17 @@ class Category:
     resolves: Resolves
     names_node: bool  # the incident's node is the root-cause node
     repeats: Repeats
+    source: Source
     description: str
+    only: Action | None = None  # this action at any severity (None: the severity's, ACTION_OF)
 
     @property
     def action(self) -> Action:
-        return ACTION_OF[self.severity]
+        return self.only or ACTION_OF[self.severity]
+
+    def action_at(self, severity: Severity) -> Action:
+        """The action of an incident of this category opened at `severity` (escalation may raise it)."""
+        return self.only or ACTION_OF[severity]
 
 
 _S1, _S2, _S3, _W = Severity.SEV1, Severity.SEV2, Severity.SEV3, Severity.WARN
@@ -69,38 +83,43 @@ _GEN, _PROG, _HB, _OWN, _OK = (Resolves.NEW_GENERATION, Resolves.PROGRESS, Resol
 # Why: a user's bug raises the same error at every generation, on whichever node its rank runs;
 # one switch reboot bounces a link (and its neighbours) several times within a few minutes.
 _EACH, _EPI, _SIG = Repeats.EACH, Repeats.EPISODE, Repeats.SIGNATURE
+_NODE, _JOB, _DET = Source.NODE, Source.JOB, Source.DETECTOR
 
 CATEGORIES: dict[str, Category] = {c.name: c for c in (
-    Category("gpu_ecc", _S1, 0, Hold.NONE, _OK, True, _EACH,
+    Category("gpu_ecc", _S1, 0, Hold.NONE, _OK, True, _EACH, _NODE,
              "uncorrectable ECC: an ecc_dbe increase or Xid 48, 63, 64, 94, 95, 140"),
-    Category("nvlink", _S1, 1, Hold.NONE, _OK, True, _EACH,
+    Category("nvlink", _S1, 1, Hold.NONE, _OK, True, _EACH, _NODE,
              "NVLink failure: Xid 74 or a rising nvlink_errors counter"),
-    Category("gpu_lost", _S1, 2, Hold.NONE, _OK, True, _EACH,
+    Category("gpu_lost", _S1, 2, Hold.NONE, _OK, True, _EACH, _NODE,
              "GPU fallen off the bus (Xid 79) or silent while its host still reports"),
-    Category("gpu_driver", _S1, 3, Hold.NONE, _OK, True, _EACH,
+    Category("gpu_driver", _S1, 3, Hold.NONE, _OK, True, _EACH, _NODE,
              "driver/GSP failure: Xid 119, 120, 154, 62"),
-    Category("node_lost", _S1, 4, Hold.NONE, _HB, True, _EACH,
+    Category("node_lost", _S1, 4, Hold.NONE, _HB, True, _EACH, _NODE,
              "no telemetry from a node for longer than its heartbeat timeout"),
-    Category("cuda_error", _S2, 5, Hold.EVIDENCE, _GEN, True, _SIG,
+    Category("cuda_error", _S2, 5, Hold.EVIDENCE, _GEN, True, _SIG, _JOB,
              "a rank raised a CUDA error, or an application Xid (13, 31, 43, 45, 68)"),
-    Category("software_error", _S2, 6, Hold.EVIDENCE, _GEN, True, _SIG,
+    Category("software_error", _S2, 6, Hold.EVIDENCE, _GEN, True, _SIG, _JOB,
              "any other exception escaping the training step"),
-    Category("process_exit", _S2, 7, Hold.EVIDENCE, _GEN, True, _SIG,
+    Category("process_exit", _S2, 7, Hold.EVIDENCE, _GEN, True, _SIG, _JOB,
              "a rank exited with a non-zero code or a signal, with no other root cause"),
-    Category("hang", _S2, 8, Hold.NONE, _PROG, True, _SIG,
+    Category("hang", _S2, 8, Hold.NONE, _PROG, True, _SIG, _JOB,
              "no step from the job for max(floor, 3 x median step time) while hosts report"),
-    Category("network", _S3, 9, Hold.SYMPTOM, _PROG, False, _EACH,
+    Category("network", _S3, 9, Hold.SYMPTOM, _PROG, False, _EACH, _JOB,
              "transient network error: connection refused or reset"),
-    Category("nccl_error", _S2, 10, Hold.SYMPTOM, _GEN, False, _EACH,
+    Category("nccl_error", _S2, 10, Hold.SYMPTOM, _GEN, False, _EACH, _JOB,
              "NCCL/gloo error or collective timeout with no other root cause"),
-    Category("link_flap", _S3, 11, Hold.NONE, _OWN, True, _EPI,
+    Category("link_flap", _S3, 11, Hold.NONE, _OWN, True, _EPI, _NODE,
              "a data-plane NIC went down and came back"),
-    Category("straggler", _W, 12, Hold.NONE, _OWN, True, _EACH,
+    Category("straggler", _W, 12, Hold.NONE, _OWN, True, _EACH, _JOB,
              "one rank's median step time is much slower than its peers'"),
-    Category("thermal", _W, 13, Hold.NONE, _OWN, True, _EACH,
+    Category("thermal", _W, 13, Hold.NONE, _OWN, True, _EACH, _NODE,
              "hardware thermal throttling or an over-temperature GPU, sustained"),
-    Category("telemetry_gap", _W, 14, Hold.NONE, _HB, False, _EACH,
+    Category("telemetry_gap", _W, 14, Hold.NONE, _HB, False, _EACH, _NODE,
              "a large share of the nodes silent at once: the telemetry stopped, not the nodes"),
+    Category("storm", _S2, 15, Hold.NONE, _OWN, False, _EACH, _DET,
+             "job reports raised more incidents on a node or a job than limits allow: the rest are "
+             "suppressed for limits.window_s; a person looks, nothing is restarted or isolated",
+             Action.ALERT),
 )}
 
 # A rank's exit after its own error is fallout of that error: it ranks below every symptom.

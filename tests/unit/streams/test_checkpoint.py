@@ -64,7 +64,7 @@ def restored(live: LiveDetector, wall: float, resumed: float | None = None) -> L
     return fresh
 
 
-NAMES = ["node_lost_gloo", "gpu_lost_xid79", "hang_rank", "nccl_error_timeout"]
+NAMES = ["node_lost_gloo", "gpu_lost_xid79", "hang_rank", "nccl_error_timeout", "storm_invented_jobs"]
 
 
 def cuts(items: list) -> list[int]:
@@ -363,3 +363,26 @@ def test_a_jobs_own_hang_floor_survives_a_checkpoint_and_a_format_3_one_loads_wi
     old_head = (b'{"v":3,"offsets":[],"watermark":null,"sources":[],"state":%d,"held":[]}' % len(old))
     upgraded = decode_checkpoint(old_head + b"\n" + old)
     assert upgraded.state.jobs["j"].hang_floor_s is None  # the config's floor, as format 3 meant
+
+
+def test_the_limits_storms_survive_a_checkpoint_and_a_format_7_one_loads_without_them() -> None:
+    """Format 8 keeps the rate limits' counts, the open storms and which incidents they suppressed
+    (streams/core/limits.py); a format-7 checkpoint, which has none of them, counts nothing."""
+    from tests.unit.streams.test_storms import alive, forgery
+
+    det = Detector()
+    for ev in sorted(alive(20.0) + forgery(jobs=30), key=lambda e: e.ts):
+        det.observe(ev)
+    assert det.state.storms and any(rec.suppressed for rec in det.state.incidents.values())
+    saved = decode_checkpoint(encode_checkpoint(LiveDetector(det), {}, 20.0))
+    assert saved.state.to_dict() == det.state.to_dict()
+    # the same state as format 7 wrote it: no rates, no storms, no incident suppressed
+    plain = det.state.to_dict()
+    plain = {k: v for k, v in plain.items() if k not in ("rates", "storms")}
+    plain["incidents"] = {k: {f: x for f, x in v.items() if f != "suppressed"}
+                          for k, v in plain["incidents"].items()}
+    old = msgspec.msgpack.encode(plain)
+    old_head = b'{"v":7,"offsets":[],"watermark":null,"sources":[],"state":%d,"held":0}' % len(old)
+    upgraded = decode_checkpoint(old_head + b"\n" + old + msgspec.msgpack.encode([]))
+    assert upgraded.state.rates == {} and upgraded.state.storms == {}
+    assert not any(rec.suppressed for rec in upgraded.state.incidents.values())

@@ -55,8 +55,10 @@ def test_a_started_jobs_failure_on_a_node_still_counts_against_it() -> None:
 
 def test_jobs_never_seen_started_are_bounded() -> None:
     """Reports of ever new invented jobs stop making state at UNSTARTED_JOBS; a started job still
-    gets in past the cap."""
-    forged = [step(1.0 + n * 0.001, 0, 0, job=f"invented-{n}") for n in range(UNSTARTED_JOBS + 50)]
+    gets in past the cap. (Spread over 64 nodes: one node follows at most limits.node_jobs jobs,
+    test_storms.py.)"""
+    forged = [step(1.0 + n * 0.001, 0, 0, job=f"invented-{n}", node=f"x{n % 64}")
+              for n in range(UNSTARTED_JOBS + 50)]
     _, det = run(forged + [start(5.0, 0, job="real")])
     assert len(det.state.jobs) == UNSTARTED_JOBS + 1 and "real" in det.state.jobs
 

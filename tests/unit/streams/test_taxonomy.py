@@ -9,15 +9,29 @@ TAXONOMY_MD = {  # category -> severity, as the table in TAXONOMY.md says
     "node_lost": "SEV1", "gpu_lost": "SEV1", "gpu_ecc": "SEV1", "nvlink": "SEV1",
     "gpu_driver": "SEV1", "process_exit": "SEV2", "cuda_error": "SEV2", "hang": "SEV2",
     "nccl_error": "SEV2", "software_error": "SEV2", "link_flap": "SEV3", "network": "SEV3",
-    "straggler": "WARN", "thermal": "WARN", "telemetry_gap": "WARN",
+    "straggler": "WARN", "thermal": "WARN", "telemetry_gap": "WARN", "storm": "SEV2",
 }
+ALERT_ONLY = {"storm"}  # categories whose action is `alert` at any severity (TAXONOMY.md says so)
 
 
 def test_every_category_of_the_taxonomy_with_its_severity_and_action():
     assert {name: c.severity.value for name, c in CATEGORIES.items()} == TAXONOMY_MD
     actions = {Severity.SEV1: Action.RECONFIGURE, Severity.SEV2: Action.RESTART,
                Severity.SEV3: Action.REATTEMPT, Severity.WARN: Action.ALERT}
-    assert all(c.action is actions[c.severity] for c in CATEGORIES.values())
+    assert all(c.action is actions[c.severity] for c in CATEGORIES.values() if c.name not in ALERT_ONLY)
+    assert all(CATEGORIES[c].action is Action.ALERT for c in ALERT_ONLY)
+    assert all(CATEGORIES[c].action_at(s) is Action.ALERT for c in ALERT_ONLY for s in Severity)
+
+
+def test_only_job_reports_are_limited_and_hardware_never():
+    """Node evidence is never rate-limited (streams/core/limits.py): a storm of job reports must not
+    hide a node's real failure."""
+    from trainmedic.streams.core.taxonomy import Source
+
+    node = {"node_lost", "gpu_lost", "gpu_ecc", "nvlink", "gpu_driver", "link_flap", "thermal",
+            "telemetry_gap"}
+    assert {name for name, c in CATEGORIES.items() if c.source is Source.NODE} == node
+    assert {name for name, c in CATEGORIES.items() if c.source is Source.DETECTOR} == {"storm"}
 
 
 def test_hardware_is_more_specific_than_any_software_explanation():
