@@ -66,6 +66,7 @@ from harness.synthetic_telemetry import (
     fresh_topics,
     prefill,
     producer,
+    tagger,
 )
 from harness.worker_process import Worker, cpu_s
 
@@ -161,7 +162,7 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
     settings = fresh_topics(bootstrap, run)
     nodes = max(JOBS, round(rate / EVENTS_PER_NODE / JOBS) * JOBS)
     worker = Worker(settings, run, home, mode, settle=True)
-    out, produced, sent = producer(settings), 0, []
+    out, produced, sent, tags = producer(settings), 0, [], tagger(settings)
     try:
         worker.wait(lambda r: r["assigned"] == TELEMETRY_PARTITIONS)
         start = time.time()
@@ -172,8 +173,8 @@ def sustained(bootstrap: str, mode: str, rate: int, run_s: int, home: Path, brok
             second = cluster_second(settings.topics, nodes, t, start)
             step = -(-len(second) // slices)
             for k in range(slices):
-                for topic, key, value in second[k * step:(k + 1) * step]:
-                    out.produce(topic, value, key)
+                for topic, key, value, node in second[k * step:(k + 1) * step]:
+                    out.produce(topic, value, key, headers=tags(topic, value, node))
                 produced += len(second[k * step:(k + 1) * step])
                 out.poll(0)
                 sent.append((time.time(), produced))

@@ -4,6 +4,7 @@ topic prefix (`bindings(prefix)`; docs/security.md, "Broker authentication and A
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from confluent_kafka.admin import (
@@ -17,7 +18,7 @@ from confluent_kafka.admin import (
 
 from trainmedic.schemas.topics import SPECS
 
-__all__ = ["ADMIN", "GRANTS", "RETIRED", "ROLES", "Grant", "bindings", "filters"]
+__all__ = ["ADMIN", "GRANTS", "NODE", "RETIRED", "ROLES", "Grant", "bindings", "filters", "node_principal"]
 
 ADMIN = "admin"  # the broker's super user: topics and ACLs, never a service
 
@@ -82,17 +83,33 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
     "ops": (*reads("incidents", "recovery"), *writes("alerts", "dlq"), *owns("alerts")),
 }
 ROLES = (*GRANTS, ADMIN)
+# A node's own principal, `node-NAME` (`trainmedic broker add-node`): what its agent and its executor
+# may do, and no more; what it writes about other nodes is refused where it is read (its telemetry's
+# MACs, bus/telemetry_keys.py; its acks' signatures).
+NODE = "node-"
+NODE_GRANTS = (*GRANTS["agent"], *GRANTS["executor"])
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def node_principal(node: str) -> str:
+    """The SCRAM user of node `node`; ValueError for a name a principal cannot carry."""
+    if not _NODE_NAME.fullmatch(node):
+        raise ValueError(f"{node!r} cannot name a node's principal: letters, digits, '.', '_' and '-', "
+                         "at most 63, starting with a letter or digit")
+    return NODE + node
 # Principals an earlier version had: `broker start` deletes their users and ACLs. `rank` wrote
 # worker telemetry from the training ranks themselves; their executor now publishes it for them.
 RETIRED = ("rank",)
 
 
-def bindings(prefix: str) -> list[AclBinding]:
-    """Every role's ACLs for the deployment under `prefix`, one binding per operation."""
+def bindings(prefix: str, nodes: tuple[str, ...] = ()) -> list[AclBinding]:
+    """Every role's ACLs for the deployment under `prefix`, one binding per operation, and those of the
+    node principals `nodes` (their user names, `node-NAME`)."""
+    every = [*GRANTS.items(), *((user, NODE_GRANTS) for user in nodes)]
     return [
-        AclBinding(grant.resource, prefix + grant.name, grant.pattern, f"User:{role}", "*",
+        AclBinding(grant.resource, prefix + grant.name, grant.pattern, f"User:{user}", "*",
                    operation, AclPermissionType.ALLOW)
-        for role, grants in GRANTS.items() for grant in grants for operation in grant.operations
+        for user, grants in every for grant in grants for operation in grant.operations
     ]
 
 

@@ -179,13 +179,17 @@ def _create(admin: AdminClient, new: list[NewTopic], timeout_s: float) -> dict[s
     return result
 
 
-def grant_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) -> int | None:
-    """Grant every role its ACLs (bus/acls.py) for the topics under `prefix`, in one request.
-    Returns how many bindings, or None when the broker has no authorizer (a plain broker)."""
+def grant_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0,
+                nodes: tuple[str, ...] | None = None) -> int | None:
+    """Grant every role its ACLs (bus/acls.py) for the topics under `prefix`, in one request, and every
+    node principal (`nodes`, by default the broker's `node_users`) its own. Returns how many bindings,
+    or None when the broker has no authorizer (a plain broker)."""
     from trainmedic.bus.acls import bindings
 
-    wanted = bindings(prefix)
     admin = _admin(settings)
+    if nodes is None:
+        nodes = node_users(settings, timeout_s)
+    wanted = bindings(prefix, nodes)
     for future in admin.create_acls(wanted, request_timeout=timeout_s).values():
         try:
             future.result()
@@ -197,6 +201,21 @@ def grant_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) -
                              code=code.name()) from None
     _until_in_force(admin, prefix, len(wanted), timeout_s)
     return len(wanted)
+
+
+def node_users(settings: KafkaSettings, timeout_s: float = 30.0) -> tuple[str, ...]:
+    """The node principals' SCRAM users on the broker (`node-NAME`); none on a plain broker."""
+    from trainmedic.bus.acls import NODE
+
+    admin = _admin(settings)  # kept alive until the future is done: a destroyed client fails it
+    try:
+        found = admin.describe_user_scram_credentials(request_timeout=timeout_s).result()
+    except KafkaException as err:
+        code = err.args[0]
+        if code.code() in (code.SECURITY_DISABLED, code.UNSUPPORTED_SASL_MECHANISM):
+            return ()
+        raise KafkaError(f"cannot list the SCRAM users: {code.str()}", code=code.name()) from None
+    return tuple(sorted(name for name in found if name.startswith(NODE)))
 
 
 def _until_in_force(admin: AdminClient, prefix: str, count: int, timeout_s: float) -> None:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from trainmedic.bus.telemetry_keys import MASTER_FILE
 from trainmedic.common.errors import ConfigError
 
 __all__ = ["CA_FILE", "clear", "read_role", "write_roles"]
@@ -52,11 +53,13 @@ def write_roles(folder: Path, configs: Mapping[str, Mapping[str, str]], ca_pem: 
 
 
 def clear(folder: Path, keep: set[str] = frozenset()) -> None:
-    """Remove the role files in `folder` (except `keep`'s) and its CA: a broker without them needs none."""
+    """Remove the role files in `folder` (except `keep`'s), its CA and the telemetry master key: a
+    broker without them needs none."""
     for path in folder.glob("*.json"):
         if path.stem not in keep:
             path.unlink()
     (folder / CA_FILE).unlink(missing_ok=True)
+    (folder / MASTER_FILE).unlink(missing_ok=True)
 
 
 def _replace(path: Path, data: bytes, mode: int) -> None:

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from trainmedic.bus import clients
 from trainmedic.bus.metrics import DEAD_LETTER_FAILURES
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.telemetry_keys import Signer
 from trainmedic.common.errors import DeliveryError, KafkaError
 from trainmedic.schemas import DeadLettered, encode
 
@@ -50,6 +51,10 @@ class EventProducer:
         }
         self._client: Producer | None = None
         self._failures: list[DeliveryError] = []
+        key = settings.telemetry_key
+        self._signer = None if key is None else Signer(key, settings.topic_prefix)
+        topics = settings.topics
+        self._telemetry = frozenset((topics.gpu, topics.node, topics.worker))
 
     @property
     def client(self) -> Producer:
@@ -69,6 +74,8 @@ class EventProducer:
             self._send_dead_letter(topic, value, key, block_s)
             return
         deadline = time.monotonic() + block_s
+        headers = (self._signer.headers(value, getattr(event, "node", None))
+                   if self._signer is not None and topic in self._telemetry and value is not None else None)
 
         def delivered(err: RdKafkaError | None, msg: Message) -> None:
             if err is not None:
@@ -81,7 +88,7 @@ class EventProducer:
 
         while True:
             try:
-                self.client.produce(topic, value, key, on_delivery=delivered)
+                self.client.produce(topic, value, key, on_delivery=delivered, headers=headers)
                 break
             except BufferError:
                 if time.monotonic() >= deadline:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from trainmedic.bus.addresses import all_loopback
 from trainmedic.bus.credentials import read_role
+from trainmedic.bus.telemetry_keys import MASTER_FILE, NODE_FILE, TelemetryKey, env_key
 from trainmedic.common.errors import ConfigError
 from trainmedic.schemas import DEFAULT_PREFIX, Topics
 
@@ -47,15 +48,36 @@ def credentials_dir(env: Mapping[str, str] = os.environ) -> Path:
     return home(env) / "credentials"
 
 
+def _telemetry_key(env: Mapping[str, str], role: str | None, *, from_folder: bool) -> TelemetryKey | None:
+    """The telemetry key of `role`: a node's parts (`agent`, `executor`) sign with their node's own key,
+    else (one machine holding every part) the master; the detector checks with the master, and the
+    admin (the broker's super user, on the broker's host) writes with it as any node. Read from
+    TRAINMEDIC_TELEMETRY_KEY_FILE, else (when the role's file is the credentials folder's) beside it."""
+    given = env.get("TRAINMEDIC_TELEMETRY_KEY_FILE")
+    if role not in ("agent", "executor", "detector", "admin") or not (from_folder or given):
+        return None
+    folder = credentials_dir(env)
+    if role == "detector":
+        key = env_key(env, folder, MASTER_FILE)
+        if key is not None and not key.master:
+            raise ConfigError(f"the detector checks telemetry with the master key, and node {key.node}'s own "
+                              "was given: give it the broker host's telemetry-master.key")
+        return key
+    return env_key(env, folder, NODE_FILE) or env_key(env, folder, MASTER_FILE)
+
+
 class KafkaSettings(BaseModel):
     """How to reach Kafka. librdkafka settings in `extra` pass through unchanged."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     bootstrap: str = Field(default=DEFAULT_BOOTSTRAP, min_length=1)
     topic_prefix: str = DEFAULT_PREFIX
     extra: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, SecretStr] = Field(default_factory=dict)
+    # Telemetry's MACs (bus/telemetry_keys.py): a node's own key or the master; None: no tags written
+    # (a producer) or checked (the detector).
+    telemetry_key: TelemetryKey | None = None
 
     @field_validator("bootstrap")
     @classmethod
@@ -95,6 +117,9 @@ class KafkaSettings(BaseModel):
             config = {str(k): str(v) for k, v in config.items()}
         else:
             config = read_role(credentials_dir(env), role) if role else None
+        key = _telemetry_key(env, role, from_folder=not raw)
+        if key is not None:
+            values["telemetry_key"] = key
         if config:
             if "bootstrap.servers" in config:
                 values["bootstrap"] = config.pop("bootstrap.servers")

@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_consumer(options: DetectorServiceConfig, settings, config, live_config) -> int:
+    from trainmedic.bus.telemetry_keys import verifier_of
     from trainmedic.streams.core import Detector
     from trainmedic.streams.engines.consumer import DetectorService, ServiceConfig, tune_gc
     from trainmedic.streams.engines.decide_stage import DeciderService
@@ -88,14 +89,18 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger().setLevel(options.loglevel.upper())
     start = options.start_at(time.time())
+    verifier = verifier_of(settings.telemetry_key, settings.topic_prefix,
+                           logging.getLogger("trainmedic.detector"))
     if options.stage == "ingest":
         pipeline = Pipeline(settings.topics, None, max_skew_s=live_config.max_skew_s,
-                            max_ahead_s=live_config.max_ahead_s)
+                            max_ahead_s=live_config.max_ahead_s, verifier=verifier)
         service = IngestService(settings, pipeline, IngestConfig(
             app_id=options.app_id, start=start, instance=options.instance,
             events_partitions=options.events_partitions))
     else:
-        pipeline = Pipeline(settings.topics, LiveDetector(Detector(config), live_config))
+        # The decide stage reads the ingest stage's batches, checked there.
+        pipeline = Pipeline(settings.topics, LiveDetector(Detector(config), live_config),
+                            verifier=verifier if options.stage == "all" else None)
         service_config = ServiceConfig(app_id=options.app_id, start=start)
         service = (DetectorService(settings, pipeline, service_config) if options.stage == "all" else
                    DeciderService(settings, pipeline, service_config,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import weakref
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 from trainmedic.schemas.incident import Severity
 from trainmedic.streams.core.taxonomy import CATEGORIES
@@ -12,6 +15,9 @@ _DELAY_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 DETECTOR_EVENTS = Counter("trainmedic_detector_events", "Telemetry events the detector decided on")
 INCIDENTS = Counter("trainmedic_incidents", "Incident events published (opened, resolved)",
                     ["category", "severity", "status"])
+UNVERIFIED = Counter("trainmedic_detector_unverified",
+                     "Telemetry records refused because they do not carry the MAC of the node they name "
+                     "(bus/telemetry_keys.py): written without a node key, or with another node's")
 CLOCK_SKEWED = Counter("trainmedic_detector_clock_skewed",
                        "Events whose ts was out of bounds (streams/event_time.py): ahead of their message's "
                        "broker timestamp or the detector's clock by more than max_ahead_s (dead-lettered, "
@@ -38,3 +44,35 @@ def observe_incident(incident) -> None:
     INCIDENTS.labels(incident.category, str(incident.severity), str(incident.status)).inc()
     if incident.status == "open":
         DETECTION_DELAY.labels(str(incident.severity)).observe(max(0.0, incident.ts - incident.first_ts))
+
+
+class CoreLimits:
+    """What the core's limits held back (streams/core/limits.py), read from the live detectors watched
+    when Prometheus scrapes: observed from outside, nothing counted in the hot path. A detector made
+    anew (restored from a checkpoint) counts from 0 again, as a restarted process does."""
+
+    def __init__(self) -> None:
+        self._watched: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # LiveDetector: unhashable
+
+    def watch(self, live) -> None:
+        """Count what `live.detector` (whichever detector it holds then) holds back."""
+        self._watched[id(live)] = live
+
+    def collect(self):
+        suppressed = CounterMetricFamily(
+            "trainmedic_detector_incidents_suppressed", "Incidents from job reports a storm held back: "
+            "never emitted (limits.node_incidents, limits.job_incidents per limits.window_s), by the scope "
+            "whose limit held them (one held by its node and its job counts for both)", labels=["scope"])
+        refused = CounterMetricFamily(
+            "trainmedic_detector_job_reports_refused", "Worker reports not followed: their node follows "
+            "limits.node_jobs jobs already")
+        counts = [live.detector.limited for live in list(self._watched.values())]
+        for scope in ("node", "job"):
+            suppressed.add_metric([scope], sum(c.suppressed[scope] for c in counts))
+        refused.add_metric([], sum(c.refused for c in counts))
+        yield suppressed
+        yield refused
+
+
+CORE_LIMITS = CoreLimits()
+REGISTRY.register(CORE_LIMITS)

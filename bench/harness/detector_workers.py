@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.telemetry_keys import Verifier
 from trainmedic.streams.core import Detector
 from trainmedic.streams.engines.faust_app import FaustTuning
 from trainmedic.streams.live import LiveDetector
@@ -46,16 +47,19 @@ def loop_name() -> str:
     return type(asyncio.get_running_loop()).__module__
 
 
-def serve_detector(app_id: str, service_type: type, assigned: Callable[[Any], int]) -> None:
+def serve_detector(app_id: str, service_type: type, assigned: Callable[[Any], int],
+                   macs: bool = False) -> None:
     """A detector service of `service_type` (the consumer engine, or a sharded detector's decider)
     on a fresh pipeline until signalled, reporting twice a second; `assigned(service)` counts the
-    partitions it reads."""
+    partitions it reads. `macs`: each record's MAC checked, as `trainmedic detector` does with the
+    telemetry master key (bus/telemetry_keys.py)."""
     from trainmedic.common.signals import stop_on_signals
     from trainmedic.streams.engines.consumer import ServiceConfig
     from trainmedic.streams.pipeline import Pipeline
 
     settings = KafkaSettings.from_env(role="admin")
-    pipeline = Pipeline(settings.topics, LiveDetector(Detector()))
+    verifier = Verifier(settings.telemetry_key.key, settings.topic_prefix) if macs else None
+    pipeline = Pipeline(settings.topics, LiveDetector(Detector()), verifier=verifier)
     service = service_type(settings, pipeline, ServiceConfig(app_id=app_id, start="earliest"))
     stop = threading.Event()
 
@@ -69,19 +73,21 @@ def serve_detector(app_id: str, service_type: type, assigned: Callable[[Any], in
         service.run(stop.is_set)
 
 
-def run_consumer_worker(app_id: str) -> None:
-    """The consumer engine as `trainmedic detector` runs it, from the earliest offsets."""
+def run_consumer_worker(app_id: str, macs: bool = False) -> None:
+    """The consumer engine as `trainmedic detector` runs it, from the earliest offsets (`macs`: with
+    the telemetry's MACs checked)."""
     import logging
 
     from trainmedic.streams.engines.consumer import DetectorService, tune_gc
 
     tune_gc()
     logging.basicConfig(level=logging.WARNING)
-    serve_detector(app_id, DetectorService, lambda service: len(service.offsets))
+    serve_detector(app_id, DetectorService, lambda service: len(service.offsets), macs)
 
 
-def run_sharded_worker(app_id: str, instances: int) -> None:
-    """A sharded detector: `instances` ingest processes (`--worker ingest`) and the decider, here."""
+def run_sharded_worker(app_id: str, instances: int, macs: bool = False) -> None:
+    """A sharded detector: `instances` ingest processes (`--worker ingest`, `ingest-macs` with `macs`:
+    each checks the records' MACs, as `trainmedic detector --stage ingest` does) and the decider, here."""
     import logging
 
     from trainmedic.streams.engines.consumer import tune_gc
@@ -89,7 +95,7 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
 
     tune_gc()
     logging.basicConfig(level=logging.WARNING)
-    ingest = start_ingest(app_id, instances)
+    ingest = start_ingest(app_id, instances, "ingest-macs" if macs else "ingest")
     given = [Path(os.environ["TRAINMEDIC_HOME"]) / f"{app_id}-i{n}.assigned" for n in range(instances)]
     deadline = time.monotonic() + (120 if os.environ.get("BENCH_SETTLE") else 0)
     while not all(f.exists() for f in given) and time.monotonic() < deadline:
@@ -100,9 +106,9 @@ def run_sharded_worker(app_id: str, instances: int) -> None:
         stop_all(ingest)
 
 
-def start_ingest(app_id: str, instances: int) -> list[subprocess.Popen]:
+def start_ingest(app_id: str, instances: int, mode: str = "ingest") -> list[subprocess.Popen]:
     """`instances` ingest processes of a sharded detector (`--worker ingest`), named i0, i1, …"""
-    return [subprocess.Popen([*WORKER_COMMAND, "ingest", app_id],
+    return [subprocess.Popen([*WORKER_COMMAND, mode, app_id],
                              env={**os.environ, "BENCH_INSTANCE": f"i{n}"}) for n in range(instances)]
 
 
@@ -136,8 +142,9 @@ def run_ingest_stage(app_id: str, instances: int) -> None:
         stop_all(ingest)
 
 
-def run_ingest_worker(app_id: str) -> None:
-    """One ingest instance of a sharded detector (its name from BENCH_INSTANCE)."""
+def run_ingest_worker(app_id: str, macs: bool = False) -> None:
+    """One ingest instance of a sharded detector (its name from BENCH_INSTANCE); `macs`: checking the
+    records' MACs."""
     import logging
 
     from trainmedic.common.signals import stop_on_signals
@@ -155,8 +162,9 @@ def run_ingest_worker(app_id: str) -> None:
             if self._next:
                 flag.touch()
 
-    service = Reporting(settings, Pipeline(settings.topics, None, max_skew_s=300.0), IngestConfig(
-        app_id=app_id, start="earliest", instance=instance))
+    verifier = Verifier(settings.telemetry_key.key, settings.topic_prefix) if macs else None
+    pipeline = Pipeline(settings.topics, None, max_skew_s=300.0, verifier=verifier)
+    service = Reporting(settings, pipeline, IngestConfig(app_id=app_id, start="earliest", instance=instance))
     stop = threading.Event()
     with stop_on_signals(stop):
         service.run(stop.is_set)
@@ -210,9 +218,11 @@ def run_noop_worker(app_id: str, tuning: FaustTuning) -> None:
 
 
 WORKERS = {
-    "consumer": run_consumer_worker, "ingest": run_ingest_worker,
+    "consumer": run_consumer_worker, "consumer-macs": partial(run_consumer_worker, macs=True),
+    "ingest": run_ingest_worker, "ingest-macs": partial(run_ingest_worker, macs=True),
     "sharded-1": partial(run_sharded_worker, instances=1),
     "sharded-2": partial(run_sharded_worker, instances=2),
+    "sharded-1-macs": partial(run_sharded_worker, instances=1, macs=True),
     "ingest-1": partial(run_ingest_stage, instances=1), "ingest-2": partial(run_ingest_stage, instances=2),
     "faust": partial(run_faust_worker, tuning=TUNED), "faust-plain": partial(run_faust_worker, tuning=PLAIN),
     "noop": partial(run_noop_worker, tuning=TUNED), "noop-plain": partial(run_noop_worker, tuning=PLAIN),

@@ -7,11 +7,13 @@ produce.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from confluent_kafka import Producer
 
 from trainmedic.bus.admin import create_topics, remove_prefix
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.telemetry_keys import Signer
 from trainmedic.schemas.topics import BY_SUFFIX
 
 GPUS, JOBS = 8, 4
@@ -26,21 +28,22 @@ STEP = ('{"type":"worker_step","v":1,"ts":%.3f,"node":"%s","job":"%s","rank":%d,
         '"generation":0,"pid":%d,"step":%d,"step_time":%.3f}')
 
 
-def cluster_second(topics, nodes: int, t: int, base: float) -> list[tuple[str, str, bytes]]:
-    """One second of telemetry of `nodes` nodes (a multiple of 4), as (topic, key, value), ts order."""
+def cluster_second(topics, nodes: int, t: int, base: float) -> list[tuple[str, str, bytes, str]]:
+    """One second of telemetry of `nodes` nodes (a multiple of 4), as (topic, key, value, node), in ts
+    order."""
     per_job = nodes // JOBS
     out = []
     for n in range(nodes):
         ts, node = base + t + n / nodes, f"node-{n:05d}"
-        out.append((topics.node, node, (BEAT % (ts, node)).encode()))
+        out.append((topics.node, node, (BEAT % (ts, node)).encode(), node))
         for g in range(GPUS):
-            out.append((topics.gpu, node, (GPU % (ts, node, g, node, g, 60.0 + g)).encode()))
+            out.append((topics.gpu, node, (GPU % (ts, node, g, node, g, 60.0 + g)).encode(), node))
         job, first = divmod(n, per_job)
         for g in range(GPUS):
             rank = first * GPUS + g
             out.append((topics.worker, f"job-{job}", (STEP % (
                 ts, node, f"job-{job}", rank, per_job * GPUS, 1000 + rank, t, 0.98 + 0.01 * (rank % 5),
-            )).encode()))
+            )).encode(), node))
     return out
 
 
@@ -59,6 +62,16 @@ def producer(settings: KafkaSettings) -> Producer:
     }))
 
 
+def tagger(settings: KafkaSettings) -> Callable[[str, bytes, str], list | None]:
+    """(topic, value, node) -> the record's headers: its node's MAC, as a node's producer writes it
+    (bus/telemetry_keys.py), when the settings hold the telemetry master key (a secure local broker's
+    admin), else none."""
+    if settings.telemetry_key is None:
+        return lambda topic, node, value: None
+    signer = Signer(settings.telemetry_key, settings.topic_prefix)
+    return lambda topic, value, node: signer.headers(value, node)
+
+
 def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
     """The last `seconds` of the cluster's telemetry, ending now, produced as fast as the broker
     takes it.
@@ -66,12 +79,12 @@ def prefill(settings: KafkaSettings, nodes: int, seconds: int) -> int:
     Event time ends now: an event ahead of its message's broker timestamp or of the detector's
     clock (or more than max_skew_s behind it) is dead-lettered and logged (`Pipeline`), which is
     not what a drain measures."""
-    out, count, base = producer(settings), 0, time.time() - seconds
+    out, count, base, tags = producer(settings), 0, time.time() - seconds, tagger(settings)
     for t in range(seconds):
-        for topic, key, value in cluster_second(settings.topics, nodes, t, base):
+        for topic, key, value, node in cluster_second(settings.topics, nodes, t, base):
             while True:
                 try:
-                    out.produce(topic, value, key)
+                    out.produce(topic, value, key, headers=tags(topic, value, node))
                     break
                 except BufferError:
                     out.poll(0.05)

@@ -16,6 +16,7 @@ import faust
 
 from trainmedic.bus.message import RawMessage
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.telemetry_keys import verifier_of
 from trainmedic.common.errors import ConfigError
 from trainmedic.streams.checkpoints.contents import Offsets
 from trainmedic.streams.checkpoints.faust_engine import FaustCheckpoints
@@ -89,7 +90,7 @@ def build_app(
         topics.gpu, topics.node, topics.worker, value_serializer="raw", key_serializer="raw",
     )
     live = LiveDetector(Detector(config), live_config or LiveConfig())
-    pipeline = Pipeline(topics, live)
+    pipeline = Pipeline(topics, live, verifier=verifier_of(settings.telemetry_key, topics.prefix, log))
     offsets: Offsets = {}
     # The agent and the timer take turns: a checkpoint sees no message half handled.
     turn = asyncio.Lock()
@@ -119,7 +120,7 @@ def build_app(
             async with turn:
                 outs = pipeline.on_message(RawMessage(
                     msg.topic, msg.partition, msg.offset, int(msg.timestamp * 1000), msg.key, msg.value,
-                ), time.time())
+                ), time.time(), msg.headers)
                 offsets[(msg.topic, msg.partition)] = msg.offset + 1
                 await send(outs)
 

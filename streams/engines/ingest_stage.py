@@ -160,7 +160,7 @@ class IngestService:
                         log.warning("%s[%d]: offsets %d to %d are gone (retention?): going on from %d",
                                     *where, expected, msg.offset() - 1, msg.offset())
                     del self._restart[where]
-                event, message, dead = check(RawMessage.of(msg), wall)
+                event, message, dead = check(RawMessage.of(msg), wall, msg.headers())
                 if dead:
                     self._dead[where] += dead
                 if event is not None:

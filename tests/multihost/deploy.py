@@ -26,9 +26,10 @@ from trainmedic.bus.settings import KafkaSettings
 
 BROKER_PORT = 9092
 OPERATOR = "operator"  # the machine: the bed's gateway address
-# Which role files of the broker's credentials folder each kind of host gets (docs/deployment.md).
-ROLE_FILES = {"control": ("detector", "coordinator"), "standby": ("coordinator",),
-              "node": ("executor", "agent"), OPERATOR: ("operator",)}
+# Which files of the broker's credentials folder each host gets (docs/deployment.md): role files, and
+# the telemetry master key where the detector runs. A node gets a folder of its own (`broker add-node`).
+CREDENTIALS = {"control": ("detector.json", "coordinator.json", "telemetry-master.key"),
+               "standby": ("coordinator.json",), OPERATOR: ("operator.json",)}
 CONTROL = ("control", "standby")  # the detector and a coordinator; a second coordinator (HA)
 CLI = [sys.executable, "-m", "trainmedic.cli"]
 
@@ -75,12 +76,13 @@ class Site:
         self.home(OPERATOR).mkdir(parents=True)
         self.start_brokers()
         made = self.home(self.brokers[0]) / "credentials"
-        for host in (*CONTROL, *self.nodes, OPERATOR):
+        for host in (*CONTROL, OPERATOR):
             to = self.home(host) / "credentials"
             to.mkdir(mode=0o700)
-            for role in ROLE_FILES["node" if host in self.nodes else host]:
-                shutil.copy2(made / f"{role}.json", to)
-            shutil.copy2(made / "ca.pem", to)
+            for name in (*CREDENTIALS[host], "ca.pem"):
+                shutil.copy2(made / name, to)
+        for node in self.nodes:
+            self.add_node(node)
         for host in CONTROL:
             self.cli(host, "keys", "generate")
         coordinators = [pub for host in CONTROL for pub in public_keys(self.home(host))]
@@ -91,8 +93,9 @@ class Site:
             self.trust(node, "--node", node)
         for host in (*CONTROL, *self.nodes):  # a coordinator checks the commands the other one sent
             for pub in coordinators:
-                if not (self.home(host) / "keys" / pub.name).exists():
-                    shutil.copy2(pub, self.home(host) / "keys")
+                if not (self.home(host) / "keys" / pub.name).exists():  # trusted with its role, never bare
+                    shutil.copy2(pub, self.bed.root / pub.name)
+                    self.cli(host, "keys", "trust", str(self.bed.root / pub.name), "--role", "coordinator")
 
     def start_brokers(self) -> None:
         """One broker, or a cluster: `broker init` on the first member, its shared folder copied to
@@ -117,6 +120,14 @@ class Site:
                 raise RuntimeError(f"broker start on {host}: exit {proc.returncode}\n"
                                    f"{self.bed.log(f'broker-start-{host}')[-3000:]}")
         self.bootstrap = self.bed.log(f"broker-start-{first}").strip().splitlines()[-1]
+
+    def add_node(self, node: str) -> None:
+        """`broker add-node` on the broker's host, and the folder it makes copied to the node's
+        credentials folder (its role files, the CA, its telemetry key; nothing else)."""
+        made = Path(self.cli(self.brokers[0], "broker", "add-node", node).strip().splitlines()[-1])
+        to = self.home(node) / "credentials"
+        shutil.rmtree(to, ignore_errors=True)
+        shutil.copytree(made, to)
 
     def restart_broker(self, host: str) -> None:
         """A cluster member's broker started again (after `bed.kill`)."""

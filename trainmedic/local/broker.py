@@ -20,7 +20,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from trainmedic.bus import credentials
+from trainmedic.bus import credentials, telemetry_keys
 from trainmedic.bus.acls import ADMIN, GRANTS, RETIRED
 from trainmedic.bus.admin import grant_roles, retire_users, set_scram_users, wait_for_broker
 from trainmedic.bus.settings import KafkaSettings
@@ -290,6 +290,8 @@ class LocalBroker:
             role: broker_auth.role_config(role, passwords[role], bootstrap=self.bootstrap,
                                           ca=credentials.CA_FILE if ca else None)
             for role in (*GRANTS, ADMIN)}, ca.read_bytes() if ca else None)
+        master = broker_auth.telemetry_master(passwords)
+        telemetry_keys.write_key(self.credentials / telemetry_keys.MASTER_FILE, master)
 
     @property
     def bootstrap(self) -> str:
@@ -306,17 +308,17 @@ class LocalBroker:
                 return
         except (FileNotFoundError, ValueError):
             pass
-        with self._admin_tool(admin_password) as tool:
+        with self.admin_tool(admin_password) as tool:
             broker_limits.set_quotas(tool, self.quotas)
         broker_auth.write_private(self.quotas_file, json.dumps(wanted, indent=2))
 
     def described_quotas(self, admin_password: str | None) -> dict[str | None, dict[str, float]]:
         """The users' quotas as the running broker has them (None: the default user's)."""
-        with self._admin_tool(admin_password) as tool:
+        with self.admin_tool(admin_password) as tool:
             return broker_limits.described_quotas(tool)
 
     @contextmanager
-    def _admin_tool(self, admin_password: str | None) -> Iterator[broker_limits.ConfigTool]:
+    def admin_tool(self, admin_password: str | None) -> Iterator[broker_limits.ConfigTool]:
         """Kafka's ConfigCommand as the admin, its settings in a private file while it runs."""
         client = self.dir / "admin-client.properties"
         broker_auth.write_private(client, broker_auth.client_properties(admin_password, self.ca))

@@ -4,16 +4,19 @@ passwords in broker/secrets.json (docs/security.md, "Broker authentication and A
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
 from pathlib import Path
 
 from trainmedic.bus.acls import ADMIN, ROLES
+from trainmedic.bus.telemetry_keys import TelemetryKey
 from trainmedic.local.broker_listen import Listener
 
 MECHANISM = "SCRAM-SHA-512"
 CONTROLLER = "controller"  # the controller listener's PLAIN password's key in secrets.json
+TELEMETRY = "telemetry"  # the secret the telemetry master key is made from (bus/telemetry_keys.py)
 
 
 def read_secrets(path: Path) -> dict[str, str] | None:
@@ -26,7 +29,13 @@ def read_secrets(path: Path) -> dict[str, str] | None:
 
 def complete(found: dict[str, str]) -> dict[str, str]:
     """`found` with a new random password for every role (and the controller listener) it lacks."""
-    return {name: found.get(name) or secrets.token_urlsafe(24) for name in (*ROLES, CONTROLLER)}
+    return {name: found.get(name) or secrets.token_urlsafe(24) for name in (*ROLES, CONTROLLER, TELEMETRY)}
+
+
+def telemetry_master(passwords: dict[str, str]) -> TelemetryKey:
+    """The deployment's telemetry master key, made from its secret in secrets.json (a cluster's
+    members share that file, and so the key)."""
+    return TelemetryKey(hashlib.sha256(passwords[TELEMETRY].encode()).digest(), None)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -35,9 +35,16 @@ CLUSTER_STEPS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = CLUSTER_STEPS
-    parser.add_argument("action", choices=["start", "stop", "status", "fetch", "init"],
+    parser.add_argument("action", choices=["start", "stop", "status", "fetch", "init", "add-node",
+                                           "remove-node"],
                         help="fetch: only copy the pinned Kafka jars from Maven (start does it when "
-                             "missing); init: make a cluster's shared folder (--members)")
+                             "missing); init: make a cluster's shared folder (--members); add-node NODE: "
+                             "the node's own principal and the folder its `trainmedic node` runs with; "
+                             "remove-node NODE: its principal and ACLs deleted (its writes refused)")
+    parser.add_argument("node", nargs="?", default=None, help="add-node, remove-node: the node's name")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="add-node: write the node's folder here (default "
+                             "TRAINMEDIC_HOME/broker/nodes/NODE)")
     parser.add_argument(
         "--members", metavar="ID@HOST:PORT,...", default=None,
         help="init: the cluster's members (3 or more), each a node id and the address clients reach it at "
@@ -139,11 +146,34 @@ def init(folder: Path, members: str | None) -> int:
     return 0
 
 
+def nodes(args: argparse.Namespace) -> int:
+    """add-node / remove-node on the running broker."""
+    from trainmedic.local import broker_nodes
+
+    if not args.node:
+        raise ConfigError(f"{args.action} needs the node's name: trainmedic broker {args.action} NODE")
+    broker = broker_nodes.running(home(), credentials_dir())
+    if args.action == "remove-node":
+        known = broker_nodes.remove(broker, args.node)
+        print(f"node {args.node}: principal {broker_nodes.principal(args.node)} and its ACLs deleted"
+              + ("" if known else " (it was not added here)"), file=sys.stderr)
+        return 0
+    prefix = KafkaSettings.from_env().topic_prefix
+    folder = broker_nodes.add(broker, args.node, (prefix,), args.out)
+    print(f"node {args.node}: principal {broker_nodes.principal(args.node)} with its ACLs for {prefix!r}; "
+          f"copy {folder} (scp -rp: the files stay 0600) to the node's TRAINMEDIC_HOME/credentials",
+          file=sys.stderr)
+    print(folder)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     folder = home() / "broker" / "cluster"
     try:
         if args.action == "init":
             return init(folder, args.members)
+        if args.action in ("add-node", "remove-node"):
+            return nodes(args)
         port = args.port if args.port is not None else broker_port()
         start = args.action == "start"
         member = member_of(args, folder)

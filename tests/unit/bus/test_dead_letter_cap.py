@@ -134,7 +134,7 @@ class FakeClient:
         self.callbacks: list = []
         self.polling = False
 
-    def produce(self, topic, value, key, on_delivery) -> None:
+    def produce(self, topic, value, key, on_delivery, headers=None) -> None:
         self.tried.append(value)
         refused = len(self.tried) <= self.refusals
         if refused and self.at_produce:

@@ -113,7 +113,8 @@ def test_the_secure_broker_authenticates_every_listener_and_authorizes(tmp_path:
 
 def test_passwords_are_made_once_per_role() -> None:
     first = complete({})
-    assert set(first) == {*GRANTS, "admin", "controller"} and len(set(first.values())) == len(first)
+    assert set(first) == {*GRANTS, "admin", "controller", "telemetry"}
+    assert len(set(first.values())) == len(first)
     assert complete(first) == first
     assert complete({"agent": "kept"})["agent"] == "kept"
     assert "rank" not in complete({"rank": "retired"})  # a retired role's password is not kept
