@@ -113,8 +113,9 @@ def bindings(prefix: str, nodes: tuple[str, ...] = ()) -> list[AclBinding]:
     ]
 
 
-def filters(prefix: str) -> list[AclBindingFilter]:
-    """Filters matching exactly the bindings of `prefix` (to revoke them)."""
-    seen = {(b.restype, b.name, b.resource_pattern_type, b.principal) for b in bindings(prefix)}
+def filters(prefix: str, nodes: tuple[str, ...] = ()) -> list[AclBindingFilter]:
+    """Filters matching exactly the bindings of `prefix`, those of the node principals `nodes` too (to
+    revoke them)."""
+    seen = {(b.restype, b.name, b.resource_pattern_type, b.principal) for b in bindings(prefix, nodes)}
     return [AclBindingFilter(restype, name, pattern, principal, "*", AclOperation.ANY, AclPermissionType.ANY)
             for restype, name, pattern, principal in sorted(seen, key=str)]

@@ -235,11 +235,12 @@ def _until_in_force(admin: AdminClient, prefix: str, count: int, timeout_s: floa
 
 
 def revoke_roles(settings: KafkaSettings, prefix: str, timeout_s: float = 30.0) -> None:
-    """Remove the ACLs `grant_roles` gave for `prefix` (none on a plain broker)."""
+    """Remove the ACLs `grant_roles` gave for `prefix`, the node principals' too (none on a plain broker)."""
     from trainmedic.bus.acls import filters
 
     admin = _admin(settings)
-    for future in admin.delete_acls(filters(prefix), request_timeout=timeout_s).values():
+    for future in admin.delete_acls(filters(prefix, node_users(settings, timeout_s)),
+                                    request_timeout=timeout_s).values():
         try:
             future.result()
         except KafkaException as err:
@@ -276,8 +277,8 @@ def set_scram_users(settings: KafkaSettings, passwords: dict[str, str], timeout_
 
 
 def retire_users(settings: KafkaSettings, names: tuple[str, ...], timeout_s: float = 30.0) -> None:
-    """Principals that no longer exist (`acls.RETIRED`): their SCRAM credentials deleted and every
-    ACL naming them revoked, on any prefix; one that was never there is no error."""
+    """Principals that no longer exist (`acls.RETIRED`, a removed node): every ACL naming them revoked,
+    on any prefix, then their SCRAM credentials deleted; one that was never there is no error."""
     from confluent_kafka.admin import (
         AclBindingFilter,
         AclOperation,
@@ -289,14 +290,8 @@ def retire_users(settings: KafkaSettings, names: tuple[str, ...], timeout_s: flo
     )
 
     admin = _admin(settings)
-    gone = [UserScramCredentialDeletion(name, ScramMechanism.SCRAM_SHA_512) for name in names]
-    for name, future in admin.alter_user_scram_credentials(gone, request_timeout=timeout_s).items():
-        try:
-            future.result()
-        except KafkaException as err:
-            if err.args[0].name() != "RESOURCE_NOT_FOUND":
-                raise KafkaError(f"cannot delete the SCRAM credential of {name}: {err.args[0].str()}",
-                                 code=err.args[0].name()) from None
+    # The ACLs first: a client still connected as the user is refused at its next request, and an
+    # ACL removal that fails leaves the user able to log in, never ACLs of a user gone.
     acls = [AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, f"User:{name}", None,
                              AclOperation.ANY, AclPermissionType.ANY) for name in names]
     for future in admin.delete_acls(acls, request_timeout=timeout_s).values():
@@ -305,3 +300,11 @@ def retire_users(settings: KafkaSettings, names: tuple[str, ...], timeout_s: flo
         except KafkaException as err:
             raise KafkaError(f"cannot revoke the ACLs of {', '.join(names)}: {err.args[0].str()}",
                              code=err.args[0].name()) from None
+    gone = [UserScramCredentialDeletion(name, ScramMechanism.SCRAM_SHA_512) for name in names]
+    for name, future in admin.alter_user_scram_credentials(gone, request_timeout=timeout_s).items():
+        try:
+            future.result()
+        except KafkaException as err:
+            if err.args[0].name() != "RESOURCE_NOT_FOUND":
+                raise KafkaError(f"cannot delete the SCRAM credential of {name}: {err.args[0].str()}",
+                                 code=err.args[0].name()) from None

@@ -35,8 +35,7 @@ def node_key(master: bytes, node: str) -> bytes:
 
 def deployment_key(key: bytes, prefix: str) -> bytes:
     """A node's key for the deployment under `prefix` (its topic prefix): a record copied to another
-    deployment's topics does not verify. (Within one, each telemetry topic's contract takes its own
-    kinds only.)"""
+    deployment's topics does not verify there (the node, holding its own key, can tag for any)."""
     return hashlib.blake2b(prefix.encode(), key=key, digest_size=32).digest()
 
 
@@ -120,26 +119,29 @@ class Signer:
 
 class Verifier:
     """Checks that a telemetry record of the deployment `prefix` was written by the node it names: its
-    `tm-mac` is that node's. On the detector's hot path (`Pipeline.on_fetch` inlines `ok`: `keys`,
-    then `key` for a node not seen yet)."""
+    `tm-mac` is that node's. On the detector's hot path `Pipeline.on_fetch` checks a record of a node
+    whose key is in `keys` itself, and leaves any other to `ok`."""
 
     def __init__(self, master: bytes, prefix: str) -> None:
         self._master = master
         self._prefix = prefix
         self.keys: dict[str, bytes] = {}  # node -> its key for this deployment
 
-    def key(self, node: str) -> bytes:
-        found = self.keys.get(node)
-        if found is None:
-            if len(self.keys) >= MAX_CACHED:  # names are the writer's: a forger's many cost no memory
-                self.keys.clear()
-            found = self.keys[node] = deployment_key(node_key(self._master, node), self._prefix)
-        return found
-
     def ok(self, value: bytes, node: str, headers: Sequence[tuple[str, bytes]] | None) -> bool:
-        """Whether the record carries node `node`'s tag (`headers` as pairs: confluent-kafka, aiokafka)."""
-        expected = tag(self.key(node), value)
-        return any(name == HEADER and hmac.compare_digest(data, expected) for name, data in headers or ())
+        """Whether the record carries node `node`'s tag (`headers` as pairs: confluent-kafka, aiokafka;
+        a value that is not bytes, a null header, is no tag). A node's key is kept once a record of its
+        verified, so names a forger makes up never push out the real nodes' keys."""
+        known = self.keys.get(node)
+        key = known or deployment_key(node_key(self._master, node), self._prefix)
+        expected = tag(key, value)
+        if not any(name == HEADER and isinstance(data, bytes) and hmac.compare_digest(data, expected)
+                   for name, data in headers or ()):
+            return False
+        if known is None:
+            if len(self.keys) >= MAX_CACHED:
+                self.keys.clear()
+            self.keys[node] = key
+        return True
 
     def refused(self, value: bytes, node: str,
                 headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None) -> str | None:

@@ -97,7 +97,7 @@ class Pipeline:
         `ClockBound.within`, inlined) is taken here; any other goes through `check`, which gives the
         reason. (`RawMessage.of`, then `check`, per message cost about 0.4 µs an event more:
         docs/streams.md, "A leaner hot path".) With a verifier, the record's MAC (`Verifier.ok`,
-        inlined: its first header, its node's key) is checked here too."""
+        inlined: its first header, its node's key once known) is checked here too."""
         out: list[Output] = []
         runs: list = []
         run: list = []
@@ -127,10 +127,10 @@ class Pipeline:
                 except Exception:  # check gives the reason
                     pass
             if verifier is not None and event is not None:
-                tags = msg.headers()
-                mac = blake2b(value, key=keys.get(event.node) or verifier.key(event.node), digest_size=16)
-                if not (tags and tags[0][0] == TAG and compare_digest(tags[0][1], mac.digest())):
-                    event = None  # check gives the reason
+                tags, known = msg.headers(), keys.get(event.node)
+                if not (known is not None and tags and tags[0][0] == TAG and type(tags[0][1]) is bytes
+                        and compare_digest(tags[0][1], blake2b(value, key=known, digest_size=16).digest())):
+                    event = None  # check verifies it (a node's first record) or gives the reason
             if (event is None or event.ts > latest
                     or (stamp > 0 and not behind <= event.ts - stamp / 1000 <= ahead)):
                 event, message, dead = check(message, wall, msg.headers())

@@ -53,7 +53,7 @@ def test_start_status_round_trip_stop(tmp_path: Path) -> None:
         assert stat.S_IMODE(credentials.stat().st_mode) == 0o700
         assert sorted(p.name for p in credentials.iterdir()) == [
             f"{role}.json" for role in sorted(("admin", "agent", "coordinator", "detector", "executor",
-                                               "operator", "ops"))]
+                                               "operator", "ops"))] + ["telemetry-master.key"]
         assert {stat.S_IMODE(p.stat().st_mode) for p in credentials.iterdir()} == {0o600}
         assert json.loads((credentials / "agent.json").read_text())["sasl.username"] == "agent"
         found = {"TRAINMEDIC_CREDENTIALS_DIR": str(credentials)}

@@ -168,12 +168,19 @@ def nodes(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action in ("add-node", "remove-node"):
+        try:
+            return nodes(args)
+        except ConfigError as err:
+            print(f"trainmedic broker {args.action}: {err}", file=sys.stderr)
+            return 2
+        except TrainmedicError as err:  # no broker here, or Kafka's own errors
+            print(f"trainmedic broker {args.action}: {err}", file=sys.stderr)
+            return 1
     folder = home() / "broker" / "cluster"
     try:
         if args.action == "init":
             return init(folder, args.members)
-        if args.action in ("add-node", "remove-node"):
-            return nodes(args)
         port = args.port if args.port is not None else broker_port()
         start = args.action == "start"
         member = member_of(args, folder)

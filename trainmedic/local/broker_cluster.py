@@ -13,12 +13,14 @@ as it is to HOME/broker/cluster/ on every member (folder 0700):
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainmedic.bus.acls import ADMIN
 from trainmedic.bus.addresses import host_port, is_loopback, is_wildcard, split_host_port
 from trainmedic.common.errors import BrokerError, ConfigError
 from trainmedic.local import broker_auth, broker_tls
@@ -140,6 +142,10 @@ class Member:
     def secrets(self) -> dict[str, str]:
         """The passwords every member shares; ConfigError when the folder lacks one."""
         found = broker_auth.read_secrets(self.folder / "secrets.json") or {}
+        if not found.get(broker_auth.TELEMETRY) and found.get(ADMIN):
+            # made before telemetry keys: each member derives the same secret, no folder copied again
+            found = {**found, broker_auth.TELEMETRY: hashlib.sha256(
+                b"trainmedic telemetry\0" + found[ADMIN].encode()).hexdigest()}
         missing = sorted(set(broker_auth.complete({})) - {k for k, v in found.items() if v})
         if missing:
             raise ConfigError(f"{self.folder / 'secrets.json'} lacks {', '.join(missing)}: copy the cluster "

@@ -56,6 +56,10 @@ def add(broker: LocalBroker, node: str, prefixes: tuple[str, ...], out: Path | N
     broker/nodes/NODE/): the role files of its agent and executor, the CA of a TLS broker and its
     telemetry key. Again for a node already added: the same password, the folder written anew."""
     user = principal(node)
+    folder = out or broker.dir / "nodes" / node
+    if folder.resolve() == broker.credentials.resolve():
+        raise ConfigError(f"--out {folder} is the broker host's own credentials folder: the node's folder "
+                          "would replace its role files and the telemetry master key; give another")
     passwords = _node_passwords(broker)
     password = passwords.get(node) or secrets.token_urlsafe(24)
     if passwords.get(node) != password:
@@ -67,7 +71,6 @@ def add(broker: LocalBroker, node: str, prefixes: tuple[str, ...], out: Path | N
         grant_roles(admin, prefix, nodes=(user,))
     with broker.admin_tool(admin.secrets["sasl.password"].get_secret_value()) as tool:
         broker_limits.set_quotas(tool, {user: TELEMETRY})
-    folder = out or broker.dir / "nodes" / node
     ca = broker.ca
     config = broker_auth.role_config(user, password, bootstrap=broker.bootstrap,
                                      ca=credentials.CA_FILE if ca else None)

@@ -20,7 +20,8 @@ BASE_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "MKL_", "GLOO_", "T
 # Never passed, whatever a policy lists: trainmedic's own keys and Kafka credentials (the retired
 # rank principal's among them).
 NEVER = frozenset({"TRAINMEDIC_CLUSTER_KEY", "TRAINMEDIC_CLUSTER_KEY_FILE", "TRAINMEDIC_KAFKA_CONFIG",
-                   "TRAINMEDIC_RANK_KAFKA_CONFIG", "TRAINMEDIC_CREDENTIALS_DIR"})
+                   "TRAINMEDIC_RANK_KAFKA_CONFIG", "TRAINMEDIC_CREDENTIALS_DIR",
+                   "TRAINMEDIC_TELEMETRY_KEY_FILE"})
 # A name that says it holds a secret passes only when the policy names it exactly (e.g. HF_TOKEN).
 SECRET = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|TOKEN|CREDENTIAL|SASL|JAAS|AUTH|COOKIE", re.IGNORECASE)
 

@@ -24,6 +24,7 @@ from trainmedic.bus import clients
 from trainmedic.bus.admin import create_topics, ensure_topic, remove_prefix
 from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.settings import KafkaSettings
+from trainmedic.bus.telemetry_keys import Signer
 
 pytestmark = pytest.mark.kafka
 
@@ -91,13 +92,15 @@ class Cluster(threading.Thread):
 
     def run(self) -> None:
         producer, topics = clients.producer(self.settings, {}), self.settings.topics
+        tagged = tags(self.settings)
         while not self.done.is_set():
             now = time.time()
             for node in sorted(self.nodes):
-                producer.produce(topics.node, s.encode(s.NodeHeartbeat(ts=now, node=node, interval=0.5)),
-                                 node.encode(), on_delivery=self._delivered)
-                producer.produce(topics.gpu, s.encode(s.GpuSample(ts=now, node=node, gpu=0, util=90.0)),
-                                 node.encode(), on_delivery=self._delivered)
+                for topic, event in ((topics.node, s.NodeHeartbeat(ts=now, node=node, interval=0.5)),
+                                     (topics.gpu, s.GpuSample(ts=now, node=node, gpu=0, util=90.0))):
+                    value = s.encode(event)
+                    producer.produce(topic, value, node.encode(), on_delivery=self._delivered,
+                                     headers=tagged(value, node))
             producer.poll(0)
             self.done.wait(0.5)
         producer.flush(15)
@@ -107,15 +110,24 @@ class Cluster(threading.Thread):
             self.failures.append(err)
 
 
+def tags(settings: KafkaSettings):
+    """(value, node) -> the record's `tm-mac` header, as the node's producer writes it: each node's
+    telemetry is its own here (one machine: the agent role signs with the master, as any node)."""
+    signer = Signer(settings.telemetry_key, settings.topic_prefix)
+    return signer.headers
+
+
 def forge(settings: KafkaSettings) -> int:
     """Each node's telemetry an hour ahead, message timestamps forged alike; how many records."""
-    producer, topics, sent = clients.producer(settings, {}), settings.topics, 0
+    producer, topics, sent, tagged = clients.producer(settings, {}), settings.topics, 0, tags(settings)
     for _ in range(ROUNDS):
         ahead = time.time() + HOUR
         for node in NODES:
             for topic, event in ((topics.node, s.NodeHeartbeat(ts=ahead, node=node, interval=0.5)),
                                  (topics.gpu, s.GpuSample(ts=ahead, node=node, gpu=0, util=90.0))):
-                producer.produce(topic, s.encode(event), node.encode(), timestamp=int(ahead * 1000))
+                value = s.encode(event)
+                producer.produce(topic, value, node.encode(), timestamp=int(ahead * 1000),
+                                 headers=tagged(value, node))
                 sent += 1
         producer.poll(0)
         time.sleep(0.3)

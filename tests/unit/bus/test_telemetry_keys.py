@@ -47,6 +47,19 @@ def test_a_node_key_verifies_for_its_node_only_and_its_deployment_only() -> None
     assert verifier.refused(value, "n1", [("other", b"x"), *headers]) is None  # not only the first header
     other = tk.Verifier(bytes(32), TOPICS.prefix)  # another master
     assert other.refused(value, "n1", headers) is not None
+    for odd in (None, "text", b"short"):  # a null header (the clients give None), a str, a short tag
+        assert "its tm-mac is another key's" in verifier.refused(value, "n1", [(tk.HEADER, odd)])
+
+
+def test_made_up_node_names_never_push_out_the_real_nodes_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tk, "MAX_CACHED", 4)
+    verifier = tk.Verifier(MASTER.key, TOPICS.prefix)
+    value = error(1.0, "n1")
+    assert verifier.ok(value, "n1", signed(MASTER, value, "n1"))
+    for n in range(20):  # forged names: tagged with nobody's key
+        forged = error(1.0, f"made-up-{n}")
+        assert not verifier.ok(forged, f"made-up-{n}", [(tk.HEADER, b"x" * 16)])
+    assert set(verifier.keys) == {"n1"}
 
 
 def test_the_master_signs_each_record_with_its_own_nodes_key() -> None:
@@ -87,14 +100,18 @@ def pipeline(verifier: tk.Verifier | None) -> Pipeline:
 
 @pytest.mark.parametrize("way", ["messages", "fetch"])
 def test_the_detector_uses_a_nodes_record_only_when_that_node_wrote_it(way: str) -> None:
-    """With n1's key, a worker_error about n3 (and one with no MAC) goes to the dlq, never to the core;
-    n1's own record is taken. Without a verifier (the code before) all three were taken."""
+    """With n1's key, a worker_error about n3, one with no MAC and one whose tm-mac header is null (a
+    client may send one) go to the dlq, never to the core, and nothing raises; n1's own records are
+    taken (its first through `check`, which learns its key, the next on the fast path). Without a
+    verifier (the code before) all five were taken."""
     n1 = tk.for_node(MASTER, "n1")
-    values = [(error(10.0, "n1"), True), (error(10.0, "n3", "j2"), True), (error(10.0, "n2", "j3"), False)]
-    batch = [(RawMessage(TOPICS.worker, 0, offset, 10_000, b"j", value),
-              signed(n1, value) if tagged else None)
-             for offset, (value, tagged) in enumerate(values)]
-    for verifier, taken in ((tk.Verifier(MASTER.key, TOPICS.prefix), 1), (None, 3)):
+    values = [(error(10.0, "n1"), "tag"), (error(10.0, "n3", "j2"), "tag"), (error(10.0, "n2", "j3"), None),
+              (error(10.0, "n1", "j4"), "null"), (error(10.0, "n1", "j5"), "tag")]
+    tags = {"tag": lambda value: signed(n1, value), None: lambda value: None,
+            "null": lambda value: [(tk.HEADER, None)]}
+    batch = [(RawMessage(TOPICS.worker, 0, offset, 10_000, b"j", value), tags[how](value))
+             for offset, (value, how) in enumerate(values)]
+    for verifier, taken in ((tk.Verifier(MASTER.key, TOPICS.prefix), 2), (None, 5)):
         run = pipeline(verifier)
         if way == "messages":
             out = run.on_messages([m for m, _ in batch], 10.0, [h for _, h in batch])
@@ -103,8 +120,8 @@ def test_the_detector_uses_a_nodes_record_only_when_that_node_wrote_it(way: str)
                            timestamp=(TIMESTAMP_CREATE_TIME, m.timestamp_ms), headers=h) for m, h in batch]
             out = run.on_fetch(got, 10.0, {}, pytest.fail)
         letters = [s.decode(o.value, s.adapter("dlq")) for o in out if o.topic == TOPICS.dlq]
-        assert run.stats.events == taken and len(letters) == 3 - taken
+        assert run.stats.events == taken and len(letters) == 5 - taken
         if verifier is not None:
-            assert [letter.offset for letter in letters] == [1, 2]
+            assert [letter.offset for letter in letters] == [1, 2, 3]
             assert "not written by node 'n3': its tm-mac" in letters[0].reason
             assert "the record carries no tm-mac" in letters[1].reason

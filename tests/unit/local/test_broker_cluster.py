@@ -86,6 +86,12 @@ def test_the_shared_folder_is_made_once_and_read_back_from_a_copy(tmp_path: Path
     assert three.address == "node3.example:9092"
 
     secrets = json.loads((copy / "secrets.json").read_text())
+    older = {k: v for k, v in secrets.items() if k != "telemetry"}  # a cluster made before telemetry keys
+    (copy / "secrets.json").write_text(json.dumps(older))
+    (folder / "secrets.json").write_text(json.dumps(older))
+    one = Member.load(folder, 1)
+    assert three.secrets()["telemetry"] == one.secrets()["telemetry"]  # every member the same, nothing copied
+    assert three.secrets()["telemetry"] not in older.values()
     (copy / "secrets.json").write_text(json.dumps({**secrets, "controller": ""}))
     with pytest.raises(ConfigError, match="lacks controller"):  # never made anew on one member alone
         three.secrets()
