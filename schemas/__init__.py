@@ -13,6 +13,7 @@ from trainmedic.schemas.commands import (
     CommandAction,
     NodeJoined,
     NodeLeaving,
+    NodeRegistered,
     NodeReport,
     RanksFinished,
     RestoreSource,
@@ -28,7 +29,16 @@ from trainmedic.schemas.jobs import (
     JobSubmitted,
     RestartPolicy,
 )
-from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeLifecycle, NodeReadmitted, NodeUncordoned
+from trainmedic.schemas.nodes import (
+    NodeCordoned,
+    NodeDrained,
+    NodeEnrolled,
+    NodeLifecycle,
+    NodeReadmitted,
+    NodeRemoved,
+    NodeUncordoned,
+    PublicKey,
+)
 from trainmedic.schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
 from trainmedic.schemas.recovery import (
     JobEnded,
@@ -60,7 +70,8 @@ __all__ = [
     "JobSubmitted",
     "LinkState",
     "Model", "NodeCordoned", "NodeDrained", "NodeEvent", "NodeHeartbeat", "NodeLifecycle", "NodeReadmitted",
-    "NodeJoined", "NodeLeaving", "NodeReport", "NodeUncordoned", "PlanRequest", "PlannedJob", "RanksFinished",
+    "NodeEnrolled", "NodeJoined", "NodeLeaving", "NodeRegistered", "NodeRemoved", "NodeReport",
+    "NodeUncordoned", "PublicKey", "PlanRequest", "PlannedJob", "RanksFinished",
     "RecoveryCompleted",
     "RecoveryFailed", "RecoveryKind", "RecoveryLog", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
     "RestartPolicy", "Restored", "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics",

@@ -25,6 +25,7 @@ from trainmedic.schemas.bounds import (
     Timestamp,
 )
 from trainmedic.schemas.jobs import EnvName, FailureSettings
+from trainmedic.schemas.nodes import PublicKey
 
 # 32 bytes in hex: the generation's rendezvous secret (docs/security.md, "The rendezvous")
 RendezvousKey = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
@@ -163,5 +164,17 @@ class RanksFinished(NodeEvent, Signed):
     ranks: tuple[Count, ...] = Field(max_length=MAX_ITEMS)
 
 
-NodeReport = Annotated[CommandAcked | NodeJoined | NodeLeaving | RanksFinished, Field(discriminator="type")]
+class NodeRegistered(NodeEvent, Signed):
+    """A node enrolled by an operator (`node_enrolled`) registers its own key, signed by its join
+    token's key (`key_id` is the token's): the coordinator trusts `key` for the node from here, and
+    adds the node to the cluster at `address` with `gpus` (`trainmedic node --join`)."""
+
+    type: Literal["node_registered"] = "node_registered"
+    key: PublicKey
+    address: Name
+    gpus: int = Field(default=8, ge=1, le=MAX_SMALL_ITEMS)
+
+
+NodeReport = Annotated[CommandAcked | NodeJoined | NodeLeaving | RanksFinished | NodeRegistered,
+                       Field(discriminator="type")]
 """What the `acks` topic carries: what executors report, each signed by its node's key."""

@@ -1,5 +1,6 @@
-"""A node's life in the pool (key: the node): operators' cordon, drain and uncordon on `nodes`, signed
-by an operator key (docs/coordinator.md, "Node lifecycle"); re-admissions are in schemas/recovery.py.
+"""A node's life in the pool (key: the node): operators' enrollment, cordon, drain, uncordon and removal
+on `nodes`, signed by an operator key (docs/coordinator.md, "Node lifecycle"); re-admissions are in
+schemas/recovery.py, a node's own registration in schemas/commands.py.
 """
 
 from __future__ import annotations
@@ -8,8 +9,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from trainmedic.schemas.base import NodeEvent, Signed
-from trainmedic.schemas.bounds import Id, Text
+from trainmedic.schemas.base import Model, NodeEvent, Signed
+from trainmedic.schemas.bounds import Id, Text, Timestamp
+
+MAX_KEY = 64  # characters of a public key in base64 (an Ed25519 key is 44)
+MAX_COORDINATORS = 16  # coordinator keys an enrollment hands a node
 
 
 class NodeCordoned(NodeEvent, Signed):
@@ -46,5 +50,34 @@ class NodeReadmitted(NodeEvent):
     by: Text = "coordinator"
 
 
-NodeLifecycle = Annotated[NodeCordoned | NodeDrained | NodeUncordoned, Field(discriminator="type")]
+class PublicKey(Model):
+    """An Ed25519 public key: its id (recovery/signing.py `key_id_of`) and its 32 bytes in base64."""
+
+    key_id: str = Field(min_length=1, max_length=MAX_KEY)
+    public: str = Field(min_length=1, max_length=MAX_KEY)
+
+
+class NodeEnrolled(NodeEvent, Signed):
+    """An operator lets `node` join until `expires` (`trainmedic nodes enroll`): whoever holds the
+    join token, whose public key is `token`, may register the node once. `coordinators` are the
+    command keys the node will trust, as the operator trusts them."""
+
+    type: Literal["node_enrolled"] = "node_enrolled"
+    token: PublicKey
+    expires: Timestamp
+    coordinators: tuple[PublicKey, ...] = Field(min_length=1, max_length=MAX_COORDINATORS)
+    by: Text = "operator"
+
+
+class NodeRemoved(NodeEvent, Signed):
+    """The node leaves the cluster for good (`trainmedic nodes remove`): its principal is deleted on
+    the broker, its key is trusted no more, its jobs are moved off it. Enrolling it again starts anew."""
+
+    type: Literal["node_removed"] = "node_removed"
+    reason: Text = ""
+    by: Text = "operator"
+
+
+NodeLifecycle = Annotated[NodeCordoned | NodeDrained | NodeUncordoned | NodeEnrolled | NodeRemoved,
+                          Field(discriminator="type")]
 """What the `nodes` topic carries: operators' events (a re-admission is the coordinator's: `recovery`)."""

@@ -21,22 +21,25 @@ from trainmedic.common.errors import KafkaError
 from trainmedic.recovery.coordinator import metrics, observe
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.endings import rejected, resolutions, unanswered
-from trainmedic.recovery.coordinator.core.state import ClusterState, JobState
+from trainmedic.recovery.coordinator.core.fold import apply
+from trainmedic.recovery.coordinator.core.state import ClusterState, JobState, Rejected
 from trainmedic.recovery.coordinator.core.steps import catch_up, settle, tick
 from trainmedic.recovery.coordinator.intake import arrival, rebuild, receive
 from trainmedic.recovery.coordinator.lease import Lease
-from trainmedic.recovery.coordinator.narrate import cause, narrate
+from trainmedic.recovery.coordinator.narrate import cause, membership, narrate
 from trainmedic.recovery.coordinator.provenance import Trust, impersonates, skewed, stale, unverified
 from trainmedic.recovery.coordinator.routing import route
 from trainmedic.recovery.signing import Signable
 from trainmedic.schemas import DeadLettered, Topics
-from trainmedic.schemas.commands import Command
+from trainmedic.schemas.commands import Command, NodeRegistered
+from trainmedic.schemas.nodes import NodeEnrolled, NodeRemoved
 from trainmedic.schemas.topics import misplaced
 
 log = logging.getLogger("trainmedic.coordinator")
 
 Signer = Callable[[Signable], Signable]  # a record, signed (`SigningKey.sign`); as it was when insecure
 Trusted = Trust | Callable[[], Trust] | None  # a callable: the keys as they are now (keyring.KeyFolder)
+MEMBERSHIP = (NodeEnrolled, NodeRemoved, NodeRegistered)  # records that change which node keys count
 
 
 def read_topics(topics: Topics) -> list[str]:
@@ -101,7 +104,7 @@ class CoordinatorService:
                       "recovery topic (then run `trainmedic coordinator --migrate-lifecycle` once, with "
                       "every coordinator stopped; docs/coordinator.md, Upgrading), or forged",
                       len(legacy), " and ".join(sorted({letter.source_topic for letter in legacy})))
-        trust = self._trust()
+        trust = self._members(self._trust(), records)
         records = [r for r in records if self._unverified(r, trust, live=False) is None]  # dead-lettered live
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         refused = rebuild(self.state, records, arrived=lambda record: arrival(record, self._topics, None))
@@ -121,7 +124,7 @@ class CoordinatorService:
     def step(self, timeout_s: float = 1.0) -> None:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
-        trust = self._trust()  # once a poll: a key added or removed counts from the next one
+        trust = self._with_members()  # once a poll: a key added or removed counts from the next one
         for record in valid(self._reader.poll(wait), self._count_dead_letter):
             if (why := self._unverified(record, trust)) is not None:
                 self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
@@ -135,11 +138,32 @@ class CoordinatorService:
                 self._publish(cause(record.event), rejected(self.state, record.event, outputs, self._clock()))
                 continue
             self._publish(cause(record.event), outputs)
+            if isinstance(record.event, MEMBERSHIP):  # a node's key counts, or no longer, from the next one
+                log.info("%s", membership(record.event))
+                trust = self._with_members()
         now = self._clock()
         if now >= self._next_tick:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))
             observe.cluster(self.state, now)
             self._next_tick = now + self.state.config.tick_s
+
+    def _with_members(self) -> Trust | None:
+        trust = self._trust()
+        return None if trust is None else trust.with_members(self.state)
+
+    def _members(self, trust: Trust | None, records: list[Record]) -> Trust | None:
+        """`trust` with the log's membership (`Trust.with_members`), for a rebuild: enrollments and
+        removals signed by an operator are folded first, then the registrations their tokens signed, so
+        that what an enrolled node signed is checked with the key it registered."""
+        if trust is None:
+            return None
+        for kinds in ((NodeEnrolled, NodeRemoved), NodeRegistered):
+            checked = trust.with_members(self.state)
+            for record in (r for r in records if isinstance(r.event, kinds)):
+                if skewed(record) is None and unverified(record, checked, self._topics) is None:
+                    with contextlib.suppress(Rejected):  # a rebuild logs it, as for every record
+                        apply(self.state, record.event, None)
+        return trust.with_members(self.state)
 
     def _misplaced(self, letter: DeadLettered) -> str | None:
         """The topic suffix of a dead letter whose kind another topic carries (a coordinator's

@@ -5,12 +5,13 @@ Lines are terminal-safe (schemas/printable.py): reasons and evidence carry what 
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import UTC, datetime
 
 from trainmedic.recovery.coordinator.core.state import ClusterState
-from trainmedic.schemas.commands import Command, CommandAcked, CommandAction, RanksFinished
+from trainmedic.schemas.commands import Command, CommandAcked, CommandAction, NodeRegistered, RanksFinished
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
-from trainmedic.schemas.nodes import NodeReadmitted
+from trainmedic.schemas.nodes import NodeEnrolled, NodeReadmitted, NodeRemoved
 from trainmedic.schemas.printable import terminal_safe
 from trainmedic.schemas.recovery import (
     JobEnded,
@@ -37,6 +38,26 @@ def cause(event: object) -> str:
         case JobStopRequested():
             return f"job {event.job} stopped by {event.by}" + (f" ({event.reason})" if event.reason else "")
     return str(event)
+
+
+def membership(event: NodeEnrolled | NodeRegistered | NodeRemoved) -> str:
+    """What an enrollment, a registration or a removal changed, for the log (terminal-safe)."""
+    match event:
+        case NodeEnrolled():
+            line = (f"node {event.node} enrolled by {event.by}: its join token may register it until "
+                    f"{_utc(event.expires)}")
+        case NodeRegistered():
+            line = (f"node {event.node} registered key {event.key.key_id} at {event.address} with "
+                    f"{event.gpus} GPUs: it takes work once its executor joins with that key")
+        case _:
+            why = f" ({event.reason})" if event.reason else ""
+            line = (f"node {event.node} removed by {event.by}{why}: its key is trusted no more, its jobs "
+                    "move off it")
+    return terminal_safe(line)
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _nodes(nodes: tuple[str, ...], limit: int = 8) -> str:

@@ -5,29 +5,52 @@ coordinator refuses"; docs/coordinator.md, "The adapter, restarts and fail-over"
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import UnionType
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from trainmedic.bus.message import Record
+from trainmedic.recovery.coordinator.core import membership
 from trainmedic.recovery.coordinator.core.blame import HEALTH_CHECK_FAILED, NODE_SUSPECT
+from trainmedic.recovery.coordinator.core.state import ClusterState
+from trainmedic.recovery.join_token import public_of
 from trainmedic.recovery.keyring import COORDINATOR, NODE, OPERATOR
 from trainmedic.recovery.signing import TrustedKeys, Unverified
-from trainmedic.schemas.commands import Command, CommandAcked, NodeJoined, NodeLeaving, RanksFinished
+from trainmedic.schemas.commands import (
+    Command,
+    CommandAcked,
+    NodeJoined,
+    NodeLeaving,
+    NodeRegistered,
+    RanksFinished,
+)
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
-from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeUncordoned
+from trainmedic.schemas.nodes import (
+    NodeCordoned,
+    NodeDrained,
+    NodeEnrolled,
+    NodeRemoved,
+    NodeUncordoned,
+    PublicKey,
+)
 from trainmedic.schemas.topics import Topics
 
 
 @dataclass(frozen=True)
 class Trust:
-    """The public keys the coordinator trusts: its own, the operators', and each node's for that node."""
+    """The public keys the coordinator trusts: its own, the operators', each node's for that node, and
+    each enrollment's join token for that node's registration."""
 
     own: TrustedKeys
     operators: TrustedKeys
     nodes: TrustedKeys
     owners: Mapping[str, str]  # node key id -> the one node it signs for
+    tokens: TrustedKeys = TrustedKeys({})
+    enrolls: Mapping[str, str] = field(default_factory=dict)  # token key id -> the node it may register
 
     @classmethod
     def of(cls, roles: Mapping[str, TrustedKeys]) -> Trust:
@@ -43,12 +66,39 @@ class Trust:
     def without(self, revoked: frozenset[str]) -> Trust:
         """This trust but for the keys `revoked` (keyring.KeyFolder, when its folder does not load)."""
         return Trust(self.own.without(revoked), self.operators.without(revoked), self.nodes.without(revoked),
-                     {key_id: node for key_id, node in self.owners.items() if key_id not in revoked})
+                     {key_id: node for key_id, node in self.owners.items() if key_id not in revoked},
+                     self.tokens, self.enrolls)
+
+    def with_members(self, state: ClusterState) -> Trust:
+        """This trust (of the keys folder) with what the log says of membership (membership.py): the key
+        each enrolled node registered, each enrollment's token for its registration, and no key at all
+        for a node an operator removed (its keys are refused as revoked)."""
+        removed = membership.removed_nodes(state)
+        registered = {node: key for node, key in membership.node_keys(state).items()  # a key trusted here
+                      if key.key_id not in self.nodes.revoked and self.owners.get(key.key_id, node) == node}
+        nodes = {**self.nodes.keys, **{key.key_id: _public(key) for key in registered.values()}}
+        owners = {**self.owners, **{key.key_id: node for node, key in registered.items()}}
+        dropped = frozenset(key_id for key_id, node in owners.items() if node in removed)
+        enrolled = membership.tokens(state)
+        return Trust(self.own, self.operators, TrustedKeys(nodes, self.nodes.revoked).without(dropped),
+                     {key_id: node for key_id, node in owners.items() if key_id not in dropped},
+                     TrustedKeys({key_id: _public(key) for key_id, (_, key) in enrolled.items()}),
+                     {key_id: node for key_id, (node, _) in enrolled.items()})
 
     def __str__(self) -> str:
         nodes = sorted(set(self.owners.values()))
         shown = ", ".join(nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
         return f"own {self.own}; operators {self.operators}; nodes {shown or 'none'}"
+
+
+def _public(key: PublicKey) -> Ed25519PublicKey:
+    """The key, decoded once (a poll's trust names every enrolled node's): the fold checked it decodes."""
+    return _decoded(key.key_id, key.public)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _decoded(key_id: str, public: str) -> Ed25519PublicKey:
+    return public_of(PublicKey(key_id=key_id, public=public))
 
 
 # Ids (commands.escalation_id, decide.gave_up_id, isolation's alert, health.py's) and categories of the
@@ -76,12 +126,13 @@ MAX_NODE_SKEW_S = 60.0
 
 
 def skewed(record: Record) -> Unverified | None:
-    """Why a node's own join or leave carries a time the broker's contradicts (a node clock far
-    ahead would hold every capacity re-plan until it, one far behind would leave the node "left"
-    after it rejoined); None when it agrees, or the record has no broker time. The acks topic is
-    created with the broker's clock (LogAppendTime); on one created before, a record's time is the
-    node's own and this check finds nothing."""
-    event, skew = record.event, _ahead_of_broker(record, NodeJoined | NodeLeaving)
+    """Why a node's own join, leave or registration carries a time the broker's contradicts (a node
+    clock far ahead would hold every capacity re-plan until it, one far behind would leave the node
+    "left" after it rejoined; a registration's time must fall in its token's span); None when it
+    agrees, or the record has no broker time. The acks topic is created with the broker's clock
+    (LogAppendTime); on one created before, a record's time is the node's own and this check finds
+    nothing."""
+    event, skew = record.event, _ahead_of_broker(record, NodeJoined | NodeLeaving | NodeRegistered)
     if skew is None or abs(skew) <= MAX_NODE_SKEW_S:
         return None
     where = "ahead of" if skew > 0 else "behind"
@@ -128,7 +179,8 @@ def unverified(record: Record, trust: Trust | None, topics: Topics | None = None
     must never reach it; an unsigned plan would isolate nodes with no cap); jobs, stops and node
     events (cordon, drain, uncordon) an operator key (the coordinator would sign an unsigned job's
     start itself); node reports (acks, node_joined, node_leaving, ranks_finished) the key of the
-    node they name, which never answers for another node. With no trust (insecure) every signed
+    node they name, which never answers for another node; a node's registration the join token of
+    its enrollment (`Trust.with_members`). With no trust (insecure) every signed
     kind is folded; `impersonates` is checked either way."""
     if trust is None:
         return None
@@ -145,8 +197,13 @@ def unverified(record: Record, trust: Trust | None, topics: Topics | None = None
                 trust.operators.signer(record.value, "job submission", deployment)
             case JobStopRequested():
                 trust.operators.signer(record.value, "job stop", deployment)
-            case NodeCordoned() | NodeDrained() | NodeUncordoned():
+            case NodeCordoned() | NodeDrained() | NodeUncordoned() | NodeEnrolled() | NodeRemoved():
                 trust.operators.signer(record.value, "node event", deployment)
+            case NodeRegistered():
+                token = trust.tokens.signer(record.value, "registration", deployment)
+                if trust.enrolls.get(token) != event.node:
+                    raise Unverified("wrong_node", f"wrong node: a registration of {event.node} signed by "
+                                                   "the join token of another node")
             case CommandAcked() | NodeJoined() | NodeLeaving() | RanksFinished():
                 what = "ack" if isinstance(event, CommandAcked) else event.type
                 owner = trust.owners[trust.nodes.signer(record.value, what, deployment)]
@@ -171,6 +228,9 @@ _WHO = {
     NodeCordoned: "node event not signed by a trusted operator key, ignored",
     NodeDrained: "node event not signed by a trusted operator key, ignored",
     NodeUncordoned: "node event not signed by a trusted operator key, ignored",
+    NodeEnrolled: "enrollment not signed by a trusted operator key, no token of it is taken",
+    NodeRemoved: "node removal not signed by a trusted operator key, the node stays",
+    NodeRegistered: "registration not signed by its enrollment's join token, the node is not added",
     CommandAcked: "ack not signed by its node's key, ignored",
     JobStopRequested: "job stop not signed by a trusted operator key, the job runs on",
     NodeJoined: "node_joined not signed by its node's key, ignored",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from trainmedic.recovery.coordinator.core import health, lifecycle, limits
+from trainmedic.recovery.coordinator.core import health, lifecycle, limits, membership
 from trainmedic.recovery.coordinator.core.commands import plan_steps
 from trainmedic.recovery.coordinator.core.job_bounds import job_problems
 from trainmedic.recovery.coordinator.core.state import (
@@ -27,11 +27,19 @@ from trainmedic.schemas.commands import (
     CommandAction,
     NodeJoined,
     NodeLeaving,
+    NodeRegistered,
     RanksFinished,
 )
 from trainmedic.schemas.incident import Action, Incident, IncidentStatus, Severity
 from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
-from trainmedic.schemas.nodes import NodeCordoned, NodeDrained, NodeReadmitted, NodeUncordoned
+from trainmedic.schemas.nodes import (
+    NodeCordoned,
+    NodeDrained,
+    NodeEnrolled,
+    NodeReadmitted,
+    NodeRemoved,
+    NodeUncordoned,
+)
 from trainmedic.schemas.recovery import (
     JobEnded,
     RecoveryCompleted,
@@ -86,6 +94,12 @@ def apply(state: ClusterState, event: object, arrived: float | None = None) -> C
             heard(state, event.node, event.ts)
             lifecycle.apply_node_report(state, event)
             health.returned(state, event.node)
+        case NodeEnrolled():
+            membership.enrolled(state, event)
+        case NodeRegistered():
+            membership.registered(state, event)
+        case NodeRemoved():
+            membership.removed(state, event)
     return state
 
 

@@ -23,8 +23,8 @@ _CAUTION = {NodeMode.READY: 0, NodeMode.CORDONED: 1, NodeMode.DRAINING: 2}
 
 
 def apply_node_event(state: ClusterState, event: NodeEventT) -> None:
-    """Fold one node lifecycle event (idempotent, order-free as the module says). With a configured
-    cluster, an event for a node outside it is ignored: an uncordon must not invent a spare."""
+    """Fold one node lifecycle event (idempotent, order-free as the module says). An event for a node
+    outside the cluster (config or enrollment) is ignored: an uncordon must not invent a spare."""
     if _foreign(state, event):
         return
     node = state.node(event.node)
@@ -35,7 +35,7 @@ def apply_node_event(state: ClusterState, event: NodeEventT) -> None:
         if node.mode_ts is None or (event.ts, _CAUTION[mode]) > (node.mode_ts, _CAUTION[node.mode]):
             node.mode, node.mode_ts, node.mode_reason = mode, event.ts, event.reason
     if not isinstance(event, NodeCordoned):  # a cordon changes nothing that runs
-        _capacity_changed(state, event.ts)
+        capacity_changed(state, event.ts)
 
 
 def apply_node_report(state: ClusterState, event: NodeJoined | NodeLeaving) -> None:
@@ -44,7 +44,7 @@ def apply_node_report(state: ClusterState, event: NodeJoined | NodeLeaving) -> N
     if _foreign(state, event):
         return
     node = state.node(event.node)
-    was_leaving = node.leaving
+    was_leaving, was_admitted = node.leaving, node.admitted
     if isinstance(event, NodeLeaving):
         if node.left_ts is None or event.ts > node.left_ts:
             node.left_ts, node.left_reason = event.ts, event.reason
@@ -57,19 +57,19 @@ def apply_node_report(state: ClusterState, event: NodeJoined | NodeLeaving) -> N
     if ended:
         rejoined = node.rejoined_ts
         node.rejoined_ts = node.joined_ts if rejoined is None else max(rejoined, node.joined_ts)
-    if node.leaving != was_leaving:
-        _capacity_changed(state, event.ts)
+    if node.leaving != was_leaving or node.admitted != was_admitted:  # an enrolled node's first join
+        capacity_changed(state, event.ts)
 
 
 def _foreign(state: ClusterState, event: NodeEventT | NodeJoined | NodeLeaving) -> bool:
-    if state.config.nodes and all(n.id != event.node for n in state.config.nodes):
-        log.warning("%s for node %s, which the cluster configuration does not list: ignored",
-                    event.type, event.node)
+    if not state.in_cluster(event.node):
+        log.warning("%s for node %s, which the cluster configuration does not list and which did not "
+                    "enroll: ignored", event.type, event.node)
         return True
     return False
 
 
-def _capacity_changed(state: ClusterState, ts: float) -> None:
+def capacity_changed(state: ClusterState, ts: float) -> None:
     state.capacity_ts = ts if state.capacity_ts is None else max(state.capacity_ts, ts)
 
 
@@ -115,15 +115,19 @@ def suspects(state: ClusterState) -> dict[str, str]:
 
 
 def status(state: ClusterState, node_id: str) -> str:
-    """ready, cordoned, draining, drained (draining and empty), leaving, left (leaving and empty) or
-    isolated: what `nodes list` shows."""
+    """ready, cordoned, draining, drained (draining and empty), leaving, left (leaving and empty),
+    removed, registered (enrolled, its executor not joined since) or isolated: what `nodes list` shows."""
     node = state.nodes[node_id]
+    if node.removed:
+        return "removed"
     if not node.healthy:
         return "isolated"
     if node.mode is NodeMode.DRAINING:
         return "draining" if state.job_on(node_id) else "drained"
     if node.leaving:
         return "leaving" if state.job_on(node_id) else "left"
+    if not node.admitted:
+        return "registered"
     return node.mode.value
 
 
@@ -136,8 +140,12 @@ def new_work_refused(state: ClusterState, node_id: str, held: dict[str, str] | N
         return f"node {node_id} is isolated (incident {node.isolated_by})"
     if node.mode is not NodeMode.READY:
         return f"node {node_id} is {node.mode}" + (f" ({node.mode_reason})" if node.mode_reason else "")
+    if node.removed:
+        return f"node {node_id} was removed" + (f" ({node.removed_reason})" if node.removed_reason else "")
     if node.leaving:
         return f"node {node_id} is leaving" + (f" ({node.left_reason})" if node.left_reason else "")
+    if not node.admitted:
+        return f"node {node_id} registered, but its executor has not joined since"
     incident = (suspects(state) if held is None else held).get(node_id)
     return None if incident is None else f"node {node_id} has open SEV1 incident {incident}"
 
@@ -148,10 +156,11 @@ def offered(state: ClusterState) -> frozenset[str]:
     running = {node for job in state.jobs.values() for node in job.nodes}
     held = suspects(state)
     # A decision at 12,500 nodes cannot afford a call per node, so the fields are read directly:
-    # healthy, not draining, not leaving; then `new_work_refused`, which for such a node refuses
-    # a cordoned or held one.
+    # healthy, not draining, not leaving nor removed, admitted; then `new_work_refused`, which for
+    # such a node refuses a cordoned or held one.
     return frozenset(
         node.id for node in state.nodes.values()
         if node.isolated_by is None and node.mode is not NodeMode.DRAINING
-        and (node.left_ts is None or not node.leaving)
+        and ((node.left_ts is None and node.removed_ts is None) or not node.leaving)
+        and (node.registered_ts is None or node.admitted) and node.id in state.members
         and (node.id in running or (node.mode is NodeMode.READY and node.id not in held)))

@@ -13,6 +13,7 @@ from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.schemas.commands import Command, CommandAction
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.jobs import JobSpec, JobStopRequested
+from trainmedic.schemas.nodes import PublicKey
 from trainmedic.schemas.recovery import RecoveryPlanned
 
 
@@ -154,15 +155,34 @@ class Node:
     # over): `health.checks_due` resolves it
     suspicion_vouched: str | None = None
     vouched_ts: float | None = None  # its latest passed health check: job failures before it are answered
+    # enrolled nodes (membership.py): its key and when it registered it; when an operator removed it
+    key: PublicKey | None = None
+    registered_ts: float | None = None
+    removed_ts: float | None = None
+    removed_reason: str = ""
 
     @property
     def healthy(self) -> bool:
         return self.isolated_by is None
 
     @property
+    def removed(self) -> bool:
+        """An operator removed the node (`node_removed`) and it has not registered again since."""
+        removed, registered = self.removed_ts, self.registered_ts
+        return removed is not None and (registered is None or registered < removed)
+
+    @property
     def leaving(self) -> bool:
-        """The node announced a planned shutdown and has not joined again since: drained by itself."""
-        return self.left_ts is not None and (self.joined_ts is None or self.joined_ts < self.left_ts)
+        """The node announced a planned shutdown and has not joined again since, or was removed: drained."""
+        announced = self.left_ts is not None and (self.joined_ts is None or self.joined_ts < self.left_ts)
+        return announced or self.removed
+
+    @property
+    def admitted(self) -> bool:
+        """May take work: a node of the config, or an enrolled one that joined after it registered (its
+        executor announced itself with the key it registered)."""
+        registered, joined = self.registered_ts, self.joined_ts
+        return registered is None or (joined is not None and joined >= registered)
 
 
 @dataclass(frozen=True)
@@ -217,6 +237,18 @@ class CommandRecord:
     refused: tuple[float, str] | None = None  # a health check's latest refusal (ts, reason): no answer
 
 
+@dataclass(frozen=True)
+class Enrollment:
+    """An operator's `node_enrolled`: the join token's key may register `node` once, until `expires`
+    or a removal of the node after `ts` (membership.py); `registered`: the (key id, ts) it registered."""
+
+    node: str
+    ts: float
+    token: PublicKey
+    expires: float
+    registered: tuple[str, float] | None = None
+
+
 @dataclass
 class ClusterState:
     """Everything the coordinator decides from; equal logs fold to equal states."""
@@ -233,6 +265,8 @@ class ClusterState:
     pending: set[str] = field(default_factory=set)  # open incidents not decided yet (waiting, or new)
     first_ts: float | None = None  # the earliest job or incident: the start of observed time
     members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
+    enrollments: dict[str, Enrollment] = field(default_factory=dict)  # token key id -> (membership.py)
+    removals: dict[str, tuple[float, ...]] = field(default_factory=dict)  # node -> its removals' times
     isolated: set[str] = field(default_factory=set)  # nodes out of service (`lifecycle.isolated`)
     # nodes whose health check is out (`Node.suspect_by`) or whose vouched suspicion waits to be resolved
     suspected: set[str] = field(default_factory=set)
@@ -262,8 +296,8 @@ class ClusterState:
         return self.arrived.get(incident.id, incident.ts)
 
     def in_cluster(self, node_id: str) -> bool:
-        """`node_id` is one of the cluster's nodes: listed in the config's `nodes`. A job or an
-        incident never adds one; an operator's event that admits a node would add it to `members`."""
+        """`node_id` is one of the cluster's nodes: listed in the config's `nodes`, or enrolled by an
+        operator and registered by the node (membership.py). A job or an incident never adds one."""
         return node_id in self.members
 
     def node(self, node_id: str) -> Node:

@@ -103,7 +103,8 @@ def test_only_the_recovery_topic_carries_the_coordinators_events() -> None:
                    "node_readmitted", "job_ended"}
     assert {t for t, kinds in KINDS.items() if kinds & coordinator} == {"recovery"}
     assert KINDS["incidents"] == {"incident"}
-    assert KINDS["nodes"] == {"node_cordoned", "node_drained", "node_uncordoned"}
+    assert KINDS["nodes"] == {"node_cordoned", "node_drained", "node_uncordoned", "node_enrolled",
+                              "node_removed"}
     assert s.Topics("acme.").recovery == "acme.recovery"
 
 

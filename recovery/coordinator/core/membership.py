@@ -1,0 +1,134 @@
+"""Nodes enroll and are removed without a config edit or a restart (docs/coordinator.md, "Enrollment").
+An operator's `node_enrolled` lets whoever holds its join token register the node once; the node's
+`node_registered`, signed with the token's key (provenance.py checks it), makes it a member, at the
+address it gave, with the key it registered; it takes work once its executor joined with that key
+(`Node.admitted`: a signed registration, then a signed heartbeat). An operator's `node_removed` takes it
+out: its key is trusted no more and its jobs move off it as for a leave, until it is enrolled again.
+Enrollments are kept by their token, removals by their time, so that the fold does not depend on the
+order in which the nodes and acks topics are read.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from dataclasses import replace
+
+from trainmedic.recovery.coordinator.core.lifecycle import capacity_changed
+from trainmedic.recovery.coordinator.core.state import ClusterState, Enrollment, Rejected
+from trainmedic.recovery.join_token import public_of
+from trainmedic.schemas.commands import NodeRegistered
+from trainmedic.schemas.nodes import NodeEnrolled, NodeRemoved, PublicKey
+
+log = logging.getLogger(__name__)
+
+# A registration's time may be this far outside its token's span (from the enrollment to `expires`):
+# the registrar checked the span by its own clock when it let the node in; clocks differ this much.
+SKEW_S = 60.0
+
+
+def enrolled(state: ClusterState, event: NodeEnrolled) -> None:
+    """Keep the enrollment by its token: only that token may register the node, once."""
+    _check(event.token, f"enrollment of node {event.node}: its token")
+    known = state.enrollments.get(event.token.key_id)
+    if known is not None and known.node != event.node:
+        raise Rejected(f"enrollment of node {event.node}: its token already enrolls node {known.node}")
+    if known is None:
+        state.enrollments[event.token.key_id] = Enrollment(event.node, event.ts, event.token, event.expires)
+
+
+def registered(state: ClusterState, event: NodeRegistered) -> None:
+    """The node joins the cluster with its key (signed by its enrollment's token: provenance.py).
+    Rejected when no enrollment of the node has that token, outside the token's span, after a
+    removal of the node that followed the enrollment, when the token registered already, or when
+    another node holds the key."""
+    enrollment = state.enrollments.get(event.key_id or "")
+    if enrollment is None or enrollment.node != event.node:
+        raise Rejected(f"registration of node {event.node}: no enrollment of it by the token {event.key_id} "
+                       f"(an operator runs `trainmedic nodes enroll {event.node}`)")
+    if not enrollment.ts - SKEW_S <= event.ts <= enrollment.expires + SKEW_S:
+        raise Rejected(f"registration of node {event.node}: outside its join token's span (enrolled at "
+                       f"{enrollment.ts:.0f}, expired at {enrollment.expires:.0f}, registered at "
+                       f"{event.ts:.0f}): enroll it again")
+    ended = ended_at(state, enrollment)
+    if ended is not None and event.ts > ended:
+        raise Rejected(f"registration of node {event.node}: the node was removed after this token's "
+                       "enrollment: enroll it again")
+    _check(event.key, f"registration of node {event.node}: its key")
+    done = (event.key.key_id, event.ts)
+    if enrollment.registered is not None:
+        if enrollment.registered == done:
+            return  # this registration, folded already
+        raise Rejected(f"registration of node {event.node}: its join token registered the node already "
+                       f"(key {enrollment.registered[0]}): a token registers once")
+    holder = next((n.id for n in state.nodes.values() if n.key is not None and n.id != event.node
+                   and n.key.key_id == event.key.key_id), None)
+    if holder is not None:
+        raise Rejected(f"registration of node {event.node}: key {event.key.key_id} is node {holder}'s")
+    state.enrollments[enrollment.token.key_id] = replace(enrollment, registered=done)
+    state.members.add(event.node)
+    node = state.node(event.node)
+    if node.registered_ts is None or event.ts > node.registered_ts:
+        node.key, node.registered_ts = event.key, event.ts
+        node.address, node.gpus = event.address, event.gpus  # no capacity yet: its join adds it
+    removals = state.removals.get(event.node, ())
+    if removals and (node.removed_ts is None or removals[-1] > node.removed_ts):
+        node.removed_ts = removals[-1]  # a removal read before this registration still counts
+
+
+def removed(state: ClusterState, event: NodeRemoved) -> None:
+    """The node leaves for good: its tokens register it no more, and a member is removed
+    (`Node.removed`)."""
+    times = state.removals.get(event.node, ())
+    if event.ts not in times:
+        state.removals[event.node] = tuple(sorted((*times, event.ts)))
+    if event.node not in state.members:
+        if not any(e.node == event.node for e in state.enrollments.values()):
+            log.warning("node_removed for node %s, which is neither a member nor enrolled", event.node)
+        return
+    node = state.node(event.node)
+    if node.removed_ts is None or event.ts > node.removed_ts:
+        node.removed_ts, node.removed_reason = event.ts, event.reason
+        capacity_changed(state, event.ts)
+
+
+def ended_at(state: ClusterState, enrollment: Enrollment) -> float | None:
+    """The time of the first removal of its node at or after the enrollment; None if none."""
+    times = state.removals.get(enrollment.node, ())
+    at = bisect.bisect_left(times, enrollment.ts)
+    return times[at] if at < len(times) else None
+
+
+def _check(key: PublicKey, what: str) -> None:
+    try:
+        public_of(key)
+    except ValueError as err:
+        raise Rejected(f"{what} is no Ed25519 public key: {err}") from None
+
+
+def node_keys(state: ClusterState) -> dict[str, PublicKey]:
+    """Node -> the key it registered last (a removed node's too: `removed_nodes` says which)."""
+    return {node.id: node.key for node in state.nodes.values() if node.key is not None}
+
+
+def removed_nodes(state: ClusterState) -> frozenset[str]:
+    """The nodes an operator removed: no key signs for them, whoever trusted it."""
+    return frozenset(node.id for node in state.nodes.values() if node.removed)
+
+
+def tokens(state: ClusterState) -> dict[str, tuple[str, PublicKey]]:
+    """Token key id -> (node, the token's key), for every enrollment: its registration is checked
+    with it, on a rebuild too (the fold rejects one outside its span or after a removal)."""
+    return {key_id: (e.node, e.token) for key_id, e in state.enrollments.items()}
+
+
+def pending(state: ClusterState) -> list[Enrollment]:
+    """The newest enrollment of each node that is not a member, when its token has not registered
+    and no removal ended it: for `nodes list`, the nodes enrolled but not joined (yet, or whose
+    token expired)."""
+    latest: dict[str, Enrollment] = {}
+    for e in state.enrollments.values():
+        if e.node not in latest or e.ts > latest[e.node].ts:
+            latest[e.node] = e
+    return [e for node, e in sorted(latest.items())
+            if node not in state.members and e.registered is None and ended_at(state, e) is None]
