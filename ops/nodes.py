@@ -5,11 +5,14 @@
   cordon NODE       no new work goes to NODE; what runs there keeps running
   drain NODE        the coordinator re-plans NODE's jobs off it now (one plan per job); no new work
   uncordon NODE     NODE is back in the pool: ends a cordon, a drain or an isolation
+  enroll NODE       let a new node join once: prints its join token (ops/node_enroll.py)
+  remove NODE       take NODE out for good: its principal deleted, its key untrusted, its jobs moved
 
 States: ready, cordoned, draining (a job still runs there), drained, isolated (the coordinator took
-it out for a fault and re-admits it after probation unless `readmission: off`), unknown (a job names
-it, but no executor there ever reported and --config does not list it; a node only a rejected job
-named is not listed). Each change is an
+it out for a fault and re-admits it after probation unless `readmission: off`), enrolled (its join
+token not used yet), registered (joined by token, its executor not started since), removed, unknown
+(a job names it, but no executor there ever reported and --config does not list it; a node only a
+rejected job named is not listed). Each change is an
 event on the nodes topic, signed with the operator key of --keys-dir (--insecure: unsigned). An
 unknown node or a missing operator key is exit status 2.
 """
@@ -27,12 +30,14 @@ from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.common.errors import ConfigError
 from trainmedic.common.yaml_file import load_mapping
+from trainmedic.ops import node_enroll
 from trainmedic.ops.incidents.render import iso, span
 from trainmedic.ops.jobs.states import JobLog
 from trainmedic.ops.keys import add_operator_arguments, operator_key
 from trainmedic.ops.prologue import operator_settings, run_command
 from trainmedic.recovery.coordinator.core import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.lifecycle import status
+from trainmedic.recovery.coordinator.core.membership import pending
 from trainmedic.recovery.coordinator.core.readmission import outlook
 from trainmedic.recovery.coordinator.intake import listing
 from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
@@ -64,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         change.add_argument("--by", default=None, help="who (default: the user name)")
         add_operator_arguments(change)
         _common(change)
+    node_enroll.add_parsers(sub)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -80,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     settings = operator_settings(args)
+    if args.action in ("enroll", "remove"):
+        return node_enroll.run(args, settings, args.by or _user())
     key = None if args.action == "list" else operator_key(args, "trainmedic nodes")
     state = fold_log(settings, load_config(args.config))
     if args.action == "list":
@@ -140,6 +148,10 @@ def rows(state, now: float) -> list[tuple[str, ...]]:
             since, why = node.isolated_ts, f"incident {node.isolated_by}{what}; {outlook(state, node, now)}"
         elif shown in ("leaving", "left"):
             since, why = node.left_ts, f"announced by the node itself: {node.left_reason or 'shutting down'}"
+        elif shown == "removed":
+            since, why = node.removed_ts, node.removed_reason or "removed by an operator"
+        elif shown == "registered":
+            since, why = node.registered_ts, "registered its key; its executor has not joined since"
         else:
             since, why = node.mode_ts, node.mode_reason
             if shown == "ready" and node.returned_ts is not None and node.returned_ts > (node.mode_ts or 0):
@@ -147,11 +159,22 @@ def rows(state, now: float) -> list[tuple[str, ...]]:
         when = "-" if since is None else f"{iso(since)[:19]} ({span(max(0.0, now - since))} ago)"
         job = state.job_on(node.id)
         out.append((node.id, shown, when, why or "-", job.spec.id if job else "-"))
+    return sorted([*out, *_enrolled(state, now)])
+
+
+def _enrolled(state, now: float) -> list[tuple[str, ...]]:
+    """A row for each node enrolled that did not register (nor was removed since): not a member."""
+    out = []
+    for enrollment in pending(state):
+        name, left = enrollment.node, enrollment.expires - now
+        why = f"join token expires in {span(left)}" if left > 0 else "join token expired: enroll it again"
+        since = f"{iso(enrollment.ts)[:19]} ({span(max(0.0, now - enrollment.ts))} ago)"
+        out.append((name, "enrolled", since, why, "-"))
     return out
 
 
 def render(state, now: float) -> str:
-    if not state.nodes:
+    if not state.nodes and not state.enrollments:
         return "no nodes known (none in the log; --config names the cluster's)"
     header = ("NODE", "STATE", "SINCE (UTC)", "WHY", "JOBS")
     table = [header, *(tuple(map(terminal_safe, row)) for row in rows(state, now))]  # WHY is incident text

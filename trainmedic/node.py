@@ -3,6 +3,7 @@ purpose (SIGTERM), the node leaves in order (docs/producers.md, "Configuration")
 
   trainmedic node --node n01                      # NVML GPUs, this host's NICs
   trainmedic node --node n01 --source synthetic --gpu-control ctl --agent-control ctl2
+  trainmedic node --join @token.txt --bootstrap kafka:9092   # first start of a node an operator enrolled
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_kafka_arguments(parser)
     OPTIONS.add_to(parser)
+    parser.add_argument("--join", metavar="@FILE|-", default=None,
+                        help="before starting, join the cluster with the one-time token `trainmedic nodes "
+                             "enroll NODE` printed: @FILE reads it from FILE (delete the file once joined), "
+                             "- from stdin (one line); a token given here itself works but stays visible "
+                             "in the process list and the shell's history. The broker's registrar (the "
+                             "first --bootstrap host, the token's port), checked against the CA the token "
+                             "pins, gives this node its own Kafka credentials (into "
+                             "TRAINMEDIC_CREDENTIALS_DIR) and the coordinators' keys (trusted in the keys "
+                             "folder, where the node's key is made); the node's name is the token's, its "
+                             "GPUs are counted by NVML (or --gpus-per-node with --source "
+                             "synthetic). Once joined, start it without --join")
     parser.add_argument("--leave-timeout-s", type=duration_arg, default=60.0, metavar="SECONDS",
                         help="on SIGTERM/SIGINT, wait at most this long for the coordinator to move this "
                         "node's jobs off it before stopping its ranks (default 60; 0: leave at once)")
@@ -73,6 +85,10 @@ def run(args: argparse.Namespace) -> int:
 
     log = logging.getLogger("trainmedic.node")
     try:
+        if args.join:
+            from trainmedic.node_join import before_start
+
+            before_start(args)
         refused = shared_principal(os.environ)
         if refused:
             raise ConfigError(refused)

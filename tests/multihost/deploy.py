@@ -87,11 +87,12 @@ class Site:
             self.cli(host, "keys", "generate")
         coordinators = [pub for host in CONTROL for pub in public_keys(self.home(host))]
         self.cli(OPERATOR, "keys", "generate", "--role", OPERATOR)
-        self.trust(OPERATOR, "--role", OPERATOR)
+        self.trust(OPERATOR, "--role", OPERATOR, hosts=(*CONTROL, self.brokers[0]))  # the registrar's too
         for node in self.nodes:
             self.cli(node, "keys", "generate", "--node", node)
             self.trust(node, "--node", node)
-        for host in (*CONTROL, *self.nodes):  # a coordinator checks the commands the other one sent
+        # a coordinator checks the commands the other one sent; an operator enrolls a node with them
+        for host in (*CONTROL, *self.nodes, OPERATOR):
             for pub in coordinators:
                 if not (self.home(host) / "keys" / pub.name).exists():  # trusted with its role, never bare
                     shutil.copy2(pub, self.bed.root / pub.name)
@@ -133,11 +134,11 @@ class Site:
         """A cluster member's broker started again (after `bed.kill`)."""
         self.cli(host, "broker", "start", "--node-id", str(self.brokers.index(host) + 1), timeout=300)
 
-    def trust(self, host: str, *role: str) -> None:
-        """`host`'s own public key trusted on the control hosts for `role`."""
+    def trust(self, host: str, *role: str, hosts: tuple[str, ...] = CONTROL) -> None:
+        """`host`'s own public key trusted on `hosts` (the control hosts) for `role`."""
         for pub in public_keys(self.home(host)):
             shutil.copy2(pub, self.bed.root / pub.name)
-            for control in CONTROL:
+            for control in hosts:
                 self.cli(control, "keys", "trust", str(self.bed.root / pub.name), *role)
 
     def close(self) -> None:
@@ -164,7 +165,7 @@ class Cluster:
 
     def env(self, host: str) -> dict[str, str]:
         more = {"TRAINMEDIC_TOPIC_PREFIX": self.prefix}
-        if host in self.site.nodes:
+        if host not in (*CONTROL, *self.site.brokers, OPERATOR):  # a node host, enrolled ones too
             more["TRAINMEDIC_EXECUTOR_RANKS_AS_ROOT"] = "true"  # the test runs as root, no job uids here
         return self.site.env(host, **more)
 
@@ -191,21 +192,25 @@ class Cluster:
             self.wait(lambda: "leading at epoch" in self.log("coordinator"), 120, "the coordinator to lead")
             self.spawn("standby", "standby", "coordinator", "--config", str(config))
         for node in self.site.nodes:
-            sysfs = self.root / node / "sys" / "class" / "net" / "eth0"
-            sysfs.mkdir(parents=True)
-            (sysfs / "operstate").write_text("up\n")
-            (sysfs / "carrier").write_text("1\n")
-            self.spawn(node, node, "node", "--node", node, "--source", "synthetic", "--gpus-per-node", "1",
-                       "--links", "eth0", "--sysfs", str(self.root / node / "sys"),
-                       "--data-address", addresses[node], "--stop-grace-s", "5", "--leave-timeout-s", "0",
-                       "--state-dir", str(self.root / node / "executor"),
-                       # what the tests' jobs run: this Python, `-m` from the deployment's folder
-                       "--allowed-executables", sys.executable, "--allowed-script-dirs", str(self.root),
-                       "--jobs-dir", str(self.root / node / "jobs"))
+            self.spawn(node, node, *self.node_args(node))
         marks = {"detector": "detector ready", "coordinator": "rebuilt from",
                  **({"standby": "standby: another coordinator holds"} if self.standby else {}),
                  **{node: "joined (announced on" for node in self.site.nodes}}
         self.wait(lambda: all(mark in self.log(name) for name, mark in marks.items()), 180, "services ready")
+
+    def node_args(self, node: str) -> list[str]:
+        """`trainmedic node`'s arguments on host `node`: synthetic GPUs, a link of its own to watch."""
+        sysfs = self.root / node / "sys" / "class" / "net" / "eth0"
+        sysfs.mkdir(parents=True)
+        (sysfs / "operstate").write_text("up\n")
+        (sysfs / "carrier").write_text("1\n")
+        return ["node", "--node", node, "--source", "synthetic", "--gpus-per-node", "1",
+                "--links", "eth0", "--sysfs", str(self.root / node / "sys"),
+                "--data-address", self.site.bed.hosts[node].address, "--stop-grace-s", "5",
+                "--leave-timeout-s", "0", "--state-dir", str(self.root / node / "executor"),
+                # what the tests' jobs run: this Python, `-m` from the deployment's folder
+                "--allowed-executables", sys.executable, "--allowed-script-dirs", str(self.root),
+                "--jobs-dir", str(self.root / node / "jobs")]
 
     def spawn(self, host: str, name: str, *args: str) -> None:
         self.procs[name] = self.site.bed.spawn(host, [*CLI, *args], self.env(host), f"{self.prefix}{name}")

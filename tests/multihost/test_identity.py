@@ -15,8 +15,8 @@ import uuid
 import pytest
 from confluent_kafka import KafkaError as RdKafkaError
 
-from tests.multihost.deploy import Cluster, public_keys
-from tests.multihost.training import JOB, isolated, job, last_step, opened
+from tests.multihost.deploy import BROKER_PORT, OPERATOR, Cluster, public_keys
+from tests.multihost.training import JOB, isolated, job, last_step, opened, steps_logged
 from trainmedic.bus import clients
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
@@ -26,6 +26,7 @@ from trainmedic.schemas import (
     CommandAction,
     Incident,
     RecoveryCompleted,
+    RecoveryPlanned,
     WorkerFailed,
     WorkerStarted,
     WorkerStepped,
@@ -173,3 +174,68 @@ def test_a_removed_nodes_writes_are_refused_within_seconds(cluster) -> None:
         print(f"remove-node n1: its writes refused {took:.2f} s after the command; node_lost {lost[0].id}")
     finally:
         site.add_node("n1")  # the next test's n1: a principal and a folder anew
+
+
+def test_a_host_enrolled_while_a_job_runs_joins_by_token_and_the_job_grows_onto_it(cluster) -> None:
+    """A fourth host, n4, in no config (the spare n3 cordoned): the operator's `nodes enroll n4`
+    prints a join token; on n4, `trainmedic node --join TOKEN --bootstrap ...` is the only step (no
+    file copied by hand). The coordinator adds n4 live, the job grows onto it; `nodes remove n4` then
+    refuses n4's writes within 5 s and moves the job off it. Before: a host joined only through the
+    YAML `nodes:`, a restart and files copied by hand."""
+    deployed = cluster()
+    site = deployed.site
+    broker = site.brokers[0]
+    deployed.spawn(broker, "registrar", "broker", "registrar")
+    deployed.wait(lambda: "registrar ready on" in deployed.log("registrar"), 60, "the registrar")
+    site.cli(OPERATOR, "nodes", "cordon", "n3", "--reason", "only n4 may grow the job",
+             env=deployed.env(OPERATOR))
+    spec = job(deployed, 100_000, nodes=("n1", "n2"))
+    spec["throughput"] = {1: 1.0e14, 2: 2.0e14, 3: 3.0e14}
+    deployed.submit(spec)
+    deployed.wait(lambda: last_step(deployed) >= 5, 180, "the job stepping on n1 and n2")
+
+    site.bed.add("n4")
+    site.home("n4").mkdir()
+    enrolled = site.cli(OPERATOR, "nodes", "enroll", "n4", "--expires", "10m", env=deployed.env(OPERATOR))
+    token = enrolled.strip().splitlines()[-1]
+    assert not (site.home("n4") / "credentials").exists() and not (site.home("n4") / "keys").exists()
+    joined = time.time()
+    bootstrap = f"{site.bed.hosts[broker].address}:{BROKER_PORT}"
+    token_file = site.home("n4") / "token"  # what the operator sends the host: the token, nothing else
+    token_file.write_text(token + "\n")
+    token_file.chmod(0o600)
+    deployed.spawn("n4", "n4", *deployed.node_args("n4"), "--join", f"@{token_file}",
+                   "--bootstrap", bootstrap)
+    grown = deployed.wait(lambda: [e for e in deployed.events("recovery") if isinstance(e, RecoveryPlanned)
+                                   and "n4" in e.nodes], 180, "a plan that grows the job onto n4")
+    deployed.wait(lambda: deployed.rank_pid("n4", JOB) is not None and last_step(deployed) > 0
+                  and any(gen >= grown[0].generation for gen, _ in steps_logged(deployed)), 180,
+                  "the job stepping on n1, n2 and n4")
+    took = time.time() - joined
+    listed = site.cli(OPERATOR, "nodes", "list", env=deployed.env(OPERATOR))
+    assert any(line.split()[:2] == ["n4", "ready"] for line in listed.splitlines()), listed
+
+    agent = clients.producer(as_host(deployed, "n4", "agent"), {"message.timeout.ms": 10_000})
+    answers: list[RdKafkaError | None] = []
+
+    def write() -> None:
+        agent.produce(deployed.settings().topics.node, b"{}", partition=0,
+                      on_delivery=lambda err, _msg: answers.append(err))
+        agent.flush(15)
+
+    write()
+    assert answers == [None]
+    asked = time.monotonic()  # the command's own start (a Python process) counts too
+    site.cli(OPERATOR, "nodes", "remove", "n4", "--reason", "test", env=deployed.env(OPERATOR))
+    removed = time.monotonic()
+    while answers[-1] is None and time.monotonic() - removed < 10:
+        write()
+    refused, returned = time.monotonic() - asked, time.monotonic() - removed
+    assert answers[-1] is not None and answers[-1].name() == REFUSED, answers[-1]
+    assert refused < 5, f"refused {refused:.1f} s after `nodes remove` started"
+    deployed.wait(lambda: [e for e in deployed.events("recovery") if isinstance(e, RecoveryPlanned)
+                           and e.generation > grown[0].generation and "n4" not in e.nodes], 60,
+                  "a plan that moves the job off n4")
+    print(f"n4 enrolled by token while the job ran: stepping on it {took:.1f} s after `node --join`; "
+          f"`nodes remove n4`: its writes refused {refused:.2f} s after the command started "
+          f"({returned:.2f} s after it returned)")

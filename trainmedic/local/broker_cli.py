@@ -36,11 +36,14 @@ CLUSTER_STEPS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = CLUSTER_STEPS
     parser.add_argument("action", choices=["start", "stop", "status", "fetch", "init", "add-node",
-                                           "remove-node"],
+                                           "remove-node", "registrar"],
                         help="fetch: only copy the pinned Kafka jars from Maven (start does it when "
                              "missing); init: make a cluster's shared folder (--members); add-node NODE: "
                              "the node's own principal and the folder its `trainmedic node` runs with; "
-                             "remove-node NODE: its principal and ACLs deleted (its writes refused)")
+                             "remove-node NODE: its principal and ACLs deleted (its writes refused); "
+                             "registrar: serve, until stopped, the nodes an operator enrolled (`trainmedic "
+                             "nodes enroll`) as they join with their token (`trainmedic node --join`), and "
+                             "delete the principal of each node removed (`trainmedic nodes remove`)")
     parser.add_argument("node", nargs="?", default=None, help="add-node, remove-node: the node's name")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="add-node: write the node's folder here (default "
@@ -65,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--listen", metavar="ADDR:PORT", default=None,
         help="start: listen on this address instead of 127.0.0.1 (the controller on PORT + 1; "
-             "0.0.0.0 or [::] for every address, with --advertise); off loopback every listener is TLS",
+             "0.0.0.0 or [::] for every address, with --advertise); off loopback every listener is TLS. "
+             "registrar: its HTTPS address (default the broker's listen address, port 9443)",
     )
     parser.add_argument(
         "--advertise", metavar="HOST:PORT", default=None,
@@ -167,7 +171,24 @@ def nodes(args: argparse.Namespace) -> int:
     return 0
 
 
+def registrar(args: argparse.Namespace) -> int:
+    """The registrar, in the foreground: exit 2 when it cannot serve (no broker, no TLS, a busy port)."""
+    from trainmedic.common.errors import BrokerError
+    from trainmedic.local import registrar
+
+    try:
+        return registrar.serve(args.listen)
+    except (ConfigError, BrokerError) as err:
+        print(f"trainmedic broker registrar: {err}", file=sys.stderr)
+        return 2
+    except TrainmedicError as err:
+        print(f"trainmedic broker registrar: {err}", file=sys.stderr)
+        return 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.action == "registrar":
+        return registrar(args)
     if args.action in ("add-node", "remove-node"):
         try:
             return nodes(args)

@@ -8,6 +8,7 @@ the user and every ACL naming it, so the node's writes are refused at its next r
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from trainmedic.local.broker_limits import TELEMETRY
 from trainmedic.local.broker_listen import Listener, split_host_port
 
 NODE_ROLES = ("agent", "executor")  # the parts of `trainmedic node`: one principal, the node's
+PASSWORDS_FILE = "nodes.json"  # under HOME/broker: each node's password, replaced whole (0600)
 
 
 def principal(node: str) -> str:
@@ -51,20 +53,22 @@ def admin_settings(broker: LocalBroker) -> KafkaSettings:
     return KafkaSettings.from_env({"TRAINMEDIC_CREDENTIALS_DIR": str(broker.credentials)}, role=acls.ADMIN)
 
 
-def add(broker: LocalBroker, node: str, prefixes: tuple[str, ...], out: Path | None = None) -> Path:
+def add(broker: LocalBroker, node: str, prefixes: tuple[str, ...], out: Path | None = None, *,
+        rotate: bool = False) -> Path:
     """Node `node`'s principal, ACLs and quota on the running broker, and its folder (`out`, by default
     broker/nodes/NODE/): the role files of its agent and executor, the CA of a TLS broker and its
-    telemetry key. Again for a node already added: the same password, the folder written anew."""
+    telemetry key. Again for a node already added: the same password, the folder written anew; with
+    `rotate`, a new password (a node joining anew: the host that had the old one may be another)."""
     user = principal(node)
     folder = out or broker.dir / "nodes" / node
     if folder.resolve() == broker.credentials.resolve():
         raise ConfigError(f"--out {folder} is the broker host's own credentials folder: the node's folder "
                           "would replace its role files and the telemetry master key; give another")
-    passwords = _node_passwords(broker)
-    password = passwords.get(node) or secrets.token_urlsafe(24)
+    passwords = node_passwords(broker)
+    password = (None if rotate else passwords.get(node)) or secrets.token_urlsafe(24)
     if passwords.get(node) != password:
         passwords[node] = password
-        broker_auth.write_private(broker.dir / "nodes.json", json.dumps(passwords, indent=2))
+        _write_passwords(broker, passwords)
     admin = admin_settings(broker)
     set_scram_users(admin, {user: password})
     for prefix in prefixes:
@@ -87,10 +91,10 @@ def remove(broker: LocalBroker, node: str) -> bool:
     """The node's principal and every ACL naming it deleted: its clients' next requests are refused.
     False when the broker had no such node (nothing to remove)."""
     user = principal(node)
-    passwords = _node_passwords(broker)
+    passwords = node_passwords(broker)
     retire_users(admin_settings(broker), (user,))
     known = passwords.pop(node, None) is not None
-    broker_auth.write_private(broker.dir / "nodes.json", json.dumps(passwords, indent=2))
+    _write_passwords(broker, passwords)
     folder = broker.dir / "nodes" / node
     for path in (*folder.glob("*"),) if folder.is_dir() else ():
         path.unlink()
@@ -99,5 +103,14 @@ def remove(broker: LocalBroker, node: str) -> bool:
     return known
 
 
-def _node_passwords(broker: LocalBroker) -> dict[str, str]:
-    return broker_auth.read_secrets(broker.dir / "nodes.json") or {}
+def node_passwords(broker: LocalBroker) -> dict[str, str]:
+    """Each node that has a principal on `broker`, and its password."""
+    return broker_auth.read_secrets(broker.dir / PASSWORDS_FILE) or {}
+
+
+def _write_passwords(broker: LocalBroker, passwords: dict[str, str]) -> None:
+    """Replaced whole, so that the registrar, reading it every poll, never reads half a file."""
+    path = broker.dir / PASSWORDS_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    broker_auth.write_private(tmp, json.dumps(passwords, indent=2))
+    os.replace(tmp, path)
