@@ -98,6 +98,20 @@ class WorkerSpec(Model):
         return self
 
 
+class Placement(Signed):
+    """Which ranks of a job's generation a start or restart command places on `node`, signed by the
+    coordinator on its own (the command's signature covers its secrets too: the rendezvous key, the
+    job's environment). The executor stamps it on its ranks' `worker_start` and exits, and the detector
+    uses a rank's reports only from the node it was placed on (docs/detection.md, "Generations come
+    from the coordinator")."""
+
+    type: Literal["placement"] = "placement"
+    job: Id
+    generation: Count
+    node: Name
+    ranks: tuple[Count, ...] = Field(max_length=MAX_SMALL_ITEMS)
+
+
 class Command(NodeEvent, Signed):
     """A signed instruction to the executor on `node`, signed by the coordinator (`Signed`). Two
     fencing tokens: `generation` (of the job) and `epoch` (of the coordinator that sent it; none
@@ -117,6 +131,7 @@ class Command(NodeEvent, Signed):
     worker: WorkerSpec | None = None
     epoch: Count | None = None
     deadline: Timestamp | None = None
+    placement: Placement | None = None  # a start's or restart's, set by the coordinator as it signs
 
 
 class AckStatus(StrEnum):

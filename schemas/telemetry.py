@@ -25,6 +25,9 @@ from trainmedic.schemas.bounds import (
 # lines, at most this many characters and lines (the executor and the hook cut to it).
 MAX_TAIL_CHARS = 4_096
 MAX_TAIL_LINES = 40
+# The bound of a worker event's `placement`: the coordinator's signed placement as JSON (its ranks on
+# one node: a few hundred bytes, at most 4,096 ranks).
+MAX_PLACEMENT = 65_536
 
 
 def last_lines(text: str, max_lines: int = MAX_TAIL_LINES, max_chars: int = MAX_TAIL_CHARS) -> str:
@@ -84,12 +87,22 @@ class WorkerEvent(NodeEvent):
     pid: Int64 | None = None
 
 
+def placement_field() -> object:
+    """`placement`, as the events that announce a generation carry it."""
+    return Field(default=None, max_length=MAX_PLACEMENT, description="the coordinator-signed placement "
+                 "(a `placement` record as JSON: job, generation, node, ranks) of this rank's generation on "
+                 "its node, stamped by the executor from its start or restart command: the detector moves a "
+                 "job to a generation only on one (docs/detection.md, \"Generations come from the "
+                 "coordinator\"); absent from older executors, and for ranks adopted without it")
+
+
 class WorkerStarted(WorkerEvent):
     """The rank process has joined its process group."""
 
     type: Literal["worker_start"] = "worker_start"
     hang_floor_s: Seconds | None = Field(
         default=None, description="the job spec's failure.hang_floor_s, which the detector uses")
+    placement: str | None = placement_field()
 
 
 class WorkerWaiting(WorkerEvent):
@@ -153,6 +166,7 @@ class WorkerExited(WorkerEvent):
         "nor a stop, from its last traceback line on where there is one (bounded by MAX_TAIL_CHARS and "
         "MAX_TAIL_LINES); the rank's own text: render it escaped; absent from older executors and for "
         "ranks whose output the executor does not know")
+    placement: str | None = placement_field()
 
     @property
     def status_unknown(self) -> bool:

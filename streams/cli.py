@@ -42,7 +42,8 @@ def build_config(args: argparse.Namespace, settings, env: Mapping[str, str] = os
     from trainmedic.bus.settings import home
 
     return OPTIONS.build(DETECTOR, args, env, app_id=lambda _: settings.topics.owned("detector"),
-                         datadir=lambda _: home(env) / "detector", instance=lambda _: socket.gethostname())
+                         datadir=lambda _: home(env) / "detector", keys_dir=lambda _: home(env) / "keys",
+                         instance=lambda _: socket.gethostname())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,13 +85,14 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
     from trainmedic.streams.engines.ingest_stage import IngestConfig, IngestService
     from trainmedic.streams.live import LiveDetector
     from trainmedic.streams.pipeline import Pipeline
+    from trainmedic.streams.placements import placements_of
 
     tune_gc()
     logging.basicConfig(format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     logging.getLogger().setLevel(options.loglevel.upper())
     start = options.start_at(time.time())
-    verifier = verifier_of(settings.telemetry_key, settings.topic_prefix,
-                           logging.getLogger("trainmedic.detector"))
+    said = logging.getLogger("trainmedic.detector")
+    verifier = verifier_of(settings.telemetry_key, settings.topic_prefix, said)
     if options.stage == "ingest":
         pipeline = Pipeline(settings.topics, None, max_skew_s=live_config.max_skew_s,
                             max_ahead_s=live_config.max_ahead_s, verifier=verifier)
@@ -98,8 +100,9 @@ def _run_consumer(options: DetectorServiceConfig, settings, config, live_config)
             app_id=options.app_id, start=start, instance=options.instance,
             events_partitions=options.events_partitions))
     else:
+        placed = placements_of(options.keys_dir, settings.topic_prefix, said)
         # The decide stage reads the ingest stage's batches, checked there.
-        pipeline = Pipeline(settings.topics, LiveDetector(Detector(config), live_config),
+        pipeline = Pipeline(settings.topics, LiveDetector(Detector(config, placed=placed), live_config),
                             verifier=verifier if options.stage == "all" else None)
         service_config = ServiceConfig(app_id=options.app_id, start=start)
         service = (DetectorService(settings, pipeline, service_config) if options.stage == "all" else
@@ -121,7 +124,7 @@ def _run_faust(options: DetectorServiceConfig, settings, config, live_config) ->
     datadir = str(options.datadir)
     tuning = FaustTuning()
     detector = build_app(settings, app_id=options.app_id, config=config, live_config=live_config,
-                         datadir=datadir, web_port=options.web_port, tuning=tuning)
+                         datadir=datadir, web_port=options.web_port, tuning=tuning, keys_dir=options.keys_dir)
     return run_worker(detector.app, options.loglevel, tuning.loop)
 
 

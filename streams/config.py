@@ -53,6 +53,9 @@ class DetectorServiceConfig(_CoreSections):
     live: LiveConfig = LiveConfig()
     datadir: Path = Field(description="faust engine: Faust's local data directory "
                           "(default: $TRAINMEDIC_HOME/detector)")
+    keys_dir: Path = Field(description="folder of the coordinator's public keys: a worker event moves a "
+                           "job to a generation only with a placement one of them signed; none there: "
+                           "not checked (default: $TRAINMEDIC_HOME/keys)")
     web_port: int | None = Field(None, ge=1, le=65535, description="faust engine: serve Faust's web "
                                  "views on this port (off by default)")
     loglevel: Literal["debug", "info", "warn", "error"] = Field("info", description="log level")

@@ -25,12 +25,13 @@ __all__ = ["Failure", "Held", "LiveConfig", "LiveDetector"]
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """An event the core raised on: it is not applied; the caller dead-letters it (`origin` as
-    in `Held`)."""
+    """An event the core raised on, or (`refused`) refused as unplaced (streams/core/placement.py, `error`
+    the reason): it is not applied; the caller dead-letters it (`origin` as in `Held`)."""
 
     event: BaseModel  # or its fast twin (schemas/wire.py)
     origin: RawMessage | None
     error: str
+    refused: bool = False
 
 
 @dataclass
@@ -189,6 +190,11 @@ class LiveDetector:
         incidents: list[Incident] = []  # a list of its own: the core's may be the one it fills next
         if due:
             incidents += self.detector.observe_each([entry[1] for entry in due], failed)
+            refused = self.detector.take_refused()
+            if refused:
+                origins = {id(event): origin for _, event, origin in due}
+                self.failed += [Failure(event, origins.get(id(event)), reason, refused=True)
+                                for event, reason in refused]
         if self._watermark > self.detector.state.clock:
             try:
                 incidents += self.detector.advance(self._watermark)

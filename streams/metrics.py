@@ -66,12 +66,18 @@ class CoreLimits:
         refused = CounterMetricFamily(
             "trainmedic_detector_job_reports_refused", "Worker reports not followed: their node follows "
             "limits.node_jobs jobs already")
+        unplaced = CounterMetricFamily(
+            "trainmedic_detector_unplaced", "Worker reports not used: their node holds no coordinator-"
+            "signed placement of their job's generation (streams/core/placement.py); those that would "
+            "have created or moved a job, or came from an unplaced node of a followed job, dead-lettered")
         counts = [live.detector.limited for live in list(self._watched.values())]
         for scope in ("node", "job"):
             suppressed.add_metric([scope], sum(c.suppressed[scope] for c in counts))
         refused.add_metric([], sum(c.refused for c in counts))
+        unplaced.add_metric([], sum(c.unplaced for c in counts))
         yield suppressed
         yield refused
+        yield unplaced
 
 
 CORE_LIMITS = CoreLimits()

@@ -58,6 +58,7 @@ class Pipeline:
     verifier: Verifier | None = None  # each record's MAC checked against its node's key; None: none
     bound: ClockBound = field(init=False)
     _counted: int = 0  # events already added to the metric
+    _warned: dict[str, float] = field(default_factory=dict)  # node -> when its last refusal was logged
 
     def __post_init__(self) -> None:
         DEAD_LETTERS.labels("detector")  # at 0 from the start: no dead letters shows as 0, not as nothing
@@ -227,17 +228,31 @@ class Pipeline:
         return (None if skewed.used_at is None else retimed(event, skewed.used_at),
                 [Output(self.topics.dlq, message.topic.encode(), encode(letter))])
 
+    def _warn(self, node: str, wall: float) -> bool:
+        """Whether to log a refusal of `node`'s: once a minute per node at most (a flood is the dlq's)."""
+        if wall - self._warned.get(node, float("-inf")) < 60.0:
+            return False
+        if len(self._warned) >= 65_536:
+            self._warned.clear()
+        self._warned[node] = wall
+        return True
+
     def _failures(self, wall: float) -> list[Output]:
-        """Events the core raised on (a bug, logged by LiveDetector): kept on the dlq as they came
-        (one fed without its message, re-encoded, from topic "" at offset -1)."""
+        """Events the core raised on (a bug, logged by LiveDetector) or refused as unplaced (logged
+        here): kept on the dlq as they came (one fed without its message, re-encoded, from topic ""
+        at offset -1)."""
         out = []
         for failure in self.live.take_failures():
             origin = failure.origin or RawMessage("", -1, -1, -1, None, None)
             value = encode(failure.event) if origin.value is None else origin.value
             self.stats.dead_lettered += 1
             DEAD_LETTERS.labels("detector").inc()
+            if failure.refused and self._warn(getattr(failure.event, "node", ""), wall):
+                log.warning("refused %s[%d]@%d: %s (the node's next refusals this minute: the dlq only)",
+                            origin.topic, origin.partition, origin.offset, failure.error)
             out.append(Output(self.topics.dlq, origin.topic.encode(), encode(DeadLettered.of(
-                ts=wall, reason=f"detector error ({failure.error}; see the detector's log)",
+                ts=wall, reason=failure.error if failure.refused else
+                f"detector error ({failure.error}; see the detector's log)",
                 topic=origin.topic, partition=origin.partition, offset=origin.offset, key=origin.key,
                 value=value))))
         return out

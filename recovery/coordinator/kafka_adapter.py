@@ -31,7 +31,7 @@ from trainmedic.recovery.coordinator.provenance import Trust, impersonates, skew
 from trainmedic.recovery.coordinator.routing import route
 from trainmedic.recovery.signing import Signable
 from trainmedic.schemas import DeadLettered, Topics
-from trainmedic.schemas.commands import Command, NodeRegistered
+from trainmedic.schemas.commands import Command, CommandAction, NodeRegistered, Placement
 from trainmedic.schemas.nodes import NodeEnrolled, NodeRemoved
 from trainmedic.schemas.topics import misplaced
 
@@ -210,10 +210,18 @@ class CoordinatorService:
         with self._producer.transaction():
             for event in outputs:
                 suffix, key = route(event)
-                update = {**stamp, "epoch": self.epoch} if isinstance(event, Command) else stamp
+                update = {**stamp, "epoch": self.epoch, "placement": self._placement(event)} if isinstance(
+                    event, Command) else stamp
                 self._producer.send(self._topics.name(suffix), self._sign(event.model_copy(update=update)),
                                     key=key)
         self._dlq.flush()
+
+    def _placement(self, command: Command) -> Placement | None:
+        """The signed placement of the ranks a start or restart launches (schemas `Placement`)."""
+        if command.action not in (CommandAction.START, CommandAction.RESTART) or command.worker is None:
+            return None
+        return self._sign(Placement(job=command.job, generation=command.generation, node=command.node,
+                                    ranks=command.worker.ranks, deployment=self._topics.prefix))
 
     def close(self) -> None:
         self._reader.close()

@@ -36,7 +36,7 @@ from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
 from trainmedic.recovery.keyring import KeyFolder
 from trainmedic.runtime import reform
 from trainmedic.runtime.env import WorkerEnv
-from trainmedic.schemas import AckStatus, Command, CommandAcked, DeadLettered
+from trainmedic.schemas import AckStatus, Command, CommandAcked, DeadLettered, encode
 from trainmedic.schemas.commands import CommandAction
 
 log = logging.getLogger(__name__)
@@ -139,10 +139,11 @@ class CommandApplier:
             ledger.record(**where)  # its offset only: a check is no job's command, and may run again
             self._check(command)
             return
+        placement = _placement(command) if Step.LAUNCH in decision.steps else None
         ledger.record(**where, command_id=command.id, job=command.job, generation=command.generation,
                       applied=True, action=command.action, epoch=command.epoch,
-                      ranks=command.worker.ranks if command.worker is not None else None)
-        self._carry_out(command, decision, group)
+                      ranks=command.worker.ranks if command.worker is not None else None, placement=placement)
+        self._carry_out(command, decision, group, placement)
 
     def _check(self, command: Command) -> None:
         """Accept a health check and run the probe in a thread of its own (the ranks' commands and exits
@@ -198,7 +199,9 @@ class CommandApplier:
         metrics.ADMISSION_REFUSALS.labels(refusal.rule).inc()
         return Refuse(str(refusal))
 
-    def _carry_out(self, command: Command, decision: Apply, group: LocalGroup | None) -> None:
+    def _carry_out(self, command: Command, decision: Apply, group: LocalGroup | None,
+                   placement: str | None) -> None:
+        """`placement`: the command's signed placement as JSON, for its ranks' worker_start and exits."""
         log.info("command %s: %s job %s g%d: %s", command.id, command.action, command.job,
                  command.generation, decision.note)
         self._ack(command, AckStatus.ACCEPTED)
@@ -208,7 +211,7 @@ class CommandApplier:
         kept = self._survivors(command)
         try:
             for step in decision.steps:
-                group = self._run_step(step, command, group, kept)
+                group = self._run_step(step, command, group, kept, placement)
         except (OSError, RuntimeError, ValueError, TypeError) as err:  # e.g. an argv execve refuses
             self.groups[command.job] = group
             log.error("command %s failed: %s", command.id, err)
@@ -222,7 +225,8 @@ class CommandApplier:
         self.ledger.record_answer(command.id, answer)
         self._ack(command, AckStatus(answer.status), reason=answer.reason, elapsed_s=answer.elapsed_s)
 
-    def _run_step(self, step: Step, command: Command, group: LocalGroup, kept: dict[int, int]) -> LocalGroup:
+    def _run_step(self, step: Step, command: Command, group: LocalGroup, kept: dict[int, int],
+                  placement: str | None = None) -> LocalGroup:
         """One step of a command; `kept` (pid -> local rank): ranks re-formed in place, neither
         stopped nor started again."""
         began = time.monotonic()
@@ -243,10 +247,10 @@ class CommandApplier:
             launched = time.monotonic()
             for local_rank, pid in zip(new, pids, strict=True):
                 rank = LaunchedRank(command.job, command.generation, spec.ranks[local_rank], spec.world_size,
-                                    local_rank, spec.failure.hang_floor_s, spec.submission)
+                                    local_rank, spec.failure.hang_floor_s, spec.submission, placement)
                 self._reporter.started(pid, rank, launched)
             for pid, local_rank in kept.items():
-                self._keep(command, pid, local_rank, launched)
+                self._keep(command, pid, local_rank, launched, placement)
             metrics.RECOVERY_PHASE.labels("launch").observe(launched - began)
             if new:  # behind the command: snapshots may be many GB, and the ranks train meanwhile
                 threading.Thread(target=self._prune, args=(job_dir,), name="prune", daemon=True).start()
@@ -284,14 +288,14 @@ class CommandApplier:
                 kept[pid] = spec.ranks.index(rank)
         return kept
 
-    def _keep(self, command: Command, pid: int, local_rank: int, now: float) -> None:
+    def _keep(self, command: Command, pid: int, local_rank: int, now: float, placement: str | None) -> None:
         """Name the next generation to a rank kept alive: its contract in the job's directory, where
         it waits; from now on its reports are about that generation."""
         launched = self._reporter.launched_as(pid)
         job_dirs.put(self.config.job_dir(command.job, command.worker.submission), reform.REFORM_DIR,
                      reform.file_name(launched.rank),
                      json.dumps(self._contract(command, local_rank).to_env()))
-        self._reporter.kept(pid, command.generation, now)
+        self._reporter.kept(pid, command.generation, now, placement)
         self._supervisor.regenerate(command.job, pid, command.generation)
         metrics.RANKS_KEPT.inc()
         log.info("job %s g%d: rank %d (pid %d) kept: it re-forms in its own process", command.job,
@@ -328,3 +332,11 @@ class CommandApplier:
             generation=generation, status=status, reason=reason, elapsed_s=elapsed_s,
         ))
         metrics.EXECUTOR_ACKS.labels(str(status)).inc()
+
+
+def _placement(command: Command) -> str | None:
+    """The coordinator's signed placement of the command's ranks as JSON (no secret of the command's:
+    `Placement`), for their worker_start and exits; None from a coordinator that signs none."""
+    if command.placement is None or command.placement.signature is None:
+        return None
+    return encode(command.placement).decode("utf-8")

@@ -140,7 +140,7 @@ class Executor:
         found = leftovers.take_over(self.config.state_dir / "ranks.json", self.applier.ledger.state)
         self.supervisor.adopt(found.adopt)
         self.supervisor.trees.sweep(keep={rank.job for rank in found.adopt})
-        self.reporter.take_over(found)
+        self.reporter.take_over(found, self.applier.ledger.state.placements)
         self.applier.take_over(found)
 
     def _reader(self, topic: str, partition: int) -> TopicReader:

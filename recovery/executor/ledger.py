@@ -45,11 +45,17 @@ class Ledger:
         self, *, topic: str, partition: int, offset: int, command_id: str | None = None,
         job: str | None = None, generation: int | None = None, applied: bool = False,
         action: str | None = None, ranks: tuple[int, ...] | None = None, epoch: int | None = None,
+        placement: str | None = None,
     ) -> None:
-        """Persist one processed message (and, with `applied`, that its command is being applied)."""
-        self._write({"topic": topic, "partition": partition, "offset": offset, "applied": applied,
-                     "command": command_id, "job": job, "generation": generation, "action": action,
-                     "ranks": None if ranks is None else list(ranks), "epoch": epoch})
+        """Persist one processed message (and, with `applied`, that its command is being applied;
+        `placement`: a start's or restart's signed placement as JSON, which its adopted ranks' reports
+        carry)."""
+        entry = {"topic": topic, "partition": partition, "offset": offset, "applied": applied,
+                 "command": command_id, "job": job, "generation": generation, "action": action,
+                 "ranks": None if ranks is None else list(ranks), "epoch": epoch}
+        if placement is not None:
+            entry["placement"] = placement
+        self._write(entry)
 
     def record_answer(self, command_id: str, answer: RecordedAck) -> None:
         """Persist the final ack of an applied command, before it is sent."""

@@ -83,19 +83,25 @@ class RankReporter:
         """The rank of `pid` said it waits alive to re-form, and nothing since."""
         return pid in self._waiting
 
-    def kept(self, pid: int, generation: int, at: float) -> None:
-        """The rank of `pid` was kept alive into `generation` at `at`: its reports from now on are about
-        that generation, and its new start is timed."""
-        self._launched[pid] = replace(self._launched[pid], generation=generation)
+    def kept(self, pid: int, generation: int, at: float, placement: str | None = None) -> None:
+        """The rank of `pid` was kept alive into `generation` at `at` by the command whose signed
+        placement (as JSON) is `placement`: its reports from now on are about that generation, and its
+        new start is timed."""
+        self._launched[pid] = replace(self._launched[pid], generation=generation, placement=placement)
         self._waiting.discard(pid)
         self._rank_times[pid] = RankTimes(at)
 
-    def take_over(self, found: Leftovers) -> None:
+    def take_over(self, found: Leftovers, placements: dict[str, tuple[int, str]] | None = None) -> None:
         """What a previous executor left: the adopted ranks keep reporting (their place among local ranks
-        is not recorded); those killed are reported as this executor's own stop; those that ended
-        unwatched, with their exit status unknown."""
+        is not recorded), with the placement of their generation where the ledger has it (`placements`,
+        `LedgerState.placements`); those killed are reported as this executor's own stop; those that
+        ended unwatched, with their exit status unknown."""
+        placements = placements or {}
         for rank in found.adopt:
-            self._launched[rank.pid] = LaunchedRank(rank.job, rank.generation, rank.rank, rank.world_size)
+            placed = placements.get(rank.job)
+            self._launched[rank.pid] = LaunchedRank(
+                rank.job, rank.generation, rank.rank, rank.world_size,
+                placement=placed[1] if placed is not None and placed[0] == rank.generation else None)
             self.channel(rank.job)
         for rank, _ in found.kill:  # ranks the ledger says must not run: this executor's own stop
             self.publish_exit(RankExit(rank.job, rank.generation, rank.rank, rank.world_size, rank.pid,
@@ -129,6 +135,8 @@ class RankReporter:
             world_size=ended.world_size, generation=ended.generation, pid=ended.pid,
             exit_code=ended.exit_code, signal=ended.signal, reason=ended.reason, stopped=stopped,
             output_tail=tail,
+            placement=launched.placement if launched is not None and launched.generation == ended.generation
+            else None,
         )
         self._producer.send(self._topics.worker, event, key=ended.job)
         metrics.RANK_EXITS.labels("clean" if ended.clean else "unknown" if ended.reason else "failed").inc()

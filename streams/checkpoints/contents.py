@@ -48,7 +48,7 @@ from trainmedic.schemas.wire import decode_telemetry
 from trainmedic.streams.core import Detector, DetectorState
 from trainmedic.streams.live import Held, LiveDetector
 
-VERSION = 8
+VERSION = 9
 # formats 2-4, per held event in the head's list: seq, topic, partition, offset, timestamp_ms, key, value
 HELD_FIELDS = 7
 SAVE_SHARE = 0.1  # at most this share of the time goes to checkpoints of a large state
@@ -82,7 +82,7 @@ class Checkpoint:
 
     def restore(self, live: LiveDetector, wall: float) -> None:
         """Carry `live` on from here (its config stays): the same state, the same held events."""
-        live.detector = Detector(live.detector.config, self.state)
+        live.detector = Detector(live.detector.config, self.state, live.detector.placed)
         live.resume(self.watermark, self.held, self.sources, wall)
 
 
@@ -223,9 +223,17 @@ def _v7_to_v8(head: dict, body: bytes) -> tuple[dict, bytes]:
     return {**head, "v": 8}, body
 
 
+def _v8_to_v9(head: dict, body: bytes) -> tuple[dict, bytes]:
+    """Format 8 (before 9): a job had no `placed` nodes; its default (None: placement not known, every
+    node's reports of its generation used until its next one) decodes it. A detector of format 8
+    refuses format 9 as newer."""
+    return {**head, "v": 9}, body
+
+
 # Format n -> n + 1, applied in turn until the format is VERSION.
 UPCASTERS: dict[int, Callable[[dict, bytes], tuple[dict, bytes]]] = {
     1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6, 6: _v6_to_v7, 7: _v7_to_v8,
+    8: _v8_to_v9,
 }
 
 

@@ -14,6 +14,7 @@ from trainmedic.streams.core.incidents import IncidentBook
 from trainmedic.streams.core.job_rules import JobRules
 from trainmedic.streams.core.limits import LimitCounts
 from trainmedic.streams.core.node_rules import NIC_KEY_SEP, NodeRules
+from trainmedic.streams.core.placement import Placed
 from trainmedic.streams.core.state import DetectorState
 
 
@@ -22,13 +23,16 @@ class Detector:
     whatever the wall clock, however often `advance` is called in between."""
 
     def __init__(self, config: DetectorConfig | None = None,
-                 state: DetectorState | None = None) -> None:
+                 state: DetectorState | None = None, placed: Placed | None = None) -> None:
+        """`placed`: the coordinator's signature check of a worker event's placement (placement.py);
+        None: generations are taken from any `worker_start`, as without the coordinator's keys."""
         self.config = config or DetectorConfig()
         self.state = state or DetectorState()
+        self.placed = placed
         self._timers = Deadlines()
         self._book = IncidentBook(self.state, self.config, self._timers)
         self._nodes = NodeRules(self.state, self.config, self._book, self._timers)
-        self._jobs = JobRules(self.state, self.config, self._book, self._timers, self._nodes)
+        self._jobs = JobRules(self.state, self.config, self._book, self._timers, self._nodes, placed)
         self._on: dict[type, Callable] = {}
         for kinds in (telemetry, wire):  # the contract's models, and their fast twins (schemas/wire.py)
             self._on.update({
@@ -76,9 +80,15 @@ class Detector:
             raise TypeError(f"not a telemetry event: {type(event).__name__}")
         handler(event)
 
+    def take_refused(self) -> list[tuple[object, str]]:
+        """The events observed since the last call that were refused as unplaced (placement.py), each
+        with the reason, for the caller to dead-letter."""
+        return self._jobs.placements.take()
+
     @property
     def limited(self) -> LimitCounts:
-        """What the limits held back since this detector was made (limits.py), for the metrics."""
+        """What the limits held back since this detector was made (limits.py), and the worker reports
+        refused as unplaced (placement.py), for the metrics."""
         return self._book.limits.counts
 
     def advance(self, now: float) -> list[Incident]:

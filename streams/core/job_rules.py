@@ -13,6 +13,7 @@ from trainmedic.streams.core.hang import describe_threshold, record_step_time, s
 from trainmedic.streams.core.incidents import IncidentBook
 from trainmedic.streams.core.job_end import note_ended, over, refused
 from trainmedic.streams.core.node_rules import NodeRules
+from trainmedic.streams.core.placement import Placed, Placements
 from trainmedic.streams.core.state import Clue, DetectorState, JobWatch, OpenIncident, RankState
 from trainmedic.streams.core.straggler import rank_medians, record_rank_step
 from trainmedic.streams.core.taxonomy import (
@@ -22,6 +23,8 @@ from trainmedic.streams.core.taxonomy import (
     Resolves,
     classify_error,
     error_signature,
+    jobs_resolve,
+    last_words,
 )
 
 # A coordinator's plan moves a job one generation ahead; a few plans may fail before any rank
@@ -34,9 +37,10 @@ UNSTARTED_JOBS = 1024
 
 class JobRules:
     def __init__(self, state: DetectorState, config: DetectorConfig, book: IncidentBook,
-                 timers: Deadlines, nodes: NodeRules) -> None:
+                 timers: Deadlines, nodes: NodeRules, placed: Placed | None = None) -> None:
         self.state, self.config, self.book, self.timers = state, config, book, timers
         self.nodes = nodes
+        self.placements = Placements(placed, book.limits.counts)  # checked only with `placed`
 
     # -- events ------------------------------------------------------------------------
 
@@ -79,7 +83,7 @@ class JobRules:
         rank.errored = True
         category = classify_error(ev.error)
         self._clue(ev.job, job, category, CATEGORIES[category].specificity,
-                   CATEGORIES[category].hold, ev, ev.error[:300] + _last_words(ev.traceback, skip_last=True),
+                   CATEGORIES[category].hold, ev, ev.error[:300] + last_words(ev.traceback, skip_last=True),
                    error_signature(category, ev.error))
 
     def on_exit(self, ev: WorkerExited) -> None:
@@ -100,7 +104,7 @@ class JobRules:
             return
         how = f"signal {ev.signal}" if ev.signal is not None else f"code {ev.exit_code}"
         signature = f"process_exit: {how}"
-        said = _last_words(ev.output_tail)
+        said = last_words(ev.output_tail)
         rank.exited = True
         if rank.errored:  # exiting after its own error: fallout, not a root cause
             self._clue(ev.job, job, "process_exit", CONSEQUENCE_SPECIFICITY, Hold.SYMPTOM, ev,
@@ -220,18 +224,22 @@ class JobRules:
         """The job and rank of a worker event, placing the rank on its node; None for an event of a
         generation that ended or older (a fenced-off process), of a newer one that no `worker_start` within
         GENERATION_JUMP announced, of a new job past the cap on jobs never seen started, or of one job
-        too many on its node (limits.py). `announces`: the event comes from the executor that launched
-        its generation (a `worker_exit`), so it announces a newer one as a `worker_start` does: a rank
-        that dies before its hook starts (a script broken at import) is still seen."""
+        too many on its node (limits.py), or, with the coordinator's keys, not placed (placement.py).
+        `announces`: the event comes from the executor that launched its generation (a `worker_exit`),
+        so it announces a newer one as a `worker_start` does: a rank that dies before its hook starts
+        (a script broken at import) is still seen."""
         job = self.state.jobs.get(ev.job)
-        if refused(self.state, ev.job, ev.generation, start) or (
-                (start or job is None) and self.book.limits.crowded(ev)):
+        if refused(self.state, ev.job, ev.generation, start):
+            return None
+        placing = self.placements.placed is not None and self.placements.placing(job, ev, start or announces)
+        if placing is None or (start or job is None) and self.book.limits.crowded(ev):
             return None
         if job is None:
             if not start and sum(not j.started for j in self.state.jobs.values()) >= UNSTARTED_JOBS:
                 return None
             job = self.state.jobs[ev.job] = JobWatch(gen=ev.generation, last_progress=ev.ts,
-                                                     started=start, threshold=self.config.hang.warmup_s)
+                                                     started=start, threshold=self.config.hang.warmup_s,
+                                                     placed=None if self.placements.placed is None else {})
             self.timers.arm(Timer.HANG, ev.job, ev.ts + job.threshold)
             self.state.ended.pop(ev.job, None)
         elif job.finishing and not job.ranks and start and ev.generation == job.gen:
@@ -243,6 +251,8 @@ class JobRules:
             self._new_generation(ev.job, job, ev)
         if start:
             job.started = True
+        if placing and job.placed is not None:
+            job.placed[ev.node] = self.placements.ranks(ev)
         self.nodes.known(ev.node, ev.ts)
         rank = job.ranks.get(ev.rank)
         if rank is None or rank.node != ev.node:
@@ -313,7 +323,7 @@ class JobRules:
             rec = self.book.get(iid)
             if rec is not None:
                 rec.jobs.pop(name, None)
-                if not rec.jobs and _jobs_resolve(rec):
+                if not rec.jobs and jobs_resolve(rec.category):
                     self.book.resolve(rec, ts, f"job {name} ended")
         del self.state.jobs[name]
         note_ended(self.state, name, job.gen)
@@ -326,6 +336,8 @@ class JobRules:
             self._unlist(name, rank.node, r)
             self._clear_straggler(rank, ev.ts, f"job restarted at generation {ev.generation}")
         self.state.ended.pop(name, None)
+        if ev.generation != job.gen:  # its placements were of the generation before (placement.py)
+            job.placed = None if self.placements.placed is None else {}
         job.gen = ev.generation
         job.ranks = {}
         job.max_step, job.steps_seen, job.step_times, job.first_step_ts = -1, 0, [], None
@@ -373,7 +385,7 @@ class JobRules:
                 del rec.jobs[name]
                 if job.fatal_id == iid:
                     job.fatal_id = None
-                if not rec.jobs and _jobs_resolve(rec):
+                if not rec.jobs and jobs_resolve(rec.category):
                     self._resolved_by_steps(rec, ev)
 
     def _resolved_by_steps(self, rec: OpenIncident, ev: WorkerStepped) -> None:
@@ -382,18 +394,3 @@ class JobRules:
             node.hw_id = None
         self.book.resolve(rec, ev.ts, f"job {ev.job} steps again (step {ev.step}, "
                                       f"generation {ev.generation})")
-
-
-def _last_words(text: str | None, skip_last: bool = False, lines: int = 3, chars: int = 300) -> str:
-    """A rank's last output lines as one evidence line's end, " | " between them, at most `chars` of
-    their end ("" when none); `skip_last`: all but the last (a traceback whose last is the error)."""
-    said = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    said = said[:-1] if skip_last else said
-    joined = " | ".join(said[-lines:])[-chars:]
-    return f" | {joined}" if joined else ""
-
-
-def _jobs_resolve(rec: OpenIncident) -> bool:
-    """The incident is the jobs' to resolve: a node's fault (lost, its GPUs) resolves only on the
-    node's own evidence, whatever its jobs do."""
-    return CATEGORIES[rec.category].resolves not in (Resolves.HEARTBEAT, Resolves.NODE_HEALTHY)

@@ -48,6 +48,7 @@ class LimitCounts:
 
     suppressed: dict[str, int] = field(default_factory=lambda: {"node": 0, "job": 0})
     refused: int = 0  # worker reports not followed: their node follows limits.node_jobs jobs
+    unplaced: int = 0  # worker reports not used: their node holds no placement of their job (placement.py)
 
 
 class Limits:

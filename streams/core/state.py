@@ -103,6 +103,9 @@ class JobWatch:
     open_ids: list[str] = field(default_factory=list)  # incidents cleared by this job's steps
     group: Group | None = None
     straggler_due: float | None = None
+    # node -> the ranks of this generation a coordinator-signed placement put there (placement.py); None:
+    # not known (no coordinator keys, or followed from before the detector checked placements), not checked
+    placed: dict[str, frozenset[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -189,6 +192,8 @@ def _plain(obj: Any) -> Any:
         return {str(k): _plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_plain(v) for v in obj]
+    if isinstance(obj, set | frozenset):
+        return sorted(obj)
     return obj
 
 
@@ -204,8 +209,10 @@ def _job(d: dict[str, Any]) -> JobWatch:
     group = d["group"]
     if group is not None:
         group = Group(**{**group, "best": Clue(*group["best"])})
+    placed = d.get("placed")  # before format 9: not known
     return JobWatch(**{
         **d,
         "ranks": {int(k): RankState(**v) for k, v in d["ranks"].items()},
         "group": group,
+        "placed": None if placed is None else {node: frozenset(ranks) for node, ranks in placed.items()},
     })

@@ -154,6 +154,12 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+def jobs_resolve(category: str) -> bool:
+    """An incident of `category` is its jobs' to resolve: a node's fault (lost, its GPUs) resolves only
+    on the node's own evidence, whatever its jobs do."""
+    return CATEGORIES[category].resolves not in (Resolves.HEARTBEAT, Resolves.NODE_HEALTHY)
+
+
 def classify_error(error: str) -> str:
     """The category a `worker_error` message is evidence for."""
     for category, pattern in ERROR_PATTERNS:
@@ -186,3 +192,12 @@ def xid_category(xids: tuple[int, ...]) -> tuple[str, int] | None:
             if best is None or spec < best[0]:
                 best = (spec, name, xid)
     return None if best is None else (best[1], best[2])
+
+
+def last_words(text: str | None, skip_last: bool = False, lines: int = 3, chars: int = 300) -> str:
+    """A rank's last output lines as one evidence line's end, " | " between them, at most `chars` of
+    their end ("" when none); `skip_last`: all but the last (a traceback whose last is the error)."""
+    said = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    said = said[:-1] if skip_last else said
+    joined = " | ".join(said[-lines:])[-chars:]
+    return f" | {joined}" if joined else ""

@@ -11,6 +11,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import faust
 
@@ -23,6 +24,7 @@ from trainmedic.streams.checkpoints.faust_engine import FaustCheckpoints
 from trainmedic.streams.core import Detector, DetectorConfig
 from trainmedic.streams.live import LiveConfig, LiveDetector
 from trainmedic.streams.pipeline import DetectorStats, Output, Pipeline
+from trainmedic.streams.placements import placements_of
 from trainmedic.streams.read_check import ReadCheck
 
 log = logging.getLogger(__name__)
@@ -66,12 +68,13 @@ def build_app(
     settings: KafkaSettings, *, app_id: str, config: DetectorConfig | None = None,
     live_config: LiveConfig | None = None, tick_s: float = 0.25, save_every_s: float = 1.0,
     datadir: str | None = None, web_port: int | None = None, sink: Sink | None = None,
-    tuning: FaustTuning = FaustTuning(),
+    tuning: FaustTuning = FaustTuning(), keys_dir: Path | None = None,
 ) -> DetectorApp:
     """A detector app for `settings` (nothing connects until a worker starts it).
 
     `sink(topic, key, value)` sends what the detector decides; by default to Kafka through
-    Faust's producer (tests in memory pass one that records, and nothing is checkpointed)."""
+    Faust's producer (tests in memory pass one that records, and nothing is checkpointed).
+    `keys_dir`: the coordinator's public keys, which placements are checked with (None: not checked)."""
     topics = settings.topics
     app = faust.App(
         app_id,
@@ -89,7 +92,8 @@ def build_app(
     telemetry = app.topic(
         topics.gpu, topics.node, topics.worker, value_serializer="raw", key_serializer="raw",
     )
-    live = LiveDetector(Detector(config), live_config or LiveConfig())
+    placed = None if keys_dir is None else placements_of(keys_dir, topics.prefix, log)
+    live = LiveDetector(Detector(config, placed=placed), live_config or LiveConfig())
     pipeline = Pipeline(topics, live, verifier=verifier_of(settings.telemetry_key, topics.prefix, log))
     offsets: Offsets = {}
     # The agent and the timer take turns: a checkpoint sees no message half handled.

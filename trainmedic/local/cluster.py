@@ -129,6 +129,7 @@ class LocalCluster:
             "TRAINMEDIC_HOME": str(self.layout.home),
             "TRAINMEDIC_COORDINATOR_KEYS_DIR": str(self.layout.keys_dir),
             "TRAINMEDIC_EXECUTOR_KEYS_DIR": str(self.layout.keys_dir),
+            "TRAINMEDIC_DETECTOR_KEYS_DIR": str(self.layout.keys_dir),  # placements checked (detection.md)
             "TRAINMEDIC_DEMO_FAULTS": str(self.layout.rank_faults),
             "PYTHONUNBUFFERED": "1",
             # the ranks run as the user who started the cluster, root included (said by ROOT_RANKS)

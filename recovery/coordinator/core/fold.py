@@ -286,12 +286,13 @@ def _skipped(state: ClusterState, event: RecoverySkipped) -> None:
 
 
 def _command(state: ClusterState, command: Command) -> None:
-    # the decision itself: signature, deployment and epoch say who sent a copy, and each send sets them
-    # anew (the coordinator folds its own commands before signing them: those need no copy)
+    # the decision itself: signature, deployment, epoch and placement say who sent a copy, and each send
+    # sets them anew (the coordinator folds its own commands before signing them: those need no copy)
     unsigned = command
-    if (command.signature, command.key_id, command.deployment, command.epoch) != (None, None, None, None):
+    if (command.signature, command.key_id, command.deployment, command.epoch, command.placement) != (
+            None, None, None, None, None):
         unsigned = command.model_copy(update={"signature": None, "key_id": None, "deployment": None,
-                                              "epoch": None})
+                                              "epoch": None, "placement": None})
     record = state.commands.get(command.id)
     if record is None:
         record = state.commands[command.id] = CommandRecord(unsigned, (command.ts,))

@@ -39,6 +39,9 @@ class LedgerState:
     last: dict[str, AppliedCommand] = field(default_factory=dict)  # job -> its newest applied command
     newest: AppliedCommand | None = None  # the command applied last: the one a crash can interrupt
     answers: dict[str, RecordedAck] = field(default_factory=dict)  # command id -> its final ack
+    # job -> the generation its newest start or restart placed here, and that command's signed
+    # placement (JSON)
+    placements: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def fold_entry(state: LedgerState, entry: dict) -> None:
@@ -59,5 +62,7 @@ def fold_entry(state: LedgerState, entry: dict) -> None:
         state.generations[command.job] = max(state.generations.get(command.job, command.generation),
                                              command.generation)
         state.last[command.job] = state.newest = command
+        if isinstance(entry.get("placement"), str):
+            state.placements[command.job] = (command.generation, entry["placement"])
         if entry.get("epoch") is not None:
             state.epoch = max(state.epoch if state.epoch is not None else 0, int(entry["epoch"]))

@@ -31,6 +31,9 @@ class LaunchedRank:
     local_rank: int | None = None  # None for a rank adopted from a previous executor
     hang_floor_s: float | None = None  # the job's own, from its spec: a rank cannot choose it
     submission: str | None = None  # whose directory is its HOME (None: adopted, not known)
+    # the coordinator's signed placement (JSON) of its generation here, which its worker_start and
+    # worker_exit carry (docs/detection.md, "Generations come from the coordinator"); None: not known
+    placement: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +107,7 @@ def check(line: bytes, reports: RankReports, *, node: str, pid: int, now: float,
     stamped = {**kept, "ts": now, "pid": pid}
     if isinstance(event, WorkerStarted):
         stamped["hang_floor_s"] = launched.hang_floor_s
+        stamped["placement"] = launched.placement  # the executor's, never one the rank wrote
     if launched.local_rank is not None:
         stamped["local_rank"] = launched.local_rank
     return type(event).model_construct(**stamped)

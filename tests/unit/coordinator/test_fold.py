@@ -10,6 +10,7 @@ from tests.unit.coordinator.world import CONFIG, Recorder, incident, of_type, su
 from trainmedic.recovery.coordinator.core import ClusterState, IllegalTransition, apply
 from trainmedic.recovery.signing import generate
 from trainmedic.schemas import NodeCordoned, NodeDrained, NodeUncordoned, RecoveryCompleted
+from trainmedic.schemas.commands import Placement
 
 
 def scenario() -> Recorder:
@@ -102,6 +103,23 @@ def test_the_log_as_sent_signed_for_its_deployment_folds_to_the_live_state(recor
     sent = [key.sign(e.model_copy(update={"deployment": "prod."})) for e in rec.log]
     assert of_type(sent, "recovery_planned")
     assert fold(sent) == rec.state
+
+
+def test_commands_read_back_with_their_signed_placements_fold_to_the_live_state() -> None:
+    """A start or restart is sent with the signed placement of its ranks (kafka_adapter `_placement`),
+    made as it is signed: read back, it folds as the command the coordinator decided."""
+    rec, key = scenario(), generate()
+
+    def sent(event):
+        if event.type == "command" and event.worker is not None:
+            placement = key.sign(Placement(job=event.job, generation=event.generation, node=event.node,
+                                           ranks=event.worker.ranks, deployment="prod."))
+            event = event.model_copy(update={"placement": placement})
+        return key.sign(event.model_copy(update={"deployment": "prod."}))
+
+    log = [sent(e) for e in rec.log]
+    assert any(getattr(e, "placement", None) is not None for e in log)
+    assert fold(log) == rec.state
 
 
 @pytest.mark.parametrize("seed", range(20))
