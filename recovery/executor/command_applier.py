@@ -292,10 +292,10 @@ class CommandApplier:
         """Name the next generation to a rank kept alive: its contract in the job's directory, where
         it waits; from now on its reports are about that generation."""
         launched = self._reporter.launched_as(pid)
+        self._reporter.kept(pid, command.generation, now, placement)  # before its contract: it may be quick
         job_dirs.put(self.config.job_dir(command.job, command.worker.submission), reform.REFORM_DIR,
                      reform.file_name(launched.rank),
                      json.dumps(self._contract(command, local_rank).to_env()))
-        self._reporter.kept(pid, command.generation, now, placement)
         self._supervisor.regenerate(command.job, pid, command.generation)
         metrics.RANKS_KEPT.inc()
         log.info("job %s g%d: rank %d (pid %d) kept: it re-forms in its own process", command.job,

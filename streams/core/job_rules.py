@@ -246,7 +246,8 @@ class JobRules:
             self._new_generation(ev.job, job, ev)  # over at this generation: the id submitted again
         elif ev.generation != job.gen:
             newer = start or announces
-            if ev.generation < job.gen or not newer or ev.generation - job.gen > GENERATION_JUMP:
+            leap = ev.generation - job.gen > GENERATION_JUMP and not placing  # a signed placement: no cap
+            if ev.generation < job.gen or not newer or leap:
                 return None
             self._new_generation(ev.job, job, ev)
         if start:
@@ -336,8 +337,7 @@ class JobRules:
             self._unlist(name, rank.node, r)
             self._clear_straggler(rank, ev.ts, f"job restarted at generation {ev.generation}")
         self.state.ended.pop(name, None)
-        if ev.generation != job.gen:  # its placements were of the generation before (placement.py)
-            job.placed = None if self.placements.placed is None else {}
+        job.placed = None if self.placements.placed is None else {}  # of the run before (placement.py)
         job.gen = ev.generation
         job.ranks = {}
         job.max_step, job.steps_seen, job.step_times, job.first_step_ts = -1, 0, [], None

@@ -19,9 +19,9 @@ from trainmedic.schemas.telemetry import WorkerEvent
 from trainmedic.streams.core.limits import LimitCounts
 from trainmedic.streams.core.state import JobWatch
 
-# A placement as JSON -> the placement, when a trusted coordinator key signed it for this deployment;
-# else None (streams/placements.py).
-Placed = Callable[[str], Placement | None]
+# A placement as JSON, and the node that sent it -> the placement, when a trusted coordinator key signed
+# it for this deployment; else None (streams/placements.py).
+Placed = Callable[[str, str], Placement | None]
 
 
 class Placements:
@@ -58,7 +58,7 @@ class Placements:
         raw = getattr(ev, "placement", None)
         if raw is None:
             return "it carries none"
-        placement = self.placed(raw)
+        placement = self.placed(raw, ev.node)
         if placement is None:
             return "its placement is none a trusted coordinator key signed for this deployment"
         if (placement.node, placement.job, placement.generation) != (ev.node, ev.job, ev.generation):
@@ -70,7 +70,7 @@ class Placements:
 
     def ranks(self, ev: WorkerEvent) -> frozenset[int]:
         """The ranks the (verified) placement of a placing event puts on its node."""
-        placement = self.placed(ev.placement)
+        placement = self.placed(ev.placement, ev.node)
         return frozenset(placement.ranks)
 
     def take(self) -> list[tuple[WorkerEvent, str]]:

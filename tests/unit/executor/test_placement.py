@@ -48,7 +48,7 @@ def test_the_worker_start_carries_the_placement_without_the_commands_secrets_and
                   limits=ReportLimits())
     assert isinstance(event, WorkerStarted) and event.placement == placement
     on_the_wire = decode_telemetry(encode(event))  # as the detector reads it
-    placed = placements_of(tmp_path, PREFIX, logging.getLogger("test"))(on_the_wire.placement)
+    placed = placements_of(tmp_path, PREFIX, logging.getLogger("test"))(on_the_wire.placement, "n1")
     assert (placed.node, placed.job, placed.generation, placed.ranks) == ("n1", "llm", 3, (0, 1))
 
 

@@ -16,12 +16,14 @@ import trainmedic.schemas as s
 from tests.unit.streams.events import WORLD, error, exited, hb, node_of, start, step
 from trainmedic.bus.message import RawMessage
 from trainmedic.recovery import keyring
+from trainmedic.recovery.keyring import KeyFolder
+from trainmedic.recovery.signing import TrustedKeys
 from trainmedic.schemas.commands import Placement
 from trainmedic.streams.checkpoints.contents import decode_checkpoint, encode_checkpoint
 from trainmedic.streams.core import Detector
 from trainmedic.streams.live import LiveConfig, LiveDetector
 from trainmedic.streams.pipeline import Pipeline
-from trainmedic.streams.placements import placements_of
+from trainmedic.streams.placements import FAILED_WINDOW_S, MAX_FAILED, PlacementCheck, placements_of
 
 PREFIX = "mem."
 GEN = 5
@@ -186,11 +188,11 @@ def test_without_the_coordinators_keys_generations_come_from_worker_start_as_bef
 def test_one_placement_is_verified_once_for_all_its_ranks_and_its_signature_speaks_only_for_it(keys) -> None:
     signer, placed = keys
     raw = placement(signer, "n0")
-    verified = placed(raw)
+    verified = placed(raw, "n0")
     assert (verified.node, verified.job, verified.generation) == ("n0", "j", GEN)
-    assert placed(raw) is verified  # from the cache
+    assert placed(raw, "n0") is verified  # from the cache
     forged = raw.replace('"generation":5', '"generation":21')  # the same signature over another body
-    assert forged != raw and placed(forged).generation == GEN
+    assert forged != raw and placed(forged, "n0").generation == GEN
 
 
 def test_the_placed_nodes_survive_a_checkpoint_and_a_format_8_one_loads_them_unknown(keys) -> None:
@@ -221,3 +223,52 @@ def test_the_pipeline_dead_letters_an_unplaced_report_with_the_reason(keys) -> N
         (2, 7, f"unplaced: node n9 holds no placement of rank 3 of job j generation {GEN + 16} "
                "(it carries none)")]
     assert run.stats.dead_lettered == 1
+
+
+def test_a_revoked_coordinator_key_stops_counting_within_a_second_cache_or_not(tmp_path) -> None:
+    keyring.generate_key(tmp_path, time.time())
+    old = keyring.load_signing(tmp_path)
+    now = [0.0]
+    check = PlacementCheck(KeyFolder(tmp_path, keyring.coordinator_keys(tmp_path), keyring.coordinator_keys),
+                           PREFIX, clock=lambda: now[0])
+    raw = placement(old, "n0")
+    assert check(raw, "n0") is not None
+    keyring.rotate_key(tmp_path, time.time())
+    keyring.revoke_key(tmp_path, old.key_id, time.time())
+    now[0] = 1.5
+    assert check(raw, "n0") is None  # cached before: the revocation still counts
+
+
+def test_a_node_whose_placements_keep_failing_is_not_verified_again_for_a_while(
+        tmp_path, tmp_path_factory, monkeypatch) -> None:
+    keyring.generate_key(tmp_path, time.time())
+    other = tmp_path_factory.mktemp("other")
+    keyring.generate_key(other, time.time())
+    now = [0.0]
+    check = PlacementCheck(KeyFolder(tmp_path, keyring.coordinator_keys(tmp_path), keyring.coordinator_keys),
+                           PREFIX, clock=lambda: now[0])
+    verified = []
+    real = TrustedKeys.signer
+    monkeypatch.setattr(TrustedKeys, "signer", lambda self, *a: verified.append(1) or real(self, *a))
+    forged = [placement(keyring.load_signing(other), "n9", gen=g) for g in range(MAX_FAILED + 10)]
+    assert [check(raw, "n9") for raw in forged] == [None] * len(forged)
+    assert len(verified) == MAX_FAILED  # the rest refused unchecked
+    good = placement(keyring.load_signing(tmp_path), "n1")
+    assert check(good, "n1") is not None  # another node's are checked as ever
+    now[0] = FAILED_WINDOW_S
+    check(forged[0], "n9")
+    assert len(verified) == MAX_FAILED + 2  # n1's, then n9's again in a new window
+
+
+def test_a_signed_placement_moves_a_job_past_the_generation_cap(keys) -> None:
+    """A node replays its own old placement to a detector started without its checkpoint: the job is
+    followed at that old generation, but the real generation's signed exit still moves it there (no
+    GENERATION_JUMP cap on a verified placement), and the real failure is seen."""
+    signer, placed = keys
+    det = Detector(placed=placed)
+    det.observe(start(1.0, 0, gen=3, placement=placement(signer, "n0", gen=3)))
+    real = 3 + 30
+    det.observe(exited(2.0, 0, code=None, signal=9, gen=real, placement=placement(signer, "n0", gen=real)))
+    assert det.state.jobs["j"].gen == real and det.take_refused() == []
+    opened = [i for i in det.advance(30.0) + det.drain() if i.status == "open"]
+    assert [(i.category, i.node) for i in opened] == [("process_exit", "n0")]
