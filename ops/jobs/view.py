@@ -22,12 +22,23 @@ from trainmedic.recovery.coordinator.intake import log_state, rebuild
 from trainmedic.recovery.coordinator.kafka_adapter import read_topics, valid
 from trainmedic.recovery.coordinator.migrate import ImplicitIsolations
 from trainmedic.recovery.executor import rank_logs
+from trainmedic.schemas.commands import RanksFinished
 from trainmedic.schemas.jobs import JobSubmitted
 from trainmedic.schemas.printable import terminal_safe
-from trainmedic.schemas.recovery import JobEnded
+from trainmedic.schemas.recovery import (
+    JobEnded,
+    RecoveryCompleted,
+    RecoveryFailed,
+    RecoveryPlanned,
+    RecoverySkipped,
+)
 from trainmedic.schemas.telemetry import WorkerExited, WorkerStepped
 
 UNKNOWN = 2  # exit status for a job the log does not know
+# What the fold ignores for a job not submitted (yet, for a watcher reading the jobs topic late): held
+# until it is, at most this many (a log naming jobs never submitted keeps its newest).
+HELD_KINDS = (RecoveryPlanned, RecoveryCompleted, RecoveryFailed, RecoverySkipped, JobEnded, RanksFinished)
+MAX_HELD = 10_000
 
 
 def over(state: ClusterState, job: str) -> bool:
@@ -45,6 +56,7 @@ class JobWatch:
                  extra: tuple[str, ...] = ()) -> None:
         self.state = log_state(config)
         self.refused: list[tuple[Record, str]] = []
+        self._held: list[Record] = []  # records about a job whose submission was not read yet
         self.rejected: dict[str, str] = {}  # job -> why the coordinator rejected its submission
         self._upcast = ImplicitIsolations()  # one for every part it reads: an old decision and its incident
         self._jobs = settings.topics.jobs
@@ -65,11 +77,24 @@ class JobWatch:
         return self._fold(valid(self._reader.poll(timeout_s)))
 
     def _fold(self, records: list[Record]) -> list[Record]:
-        in_order = sorted(records, key=lambda r: r.topic != self._jobs)
-        self.refused += rebuild(self.state, in_order, self._upcast)
+        """Fold `records` (the jobs topic's first), and those held from polls before: a decision about
+        a job whose submission was not read yet (the jobs topic's partition may come in a later poll
+        than the coordinator's plan) waits for it, as the coordinator's own fold would have it."""
+        jobs = [r for r in records if r.topic == self._jobs]
+        self.refused += rebuild(self.state, jobs, self._upcast)
+        waiting = [*self._held, *(r for r in records if r.topic != self._jobs)]
+        self._held = [r for r in waiting if self._early(r)][-MAX_HELD:]
+        held = {id(r) for r in self._held}
+        self.refused += rebuild(self.state, [r for r in waiting if id(r) not in held], self._upcast)
         self.rejected.update((r.event.job, r.event.reason) for r in records
                              if isinstance(r.event, JobEnded) and r.event.state == "rejected")
         return records
+
+    def _early(self, record: Record) -> bool:
+        """A decision or report about a job not submitted as far as read (rejections excepted)."""
+        event = record.event
+        return (isinstance(event, HELD_KINDS) and event.job not in self.state.jobs
+                and not (isinstance(event, JobEnded) and event.state == "rejected"))
 
     def refused_job(self, job: str) -> str | None:
         """Why the submission of `job` was not folded (the coordinator refuses it too), or why the
