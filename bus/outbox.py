@@ -26,6 +26,7 @@ class Outbox:
         self._what = what
         self.drops = DropLedger()
         self.sent = 0
+        self.delivered = 0  # events Kafka took
         self._reported = 0  # delivery reports served, delivered or failed
         self._flushed = False  # the final flush counted every unreported event: later reports count nothing
         # both at 0 from the start: a producer that dropped nothing shows 0, not nothing
@@ -75,6 +76,7 @@ class Outbox:
         if err is not None:
             self._drop(1, f"delivery to {msg.topic()} failed: {err.str()}")
             return
+        self.delivered += 1
         ended = self.drops.delivered()
         if ended:
             log.warning("%s: Kafka takes events again; %d were dropped meanwhile (%d in all, producer_drops)",

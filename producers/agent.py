@@ -79,9 +79,11 @@ def open_agent(config: HostAgentConfig, now: float) -> HostAgent:
 
 def run_agent(
     config: HostAgentConfig, settings: KafkaSettings, agent: HostAgent, stop: threading.Event,
+    heard: threading.Event | None = None,
 ) -> Outbox:
     """Beat into Kafka until `stop` is set, then flush. Returns the outbox (its counts). An agent told
-    to `leave` sends one last heartbeat that says so before the flush."""
+    to `leave` sends one last heartbeat that says so before the flush. `heard` is set once Kafka took a
+    heartbeat (`trainmedic node`'s executor joins only then)."""
     outbox = open_outbox(settings, config.delivery, client_id=settings.topics.owned(f"agent-{config.node}"),
                          what="heartbeats")
     control = ControlFile.at_end(config.control) if config.control else None
@@ -95,6 +97,8 @@ def run_agent(
         apply_control(control, inject, now)
         outbox.send(settings.topics.node, agent.heartbeat(now), key=agent.node)
         outbox.poll()
+        if heard is not None and outbox.delivered:
+            heard.set()
 
     def farewell(now: float) -> None:
         if agent.leaving:

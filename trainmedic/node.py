@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         now = time.time()
         source = open_source(gpu_config, now)
         agent = open_agent(agent_config, now)
-        executor = Executor(executor_config, settings)
+        heard = threading.Event()  # Kafka took a heartbeat of the agent: the executor joins then
+        executor = Executor(executor_config, settings, heard=heard)
     except TrainmedicError as err:
         print(f"trainmedic node: {err}", file=sys.stderr)
         return 2
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         threads = [
             part("executor", lambda: executor.run(stop)),
             part("gpu-producer", lambda: run_gpu_producer(gpu_config, agent_settings, source, stop)),
-            part("host-agent", lambda: run_agent(agent_config, agent_settings, agent, agent_stop)),
+            part("host-agent", lambda: run_agent(agent_config, agent_settings, agent, agent_stop, heard)),
         ]
         log.info("node %s: host agent, %s GPU producer and executor running", node, gpu_config.source)
         deadline = None

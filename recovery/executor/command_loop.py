@@ -33,14 +33,24 @@ from trainmedic.schemas import DeadLettered, NodeJoined, NodeLeaving
 
 log = logging.getLogger(__name__)
 
+HEARD_WARN_S = 30.0  # a node whose agent had no heartbeat delivered for this long says why it has not joined
+
 
 class Executor:
     """One node's executor. `run(stop)` serves until `stop` is set, then stops its ranks."""
 
     def __init__(
         self, config: ExecutorConfig, kafka: KafkaSettings, *, clock: Callable[[], float] = time.time,
+        heard: threading.Event | None = None,
     ) -> None:
         self.config = config
+        # Set once Kafka took a heartbeat of this node's agent (`trainmedic node`): the executor joins
+        # only then, so that a node the coordinator counts as ready is one the detector watches (it
+        # arms a node's loss at its first heartbeat). None: it joins as soon as it reads its commands.
+        self.heard = heard
+        self._joined = False
+        self._unheard_since = time.monotonic()
+        self._unheard_said = False
         self.kafka = kafka
         self.clock = clock
         self.supervisor = Supervisor(config.state_dir / "ranks.json",
@@ -77,10 +87,11 @@ class Executor:
                  self.config.state_dir)
         try:
             reader.open()  # assign now, so that `ready` means "reading"
-            self.announce_joined()
+            self._join_once_heard()
             self.ready.set()
             while not stop.is_set():
                 try:
+                    self._join_once_heard()
                     self._serve_once(reader)
                     if self._leaving.is_set():
                         self._while_leaving()
@@ -112,6 +123,21 @@ class Executor:
         turn and sets `emptied` once no rank runs here, the coordinator's stops applied."""
         self._leave_reason = reason
         self._leaving.set()
+
+    def _join_once_heard(self) -> None:
+        """Announce the join, once: at once, or once the agent's first heartbeat was delivered; said
+        in a WARNING when none was within HEARD_WARN_S."""
+        if self._joined:
+            return
+        if self.heard is not None and not self.heard.is_set():
+            if not self._unheard_said and time.monotonic() - self._unheard_since >= HEARD_WARN_S:
+                self._unheard_said = True
+                log.warning("node %s: no heartbeat of its agent delivered in %.0fs, so it has not joined "
+                            "(no new work comes to it): is the agent's principal refused by the broker? "
+                            "(its log says)", self.config.node, HEARD_WARN_S)
+            return
+        self.announce_joined()
+        self._joined = True
 
     def announce_joined(self) -> None:
         """Tell the coordinator this node takes commands; it ends a leave the node announced before."""

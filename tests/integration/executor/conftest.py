@@ -42,8 +42,9 @@ POLICY = AdmissionPolicy(allowed_executables=("sh", "sleep", "true"),
 class RunningExecutor:
     """An Executor serving in a thread until `stop()`."""
 
-    def __init__(self, config: ExecutorConfig, kafka: KafkaSettings) -> None:
-        self.executor = Executor(config, kafka)
+    def __init__(self, config: ExecutorConfig, kafka: KafkaSettings,
+                 heard: threading.Event | None = None) -> None:
+        self.executor = Executor(config, kafka, heard=heard)
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._serve, name=f"executor-{config.node}", daemon=True)
@@ -72,10 +73,10 @@ def start_executor(kafka: KafkaSettings, tmp_path: Path) -> Iterator[Callable[..
     """Start executors (node n1 by default, state under tmp_path); all are stopped at teardown."""
     running: list[RunningExecutor] = []
 
-    def start(node: str = "n1", **config: Any) -> RunningExecutor:
+    def start(node: str = "n1", heard: threading.Event | None = None, **config: Any) -> RunningExecutor:
         settings = {"node": node, "state_dir": tmp_path / node, "trusted": TRUSTED,
                     "node_key": node_key(node), "stop_grace_s": 5.0, "admission": POLICY, **config}
-        ex = RunningExecutor(ExecutorConfig(**settings), kafka)
+        ex = RunningExecutor(ExecutorConfig(**settings), kafka, heard)
         running.append(ex)
         return ex
 

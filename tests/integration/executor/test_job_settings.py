@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -91,6 +92,18 @@ def test_a_workdir_missing_on_the_node_fails_the_start_with_the_reason(start_exe
 def test_the_executor_announces_itself_signed_once_it_reads_its_commands(start_executor, events) -> None:
     start_executor("n1")
     joined = events.wait_for(lambda e: e.type == "node_joined" and e.node == "n1")
+    assert signed_by_n1(joined)
+
+
+@pytest.mark.kafka
+def test_the_executor_of_a_node_joins_only_once_its_agents_heartbeat_was_delivered(start_executor, send,
+                                                                                   events) -> None:
+    heard = threading.Event()
+    start_executor("n1", heard=heard)
+    settled(send, events)  # its join, had it been announced at its start, would be read before this
+    assert [e for e in events.seen if e.type == "node_joined" and e.node == "n1"] == []
+    heard.set()
+    joined = events.wait_for(lambda e: e.type == "node_joined" and e.node == "n1", timeout_s=30)
     assert signed_by_n1(joined)
 
 

@@ -71,9 +71,9 @@ def test_drops_are_counted_and_told_once_kafka_takes_events_again(caplog: pytest
         assert [outbox.send("t", SAMPLE, "n01") for _ in range(5)] == [True, True, False, False, False]
         producer.deliver(ok=False)  # a message that timed out while the broker was away
         assert outbox.send("t", SAMPLE, "n01") is True  # an earlier failure never stops the next send
-        assert outbox.dropped == 4
+        assert outbox.dropped == 4 and outbox.delivered == 0
         producer.deliver(ok=True)
-    assert outbox.dropped == 4 and outbox.sent == 3
+    assert outbox.dropped == 4 and outbox.sent == 3 and outbox.delivered == 1
     warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
     assert warnings[0].startswith("gpu samples: dropping events rather than waiting for Kafka")
