@@ -6,17 +6,21 @@ operator) signs jobs and node events; `node:NAME` (--node NAME) signs node NAME'
 writes a role's first key pair and makes it the signing key (private key mode 0600); `rotate` writes
 a new one and deletes the old private key, keeping the old public key trusted; `trust FILE.pub`
 adds a public key made elsewhere for the role it names (always said: a key is trusted only for the
-role it was trusted for); `revoke ID` trusts a key no more, for good; `list` prints each key. The
-folder is --keys-dir, else $TRAINMEDIC_HOME/keys. Never copy a .key file to another machine.
+role it was trusted for); `revoke ID` trusts a key no more, for good; `list` prints each key; `sync`
+trusts the coordinator keys the broker's host trusts (and its operator keys, on a coordinator's host)
+and revokes what it revoked, from its registrar (`trainmedic join`). The folder is --keys-dir, else
+$TRAINMEDIC_HOME/keys. Never copy a .key file to another machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
+from trainmedic.bus.settings import credentials_dir
 from trainmedic.common.errors import ConfigError
 from trainmedic.ops.prologue import run_command
 from trainmedic.recovery import keyring
@@ -30,7 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        ("trust", "copy a public key made elsewhere into the folder, trusted for the role "
                                  "given (--role coordinator|operator or --node NAME)"),
                        ("revoke", "trust a key no more, for good: recorded as revoked, its files deleted"),
-                       ("list", "print every key: id, role, trust, kind, created, signing, private here")):
+                       ("list", "print every key: id, role, trust, kind, created, signing, private here"),
+                       ("sync", "trust the keys the broker's host trusts, revoke those it revoked (from "
+                                "its registrar, over TLS checked against this host's ca.pem)")):
         action = sub.add_parser(name, help=text, description=text)
         if name == "trust":
             action.add_argument("public", type=Path, metavar="ID.pub", help="the public key file (PEM)")
@@ -39,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action.add_argument("--force", action="store_true",
                                 help="revoke it even if it is the signing key of its role here (a stolen "
                                      "key), leaving the role nothing to sign with until `keys generate`")
+        if name == "sync":
+            action.add_argument("--bootstrap", help="the broker, whose host runs the registrar (HOST:PORT; "
+                                                    "env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+            action.add_argument("--registrar-port", type=int, default=9443, metavar="PORT",
+                                help="the registrar's port (default 9443)")
         if name in ("generate", "rotate", "trust"):
             role = action.add_mutually_exclusive_group(required=name == "trust")
             role.add_argument("--role", choices=("coordinator", "operator"),
@@ -59,6 +70,8 @@ def _run(args: argparse.Namespace) -> int:
         return _list(directory, keyring.list_keys(directory))
     if args.action == "revoke":
         return _revoke(directory, keyring.revoke_key(directory, args.key_id, time.time(), args.force))
+    if args.action == "sync":
+        return _sync(args, directory)
     role = keyring.node_role(args.node) if args.node else args.role or keyring.COORDINATOR
     if args.action == "generate":
         key_id = keyring.generate_key(directory, time.time(), role)
@@ -97,6 +110,27 @@ def _revoke(directory: Path, revoked: keyring.Revoked) -> int:
           f"{keyring.utc(revoked.at)} UTC ({private}): refused here from the verifiers' next look at the "
           f"folder (no restart; also when it was the last key of its role), even if its .pub is copied in "
           f"again; revoke it on every machine that trusts it")
+    return 0
+
+
+def _sync(args: argparse.Namespace, directory: Path) -> int:
+    from trainmedic.registrar_client import sync
+
+    bootstrap = args.bootstrap or os.environ.get("TRAINMEDIC_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        raise ConfigError("--bootstrap HOST:PORT is needed: the broker, whose host runs the registrar")
+    ca = credentials_dir() / "ca.pem"
+    try:
+        ca_pem = ca.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read {ca} (this host's CA, from its join): {err.strerror or err}") \
+            from None
+    synced = sync(bootstrap, args.registrar_port, ca_pem, directory, time.time())
+    print(f"keys of the broker's host: {len(synced.trusted)} trusted here anew "
+          f"({', '.join(synced.trusted) or '-'}), {len(synced.revoked)} revoked "
+          f"({', '.join(synced.revoked) or '-'})"
+          + (f", {len(synced.skipped)} passed over ({', '.join(synced.skipped)}: the log above says why)"
+             if synced.skipped else ""))
     return 0
 
 

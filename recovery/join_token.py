@@ -1,9 +1,12 @@
 """A join token: what lets one enrolled node register itself, once (`trainmedic nodes enroll`,
-`trainmedic node --join`). It names the node, pins the broker's CA (SHA-256 of its PEM bytes), gives
-the registrar's port, and carries a 32-byte secret from which the token's Ed25519 key is derived: the
-enrollment on `nodes` holds that key's public half, the node's registration is signed with it.
+`trainmedic node --join`), or one control-plane host get its roles, once (`trainmedic broker invite`,
+`trainmedic join`). It names the node (or the roles), pins the broker's CA (SHA-256 of its PEM bytes),
+gives the registrar's port, and carries a 32-byte secret from which the token's Ed25519 key is derived:
+the enrollment on `nodes` (the invitation on the broker's host) holds that key's public half, the
+registration is signed with it.
 
-Format: `tmjoin1.` then base64url, unpadded, of JSON {node, ca, port, secret (64 hex digits)}. Pure.
+Format: `tmjoin1.` then base64url, unpadded, of JSON {node or roles, ca, port, secret (64 hex digits)}.
+Pure.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from trainmedic.recovery.signing import SigningKey, key_id_of
 from trainmedic.schemas.nodes import PublicKey
 
-__all__ = ["NODE_FILES", "PREFIX", "JoinToken", "ca_pin", "make_token", "parse", "public_key_model",
-           "public_of", "token_key"]
+__all__ = ["HOST_ROLES", "NODE_FILES", "PREFIX", "SIGNING_ROLES", "JoinToken", "ca_pin", "make_token",
+           "parse", "public_key_model", "public_of", "role_files", "token_key"]
 
 PREFIX = "tmjoin1."
 SECRET_BYTES = 32
@@ -34,21 +37,35 @@ NODE_FILES = ("agent.json", "executor.json", "ca.pem", "telemetry.key")
 _PERSON = b"trainmedic-join1"  # blake2b personalisation (16 bytes): join tokens, version 1
 _SALT = b"token-key"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_FIELDS = {"node", "ca", "port", "secret"}
+_FIELDS = {"ca", "port", "secret"}  # and "node" (a node's token) or "roles" (a control-plane host's)
+# The roles a control-plane host is invited to, and what the registrar answers its join with (besides
+# ca.pem): each role's file, the detector's the telemetry master key too. Coordinators and operators
+# sign: their hosts make a key pair of the role at the join, and the broker's host trusts its public half.
+HOST_ROLES = {"coordinator": ("coordinator.json",), "detector": ("detector.json", "telemetry-master.key"),
+              "operator": ("operator.json",)}
+SIGNING_ROLES = ("coordinator", "operator")  # of HOST_ROLES: a host given one makes a key pair of it
+
+
+def role_files(roles: tuple[str, ...]) -> tuple[str, ...]:
+    """The files a host of `roles` gets at its join: ca.pem and each role's (HOST_ROLES)."""
+    return ("ca.pem", *(name for role in roles for name in HOST_ROLES[role]))
 
 
 @dataclass(frozen=True)
 class JoinToken:
-    """A token's contents: the node it enrolls, the CA's SHA-256 (hex), the registrar's port, the secret."""
+    """A token's contents: the node it enrolls (None: a control-plane host's, of `roles`), the CA's
+    SHA-256 (hex), the registrar's port, the secret."""
 
-    node: str
+    node: str | None
     ca_sha256: str
     port: int
     secret: bytes = field(repr=False)
+    roles: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        body = json.dumps({"node": self.node, "ca": self.ca_sha256, "port": self.port,
-                           "secret": self.secret.hex()}, separators=(",", ":"))
+        whose = {"node": self.node} if self.node is not None else {"roles": list(self.roles)}
+        body = json.dumps({**whose, "ca": self.ca_sha256, "port": self.port, "secret": self.secret.hex()},
+                          separators=(",", ":"))
         return PREFIX + base64.urlsafe_b64encode(body.encode()).decode("ascii").rstrip("=")
 
 
@@ -66,9 +83,10 @@ def token_key(secret: bytes) -> SigningKey:
     return SigningKey.of(Ed25519PrivateKey.from_private_bytes(seed))
 
 
-def make_token(node: str, ca_pem: bytes, port: int) -> tuple[str, SigningKey]:
-    """A new token for `node` (a fresh secret), as text, and its signing key."""
-    token = JoinToken(node, ca_pin(ca_pem), port, secrets.token_bytes(SECRET_BYTES))
+def make_token(node: str | None, ca_pem: bytes, port: int,
+               roles: tuple[str, ...] = ()) -> tuple[str, SigningKey]:
+    """A new token for `node` (or a host of `roles`; a fresh secret), as text, and its signing key."""
+    token = JoinToken(node, ca_pin(ca_pem), port, secrets.token_bytes(SECRET_BYTES), roles)
     return str(token), token_key(token.secret)
 
 
@@ -85,18 +103,23 @@ def parse(text: str) -> JoinToken:
         data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (ValueError, binascii.Error, RecursionError) as err:
         raise ValueError(f"not a join token: cannot decode it ({type(err).__name__}): was it cut?") from None
-    if not isinstance(data, dict) or set(data) != _FIELDS:
-        raise ValueError(f"not a join token: it must hold {', '.join(sorted(_FIELDS))}")
-    node, ca, port, secret = data["node"], data["ca"], data["port"], data["secret"]
-    if not isinstance(node, str) or not 0 < len(node) <= 256:
+    if not isinstance(data, dict) or set(data) not in (_FIELDS | {"node"}, _FIELDS | {"roles"}):
+        raise ValueError(f"not a join token: it must hold {', '.join(sorted(_FIELDS))}, and node or roles")
+    node, roles = data.get("node"), data.get("roles")
+    ca, port, secret = data["ca"], data["port"], data["secret"]
+    if "node" in data and (not isinstance(node, str) or not 0 < len(node) <= 256):
         raise ValueError("not a join token: its node is no name")
+    if "roles" in data and (not isinstance(roles, list) or not roles
+                            or not all(isinstance(role, str) and role in HOST_ROLES for role in roles)
+                            or len(set(roles)) != len(roles)):
+        raise ValueError(f"not a join token: its roles are not some of {', '.join(HOST_ROLES)}")
     if not isinstance(ca, str) or not _HEX64.fullmatch(ca):
         raise ValueError("not a join token: its CA pin is not a SHA-256 in hex")
     if type(port) is not int or not 0 < port < 65536:
         raise ValueError("not a join token: its port is not from 1 to 65535")
     if not isinstance(secret, str) or not _HEX64.fullmatch(secret):
         raise ValueError("not a join token: its secret is not 32 bytes in hex")
-    return JoinToken(node, ca, port, bytes.fromhex(secret))
+    return JoinToken(node, ca, port, bytes.fromhex(secret), tuple(roles or ()))
 
 
 def public_key_model(public: Ed25519PublicKey) -> PublicKey:

@@ -62,10 +62,10 @@ def writing(directory: Path) -> Iterator[dict]:
 
 
 @contextmanager
-def locked(directory: Path) -> Iterator[None]:
-    """Hold the folder's lock (an exclusive flock on its LOCK file, made if need be)."""
+def locked(directory: Path, name: str = LOCK) -> Iterator[None]:
+    """Hold the folder's lock (an exclusive flock on its file `name`, made if need be)."""
     directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(directory / name, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

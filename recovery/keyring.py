@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -138,7 +137,11 @@ def trust_key(directory: Path, public: Path, role: str, now: float) -> str:
     """Copy the public key file `public` into `directory`, trusted for `role` (the coordinator's on an
     executor's machine, an operator's or a node's on the coordinator's). Returns its id. A key revoked
     here, or trusted here for another role, is refused."""
-    key = _load_public(public, None)
+    return trust_public(directory, _load_public(public, None), role, now)
+
+
+def trust_public(directory: Path, key: Ed25519PublicKey, role: str, now: float) -> str:
+    """`trust_key` of a key in hand (one the registrar answered with): its ID.pub written here."""
     key_id = key_id_of(key)
     with writing(directory) as manifest:
         gone = key_manifest.revoked(manifest).get(key_id)
@@ -151,8 +154,10 @@ def trust_key(directory: Path, public: Path, role: str, now: float) -> str:
         manifest.setdefault("roles", {})[key_id] = role
         manifest.setdefault("created", {}).setdefault(key_id, now)
         save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role
-        if public.resolve() != (directory / f"{key_id}.pub").resolve():
-            shutil.copyfile(public, directory / f"{key_id}.pub")
+        path = directory / f"{key_id}.pub"
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo))
+        tmp.replace(path)
     return key_id
 
 

@@ -30,6 +30,7 @@ from trainmedic.schemas.jobs import (
     RestartPolicy,
 )
 from trainmedic.schemas.nodes import (
+    HostJoin,
     NodeCordoned,
     NodeDrained,
     NodeEnrolled,
@@ -38,6 +39,7 @@ from trainmedic.schemas.nodes import (
     NodeRemoved,
     NodeUncordoned,
     PublicKey,
+    RoleKey,
 )
 from trainmedic.schemas.plan import ClusterNode, PlannedJob, PlanRequest, RecoveryPlan
 from trainmedic.schemas.recovery import (
@@ -67,11 +69,11 @@ __all__ = [
     "CONTRACT_VERSION", "DEFAULT_PREFIX", "SPECS", "AckStatus", "Action", "AlertDelivered", "ClusterNode",
     "Command", "CommandAcked", "CommandAction", "DeadLettered", "Event", "FailureSettings", "GpuSample",
     "Incident", "IncidentStatus", "InvalidEvent", "JobEnded", "JobEvent", "JobSpec", "JobStopRequested",
-    "JobSubmitted",
+    "HostJoin", "JobSubmitted",
     "LinkState",
     "Model", "NodeCordoned", "NodeDrained", "NodeEvent", "NodeHeartbeat", "NodeLifecycle", "NodeReadmitted",
     "NodeEnrolled", "NodeJoined", "NodeLeaving", "NodeRegistered", "NodeRemoved", "NodeReport",
-    "NodeUncordoned", "PublicKey", "PlanRequest", "PlannedJob", "RanksFinished",
+    "NodeUncordoned", "PublicKey", "PlanRequest", "PlannedJob", "RanksFinished", "RoleKey",
     "RecoveryCompleted",
     "RecoveryFailed", "RecoveryKind", "RecoveryLog", "RecoveryPlan", "RecoveryPlanned", "RecoverySkipped",
     "RestartPolicy", "Restored", "RestoreSource", "Severity", "Telemetry", "TopicSpec", "Topics",

@@ -14,6 +14,7 @@ from trainmedic.schemas.bounds import Id, Text, Timestamp
 
 MAX_KEY = 64  # characters of a public key in base64 (an Ed25519 key is 44)
 MAX_COORDINATORS = 16  # coordinator keys an enrollment hands a node
+HostRole = Literal["coordinator", "detector", "operator"]  # recovery/join_token.py HOST_ROLES
 
 
 class NodeCordoned(NodeEvent, Signed):
@@ -81,3 +82,22 @@ class NodeRemoved(NodeEvent, Signed):
 NodeLifecycle = Annotated[NodeCordoned | NodeDrained | NodeUncordoned | NodeEnrolled | NodeRemoved,
                           Field(discriminator="type")]
 """What the `nodes` topic carries: operators' events (a re-admission is the coordinator's: `recovery`)."""
+
+
+class RoleKey(Model):
+    """A public key and the one role it is trusted for."""
+
+    role: Literal["coordinator", "operator"]
+    key: PublicKey
+
+
+class HostJoin(Signed):
+    """A control-plane host invited on the broker's host (`trainmedic broker invite`) asks for its
+    roles, signed by its join token's key (`key_id` is the token's): the broker's host trusts `keys`
+    (the host's own, one per signing role it is given), each for its role (`trainmedic join`). Not on
+    a topic: the body of the registrar's `POST /host`."""
+
+    type: Literal["host_join"] = "host_join"
+    ts: Timestamp
+    roles: tuple[HostRole, ...] = Field(min_length=1, max_length=3)
+    keys: tuple[RoleKey, ...] = Field(default=(), max_length=2)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
 from trainmedic.common.errors import ConfigError, TrainmedicError
+from trainmedic.common.timespan import duration_arg
 from trainmedic.local import broker_cluster
 from trainmedic.local.broker import DEFAULT_PORT, INSECURE, LocalBroker, broker_port
 from trainmedic.local.broker_cluster import Member
@@ -23,6 +24,9 @@ from trainmedic.local.broker_listen import PLAINTEXT_OFF_LOOPBACK, Listener, lis
 from trainmedic.local.broker_tls import OperatorTls
 
 log = logging.getLogger("trainmedic.local.broker")
+
+INVITE_TTL_S = 3600.0
+REGISTRAR_PORT = 9443
 
 
 CLUSTER_STEPS = (
@@ -36,15 +40,23 @@ CLUSTER_STEPS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = CLUSTER_STEPS
     parser.add_argument("action", choices=["start", "stop", "status", "fetch", "init", "add-node",
-                                           "remove-node", "registrar"],
+                                           "remove-node", "registrar", "invite"],
                         help="fetch: only copy the pinned Kafka jars from Maven (start does it when "
                              "missing); init: make a cluster's shared folder (--members); add-node NODE: "
                              "the node's own principal and the folder its `trainmedic node` runs with; "
                              "remove-node NODE: its principal and ACLs deleted (its writes refused); "
                              "registrar: serve, until stopped, the nodes an operator enrolled (`trainmedic "
                              "nodes enroll`) as they join with their token (`trainmedic node --join`), and "
-                             "delete the principal of each node removed (`trainmedic nodes remove`)")
-    parser.add_argument("node", nargs="?", default=None, help="add-node, remove-node: the node's name")
+                             "delete the principal of each node removed (`trainmedic nodes remove`); "
+                             "invite ROLE...: a one-time token (its last line) with which a control-plane "
+                             "host gets its roles' files and keys (`trainmedic join`)")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="add-node, remove-node: the node's name; invite: the host's roles, some of "
+                             "detector, coordinator, operator (a control host: detector coordinator)")
+    parser.add_argument("--expires", type=duration_arg, default=INVITE_TTL_S, metavar="SPAN",
+                        help="invite: how long the token may be used (default 1h; e.g. 15m, 2h)")
+    parser.add_argument("--registrar-port", type=int, default=REGISTRAR_PORT, metavar="PORT",
+                        help="invite: the port `trainmedic broker registrar` serves on (default 9443)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="add-node: write the node's folder here (default "
                              "TRAINMEDIC_HOME/broker/nodes/NODE)")
@@ -154,8 +166,9 @@ def nodes(args: argparse.Namespace) -> int:
     """add-node / remove-node on the running broker."""
     from trainmedic.local import broker_nodes
 
-    if not args.node:
+    if len(args.names) != 1:
         raise ConfigError(f"{args.action} needs the node's name: trainmedic broker {args.action} NODE")
+    args.node = args.names[0]
     broker = broker_nodes.running(home(), credentials_dir())
     if args.action == "remove-node":
         known = broker_nodes.remove(broker, args.node)
@@ -168,6 +181,28 @@ def nodes(args: argparse.Namespace) -> int:
           f"copy {folder} (scp -rp: the files stay 0600) to the node's TRAINMEDIC_HOME/credentials",
           file=sys.stderr)
     print(folder)
+    return 0
+
+
+def invite(args: argparse.Namespace) -> int:
+    """A control-plane host's one-time token, recorded in the broker's invitations."""
+    from trainmedic.local import broker_nodes, invites
+
+    roles = invites.roles_of(args.names)
+    broker = broker_nodes.running(home(), credentials_dir())
+    if broker.ca is None:
+        raise ConfigError("the broker runs without TLS: a joining host pins its CA (`trainmedic broker start "
+                          "--listen ADDR:PORT`, or --tls on loopback)")
+    token, until = invites.invite(broker.dir, broker.ca.read_bytes(), roles, args.expires,
+                                  args.registrar_port, time.time())
+    print(f"a host of {' and '.join(roles)} invited until "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(until))}. On that host, with the registrar "
+          f"(`trainmedic broker registrar`) running here on port {args.registrar_port}, run\n"
+          f"  trainmedic join @TOKEN_FILE --bootstrap {broker.bootstrap}\n"
+          "with the token below in TOKEN_FILE (readable by its owner only; delete it once joined), or "
+          "`-` for it on stdin. The token is a SECRET until it is used or expires: whoever holds it "
+          "gets these roles' credentials, once. Token:", file=sys.stderr)
+    print(token)
     return 0
 
 
@@ -189,9 +224,9 @@ def registrar(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.action == "registrar":
         return registrar(args)
-    if args.action in ("add-node", "remove-node"):
+    if args.action in ("add-node", "remove-node", "invite"):
         try:
-            return nodes(args)
+            return invite(args) if args.action == "invite" else nodes(args)
         except ConfigError as err:
             print(f"trainmedic broker {args.action}: {err}", file=sys.stderr)
             return 2

@@ -16,7 +16,6 @@ import signal
 import tempfile
 import threading
 import time
-import uuid
 from base64 import b64encode
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from trainmedic.common.errors import ConfigError, TrainmedicError
 from trainmedic.local import broker_auth, broker_nodes
 from trainmedic.local.broker import LocalBroker
 from trainmedic.local.enrollments import Accepted, Enrollments, Refused, check_join
+from trainmedic.local.host_door import HostDoor
 from trainmedic.local.registrar_http import RegistrarServer, serve_in_thread, tls_context
 from trainmedic.recovery import keyring
 from trainmedic.recovery.join_token import NODE_FILES
@@ -93,6 +93,7 @@ class Registrar:
         self._seen = threading.Condition()  # guards `state`, notified after every read of the topic
         self._reads = 0
         self._joining = threading.Lock()
+        self.hosts = HostDoor(broker.dir, broker.credentials, keys_dir, prefix, self._joining, clock)
         self._used = UsedTokens(broker.dir / JOINS_FILE)
         self._failed: dict[str, float] = {}  # removed node -> when its failed deletion was last logged
         self._producer: EventProducer | None = None
@@ -124,8 +125,8 @@ class Registrar:
             if trusted is not self._trusted:
                 if not trusted.keys:
                     log.error("registrar: no operator key is trusted in %s, so no enrollment is believed "
-                              "and every join is refused: on this host run `trainmedic keys trust "
-                              "OPERATOR.pub --role operator --keys-dir %s`", self.keys_dir, self.keys_dir)
+                              "and every node's join is refused: invite an operator's host (`trainmedic "
+                              "broker invite operator`, then `trainmedic join` there)", self.keys_dir)
                 self._trusted = trusted
                 self.state = Enrollments.of(self._records, trusted, self.prefix)  # all again, by these keys
             else:
@@ -166,16 +167,7 @@ class Registrar:
 
     def join(self, body: bytes, peer: str) -> tuple[int, dict]:
         """A node's registration, answered: 200 with its folder's files and its coordinators' keys, or
-        4xx/5xx with {"error": what happened and what to do}; a failure's detail only in the log."""
-        try:
-            return self._join(body, peer)
-        except Exception:  # one bad request never stops the registrar
-            error = uuid.uuid4().hex[:12]
-            log.exception("registrar: join from %s failed (error %s)", peer, error)
-            return 500, {"error": f"the registrar failed (error {error}): the registrar's log on the "
-                                  "broker's host says why"}
-
-    def _join(self, body: bytes, peer: str) -> tuple[int, dict]:
+        4xx/5xx with {"error": what happened and what to do} (a failure: registrar_http.answered)."""
         verdict = self._check(body)
         if isinstance(verdict, Refused) and verdict.kind in ("not_enrolled", "other_token"):
             self._wait_for_reads(2)  # an enrollment published a moment ago
@@ -217,8 +209,8 @@ class Registrar:
         with self._seen:
             if self._trusted is None or not self._trusted.keys:
                 return Refused(503, "no_operator_key", "the registrar trusts no operator key yet, so it "
-                               "believes no enrollment: on the broker's host run `trainmedic keys trust "
-                               "OPERATOR.pub --role operator`")
+                               "believes no enrollment: on the broker's host run `trainmedic broker invite "
+                               "operator` and join the operator's host with its token (`trainmedic join`)")
             return check_join(self.state, self._used.ids(), self._clock(), body, self.prefix)
 
     def _wait_for_reads(self, count: int) -> None:
@@ -258,8 +250,9 @@ def serve(listen: str | None, stop: threading.Event | None = None) -> int:
     registrar = Registrar(broker, prefix, keyring.default_dir())
     tls = broker.tls_dir
     try:
+        posts = {"/join": registrar.join, "/host": registrar.hosts.join}
         server = RegistrarServer((host, port), tls_context(tls / "broker.pem", tls / "broker.key"),
-                                 broker.ca.read_bytes(), registrar.join)
+                                 broker.ca.read_bytes(), posts, registrar.hosts.keys)
     except OSError as err:
         raise ConfigError(f"cannot serve on {host_port(host, port)}: {err.strerror or err}") from None
     stop = stop or threading.Event()

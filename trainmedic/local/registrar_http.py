@@ -1,5 +1,7 @@
-"""The registrar's HTTPS front: `GET /ca` (the broker's CA, the bytes a join token pins) and `POST
-/join` (a node's registration, at most 64 KiB), served with the broker's own certificate. Every answer
+"""The registrar's HTTPS front: `GET /ca` (the broker's CA, the bytes a join token pins), `GET /keys`
+(the coordinator and operator keys the broker's host trusts, and the ids it revoked), `POST /join` (a
+node's registration) and `POST /host` (a control-plane host's join), each body at most 64 KiB, served
+with the broker's own certificate. Every answer
 is JSON but the CA's; a request that fails never stops the server. At most `MAX_CONNECTIONS` are served
 at once (one more is closed unanswered), and a peer has `DEADLINE_S` in all to send its request, however
 slowly its bytes come.
@@ -15,7 +17,8 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -24,10 +27,23 @@ from trainmedic.local.enrollments import MAX_BODY
 log = logging.getLogger("trainmedic.registrar")
 
 Join = Callable[[bytes, str], tuple[int, dict]]  # (body, peer) -> (status, JSON answer)
+Keys = Callable[[], tuple[int, dict]]  # () -> (status, the key directory as JSON)
 TIMEOUT_S = 10.0  # one read (the TLS handshake included) or one write of a connection
 DEADLINE_S = 15.0  # the handshake, the request line, its headers and its body together
 MAX_CONNECTIONS = 16  # served at once, a thread each
 FULL_LOG_S = 60.0  # connections closed for want of a thread are said this often at most
+
+
+def answered(path: str, answer: Join, body: bytes, peer: str) -> tuple[int, dict]:
+    """`answer(body, peer)`; a failure of it is a 500 that carries only an error id, its detail logged
+    with that id: one bad request never stops the registrar, and never tells a peer its inside."""
+    try:
+        return answer(body, peer)
+    except Exception:
+        error = uuid.uuid4().hex[:12]
+        log.exception("registrar: POST %s from %s failed (error %s)", path, peer, error)
+        return 500, {"error": f"the registrar failed (error {error}): the registrar's log on the broker's "
+                              "host says why"}
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -44,12 +60,13 @@ class RegistrarServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], context: ssl.SSLContext, ca_pem: bytes, join: Join,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(self, address: tuple[str, int], context: ssl.SSLContext, ca_pem: bytes,
+                 posts: Mapping[str, Join], keys: Keys, max_connections: int = MAX_CONNECTIONS) -> None:
         super().__init__(address, _Handler)
         self.socket = context.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
         self.ca_pem = ca_pem
-        self.join = join
+        self.posts = posts  # path (/join, /host) -> what answers it
+        self.keys = keys
         self.max_connections = max_connections
         self._slots = threading.BoundedSemaphore(max_connections)
         self._full_said = -FULL_LOG_S
@@ -93,14 +110,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile = io.BufferedReader(_Until(self.connection, deadline))
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        if self.path != "/ca":
-            self._json(404, {"error": f"no such resource: GET /ca or POST /join ({self.path[:80]!r})"})
-            return
-        self._send(200, "application/x-pem-file", self.server.ca_pem)
+        if self.path == "/ca":
+            self._send(200, "application/x-pem-file", self.server.ca_pem)
+        elif self.path == "/keys":
+            self._json(*self.server.keys())
+        else:
+            self._json(404, {"error": f"no such resource: GET /ca or /keys ({self.path[:80]!r})"})
 
     def do_POST(self) -> None:  # noqa: N802
-        if self.path != "/join":
-            self._json(404, {"error": f"no such resource: POST /join ({self.path[:80]!r})"})
+        answer = self.server.posts.get(self.path)
+        if answer is None:
+            self._json(404, {"error": f"no such resource: POST /join or /host ({self.path[:80]!r})"})
             return
         try:
             length = int(self.headers.get("Content-Length", ""))
@@ -112,8 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(413, {"error": f"the registration is {length} bytes, at most {MAX_BODY}"})
             return
         body = self.rfile.read(length)
-        status, answer = self.server.join(body, self.client_address[0])
-        self._json(status, answer)
+        self._json(*answered(self.path, answer, body, self.client_address[0]))
 
     def _json(self, status: int, answer: dict) -> None:
         self._send(status, "application/json", json.dumps(answer).encode())

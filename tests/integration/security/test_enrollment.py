@@ -3,8 +3,9 @@ on loopback without TLS, and a token pins the broker's CA): `trainmedic nodes en
 signed enrollment, `trainmedic broker registrar` (a subprocess, as on the broker's host) lets the node
 join once with its token, and the node's credentials then write as that node only; a used, expired,
 misdirected or mis-pinned token is refused; a node enrolled and joined again gets a new password, the
-old one refused; `nodes remove` refuses the node's writes within 5 s. Without a broker: `--join` reads
-the token from a file or stdin, and a node registers the GPUs it has."""
+old one refused; `nodes remove` refuses the node's writes within 5 s; control-plane hosts join by a token
+of `broker invite` and learn keys trusted later by `keys sync`. Without a broker: `--join` reads the
+token from a file or stdin, and a node registers the GPUs it has."""
 
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.common.errors import ConfigError
-from trainmedic.node_join import UNCOUNTED_GPUS, JoinRefused, gpu_count, join, token_argument
+from trainmedic.node_join import UNCOUNTED_GPUS, gpu_count, join
 from trainmedic.ops import node_enroll
 from trainmedic.recovery import keyring
 from trainmedic.recovery.join_token import NODE_FILES, make_token
+from trainmedic.registrar_client import JoinRefused, token_argument
 from trainmedic.schemas import NodeHeartbeat, NodeRegistered, decode
 from trainmedic.schemas.topics import adapter
 
@@ -214,15 +216,85 @@ def test_a_removed_nodes_writes_are_refused_within_5s(deployment: Deployment, tm
     assert any(f"node {node} removed by the operator" in line for line in deployment.lines)
 
 
+def host_join(deployment: Deployment, host: Path, *roles: str) -> subprocess.CompletedProcess[str]:
+    """`broker invite ROLES` on the broker's host, then `join @TOKEN_FILE` on `host` (a home of its own)."""
+    invited = cli(deployment.env, "broker", "invite", *roles, "--registrar-port",
+                  str(deployment.registrar_port))
+    assert invited.returncode == 0, invited.stderr
+    assert f"trainmedic join @TOKEN_FILE --bootstrap {deployment.bootstrap}" in invited.stderr
+    host.mkdir()
+    (host / "token").write_text(invited.stdout.strip().splitlines()[-1] + "\n")
+    return cli({**deployment.env, "TRAINMEDIC_HOME": str(host)}, "join", f"@{host / 'token'}", "--bootstrap",
+               deployment.bootstrap)
+
+
+def test_control_plane_hosts_join_by_token_and_sync_the_keys_trusted_later(deployment: Deployment,
+                                                                          tmp_path: Path) -> None:
+    broker_keys, control, operator = deployment.home / "keys", tmp_path / "control", tmp_path / "operator"
+    joined = host_join(deployment, control, "detector", "coordinator")
+    assert joined.returncode == 0, joined.stderr
+    folder = control / "credentials"
+    names = ("ca.pem", "coordinator.json", "detector.json", "telemetry-master.key")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(names)
+    assert all((folder / n).read_bytes() == (deployment.home / "credentials" / n).read_bytes() for n in names)
+    assert all((folder / n).stat().st_mode & 0o777 == 0o600 for n in names)
+    coordinator = keyring.load_signing(control / "keys", keyring.COORDINATOR).key_id
+    assert coordinator in keyring.load_roles(broker_keys)[keyring.COORDINATOR].keys
+    first_operator = keyring.load_signing(deployment.operator_keys, keyring.OPERATOR).key_id
+    assert set(keyring.load_roles(control / "keys")[keyring.OPERATOR].keys) == {first_operator}
+    with EventProducer(deployment.of("coordinator", folder)) as producer:  # its credentials write
+        producer.send(f"{PREFIX}commands", b"{}", key="n0")
+
+    again = cli({**deployment.env, "TRAINMEDIC_HOME": str(tmp_path / "thief")}, "join",
+                f"@{control / 'token'}", "--bootstrap", deployment.bootstrap)
+    assert again.returncode == 1 and "used already" in again.stderr, again.stderr
+
+    joined = host_join(deployment, operator, "operator")
+    assert joined.returncode == 0, joined.stderr
+    assert sorted(p.name for p in (operator / "credentials").iterdir()) == ["ca.pem", "operator.json"]
+    second_operator = keyring.load_signing(operator / "keys", keyring.OPERATOR).key_id
+    assert second_operator in keyring.load_roles(broker_keys)[keyring.OPERATOR].keys
+    trusted = keyring.load_roles(operator / "keys")
+    assert coordinator in trusted[keyring.COORDINATOR].keys
+    assert set(trusted[keyring.OPERATOR].keys) == {second_operator}  # its own: no coordinator, no others'
+
+    control_env = {**deployment.env, "TRAINMEDIC_HOME": str(control)}
+    sync = ("keys", "sync", "--bootstrap", deployment.bootstrap, "--registrar-port",
+            str(deployment.registrar_port))
+    synced = cli(control_env, *sync)
+    assert synced.returncode == 0, synced.stderr
+    assert f"1 trusted here anew ({second_operator})" in synced.stdout
+    assert set(keyring.load_roles(control / "keys")[keyring.OPERATOR].keys) == {first_operator,
+                                                                                  second_operator}
+
+    keyring.revoke_key(broker_keys, second_operator, time.time())
+    synced = cli(control_env, *sync)
+    assert synced.returncode == 0 and f"1 revoked ({second_operator})" in synced.stdout, synced.stderr
+    assert {k.key_id: k.revoked is not None for k in keyring.list_keys(control / "keys")}[second_operator]
+
+
+def test_a_nodes_token_does_not_join_a_host_nor_a_hosts_a_node(deployment: Deployment,
+                                                               tmp_path: Path) -> None:
+    node_token = deployment.enroll(f"t-{uuid.uuid4().hex[:6]}")
+    (tmp_path / "token").write_text(node_token)
+    refused = cli({**deployment.env, "TRAINMEDIC_HOME": str(tmp_path / "host")}, "join",
+                  f"@{tmp_path / 'token'}", "--bootstrap", deployment.bootstrap)
+    assert refused.returncode == 2 and "`trainmedic node --join` with it" in refused.stderr, refused.stderr
+    invited = cli(deployment.env, "broker", "invite", "detector", "--registrar-port",
+                  str(deployment.registrar_port))
+    with pytest.raises(ConfigError, match="not a node: run `trainmedic join` with it"):
+        deployment.join(invited.stdout.strip().splitlines()[-1], tmp_path / "node")
+
+
 def test_the_token_comes_from_a_file_or_stdin_and_one_in_argv_is_warned_of(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "token").write_text("tmjoin1.from-file\n")
-    with caplog.at_level(logging.WARNING, "trainmedic.node"):
+    with caplog.at_level(logging.WARNING, "trainmedic.join"):
         assert token_argument(f"@{tmp_path / 'token'}") == "tmjoin1.from-file"
         assert token_argument("-", io.StringIO("tmjoin1.from-stdin\nmore\n")) == "tmjoin1.from-stdin"
         assert caplog.records == []
         assert token_argument("tmjoin1.in-argv") == "tmjoin1.in-argv"
-    assert "visible in the process list" in caplog.text and "--join @FILE" in caplog.text
+    assert "visible in the process list" in caplog.text and "pass @FILE" in caplog.text
     with pytest.raises(ConfigError, match="cannot read the token file"):
         token_argument(f"@{tmp_path / 'none'}")
 
@@ -254,6 +326,6 @@ def test_a_node_registers_the_gpus_it_has(caplog: pytest.LogCaptureFixture) -> N
     assert gpu_count(argparse.Namespace(), {"TRAINMEDIC_GPU_SOURCE": "synthetic"}) == 8  # its default
     nvml = Nvml(4)
     assert gpu_count(argparse.Namespace(), {}, nvml) == 4 and nvml.shut
-    with caplog.at_level(logging.WARNING, "trainmedic.node"):
+    with caplog.at_level(logging.WARNING, "trainmedic.join"):
         assert gpu_count(argparse.Namespace(), {}, Nvml(None)) == UNCOUNTED_GPUS
     assert "NVML cannot count this node's GPUs (Driver Not Loaded)" in caplog.text

@@ -271,7 +271,7 @@ def test_a_failure_is_told_by_its_id_its_detail_only_logged(
 
     monkeypatch.setattr(registrar, "check_join", broken)
     bed.read()
-    status, answer = bed.registrar.join(b"{}", "10.6.6.6")
+    status, answer = registrar_http.answered("/join", bed.registrar.join, b"{}", "10.6.6.6")
     logged = [r for r in caplog.records if r.exc_info]
     assert status == 500 and "/srv/secret" not in answer["error"]
     error = answer["error"].split("(error ")[1].split(")")[0]
@@ -288,7 +288,8 @@ def https(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "key.pem").write_bytes(key)
     monkeypatch.setattr(registrar_http, "DEADLINE_S", 1.5)
     context = registrar_http.tls_context(tmp_path / "cert.pem", tmp_path / "key.pem")
-    server = registrar_http.RegistrarServer(("127.0.0.1", 0), context, ca, lambda body, peer: (200, {}),
+    server = registrar_http.RegistrarServer(("127.0.0.1", 0), context, ca,
+                                            {"/join": lambda body, peer: (200, {})}, lambda: (200, {}),
                                             max_connections=2)
     registrar_http.serve_in_thread(server)
     yield server, ca

@@ -10,6 +10,7 @@ import pytest
 
 from trainmedic.recovery import join_token
 from trainmedic.recovery.join_token import (
+    HOST_ROLES,
     PREFIX,
     JoinToken,
     ca_pin,
@@ -17,6 +18,7 @@ from trainmedic.recovery.join_token import (
     parse,
     public_key_model,
     public_of,
+    role_files,
     token_key,
 )
 from trainmedic.recovery.signing import TrustedKeys, generate
@@ -106,3 +108,38 @@ def test_a_deeply_nested_token_is_refused_as_garbage(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(join_token.json, "loads", overflow)
     with pytest.raises(ValueError, match="cannot decode it"):
         parse(_encoded(GOOD))
+
+
+HOST = {"roles": ["coordinator", "detector"], "ca": "a" * 64, "port": 9443, "secret": "b" * 64}
+
+
+def test_a_host_token_round_trips_with_its_roles_and_no_node() -> None:
+    text, key = make_token(None, CA, 9443, ("detector", "coordinator"))
+    token = parse(text)
+    assert (token.node, token.roles, token.port, token.ca_sha256) == (None, ("detector", "coordinator"), 9443,
+                                                                      ca_pin(CA))
+    assert token_key(token.secret).key_id == key.key_id and parse(str(token)) == token
+    assert parse(_encoded(HOST)) == JoinToken(None, "a" * 64, 9443, bytes.fromhex("b" * 64),
+                                              ("coordinator", "detector"))
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    ({**HOST, "node": "n1"}, "must hold"),
+    ({k: v for k, v in HOST.items() if k != "roles"}, "must hold"),
+    ({**HOST, "roles": ["detector", "admin"]}, "roles are not"),
+    ({**HOST, "roles": []}, "roles are not"),
+    ({**HOST, "roles": ["detector", "detector"]}, "roles are not"),
+    ({**HOST, "roles": "detector"}, "roles are not"),
+    ({**HOST, "roles": [["detector"]]}, "roles are not"),
+])
+def test_a_host_token_must_name_some_roles_once(body: dict, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        parse(_encoded(body))
+
+
+def test_a_host_gets_the_ca_and_each_roles_files() -> None:
+    files = role_files(("detector", "coordinator"))
+    assert files[0] == "ca.pem"
+    assert {"detector.json", "telemetry-master.key", "coordinator.json"} <= set(files)
+    assert "operator.json" not in files and len(files) == 4
+    assert role_files(tuple(HOST_ROLES)).count("ca.pem") == 1
