@@ -26,7 +26,7 @@ from trainmedic.recovery.signing import SigningKey, key_id_of
 from trainmedic.schemas.nodes import PublicKey
 
 __all__ = ["HOST_ROLES", "NODE_FILES", "PREFIX", "SIGNING_ROLES", "JoinToken", "ca_pin", "make_token",
-           "parse", "public_key_model", "public_of", "role_files", "token_key"]
+           "parse", "possession", "public_key_model", "public_of", "role_files", "token_key"]
 
 PREFIX = "tmjoin1."
 SECRET_BYTES = 32
@@ -44,6 +44,12 @@ _FIELDS = {"ca", "port", "secret"}  # and "node" (a node's token) or "roles" (a 
 HOST_ROLES = {"coordinator": ("coordinator.json",), "detector": ("detector.json", "telemetry-master.key"),
               "operator": ("operator.json",)}
 SIGNING_ROLES = ("coordinator", "operator")  # of HOST_ROLES: a host given one makes a key pair of it
+
+
+def possession(token_key_id: str, role: str, deployment: str | None) -> bytes:
+    """What a joining host's key of `role` signs to prove the host holds it, for this join token (its
+    key's id) and deployment only: a token's holder cannot get another party's key trusted."""
+    return f"trainmedic host key v1\n{token_key_id}\n{role}\n{deployment or ''}".encode()
 
 
 def role_files(roles: tuple[str, ...]) -> tuple[str, ...]:

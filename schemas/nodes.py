@@ -85,10 +85,12 @@ NodeLifecycle = Annotated[NodeCordoned | NodeDrained | NodeUncordoned | NodeEnro
 
 
 class RoleKey(Model):
-    """A public key and the one role it is trusted for."""
+    """A public key and the one role it is trusted for; in a host's join, `proof` (Ed25519, base64) by
+    that key over recovery/join_token.py `possession`: the host holds its private half."""
 
     role: Literal["coordinator", "operator"]
     key: PublicKey
+    proof: str | None = Field(default=None, max_length=2 * MAX_KEY)
 
 
 class HostJoin(Signed):

@@ -10,12 +10,13 @@ is there, and its public half is trusted on the broker's host for that role. The
 go to the credentials folder (TRAINMEDIC_CREDENTIALS_DIR, else $TRAINMEDIC_HOME/credentials), each 0600;
 the coordinators' keys are trusted here as coordinator, and on a coordinator's host the operators' keys
 as operator. Keys trusted on the broker's host later reach this host by `trainmedic keys sync`
-(docs/deployment.md, step 2).
+(docs/deployment.md, step 3).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import logging
 import os
 import time
@@ -25,7 +26,14 @@ from trainmedic.bus.settings import KafkaSettings, credentials_dir
 from trainmedic.common.errors import ConfigError
 from trainmedic.ops.prologue import run_command
 from trainmedic.recovery import keyring
-from trainmedic.recovery.join_token import SIGNING_ROLES, parse, public_key_model, role_files, token_key
+from trainmedic.recovery.join_token import (
+    SIGNING_ROLES,
+    parse,
+    possession,
+    public_key_model,
+    role_files,
+    token_key,
+)
 from trainmedic.registrar_client import (
     TIMEOUT_S,
     JoinRefused,
@@ -63,13 +71,18 @@ def join(token: str, bootstrap: str, *, folder: Path, keys_dir: Path, prefix: st
         raise ConfigError(f"already joined: {folder} holds {', '.join(taken)}; move them away to join again")
     host = first_host(bootstrap)
     ca_pem = fetch_ca(host, parsed, timeout_s)
-    keys = []
+    if (folder / "ca.pem").exists() and (folder / "ca.pem").read_bytes() != ca_pem:
+        raise ConfigError(f"{folder / 'ca.pem'} is another broker's CA: this host belongs to another "
+                          "deployment; join with a credentials folder of its own "
+                          "(TRAINMEDIC_CREDENTIALS_DIR)")
+    signer, keys = token_key(parsed.secret), []
     for role in (role for role in parsed.roles if role in SIGNING_ROLES):
         keyring.ensure_key(keys_dir, now, role)
         own = keyring.load_signing(keys_dir, role)
-        keys.append(RoleKey(role=role, key=public_key_model(own.private.public_key())))
-    body = token_key(parsed.secret).sign(HostJoin(ts=now, roles=parsed.roles, keys=tuple(keys),
-                                                  deployment=prefix))
+        proof = own.private.sign(possession(signer.key_id, role, prefix))
+        keys.append(RoleKey(role=role, key=public_key_model(own.private.public_key()),
+                            proof=base64.b64encode(proof).decode("ascii")))
+    body = signer.sign(HostJoin(ts=now, roles=parsed.roles, keys=tuple(keys), deployment=prefix))
     status, answer = request(host, parsed.port, "POST", "/host", encode(body), verifying(ca_pem), timeout_s)
     if status != 200:
         raise JoinRefused(f"the registrar at {host}:{parsed.port} refused this host (HTTP {status}): "
@@ -77,8 +90,12 @@ def join(token: str, bootstrap: str, *, folder: Path, keys_dir: Path, prefix: st
     files = files_of(answer, role_files(parsed.roles))
     if files["ca.pem"] != ca_pem:
         raise JoinRefused("the registrar answered with a CA other than the one the token pins")
-    synced = adopt(keys_dir, answer_of(answer), keyring.COORDINATOR in parsed.roles, now)
-    write_folder(folder, files)
+    write_folder(folder, files)  # first: what the registrar handed out (the token is spent) is kept
+    try:
+        synced = adopt(keys_dir, answer_of(answer), keyring.COORDINATOR in parsed.roles, now)
+    except JoinRefused as err:
+        log.warning("joined, but the registrar's keys were not taken: %s; run `trainmedic keys sync`", err)
+        synced = Synced()
     return parsed.roles, synced
 
 

@@ -33,11 +33,12 @@ log = logging.getLogger("trainmedic.join")
 
 MAX_ANSWER = 1024 * 1024  # bytes read of one answer of the registrar
 TIMEOUT_S = 30.0
-MAX_KEYS = 256  # keys a directory answer may hold
+MAX_KEYS = 4096  # keys and revoked ids a directory answer may hold
 
 
 class JoinRefused(TrainmedicError):
-    """The registrar, or the broker it stands for, would not let this host join: nothing was written."""
+    """The registrar, or the broker it stands for, would not let this host join (or answered what this
+    host cannot take): no credentials were written (a key pair made for the join stays)."""
 
 
 def fetch_ca(host: str, token: JoinToken, timeout_s: float = TIMEOUT_S) -> bytes:
@@ -83,14 +84,14 @@ def request(host: str, port: int, method: str, path: str, body: bytes | None, co
 def said(answer: bytes) -> str:
     try:
         return str(json.loads(answer)["error"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return answer[:300].decode("utf-8", "replace")
 
 
 def answer_of(answer: bytes) -> dict:
     try:
         found = json.loads(answer)
-    except ValueError:
+    except (ValueError, RecursionError):  # a deep nest of brackets too
         found = None
     if not isinstance(found, dict):
         raise JoinRefused("the registrar's answer is no JSON object")
@@ -117,15 +118,20 @@ def trust(keys_dir: Path, key: PublicKey, role: str, now: float) -> str:
 
 
 def write_folder(folder: Path, files: Mapping[str, bytes]) -> None:
-    """A credentials folder: mode 0700, each file 0600, each replaced whole."""
+    """A credentials folder: mode 0700, each file 0600, each replaced whole. A folder that is a link,
+    or another user's, is refused; no file is written through a link."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if folder.is_symlink() or folder.stat().st_uid != os.geteuid():
+        raise ConfigError(f"{folder} is a link, or another user's: the credentials go into a folder of this "
+                          "user's own (TRAINMEDIC_CREDENTIALS_DIR)")
     folder.chmod(0o700)
     for name, data in files.items():
         tmp = folder / f".{name}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as out:
+            os.fchmod(out.fileno(), 0o600)
             out.write(data)
-        tmp.chmod(0o600)
         tmp.replace(folder / name)
 
 
@@ -191,7 +197,7 @@ def adopt(keys_dir: Path, directory: dict, operators: bool, now: float) -> Synce
                         key.role, err)
             skipped.append(key.key.key_id)
     manifest = key_manifest.read(keys_dir)
-    own = {key_manifest.signer(manifest, role) for role in SIGNING_ROLES}
+    own = {key_manifest.signer(manifest, role) for role in (*SIGNING_ROLES, *manifest.get("signers", {}))}
     gone = []
     for key_id in (str(item) for item in revoked if str(item) in before):
         if key_id in own:
@@ -200,7 +206,11 @@ def adopt(keys_dir: Path, directory: dict, operators: bool, now: float) -> Synce
                         key_id)
             skipped.append(key_id)
             continue
-        gone.append(keyring.revoke_key(keys_dir, key_id, now).key_id)
+        try:
+            gone.append(keyring.revoke_key(keys_dir, key_id, now).key_id)
+        except ConfigError as err:
+            log.warning("key %s, revoked on the broker's host, not revoked here: %s", key_id, err)
+            skipped.append(key_id)
     return Synced(tuple(added), tuple(gone), tuple(skipped))
 
 

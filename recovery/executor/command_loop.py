@@ -49,7 +49,7 @@ class Executor:
         # arms a node's loss at its first heartbeat). None: it joins as soon as it reads its commands.
         self.heard = heard
         self._joined = False
-        self._unheard_since = time.monotonic()
+        self._unheard_since = 0.0  # set when `run` starts
         self._unheard_said = False
         self.kafka = kafka
         self.clock = clock
@@ -87,6 +87,7 @@ class Executor:
                  self.config.state_dir)
         try:
             reader.open()  # assign now, so that `ready` means "reading"
+            self._unheard_since = time.monotonic()
             self._join_once_heard()
             self.ready.set()
             while not stop.is_set():
@@ -127,7 +128,7 @@ class Executor:
     def _join_once_heard(self) -> None:
         """Announce the join, once: at once, or once the agent's first heartbeat was delivered; said
         in a WARNING when none was within HEARD_WARN_S."""
-        if self._joined:
+        if self._joined or self._leaving.is_set():  # a join after a leave would end that leave
             return
         if self.heard is not None and not self.heard.is_set():
             if not self._unheard_said and time.monotonic() - self._unheard_since >= HEARD_WARN_S:

@@ -10,17 +10,27 @@ Every refusal of a well-formed join is 403, as for a node's (trainmedic/local/en
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cryptography.exceptions import InvalidSignature
 from pydantic import ValidationError
 
 from trainmedic.common.errors import ConfigError
 from trainmedic.local import broker_auth
 from trainmedic.local.enrollments import MAX_BODY, SKEW_S, Refused
-from trainmedic.recovery.join_token import HOST_ROLES, SIGNING_ROLES, make_token, public_key_model, public_of
+from trainmedic.recovery.join_token import (
+    HOST_ROLES,
+    SIGNING_ROLES,
+    make_token,
+    possession,
+    public_key_model,
+    public_of,
+)
 from trainmedic.recovery.key_manifest import locked
 from trainmedic.recovery.signing import TrustedKeys, Unverified
 from trainmedic.schemas import HostJoin, PublicKey
@@ -73,8 +83,11 @@ class Invites:
             self._save({**self.load(), invitation.token.key_id: invitation})
 
     def use(self, key_id: str, now: float) -> None:
+        """Mark the invitation used; ConfigError if it was (another registrar process came first)."""
         with locked(self.path.parent, LOCK):
             invites = self.load()
+            if invites[key_id].used is not None:
+                raise ConfigError(f"the invitation of token {key_id} was used already")
             invites[key_id] = replace(invites[key_id], used=now)
             self._save(invites)
 
@@ -116,9 +129,15 @@ def check_host(invites: dict[str, Invitation], now: float, body: bytes,
                                     f"{', '.join(signing) or 'no role'}, and no other")
     for key in join.keys:
         try:
-            public_of(key.key)
+            public_of(key.key).verify(base64.b64decode(key.proof or "", validate=True),
+                                      possession(invitation.token.key_id, key.role, deployment))
         except ValueError as err:
             return Refused(400, "keys", f"the host's {key.role} key is none: {err}")
+        except (InvalidSignature, binascii.Error):
+            return Refused(403, "keys", f"the host's {key.role} key {key.key.key_id} does not prove the host "
+                                        "holds it (its proof does not verify)")
+        if key.key.key_id == invitation.token.key_id:
+            return Refused(400, "keys", "the host registers the token's own key: make a key of its own")
     if now >= invitation.expires:
         return Refused(403, "expired", f"the token expired {now - invitation.expires:.0f}s ago: {invite}")
     if not invitation.made - SKEW_S <= join.ts <= now + SKEW_S:

@@ -1,9 +1,9 @@
 """The registrar's HTTPS front: `GET /ca` (the broker's CA, the bytes a join token pins), `GET /keys`
 (the coordinator and operator keys the broker's host trusts, and the ids it revoked), `POST /join` (a
 node's registration) and `POST /host` (a control-plane host's join), each body at most 64 KiB, served
-with the broker's own certificate. Every answer
-is JSON but the CA's; a request that fails never stops the server. At most `MAX_CONNECTIONS` are served
-at once (one more is closed unanswered), and a peer has `DEADLINE_S` in all to send its request, however
+with the broker's own certificate. Every answer is JSON but the CA's; a request that fails never stops
+the server, and tells the peer only an error id (`answered`). At most `MAX_CONNECTIONS` are served at
+once (one more is closed unanswered), and a peer has `DEADLINE_S` in all to send its request, however
 slowly its bytes come.
 """
 
@@ -27,21 +27,21 @@ from trainmedic.local.enrollments import MAX_BODY
 log = logging.getLogger("trainmedic.registrar")
 
 Join = Callable[[bytes, str], tuple[int, dict]]  # (body, peer) -> (status, JSON answer)
-Keys = Callable[[], tuple[int, dict]]  # () -> (status, the key directory as JSON)
+Keys = Join  # (no body, peer) -> (status, the key directory as JSON)
 TIMEOUT_S = 10.0  # one read (the TLS handshake included) or one write of a connection
 DEADLINE_S = 15.0  # the handshake, the request line, its headers and its body together
 MAX_CONNECTIONS = 16  # served at once, a thread each
 FULL_LOG_S = 60.0  # connections closed for want of a thread are said this often at most
 
 
-def answered(path: str, answer: Join, body: bytes, peer: str) -> tuple[int, dict]:
+def answered(request: str, answer: Join, body: bytes, peer: str) -> tuple[int, dict]:
     """`answer(body, peer)`; a failure of it is a 500 that carries only an error id, its detail logged
     with that id: one bad request never stops the registrar, and never tells a peer its inside."""
     try:
         return answer(body, peer)
     except Exception:
         error = uuid.uuid4().hex[:12]
-        log.exception("registrar: POST %s from %s failed (error %s)", path, peer, error)
+        log.exception("registrar: %s from %s failed (error %s)", request, peer, error)
         return 500, {"error": f"the registrar failed (error {error}): the registrar's log on the broker's "
                               "host says why"}
 
@@ -113,7 +113,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/ca":
             self._send(200, "application/x-pem-file", self.server.ca_pem)
         elif self.path == "/keys":
-            self._json(*self.server.keys())
+            self._json(*answered("GET /keys", self.server.keys, b"", self.client_address[0]))
         else:
             self._json(404, {"error": f"no such resource: GET /ca or /keys ({self.path[:80]!r})"})
 
@@ -132,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(413, {"error": f"the registration is {length} bytes, at most {MAX_BODY}"})
             return
         body = self.rfile.read(length)
-        self._json(*answered(self.path, answer, body, self.client_address[0]))
+        self._json(*answered(f"POST {self.path}", answer, body, self.client_address[0]))
 
     def _json(self, status: int, answer: dict) -> None:
         self._send(status, "application/json", json.dumps(answer).encode())

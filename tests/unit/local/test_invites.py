@@ -4,6 +4,7 @@ its roles, one key per signing role, before it expires, dated within the clocks'
 
 from __future__ import annotations
 
+import base64
 import stat
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from trainmedic.local.invites import (
     invite,
     roles_of,
 )
-from trainmedic.recovery.join_token import make_token, parse, public_key_model, token_key
+from trainmedic.recovery.join_token import make_token, parse, possession, public_key_model, token_key
 from trainmedic.recovery.signing import SigningKey, generate
 from trainmedic.schemas import HostJoin, RoleKey, encode
 
@@ -29,8 +30,7 @@ DEP = "trainmedic."
 NOW = 1000.0
 TTL = 600.0
 CONTROL = ("coordinator", "detector")
-COORDINATOR = RoleKey(role="coordinator", key=public_key_model(generate().private.public_key()))
-OPERATOR = RoleKey(role="operator", key=public_key_model(generate().private.public_key()))
+COORDINATOR, OPERATOR = ("coordinator", generate()), ("operator", generate())  # a host's keys, by role
 
 
 def invited(broker: Path, roles: tuple[str, ...] = CONTROL) -> SigningKey:
@@ -40,9 +40,17 @@ def invited(broker: Path, roles: tuple[str, ...] = CONTROL) -> SigningKey:
     return token_key(parse(text).secret)
 
 
-def join(signer: SigningKey, roles: tuple[str, ...] = CONTROL, keys: tuple[RoleKey, ...] = (COORDINATOR,),
+def role_key(role: str, key: SigningKey, token: SigningKey, deployment: str = DEP) -> RoleKey:
+    """`key` for `role`, with its proof of possession for `token`'s join."""
+    proof = base64.b64encode(key.private.sign(possession(token.key_id, role, deployment))).decode()
+    return RoleKey(role=role, key=public_key_model(key.private.public_key()), proof=proof)
+
+
+def join(signer: SigningKey, roles: tuple[str, ...] = CONTROL, keys: tuple = (COORDINATOR,),
          ts: float = NOW + 1, deployment: str = DEP) -> HostJoin:
-    return signer.sign(HostJoin(ts=ts, roles=roles, keys=keys, deployment=deployment))
+    """A host's join signed by `signer`; `keys` as (role, SigningKey), proved for this token, or RoleKeys."""
+    made = tuple(key if isinstance(key, RoleKey) else role_key(*key, signer, deployment) for key in keys)
+    return signer.sign(HostJoin(ts=ts, roles=roles, keys=made, deployment=deployment))
 
 
 def check(broker: Path, body: HostJoin | bytes, now: float = NOW + 5) -> HostAccepted | Refused:
@@ -59,7 +67,7 @@ def test_a_control_host_is_let_in_with_its_coordinator_key(tmp_path: Path) -> No
     signer = invited(tmp_path)
     verdict = check(tmp_path, join(signer))
     assert isinstance(verdict, HostAccepted)
-    assert verdict.join.roles == CONTROL and verdict.join.keys == (COORDINATOR,)
+    assert verdict.join.roles == CONTROL and verdict.join.keys == (role_key(*COORDINATOR, signer),)
     assert verdict.invitation.roles == CONTROL and verdict.invitation.token.key_id == signer.key_id
 
 
@@ -90,8 +98,20 @@ def test_one_key_per_signing_role_and_no_other(tmp_path: Path) -> None:
     detector = invited(tmp_path, ("detector",))
     assert_refused(check(tmp_path, join(detector, roles=("detector",), keys=(OPERATOR,))), 400, "keys")
     assert isinstance(check(tmp_path, join(detector, roles=("detector",), keys=())), HostAccepted)
-    forged = RoleKey(role="coordinator", key=COORDINATOR.key.model_copy(update={"key_id": "0" * 16}))
-    assert_refused(check(tmp_path, join(invited(tmp_path), keys=(forged,))), 400, "keys")  # before spending
+    signer = invited(tmp_path)
+    proved = role_key(*COORDINATOR, signer)
+    forged = proved.model_copy(update={"key": proved.key.model_copy(update={"key_id": "0" * 16})})
+    assert_refused(check(tmp_path, join(signer, keys=(forged,))), 400, "keys")  # before spending
+
+
+def test_each_key_proves_the_host_holds_it_for_this_token(tmp_path: Path) -> None:
+    signer, other = invited(tmp_path), invited(tmp_path)
+    proved = role_key(*COORDINATOR, signer)
+    someone_elses = proved.model_copy(update={"proof": role_key("coordinator", generate(), signer).proof})
+    for key in (someone_elses, role_key(*COORDINATOR, other), proved.model_copy(update={"proof": None}),
+                role_key(*COORDINATOR, signer, deployment="other.")):
+        assert_refused(check(tmp_path, join(signer, keys=(key,))), 403, "keys")
+    assert_refused(check(tmp_path, join(signer, keys=(("coordinator", signer),))), 400, "keys")  # the token's
 
 
 def test_an_expired_invitation_is_refused(tmp_path: Path) -> None:
