@@ -4,7 +4,9 @@ acks (docs/security.md#keys).
 Roles: `coordinator` (the default of generate and rotate) signs commands; `operator` (--role
 operator) signs jobs and node events; `node:NAME` (--node NAME) signs node NAME's acks. `generate`
 writes a role's first key pair and makes it the signing key (private key mode 0600); `rotate` writes
-a new one and deletes the old private key, keeping the old public key trusted; `trust FILE.pub`
+a new one and deletes the old private key, keeping the old public key trusted (a node's new key is
+first announced on the acks topic, signed by the old one: the coordinator takes it from the log, and
+the old one signs for 10 minutes more; `--no-announce` skips that, the old way); `trust FILE.pub`
 adds a public key made elsewhere for the role it names (always said: a key is trusted only for the
 role it was trusted for); `revoke ID` trusts a key no more, for good; `list` prints each key; `sync`
 trusts the coordinator keys the broker's host trusts (and its operator keys, on a coordinator's host)
@@ -50,6 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                     "env TRAINMEDIC_KAFKA_BOOTSTRAP)")
             action.add_argument("--registrar-port", type=int, default=9443, metavar="PORT",
                                 help="the registrar's port (default 9443)")
+        if name == "rotate":
+            action.add_argument("--no-announce", action="store_true",
+                                help="with --node: rotate here only, announcing nothing (the coordinator "
+                                     "trusts the node's keys by hand: copy the new .pub there and `keys "
+                                     "trust` it, the old way); by default the new key is announced on the "
+                                     "acks topic, signed by the old one, before it is used")
         if name in ("generate", "rotate", "trust"):
             role = action.add_mutually_exclusive_group(required=name == "trust")
             role.add_argument("--role", choices=("coordinator", "operator"),
@@ -77,6 +85,8 @@ def _run(args: argparse.Namespace) -> int:
         key_id = keyring.generate_key(directory, time.time(), role)
         print(f"{role} signing key {key_id}: private {directory / (key_id + '.key')} (0600), "
               f"public {directory / (key_id + '.pub')}; {_where(role, key_id)}")
+    elif args.action == "rotate" and args.node and not args.no_announce:
+        return _rotate_node(directory, args.node)
     elif args.action == "rotate":
         old, new = keyring.rotate_key(directory, time.time(), role)
         print(f"{role} signing key {new} replaces {old} (its private key deleted, its public key still "
@@ -85,6 +95,34 @@ def _run(args: argparse.Namespace) -> int:
     else:
         key_id = keyring.trust_key(directory, args.public, role, time.time())
         print(f"key {key_id} trusted here as {role} ({directory / (key_id + '.pub')})")
+    return 0
+
+
+def _rotate_node(directory: Path, node: str) -> int:
+    """A node's new key, announced before it is used: its `node_key_rotated`, signed by the key it
+    replaces, goes to the acks topic with the node's own credentials; only once Kafka took it is the
+    new key written as the node's signing key (its executor signs with it from its next report)."""
+    from trainmedic.bus.producer import EventProducer
+    from trainmedic.bus.settings import KafkaSettings
+    from trainmedic.recovery.coordinator.core.membership import ROTATION_GRACE_S
+    from trainmedic.recovery.join_token import public_key_model
+    from trainmedic.recovery.signing import generate
+    from trainmedic.schemas import NodeKeyRotated
+
+    role = keyring.node_role(node)
+    old, new = keyring.load_signing(directory, role), generate()
+    settings = KafkaSettings.from_env(role="executor")
+    public = public_key_model(new.private.public_key())
+    rotation = old.sign(NodeKeyRotated(ts=time.time(), node=node, key=public,
+                                       deployment=settings.topic_prefix))
+    with EventProducer(settings, client_id=settings.topics.owned(f"keys-{node}")) as producer:
+        producer.send(settings.topics.acks, rotation, key=node)  # raises, and nothing changes, if refused
+    keyring.rotate_key(directory, time.time(), role, key=new)
+    print(f"{role} signing key {new.key_id} replaces {old.key_id} (its private key deleted): announced on "
+          f"{settings.topics.acks}, signed by {old.key_id}; the coordinator trusts {new.key_id} for {node} "
+          f"from that record on, and {old.key_id} for {ROTATION_GRACE_S:g} s more (what it signed in "
+          f"flight). The node's executor signs with {new.key_id} from its next report; its ranks keep "
+          "running.")
     return 0
 
 
@@ -101,7 +139,7 @@ def _switch(role: str) -> str:
     """When the new key starts signing."""
     return {"coordinator": "then restart the coordinator to sign with it",
             "operator": "the CLIs sign with it from their next call"}.get(
-        role, "then restart the node's executor to sign its acks with it (its ranks keep running)")
+        role, "the node's executor signs its acks with it from its next one (no restart)")
 
 
 def _revoke(directory: Path, revoked: keyring.Revoked) -> int:

@@ -112,14 +112,16 @@ def generate_key(directory: Path, now: float, role: str = COORDINATOR) -> str:
         return _write_pair(directory, manifest, now, role)
 
 
-def rotate_key(directory: Path, now: float, role: str = COORDINATOR) -> tuple[str, str]:
-    """A new signing key of `role`; the old one's private file is deleted, its public key stays
-    trusted (until it is revoked), so what was signed in flight still verifies. Returns (old id, new id)."""
+def rotate_key(directory: Path, now: float, role: str = COORDINATOR,
+               key: SigningKey | None = None) -> tuple[str, str]:
+    """A new signing key of `role` (`key`, made and announced before, or one made now); the old one's
+    private file is deleted, its public key stays trusted (until it is revoked), so what was signed in
+    flight still verifies. Returns (old id, new id)."""
     with writing(directory) as manifest:
         old = signer(manifest, role)
         if not old:
             raise ConfigError(f"{directory} has no {role} signing key to rotate: {how_to_create(role)}")
-        new = _write_pair(directory, manifest, now, role)
+        new = _write_pair(directory, manifest, now, role, key)
     (directory / f"{old}.key").unlink(missing_ok=True)
     return old, new
 
@@ -348,9 +350,10 @@ def _without(trusted: Trust, revoked: frozenset[str]) -> Trust:
     return cast(Trust, trusted.without(revoked))  # type: ignore[attr-defined]
 
 
-def _write_pair(directory: Path, manifest: dict, now: float, role: str) -> str:
-    """A new key pair of `role`, its signing key; `manifest` is the folder's, read under its lock."""
-    key = generate()
+def _write_pair(directory: Path, manifest: dict, now: float, role: str, key: SigningKey | None = None) -> str:
+    """A new key pair of `role` (`key`, else one made now), its signing key; `manifest` is the
+    folder's, read under its lock."""
+    key = key or generate()
     private = key.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
     fd = os.open(directory / f"{key.key_id}.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:

@@ -190,6 +190,15 @@ class NodeRegistered(NodeEvent, Signed):
     gpus: int = Field(default=8, ge=1, le=MAX_SMALL_ITEMS)
 
 
-NodeReport = Annotated[CommandAcked | NodeJoined | NodeLeaving | RanksFinished | NodeRegistered,
-                       Field(discriminator="type")]
+class NodeKeyRotated(NodeEvent, Signed):
+    """A node's key replaced by `key` (`trainmedic keys rotate --node NAME` on the node), signed by the
+    key it replaces: the coordinator trusts `key` for the node from here, and the old key a while
+    longer (what it signed in flight), then no more."""
+
+    type: Literal["node_key_rotated"] = "node_key_rotated"
+    key: PublicKey
+
+
+NodeReport = Annotated[CommandAcked | NodeJoined | NodeLeaving | RanksFinished | NodeRegistered
+                       | NodeKeyRotated, Field(discriminator="type")]
 """What the `acks` topic carries: what executors report, each signed by its node's key."""

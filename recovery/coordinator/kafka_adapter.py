@@ -22,16 +22,23 @@ from trainmedic.recovery.coordinator import metrics, observe
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.endings import rejected, resolutions, unanswered
 from trainmedic.recovery.coordinator.core.fold import apply
-from trainmedic.recovery.coordinator.core.state import ClusterState, JobState, Rejected
+from trainmedic.recovery.coordinator.core.state import ClusterState, JobState
 from trainmedic.recovery.coordinator.core.steps import catch_up, settle, tick
 from trainmedic.recovery.coordinator.intake import arrival, rebuild, receive
 from trainmedic.recovery.coordinator.lease import Lease
 from trainmedic.recovery.coordinator.narrate import cause, membership, narrate
-from trainmedic.recovery.coordinator.provenance import Trust, impersonates, skewed, stale, unverified
+from trainmedic.recovery.coordinator.provenance import (
+    Trust,
+    impersonates,
+    members_first,
+    skewed,
+    stale,
+    unverified,
+)
 from trainmedic.recovery.coordinator.routing import route
 from trainmedic.recovery.signing import Signable
 from trainmedic.schemas import DeadLettered, Topics
-from trainmedic.schemas.commands import Command, CommandAction, NodeRegistered, Placement
+from trainmedic.schemas.commands import Command, CommandAction, NodeKeyRotated, NodeRegistered, Placement
 from trainmedic.schemas.nodes import NodeEnrolled, NodeRemoved
 from trainmedic.schemas.topics import misplaced
 
@@ -39,7 +46,8 @@ log = logging.getLogger("trainmedic.coordinator")
 
 Signer = Callable[[Signable], Signable]  # a record, signed (`SigningKey.sign`); as it was when insecure
 Trusted = Trust | Callable[[], Trust] | None  # a callable: the keys as they are now (keyring.KeyFolder)
-MEMBERSHIP = (NodeEnrolled, NodeRemoved, NodeRegistered)  # records that change which node keys count
+# records that change which node keys count
+MEMBERSHIP = (NodeEnrolled, NodeRemoved, NodeRegistered, NodeKeyRotated)
 
 
 def read_topics(topics: Topics) -> list[str]:
@@ -152,18 +160,10 @@ class CoordinatorService:
         return None if trust is None else trust.with_members(self.state)
 
     def _members(self, trust: Trust | None, records: list[Record]) -> Trust | None:
-        """`trust` with the log's membership (`Trust.with_members`), for a rebuild: enrollments and
-        removals signed by an operator are folded first, then the registrations their tokens signed, so
-        that what an enrolled node signed is checked with the key it registered."""
+        """`trust` with the log's membership, for a rebuild (`members_first`)."""
         if trust is None:
             return None
-        for kinds in ((NodeEnrolled, NodeRemoved), NodeRegistered):
-            checked = trust.with_members(self.state)
-            for record in (r for r in records if isinstance(r.event, kinds)):
-                if skewed(record) is None and unverified(record, checked, self._topics) is None:
-                    with contextlib.suppress(Rejected):  # a rebuild logs it, as for every record
-                        apply(self.state, record.event, None)
-        return trust.with_members(self.state)
+        return members_first(trust, self.state, records, self._topics, lambda s, e: apply(s, e, None))
 
     def _misplaced(self, letter: DeadLettered) -> str | None:
         """The topic suffix of a dead letter whose kind another topic carries (a coordinator's

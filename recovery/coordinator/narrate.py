@@ -7,8 +7,16 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime
 
+from trainmedic.recovery.coordinator.core.membership import ROTATION_GRACE_S
 from trainmedic.recovery.coordinator.core.state import ClusterState
-from trainmedic.schemas.commands import Command, CommandAcked, CommandAction, NodeRegistered, RanksFinished
+from trainmedic.schemas.commands import (
+    Command,
+    CommandAcked,
+    CommandAction,
+    NodeKeyRotated,
+    NodeRegistered,
+    RanksFinished,
+)
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.jobs import JobStopRequested, JobSubmitted
 from trainmedic.schemas.nodes import NodeEnrolled, NodeReadmitted, NodeRemoved
@@ -40,8 +48,9 @@ def cause(event: object) -> str:
     return str(event)
 
 
-def membership(event: NodeEnrolled | NodeRegistered | NodeRemoved) -> str:
-    """What an enrollment, a registration or a removal changed, for the log (terminal-safe)."""
+def membership(event: NodeEnrolled | NodeRegistered | NodeKeyRotated | NodeRemoved) -> str:
+    """What an enrollment, a registration, a key rotation or a removal changed, for the log
+    (terminal-safe)."""
     match event:
         case NodeEnrolled():
             line = (f"node {event.node} enrolled by {event.by}: its join token may register it until "
@@ -49,6 +58,9 @@ def membership(event: NodeEnrolled | NodeRegistered | NodeRemoved) -> str:
         case NodeRegistered():
             line = (f"node {event.node} registered key {event.key.key_id} at {event.address} with "
                     f"{event.gpus} GPUs: it takes work once its executor joins with that key")
+        case NodeKeyRotated():
+            line = (f"node {event.node} rotated its key {event.key_id} to {event.key.key_id}: the old one "
+                    f"signs for {ROTATION_GRACE_S:g} s more")
         case _:
             why = f" ({event.reason})" if event.reason else ""
             line = (f"node {event.node} removed by {event.by}{why}: its key is trusted no more, its jobs "

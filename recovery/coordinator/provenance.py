@@ -5,8 +5,9 @@ coordinator refuses"; docs/coordinator.md, "The adapter, restarts and fail-over"
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import UnionType
 
@@ -15,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from trainmedic.bus.message import Record
 from trainmedic.recovery.coordinator.core import membership
 from trainmedic.recovery.coordinator.core.blame import HEALTH_CHECK_FAILED, NODE_SUSPECT
-from trainmedic.recovery.coordinator.core.state import ClusterState
+from trainmedic.recovery.coordinator.core.state import ClusterState, Rejected
 from trainmedic.recovery.join_token import public_of
 from trainmedic.recovery.keyring import COORDINATOR, NODE, OPERATOR
 from trainmedic.recovery.signing import TrustedKeys, Unverified
@@ -23,6 +24,7 @@ from trainmedic.schemas.commands import (
     Command,
     CommandAcked,
     NodeJoined,
+    NodeKeyRotated,
     NodeLeaving,
     NodeRegistered,
     RanksFinished,
@@ -51,6 +53,7 @@ class Trust:
     owners: Mapping[str, str]  # node key id -> the one node it signs for
     tokens: TrustedKeys = TrustedKeys({})
     enrolls: Mapping[str, str] = field(default_factory=dict)  # token key id -> the node it may register
+    retired: Mapping[str, float] = field(default_factory=dict)  # node key id -> until when it signs
 
     @classmethod
     def of(cls, roles: Mapping[str, TrustedKeys]) -> Trust:
@@ -67,28 +70,47 @@ class Trust:
         """This trust but for the keys `revoked` (keyring.KeyFolder, when its folder does not load)."""
         return Trust(self.own.without(revoked), self.operators.without(revoked), self.nodes.without(revoked),
                      {key_id: node for key_id, node in self.owners.items() if key_id not in revoked},
-                     self.tokens, self.enrolls)
+                     self.tokens, self.enrolls, self.retired)
 
     def with_members(self, state: ClusterState) -> Trust:
-        """This trust (of the keys folder) with what the log says of membership (membership.py): the key
-        each enrolled node registered, each enrollment's token for its registration, and no key at all
-        for a node an operator removed (its keys are refused as revoked)."""
+        """This trust (of the keys folder) with what the log says of membership (membership.py): the keys
+        each enrolled node registered or rotated to (those rotated away from until their time), each
+        enrollment's token for its registration, and no key at all for a node an operator removed (its
+        keys are refused as revoked)."""
         removed = membership.removed_nodes(state)
-        registered = {node: key for node, key in membership.node_keys(state).items()  # a key trusted here
-                      if key.key_id not in self.nodes.revoked and self.owners.get(key.key_id, node) == node}
-        nodes = {**self.nodes.keys, **{key.key_id: _public(key) for key in registered.values()}}
-        owners = {**self.owners, **{key.key_id: node for node, key in registered.items()}}
+        registered = [(node, key) for node, keys in membership.node_keys(state).items() for key in keys
+                      if key.key_id not in self.nodes.revoked and self.owners.get(key.key_id, node) == node]
+        nodes = {**self.nodes.keys, **{key.key_id: _public(key) for _, key in registered}}
+        owners = {**self.owners, **{key.key_id: node for node, key in registered}}
         dropped = frozenset(key_id for key_id, node in owners.items() if node in removed)
         enrolled = membership.tokens(state)
         return Trust(self.own, self.operators, TrustedKeys(nodes, self.nodes.revoked).without(dropped),
                      {key_id: node for key_id, node in owners.items() if key_id not in dropped},
                      TrustedKeys({key_id: _public(key) for key_id, (_, key) in enrolled.items()}),
-                     {key_id: node for key_id, (node, _) in enrolled.items()})
+                     {key_id: node for key_id, (node, _) in enrolled.items()}, membership.retired(state))
 
     def __str__(self) -> str:
         nodes = sorted(set(self.owners.values()))
         shown = ", ".join(nodes[:10]) + (f" and {len(nodes) - 10} more" if len(nodes) > 10 else "")
         return f"own {self.own}; operators {self.operators}; nodes {shown or 'none'}"
+
+
+def members_first(trust: Trust, state: ClusterState, records: list[Record], topics: Topics | None,
+                  fold: Callable[[ClusterState, object], object]) -> Trust:
+    """`trust` with the log's membership (`Trust.with_members`), for a rebuild: of `records`, the
+    enrollments and removals an operator signed are folded first (`fold`), then the registrations
+    their tokens signed, then the key rotations in log order (each signed by the key the one before
+    made the node's), so that what an enrolled node signed is checked with the keys it registered
+    and rotated to."""
+    for kinds in ((NodeEnrolled, NodeRemoved), NodeRegistered, NodeKeyRotated):
+        checked = trust.with_members(state)
+        for record in (r for r in records if isinstance(r.event, kinds)):
+            if skewed(record) is None and unverified(record, checked, topics) is None:
+                with contextlib.suppress(Rejected):  # a rebuild logs it, as for every record
+                    fold(state, record.event)
+                if kinds is NodeKeyRotated:
+                    checked = trust.with_members(state)
+    return trust.with_members(state)
 
 
 def _public(key: PublicKey) -> Ed25519PublicKey:
@@ -132,7 +154,8 @@ def skewed(record: Record) -> Unverified | None:
     agrees, or the record has no broker time. The acks topic is created with the broker's clock
     (LogAppendTime); on one created before, a record's time is the node's own and this check finds
     nothing."""
-    event, skew = record.event, _ahead_of_broker(record, NodeJoined | NodeLeaving | NodeRegistered)
+    event, skew = record.event, _ahead_of_broker(record, NodeJoined | NodeLeaving | NodeRegistered
+                                                 | NodeKeyRotated)
     if skew is None or abs(skew) <= MAX_NODE_SKEW_S:
         return None
     where = "ahead of" if skew > 0 else "behind"
@@ -204,13 +227,19 @@ def unverified(record: Record, trust: Trust | None, topics: Topics | None = None
                 if trust.enrolls.get(token) != event.node:
                     raise Unverified("wrong_node", f"wrong node: a registration of {event.node} signed by "
                                                    "the join token of another node")
-            case CommandAcked() | NodeJoined() | NodeLeaving() | RanksFinished():
+            case CommandAcked() | NodeJoined() | NodeLeaving() | RanksFinished() | NodeKeyRotated():
                 what = "ack" if isinstance(event, CommandAcked) else event.type
-                owner = trust.owners[trust.nodes.signer(record.value, what, deployment)]
+                key_id = trust.nodes.signer(record.value, what, deployment)
+                owner = trust.owners[key_id]
                 if owner != event.node:
                     said = "an ack" if what == "ack" else f"a {what}"
                     raise Unverified("wrong_node", f"wrong node: {said} from {event.node} signed by the key "
                                                    f"of node {owner}")
+                until = trust.retired.get(key_id)
+                appended = None if record.timestamp_ms is None else record.timestamp_ms / 1000
+                if until is not None and appended is not None and appended > until:
+                    raise Unverified("retired", f"key {key_id} of node {owner} was rotated away from: it "
+                                                f"signs nothing after {until:.0f}")
     except Unverified as err:
         return Unverified(err.kind, f"{_who(record, topics)}: {err}")
     return None
@@ -231,6 +260,7 @@ _WHO = {
     NodeEnrolled: "enrollment not signed by a trusted operator key, no token of it is taken",
     NodeRemoved: "node removal not signed by a trusted operator key, the node stays",
     NodeRegistered: "registration not signed by its enrollment's join token, the node is not added",
+    NodeKeyRotated: "key rotation not signed by a key of its node, the node's keys stay",
     CommandAcked: "ack not signed by its node's key, ignored",
     JobStopRequested: "job stop not signed by a trusted operator key, the job runs on",
     NodeJoined: "node_joined not signed by its node's key, ignored",

@@ -12,8 +12,10 @@ from pydantic import BaseModel
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.common.errors import KafkaError
+from trainmedic.recovery import keyring
 from trainmedic.recovery.executor import metrics
 from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.signing_folder import SigningFolder
 from trainmedic.schemas import NodeReport
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,9 @@ class NodeProducer:
 
     def __init__(self, config: ExecutorConfig, kafka: KafkaSettings) -> None:
         self._config = config
+        # the node's key as its keys folder names it now: a rotation counts from the next report
+        self._signer = None if config.node_key is None else SigningFolder(
+            config.keys_dir, keyring.node_role(config.node), config.node_key)
         self._topics = kafka.topics
         self.events = EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}"))
 
@@ -31,8 +36,8 @@ class NodeProducer:
         """Send a report on the acks topic, signed with this node's key for this deployment (unsigned
         when insecure): the coordinator folds only reports their node's key signed for it."""
         report = report.model_copy(update={"deployment": self._topics.prefix})
-        if self._config.node_key is not None:
-            report = self._config.node_key.sign(report)
+        if self._signer is not None:
+            report = self._signer.current().sign(report)
         self.send(self._topics.acks, report, key=self._config.node)
 
     def send(self, topic: str, event: BaseModel, key: str) -> None:

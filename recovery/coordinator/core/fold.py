@@ -26,6 +26,7 @@ from trainmedic.schemas.commands import (
     CommandAcked,
     CommandAction,
     NodeJoined,
+    NodeKeyRotated,
     NodeLeaving,
     NodeRegistered,
     RanksFinished,
@@ -98,6 +99,8 @@ def apply(state: ClusterState, event: object, arrived: float | None = None) -> C
             membership.enrolled(state, event)
         case NodeRegistered():
             membership.registered(state, event)
+        case NodeKeyRotated():
+            membership.rotated(state, event)
         case NodeRemoved():
             membership.removed(state, event)
     return state

@@ -15,9 +15,9 @@ import logging
 from dataclasses import replace
 
 from trainmedic.recovery.coordinator.core.lifecycle import capacity_changed
-from trainmedic.recovery.coordinator.core.state import ClusterState, Enrollment, Rejected
+from trainmedic.recovery.coordinator.core.state import ClusterState, Enrollment, Node, Rejected
 from trainmedic.recovery.join_token import public_of
-from trainmedic.schemas.commands import NodeRegistered
+from trainmedic.schemas.commands import NodeKeyRotated, NodeRegistered
 from trainmedic.schemas.nodes import NodeEnrolled, NodeRemoved, PublicKey
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 # A registration's time may be this far outside its token's span (from the enrollment to `expires`):
 # the registrar checked the span by its own clock when it let the node in; clocks differ this much.
 SKEW_S = 60.0
+# A key a node rotated away from still signs for this long after the rotation's time: what the node
+# signed with it before its executor took the new key up (a second or so) is still in flight.
+ROTATION_GRACE_S = 600.0
 
 
 def enrolled(state: ClusterState, event: NodeEnrolled) -> None:
@@ -69,11 +72,41 @@ def registered(state: ClusterState, event: NodeRegistered) -> None:
     state.members.add(event.node)
     node = state.node(event.node)
     if node.registered_ts is None or event.ts > node.registered_ts:
-        node.key, node.registered_ts = event.key, event.ts
+        node.key, node.registered_ts, node.retired = event.key, event.ts, ()
         node.address, node.gpus = event.address, event.gpus  # no capacity yet: its join adds it
     removals = state.removals.get(event.node, ())
     if removals and (node.removed_ts is None or removals[-1] > node.removed_ts):
         node.removed_ts = removals[-1]  # a removal read before this registration still counts
+
+
+def rotated(state: ClusterState, event: NodeKeyRotated) -> None:
+    """The node's key replaced by `event.key`, signed by the key it replaces (provenance.py checked that
+    this key signs for the node): the new key is the node's from here, the old one signs only until
+    ROTATION_GRACE_S after the rotation. Rejected for a node not in the cluster or removed, or a key
+    another node holds."""
+    known = state.nodes.get(event.node)
+    if not state.in_cluster(event.node) or known is not None and known.removed:
+        raise Rejected(f"key rotation of node {event.node}: not a node of the cluster (or removed)")
+    _check(event.key, f"key rotation of node {event.node}: its new key")
+    node = state.node(event.node)
+    if node.key is not None and node.key.key_id == event.key.key_id:
+        return  # this rotation, folded already
+    if node.key is not None and event.key_id != node.key.key_id:
+        raise Rejected(f"key rotation of node {event.node}: signed by key {event.key_id}, not by the node's "
+                       f"current key {node.key.key_id} (a key rotated away from rotates nothing)")
+    holder = next((n.id for n in state.nodes.values()
+                   if n.id != event.node and event.key.key_id in _ids(n)), None)
+    if holder is not None:
+        raise Rejected(f"key rotation of node {event.node}: key {event.key.key_id} is node {holder}'s")
+    old = event.key_id or ""
+    kept = node.key if node.key is not None and node.key.key_id == old else None
+    node.retired = (*(r for r in node.retired if r[0] != old), (old, event.ts + ROTATION_GRACE_S, kept))
+    node.key = event.key
+
+
+def _ids(node: Node) -> set[str]:
+    """Every key id the node registered or rotated to that still counts."""
+    return {key_id for key_id, _, _ in node.retired} | ({node.key.key_id} if node.key is not None else set())
 
 
 def removed(state: ClusterState, event: NodeRemoved) -> None:
@@ -106,9 +139,16 @@ def _check(key: PublicKey, what: str) -> None:
         raise Rejected(f"{what} is no Ed25519 public key: {err}") from None
 
 
-def node_keys(state: ClusterState) -> dict[str, PublicKey]:
-    """Node -> the key it registered last (a removed node's too: `removed_nodes` says which)."""
-    return {node.id: node.key for node in state.nodes.values() if node.key is not None}
+def node_keys(state: ClusterState) -> dict[str, tuple[PublicKey, ...]]:
+    """Node -> the key it registered or rotated to last, and those it rotated away from (a removed
+    node's too: `removed_nodes` says which)."""
+    return {node.id: tuple(k for k in (node.key, *(kept for _, _, kept in node.retired)) if k is not None)
+            for node in state.nodes.values() if node.key is not None or node.retired}
+
+
+def retired(state: ClusterState) -> dict[str, float]:
+    """Key id -> until when it signs: the keys nodes rotated away from."""
+    return {key_id: until for node in state.nodes.values() for key_id, until, _ in node.retired}
 
 
 def removed_nodes(state: ClusterState) -> frozenset[str]:

@@ -160,6 +160,8 @@ class Node:
     registered_ts: float | None = None
     removed_ts: float | None = None
     removed_reason: str = ""
+    # keys it rotated away from (`node_key_rotated`): (key id, until when it signs, its key if registered)
+    retired: tuple[tuple[str, float, PublicKey | None], ...] = ()
 
     @property
     def healthy(self) -> bool:

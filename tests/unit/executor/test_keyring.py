@@ -6,6 +6,8 @@ import pytest
 
 from trainmedic.common.errors import ConfigError
 from trainmedic.recovery import key_manifest, keyring
+from trainmedic.recovery.signing import generate
+from trainmedic.recovery.signing_folder import SigningFolder
 from trainmedic.schemas import Command, CommandAction, encode
 
 
@@ -162,3 +164,18 @@ def test_a_key_folder_sees_a_change_made_before_its_first_look(tmp_path):
     folder = keyring.KeyFolder(tmp_path, keyring.load_trusted(tmp_path))  # as an executor starts
     _, new = keyring.rotate_key(tmp_path, now=2.0)  # before its first command
     assert set(folder.trusted().keys) == {old, new}
+
+
+def test_a_signing_folder_signs_with_the_key_rotated_to_from_its_next_signature(tmp_path):
+    role = keyring.node_role("n1")
+    first = keyring.generate_key(tmp_path, now=10.0, role=role)
+    folder = SigningFolder(tmp_path, role, keyring.load_signing(tmp_path, role))
+    assert folder.current().key_id == first
+    given = generate()
+    assert keyring.rotate_key(tmp_path, now=20.0, role=role, key=given) == (first, given.key_id)
+    assert folder.current().key_id == given.key_id  # no restart: the executor's next report
+    (tmp_path / f"{given.key_id}.key").write_text("half written")
+    key_manifest.set_signer(manifest := key_manifest.read(tmp_path), role, given.key_id)
+    key_manifest.save(tmp_path, {**manifest, "created": {**manifest.get("created", {}), "x": 1.0}})
+    assert folder.current().key_id == given.key_id  # a key that does not load: the one it had
+    assert SigningFolder(None, role, given).current() is given  # no folder: the key given
