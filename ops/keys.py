@@ -25,7 +25,9 @@ from pathlib import Path
 from trainmedic.bus.settings import credentials_dir
 from trainmedic.common.errors import ConfigError
 from trainmedic.ops.prologue import run_command
-from trainmedic.recovery import keyring
+from trainmedic.recovery import key_manifest, keyring
+from trainmedic.recovery.coordinator.core.membership import ROTATION_GRACE_S
+from trainmedic.recovery.signing import SigningKey
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,10 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 help="the registrar's port (default 9443)")
         if name == "rotate":
             action.add_argument("--no-announce", action="store_true",
-                                help="with --node: rotate here only, announcing nothing (the coordinator "
-                                     "trusts the node's keys by hand: copy the new .pub there and `keys "
-                                     "trust` it, the old way); by default the new key is announced on the "
-                                     "acks topic, signed by the old one, before it is used")
+                                help="with --node: rotate by hand, announcing nothing (a node whose keys "
+                                     "the coordinator trusts by hand): the first run makes the new key, not "
+                                     "signing yet, to trust on the coordinator's host (`keys trust ID.pub "
+                                     "--node NAME`); the second makes it the signing key. By default the new "
+                                     "key is announced on the acks topic, signed by the old one, then used")
         if name in ("generate", "rotate", "trust"):
             role = action.add_mutually_exclusive_group(required=name == "trust")
             role.add_argument("--role", choices=("coordinator", "operator"),
@@ -85,8 +88,8 @@ def _run(args: argparse.Namespace) -> int:
         key_id = keyring.generate_key(directory, time.time(), role)
         print(f"{role} signing key {key_id}: private {directory / (key_id + '.key')} (0600), "
               f"public {directory / (key_id + '.pub')}; {_where(role, key_id)}")
-    elif args.action == "rotate" and args.node and not args.no_announce:
-        return _rotate_node(directory, args.node)
+    elif args.action == "rotate" and args.node:
+        return _rotate_node(directory, args.node, announce=not args.no_announce)
     elif args.action == "rotate":
         old, new = keyring.rotate_key(directory, time.time(), role)
         print(f"{role} signing key {new} replaces {old} (its private key deleted, its public key still "
@@ -98,32 +101,55 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rotate_node(directory: Path, node: str) -> int:
+def _rotate_node(directory: Path, node: str, announce: bool) -> int:
     """A node's new key, announced before it is used: its `node_key_rotated`, signed by the key it
-    replaces, goes to the acks topic with the node's own credentials; only once Kafka took it is the
-    new key written as the node's signing key (its executor signs with it from its next report)."""
+    replaces, goes to the acks topic with the node's own credentials; only once Kafka took it, dated
+    within a minute of the broker's clock (the coordinator's check), is the new key made the node's
+    signing key (its executor signs with it from its next report). A try that fails keeps the new key
+    waiting: the next announces the same one. Without `announce`: the first call makes the key for the
+    coordinator's host to trust by hand, the second makes it the signing key."""
+    role = keyring.node_role(node)
+    old = keyring.load_signing(directory, role)
+    waiting = key_manifest.read(directory).get("next", {}).get(role)
+    new = keyring.next_key(directory, time.time(), role)
+    if not announce and waiting is None:
+        print(f"{role} key {new.key_id} made, not signing yet: trust {directory / (new.key_id + '.pub')} on "
+              f"the coordinator's host (`trainmedic keys trust {new.key_id}.pub --node {node}`), then run "
+              "this again to sign with it")
+        return 0
+    if announce:
+        _announce(old, new, node)
+    keyring.rotate_key(directory, time.time(), role, expected=old.key_id)
+    print(f"{role} signing key {new.key_id} replaces {old.key_id} (its private key deleted); the node's "
+          "executor signs with it from its next report, its ranks keep running"
+          + (f"; announced on the acks topic, signed by {old.key_id}: the coordinator trusts {new.key_id} "
+             f"for {node} from that record on, and {old.key_id} for {ROTATION_GRACE_S:g} s more"
+             if announce else ""))
+    return 0
+
+
+def _announce(old: SigningKey, new: SigningKey, node: str) -> None:
+    """`new` announced as node `node`'s key, signed by `old`, with the node's executor credentials; a
+    TrainmedicError when Kafka did not take it, or took it at a time the coordinator would refuse."""
     from trainmedic.bus.producer import EventProducer
     from trainmedic.bus.settings import KafkaSettings
-    from trainmedic.recovery.coordinator.core.membership import ROTATION_GRACE_S
+    from trainmedic.recovery.coordinator.provenance import MAX_NODE_SKEW_S
     from trainmedic.recovery.join_token import public_key_model
-    from trainmedic.recovery.signing import generate
     from trainmedic.schemas import NodeKeyRotated
 
-    role = keyring.node_role(node)
-    old, new = keyring.load_signing(directory, role), generate()
     settings = KafkaSettings.from_env(role="executor")
-    public = public_key_model(new.private.public_key())
-    rotation = old.sign(NodeKeyRotated(ts=time.time(), node=node, key=public,
+    now = time.time()
+    rotation = old.sign(NodeKeyRotated(ts=now, node=node, key=public_key_model(new.private.public_key()),
                                        deployment=settings.topic_prefix))
+    appended: list[int] = []
     with EventProducer(settings, client_id=settings.topics.owned(f"keys-{node}")) as producer:
-        producer.send(settings.topics.acks, rotation, key=node)  # raises, and nothing changes, if refused
-    keyring.rotate_key(directory, time.time(), role, key=new)
-    print(f"{role} signing key {new.key_id} replaces {old.key_id} (its private key deleted): announced on "
-          f"{settings.topics.acks}, signed by {old.key_id}; the coordinator trusts {new.key_id} for {node} "
-          f"from that record on, and {old.key_id} for {ROTATION_GRACE_S:g} s more (what it signed in "
-          f"flight). The node's executor signs with {new.key_id} from its next report; its ranks keep "
-          "running.")
-    return 0
+        producer.send(settings.topics.acks, rotation, key=node,
+                      on_delivery=lambda err, msg: None if err else appended.append(msg.timestamp()[1]))
+    if appended and appended[0] > 0 and abs(appended[0] / 1000 - now) > MAX_NODE_SKEW_S:
+        raise ConfigError(f"this host's clock is {appended[0] / 1000 - now:+.0f} s off the broker's: the "
+                          f"coordinator refuses the rotation (at most {MAX_NODE_SKEW_S:g} s); set the clock "
+                          f"right (NTP) and run this again (the same new key {new.key_id} is announced; "
+                          f"{old.key_id} still signs)")
 
 
 def _where(role: str, key_id: str) -> str:

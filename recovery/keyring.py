@@ -9,10 +9,9 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar, cast
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import (
@@ -113,17 +112,37 @@ def generate_key(directory: Path, now: float, role: str = COORDINATOR) -> str:
 
 
 def rotate_key(directory: Path, now: float, role: str = COORDINATOR,
-               key: SigningKey | None = None) -> tuple[str, str]:
-    """A new signing key of `role` (`key`, made and announced before, or one made now); the old one's
+               expected: str | None = None) -> tuple[str, str]:
+    """A new signing key of `role`: its `next_key` if one waits, else one made now; the old one's
     private file is deleted, its public key stays trusted (until it is revoked), so what was signed in
-    flight still verifies. Returns (old id, new id)."""
+    flight still verifies. With `expected`, refused unless that is still the role's signing key (a
+    rotation ran meanwhile). Returns (old id, new id)."""
     with writing(directory) as manifest:
         old = signer(manifest, role)
         if not old:
             raise ConfigError(f"{directory} has no {role} signing key to rotate: {how_to_create(role)}")
-        new = _write_pair(directory, manifest, now, role, key)
+        if expected is not None and old != expected:
+            raise ConfigError(f"the {role} signing key of {directory} is {old}, not {expected}: another "
+                              "rotation ran meanwhile")
+        waiting = manifest.get("next", {}).pop(role, None)
+        if waiting is None:
+            new = _write_pair(directory, manifest, now, role)
+        else:
+            key_manifest.set_signer(manifest, role, waiting)
+            save(directory, manifest)
+            new = waiting
     (directory / f"{old}.key").unlink(missing_ok=True)
     return old, new
+
+
+def next_key(directory: Path, now: float, role: str) -> SigningKey:
+    """The key `rotate_key` will make `role`'s signing key: one made now, or the one made for an
+    earlier try whose rotation did not happen (a node announces the same key again)."""
+    with writing(directory) as manifest:
+        waiting = manifest.get("next", {}).get(role)
+        if waiting is None:
+            waiting = _write_pair(directory, manifest, now, role, sign=False)
+    return SigningKey.of(_load_private(directory / f"{waiting}.key"))
 
 
 def ensure_key(directory: Path, now: float, role: str = COORDINATOR) -> str | None:
@@ -223,14 +242,18 @@ def load_signing(directory: Path, role: str = COORDINATOR) -> SigningKey:
             role, "send unsigned acks")
         raise ConfigError(f"no {what} in {directory}: {how_to_create(role)} (or pass --insecure to "
                           f"{unsigned})")
-    path = directory / f"{key_id}.key"
+    return SigningKey(key_id, _load_private(directory / f"{key_id}.key"))
+
+
+def _load_private(path: Path) -> Ed25519PrivateKey:
+    """The Ed25519 private key in `path` (named ID.key), checked against its id."""
     try:
         private = load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path}: cannot load the signing key: {err}") from None
-    if not isinstance(private, Ed25519PrivateKey) or key_id_of(private.public_key()) != key_id:
-        raise ConfigError(f"{path}: not the Ed25519 private key of id {key_id}")
-    return SigningKey(key_id, private)
+    if not isinstance(private, Ed25519PrivateKey) or key_id_of(private.public_key()) != path.stem:
+        raise ConfigError(f"{path}: not the Ed25519 private key of id {path.stem}")
+    return private
 
 
 def load_trusted(directory: Path) -> TrustedKeys:
@@ -294,71 +317,18 @@ def _roles(directory: Path) -> tuple[dict[str, TrustedKeys], frozenset[str]]:
             for role, publics in by_role.items()}, ids
 
 
-Trust = TypeVar("Trust")
-
-
-class KeyFolder(Generic[Trust]):
-    """What a verifier trusts from a folder (`load` of it), loaded again when its ID.pub files or its
-    manifest change: a key copied in for a rotation is trusted, one removed or revoked no longer is
-    (the last of its role included: `load` must not raise for a role left with no key), without a
-    restart. The first look loads it again too: it may have changed since `trusted` was. When `load`
-    fails (a key file half copied), what was trusted is kept but for the keys revoked there since.
-    `trusted` is a TrustedKeys, a mapping of them, or has a `without(revoked ids)` as they do."""
-
-    def __init__(self, directory: Path, trusted: Trust,
-                 load: Callable[[Path], Trust] = reload_trusted) -> None:
-        self._directory = directory
-        self._trusted = trusted
-        self._load = load
-        self._seen: tuple | None = None  # the folder as `trusted` was last loaded from it
-
-    def trusted(self) -> Trust:
-        seen = self._fingerprint()
-        if seen != self._seen:
-            try:
-                self._trusted = self._load(self._directory)
-            except ConfigError as err:  # a half-copied key file: keep what was trusted, try again
-                self._trusted = _without(self._trusted, _revoked_ids(self._directory))
-                log.error("keeping the trusted keys of %s, but for those revoked there: %s", self._directory,
-                          err)
-            else:
-                self._seen = seen
-                log.info("trusted keys of %s loaded again: %s", self._directory, self._trusted)
-        return self._trusted
-
-    def _fingerprint(self) -> tuple:
-        try:
-            manifest = (self._directory / MANIFEST).stat().st_mtime_ns
-        except OSError:
-            manifest = None
-        return frozenset(path.name for path in self._directory.glob("*.pub")), manifest
-
-
-def _revoked_ids(directory: Path) -> frozenset[str]:
-    try:
-        return frozenset(key_manifest.revoked(key_manifest.read(directory)))
-    except ConfigError:  # keys.json unreadable: nothing more is known
-        return frozenset()
-
-
-def _without(trusted: Trust, revoked: frozenset[str]) -> Trust:
-    """`trusted` less the keys `revoked`."""
-    if not revoked:
-        return trusted
-    if isinstance(trusted, Mapping):
-        return cast(Trust, {role: keys.without(revoked) for role, keys in trusted.items()})
-    return cast(Trust, trusted.without(revoked))  # type: ignore[attr-defined]
-
-
-def _write_pair(directory: Path, manifest: dict, now: float, role: str, key: SigningKey | None = None) -> str:
-    """A new key pair of `role` (`key`, else one made now), its signing key; `manifest` is the
-    folder's, read under its lock."""
-    key = key or generate()
+def _write_pair(directory: Path, manifest: dict, now: float, role: str, sign: bool = True) -> str:
+    """A new key pair of `role`, its signing key (`sign`) or its next one (`next_key`); `manifest` is
+    the folder's, read under its lock."""
+    key = generate()
     private = key.private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
     fd = os.open(directory / f"{key.key_id}.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as out:
         out.write(private)
-    key_manifest.set_signer(manifest, role, key.key_id)
+    if sign:
+        key_manifest.set_signer(manifest, role, key.key_id)
+    else:
+        manifest.setdefault("next", {})[role] = key.key_id
     manifest.setdefault("roles", {})[key.key_id] = role
     manifest.setdefault("created", {})[key.key_id] = now
     save(directory, manifest)  # before the .pub: a verifier that sees the file knows its role

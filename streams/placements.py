@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from trainmedic.recovery.keyring import KeyFolder, coordinator_keys
+from trainmedic.recovery.key_folders import KeyFolder
+from trainmedic.recovery.keyring import coordinator_keys
 from trainmedic.recovery.signing import TrustedKeys, Unverified
 from trainmedic.schemas.commands import Placement
 from trainmedic.streams.core.placement import Placed

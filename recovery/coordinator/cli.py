@@ -80,7 +80,7 @@ def load_trust(directory):
 
 
 def reload_trust(directory):
-    """What the running coordinator trusts in `directory`, loaded again (keyring.KeyFolder). No operator
+    """What the running coordinator trusts in `directory`, loaded again (KeyFolder). No operator
     key left (the last one revoked, say stolen) is no error, which would keep it trusted, but an ERROR
     in the log: every job and node event is then refused until one is trusted again."""
     from trainmedic.recovery import keyring
@@ -98,6 +98,7 @@ def load_keys(config: CoordinatorConfig):
     """(signing key, trusted keys as they are now) from the config's keys folder; (None, None) when
     insecure. A configured node without a key is named in a warning: its acks will be dead-lettered."""
     from trainmedic.recovery import keyring
+    from trainmedic.recovery.key_folders import KeyFolder
 
     if config.keys_dir is None:
         return None, None
@@ -107,7 +108,7 @@ def load_keys(config: CoordinatorConfig):
     if keyless:
         log.warning("no key trusted for node(s) %s: their acks will be dead-lettered until `trainmedic keys "
                     "trust NODE.pub --node NAME` adds theirs to %s", ", ".join(keyless[:20]), config.keys_dir)
-    return signing, keyring.KeyFolder(config.keys_dir, trust, reload_trust).trusted
+    return signing, KeyFolder(config.keys_dir, trust, reload_trust).trusted
 
 
 def run(args: argparse.Namespace) -> int:

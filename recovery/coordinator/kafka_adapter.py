@@ -45,7 +45,7 @@ from trainmedic.schemas.topics import misplaced
 log = logging.getLogger("trainmedic.coordinator")
 
 Signer = Callable[[Signable], Signable]  # a record, signed (`SigningKey.sign`); as it was when insecure
-Trusted = Trust | Callable[[], Trust] | None  # a callable: the keys as they are now (keyring.KeyFolder)
+Trusted = Trust | Callable[[], Trust] | None  # a callable: the keys as they are now (KeyFolder)
 # records that change which node keys count
 MEMBERSHIP = (NodeEnrolled, NodeRemoved, NodeRegistered, NodeKeyRotated)
 
@@ -113,7 +113,9 @@ class CoordinatorService:
                       "every coordinator stopped; docs/coordinator.md, Upgrading), or forged",
                       len(legacy), " and ".join(sorted({letter.source_topic for letter in legacy})))
         trust = self._members(self._trust(), records)
-        records = [r for r in records if self._unverified(r, trust, live=False) is None]  # dead-lettered live
+        # what was dead-lettered live goes; the key rotations were folded, in order, by `_members`
+        records = [r for r in records if not isinstance(r.event, NodeKeyRotated)
+                   and self._unverified(r, trust, live=False) is None]
         records.sort(key=lambda r: r.topic != self._topics.jobs)
         refused = rebuild(self.state, records, arrived=lambda record: arrival(record, self._topics, None))
         for record, reason in refused:  # dead-lettered when first read live
@@ -133,7 +135,10 @@ class CoordinatorService:
         """Handle the events that arrive within `timeout_s` (less if a tick is due), then tick."""
         wait = max(0.0, min(timeout_s, self._next_tick - self._clock()))
         trust = self._with_members()  # once a poll: a key added or removed counts from the next one
+        changed = False  # membership folded since `trust` was made
         for record in valid(self._reader.poll(wait), self._count_dead_letter):
+            if changed and not isinstance(record.event, NodeKeyRotated):  # a rotation is checked by the state
+                trust, changed = self._with_members(), False  # a node's key counts from the next record
             if (why := self._unverified(record, trust)) is not None:
                 self._dlq.send(self._topics.dlq, record.rejected(why, self._clock()), key=record.topic)
                 continue
@@ -146,9 +151,9 @@ class CoordinatorService:
                 self._publish(cause(record.event), rejected(self.state, record.event, outputs, self._clock()))
                 continue
             self._publish(cause(record.event), outputs)
-            if isinstance(record.event, MEMBERSHIP):  # a node's key counts, or no longer, from the next one
+            if isinstance(record.event, MEMBERSHIP):
                 log.info("%s", membership(record.event))
-                trust = self._with_members()
+                changed = True
         now = self._clock()
         if now >= self._next_tick:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))
@@ -185,7 +190,7 @@ class CoordinatorService:
         """Why `record` is not signed by who may write it (logged; counted when read live, not again
         on every rebuild), or None."""
         why = (impersonates(record, self._topics.incidents) or skewed(record)
-               or unverified(record, trust, self._topics)
+               or unverified(record, trust, self._topics, self.state)
                or (None if trust is None else stale(record)))  # insecure: no signature, no replay check
         if why is None:
             return None

@@ -67,7 +67,7 @@ class Trust:
                    {key_id: node for node, keys in nodes.items() for key_id in keys.keys})
 
     def without(self, revoked: frozenset[str]) -> Trust:
-        """This trust but for the keys `revoked` (keyring.KeyFolder, when its folder does not load)."""
+        """This trust but for the keys `revoked` (KeyFolder, when its folder does not load)."""
         return Trust(self.own.without(revoked), self.operators.without(revoked), self.nodes.without(revoked),
                      {key_id: node for key_id, node in self.owners.items() if key_id not in revoked},
                      self.tokens, self.enrolls, self.retired)
@@ -95,21 +95,30 @@ class Trust:
         return f"own {self.own}; operators {self.operators}; nodes {shown or 'none'}"
 
 
+def rotation_signer(record: Record, state: ClusterState, deployment: str | None) -> None:
+    """Unverified unless the key rotation `record` is signed by its node's current key (the one it
+    registered or rotated to last), for `deployment`: only that key rotates (membership.rotated)."""
+    event = record.event
+    node = state.nodes.get(event.node)
+    if node is None or node.key is None:
+        raise Unverified("unknown_key", f"node {event.node} has no key of its own on the log (not enrolled): "
+                                        "it rotates by hand")
+    TrustedKeys.of(_public(node.key)).signer(record.value, "node_key_rotated", deployment)
+
+
 def members_first(trust: Trust, state: ClusterState, records: list[Record], topics: Topics | None,
                   fold: Callable[[ClusterState, object], object]) -> Trust:
     """`trust` with the log's membership (`Trust.with_members`), for a rebuild: of `records`, the
     enrollments and removals an operator signed are folded first (`fold`), then the registrations
-    their tokens signed, then the key rotations in log order (each signed by the key the one before
-    made the node's), so that what an enrolled node signed is checked with the keys it registered
-    and rotated to."""
-    for kinds in ((NodeEnrolled, NodeRemoved), NodeRegistered, NodeKeyRotated):
+    their tokens signed and the key rotations their nodes' current keys signed, together in log
+    order, so that what an enrolled node signed is checked with the keys it registered and rotated
+    to. Linear in the records: a rotation is checked against the state, not a trust made anew."""
+    for kinds in ((NodeEnrolled, NodeRemoved), (NodeRegistered, NodeKeyRotated)):
         checked = trust.with_members(state)
         for record in (r for r in records if isinstance(r.event, kinds)):
-            if skewed(record) is None and unverified(record, checked, topics) is None:
+            if skewed(record) is None and unverified(record, checked, topics, state) is None:
                 with contextlib.suppress(Rejected):  # a rebuild logs it, as for every record
                     fold(state, record.event)
-                if kinds is NodeKeyRotated:
-                    checked = trust.with_members(state)
     return trust.with_members(state)
 
 
@@ -192,7 +201,8 @@ def stale(record: Record) -> Unverified | None:
                                f"{JOB_FRESHNESS_S:g} s): a replay, or an operator's clock far off")
 
 
-def unverified(record: Record, trust: Trust | None, topics: Topics | None = None) -> Unverified | None:
+def unverified(record: Record, trust: Trust | None, topics: Topics | None = None,
+               state: ClusterState | None = None) -> Unverified | None:
     """Why `record` (its exact bytes) is not signed by who may write it, for the deployment of
     `topics`; None when it may be folded. Without `topics` (a listing of one topic's records) no
     record is taken for the coordinator's decision and no deployment is checked.
@@ -203,8 +213,9 @@ def unverified(record: Record, trust: Trust | None, topics: Topics | None = None
     events (cordon, drain, uncordon) an operator key (the coordinator would sign an unsigned job's
     start itself); node reports (acks, node_joined, node_leaving, ranks_finished) the key of the
     node they name, which never answers for another node; a node's registration the join token of
-    its enrollment (`Trust.with_members`). With no trust (insecure) every signed
-    kind is folded; `impersonates` is checked either way."""
+    its enrollment (`Trust.with_members`); a node's key rotation, given the `state`, the node's current
+    key (`rotation_signer`; without it, any key of that node: the fold refuses all but the current).
+    With no trust (insecure) every signed kind is folded; `impersonates` is checked either way."""
     if trust is None:
         return None
     event = record.event
@@ -227,6 +238,8 @@ def unverified(record: Record, trust: Trust | None, topics: Topics | None = None
                 if trust.enrolls.get(token) != event.node:
                     raise Unverified("wrong_node", f"wrong node: a registration of {event.node} signed by "
                                                    "the join token of another node")
+            case NodeKeyRotated() if state is not None:
+                rotation_signer(record, state, deployment)
             case CommandAcked() | NodeJoined() | NodeLeaving() | RanksFinished() | NodeKeyRotated():
                 what = "ack" if isinstance(event, CommandAcked) else event.type
                 key_id = trust.nodes.signer(record.value, what, deployment)
@@ -237,7 +250,7 @@ def unverified(record: Record, trust: Trust | None, topics: Topics | None = None
                                                    f"of node {owner}")
                 until = trust.retired.get(key_id)
                 appended = None if record.timestamp_ms is None else record.timestamp_ms / 1000
-                if until is not None and appended is not None and appended > until:
+                if until is not None and (appended is None or appended > until):  # no broker time: refused
                     raise Unverified("retired", f"key {key_id} of node {owner} was rotated away from: it "
                                                 f"signs nothing after {until:.0f}")
     except Unverified as err:

@@ -33,7 +33,7 @@ from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.node_producer import NodeProducer
 from trainmedic.recovery.executor.rank_reporter import RankReporter
 from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
-from trainmedic.recovery.keyring import KeyFolder
+from trainmedic.recovery.key_folders import KeyFolder
 from trainmedic.runtime import reform
 from trainmedic.runtime.env import WorkerEnv
 from trainmedic.schemas import AckStatus, Command, CommandAcked, DeadLettered, encode

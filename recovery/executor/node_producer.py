@@ -15,7 +15,7 @@ from trainmedic.common.errors import KafkaError
 from trainmedic.recovery import keyring
 from trainmedic.recovery.executor import metrics
 from trainmedic.recovery.executor.config import ExecutorConfig
-from trainmedic.recovery.signing_folder import SigningFolder
+from trainmedic.recovery.key_folders import SigningFolder
 from trainmedic.schemas import NodeReport
 
 log = logging.getLogger(__name__)

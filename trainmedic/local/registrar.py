@@ -33,6 +33,7 @@ from trainmedic.local.host_door import HostDoor
 from trainmedic.local.registrar_http import RegistrarServer, serve_in_thread, tls_context
 from trainmedic.recovery import keyring
 from trainmedic.recovery.join_token import NODE_FILES
+from trainmedic.recovery.key_folders import KeyFolder
 from trainmedic.recovery.signing import TrustedKeys
 from trainmedic.schemas.printable import terminal_safe
 
@@ -85,7 +86,7 @@ class Registrar:
         self.settings = KafkaSettings.from_env({"TRAINMEDIC_CREDENTIALS_DIR": str(broker.credentials),
                                                 "TRAINMEDIC_TOPIC_PREFIX": prefix}, role=acls.ADMIN)
         self._clock = clock
-        self._keys = keyring.KeyFolder(keys_dir, TrustedKeys({}), load=operator_keys)
+        self._keys = KeyFolder(keys_dir, TrustedKeys({}), load=operator_keys)
         self._trusted: TrustedKeys | None = None
         self._records: list[tuple[int, bytes | None]] = []
         self._done = 0  # records applied to `state`

@@ -15,7 +15,7 @@ import logging
 from dataclasses import replace
 
 from trainmedic.recovery.coordinator.core.lifecycle import capacity_changed
-from trainmedic.recovery.coordinator.core.state import ClusterState, Enrollment, Node, Rejected
+from trainmedic.recovery.coordinator.core.state import ClusterState, Enrollment, Rejected
 from trainmedic.recovery.join_token import public_of
 from trainmedic.schemas.commands import NodeKeyRotated, NodeRegistered
 from trainmedic.schemas.nodes import NodeEnrolled, NodeRemoved, PublicKey
@@ -28,6 +28,7 @@ SKEW_S = 60.0
 # A key a node rotated away from still signs for this long after the rotation's time: what the node
 # signed with it before its executor took the new key up (a second or so) is still in flight.
 ROTATION_GRACE_S = 600.0
+MAX_RETIRED = 8  # keys a node rotated away from, kept (for a rebuild's old records); the oldest dropped
 
 
 def enrolled(state: ClusterState, event: NodeEnrolled) -> None:
@@ -64,10 +65,10 @@ def registered(state: ClusterState, event: NodeRegistered) -> None:
             return  # this registration, folded already
         raise Rejected(f"registration of node {event.node}: its join token registered the node already "
                        f"(key {enrollment.registered[0]}): a token registers once")
-    holder = next((n.id for n in state.nodes.values() if n.key is not None and n.id != event.node
-                   and n.key.key_id == event.key.key_id), None)
-    if holder is not None:
+    holder = state.key_owners.get(event.key.key_id)
+    if holder is not None and holder != event.node:
         raise Rejected(f"registration of node {event.node}: key {event.key.key_id} is node {holder}'s")
+    state.key_owners[event.key.key_id] = event.node
     state.enrollments[enrollment.token.key_id] = replace(enrollment, registered=done)
     state.members.add(event.node)
     node = state.node(event.node)
@@ -80,33 +81,36 @@ def registered(state: ClusterState, event: NodeRegistered) -> None:
 
 
 def rotated(state: ClusterState, event: NodeKeyRotated) -> None:
-    """The node's key replaced by `event.key`, signed by the key it replaces (provenance.py checked that
-    this key signs for the node): the new key is the node's from here, the old one signs only until
-    ROTATION_GRACE_S after the rotation. Rejected for a node not in the cluster or removed, or a key
-    another node holds."""
-    known = state.nodes.get(event.node)
-    if not state.in_cluster(event.node) or known is not None and known.removed:
-        raise Rejected(f"key rotation of node {event.node}: not a node of the cluster (or removed)")
+    """An enrolled node's key replaced by `event.key`, signed by its current key (`rotation_signer`,
+    provenance.py): the new key is the node's from here, the old one signs only until ROTATION_GRACE_S
+    after the rotation and rotates nothing. Rejected for a node not enrolled (one whose keys are trusted
+    by hand rotates by hand), removed since its registration, a rotation older than the node's
+    registration or last rotation (a replay), or a key any node had."""
+    node = state.nodes.get(event.node)
+    if not state.in_cluster(event.node) or node is None or node.key is None or node.registered_ts is None:
+        raise Rejected(f"key rotation of node {event.node}: not an enrolled node (a node whose keys are "
+                       f"trusted by hand rotates by hand: `trainmedic keys rotate --node {event.node} "
+                       "--no-announce`)")
     _check(event.key, f"key rotation of node {event.node}: its new key")
-    node = state.node(event.node)
-    if node.key is not None and node.key.key_id == event.key.key_id:
-        return  # this rotation, folded already
-    if node.key is not None and event.key_id != node.key.key_id:
+    until = event.ts + ROTATION_GRACE_S
+    if node.key.key_id == event.key.key_id and node.retired and node.retired[-1][:2] == (event.key_id, until):
+        return  # this rotation, folded already (a rebuild folds it again)
+    if event.key_id != node.key.key_id:
         raise Rejected(f"key rotation of node {event.node}: signed by key {event.key_id}, not by the node's "
                        f"current key {node.key.key_id} (a key rotated away from rotates nothing)")
-    holder = next((n.id for n in state.nodes.values()
-                   if n.id != event.node and event.key.key_id in _ids(n)), None)
+    last = max((node.registered_ts, *(at - ROTATION_GRACE_S for _, at, _ in node.retired)))
+    if event.ts <= last:
+        raise Rejected(f"key rotation of node {event.node}: dated {event.ts:.0f}, not after the node's "
+                       f"registration or last rotation ({last:.0f}): a replay")
+    if any(node.registered_ts < at <= event.ts for at in state.removals.get(event.node, ())):
+        raise Rejected(f"key rotation of node {event.node}: the node was removed after its registration")
+    holder = state.key_owners.get(event.key.key_id)
     if holder is not None:
-        raise Rejected(f"key rotation of node {event.node}: key {event.key.key_id} is node {holder}'s")
-    old = event.key_id or ""
-    kept = node.key if node.key is not None and node.key.key_id == old else None
-    node.retired = (*(r for r in node.retired if r[0] != old), (old, event.ts + ROTATION_GRACE_S, kept))
+        raise Rejected(f"key rotation of node {event.node}: key {event.key.key_id} is "
+                       + ("a key the node had" if holder == event.node else f"node {holder}'s"))
+    state.key_owners[event.key.key_id] = event.node
+    node.retired = (*node.retired, (node.key.key_id, until, node.key))[-MAX_RETIRED:]
     node.key = event.key
-
-
-def _ids(node: Node) -> set[str]:
-    """Every key id the node registered or rotated to that still counts."""
-    return {key_id for key_id, _, _ in node.retired} | ({node.key.key_id} if node.key is not None else set())
 
 
 def removed(state: ClusterState, event: NodeRemoved) -> None:

@@ -269,6 +269,8 @@ class ClusterState:
     members: set[str] = field(default_factory=set)  # the cluster's nodes: all a job or plan may name
     enrollments: dict[str, Enrollment] = field(default_factory=dict)  # token key id -> (membership.py)
     removals: dict[str, tuple[float, ...]] = field(default_factory=dict)  # node -> its removals' times
+    # key id -> the node that registered it or rotated to it (membership.py): no other node may take it
+    key_owners: dict[str, str] = field(default_factory=dict)
     isolated: set[str] = field(default_factory=set)  # nodes out of service (`lifecycle.isolated`)
     # nodes whose health check is out (`Node.suspect_by`) or whose vouched suspicion waits to be resolved
     suspected: set[str] = field(default_factory=set)

@@ -15,6 +15,7 @@ from trainmedic.bus.message import Record
 from trainmedic.common.errors import ConfigError
 from trainmedic.recovery import keyring
 from trainmedic.recovery.coordinator.provenance import Trust, unverified
+from trainmedic.recovery.key_folders import KeyFolder
 from trainmedic.recovery.signing import Unverified
 from trainmedic.schemas import Command, CommandAcked, CommandAction, encode
 
@@ -92,7 +93,7 @@ def test_a_revoked_key_is_refused_as_revoked_even_when_copied_in_again(tmp_path)
     executor = tmp_path / "n1"
     for key_id in (old, new):
         keyring.trust_key(executor, tmp_path / "coordinator" / f"{key_id}.pub", keyring.COORDINATOR, now=3.0)
-    folder = keyring.KeyFolder(executor, keyring.load_trusted(executor))
+    folder = KeyFolder(executor, keyring.load_trusted(executor))
     assert folder.trusted().check(signed_by_old) is None
     revoked = keyring.revoke_key(executor, old, now=10.0)
     assert (revoked.key_id, revoked.role, revoked.at, revoked.private_deleted) == (
@@ -142,7 +143,7 @@ def test_rotate_then_revoke_the_old_key_signs_throughout(tmp_path):
     coordinator, executor = tmp_path / "coordinator", tmp_path / "n1"
     first = keyring.generate_key(coordinator, now=1.0)
     keyring.trust_key(executor, coordinator / f"{first}.pub", keyring.COORDINATOR, now=1.0)
-    folder = keyring.KeyFolder(executor, keyring.load_trusted(executor))
+    folder = KeyFolder(executor, keyring.load_trusted(executor))
     in_flight = encode(keyring.load_signing(coordinator).sign(command(ts=1.0)))
     _, second = keyring.rotate_key(coordinator, now=2.0)
     keyring.trust_key(executor, coordinator / f"{second}.pub", keyring.COORDINATOR, now=2.0)
@@ -159,7 +160,7 @@ def test_revoking_the_only_coordinator_key_of_an_executor_refuses_its_commands_a
     coordinator, executor = tmp_path / "coordinator", tmp_path / "n1"
     only = keyring.generate_key(coordinator, now=1.0)
     keyring.trust_key(executor, coordinator / f"{only}.pub", keyring.COORDINATOR, now=1.0)
-    folder = keyring.KeyFolder(executor, keyring.load_trusted(executor))  # as the executor's applier
+    folder = KeyFolder(executor, keyring.load_trusted(executor))  # as the executor's applier
     signed = encode(keyring.load_signing(coordinator).sign(command()))
     assert folder.trusted().check(signed) is None
     caplog.set_level(logging.ERROR)
@@ -198,13 +199,13 @@ def test_a_folder_that_does_not_load_keeps_its_keys_but_those_revoked_since(tmp_
     _, third = keyring.rotate_key(coordinator, now=3.0)
     for key_id in (first, second):
         keyring.trust_key(executor, coordinator / f"{key_id}.pub", keyring.COORDINATOR, now=3.0)
-    folder = keyring.KeyFolder(executor, keyring.load_trusted(executor))
+    folder = KeyFolder(executor, keyring.load_trusted(executor))
     assert set(folder.trusted().keys) == {first, second}
 
     def never(directory):
         raise ConfigError("unreadable")
 
-    coordinators = keyring.KeyFolder(executor, Trust.of(keyring.load_roles(executor)), never)  # as a Trust
+    coordinators = KeyFolder(executor, Trust.of(keyring.load_roles(executor)), never)  # as a Trust
     keyring.trust_key(executor, coordinator / f"{third}.pub", keyring.COORDINATOR, now=4.0)
     (executor / f"{third}.pub").write_text("half copied")
     assert set(folder.trusted().keys) == {first, second}  # kept

@@ -6,8 +6,7 @@ import pytest
 
 from trainmedic.common.errors import ConfigError
 from trainmedic.recovery import key_manifest, keyring
-from trainmedic.recovery.signing import generate
-from trainmedic.recovery.signing_folder import SigningFolder
+from trainmedic.recovery.key_folders import KeyFolder, SigningFolder
 from trainmedic.schemas import Command, CommandAction, encode
 
 
@@ -67,7 +66,7 @@ def test_an_old_hmac_cluster_key_variable_is_a_configuration_error():
 
 def test_a_key_folder_picks_up_a_rotated_key_and_forgets_a_removed_one(tmp_path):
     old = keyring.generate_key(tmp_path, now=1.0)
-    folder = keyring.KeyFolder(tmp_path, keyring.load_trusted(tmp_path))
+    folder = KeyFolder(tmp_path, keyring.load_trusted(tmp_path))
     assert set(folder.trusted().keys) == {old}
     _, new = keyring.rotate_key(tmp_path, now=2.0)
     signed_by_new = encode(keyring.load_signing(tmp_path).sign(command()))
@@ -86,7 +85,7 @@ def test_a_half_copied_key_is_read_again_once_complete(tmp_path):
     for pub in (tmp_path / "coordinator").glob("*.pub"):
         if pub.stem != new:
             keyring.trust_key(node, pub, keyring.COORDINATOR, now=3.0)
-    folder = keyring.KeyFolder(node, keyring.load_trusted(node))
+    folder = KeyFolder(node, keyring.load_trusted(node))
     folder.trusted()
     text = (tmp_path / "coordinator" / f"{new}.pub").read_bytes()
     manifest = key_manifest.read(node)  # as `keys trust` does: the role recorded, then the file copied
@@ -153,7 +152,7 @@ def test_a_public_key_made_elsewhere_is_trusted_for_its_role_only(tmp_path):
 
 def test_a_key_folder_with_another_loader_sees_a_trusted_key_added(tmp_path):
     keyring.generate_key(tmp_path, now=1.0)
-    folder = keyring.KeyFolder(tmp_path, keyring.load_roles(tmp_path), keyring.load_roles)
+    folder = KeyFolder(tmp_path, keyring.load_roles(tmp_path), keyring.load_roles)
     assert "operator" not in folder.trusted()
     operator = keyring.generate_key(tmp_path, now=2.0, role=keyring.OPERATOR)
     assert set(folder.trusted()["operator"].keys) == {operator}
@@ -161,9 +160,23 @@ def test_a_key_folder_with_another_loader_sees_a_trusted_key_added(tmp_path):
 
 def test_a_key_folder_sees_a_change_made_before_its_first_look(tmp_path):
     old = keyring.generate_key(tmp_path, now=1.0)
-    folder = keyring.KeyFolder(tmp_path, keyring.load_trusted(tmp_path))  # as an executor starts
+    folder = KeyFolder(tmp_path, keyring.load_trusted(tmp_path))  # as an executor starts
     _, new = keyring.rotate_key(tmp_path, now=2.0)  # before its first command
     assert set(folder.trusted().keys) == {old, new}
+
+
+def test_a_node_key_is_made_first_and_signs_only_once_rotated_to(tmp_path):
+    role = keyring.node_role("n1")
+    first = keyring.generate_key(tmp_path, now=10.0, role=role)
+    waiting = keyring.next_key(tmp_path, 20.0, role)
+    assert keyring.next_key(tmp_path, 21.0, role).key_id == waiting.key_id  # a try that failed: the same
+    assert keyring.load_signing(tmp_path, role).key_id == first
+    with pytest.raises(ConfigError, match="another rotation ran meanwhile"):
+        keyring.rotate_key(tmp_path, 22.0, role, expected=waiting.key_id)
+    assert keyring.rotate_key(tmp_path, 22.0, role, expected=first) == (first, waiting.key_id)
+    assert keyring.load_signing(tmp_path, role).key_id == waiting.key_id
+    assert not (tmp_path / f"{first}.key").exists()
+    assert keyring.next_key(tmp_path, 30.0, role).key_id != waiting.key_id  # the next rotation's own
 
 
 def test_a_signing_folder_signs_with_the_key_rotated_to_from_its_next_signature(tmp_path):
@@ -171,11 +184,13 @@ def test_a_signing_folder_signs_with_the_key_rotated_to_from_its_next_signature(
     first = keyring.generate_key(tmp_path, now=10.0, role=role)
     folder = SigningFolder(tmp_path, role, keyring.load_signing(tmp_path, role))
     assert folder.current().key_id == first
-    given = generate()
-    assert keyring.rotate_key(tmp_path, now=20.0, role=role, key=given) == (first, given.key_id)
-    assert folder.current().key_id == given.key_id  # no restart: the executor's next report
-    (tmp_path / f"{given.key_id}.key").write_text("half written")
-    key_manifest.set_signer(manifest := key_manifest.read(tmp_path), role, given.key_id)
-    key_manifest.save(tmp_path, {**manifest, "created": {**manifest.get("created", {}), "x": 1.0}})
-    assert folder.current().key_id == given.key_id  # a key that does not load: the one it had
-    assert SigningFolder(None, role, given).current() is given  # no folder: the key given
+    second = keyring.rotate_key(tmp_path, now=20.0, role=role)[1]
+    assert folder.current().key_id == second  # no restart: the executor's next report
+    third = keyring.next_key(tmp_path, 30.0, role).key_id
+    good = (tmp_path / f"{third}.key").read_bytes()
+    (tmp_path / f"{third}.key").write_text("half written")
+    keyring.rotate_key(tmp_path, 31.0, role, expected=second)
+    assert folder.current().key_id == second  # a key that does not load: the one it had...
+    (tmp_path / f"{third}.key").write_bytes(good)
+    assert folder.current().key_id == third  # ...and tried again at the next signature
+    assert SigningFolder(None, role, folder.current()).current().key_id == third  # no folder: the key given

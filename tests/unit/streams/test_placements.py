@@ -16,7 +16,7 @@ import trainmedic.schemas as s
 from tests.unit.streams.events import WORLD, error, exited, hb, node_of, start, step
 from trainmedic.bus.message import RawMessage
 from trainmedic.recovery import keyring
-from trainmedic.recovery.keyring import KeyFolder
+from trainmedic.recovery.key_folders import KeyFolder
 from trainmedic.recovery.signing import TrustedKeys
 from trainmedic.schemas.commands import Placement
 from trainmedic.streams.checkpoints.contents import decode_checkpoint, encode_checkpoint
