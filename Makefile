@@ -68,9 +68,10 @@ unit: setup
 # (hosts as network namespaces, with a broker of their own).
 # The suite's broker and state stay in this checkout (tests/conftest.py does the same for a bare pytest),
 # apart from the user's own home (~/.local/state/trainmedic) that `make demo` and `trainmedic run` use.
+# The 25 slowest tests are named at the end: what to look at when the run grows past its budget.
 test: export TRAINMEDIC_HOME ?= $(CURDIR)/.trainmedic
 test: setup kafka alertmanager prometheus multihost
-	$(BIN)/python -m pytest tests/unit tests/integration tests/multihost
+	$(BIN)/python -m pytest tests/unit tests/integration tests/multihost --durations=25
 
 # The README's main command.
 demo: setup kafka

@@ -26,11 +26,9 @@ from trainmedic.bus.settings import KafkaSettings
 
 BROKER_PORT = 9092
 OPERATOR = "operator"  # the machine: the bed's gateway address
-# Which files of the broker's credentials folder each host gets (docs/deployment.md): role files, and
-# the telemetry master key where the detector runs. A node gets a folder of its own (`broker add-node`).
-CREDENTIALS = {"control": ("detector.json", "coordinator.json", "telemetry-master.key"),
-               "standby": ("coordinator.json",), OPERATOR: ("operator.json",)}
 CONTROL = ("control", "standby")  # the detector and a coordinator; a second coordinator (HA)
+# The roles each control-plane host is invited to (docs/deployment.md, step 3): it joins with a token.
+INVITED = {"control": ("detector", "coordinator"), "standby": ("coordinator",), OPERATOR: ("operator",)}
 CLI = [sys.executable, "-m", "trainmedic.cli"]
 
 
@@ -69,34 +67,45 @@ class Site:
         return done.stdout
 
     def build(self) -> None:
-        """Hosts, broker, role files and keys: docs/deployment.md's steps 1-3."""
+        """Hosts and broker, then docs/deployment.md's step 3: each control-plane host and the
+        operator's join with a token of `broker invite` (nothing copied to them), the coordinators'
+        hosts sync the keys trusted after them. The nodes n1.. are set up the old way (`broker
+        add-node`, their keys trusted by hand on the control hosts) so that every test has its
+        cluster from the config; they take the coordinators' keys by `keys sync`."""
         for host in (*self.brokers, *CONTROL, *self.nodes):
             self.bed.add(host)
             self.home(host).mkdir(parents=True)
         self.home(OPERATOR).mkdir(parents=True)
         self.start_brokers()
-        made = self.home(self.brokers[0]) / "credentials"
-        for host in (*CONTROL, OPERATOR):
-            to = self.home(host) / "credentials"
-            to.mkdir(mode=0o700)
-            for name in (*CREDENTIALS[host], "ca.pem"):
-                shutil.copy2(made / name, to)
-        for node in self.nodes:
-            self.add_node(node)
-        for host in CONTROL:
-            self.cli(host, "keys", "generate")
-        coordinators = [pub for host in CONTROL for pub in public_keys(self.home(host))]
-        self.cli(OPERATOR, "keys", "generate", "--role", OPERATOR)
-        self.trust(OPERATOR, "--role", OPERATOR, hosts=(*CONTROL, self.brokers[0]))  # the registrar's too
-        for node in self.nodes:
-            self.cli(node, "keys", "generate", "--node", node)
-            self.trust(node, "--node", node)
-        # a coordinator checks the commands the other one sent; an operator enrolls a node with them
-        for host in (*CONTROL, *self.nodes, OPERATOR):
-            for pub in coordinators:
-                if not (self.home(host) / "keys" / pub.name).exists():  # trusted with its role, never bare
-                    shutil.copy2(pub, self.bed.root / pub.name)
-                    self.cli(host, "keys", "trust", str(self.bed.root / pub.name), "--role", "coordinator")
+        first = self.brokers[0]
+        self.cli(first, "topics", "create")  # the default deployment's, which the registrar serves here
+        registrar = self.bed.spawn(first, [*CLI, "broker", "registrar"], self.env(first), "registrar-site")
+        try:
+            deadline = time.monotonic() + 120
+            while "registrar ready on" not in (said := self.bed.log("registrar-site")):
+                if registrar.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the registrar did not start:\n{said[-3000:]}")
+                time.sleep(0.2)
+            for host, roles in INVITED.items():
+                self.join(host, *roles)
+            for node in self.nodes:
+                self.add_node(node)
+                self.cli(node, "keys", "generate", "--node", node)
+                self.trust(node, "--node", node)
+            for host in (*CONTROL, *self.nodes):  # the keys trusted after each joined
+                self.cli(host, "keys", "sync", "--bootstrap", self.bootstrap)
+        finally:
+            registrar.terminate()
+            registrar.wait(30)
+
+    def join(self, host: str, *roles: str) -> None:
+        """`broker invite ROLES` on the broker's host, then `trainmedic join @TOKEN_FILE` on `host`."""
+        token = self.cli(self.brokers[0], "broker", "invite", *roles).strip().splitlines()[-1]
+        path = self.home(host) / "token"
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+        self.cli(host, "join", f"@{path}", "--bootstrap", self.bootstrap)
+        path.unlink()
 
     def start_brokers(self) -> None:
         """One broker, or a cluster: `broker init` on the first member, its shared folder copied to
