@@ -210,6 +210,9 @@ def revoke_key(directory: Path, key_id: str, now: float, force: bool = False) ->
             for role_signed in signs:
                 key_manifest.set_signer(manifest, role_signed, None)
             manifest.get("roles", {}).pop(key_id, None)
+            waiting = manifest.get("next", {})  # a key made for a rotation, revoked: never made a signer
+            for role_next in [r for r, k in waiting.items() if k == key_id]:
+                del waiting[role_next]
             record = manifest.setdefault("revoked", {})[key_id] = {"role": role, "at": now}
             save(directory, manifest)  # before the files go: a verifier reloading sees it revoked
         private.unlink(missing_ok=True)

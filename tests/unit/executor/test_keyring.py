@@ -179,6 +179,14 @@ def test_a_node_key_is_made_first_and_signs_only_once_rotated_to(tmp_path):
     assert keyring.next_key(tmp_path, 30.0, role).key_id != waiting.key_id  # the next rotation's own
 
 
+def test_a_key_made_for_a_rotation_and_revoked_never_signs(tmp_path):
+    role = keyring.node_role("n1")
+    first = keyring.generate_key(tmp_path, now=10.0, role=role)
+    waiting = keyring.next_key(tmp_path, 20.0, role).key_id
+    keyring.revoke_key(tmp_path, waiting, 21.0)
+    assert keyring.rotate_key(tmp_path, 22.0, role, expected=first)[1] != waiting
+
+
 def test_a_signing_folder_signs_with_the_key_rotated_to_from_its_next_signature(tmp_path):
     role = keyring.node_role("n1")
     first = keyring.generate_key(tmp_path, now=10.0, role=role)
