@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | cksu
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml bus/_tagcheck.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/pip install --quiet --disable-pip-version-check uv
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock

@@ -2,13 +2,14 @@
 
 A synthetic cluster sized for --rate events/s (default 150,000: ~8,800 nodes x 8 GPUs, one heartbeat
 per node, one gpu_sample per GPU and one worker_step per rank each second, bench/harness), every record
-tagged by its node's key as a node's producer tags it. Two measures, each without and with the check,
-taken in turns (--rounds):
+tagged by its node's key as a node's producer tags it. Two measures, each without and with the check
+(--rounds of each):
 
 (a) in process, the detector's hot path as the consumer engine runs it (`Pipeline.on_fetch` over
     confluent-kafka messages in fetches of 2,000): the whole detector (decoding, the clock bounds,
     the live detector and its rules), and the ingest stage of a sharded detector alone (decoding and
-    the bounds: where the check runs when the detector is sharded, and where it weighs most);
+    the bounds: where the check runs when the detector is sharded, and where it weighs most); two
+    detectors, one without the check and one with it, fed the same fetches in turns, fetch by fetch;
 (b) live, on a secure broker of the bench's own: --seconds of that cluster pre-filled, then drained from
     the same topics by the consumer engine and by a sharded detector of one ingest instance (which
     checks) and its decider (the `consumer`, `consumer-macs`, `sharded-1` and `sharded-1-macs` workers
@@ -20,6 +21,7 @@ taken in turns (--rounds):
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import tempfile
 import time
@@ -65,44 +67,61 @@ def fetches(nodes: int, seconds: int, base: float) -> list[list[Message]]:
     return [messages[i:i + FETCH] for i in range(0, len(messages), FETCH)]
 
 
-def hot_path(batches: list[list[Message]], whole: bool, verifier: Verifier | None, end: float) -> float:
-    """Events per second through `Pipeline.on_fetch` and the ticks that release what it holds: the
-    whole detector, or the ingest stage alone."""
-    pipeline = Pipeline(Topics("bench."), LiveDetector(Detector()) if whole else None, max_skew_s=300.0,
-                        verifier=verifier)
-    offsets: dict = {}
-    began = time.perf_counter()
+def lockstep(batches: list[list[Message]], whole: bool, verifier: Verifier,
+             end: float) -> tuple[float, float]:
+    """Seconds two detectors spend on the same fetches, one without the check and one with it, fed in
+    turns fetch by fetch (which goes first alternates): this machine's speed drifts by tens of percent
+    over seconds, and so weighs on both alike. The whole detector (`Pipeline.on_fetch`, and the tick
+    that releases what it holds), or the ingest stage alone."""
+    pipelines = [Pipeline(Topics("bench."), LiveDetector(Detector()) if whole else None, max_skew_s=300.0,
+                          verifier=check) for check in (None, verifier)]
+    took, offsets, clock = [0.0, 0.0], [{}, {}], time.perf_counter
+    for n, batch in enumerate(batches):
+        for side in (0, 1) if n % 2 == 0 else (1, 0):
+            began = clock()
+            if whole:
+                pipelines[side].on_fetch(batch, end, offsets[side], print)
+            else:
+                check_one = pipelines[side].check
+                for msg in batch:  # the ingest stage checks each message (streams/engines/ingest_stage.py)
+                    check_one(RawMessage.of(msg), end, msg.headers())
+            took[side] += clock() - began
     if whole:
-        for batch in batches:
-            pipeline.on_fetch(batch, end, offsets, print)
-        pipeline.on_tick(end + 60.0)
-    else:
-        check_one = pipeline.check
-        for batch in batches:  # the ingest stage checks each message (streams/engines/ingest_stage.py)
-            for msg in batch:
-                check_one(RawMessage.of(msg), end, msg.headers())
-    took = time.perf_counter() - began
-    count = sum(len(b) for b in batches)
-    assert pipeline.stats.events == count and pipeline.stats.dead_lettered == 0, pipeline.stats
-    return count / took
+        for side in (0, 1):
+            began = clock()
+            pipelines[side].on_tick(end + 60.0)
+            took[side] += clock() - began
+        count = sum(len(b) for b in batches)
+        for pipeline in pipelines:
+            assert pipeline.stats.events == count and pipeline.stats.dead_lettered == 0, pipeline.stats
+    return took[0], took[1]
+
+
+def rounds_of(costs: list[float]) -> str:
+    return ' '.join(f'{c:.1f}' for c in costs)
 
 
 def in_process(nodes: int, seconds: int, rounds: int) -> None:
     base = time.time() - seconds
     batches = fetches(nodes, seconds, base)
     count = sum(len(b) for b in batches)
-    print(f"(a) in process: {count:,} events ({nodes:,} nodes x {seconds} s), fetches of {FETCH:,}, "
-          f"{rounds} rounds in turns, median")
+    print(f"(a) in process: {count:,} events ({nodes:,} nodes x {seconds} s) in fetches of {FETCH:,}, fed to "
+          f"a detector without the check and one with it in turns, fetch by fetch; {rounds} rounds, median")
     verifier = Verifier(MASTER.key, "bench.")  # its keys derived once, as a running detector has them
-    hot_path(batches, False, verifier, base + seconds)
+    lockstep(batches, False, verifier, base + seconds)
     for whole, name in ((True, "whole detector"), (False, "ingest stage")):
-        rates: dict[bool, list[float]] = {False: [], True: []}
+        costs, extra, without, with_check = [], [], [], []
         for _ in range(rounds):
-            for check in (False, True):
-                rates[check].append(hot_path(batches, whole, verifier if check else None, base + seconds))
-        off, on = statistics.median(rates[False]), statistics.median(rates[True])
-        print(f"    {name:15s} without the check {off:10,.0f} events/s   with it {on:10,.0f} events/s   "
-              f"cost {100 * (1 - on / off):4.1f} %  ({1e6 / on - 1e6 / off:.2f} us an event)")
+            gc.collect()  # what a round left is not collected during the next one's measure
+            off, on = lockstep(batches, whole, verifier, base + seconds)
+            costs.append(100 * (on - off) / off)
+            extra.append(1e6 * (on - off) / count)
+            without.append(count / off)
+            with_check.append(count / on)
+        print(f"    {name:15s} without the check {statistics.median(without):10,.0f} events/s   with it "
+              f"{statistics.median(with_check):10,.0f} events/s   cost {statistics.median(costs):4.1f} %  "
+              f"({statistics.median(extra):.2f} us an event; rounds: {rounds_of(costs)} %)",
+              flush=True)
 
 
 def live(nodes: int, seconds: int, rounds: int) -> None:

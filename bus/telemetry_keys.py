@@ -8,7 +8,6 @@ node").
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import logging
 import os
@@ -16,12 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainmedic.bus._tagcheck import HEADER, check, keyed
+from trainmedic.bus._tagcheck import tag as tag_of
 from trainmedic.common.errors import ConfigError
 
 __all__ = ["HEADER", "MASTER_FILE", "NODE_FILE", "Signer", "TelemetryKey", "Verifier", "node_key",
            "for_node", "read_key", "tag", "verifier_of", "write_key"]
 
-HEADER = "tm-mac"
 MASTER_FILE = "telemetry-master.key"  # beside the detector's role file, and on the broker's host
 NODE_FILE = "telemetry.key"  # beside a node's role files: its own key
 _PERSON = b"trainmedic-node1"  # blake2b personalisation (16 bytes): keys of nodes, version 1
@@ -34,31 +34,17 @@ def node_key(master: bytes, node: str) -> bytes:
 
 
 def deployment_key(key: bytes, prefix: str) -> bytes:
-    """A node's key for the deployment under `prefix` (its topic prefix): a record copied to another
-    deployment's topics does not verify there (the node, holding its own key, can tag for any)."""
-    return hashlib.blake2b(prefix.encode(), key=key, digest_size=32).digest()
+    """A node's 16-byte tag key for the deployment under `prefix` (its topic prefix): a record copied
+    to another deployment's topics does not verify there (the node, holding its own key, can tag for
+    any)."""
+    return hashlib.blake2b(prefix.encode(), key=key, digest_size=16).digest()
 
 
 def tag(key: bytes, value: bytes) -> bytes:
-    """The `tm-mac` header's value: 16 bytes of BLAKE2b over the value, keyed with the node's key for
-    the deployment (a later format gets a header of its own)."""
-    return hashlib.blake2b(value, key=key, digest_size=16).digest()
-
-
-Keyed = type(hashlib.blake2b())  # a hasher keyed once: its copies tag without hashing the key again
-
-
-def keyed_by(key: bytes) -> Keyed:
-    """A hasher for `tag` under `key`, keyed once: `tagged` on it costs about 0.5 µs less a record
-    (keyed BLAKE2b hashes its key as a first block)."""
-    return hashlib.blake2b(key=key, digest_size=16)
-
-
-def tagged(keyed: Keyed, value: bytes) -> bytes:
-    """`tag(key, value)`, by a copy of `keyed_by(key)`."""
-    hasher = keyed.copy()
-    hasher.update(value)
-    return hasher.digest()
+    """The `tm-mac` header's value: the value's SipHash-2-4-128 under the node's tag key for the
+    deployment (`deployment_key`), made in C (bus/_tagcheck.c). Producers keep `keyed(key)` and call
+    `_tagcheck.tag` on it; a later format gets a header of its own."""
+    return tag_of(keyed(key), value)
 
 
 @dataclass(frozen=True)
@@ -115,66 +101,53 @@ class Signer:
     def __init__(self, key: TelemetryKey, prefix: str) -> None:
         self._key = key
         self._prefix = prefix
-        self._own = None if key.master else deployment_key(key.key, prefix)
-        self._derived: dict[str, bytes] = {}
+        self._own = None if key.master else keyed(deployment_key(key.key, prefix))
+        self._derived: dict[str, bytes] = {}  # node -> its keyed state, with the master
 
     def headers(self, value: bytes, node: str | None) -> list[tuple[str, bytes]]:
-        key = self._own or self._of(node)
-        return [] if key is None else [(HEADER, tag(key, value))]
+        state = self._own or self._of(node)
+        return [] if state is None else [(HEADER, tag_of(state, value))]
 
     def _of(self, node: str | None) -> bytes | None:
         if node is None:
             return None
-        key = self._derived.get(node)
-        if key is None:
+        state = self._derived.get(node)
+        if state is None:
             if len(self._derived) >= MAX_CACHED:
                 self._derived.clear()
-            key = self._derived[node] = deployment_key(node_key(self._key.key, node), self._prefix)
-        return key
+            state = self._derived[node] = keyed(deployment_key(node_key(self._key.key, node), self._prefix))
+        return state
 
 
 class Verifier:
     """Checks that a telemetry record of the deployment `prefix` was written by the node it names: its
     `tm-mac` is that node's. On the detector's hot path `Pipeline.on_fetch` checks a record of a node
-    whose key is in `keys` itself, and leaves any other to `ok`."""
+    whose key is in `keys` itself (`_tagcheck.first`, one call in C), and asks `refused` of any other."""
 
     def __init__(self, master: bytes, prefix: str) -> None:
         self._master = master
         self._prefix = prefix
-        self.keys: dict[str, Keyed] = {}  # node -> a hasher keyed with its key for this deployment
+        self.keys: dict[str, bytes] = {}  # node -> the state keyed with its key for this deployment
 
     def ok(self, value: bytes, node: str, headers: Sequence[tuple[str, bytes]] | None) -> bool:
         """Whether the record carries node `node`'s tag (`headers` as pairs: confluent-kafka, aiokafka;
         a value that is not bytes, a null header, is no tag). A node's key is kept once a record of its
         verified, so names a forger makes up never push out the real nodes' keys."""
         known = self.keys.get(node)
-        keyed = known or keyed_by(deployment_key(node_key(self._master, node), self._prefix))
-        expected = tagged(keyed, value)
-        for name, data in headers or ():  # a loop, not any(): this is the ingest stage's hot path
-            if name == HEADER and type(data) is bytes and hmac.compare_digest(data, expected):
-                break
-        else:
+        state = known or keyed(deployment_key(node_key(self._master, node), self._prefix))
+        if not any(name == HEADER and check(state, value, data) for name, data in headers or ()):
             return False
         if known is None:
             if len(self.keys) >= MAX_CACHED:
                 self.keys.clear()
-            self.keys[node] = keyed
+            self.keys[node] = state
         return True
 
     def refused(self, value: bytes, node: str,
                 headers: Sequence[tuple[str, bytes]] | Mapping[str, bytes] | None) -> str | None:
         """None when the record carries node `node`'s tag, else why it is refused. `headers` as a
-        client gives them: pairs (confluent-kafka, aiokafka) or a mapping (Faust). The common record
-        (a known node, its tag the first of a list) is checked here, inlined: the ingest stage's hot
-        path."""
-        keyed = self.keys.get(node)
-        if keyed is not None and type(headers) is list and headers:
-            name, data = headers[0]
-            if name == HEADER and type(data) is bytes:
-                hasher = keyed.copy()
-                hasher.update(value)
-                if hmac.compare_digest(data, hasher.digest()):
-                    return None
+        client gives them: pairs (confluent-kafka, aiokafka) or a mapping (Faust). (The common record,
+        a known node's with its tag first in a list, `Pipeline` takes by `first` before asking.)"""
         pairs = (headers if isinstance(headers, list)
                  else list(headers.items() if isinstance(headers, Mapping) else headers or ()))
         if self.ok(value, node, pairs):

@@ -8,13 +8,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from hmac import compare_digest
 
 from msgspec.structs import replace
 
+from trainmedic.bus._tagcheck import first as first_tag
 from trainmedic.bus.message import RawMessage, parse_message
 from trainmedic.bus.metrics import DEAD_LETTERS
-from trainmedic.bus.telemetry_keys import HEADER as TAG
 from trainmedic.bus.telemetry_keys import Verifier
 from trainmedic.schemas import DeadLettered, Incident, InvalidEvent, Topics, encode
 from trainmedic.schemas.wire import decode_telemetry, fast_decoder, retimed
@@ -96,7 +95,7 @@ class Pipeline:
         common message (ASCII JSON the fast decoder takes, an ASCII key, its clock within bounds:
         `ClockBound.within`, inlined) is taken here; any other goes through `check`, which gives the
         reason. (`RawMessage.of`, then `check`, per message cost about 0.4 µs an event more:
-        docs/streams.md, "A leaner hot path".) With a verifier, the record's MAC (`Verifier.ok`,
+        docs/streams.md, "A leaner hot path".) With a verifier, the record's MAC (`Verifier.refused`,
         inlined: its first header, its node's key once known) is checked here too."""
         out: list[Output] = []
         runs: list = []
@@ -126,15 +125,9 @@ class Pipeline:
                     event = decode(value)
                 except Exception:  # check gives the reason
                     pass
-            if verifier is not None and event is not None:
-                tags, known = msg.headers(), keys.get(event.node)
-                if known is not None and tags and tags[0][0] == TAG and type(tags[0][1]) is bytes:
-                    hasher = known.copy()
-                    hasher.update(value)
-                    if not compare_digest(tags[0][1], hasher.digest()):
-                        event = None  # check gives the reason
-                else:
-                    event = None  # check verifies it (a node's first record) or gives the reason
+            if (verifier is not None and event is not None
+                    and not first_tag(keys, event.node, value, msg.headers())):
+                event = None  # check verifies it (a node's first record) or gives the reason
             if (event is None or event.ts > latest
                     or (stamp > 0 and not behind <= event.ts - stamp / 1000 <= ahead)):
                 event, message, dead = check(message, wall, msg.headers())
@@ -164,8 +157,9 @@ class Pipeline:
                 message.key.decode()  # a key must be UTF-8 (trainmedic.bus.message.parse_message)
         except (InvalidEvent, UnicodeDecodeError):
             return None, message, self._dead_letter(message, wall)
-        if self.verifier is not None:
-            reason = self.verifier.refused(message.value, event.node, headers)
+        verifier = self.verifier
+        if verifier is not None and not first_tag(verifier.keys, event.node, message.value, headers):
+            reason = verifier.refused(message.value, event.node, headers)  # a node's first record, or why
             if reason is not None:
                 return None, message, self._unverified(message, event, reason, wall)
         self.stats.events += 1
