@@ -34,7 +34,7 @@ from trainmedic.recovery.executor import rank_logs
 from trainmedic.recovery.planner.cli import describe
 from trainmedic.run.lock import RunBusy, only_run
 from trainmedic.run.narrate import RunNarrator
-from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
+from trainmedic.run.spec import default_job_id, parse_env, run_spec, shell_env, spec_yaml
 from trainmedic.schemas.jobs import JobSpec, JobStopRequested
 from trainmedic.schemas.printable import terminal_safe
 
@@ -85,10 +85,13 @@ def run_job(args: argparse.Namespace) -> int:
         with only_run(home(), job), local_deployment(prefix, say) as bootstrap:
             record_run(home(), job, prefix, bootstrap, started)
             # The executors admit the user's own program, its workdir (this directory: a `python -m`
-            # job's must be listed) and the variables the user's --env sets
+            # job's must be listed) and the variables the user's --env sets; the ranks get this
+            # shell's environment, as torchrun's do, less trainmedic's own (docs/run.md)
+            passed = shell_env(os.environ)
             admit = ("--allowed-executables", shutil.which(command[0]) or command[0],
                      "--allowed-script-dirs", str(spec.workdir),
-                     *(("--job-env", ",".join(spec.env)) if spec.env else ()))
+                     *(("--job-env", ",".join(spec.env)) if spec.env else ()),
+                     *(("--rank-env", ",".join(passed)) if passed else ()))
             cluster = LocalCluster(layout, bootstrap, prefix, spec.nodes, credentials=credentials_dir(),
                                    node_args=admit)
             if os.geteuid() == 0:

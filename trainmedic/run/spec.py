@@ -4,11 +4,15 @@ port are passed in."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
+from trainmedic.recovery.executor.core.rank_env import BASE_NAMES, NEVER
 from trainmedic.schemas.jobs import FailureSettings, JobSpec, RestartPolicy
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a shell exports; a policy's lists are comma-separated
 
 
 def default_job_id(command: list[str], now: float) -> str:
@@ -59,3 +63,13 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"--env {pair!r}: expected NAME=VALUE")
         out[name] = value
     return out
+
+
+def shell_env(environ: Mapping[str, str]) -> list[str]:
+    """The names of the invoking environment `trainmedic run` passes to every rank, as torchrun does
+    (the executors it starts get them as their `rank_env`, exactly named, so a name that looks like a
+    secret, WANDB_API_KEY, passes too): all but trainmedic's own settings and credentials
+    (TRAINMEDIC_*, but for what a rank gets anyway) and names no shell exports."""
+    return sorted(name for name in environ
+                  if _NAME.fullmatch(name) and name not in NEVER
+                  and (not name.startswith("TRAINMEDIC_") or name in BASE_NAMES))

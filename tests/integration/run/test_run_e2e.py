@@ -6,7 +6,8 @@ its real services and ranks: the script (a plain torch DDP MLP, user_train.py) r
 be healed (a software_error and a process_exit incident, each answered by a restart), the job must
 run to its last step and succeed, and `run` must exit 0 having stopped everything it started. Then
 `run` tees the ranks' output; `job status` and `job logs` (all ranks, one, followed until the job's
-end) read the same job back.
+end) read the same job back. Every rank of every generation has the variables exported in the shell
+that ran `run`, one that looks like a secret too, and none of trainmedic's own settings.
 """
 
 from __future__ import annotations
@@ -69,12 +70,14 @@ def test_a_users_script_is_healed_of_an_exception_and_a_kill_and_run_exits_0(
     job = "user-job"
     home = tmp_path / "home"
     env = {**os.environ, "TRAINMEDIC_KAFKA_BOOTSTRAP": kafka_bootstrap, "TRAINMEDIC_HOME": str(home),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+           "PYTHONPATH": str(Path(__file__).resolve().parents[3]),
+           "USER_SHELL_FLAG": "from-the-shell", "WANDB_API_KEY": "not-a-real-key"}  # exported, as a user does
     began = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainmedic.cli", "run", "--nodes", "2", "--nproc-per-node", "1",
          "--job-id", job, "--prefix", prefix, "--", sys.executable, str(SCRIPT), "--steps", str(STEPS),
-         "--fail-at-step", "10", "--fail-flag", str(tmp_path / "failed-once")],
+         "--fail-at-step", "10", "--fail-flag", str(tmp_path / "failed-once"),
+         "--show-env", "USER_SHELL_FLAG,WANDB_API_KEY,TRAINMEDIC_HOME,TRAINMEDIC_KAFKA_BOOTSTRAP"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = Output(proc)
     try:
@@ -95,6 +98,12 @@ def test_a_users_script_is_healed_of_an_exception_and_a_kill_and_run_exits_0(
     assert re.search(r"^\[rank 0\] .*RuntimeError: injected failure at step 10", text, re.M), text
     assert "== generation 2: rank 1 on local-1 ==" in text, text
     assert "INCIDENT SEV2 process_exit" in text, text
+    shown = re.findall(r"^\[rank \d\] rank (\d) generation (\d) env: (.*)$", text, re.M)
+    every = {(rank, generation) for rank in "01" for generation in "012"}
+    assert {(rank, generation) for rank, generation, _ in shown} == every, text
+    assert {line for _, _, line in shown} == {
+        "USER_SHELL_FLAG=from-the-shell WANDB_API_KEY=not-a-real-key TRAINMEDIC_HOME unset "
+        "TRAINMEDIC_KAFKA_BOOTSTRAP unset"}, text
     assert len(re.findall(r"recovery: restart job user-job", text)) >= 2, text
     assert f"job {job}: succeeded" in text, text
     assert code == 0, text

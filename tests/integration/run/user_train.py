@@ -36,6 +36,8 @@ def main() -> None:
     parser.add_argument("--in-process", action="store_true",
                         help="train under rt.run: a rank whose peer failed lives on into the next generation")
     parser.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 instead of DDP")
+    parser.add_argument("--show-env", default="", help="variables (comma-separated) each rank prints at its "
+                        "start, NAME=VALUE or NAME unset")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -66,6 +68,10 @@ def train(rt, args: argparse.Namespace) -> None:
     ddp = model if args.fsdp else DistributedDataParallel(model)
     print(f"rank {rt.rank}/{rt.world_size} generation {rt.env.generation} starts at step {start} "
           f"in pid {os.getpid()}", flush=True)
+    if args.show_env:
+        shown = (f"{name}={os.environ[name]}" if name in os.environ else f"{name} unset"
+                 for name in args.show_env.split(","))
+        print(f"rank {rt.rank} generation {rt.env.generation} env: {' '.join(shown)}", flush=True)
     for step in range(start, args.steps):
         if (args.fail_at_step == step and rt.rank == 0 and rt.env.generation == 0
                 and args.fail_flag is not None and not args.fail_flag.exists()):

@@ -8,7 +8,7 @@ import yaml
 
 from trainmedic.cli import build_parser
 from trainmedic.run.narrate import RunNarrator
-from trainmedic.run.spec import default_job_id, parse_env, run_spec, spec_yaml
+from trainmedic.run.spec import default_job_id, parse_env, run_spec, shell_env, spec_yaml
 from trainmedic.schemas.incident import Incident
 from trainmedic.schemas.jobs import JobSpec
 from trainmedic.schemas.telemetry import WorkerExited, WorkerStepped
@@ -116,3 +116,10 @@ def test_a_plan_that_takes_every_node_says_where_the_job_stopped() -> None:
                            nodes=(), previous=("local-0", "local-1"))
     assert narrator.event(stop, 101.0) == [
         "recovery: job j stopped on local-0, local-1 at generation 2: no node runs it"]
+
+
+def test_a_run_passes_the_shells_environment_but_trainmedics_own() -> None:
+    environ = {"WANDB_API_KEY": "k", "HF_HOME": "/data/hf", "CRASH_FILE": "/tmp/c", "PATH": "/usr/bin",
+               "TRAINMEDIC_HOME": "/h", "TRAINMEDIC_KAFKA_CONFIG": "/c", "TRAINMEDIC_CLUSTER_KEY": "s",
+               "TRAINMEDIC_DEMO_FAULTS": "xid79", "BASH_FUNC_f%%": "() { :; }", "A,B": "1"}
+    assert shell_env(environ) == ["CRASH_FILE", "HF_HOME", "PATH", "TRAINMEDIC_DEMO_FAULTS", "WANDB_API_KEY"]
