@@ -15,6 +15,7 @@ from confluent_kafka.admin import (
 )
 
 from trainmedic.bus.clients import admin as _admin
+from trainmedic.bus.clients import served
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.common.errors import KafkaError
 
@@ -26,9 +27,11 @@ def list_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
 
 def describe_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> dict[str, int]:
     """The broker's topics and their partition counts; raises KafkaError when the broker does not answer."""
+    admin = _admin(settings)
     try:
-        meta = _admin(settings).list_topics(timeout=timeout_s)
+        meta = admin.list_topics(timeout=timeout_s)
     except KafkaException as err:
+        served(admin)  # why no broker answered, from librdkafka's lines, before the error
         raise KafkaError(settings.unanswered(round(timeout_s), err.args[0].str()),
                          code=err.args[0].name(), retryable=True) from None
     return {name: len(topic.partitions) for name, topic in meta.topics.items() if topic.error is None}
@@ -57,6 +60,7 @@ def wait_for_topics(settings: KafkaSettings, names: list[str], timeout_s: float 
         try:
             meta = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
         except KafkaException as err:
+            served(admin)
             raise KafkaError(f"no metadata from {settings.bootstrap}: {err.args[0].str()}",
                              code=err.args[0].name(), retryable=True) from None
         ready = {name: len(t.partitions) for name, t in meta.topics.items()
@@ -68,6 +72,7 @@ def wait_for_topics(settings: KafkaSettings, names: list[str], timeout_s: float 
             missing = sorted(set(names) - set(ready))
             raise KafkaError(f"topics {', '.join(missing)} do not exist (or have no leader); "
                              "create them with `trainmedic topics create`")
+        served(admin)  # its log lines as they come, not all at the end
         time.sleep(0.2)
 
 

@@ -1,22 +1,26 @@
 """The one place that builds librdkafka clients (`configuration`: our defaults, the caller's, then the
-user's settings on top), and says what their errors mean for people (`broker_error`).
+user's settings on top), and says what their errors mean for people (`broker_error`). Every client logs
+through Python's logging, each condition once a while with a count (`bus/log_repeats.py`).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka.admin import AdminClient
 
+from trainmedic.bus.log_repeats import SUMMARY, Repeats
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.common.errors import KafkaError
 
 __all__ = ["NOT_READY", "RECONNECT", "admin", "broker_error", "configuration", "consumer", "not_ready",
-           "producer"]
+           "producer", "served"]
 
 log = logging.getLogger(__name__)
+REPEATS = Repeats()  # on every logger a client logs to: librdkafka's lines, one per condition
 
 # Errors a broker gives for a topic created moments ago (or while it is still starting): they
 # pass within seconds, so callers retry them for a bounded time instead of failing.
@@ -54,7 +58,7 @@ def consumer(settings: KafkaSettings, config: dict[str, object], *,
              logger: logging.Logger = log) -> Consumer:
     """A consumer with `config` (group id, offsets policy) as our defaults; created now."""
     try:
-        return Consumer(configuration(settings, config), logger=logger)
+        return Consumer(configuration(settings, config), logger=_quiet(logger))
     except KafkaException as err:
         raise KafkaError(f"cannot create a Kafka consumer: {err}") from None
 
@@ -63,14 +67,39 @@ def producer(settings: KafkaSettings, config: dict[str, object], *,
              logger: logging.Logger = log) -> Producer:
     """A producer with `config` (idempotence, batching) as our defaults; created now."""
     try:
-        return Producer(configuration(settings, config), logger=logger)
+        return Producer(configuration(settings, config), logger=_quiet(logger))
     except KafkaException as err:
         raise KafkaError(f"cannot create a Kafka producer: {err}") from None
 
 
+class _Admin(AdminClient):
+    """An admin client that hands the log lines it holds to `log` when it is done with, and the counts
+    of the repeats REPEATS held: one holds its lines until polled, and ours live for a call or two (a
+    waiting loop polls it too: bus/admin.py)."""
+
+    def __del__(self) -> None:
+        if not sys.is_finalizing():  # at the interpreter's exit, logging may be gone
+            served(self)
+
+
+def served(client: AdminClient) -> None:
+    """Hands the log lines `client` holds to its logger now (one per condition: REPEATS), then the
+    counts of the repeats held: before an error that a caller is about to raise, say."""
+    client.poll(0)
+    for name, level, line in REPEATS.summary():
+        logging.getLogger(name).log(level, line, extra={SUMMARY: True})
+
+
 def admin(settings: KafkaSettings) -> AdminClient:
     """An admin client (topics, metadata)."""
-    return AdminClient(configuration(settings))
+    return _Admin(configuration(settings, {"logger": _quiet(log)}))
+
+
+def _quiet(logger: logging.Logger) -> logging.Logger:
+    """`logger` with the REPEATS filter on it."""
+    if REPEATS not in logger.filters:
+        logger.addFilter(REPEATS)
+    return logger
 
 
 def not_ready(code: RdKafkaError) -> bool:

@@ -46,7 +46,7 @@ def made(monkeypatch) -> dict[str, dict]:
             return type("Client", (), {"subscribe": lambda self, topics: None})()
         return make
 
-    for kind in ("Producer", "Consumer", "AdminClient"):
+    for kind in ("Producer", "Consumer", "_Admin"):  # _Admin: the AdminClient clients.admin makes
         monkeypatch.setattr(clients, kind, fake(kind))
     return seen
 
@@ -56,7 +56,7 @@ def test_producers_consumers_and_admin_clients_carry_them(made: dict[str, dict])
     assert EventProducer(settings).client is not None
     assert EventConsumer(settings, ["t"], "g").client is not None
     clients.admin(settings)
-    assert sorted(made) == ["AdminClient", "Consumer", "Producer"]
+    assert sorted(made) == ["Consumer", "Producer", "_Admin"]
     for config in made.values():
         assert config["reconnect.backoff.max.ms"] == 1000
         assert config["socket.connection.setup.timeout.ms"] == 5000
