@@ -17,6 +17,8 @@ $(STAMP): requirements.lock pyproject.toml bus/_tagcheck.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/pip install --quiet --disable-pip-version-check uv
 	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements.lock
+	@command -v cc >/dev/null || command -v gcc >/dev/null || { echo "The install builds bus/_tagcheck.c: install a C compiler (e.g. apt-get install gcc)"; exit 1; }
+	@$(BIN)/python -c "import os, sys, sysconfig; h = os.path.join(sysconfig.get_paths()['include'], 'Python.h'); os.path.exists(h) or sys.exit(f'The install builds bus/_tagcheck.c and needs {h}: install the Python headers (e.g. apt-get install python3-dev)')"
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@

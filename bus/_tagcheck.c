@@ -99,11 +99,11 @@ static PyObject *keyed(PyObject *self, PyObject *arg) {
 /* 1 when `tag` is `value`'s tag under `state` (keyed's), 0 when not or when it is no 16-byte tag
  * (None, a str: what a header may hold); -1 with an error for a state or value of the wrong type. */
 static int verify(PyObject *state, PyObject *value, PyObject *tag) {
-    if (!PyBytes_CheckExact(state) || PyBytes_GET_SIZE(state) != 32 || !PyBytes_CheckExact(value)) {
+    if (!PyBytes_CheckExact(state) || PyBytes_GET_SIZE(state) != 32 || !PyBytes_Check(value)) {
         PyErr_SetString(PyExc_TypeError, "a 32-byte state (keyed) and a bytes value");
         return -1;
     }
-    if (!PyBytes_CheckExact(tag) || PyBytes_GET_SIZE(tag) != TAG) return 0;
+    if (!PyBytes_Check(tag) || PyBytes_GET_SIZE(tag) != TAG) return 0;
     uint8_t out[TAG];
     siphash128((const uint8_t *)PyBytes_AS_STRING(state), (const uint8_t *)PyBytes_AS_STRING(value),
                (size_t)PyBytes_GET_SIZE(value), out);
@@ -119,7 +119,7 @@ static PyObject *result(int ok) { return ok < 0 ? NULL : PyBool_FromLong(ok); }
 static PyObject *tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "tag(state, value) takes 2 arguments");
     PyObject *state = args[0], *value = args[1];
-    if (!PyBytes_CheckExact(state) || PyBytes_GET_SIZE(state) != 32 || !PyBytes_CheckExact(value))
+    if (!PyBytes_CheckExact(state) || PyBytes_GET_SIZE(state) != 32 || !PyBytes_Check(value))
         return PyErr_Format(PyExc_TypeError, "tag(state, value): a 32-byte state (keyed) and a bytes value");
     uint8_t out[TAG];
     siphash128((const uint8_t *)PyBytes_AS_STRING(state), (const uint8_t *)PyBytes_AS_STRING(value),

@@ -95,8 +95,9 @@ class Pipeline:
         common message (ASCII JSON the fast decoder takes, an ASCII key, its clock within bounds:
         `ClockBound.within`, inlined) is taken here; any other goes through `check`, which gives the
         reason. (`RawMessage.of`, then `check`, per message cost about 0.4 µs an event more:
-        docs/streams.md, "A leaner hot path".) With a verifier, the record's MAC (`Verifier.refused`,
-        inlined: its first header, its node's key once known) is checked here too."""
+        docs/streams.md, "A leaner hot path".) With a verifier, the record's MAC is checked here too, in
+        one call (`_tagcheck.first`: its first header, its node's key once known); `check` takes any
+        other."""
         out: list[Output] = []
         runs: list = []
         run: list = []

@@ -73,6 +73,15 @@ def test_a_records_own_tag_checks_and_every_flipped_bit_of_its_tag_or_value_does
     assert not check(keyed(rng.randbytes(16)), value, mac)  # another node's key
 
 
+class Tag(bytes):
+    """What a client might hand over: bytes of its own type."""
+
+
+def test_bytes_of_any_type_check() -> None:
+    key, value = bytes(range(16)), b'{"node": "n1"}'
+    assert check(keyed(key), Tag(value), Tag(tag(key, value)))
+
+
 @pytest.mark.parametrize("mac", [None, "tag", b"", b"x" * 15, b"x" * 17, bytearray(16)])
 def test_what_is_no_16_byte_tag_is_false(mac: object) -> None:
     assert not check(keyed(bytes(16)), b"{}", mac)
