@@ -8,6 +8,7 @@ node").
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainmedic.bus._tagcheck import HEADER, check, keyed
+from trainmedic.bus._tagcheck import HEADER, keyed
 from trainmedic.bus._tagcheck import tag as tag_of
 from trainmedic.common.errors import ConfigError
 
@@ -135,7 +136,9 @@ class Verifier:
         verified, so names a forger makes up never push out the real nodes' keys."""
         known = self.keys.get(node)
         state = known or keyed(deployment_key(node_key(self._master, node), self._prefix))
-        if not any(name == HEADER and check(state, value, data) for name, data in headers or ()):
+        expected = tag_of(state, value)  # once: a forger's record may carry any number of headers
+        if not any(name == HEADER and type(data) is bytes and hmac.compare_digest(data, expected)
+                   for name, data in headers or ()):
             return False
         if known is None:
             if len(self.keys) >= MAX_CACHED:

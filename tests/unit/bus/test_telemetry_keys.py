@@ -125,3 +125,14 @@ def test_the_detector_uses_a_nodes_record_only_when_that_node_wrote_it(way: str)
             assert [letter.offset for letter in letters] == [1, 2, 3]
             assert "not written by node 'n3': its tm-mac" in letters[0].reason
             assert "the record carries no tm-mac" in letters[1].reason
+
+
+def test_a_record_with_many_tags_is_hashed_once(monkeypatch) -> None:
+    import trainmedic.bus.telemetry_keys as keys
+
+    calls = []
+    real = keys.tag_of
+    monkeypatch.setattr(keys, "tag_of", lambda state, value: calls.append(1) or real(state, value))
+    verifier = keys.Verifier(bytes(32), "p.")
+    assert not verifier.ok(b"x" * 100_000, "n1", [(keys.HEADER, bytes(16))] * 1_000)
+    assert len(calls) == 1
