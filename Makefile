@@ -51,15 +51,18 @@ prometheus:
 	  && mkdir -p $(PROM_HOME) && dpkg -x $$tmp/prometheus_*.deb $(PROM_HOME) && rm -rf $$tmp \
 	  && $(PROM_HOME)/usr/bin/prometheus --version | head -1; }
 
-# The multi-host bed's tool (tests/multihost): nftables, for partitions; Debian's package, installed once
-# where the user is root (elsewhere those tests skip, saying why).
+# The multi-host bed's tools (tests/multihost): nftables, for partitions, and Slurm with munge, for the
+# Slurm tests (their daemons run from the bed's own files, never as the system's services); Debian's
+# packages, installed once where the user is root (elsewhere those tests skip, saying why).
+BED_TOOLS := nft:nftables slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge
 multihost:
-	@command -v nft >/dev/null || [ "$$(id -u)" != 0 ] || { \
-	  command -v apt-get >/dev/null || { echo "The multi-host tests need nft and apt-get is not available:" \
-	    "install nftables"; exit 1; }; \
-	  env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nftables \
+	@[ "$$(id -u)" != 0 ] || { missing=$$(for t in $(BED_TOOLS); do command -v $${t%%:*} >/dev/null || \
+	    echo $${t#*:}; done); [ -z "$$missing" ] || { \
+	  command -v apt-get >/dev/null || { echo "The multi-host tests need $$missing and apt-get is not" \
+	    "available: install them"; exit 1; }; \
+	  env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
 	  || { apt-get update && env DEBIAN_FRONTEND=noninteractive \
-	       apt-get install -y --no-install-recommends nftables; }; }
+	       apt-get install -y --no-install-recommends $$missing; }; }; }
 
 # The fast tier: pure cores, the layering check, no broker (seconds).
 unit: setup

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nodes": (".ops.nodes", "list nodes and their state; cordon, drain or uncordon one"),
     "incidents": (".ops.incidents.cli", "list, show, follow or export incidents and their recovery"),
     "alerts": (".ops.alerts.cli", "forward incidents to Alertmanager, PagerDuty and webhooks"),
+    "slurm": (".ops.slurm.cli", "run a job in a Slurm allocation; drain in Slurm the nodes it isolates"),
 }
 
 
@@ -67,8 +68,15 @@ def build_parser(command_name: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(chosen(argv))
+    name = chosen(argv)
+    parser = build_parser(name)
+    passed = name and getattr(importlib.import_module(COMMANDS[name][0], __package__), "AFTER_DASHES", None)
+    rest: list[str] = []
+    if passed and "--" in argv:  # the command takes what follows `--` whole, as one list
+        argv, rest = argv[: argv.index("--")], argv[argv.index("--") + 1:]
     args = parser.parse_args(argv)
+    if passed:
+        setattr(args, passed, rest)
     configure_logging(args.verbose)
     if not getattr(args, "_run", None):
         parser.print_help()

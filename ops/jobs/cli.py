@@ -129,10 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "logs are elsewhere (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
 
 
-def load_spec(path: Path):
-    """The JobSpec in `path`, or SpecError saying what is wrong and where."""
+def load_spec(path: Path, **given: object):
+    """The JobSpec in `path` (with the fields `given` in place of its own), or SpecError saying what is
+    wrong and where."""
     try:
-        document = load_mapping(path, "a mapping with id, nodes, throughput and command")
+        document = {**load_mapping(path, "a mapping with id, nodes, throughput and command"), **given}
     except ConfigError as err:
         raise SpecError(str(err)) from None
     try:
@@ -275,17 +276,22 @@ def stop(settings, log: JobLog, job_id: str, reason: str, key=None) -> int:
     if job.closed:
         state = state_text(log, job, time.time())
         raise SpecError(f"job {job_id} already ended ({state}: {job.end_reason}): nothing to stop")
+    publish_stop(settings, job_id, reason, key)
+    where = (f"stops its ranks on {' '.join(job.nodes)} and frees them" if job.nodes
+             else "ends it (no node runs it)")
+    print(f"stop of job {job_id} requested ({job.state}): the coordinator {where}; `trainmedic job list` "
+          "shows it stopped")
+    return 0
+
+
+def publish_stop(settings, job_id: str, reason: str, key=None) -> None:
+    """A stop of `job_id` on the jobs topic, signed with the operator's `key` for this deployment."""
     event = JobStopRequested(ts=time.time(), job=job_id, reason=reason, by=_user(),
                              deployment=settings.topics.prefix)
     if key is not None:
         event = key.sign(event)
     with EventProducer(settings, client_id=settings.topics.owned("job")) as producer:
         producer.send(settings.topics.jobs, event, key=job_id)
-    where = (f"stops its ranks on {' '.join(job.nodes)} and frees them" if job.nodes
-             else "ends it (no node runs it)")
-    print(f"stop of job {job_id} requested ({job.state}): the coordinator {where}; `trainmedic job list` "
-          "shows it stopped")
-    return 0
 
 
 def _user() -> str:

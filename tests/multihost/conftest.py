@@ -77,12 +77,12 @@ def site(bed_allowed: None, request: pytest.FixtureRequest, tmp_path_factory: py
 
 @pytest.fixture
 def cluster(site: Site) -> Iterator[Callable[..., Cluster]]:
-    """Deploys the services (`standby`: a second coordinator; coordinator settings as keywords) and
-    stops them after the test."""
+    """Deploys the services (`standby`: a second coordinator; `node_services`: a `trainmedic node` on
+    each node host; coordinator settings as keywords) and stops them after the test."""
     made: list[Cluster] = []
 
-    def deploy(standby: bool = False, **coordinator: object) -> Cluster:
-        one = Cluster(site, coordinator=coordinator, standby=standby)
+    def deploy(standby: bool = False, node_services: bool = True, **coordinator: object) -> Cluster:
+        one = Cluster(site, coordinator=coordinator, standby=standby, node_services=node_services)
         made.append(one)
         one.start()
         return one

@@ -169,6 +169,7 @@ class Cluster:
     prefix: str = field(default_factory=lambda: f"mh{uuid.uuid4().hex[:8]}.")
     coordinator: dict = field(default_factory=dict)  # more of the coordinator's settings
     standby: bool = False  # a second coordinator on the standby host
+    node_services: bool = True  # a `trainmedic node` on each node host (else a test starts them)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     stopped: set[str] = field(default_factory=set)  # services a test ended on purpose
 
@@ -200,26 +201,36 @@ class Cluster:
         if self.standby:
             self.wait(lambda: "leading at epoch" in self.log("coordinator"), 120, "the coordinator to lead")
             self.spawn("standby", "standby", "coordinator", "--config", str(config))
-        for node in self.site.nodes:
+        nodes = self.site.nodes if self.node_services else ()
+        for node in nodes:
             self.spawn(node, node, *self.node_args(node))
         marks = {"detector": "detector ready", "coordinator": "rebuilt from",
                  **({"standby": "standby: another coordinator holds"} if self.standby else {}),
-                 **{node: "joined (announced on" for node in self.site.nodes}}
+                 **{node: "joined (announced on" for node in nodes}}
         self.wait(lambda: all(mark in self.log(name) for name, mark in marks.items()), 180, "services ready")
 
     def node_args(self, node: str) -> list[str]:
         """`trainmedic node`'s arguments on host `node`: synthetic GPUs, a link of its own to watch."""
+        self.make_sysfs(node)
+        return ["node", "--node", node, *self.node_options(node), "--data-address",
+                self.site.bed.hosts[node].address]
+
+    def make_sysfs(self, node: str) -> None:
+        """The link `trainmedic node` on `node` watches: up."""
         sysfs = self.root / node / "sys" / "class" / "net" / "eth0"
-        sysfs.mkdir(parents=True)
+        sysfs.mkdir(parents=True, exist_ok=True)
         (sysfs / "operstate").write_text("up\n")
         (sysfs / "carrier").write_text("1\n")
-        return ["node", "--node", node, "--source", "synthetic", "--gpus-per-node", "1",
-                "--links", "eth0", "--sysfs", str(self.root / node / "sys"),
-                "--data-address", self.site.bed.hosts[node].address, "--stop-grace-s", "5",
-                "--leave-timeout-s", "0", "--state-dir", str(self.root / node / "executor"),
+
+    def node_options(self, folder: str) -> list[str]:
+        """The options every node's `trainmedic node` takes here, its files under the deployment's
+        `folder` (the node's name, or "{node}" where each node fills its name in)."""
+        return ["--source", "synthetic", "--gpus-per-node", "1",
+                "--links", "eth0", "--sysfs", str(self.root / folder / "sys"), "--stop-grace-s", "5",
+                "--leave-timeout-s", "0", "--state-dir", str(self.root / folder / "executor"),
                 # what the tests' jobs run: this Python, `-m` from the deployment's folder
                 "--allowed-executables", sys.executable, "--allowed-script-dirs", str(self.root),
-                "--jobs-dir", str(self.root / node / "jobs")]
+                "--jobs-dir", str(self.root / folder / "jobs")]
 
     def spawn(self, host: str, name: str, *args: str) -> None:
         self.procs[name] = self.site.bed.spawn(host, [*CLI, *args], self.env(host), f"{self.prefix}{name}")

@@ -25,20 +25,21 @@ def job(cluster: Cluster, steps: int, nodes: tuple[str, ...] = ("n1", "n2")) -> 
             "transition_s": 10}
 
 
-def first_step_after(cluster: Cluster, ts: float) -> float:
-    """When rank 0 of a later generation first logged a step after `ts`, seconds after it."""
-    found = [float(t) for path in cluster.rank_logs(JOB, 0)
+def first_step_after(cluster: Cluster, ts: float, name: str = JOB, generation: int | None = None) -> float:
+    """When rank 0 of a later generation (of `generation`, if given) first logged a step after `ts`,
+    seconds after it."""
+    found = [float(t) for path in cluster.rank_logs(name, 0)
              for gen, t in re.findall(r"^step \d+ loss \S+ gen (\d+) rank 0 t (\S+)", path.read_text(), re.M)
-             if int(gen) > 0 and float(t) > ts]
+             if (int(gen) > 0 if generation is None else int(gen) == generation) and float(t) > ts]
     return min(found) - ts if found else math.nan
 
 
-def steps_logged(cluster: Cluster) -> dict[tuple[int, int], float]:
-    return logged(cluster.rank_logs(JOB, 0))
+def steps_logged(cluster: Cluster, name: str = JOB) -> dict[tuple[int, int], float]:
+    return logged(cluster.rank_logs(name, 0))
 
 
-def last_step(cluster: Cluster) -> int:
-    return max((step for _, step in steps_logged(cluster)), default=-1)
+def last_step(cluster: Cluster, name: str = JOB) -> int:
+    return max((step for _, step in steps_logged(cluster, name)), default=-1)
 
 
 def opened(cluster: Cluster) -> list[Incident]:
@@ -50,8 +51,8 @@ def isolated(cluster: Cluster) -> set[str]:
             for n in (e.isolated or {})}
 
 
-def check_losses(cluster: Cluster, steps: int) -> None:
-    losses = steps_logged(cluster)
+def check_losses(cluster: Cluster, steps: int, name: str = JOB) -> None:
+    losses = steps_logged(cluster, name)
     assert {step for _, step in losses} == set(range(steps)), "a step was lost"
     check = compare(losses, list(reference("mlp", steps)))
     assert check.matches, check.describe()

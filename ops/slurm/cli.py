@@ -1,0 +1,135 @@
+"""Run a job under Slurm and tell Slurm what trainmedic learns about its nodes (docs/slurm.md).
+
+  sbatch SPEC --nodes N [--spares S] [-- NODE_ARGS]   write the batch script (--submit: and submit it)
+  run SPEC [--spares S] [-- NODE_ARGS]                in the batch script: a `trainmedic node` on each
+                                                      allocated node, the job on all but the last S,
+                                                      followed until it ends
+  node [-- NODE_ARGS]                                 one node's step: `trainmedic node` named as Slurm
+                                                      names the node
+  drains                                              the service that drains in Slurm each node
+                                                      trainmedic isolates, and resumes it on re-admission
+
+The job spec is `trainmedic job submit`'s (its `nodes:` are the allocation's); its id becomes
+ID-slurmJOBID. The batch script's exit status: 0 succeeded; 3 trainmedic gave up on the job (list 3
+in slurm.conf's RequeueExitHold to hold it for a person); 1 it did not run to its end; 2 it could not
+start as asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from trainmedic.common.errors import ConfigError
+from trainmedic.ops.keys import add_operator_arguments, operator_key
+from trainmedic.ops.prologue import operator_settings, run_command
+from trainmedic.ops.slurm.allocation import EXIT_HELP
+from trainmedic.ops.slurm.scheduler import DRAIN, QUERY, RESUME, Scheduler, template
+
+TRAINMEDIC = [sys.executable, "-m", "trainmedic.cli"]
+# What follows `--` is each node's `trainmedic node` options ({node} in them: the node's name), taken
+# whole (trainmedic/cli.py): argparse would split them among the actions' own.
+AFTER_DASHES = "node_args"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    batch = sub.add_parser("sbatch", help="write (--submit: and submit) the batch script of a job")
+    batch.add_argument("spec", type=Path, metavar="SPEC.yaml", help="the job spec (`job submit`'s)")
+    batch.add_argument("--nodes", type=int, required=True, metavar="N", help="the nodes the job starts on")
+    batch.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                       help="an sbatch option for the script, e.g. --sbatch=--partition=gpu (repeatable)")
+    batch.add_argument("--submit", action="store_true", help="submit the script with sbatch")
+    _run_arguments(batch)
+    run = sub.add_parser("run", help="in a batch script: run the job on the allocation until it ends",
+                         epilog=EXIT_HELP)
+    run.add_argument("spec", type=Path, metavar="SPEC.yaml", help="the job spec (`job submit`'s)")
+    _run_arguments(run)
+    run.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    add_operator_arguments(run)
+    node = sub.add_parser("node", help="one node's step: `trainmedic node --node $SLURMD_NODENAME NODE_ARGS`")
+    node.add_argument("--home", metavar="DIR", help="the node's TRAINMEDIC_HOME ({node}: its name)")
+    drains = sub.add_parser("drains", help="drain in Slurm the nodes trainmedic isolates; resume them "
+                            "when it re-admits them")
+    drains.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
+    drains.add_argument("--poll-s", type=float, default=2.0, metavar="S",
+                        help="how often Slurm's nodes are read and set right (default 2)")
+    drains.add_argument("--query-command", default=QUERY, metavar="CMD",
+                        help=f"lists Slurm's nodes as NAME|STATE|REASON lines (default: {QUERY})")
+    drains.add_argument("--drain-command", default=DRAIN, metavar="CMD",
+                        help=f"drains {{node}} with {{reason}} (default: {DRAIN}); run as argv, no shell: "
+                        "it needs Slurm's operator permission (root, SlurmUser or AdminLevel=Operator)")
+    drains.add_argument("--resume-command", default=RESUME, metavar="CMD",
+                        help=f"resumes {{node}} (default: {RESUME})")
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--spares", type=int, default=0, metavar="S",
+                        help="nodes of the allocation held as spares (its last S; default 0)")
+    parser.add_argument("--node-home", metavar="DIR", help="each node's TRAINMEDIC_HOME, where its "
+                        "credentials and keys are ({node}: its name; default: as the batch script's)")
+    parser.add_argument("--ready-timeout-s", type=float, default=300.0, metavar="S",
+                        help="how long every node's trainmedic node gets to join (default 300)")
+    parser.add_argument("--logs", type=Path, default=Path.cwd(), metavar="DIR",
+                        help="where each node's trainmedic-node-JOBID-NODE.log goes (default: here)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_command("slurm", _run, args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.action == "sbatch":
+        return write_script(args)
+    if args.action == "node":
+        return exec_node(args)
+    if args.action == "run":
+        from trainmedic.ops.slurm.runner import run_in_allocation
+
+        key = operator_key(args, "trainmedic slurm run")
+        return run_in_allocation(args, operator_settings(args), key)
+    return serve_drains(args)
+
+
+def write_script(args: argparse.Namespace) -> int:
+    from trainmedic.ops.slurm.batch_script import script
+
+    if args.nodes < 1 or args.spares < 0:
+        raise ConfigError("--nodes must be at least 1 and --spares at least 0")
+    run_args = [*(["--node-home", args.node_home] if args.node_home else []),
+                "--ready-timeout-s", f"{args.ready_timeout_s:g}", "--logs", str(args.logs.resolve())]
+    text = script(args.spec, args.nodes, args.spares, run_args, args.sbatch, args.node_args, TRAINMEDIC)
+    if not args.submit:
+        print(text, end="")
+        return 0
+    done = subprocess.run(["sbatch"], input=text, capture_output=True, text=True)
+    print(done.stdout.strip() or done.stderr.strip())
+    return done.returncode
+
+
+def exec_node(args: argparse.Namespace) -> int:
+    """Become `trainmedic node` for the node Slurm runs this step on."""
+    name = os.environ.get("SLURMD_NODENAME", "")
+    if not name:
+        raise ConfigError("SLURMD_NODENAME is unset: `trainmedic slurm node` runs as a Slurm step (srun)")
+    env = dict(os.environ)
+    if args.home:
+        env["TRAINMEDIC_HOME"] = args.home.replace("{node}", name)
+    node_args = [word.replace("{node}", name) for word in args.node_args]
+    os.execve(sys.executable, [*TRAINMEDIC, "node", "--node", name, *node_args], env)
+    return 1  # not reached
+
+
+def serve_drains(args: argparse.Namespace) -> int:
+    from trainmedic.bus.service_cli import run_until_stopped
+    from trainmedic.ops.slurm.drain_service import serve
+
+    scheduler = Scheduler(query=template(args.query_command, "--query-command", ()),
+                          drain=template(args.drain_command, "--drain-command", ("node", "reason")),
+                          resume=template(args.resume_command, "--resume-command", ("node",)))
+    settings = operator_settings(args)
+    return run_until_stopped("slurm drains", lambda stop: serve(settings, scheduler, args.poll_s, stop))
