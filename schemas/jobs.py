@@ -63,6 +63,9 @@ class JobSpec(Model):
     throughput: dict[int, Flops] = Field(max_length=MAX_ITEMS,
                                          description="nodes -> achieved FLOP/s at that size")
     nodes: tuple[Name, ...] = Field(default=(), max_length=MAX_ITEMS)
+    pool: tuple[Name, ...] | None = Field(
+        default=None, max_length=MAX_ITEMS, description="the only nodes the job may ever run on: its "
+        "nodes and its spares (a Slurm allocation's); none: any of the cluster's")
     ranks_per_node: int = Field(default=1, ge=1, le=MAX_SMALL_ITEMS)
     master_port: int = Field(default=29500, ge=1, le=65535,
                              description="first of the 1,024 rendezvous ports on rank 0's node: each "
@@ -113,6 +116,9 @@ class JobSpec(Model):
         if self.nodes and len(self.nodes) not in self.throughput:
             sizes = ", ".join(str(size) for size in sorted(self.throughput))
             raise ValueError(f"nodes names {len(self.nodes)} nodes, but throughput lists only sizes {sizes}")
+        if self.pool is not None and not set(self.nodes) <= set(self.pool):
+            outside = ", ".join(sorted(set(self.nodes) - set(self.pool)))
+            raise ValueError(f"nodes {outside} not in pool: a job's pool holds its nodes and its spares")
         return self
 
 

@@ -51,6 +51,8 @@ class PlannedJob(StrictModel):
     )
     current: tuple[Id, ...] = ()
     transition_s: Seconds | None = None
+    pool: tuple[Id, ...] | None = Field(default=None, max_length=MAX_ITEMS, description="the only nodes "
+                                        "the job may be placed on; none: any")
 
     @field_validator("throughput")
     @classmethod

@@ -43,6 +43,8 @@ SPEC_FORMAT = """\
 job spec (YAML; see docs/job-example.yaml):
   id: llm-a                      # unique; a second submission of the same id is ignored
   nodes: [n01, n02, n03, n04]    # where it starts; their count must be a throughput size
+  pool: [n01, n02, n03, n04, n05]  # optional: the only nodes it may ever run on, its nodes and its
+                                 # spares (`trainmedic slurm run` sets it to the allocation's)
   throughput: {2: 5.0e14, 4: 1.0e15, 8: 1.9e15}   # nodes -> FLOP/s, the sizes it can run at
   command: [python, train.py]    # argv of one rank: an executable (absolute, relative to workdir, or
                                  # on PATH), and for python the script (relative to workdir)

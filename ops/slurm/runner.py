@@ -108,7 +108,7 @@ def stop_steps(steps: dict[str, subprocess.Popen]) -> None:
 def run_in_allocation(args: argparse.Namespace, settings: KafkaSettings, key) -> int:
     allocation = Allocation.from_env(os.environ)
     nodes, spares = allocation.split(args.spares)
-    spec = with_workdir(load_spec(args.spec, nodes=nodes), args.spec)
+    spec = with_workdir(load_spec(args.spec, nodes=nodes, pool=allocation.nodes), args.spec)
     spec = spec.model_copy(update={"id": allocation.job_name(spec.id)})
     problems = job_problems(spec, lambda _node: True)
     if problems:

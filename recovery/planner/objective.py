@@ -21,10 +21,17 @@ class JobObjective:
     affected: bool
     transition_s: float
     horizon_s: float
+    most: int | None = None  # the most nodes it can be given (its pool's), None: any number
 
     @classmethod
-    def of(cls, job: PlannedJob, request: PlanRequest, healthy: Set[str]) -> JobObjective:
-        """The job's objective; `healthy` holds the ids of the nodes that are up."""
+    def of(cls, job: PlannedJob, request: PlanRequest, healthy: Set[str],
+           held: Mapping[str, str] | None = None) -> JobObjective:
+        """The job's objective; `healthy` holds the ids of the nodes that are up, `held` the job
+        each of them runs (a job with a pool may take only the nodes of its pool no other job runs)."""
+        most = None
+        if job.pool is not None:
+            held = held or {}
+            most = sum(node in healthy and held.get(node, job.id) == job.id for node in set(job.pool))
         return cls(
             weight=job.weight,
             table=job.throughput,
@@ -32,12 +39,14 @@ class JobObjective:
             affected=any(node not in healthy for node in job.current),
             transition_s=request.transition_s if job.transition_s is None else job.transition_s,
             horizon_s=request.horizon_s,
+            most=most,
         )
 
     @cached_property
     def sizes(self) -> list[int]:
-        """The sizes the job may be given, ascending: 0 and every size of its table."""
-        return [0, *sorted(self.table)]
+        """The sizes the job may be given, ascending: 0 and every size of its table (that its pool
+        holds, for a job with one)."""
+        return [0, *sorted(size for size in self.table if self.most is None or size <= self.most)]
 
     @cached_property
     def current_throughput(self) -> float:
@@ -71,4 +80,6 @@ class JobObjective:
 def objectives(request: PlanRequest) -> list[JobObjective]:
     """One objective per job of the request, in the request's order."""
     healthy = {node.id for node in request.nodes if node.healthy}
-    return [JobObjective.of(job, request, healthy) for job in request.jobs]
+    pooled = any(job.pool is not None for job in request.jobs)  # only they need to know who runs where
+    held = {node: job.id for job in request.jobs for node in job.current} if pooled else {}
+    return [JobObjective.of(job, request, healthy, held) for job in request.jobs]

@@ -56,18 +56,25 @@ def place(
         free.setdefault(topology.switch_of(node), []).append(node)
 
     allocations = {}
-    for job in request.jobs:
+    # Jobs with a pool first: they can go nowhere else (a pool the planner's sizes fit, unless pools
+    # overlap; then such a job gets what its pool has left).
+    for job in sorted(request.jobs, key=lambda job: job.pool is None):
         need = sizes[job.id] - len(kept[job.id])
         extra: list[str] = []
         if need > 0:
             home = (home_switch(survived[job.id] or job.current, topology)
                     or min(free, key=lambda switch: (-len(free[switch]), switch)))
+            pool = None if job.pool is None else set(job.pool)
             for switch in sorted(free, key=lambda s: (switch_hops(home, s), s)):
-                take = free[switch][: need - len(extra)]
-                del free[switch][: len(take)]
+                if pool is None:
+                    take = free[switch][: need - len(extra)]
+                    del free[switch][: len(take)]
+                else:
+                    take = [node for node in free[switch] if node in pool][: need - len(extra)]
+                    free[switch] = [node for node in free[switch] if node not in take]
                 extra += take
                 if len(extra) == need:
                     break
             free = {switch: nodes for switch, nodes in free.items() if nodes}
         allocations[job.id] = (*kept[job.id], *extra)
-    return allocations
+    return {job.id: allocations[job.id] for job in request.jobs}

@@ -55,7 +55,7 @@ def job_problems(spec: JobSpec, in_cluster: Callable[[str], bool]) -> list[str]:
         problems.append(f"env sets {', '.join(reserved)}: the executor sets {them} for each rank"
                         " (the worker contract: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, "
                         "LOCAL_RANK, LOCAL_WORLD_SIZE, TRAINMEDIC_*)")
-    unknown = [node for node in spec.nodes if not in_cluster(node)]
+    unknown = [node for node in dict.fromkeys((*spec.nodes, *(spec.pool or ()))) if not in_cluster(node)]
     if unknown:
         problems.append(f"{'node' if len(unknown) == 1 else 'nodes'} {', '.join(unknown[:5])}"
                         f"{' ...' if len(unknown) > 5 else ''} not in the cluster")

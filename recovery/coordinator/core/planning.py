@@ -40,7 +40,7 @@ def plan_request(state: ClusterState, now: float, isolating: frozenset[str] = fr
     jobs = tuple(
         PlannedJob.model_construct(id=job.spec.id, weight=job.spec.weight,
                                    throughput=dict(job.spec.throughput), current=job.nodes,
-                                   transition_s=job.spec.transition_s)
+                                   transition_s=job.spec.transition_s, pool=job.spec.pool)
         for job in state.jobs.values() if not job.over
     )
     return PlanRequest.model_construct(nodes=nodes, jobs=jobs, horizon_s=estimate_mtbf(state, now),

@@ -44,6 +44,7 @@ def test_a_job_inside_every_bound_has_no_problem() -> None:
      "LOCAL_RANK, LOCAL_WORLD_SIZE, TRAINMEDIC_*)"),
     ({"nodes": ("n1", "n9")}, "node n9 not in the cluster"),
     ({"nodes": ("x1", "x2")}, "nodes x1, x2 not in the cluster"),
+    ({"pool": ("n1", "n2", "x3")}, "node x3 not in the cluster"),  # a spare the cluster does not have
     ({"id": "../../etc"}, "job id '../../etc' cannot name a directory of its logs and snapshots on a node "
      "(letters, digits and . _ : - only, at most 128, not . or ..)"),
     ({"id": ".."}, "job id '..' cannot name a directory of its logs and snapshots on a node "
@@ -51,6 +52,11 @@ def test_a_job_inside_every_bound_has_no_problem() -> None:
 ])
 def test_each_bound_names_what_it_refuses(spec: dict, problem: str) -> None:
     assert problems(**spec) == [problem]
+
+
+def test_a_pool_must_hold_the_jobs_nodes() -> None:
+    with pytest.raises(ValueError, match="nodes n2 not in pool"):
+        problems(pool=("n1", "n3"))
 
 
 def test_a_rejected_job_is_dead_lettered_with_the_reason_and_nothing_is_planned() -> None:

@@ -85,3 +85,11 @@ def test_stopped_job_frees_its_nodes_for_others():
 def test_sizes_beyond_the_healthy_nodes_are_refused():
     with pytest.raises(ValueError, match="14 are healthy"):
         placed([{"id": "j", "throughput": {"15": 1.0}}], {"j": 15})
+
+
+def test_jobs_with_a_pool_are_placed_first_so_that_no_job_without_one_takes_their_spares():
+    jobs = [{"id": "free", "throughput": {"2": 1.0}, "current": []},
+            {"id": "pooled", "throughput": {"2": 1.0}, "current": ["a1"], "pool": ["a1", "a2"]}]
+    down = {"b1", "b2", "b3", "b4", "c1", "c2", "c3", "c4", "s1", "s2"}  # a1-a4 left: a2 would go first
+    for order in (jobs, jobs[::-1]):
+        assert placed(order, {"free": 2, "pooled": 2}, down) == {"free": ("a3", "a4"), "pooled": ("a1", "a2")}

@@ -112,3 +112,19 @@ def test_every_plan_keeps_the_placement_rules(req):
     scored = list(zip(objectives(req), sizes, strict=True))
     assert result.waf == sum(job.value(size) for job, size in scored)
     assert result.objective == sum(job.gain(size) for job, size in scored)
+
+
+def test_a_job_with_a_pool_moves_only_to_its_spares_and_shrinks_when_they_are_gone():
+    """A Slurm allocation's job: a lost node is replaced from the job's pool, never from the free nodes
+    nearer to it outside the pool; with none of its pool left it shrinks; another job running on a node
+    of the pool keeps it."""
+    switches = {"leaf-1": ["a1", "a2", "a3", "a4"], "leaf-2": ["b1", "b2"]}
+    job = {"id": "slurm", "throughput": {"1": 1.0e14, "2": 2.0e14}, "current": ["a1", "a2"],
+           "transition_s": 10, "pool": ["a1", "a2", "b2"]}
+    assert plan(request(switches, [job], down={"a2"})).allocations == {"slurm": ("a1", "b2")}
+    unpooled = {**job, "pool": None}
+    assert plan(request(switches, [unpooled], down={"a2"})).allocations == {"slurm": ("a1", "a3")}
+    assert plan(request(switches, [job], down={"a2", "b2"})).allocations == {"slurm": ("a1",)}
+    other = {"id": "other", "throughput": {"1": 5.0e14}, "current": ["b2"], "transition_s": 10}
+    result = plan(request(switches, [other, job], down={"a2"}))
+    assert result.allocations == {"other": ("b2",), "slurm": ("a1",)}
