@@ -8,6 +8,8 @@
                                                       names the node
   drains                                              the service that drains in Slurm each node
                                                       trainmedic isolates, and resumes it on re-admission
+  site-files DIR [-- NODE_ARGS]                       for a site running trainmedic node as a daemon:
+                                                      its systemd unit, the Slurm prolog and epilog
 
 The job spec is `trainmedic job submit`'s (its `nodes:` are the allocation's); its id becomes
 ID-slurmJOBID. The batch script's exit status: 0 succeeded; 3 trainmedic gave up on the job (list 3
@@ -26,6 +28,7 @@ from pathlib import Path
 from trainmedic.common.errors import ConfigError
 from trainmedic.ops.keys import add_operator_arguments, operator_key
 from trainmedic.ops.prologue import operator_settings, run_command
+from trainmedic.ops.slurm import site_files
 from trainmedic.ops.slurm.allocation import EXIT_HELP
 from trainmedic.ops.slurm.scheduler import DRAIN, QUERY, RESUME, Scheduler, template
 
@@ -53,6 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_operator_arguments(run)
     node = sub.add_parser("node", help="one node's step: `trainmedic node --node $SLURMD_NODENAME NODE_ARGS`")
     node.add_argument("--home", metavar="DIR", help="the node's TRAINMEDIC_HOME ({node}: its name)")
+    files = sub.add_parser("site-files", help="write the systemd unit of `trainmedic node` and the Slurm "
+                           "prolog and epilog that tell it which job owns the node")
+    files.add_argument("folder", type=Path, metavar="DIR")
+    files.add_argument("--owner-file", default=site_files.OWNER_FILE, metavar="PATH",
+                       help=f"where the prolog writes the owning job (default {site_files.OWNER_FILE})")
+    files.add_argument("--home", default=site_files.HOME, metavar="DIR",
+                       help=f"the node's TRAINMEDIC_HOME: its credentials, keys and ledger (default "
+                       f"{site_files.HOME})")
     drains = sub.add_parser("drains", help="drain in Slurm the nodes trainmedic isolates; resume them "
                             "when it re-admits them")
     drains.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
@@ -74,6 +85,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
                         "credentials and keys are ({node}: its name; default: as the batch script's)")
     parser.add_argument("--ready-timeout-s", type=float, default=300.0, metavar="S",
                         help="how long every node's trainmedic node gets to join (default 300)")
+    parser.add_argument("--daemon-nodes", action="store_true",
+                        help="the nodes run trainmedic node as a service of their own (`site-files`): start "
+                        "none, wait for theirs; ranks then run outside Slurm's steps")
     parser.add_argument("--logs", type=Path, default=Path.cwd(), metavar="DIR",
                         help="where each node's trainmedic-node-JOBID-NODE.log goes (default: here)")
 
@@ -87,6 +101,8 @@ def _run(args: argparse.Namespace) -> int:
         return write_script(args)
     if args.action == "node":
         return exec_node(args)
+    if args.action == "site-files":
+        return write_site_files(args)
     if args.action == "run":
         from trainmedic.ops.slurm.runner import run_in_allocation
 
@@ -101,6 +117,7 @@ def write_script(args: argparse.Namespace) -> int:
     if args.nodes < 1 or args.spares < 0:
         raise ConfigError("--nodes must be at least 1 and --spares at least 0")
     run_args = [*(["--node-home", args.node_home] if args.node_home else []),
+                *(["--daemon-nodes"] if args.daemon_nodes else []),
                 "--ready-timeout-s", f"{args.ready_timeout_s:g}", "--logs", str(args.logs.resolve())]
     text = script(args.spec, args.nodes, args.spares, run_args, args.sbatch, args.node_args, TRAINMEDIC)
     if not args.submit:
@@ -109,6 +126,28 @@ def write_script(args: argparse.Namespace) -> int:
     done = subprocess.run(["sbatch"], input=text, capture_output=True, text=True)
     print(done.stdout.strip() or done.stderr.strip())
     return done.returncode
+
+
+def write_site_files(args: argparse.Namespace) -> int:
+    args.folder.mkdir(parents=True, exist_ok=True)
+    service = site_files.unit(TRAINMEDIC, args.node_args, args.owner_file, args.home)
+    written = {
+        "trainmedic-node.service": (service, 0o644),
+        "trainmedic-prolog.sh": (site_files.prolog(args.owner_file), 0o755),
+        "trainmedic-epilog.sh": (site_files.epilog(args.owner_file), 0o755),
+    }
+    for name, (text, mode) in written.items():
+        path = args.folder / name
+        path.write_text(text)
+        path.chmod(mode)
+    folder = args.folder.resolve()
+    print(f"wrote {', '.join(written)} in {folder}. Install them on every node:\n"
+          f"  cp {folder}/trainmedic-node.service /etc/systemd/system/ && "
+          "systemctl enable --now trainmedic-node\n"
+          f"  slurm.conf: Prolog={folder}/trainmedic-prolog.sh Epilog={folder}/trainmedic-epilog.sh "
+          "PrologFlags=Alloc\n"
+          "then run jobs with `trainmedic slurm run --daemon-nodes` (docs/slurm.md)")
+    return 0
 
 
 def exec_node(args: argparse.Namespace) -> int:

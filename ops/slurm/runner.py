@@ -21,6 +21,8 @@ from trainmedic.ops.jobs.cli import load_spec, publish_stop, submit
 from trainmedic.ops.jobs.view import JobWatch
 from trainmedic.ops.slurm.allocation import FAILED, Allocation, exit_status
 from trainmedic.recovery.coordinator.core.job_bounds import job_problems
+from trainmedic.recovery.coordinator.core.lifecycle import status
+from trainmedic.recovery.coordinator.core.state import ClusterState
 from trainmedic.schemas.commands import NodeJoined
 from trainmedic.schemas.printable import terminal_safe
 from trainmedic.schemas.recovery import JobEnded, RecoveryPlanned
@@ -75,6 +77,27 @@ def wait_joined(watch: JobWatch, nodes: tuple[str, ...], steps: dict[str, subpro
             say(f"waiting for trainmedic node on {', '.join(sorted(waiting))} to join")
 
 
+def wait_ready(watch: JobWatch, nodes: tuple[str, ...], timeout_s: float) -> None:
+    """Until the service on every node joined and the node is ready (not isolated, cordoned, leaving)."""
+    deadline, said = time.monotonic() + timeout_s, time.monotonic()
+    while waiting := sorted(node for node in nodes if not ready(watch.state, node)):
+        if time.monotonic() > deadline:
+            known = watch.state.nodes
+            states = ", ".join(f"{node} {status(watch.state, node) if node in known else 'unknown'}"
+                               for node in waiting)
+            raise TrainmedicError(f"trainmedic node is not ready within {timeout_s:g} s on: {states} (is "
+                                  "its service running? `trainmedic nodes list`)")
+        if time.monotonic() - said > 10:
+            said = time.monotonic()
+            say(f"waiting for trainmedic node on {', '.join(waiting)}")
+        watch.poll(1.0)
+
+
+def ready(state: ClusterState, node: str) -> bool:
+    found = state.nodes.get(node)
+    return found is not None and found.joined_ts is not None and status(state, node) == "ready"
+
+
 def follow(watch: JobWatch, job: str, steps: dict[str, subprocess.Popen]) -> str | None:
     """Narrate the job's plans and lost steps until it ends; its final state."""
     ended: set[str] = set()
@@ -121,9 +144,12 @@ def run_in_allocation(args: argparse.Namespace, settings: KafkaSettings, key) ->
     try:
         with JobWatch(settings) as watch:
             watch.backlog()
-            steps = node_steps(allocation, args)
-            wait_joined(watch, allocation.nodes, steps, args.ready_timeout_s, args.logs)
-            say(f"trainmedic node joined on all {len(allocation.nodes)} nodes")
+            if args.daemon_nodes:
+                wait_ready(watch, allocation.nodes, args.ready_timeout_s)
+            else:
+                steps = node_steps(allocation, args)
+                wait_joined(watch, allocation.nodes, steps, args.ready_timeout_s, args.logs)
+            say(f"trainmedic node ready on all {len(allocation.nodes)} nodes")
             submit(settings, spec, key)
             submitted = True
             code = exit_status(follow(watch, spec.id, steps))

@@ -11,6 +11,7 @@ import logging
 import os
 import queue
 import signal
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,8 @@ from trainmedic.bus.message import Record
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.recovery.executor import job_dirs, metrics
 from trainmedic.recovery.executor.config import ExecutorConfig
-from trainmedic.recovery.executor.core.admission import admit
+from trainmedic.recovery.executor.core import slurm_owner
+from trainmedic.recovery.executor.core.admission import Refusal, admit
 from trainmedic.recovery.executor.core.decide import Apply, Decision, Reack, Refuse, Skip, Step, decide
 from trainmedic.recovery.executor.core.health import bounded
 from trainmedic.recovery.executor.core.ledger_state import RecordedAck
@@ -194,6 +196,10 @@ class CommandApplier:
         if not isinstance(decision, Apply) or Step.LAUNCH not in decision.steps:
             return decision
         refusal = admit(self.config.admission, command.worker)
+        owner_file = self.config.slurm_owner_file
+        if refusal is None and owner_file is not None:
+            why = slurm_owner.refusal(command.job, read_owner(owner_file), str(owner_file))
+            refusal = None if why is None else Refusal("slurm_owner", why)
         if refusal is None:
             return decision
         metrics.ADMISSION_REFUSALS.labels(refusal.rule).inc()
@@ -340,3 +346,24 @@ def _placement(command: Command) -> str | None:
     if command.placement is None or command.placement.signature is None:
         return None
     return encode(command.placement).decode("utf-8")
+
+
+def read_owner(path: Path) -> str | None:
+    """The Slurm owner file's first bytes (a prolog run as root writes it), None when there is none: a
+    regular file only, never followed through a link or opened when it is a FIFO, and only one that
+    root (or this executor's user) wrote and no one else may: a rank must not name its own job."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return f"unreadable: {err.strerror}"
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            return "not a regular file"
+        if found.st_uid not in (0, os.geteuid()) or found.st_mode & 0o022:
+            return f"not trusted: owned by uid {found.st_uid}, mode {found.st_mode & 0o777:o}"
+        return os.read(fd, slurm_owner.MAX_BYTES).decode(errors="replace")
+    finally:
+        os.close(fd)

@@ -88,6 +88,11 @@ class ExecutorConfig(BaseModel):
                                           "then it is killed and fails")
     admission: AdmissionPolicy = Field(default_factory=AdmissionPolicy, description="which commands "
                                        "ranks may run, and what of this environment they get")
+    slurm_owner_file: Path | None = Field(default=None, description="where a Slurm prolog writes the job "
+                                          "that owns this node (`trainmedic slurm site-files`): ranks start "
+                                          "only for that Slurm job's trainmedic jobs (ids ending "
+                                          "-slurmID), and none while no job owns the node (none: no such "
+                                          "check, for nodes Slurm does not schedule)")
 
     @model_validator(mode="before")
     @classmethod

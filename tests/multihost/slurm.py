@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,10 @@ def unable() -> str | None:
     return None
 
 
-def config(root: Path, control: str, control_address: str, nodes: dict[str, str]) -> str:
-    """slurm.conf for a controller at `control_address` and `nodes` (name -> address)."""
+def config(root: Path, control: str, control_address: str, nodes: dict[str, str],
+           scripts: Path | None = None) -> str:
+    """slurm.conf for a controller at `control_address` and `nodes` (name -> address); `scripts`: the
+    folder of `trainmedic slurm site-files`, whose prolog and epilog every job runs."""
     lines = [
         "ClusterName=tmbed",
         f"SlurmctldHost={control}({control_address})",
@@ -56,6 +59,8 @@ def config(root: Path, control: str, control_address: str, nodes: dict[str, str]
         *(f"NodeName={name} NodeAddr={address} NodeHostname={name} CPUs=2 State=UNKNOWN"
           for name, address in nodes.items()),
         f"PartitionName=batch Nodes={','.join(nodes)} Default=YES MaxTime=INFINITE State=UP",
+        *([f"Prolog={scripts / 'trainmedic-prolog.sh'}", f"Epilog={scripts / 'trainmedic-epilog.sh'}",
+           "PrologFlags=Alloc"] if scripts else []),
     ]
     return "\n".join(lines) + "\n"
 
@@ -67,11 +72,12 @@ class Slurm:
     bed: Bed
     control: str
     nodes: tuple[str, ...]
+    scripts: Path | None = None  # a prolog and an epilog (`trainmedic slurm site-files`)
     root: Path = field(init=False)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.root = self.bed.root / "slurm"
+        self.root = Path(tempfile.mkdtemp(prefix="slurm-", dir=self.bed.root))  # a Slurm of its own per test
 
     @property
     def env(self) -> dict[str, str]:
@@ -87,7 +93,7 @@ class Slurm:
         key.chmod(0o400)
         addresses = {node: self.bed.hosts[node].address for node in self.nodes}
         (self.root / "slurm.conf").write_text(
-            config(self.root, self.control, self.bed.hosts[self.control].address, addresses))
+            config(self.root, self.control, self.bed.hosts[self.control].address, addresses, self.scripts))
         munge = self.root / "munge"
         self.procs["munged"] = subprocess.Popen(
             ["munged", "--foreground", f"--key-file={key}", f"--socket={munge / 'munge.socket'}",

@@ -18,7 +18,7 @@ import yaml
 from tests.multihost.deploy import CLI, OPERATOR, Cluster, Site
 from tests.multihost.slurm import Slurm, unable
 from tests.multihost.training import check_losses, first_step_after, job, last_step
-from trainmedic.schemas import Incident, NodeReadmitted, RecoveryCompleted, RecoveryPlanned
+from trainmedic.schemas import CommandAcked, Incident, NodeReadmitted, RecoveryCompleted, RecoveryPlanned
 
 pytestmark = pytest.mark.multihost
 
@@ -40,10 +40,10 @@ def slurm(site: Site) -> Iterator[Slurm]:
         made.close()
 
 
-def sbatch(deployed: Cluster, slurm: Slurm) -> str:
+def sbatch(deployed: Cluster, slurm: Slurm, steps: int = STEPS, daemon: bool = False) -> str:
     """The job (without nodes: the allocation's) written by `trainmedic slurm sbatch` and submitted; the
-    Slurm job id."""
-    spec = {k: v for k, v in job(deployed, STEPS).items() if k != "nodes"}
+    Slurm job id. `daemon`: the nodes run their own `trainmedic node`."""
+    spec = {k: v for k, v in job(deployed, steps).items() if k != "nodes"}
     path = deployed.root / "slurm-job.yaml"
     path.write_text(yaml.safe_dump(spec))
     for node in deployed.site.nodes:
@@ -52,12 +52,18 @@ def sbatch(deployed: Cluster, slurm: Slurm) -> str:
     script = subprocess.run(
         [*CLI, "slurm", "sbatch", str(path), "--nodes", "2", "--spares", "1", "--logs", str(deployed.root),
          "--node-home", str(deployed.site.bed.root / "hosts" / "{node}"),
-         f"--sbatch=--output={deployed.root / 'batch.log'}", "--",
-         *deployed.node_options("{node}"), "--data-interface", "eth0"],
+         f"--sbatch=--output={deployed.root / 'batch.log'}",
+         *(["--daemon-nodes"] if daemon
+           else ["--", *deployed.node_options("{node}"), "--data-interface", "eth0"])],
         env=env, capture_output=True, text=True, timeout=60, check=True).stdout
     done = subprocess.run(["sbatch", "--parsable"], input=script, env=env, capture_output=True, text=True,
                           timeout=30, check=True)
     return done.stdout.strip().split(";")[0]
+
+
+def batch_log(deployed: Cluster) -> str:
+    path = deployed.root / "batch.log"
+    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def test_a_job_under_slurm_is_healed_in_its_allocation_and_its_lost_node_drained_then_resumed(
@@ -71,16 +77,13 @@ def test_a_job_under_slurm_is_healed_in_its_allocation_and_its_lost_node_drained
         slurm_job = sbatch(deployed, slurm)
         name = f"mh-slurm{slurm_job}"
 
-        def batch() -> str:
-            path = deployed.root / "batch.log"
-            return path.read_text(errors="replace") if path.exists() else ""
-
         def stepped(n: int) -> bool:
-            assert slurm.running(slurm_job), f"the batch script ended early:\n{batch()[-3000:]}"
+            assert slurm.running(slurm_job), f"the batch script ended early:\n{batch_log(deployed)[-3000:]}"
             return last_step(deployed, name) >= n
 
         deployed.wait(lambda: stepped(10), 240, "the Slurm job's step 10")
-        assert "job mh-slurm" in batch() and "spares n3" in batch(), batch()
+        said = batch_log(deployed)
+        assert "job mh-slurm" in said and "spares n3" in said, said
 
         # (a) a rank killed: healed in place, on the same nodes
         pid = deployed.rank_pid("n2", name)
@@ -115,8 +118,8 @@ def test_a_job_under_slurm_is_healed_in_its_allocation_and_its_lost_node_drained
         assert lost_incident and lost_incident[0].id in reason
 
         # the job ends on n1 and n3: the batch script exits 0, every step's loss equals a run without faults
-        deployed.wait(lambda: "exit status" in batch(), 240, "the batch script's end")
-        assert "exit status 0" in batch(), batch()[-3000:]
+        deployed.wait(lambda: "exit status" in batch_log(deployed), 240, "the batch script's end")
+        assert "exit status 0" in batch_log(deployed), batch_log(deployed)[-3000:]
         check_losses(deployed, STEPS, name)
         shown = slurm.wait(lambda: not slurm.running(slurm_job)
                            and slurm.cmd("scontrol", "show", "job", slurm_job), 60, "the Slurm job's end")
@@ -141,3 +144,43 @@ def test_a_job_under_slurm_is_healed_in_its_allocation_and_its_lost_node_drained
           f"{rank_s:.1f} s; node lost -> replanned onto {' '.join(moved[0].nodes)}, first step "
           f"{node_s:.1f} s, drained in Slurm {drained_s:.1f} s after ('{reason}'), 0 steps lost, "
           "losses equal")
+
+
+def test_daemon_nodes_start_ranks_only_for_the_slurm_job_the_prolog_gave_them(site: Site, cluster) -> None:
+    """A site running `trainmedic node` as a service of its own: the prolog and epilog of `trainmedic slurm
+    site-files` tell it which Slurm job owns the node; the job runs there, and once the epilog took the
+    node back, a job submitted outside Slurm starts no rank on it."""
+    deployed = cluster(node_services=False)
+    owner = str(deployed.root / "{node}" / "slurm-job")
+    scripts = deployed.root / "site-files"
+    subprocess.run([*CLI, "slurm", "site-files", str(scripts), "--owner-file", owner], check=True,
+                   capture_output=True, timeout=60)
+    slurm = Slurm(site.bed, "control", site.nodes, scripts=scripts)
+    try:
+        slurm.start()
+        for node in site.nodes:
+            deployed.spawn(node, node, *deployed.node_args(node), "--slurm-owner-file",
+                           owner.format(node=node))
+        deployed.wait(lambda: all("joined (announced on" in deployed.log(n) for n in site.nodes), 120,
+                      "the nodes' services")
+        steps = 40
+        slurm_job = sbatch(deployed, slurm, steps, daemon=True)
+        name = f"mh-slurm{slurm_job}"
+        deployed.wait(lambda: (deployed.root / "n1" / "slurm-job").exists(), 60, "the prolog on n1")
+        assert (deployed.root / "n1" / "slurm-job").read_text() == f"{slurm_job} root\n"
+        deployed.wait(lambda: not slurm.running(slurm_job), 240, "the Slurm job's end")
+        assert "exit status 0" in batch_log(deployed), batch_log(deployed)[-3000:]
+        check_losses(deployed, steps, name)
+        deployed.wait(lambda: not any((deployed.root / n / "slurm-job").exists() for n in site.nodes), 60,
+                      "the epilog on every node")
+
+        outside = {**job(deployed, 10), "id": "outside"}
+        deployed.submit(outside)
+        refused = deployed.wait(lambda: [e for e in deployed.events("acks") if isinstance(e, CommandAcked)
+                                         and e.job == "outside" and e.status == "refused"], 60,
+                                "the nodes' refusal")
+        why = refused[0].reason or ""
+        assert "slurm_owner" in why and "no Slurm job owns this node" in why, why
+        assert not deployed.rank_logs("outside", 0)
+    finally:
+        slurm.close()
