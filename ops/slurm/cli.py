@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     drains = sub.add_parser("drains", help="drain in Slurm the nodes trainmedic isolates; resume them "
                             "when it re-admits them")
     drains.add_argument("--bootstrap", help="Kafka bootstrap servers (env TRAINMEDIC_KAFKA_BOOTSTRAP)")
-    drains.add_argument("--poll-s", type=float, default=2.0, metavar="S",
+    drains.add_argument("--poll-s", type=positive, default=2.0, metavar="S",
                         help="how often Slurm's nodes are read and set right (default 2)")
     drains.add_argument("--query-command", default=QUERY, metavar="CMD",
                         help=f"lists Slurm's nodes as NAME|STATE|REASON lines (default: {QUERY})")
@@ -76,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "it needs Slurm's operator permission (root, SlurmUser or AdminLevel=Operator)")
     drains.add_argument("--resume-command", default=RESUME, metavar="CMD",
                         help=f"resumes {{node}} (default: {RESUME})")
+
+
+def positive(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 86_400:
+        raise argparse.ArgumentTypeError(f"{text}: between 0 and 86400 seconds")
+    return value
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:

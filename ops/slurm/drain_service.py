@@ -19,7 +19,7 @@ MAX_REMEMBERED = 10_000  # failures said once each; the oldest forgotten past th
 def serve(settings: KafkaSettings, scheduler: Scheduler, poll_s: float, stop: threading.Event) -> None:
     said: dict[tuple[Change | None, str], None] = {}
 
-    def once(change: Change | None, err: SlurmError) -> None:
+    def once(change: Change | None, err: Exception) -> None:
         if (change, str(err)) not in said:
             log.warning("%s", err)
             said[(change, str(err))] = None
@@ -31,16 +31,19 @@ def serve(settings: KafkaSettings, scheduler: Scheduler, poll_s: float, stop: th
         log.info("following %s; Slurm's nodes every %g s", settings.topics.recovery, poll_s)
         while not stop.is_set():
             try:
-                slurm = scheduler.nodes()
-            except SlurmError as err:
+                reconcile(watch, scheduler, once)
+            except (SlurmError, ValueError) as err:  # whatever Slurm printed: said, tried again next round
                 once(None, err)
-                slurm = {}
-            for change in changes(watch.state, slurm):
-                try:
-                    scheduler.apply(change)
-                except SlurmError as err:
-                    once(change, err)
-                    continue
-                log.info("%s %s%s", "drained" if change.verb == "drain" else "resumed", change.node,
-                         f": {change.reason}" if change.reason else " (re-admitted by trainmedic)")
             watch.poll(poll_s)
+
+
+def reconcile(watch: JobWatch, scheduler: Scheduler, once) -> None:
+    """One round: Slurm's nodes read, each change the coordinator's state asks for applied."""
+    for change in changes(watch.state, scheduler.nodes()):
+        try:
+            scheduler.apply(change)
+        except SlurmError as err:
+            once(change, err)
+            continue
+        log.info("%s %s%s", "drained" if change.verb == "drain" else "resumed", change.node,
+                 f": {change.reason}" if change.reason else " (re-admitted by trainmedic)")

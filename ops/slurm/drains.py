@@ -18,7 +18,8 @@ from trainmedic.recovery.coordinator.core.state import ClusterState
 PREFIX = "trainmedic:"
 MAX_REASON = 200  # Slurm keeps a node's reason as given: bounded, one printable line
 MAX_EVIDENCE = 80
-SAFE = frozenset(string.ascii_letters + string.digits + " ._:,=/+-#@%()")
+SAFE = frozenset(string.ascii_letters + string.digits + " ._:,=/+-@%")
+NOT_RESPONDING = "Not responding"  # the reason slurmctld itself gives a node it lost: trainmedic's to replace
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,14 @@ def isolated(state: ClusterState) -> dict[str, str]:
 
 
 def changes(state: ClusterState, slurm: dict[str, SlurmNode]) -> list[Change]:
-    """Drain each isolated node Slurm has and nobody drained; resume each node trainmedic drained that
-    the coordinator no longer holds isolated (re-admitted, uncordoned) and did not remove. Nodes Slurm
-    does not know, and nodes this deployment does not know, are left alone."""
+    """Drain each isolated node Slurm has that holds no one else's reason (none, or Slurm's own for a
+    node it lost: a person's DOWN, FAIL or maintenance keeps its reason, and so is never lifted later);
+    resume each node trainmedic drained that the coordinator no longer holds isolated (re-admitted,
+    uncordoned) and did not remove. Nodes Slurm does not know, and nodes this deployment does not
+    know, are left alone."""
     wanted = isolated(state)
     out = [Change("drain", node, reason) for node, reason in sorted(wanted.items())
-           if node in slurm and not slurm[node].drained]
+           if node in slurm and not slurm[node].drained and slurm[node].reason in ("", NOT_RESPONDING)]
     out += [Change("resume", name) for name, node in sorted(slurm.items())
             if node.ours and name in state.nodes and name not in wanted
             and status(state, name) != "removed"]

@@ -50,7 +50,8 @@ class Scheduler:
 
     def _run(self, argv: tuple[str, ...]) -> str:
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout_s)
+            done = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                                  timeout=self.timeout_s)
         except (OSError, subprocess.TimeoutExpired) as err:
             raise SlurmError(f"{shlex.join(argv)}: {err}") from None
         if done.returncode != 0:

@@ -24,14 +24,10 @@ class JobObjective:
     most: int | None = None  # the most nodes it can be given (its pool's), None: any number
 
     @classmethod
-    def of(cls, job: PlannedJob, request: PlanRequest, healthy: Set[str],
-           held: Mapping[str, str] | None = None) -> JobObjective:
-        """The job's objective; `healthy` holds the ids of the nodes that are up, `held` the job
-        each of them runs (a job with a pool may take only the nodes of its pool no other job runs)."""
-        most = None
-        if job.pool is not None:
-            held = held or {}
-            most = sum(node in healthy and held.get(node, job.id) == job.id for node in set(job.pool))
+    def of(cls, job: PlannedJob, request: PlanRequest, healthy: Set[str], most: int | None = None
+           ) -> JobObjective:
+        """The job's objective; `healthy` holds the ids of the nodes that are up, `most` the most nodes
+        it can be given (`room`)."""
         return cls(
             weight=job.weight,
             table=job.throughput,
@@ -80,6 +76,20 @@ class JobObjective:
 def objectives(request: PlanRequest) -> list[JobObjective]:
     """One objective per job of the request, in the request's order."""
     healthy = {node.id for node in request.nodes if node.healthy}
-    pooled = any(job.pool is not None for job in request.jobs)  # only they need to know who runs where
-    held = {node: job.id for job in request.jobs for node in job.current} if pooled else {}
-    return [JobObjective.of(job, request, healthy, held) for job in request.jobs]
+    reserved = {node for job in request.jobs if job.pool is not None for node in job.pool}
+    if not reserved:
+        return [JobObjective.of(job, request, healthy) for job in request.jobs]
+    held = {node: job.id for job in request.jobs for node in job.current}
+    outside = len(healthy - reserved)
+    return [JobObjective.of(job, request, healthy, room(job, healthy, held, reserved, outside))
+            for job in request.jobs]
+
+
+def room(job: PlannedJob, healthy: Set[str], held: Mapping[str, str], reserved: Set[str], outside: int
+         ) -> int:
+    """The most nodes a job can be given where some jobs have a pool: a job with a pool, the healthy
+    nodes of its pool no other job runs; a job without one, the healthy nodes of no pool (`outside`)
+    and those of a pool it runs on."""
+    if job.pool is not None:
+        return sum(node in healthy and held.get(node, job.id) == job.id for node in set(job.pool))
+    return outside + sum(node in healthy and node in reserved for node in job.current)

@@ -5,7 +5,7 @@ by hops to its home switch (docs/planner.md).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from trainmedic.recovery.planner.topology import Switch, Topology, switch_hops
 from trainmedic.schemas.plan import PlanRequest
@@ -56,25 +56,43 @@ def place(
         free.setdefault(topology.switch_of(node), []).append(node)
 
     allocations = {}
-    # Jobs with a pool first: they can go nowhere else (a pool the planner's sizes fit, unless pools
-    # overlap; then such a job gets what its pool has left).
+    reserved = pooled_nodes(request)
+    # Jobs with a pool first: they can go nowhere else. A job without one takes no node of a pool.
+    # Where pools overlap, or the sizes ask more of the free nodes than the pools leave, a job may
+    # get fewer nodes than its size (`plan` then gives it the largest size those nodes allow).
     for job in sorted(request.jobs, key=lambda job: job.pool is None):
         need = sizes[job.id] - len(kept[job.id])
         extra: list[str] = []
         if need > 0:
             home = (home_switch(survived[job.id] or job.current, topology)
                     or min(free, key=lambda switch: (-len(free[switch]), switch)))
-            pool = None if job.pool is None else set(job.pool)
+            usable = may_use(job.pool, reserved)
             for switch in sorted(free, key=lambda s: (switch_hops(home, s), s)):
-                if pool is None:
+                if usable is None:
                     take = free[switch][: need - len(extra)]
                     del free[switch][: len(take)]
                 else:
-                    take = [node for node in free[switch] if node in pool][: need - len(extra)]
-                    free[switch] = [node for node in free[switch] if node not in take]
+                    take = [node for node in free[switch] if usable(node)][: need - len(extra)]
+                    if take:
+                        gone = set(take)
+                        free[switch] = [node for node in free[switch] if node not in gone]
                 extra += take
                 if len(extra) == need:
                     break
             free = {switch: nodes for switch, nodes in free.items() if nodes}
         allocations[job.id] = (*kept[job.id], *extra)
     return {job.id: allocations[job.id] for job in request.jobs}
+
+
+def pooled_nodes(request: PlanRequest) -> frozenset[str]:
+    """Every node in some job's pool: a job without a pool takes none of them."""
+    return frozenset(node for job in request.jobs if job.pool is not None for node in job.pool)
+
+
+def may_use(pool: tuple[str, ...] | None, reserved: frozenset[str]) -> Callable[[str], bool] | None:
+    """Which free nodes a job may take: its pool's, else those of no pool (None: any)."""
+    if pool is not None:
+        return frozenset(pool).__contains__
+    if reserved:
+        return lambda node: node not in reserved
+    return None

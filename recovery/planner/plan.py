@@ -18,6 +18,11 @@ def plan(request: PlanRequest) -> RecoveryPlan:
     sizes = {job.id: size for job, size in zip(request.jobs, chosen, strict=True)}
     topology = Topology(request.nodes)
     allocations = place(request, sizes, topology)
+    for i, (job, objective) in enumerate(zip(request.jobs, jobs, strict=True)):
+        got = allocations[job.id]
+        if len(got) < sizes[job.id]:  # pools left it short: the largest size its nodes allow
+            fit = max(size for size in objective.sizes if size <= len(got))
+            allocations[job.id], sizes[job.id], chosen[i] = got[:fit], fit, fit
     return RecoveryPlan(
         allocations=allocations,
         sizes=sizes,

@@ -128,3 +128,26 @@ def test_a_job_with_a_pool_moves_only_to_its_spares_and_shrinks_when_they_are_go
     other = {"id": "other", "throughput": {"1": 5.0e14}, "current": ["b2"], "transition_s": 10}
     result = plan(request(switches, [other, job], down={"a2"}))
     assert result.allocations == {"other": ("b2",), "slurm": ("a1",)}
+
+
+def test_a_job_without_a_pool_never_takes_a_pools_spare():
+    switches = {"leaf-1": ["n1", "n2", "n3", "n4"]}
+    pooled = {"id": "slurm", "throughput": {"2": 2.0e14}, "current": ["n1", "n2"], "transition_s": 10,
+              "pool": ["n1", "n2", "n3"]}
+    other = {"id": "other", "throughput": {"1": 1.0e14, "2": 5.0e14}, "current": ["n4"], "transition_s": 10}
+    result = plan(request(switches, [other, pooled]))
+    assert result.allocations == {"other": ("n4",), "slurm": ("n1", "n2")}
+    assert plan(request(switches, [other, pooled], down={"n2"})).allocations == {
+        "other": ("n4",), "slurm": ("n1", "n3")}
+
+
+def test_overlapping_pools_never_give_a_job_a_size_its_table_lacks():
+    switches = {"leaf-1": [f"n{i}" for i in range(1, 7)]}
+    jobs = [{"id": "a", "throughput": {"2": 1.0e14}, "current": [], "pool": ["n1", "n3", "n4", "n5", "n6"]},
+            {"id": "c", "throughput": {"4": 9.0e14}, "current": [], "pool": ["n3", "n4", "n5", "n6"]}]
+    result = plan(request(switches, jobs))  # sizes 2 + 4 fit the 6 nodes, but not the pools: a takes n3
+    for job in jobs:
+        nodes = result.allocations[job["id"]]
+        assert len(nodes) == result.sizes[job["id"]] and str(len(nodes)) in {"0", *job["throughput"]}
+        assert set(nodes) <= set(job["pool"])
+    assert result.allocations == {"a": ("n1", "n3"), "c": ()} and result.waf == 1.0e14  # greedy, not best
