@@ -16,6 +16,8 @@ def script(spec: Path, nodes: int, spares: int, run_args: Sequence[str], sbatch_
         "# Written by `trainmedic slurm sbatch` (docs/slurm.md). Submit it with sbatch.",
         f"#SBATCH --nodes={nodes + spares}",
         "#SBATCH --ntasks-per-node=1",
+        "# Whole nodes: each node's trainmedic node is the only one there, and its steps get every GPU.",
+        "#SBATCH --exclusive",
         "# A lost node ends its own step, not the allocation: trainmedic moves the job to a spare.",
         "#SBATCH --no-kill",
         *(f"#SBATCH {arg}" for arg in sbatch_args),

@@ -136,6 +136,9 @@ def write_script(args: argparse.Namespace) -> int:
 
 
 def write_site_files(args: argparse.Namespace) -> int:
+    if not args.owner_file.startswith("/"):
+        raise ConfigError(f"--owner-file {args.owner_file!r}: give an absolute path (slurmd runs the prolog "
+                          "in a directory of its own)")
     args.folder.mkdir(parents=True, exist_ok=True)
     service = site_files.unit(TRAINMEDIC, args.node_args, args.owner_file, args.home)
     written = {

@@ -44,8 +44,8 @@ def shell_path(path: str) -> str:
 
 
 def prolog(owner_file: str = OWNER_FILE) -> str:
-    folder, _, name = owner_file.rpartition("/")
-    owner, tmp = shell_path(owner_file), shell_path(f"{folder}/.{name}.tmp")
+    folder = shell_path(owner_file.rpartition("/")[0] or "/")
+    owner = shell_path(owner_file)
     return f"""\
 #!/bin/sh
 # Slurm Prolog (slurm.conf: Prolog=THIS, PrologFlags=Alloc), written by `trainmedic slurm site-files`:
@@ -54,9 +54,17 @@ def prolog(owner_file: str = OWNER_FILE) -> str:
 set -eu
 case "$SLURM_JOB_ID" in ''|*[!0-9]*) echo "trainmedic prolog: no SLURM_JOB_ID" >&2; exit 1;; esac
 umask 022
-mkdir -p {shell_path(folder or "/")}
-printf '%s %s\\n' "$SLURM_JOB_ID" "${{SLURM_JOB_USER:-}}" > {tmp}
-mv -f {tmp} {owner}
+dir={folder}
+mkdir -p "$dir"
+# a folder only root may write (no link): what trainmedic node trusts, and no one can swap files in
+case "$(stat -c %u:%A "$dir")" in
+  0:d????-??-?) ;;
+  *) echo "trainmedic prolog: $dir is not a folder only root may write" >&2; exit 1;;
+esac
+tmp=$(mktemp "$dir/.owner.XXXXXX")
+printf '%s %s\\n' "$SLURM_JOB_ID" "${{SLURM_JOB_USER:-}}" > "$tmp"
+chmod 644 "$tmp"
+mv -f "$tmp" {owner}
 """
 
 

@@ -198,6 +198,7 @@ class CommandApplier:
         refusal = admit(self.config.admission, command.worker)
         owner_file = self.config.slurm_owner_file
         if refusal is None and owner_file is not None:
+            owner_file = Path(str(owner_file).replace("{node}", self.config.node))
             why = slurm_owner.refusal(command.job, read_owner(owner_file), str(owner_file))
             refusal = None if why is None else Refusal("slurm_owner", why)
         if refusal is None:
@@ -350,9 +351,12 @@ def _placement(command: Command) -> str | None:
 
 def read_owner(path: Path) -> str | None:
     """The Slurm owner file's first bytes (a prolog run as root writes it), None when there is none: a
-    regular file only, never followed through a link or opened when it is a FIFO, and only one that
-    root (or this executor's user) wrote and no one else may: a rank must not name its own job."""
+    regular file only, never followed through a link or opened when it is a FIFO, in a folder that is no
+    link, and only where root wrote both and no one else may: a rank must not name its own job."""
     try:
+        folder = os.lstat(path.parent)
+        if not stat.S_ISDIR(folder.st_mode) or folder.st_uid != 0 or folder.st_mode & 0o022:
+            return f"not trusted: its folder {path.parent} is not a folder only root may write"
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
@@ -362,7 +366,7 @@ def read_owner(path: Path) -> str | None:
         found = os.fstat(fd)
         if not stat.S_ISREG(found.st_mode):
             return "not a regular file"
-        if found.st_uid not in (0, os.geteuid()) or found.st_mode & 0o022:
+        if found.st_uid != 0 or found.st_mode & 0o022:
             return f"not trusted: owned by uid {found.st_uid}, mode {found.st_mode & 0o777:o}"
         return os.read(fd, slurm_owner.MAX_BYTES).decode(errors="replace")
     finally:

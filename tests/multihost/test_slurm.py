@@ -26,12 +26,16 @@ STEPS = 160
 
 
 @pytest.fixture
-def slurm(site: Site) -> Iterator[Slurm]:
+def slurm_allowed() -> None:
     reason = unable()
     if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must run the Slurm tests: {reason}")
         pytest.skip(reason)
+
+
+@pytest.fixture
+def slurm(slurm_allowed: None, site: Site) -> Iterator[Slurm]:
     made = Slurm(site.bed, "control", site.nodes)
     try:
         made.start()
@@ -146,7 +150,8 @@ def test_a_job_under_slurm_is_healed_in_its_allocation_and_its_lost_node_drained
           "losses equal")
 
 
-def test_daemon_nodes_start_ranks_only_for_the_slurm_job_the_prolog_gave_them(site: Site, cluster) -> None:
+def test_daemon_nodes_start_ranks_only_for_the_slurm_job_the_prolog_gave_them(slurm_allowed: None, site: Site,
+                                                                              cluster) -> None:
     """A site running `trainmedic node` as a service of its own: the prolog and epilog of `trainmedic slurm
     site-files` tell it which Slurm job owns the node; the job runs there, and once the epilog took the
     node back, a job submitted outside Slurm starts no rank on it."""

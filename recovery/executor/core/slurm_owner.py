@@ -11,8 +11,8 @@ MAX_BYTES = 256  # what is read of the owner file: a job id and a user name
 
 def owner(text: str) -> str | None:
     """The Slurm job id the owner file names, or None."""
-    words = text.split()
-    return words[0] if words and words[0].isdigit() and len(words[0]) <= 20 else None
+    found = re.match(r"([0-9]{1,20})(?:[ \n]|$)", text)
+    return found.group(1) if found else None
 
 
 def refusal(job: str, text: str | None, path: str) -> str | None:

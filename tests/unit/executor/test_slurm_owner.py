@@ -24,6 +24,8 @@ def test_the_owning_slurm_jobs_trainmedic_jobs_may_start(job: str) -> None:
     ("llm", "42 alice\n", "is not one of its"),
     ("slurm42", "42 alice\n", "is not one of its"),
     ("llm-slurm42", "\n", "names no Slurm job id"),
+    ("llm-slurm42", "４２ alice", "names no Slurm job id"),  # digits, but not ASCII ones
+    ("llm-slurm42", "42x alice", "names no Slurm job id"),
     ("llm-slurm42", "not trusted: owned by uid 1000, mode 644", "names no Slurm job id: 'not trusted"),
 ])
 def test_any_other_job_or_no_owner_is_refused_saying_why(job: str, text: str | None, says: str) -> None:
@@ -47,3 +49,5 @@ def test_the_owner_file_is_read_only_where_no_rank_could_have_written_it(tmp_pat
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     assert read_owner(fifo) == "not a regular file"
+    tmp_path.chmod(0o777)  # a folder others may write: a rank could put its own file there
+    assert read_owner(owner).startswith("not trusted: its folder")

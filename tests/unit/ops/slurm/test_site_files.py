@@ -32,6 +32,9 @@ def test_the_prolog_names_the_owner_and_only_its_own_epilog_takes_the_node_back(
     assert not path.exists()
     refused = run(prolog, {**node, "SLURM_JOB_ID": "4;2"})
     assert refused.returncode == 1 and "no SLURM_JOB_ID" in refused.stderr and not path.exists()
+    path.parent.chmod(0o777)  # a folder anyone may write: a user could swap the owner file in
+    refused = run(prolog, {**node, "SLURM_JOB_ID": "43"})
+    assert refused.returncode == 1 and "only root may write" in refused.stderr and not path.exists()
 
 
 def test_the_unit_leaves_the_ranks_to_trainmedic_node_and_systemd_accepts_it(tmp_path: Path) -> None:
