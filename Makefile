@@ -52,8 +52,9 @@ prometheus:
 	  && $(PROM_HOME)/usr/bin/prometheus --version | head -1; }
 
 # The multi-host bed's tools (tests/multihost): nftables, for partitions, and Slurm with munge, for the
-# Slurm tests (their daemons run from the bed's own files, never as the system's services); Debian's
-# packages, installed once where the user is root (elsewhere those tests skip, saying why).
+# Slurm tests (which run their own daemons from the bed's files; on a host with systemd the packages'
+# own services may start too); Debian's packages, installed once where the user is root (elsewhere
+# those tests skip, saying why).
 BED_TOOLS := nft:nftables slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge
 multihost:
 	@[ "$$(id -u)" != 0 ] || { missing=$$(for t in $(BED_TOOLS); do command -v $${t%%:*} >/dev/null || \

@@ -165,6 +165,8 @@ def exec_node(args: argparse.Namespace) -> int:
     name = os.environ.get("SLURMD_NODENAME", "")
     if not name:
         raise ConfigError("SLURMD_NODENAME is unset: `trainmedic slurm node` runs as a Slurm step (srun)")
+    if any(word == "--node" or word.startswith("--node=") for word in args.node_args):
+        raise ConfigError("the node's name is Slurm's (SLURMD_NODENAME): drop --node from the node options")
     env = dict(os.environ)
     if args.home:
         env["TRAINMEDIC_HOME"] = args.home.replace("{node}", name)

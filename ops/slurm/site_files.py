@@ -14,6 +14,7 @@ STOP_S = 90  # systemd's stop timeout: `trainmedic node`'s leave (60 s by defaul
 def unit(trainmedic: Sequence[str], node_args: Sequence[str], owner_file: str = OWNER_FILE,
          home: str = HOME) -> str:
     start = shlex.join([*trainmedic, "node", "--slurm-owner-file", owner_file, *node_args])
+    start = start.replace("%", "%%").replace("$", "$$")  # systemd's specifiers and variables: literal
     return f"""\
 # trainmedic-node.service, written by `trainmedic slurm site-files` (docs/slurm.md).
 [Unit]

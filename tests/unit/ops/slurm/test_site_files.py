@@ -38,9 +38,10 @@ def test_the_prolog_names_the_owner_and_only_its_own_epilog_takes_the_node_back(
 
 
 def test_the_unit_leaves_the_ranks_to_trainmedic_node_and_systemd_accepts_it(tmp_path: Path) -> None:
-    text = site_files.unit([sys.executable, "-m", "trainmedic.cli"], ["--source", "synthetic"])
+    argv = ["--source", "synthetic", "--x", "5%$HOME"]  # systemd would read % and $ as its own
+    text = site_files.unit([sys.executable, "-m", "trainmedic.cli"], argv)
     assert "KillMode=process" in text and "Restart=on-failure" in text
-    assert "--slurm-owner-file /run/trainmedic/slurm-job --source synthetic" in text
+    assert "--slurm-owner-file /run/trainmedic/slurm-job --source synthetic --x '5%%$$HOME'" in text
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed here: the unit's syntax is not checked")
     unit = tmp_path / "trainmedic-node.service"
