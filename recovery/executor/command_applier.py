@@ -11,7 +11,6 @@ import logging
 import os
 import queue
 import signal
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from trainmedic.bus.message import Record
 from trainmedic.bus.settings import KafkaSettings
-from trainmedic.recovery.executor import job_dirs, metrics
+from trainmedic.recovery.executor import job_dirs, metrics, owner_file
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core import slurm_owner
 from trainmedic.recovery.executor.core.admission import Refusal, admit
@@ -196,10 +195,8 @@ class CommandApplier:
         if not isinstance(decision, Apply) or Step.LAUNCH not in decision.steps:
             return decision
         refusal = admit(self.config.admission, command.worker)
-        owner_file = self.config.slurm_owner_file
-        if refusal is None and owner_file is not None:
-            owner_file = Path(str(owner_file).replace("{node}", self.config.node))
-            why = slurm_owner.refusal(command.job, read_owner(owner_file), str(owner_file))
+        if refusal is None and self.config.slurm_owner_file is not None:
+            why = slurm_owner.refusal(command.job, *owner_file.read(self.config))
             refusal = None if why is None else Refusal("slurm_owner", why)
         if refusal is None:
             return decision
@@ -348,26 +345,3 @@ def _placement(command: Command) -> str | None:
         return None
     return encode(command.placement).decode("utf-8")
 
-
-def read_owner(path: Path) -> str | None:
-    """The Slurm owner file's first bytes (a prolog run as root writes it), None when there is none: a
-    regular file only, never followed through a link or opened when it is a FIFO, in a folder that is no
-    link, and only where root wrote both and no one else may: a rank must not name its own job."""
-    try:
-        folder = os.lstat(path.parent)
-        if not stat.S_ISDIR(folder.st_mode) or folder.st_uid != 0 or folder.st_mode & 0o022:
-            return f"not trusted: its folder {path.parent} is not a folder only root may write"
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        return f"unreadable: {err.strerror}"
-    try:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode):
-            return "not a regular file"
-        if found.st_uid != 0 or found.st_mode & 0o022:
-            return f"not trusted: owned by uid {found.st_uid}, mode {found.st_mode & 0o777:o}"
-        return os.read(fd, slurm_owner.MAX_BYTES).decode(errors="replace")
-    finally:
-        os.close(fd)

@@ -17,9 +17,10 @@ from trainmedic.bus.metrics import DEAD_LETTERS
 from trainmedic.bus.reader import At, Start, TopicReader, partition_count, partition_of
 from trainmedic.bus.settings import KafkaSettings
 from trainmedic.common.errors import KafkaError
-from trainmedic.recovery.executor import leftovers, metrics
+from trainmedic.recovery.executor import leftovers, metrics, owner_file
 from trainmedic.recovery.executor.command_applier import CommandApplier
 from trainmedic.recovery.executor.config import ExecutorConfig
+from trainmedic.recovery.executor.core import slurm_owner
 from trainmedic.recovery.executor.core.rank_env import base_env
 from trainmedic.recovery.executor.forkserver import PRELOAD_ENV, set_dumpable
 from trainmedic.recovery.executor.job_cgroup import JobCgroups
@@ -28,12 +29,13 @@ from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.node_producer import NodeProducer
 from trainmedic.recovery.executor.rank_reporter import RankReporter
 from trainmedic.recovery.executor.rank_users import JobUids, OneUser
-from trainmedic.recovery.executor.supervisor import Supervisor
+from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
 from trainmedic.schemas import DeadLettered, NodeJoined, NodeLeaving
 
 log = logging.getLogger(__name__)
 
 HEARD_WARN_S = 30.0  # a node whose agent had no heartbeat delivered for this long says why it has not joined
+OWNER_CHECK_S = 2.0  # how often a node Slurm schedules reads which job owns it (--slurm-owner-file)
 
 
 class Executor:
@@ -65,6 +67,7 @@ class Executor:
         self._leaving = threading.Event()  # set by `leave`: announced on the loop's next turn
         self._leave_reason = ""
         self._announced = False
+        self._owner_checked = 0.0  # when the Slurm owner file was last read
         DEAD_LETTERS.labels("executor")  # at 0 from the start: a first invalid command is an increase
 
     def run(self, stop: threading.Event) -> None:
@@ -183,12 +186,29 @@ class Executor:
         for item in reader.poll(self.config.poll_s, max_messages=100):
             self._handle(item)
         self._reap()
+        self._evict_unowned()
         self.applier.finish_checks()
         self.producer.flush()
 
     def _reap(self) -> None:
         """Report and fold the ranks that ended on their own since the last look."""
-        exits = self.supervisor.reap()
+        self._fold_exits(self.supervisor.reap())
+
+    def _evict_unowned(self) -> None:
+        """On a node Slurm schedules, stop the ranks of every job the node no longer belongs to (its
+        allocation ended, and the batch script that would have stopped the job is gone): the epilog
+        removed the owner file, or a later job's prolog replaced it."""
+        if self.config.slurm_owner_file is None or time.monotonic() < self._owner_checked + OWNER_CHECK_S:
+            return
+        self._owner_checked = time.monotonic()
+        said = owner_file.read(self.config)
+        for job in self.supervisor.jobs():
+            why = slurm_owner.refusal(job, *said)
+            if why is not None:
+                log.warning("job %s: %s; stopping its ranks", job, why)
+                self._fold_exits(self.supervisor.stop(job, self.config.stop_grace_s))
+
+    def _fold_exits(self, exits: list[RankExit]) -> None:
         for index, ended in enumerate(exits):
             # ranks reaped together are all gone from the supervisor: the later ones are not yet folded
             later = sum(1 for other in exits[index + 1:] if other.job == ended.job)

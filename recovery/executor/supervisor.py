@@ -173,6 +173,10 @@ class Supervisor:
         """How many rank processes of `job` are not yet known to have ended."""
         return len(self._ranks.get(job, []))
 
+    def jobs(self) -> list[str]:
+        """The jobs with a rank process here not yet known to have ended."""
+        return [job for job, procs in self._ranks.items() if procs]
+
     def running(self) -> int:
         """How many rank processes, of every job, are not yet known to have ended."""
         return sum(len(procs) for procs in self._ranks.values())

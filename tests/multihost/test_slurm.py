@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -179,7 +180,24 @@ def test_daemon_nodes_start_ranks_only_for_the_slurm_job_the_prolog_gave_them(sl
         deployed.wait(lambda: not any((deployed.root / n / "slurm-job").exists() for n in site.nodes), 60,
                       "the epilog on every node")
 
-        outside = {**job(deployed, 10), "id": "outside"}
+        # a batch script killed outright (it cannot stop its job): the epilog takes the nodes back and
+        # their services stop the job's ranks, which would otherwise go on in the next job's allocation
+        slurm_job = sbatch(deployed, slurm, 100_000, daemon=True)
+        name = f"mh-slurm{slurm_job}"
+        deployed.wait(lambda: last_step(deployed, name) >= 3, 120, "the second job stepping")
+        pids = [deployed.rank_pid(node, name) for node in ("n1", "n2")]
+        slurm.cmd("scancel", "--batch", "--signal=KILL", slurm_job)
+        killed = time.time()
+        deployed.wait(lambda: not any(alive(pid) for pid in pids), 60, "the orphaned ranks stopped")
+        evicted_s = time.time() - killed
+        # the first node to see it stops its rank; the other's may end first, its peer gone
+        stopped = [n for n in ("n1", "n2") if f"job {name}: no Slurm job owns this node" in deployed.log(n)]
+        assert stopped, deployed.log("n1")[-2000:]
+        time.sleep(3)  # the coordinator's restart, refused: no rank starts again
+        assert {path.name for path in deployed.rank_logs(name, 0)} == {"g0-rank0.log"}
+        assert not any(alive(deployed.rank_pid(node, name)) for node in site.nodes)
+
+        outside = {**job(deployed, 10, nodes=("n3",)), "id": "outside"}  # n1, n2: the failed job's still
         deployed.submit(outside)
         refused = deployed.wait(lambda: [e for e in deployed.events("acks") if isinstance(e, CommandAcked)
                                          and e.job == "outside" and e.status == "refused"], 60,
@@ -189,3 +207,15 @@ def test_daemon_nodes_start_ranks_only_for_the_slurm_job_the_prolog_gave_them(sl
         assert not deployed.rank_logs("outside", 0)
     finally:
         slurm.close()
+    print(f"(slurm, node service) a batch script killed with SIGKILL: its ranks stopped {evicted_s:.1f} s "
+          "after")
+
+
+def alive(pid: int | None) -> bool:
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"  # a zombie has ended

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainmedic.recovery.executor.command_applier import read_owner
 from trainmedic.recovery.executor.core.slurm_owner import refusal
+from trainmedic.recovery.executor.owner_file import read_owner
 
 
 @pytest.mark.parametrize("job", ["llm-slurm42", "llm-a-slurm42-r3"])
