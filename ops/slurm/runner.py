@@ -127,7 +127,7 @@ def stop_steps(steps: dict[str, subprocess.Popen]) -> None:
 
 def run_in_allocation(args: argparse.Namespace, settings: KafkaSettings, key) -> int:
     allocation = Allocation.from_env(os.environ)
-    nodes, spares = allocation.split(args.spares)
+    nodes = allocation.split(args.spares)[0]  # the rest wait as spares
     spec = with_workdir(load_spec(args.spec, nodes=nodes, pool=allocation.nodes), args.spec)
     spec = spec.model_copy(update={"id": allocation.job_name(spec.id)})
     problems = job_problems(spec, lambda _node: True)
