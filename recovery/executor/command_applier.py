@@ -344,4 +344,3 @@ def _placement(command: Command) -> str | None:
     if command.placement is None or command.placement.signature is None:
         return None
     return encode(command.placement).decode("utf-8")
-
