@@ -4,10 +4,11 @@ containment"); the executor's side is `launcher.py`.
 The executor starts one zygote, as its own user: warm, it imports torch first (PRELOAD). For each
 job on the node the zygote forks a launcher (a fork: nothing is imported again), which becomes the
 job's user at once and which the executor moves into the job's cgroup before it forks anything;
-every rank of the job is forked by that launcher. A `PYTHON -m MODULE` rank runs the module in the
-fork, so a (re)start costs a fork instead of an interpreter start plus `import torch`; any other
-command is forked and exec'd. What this module imports is the standard library and setproctitle
-only: its memory is every warm rank's.
+every rank of the job is forked by that launcher. A rank started as `PYTHON -m MODULE`, `PYTHON
+SCRIPT` or a console script of this interpreter runs in the fork as python would run it
+(python_main.py), so a (re)start costs a fork instead of an interpreter start plus `import torch`;
+any other command is forked and exec'd. What this module imports is the standard library and
+setproctitle only: its memory is every warm rank's.
 
 Neither is dumpable, so that no rank (of their user) can ptrace them or take their descriptors
 (`pidfd_getfd`), and a rank keeps none of their channels: an answer can only come from them.
@@ -21,7 +22,6 @@ import ctypes
 import importlib
 import json
 import os
-import runpy
 import signal
 import socket
 import sys
@@ -30,9 +30,14 @@ from collections.abc import Callable
 
 import setproctitle
 
-# What a warm zygote imports, and so every warm rank has: torch, and the worker runtime a rank
-# imports (pydantic and the schemas with it, which each rank imported at start otherwise).
-PRELOAD = ("torch", "torch.distributed", "trainmedic.runtime", "trainmedic.runtime.rank")
+from trainmedic.recovery.executor import python_main
+
+# What a warm zygote imports, and so every warm rank has: torch, the worker runtime a rank imports
+# (pydantic and the schemas with it, which each rank imported at start otherwise), and what a
+# torch.optim optimizer's constructor imports (torch._dynamo: 900 modules, 1.8 s of a 1.2 s-longer
+# restore in a user's script with torch.optim.SGD, bench/user_train.py).
+PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "trainmedic.runtime",
+           "trainmedic.runtime.rank")
 PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"
 MAX_REQUEST = 4 << 20  # a request's bytes (a rank's whole environment is in it)
 PR_SET_DUMPABLE = 4
@@ -57,6 +62,7 @@ def serve(channel_fd: int, warm: bool) -> None:
         for name in (*PRELOAD, *extra):
             with contextlib.suppress(ImportError):  # a job without torch is still served
                 importlib.import_module(name)
+    sys.stdout.flush()  # what the imports printed is the zygote's, never a rank's
     signal.signal(signal.SIGCHLD, _reap_launchers)
     _answer_requests(channel, _fork_launcher)
 
@@ -155,9 +161,9 @@ def _fork_rank(request: dict, log_fd: int) -> dict:
 
 def _become_rank(request: dict, log_fd: int, failed: int) -> None:
     """In the forked rank: own session, neither the server's channel nor its pipes (no answer can come
-    from a rank), output to its log, its title (else ps shows every rank as the server), its
-    environment; then exec the command (every other descriptor closed, as subprocess does) or run
-    the module (what its imports opened stays theirs)."""
+    from a rank), output to its log; then exec the command (every other descriptor closed, as
+    subprocess does) or, when the request allows it (`warm`) and python_main can, run it here as
+    python would, at its niceness, titled (else ps shows every rank as the server)."""
     code = 1
     try:
         os.setsid()
@@ -170,20 +176,25 @@ def _become_rank(request: dict, log_fd: int, failed: int) -> None:
         set_dumpable(True)  # the rank's own, as a rank exec'd by its user would be
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
-        if request.get("nice"):
-            os.nice(int(request["nice"]))
         if request.get("cwd"):
             os.chdir(request["cwd"])
-        if "argv" in request:
+        target = _warm_target(request)
+        if target is None:
             _exec(request["argv"], request["env"], failed)
         os.close(failed)
+        if target.nice:
+            os.nice(target.nice)
         if request.get("title"):
-            setproctitle.setproctitle(request["title"])
-        _run_module(request)
+            setproctitle.setproctitle(f"{request['title']}: {target.command()}")
+        python_main.run(target, request["env"])
+        code = 0  # it ran to its end
     except SystemExit as stop:
         code = _exit_code(stop)
     except BaseException:
-        traceback.print_exc()
+        try:
+            sys.excepthook(*sys.exc_info())  # as interpreter exit reports it: the job's own hook, if set
+        except BaseException:
+            traceback.print_exc()
     finally:
         try:
             _finish_like_an_interpreter()
@@ -205,15 +216,13 @@ def _exec(argv: list[str], env: dict[str, str], failed: int) -> None:
         os._exit(127)
 
 
-def _run_module(request: dict) -> None:
-    os.environ.clear()
-    os.environ.update(request["env"])
-    # What `python -m` puts first, started in the rank's directory. The zygote itself runs with -P:
-    # it imports as the executor's user (root), never from the directory it was started in.
-    sys.path.insert(0, os.getcwd())
-    sys.argv = [request["module"], *request["args"]]
-    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-    raise SystemExit(0)
+def _warm_target(request: dict) -> python_main.WarmTarget | None:
+    """What the rank runs in this fork (read as the rank's user, in its directory), or None: exec'd."""
+    if not request.get("warm"):
+        return None
+    argv, path = request["argv"], request["env"].get("PATH", os.defpath)
+    target = python_main.warm_target(argv, path=path) or python_main.console_script(argv, path)
+    return target if target is not None and python_main.runs_plainly(target) else None
 
 
 def set_dumpable(on: bool) -> None:

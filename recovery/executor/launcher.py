@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,10 +19,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from trainmedic.recovery.executor.core.admission import NICENESS
 from trainmedic.recovery.executor.forkserver import MAX_REQUEST
 from trainmedic.recovery.executor.job_dirs import RankUser
 
@@ -35,31 +32,6 @@ ANSWER_TIMEOUT_S = 120.0  # the zygote's first answer waits for its `import torc
 
 class LauncherFailed(OSError):
     """The launcher itself failed (exited, hung, answered what it cannot prove): it is not used again."""
-
-
-@dataclass(frozen=True)
-class WarmTarget:
-    """A rank command the launcher can run in a fork: a module of this interpreter, at a niceness."""
-
-    module: str
-    args: tuple[str, ...]
-    nice: int = 0
-
-
-def warm_target(argv: Sequence[str], python: str = sys.executable) -> WarmTarget | None:
-    """The warm form of `argv`, or None when it must be exec'd. Only an ASCII niceness in nice's
-    form is read here (`str.isdigit` also takes `²`, which `int` refuses); any other is `nice`'s to judge."""
-    rest, nice = list(argv), 0
-    if rest[:2] == ["nice", "-n"] and len(rest) > 2:
-        if not NICENESS.fullmatch(rest[2]):
-            return None
-        nice, rest = int(rest[2]), rest[3:]
-    if len(rest) < 3 or rest[1] != "-m":
-        return None
-    exe = rest[0] if os.sep in rest[0] else shutil.which(rest[0])
-    if exe is None or os.path.abspath(exe) != os.path.abspath(python):
-        return None
-    return WarmTarget(rest[2], tuple(rest[3:]), nice)
 
 
 def become_subreaper() -> bool:
@@ -183,16 +155,13 @@ class JobLauncher:
         """False once the launcher has exited (its pidfd reads as ready)."""
         return self._pidfd >= 0 and not select.select([self._pidfd], [], [], 0)[0]
 
-    def launch(self, command: WarmTarget | Sequence[str], env: Mapping[str, str], log_fd: int,
-               cwd: str | None = None, title: str | None = None) -> int:
-        """Start a rank (a module run in a fork, or a command exec'd) with `log_fd` as its output, in
-        `cwd` (else the launcher's directory), named `title` in ps; returns its pid, proven. Raises
-        OSError when the command cannot be exec'd (its errno), LauncherFailed when the launcher fails."""
-        if isinstance(command, WarmTarget):
-            request = {"module": command.module, "args": list(command.args), "nice": command.nice}
-        else:
-            request = {"argv": list(command)}
-        request.update(env=dict(env), cwd=cwd, title=title)
+    def launch(self, argv: Sequence[str], env: Mapping[str, str], log_fd: int, cwd: str | None = None,
+               title: str | None = None, *, warm: bool = False) -> int:
+        """Start a rank with `log_fd` as its output, in `cwd` (else the launcher's directory): `argv`
+        run in the fork as python would when `warm` and it is a form python_main.py runs (named
+        `title: ARGV` in ps), else exec'd; returns its pid, proven. Raises OSError when the command
+        cannot be exec'd (its errno), LauncherFailed when the launcher fails."""
+        request = {"argv": list(argv), "warm": warm, "env": dict(env), "cwd": cwd, "title": title}
         if not self.alive():
             raise LauncherFailed("the job's launcher exited")
         asked = boot_ticks()

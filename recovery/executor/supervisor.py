@@ -17,7 +17,7 @@ from trainmedic.recovery.executor import job_dirs, leftovers
 from trainmedic.recovery.executor.core.output_tail import READ_BYTES, output_tail
 from trainmedic.recovery.executor.core.restart import RecordedRank
 from trainmedic.recovery.executor.job_trees import JobTrees
-from trainmedic.recovery.executor.launcher import LauncherFailed, WarmTarget, warm_target
+from trainmedic.recovery.executor.launcher import LauncherFailed
 from trainmedic.recovery.executor.rank_logs import log_name
 from trainmedic.schemas import WorkerSpec
 
@@ -113,7 +113,6 @@ class Supervisor:
         checkpoints = job_dirs.checkpoints(spec.checkpoint_dir, job, spec.submission or "")
         if user is not None and checkpoints is not None and (os.path.isabs(checkpoints) or spec.workdir):
             job_dirs.prepare_checkpoints(os.path.join(spec.workdir or "/", checkpoints), self._dirs, user)
-        target = warm_target(spec.command) if self.trees.warm else None
         named = {} if user is None else {"USER": user.name, "LOGNAME": user.name}
         started: list[RankProcess] = []
         try:
@@ -124,8 +123,7 @@ class Supervisor:
                 # which the rank may make a link to a secret, or a FIFO, before it fails.
                 log_fd = job_dirs.open_log(path, user)
                 try:
-                    pid = self._start(job, generation, rank, target or spec.command, env, log_fd,
-                                      spec.workdir)
+                    pid = self._start(job, generation, rank, spec.command, env, log_fd, spec.workdir)
                 except OSError:
                     os.close(log_fd)
                     raise
@@ -135,7 +133,7 @@ class Supervisor:
                 self._ranks.setdefault(job, []).append(proc)
                 self._record()
                 log.info("job %s g%d: rank %d started%s, pid %d, output in %s", job, generation, rank,
-                         " (warm fork)" if target else "", proc.pid, path)
+                         " (by a warm launcher)" if self.trees.warm else "", proc.pid, path)
         except OSError:
             for proc in started:
                 _kill_group(proc.pid, signal.SIGKILL)
@@ -159,15 +157,18 @@ class Supervisor:
                 adopted=True))
         self._record()
 
-    def _start(self, job: str, generation: int, rank: int, command: WarmTarget | tuple[str, ...],
+    def _start(self, job: str, generation: int, rank: int, command: tuple[str, ...],
                env: Mapping[str, str], log_fd: int, cwd: str | None) -> int:
-        """The pid of a rank started by the job's launcher; a launcher that fails is replaced, once."""
-        title = rank_title(job, generation, rank, command) if isinstance(command, WarmTarget) else None
+        """The pid of a rank started by the job's launcher; a launcher that fails is replaced, once.
+        A rank forked warm shows in ps as `trainmedic rank 3 of job JOB g2: COMMAND` (cut to the
+        zygote's command line's length)."""
+        title = f"trainmedic rank {rank} of job {job} g{generation}"
+        warm = self.trees.warm
         try:
-            return self.trees.launcher(job).launch(command, env, log_fd, cwd, title)
+            return self.trees.launcher(job).launch(command, env, log_fd, cwd, title, warm=warm)
         except LauncherFailed as err:
             log.warning("job %s: %s; a new launcher starts the rank", job, err)
-            return self.trees.launcher(job).launch(command, env, log_fd, cwd, title)
+            return self.trees.launcher(job).launch(command, env, log_fd, cwd, title, warm=warm)
 
     def alive(self, job: str) -> int:
         """How many rank processes of `job` are not yet known to have ended."""
@@ -293,13 +294,6 @@ class Supervisor:
         log.info("job %s g%d: adopted rank %d (pid %d) ended: exit status unknown", proc.job, proc.generation,
                  proc.rank, proc.pid)
         return RankExit(proc.job, proc.generation, proc.rank, proc.world_size, proc.pid, None, None, reason)
-
-
-def rank_title(job: str, generation: int, rank: int, target: WarmTarget) -> str:
-    """How a rank forked warm shows in ps: `trainmedic rank 3 of job JOB g2: python -m pkg.train ARGS`
-    (cut to the zygote's command line's length)."""
-    command = " ".join(("python -m", target.module, *target.args))
-    return f"trainmedic rank {rank} of job {job} g{generation}: {command}"
 
 
 def read_tail(log_fd: int, whose: str) -> str | None:

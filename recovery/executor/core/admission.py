@@ -5,7 +5,6 @@ this node at all; anything else is refused with the rule it broke (docs/executor
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -13,10 +12,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainmedic.recovery.executor.core.niceness import NICENESS
 from trainmedic.schemas import WorkerSpec
 from trainmedic.schemas.jobs import LATEST
-
-NICENESS = re.compile(r"-?[0-9]{1,6}", re.ASCII)  # a `nice -n` value; the kernel clamps what is out of range
 
 DEMO_MODULES = ("trainmedic.demo",)
 

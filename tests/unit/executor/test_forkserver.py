@@ -12,23 +12,10 @@ from pathlib import Path
 import pytest
 
 from trainmedic.recovery.executor.job_trees import JobTrees
-from trainmedic.recovery.executor.launcher import WarmTarget, warm_target
 from trainmedic.recovery.executor.supervisor import Supervisor
 from trainmedic.schemas import WorkerSpec
 
 PY = sys.executable
-
-
-@pytest.mark.parametrize(("argv", "expected"), [
-    ((PY, "-m", "pkg.train", "--steps", "3"), WarmTarget("pkg.train", ("--steps", "3"))),
-    (("nice", "-n", "10", PY, "-m", "pkg.train"), WarmTarget("pkg.train", (), 10)),
-    (("python3.9", "-m", "pkg.train"), None),  # another interpreter: its own site-packages
-    ((PY, "train.py"), None),  # a script path, not a module
-    (("sh", "-c", "sleep 1"), None),
-    ((PY, "-m"), None),
-])
-def test_only_modules_of_this_interpreter_are_forked_warm(argv, expected) -> None:
-    assert warm_target(argv) == expected
 
 
 @pytest.fixture

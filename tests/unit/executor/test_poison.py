@@ -20,8 +20,8 @@ from trainmedic.recovery.executor.command_loop import Executor
 from trainmedic.recovery.executor.config import ExecutorConfig
 from trainmedic.recovery.executor.core.admission import AdmissionPolicy
 from trainmedic.recovery.executor.core.decide import Refuse, decide
-from trainmedic.recovery.executor.launcher import warm_target
 from trainmedic.recovery.executor.ledger import Ledger
+from trainmedic.recovery.executor.python_main import warm_target
 from trainmedic.schemas import Command, CommandAction, WorkerSpec, encode
 
 NODE = "n1"
