@@ -164,7 +164,7 @@ def _become_rank(request: dict, log_fd: int, failed: int) -> None:
     from a rank), output to its log; then exec the command (every other descriptor closed, as
     subprocess does) or, when the request allows it (`warm`) and python_main can, run it here as
     python would, at its niceness, titled (else ps shows every rank as the server)."""
-    code = 1
+    code, interrupted = 1, False
     try:
         os.setsid()
         os.dup2(log_fd, 1)
@@ -173,33 +173,51 @@ def _become_rank(request: dict, log_fd: int, failed: int) -> None:
         os.dup2(null, 0)
         for fd in {_CHANNEL, log_fd, null} - {0, 1, 2}:
             os.close(fd)
-        set_dumpable(True)  # the rank's own, as a rank exec'd by its user would be
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             signal.signal(sig, signal.SIG_DFL)
         if request.get("cwd"):
             os.chdir(request["cwd"])
-        target = _warm_target(request)
-        if target is None:
-            _exec(request["argv"], request["env"], failed)
+        program = _warm_program(request)
+        if program is None:
+            _exec(request["argv"], request["env"], failed)  # exec makes it dumpable
         os.close(failed)
-        if target.nice:
-            os.nice(target.nice)
+        # Dumpable (its user may ptrace it, as a rank exec'd by its user) only now, holding nothing of
+        # the launcher's; Ctrl-C raises KeyboardInterrupt, as in any python.
+        set_dumpable(True)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if program.target.nice:
+            os.nice(program.target.nice)
         if request.get("title"):
-            setproctitle.setproctitle(f"{request['title']}: {target.command()}")
-        python_main.run(target, request["env"])
+            setproctitle.setproctitle(f"{request['title']}: {program.target.command()}")
+        python_main.run(program, request["env"])
         code = 0  # it ran to its end
     except SystemExit as stop:
         code = _exit_code(stop)
-    except BaseException:
-        try:
-            sys.excepthook(*sys.exc_info())  # as interpreter exit reports it: the job's own hook, if set
-        except BaseException:
-            traceback.print_exc()
+    except BaseException as err:
+        interrupted = isinstance(err, KeyboardInterrupt)
+        _report(err)
     finally:
         try:
             _finish_like_an_interpreter()
         finally:
+            if interrupted:  # as python: an uncaught KeyboardInterrupt ends the process by SIGINT
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                os.kill(os.getpid(), signal.SIGINT)
             os._exit(code)
+
+
+def _report(err: BaseException) -> None:
+    """An uncaught exception, as interpreter exit reports it: through sys.excepthook (the job's own, if
+    it set one), its traceback starting at the job's code (this module's and python_main's frames
+    left out)."""
+    ours = {__file__, python_main.__file__}
+    tb = err.__traceback__
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    try:
+        sys.excepthook(type(err), err.with_traceback(tb), tb)  # python prints the exception's own
+    except BaseException:
+        traceback.print_exc()
 
 
 def _exec(argv: list[str], env: dict[str, str], failed: int) -> None:
@@ -216,13 +234,14 @@ def _exec(argv: list[str], env: dict[str, str], failed: int) -> None:
         os._exit(127)
 
 
-def _warm_target(request: dict) -> python_main.WarmTarget | None:
+def _warm_program(request: dict) -> python_main.Program | None:
     """What the rank runs in this fork (read as the rank's user, in its directory), or None: exec'd."""
     if not request.get("warm"):
         return None
-    argv, path = request["argv"], request["env"].get("PATH", os.defpath)
+    argv, env = request["argv"], request["env"]
+    path = env.get("PATH", os.defpath)
     target = python_main.warm_target(argv, path=path) or python_main.console_script(argv, path)
-    return target if target is not None and python_main.runs_plainly(target) else None
+    return None if target is None else python_main.loaded(target, env)
 
 
 def set_dumpable(on: bool) -> None:

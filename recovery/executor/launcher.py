@@ -177,7 +177,9 @@ class JobLauncher:
                 self.close()
                 raise LauncherFailed(f"the job's launcher answered pid {pid}, which {wrong}: neither "
                                      "signalled nor waited for; the launcher is replaced")
-        if "errno" in answer:  # the rank could not exec, and exited 127: our child, reaped here
+        if "errno" in answer:  # the rank could not exec and exits 127: our child (proven), reaped here,
+            with contextlib.suppress(ProcessLookupError):  # killed first should anything else have said so
+                os.kill(int(pid), signal.SIGKILL)
             os.waitpid(int(pid), 0)
             raise OSError(int(answer["errno"]), answer["error"])
         if "error" in answer:

@@ -12,16 +12,18 @@ is exec'd: `python` itself then does what it does. The standard library only (an
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib.machinery
+import importlib.util
 import io
 import os
-import pkgutil
 import runpy
 import shutil
 import stat
 import sys
 import types
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainmedic.recovery.executor.core.niceness import split_nice
@@ -68,64 +70,119 @@ def _is_python(word: str, python: str, path: str | None) -> bool:
 
 def console_script(argv: Sequence[str], path: str | None, python: str = sys.executable) -> WarmTarget | None:
     """The warm form of a console script (found on `path` as exec would) whose first line is
-    `#!PYTHON` exactly, or None. Read as the rank's user: a file that is not a regular one (a FIFO, a
-    device) is not read."""
+    `#!PYTHON` exactly, and which exec would run (executable, not on a noexec mount), or None. Read
+    as the rank's user, without blocking: a file that is not a regular one (a FIFO, a device) is not read."""
     niced = split_nice(argv)
     if niced is None or not niced[1]:
         return None
     nice, rest = niced
     found = rest[0] if os.sep in rest[0] else shutil.which(rest[0], path=path)
-    if found is None:
+    if found is None or not os.access(found, os.X_OK):
         return None
-    try:
-        fd = os.open(found, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    with _opened(found) as fd:
+        if fd is None or os.fstatvfs(fd).f_flag & os.ST_NOEXEC:
             return None
         head = os.read(fd, SHEBANG_BYTES)
-    finally:
-        os.close(fd)
-    first = head.split(b"\n", 1)[0].rstrip(b"\r")
-    if first != b"#!" + os.fsencode(python):
+    if head.split(b"\n", 1)[0] != b"#!" + os.fsencode(python):  # the kernel keeps a `\r`, as here
         return None
     return WarmTarget("script", found, tuple(rest[1:]), nice)
 
 
-def runs_plainly(target: WarmTarget) -> bool:
-    """Whether a fork runs `target` as python would: a module, or a script that is a readable plain
-    file (not a directory or zip archive, which python runs as a path entry's __main__)."""
-    if target.kind == "module":
-        return True
-    return os.path.isfile(target.path) and os.access(target.path, os.R_OK) \
-        and pkgutil.get_importer(target.path) is None
+@contextlib.contextmanager
+def _opened(path: str) -> Iterator[int | None]:
+    """A descriptor on `path` when it is a regular file this process may read (opened without
+    blocking, whatever is swapped in under the name), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        yield None
+        return
+    try:
+        yield fd if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
 
 
-def run(target: WarmTarget, env: Mapping[str, str]) -> None:
-    """Run `target` in this (forked) process as `python` started with `env` in this directory would:
-    its environment, sys.argv, sys.path (the script's directory or the cwd first, then PYTHONPATH's),
+@dataclass(frozen=True)
+class Program:
+    """A target read and checked in the rank, ready to `run`: the script's source (None for a module),
+    and the entries its sys.path starts with (its directory, or the cwd for -m, then PYTHONPATH's)."""
+
+    target: WarmTarget
+    source: bytes | None
+    first: tuple[str, ...]
+
+
+def loaded(target: WarmTarget, env: Mapping[str, str]) -> Program | None:
+    """`target` read, in this (forked) process, or None when python would run it otherwise: a script
+    that is not a regular source file (a directory, a zip archive, compiled code, not there); a
+    `PYTHON*` setting of `env` the zygote did not start with (python reads them at start); a module
+    the zygote imported, or a sitecustomize, in the rank's own path entries (python would load theirs)."""
+    if _setting_differs(env):
+        return None
+    source = None
+    if target.kind == "script":
+        with _opened(target.path) as fd:
+            if fd is None:
+                return None
+            with os.fdopen(os.dup(fd), "rb") as file:
+                source = file.read()
+        if source.startswith(importlib.util.MAGIC_NUMBER) or target.path.endswith(".pyc") \
+                or zipfile.is_zipfile(io.BytesIO(source)):
+            return None
+        here = os.path.dirname(os.path.realpath(target.path))
+    else:
+        here = os.getcwd()
+    first = tuple(dict.fromkeys((here, *_entries(env.get("PYTHONPATH", "")))))
+    return None if _shadowed(first) else Program(target, source, first)
+
+
+HANDLED = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE"})  # `run` applies these
+
+
+def _setting_differs(env: Mapping[str, str]) -> bool:
+    names = {name for name in (*env, *os.environ) if name.startswith("PYTHON")} - HANDLED
+    return any(env.get(name) != os.environ.get(name) for name in names)
+
+
+def _shadowed(entries: tuple[str, ...]) -> bool:
+    """Whether a path entry the zygote did not have holds another file of a module it imported (top
+    level), or a sitecustomize or usercustomize. A directory without __init__ is a namespace portion,
+    which shadows no module."""
+    new = [entry for entry in entries if entry not in sys.path]
+    names = {name for name in sys.modules if "." not in name} - set(sys.builtin_module_names) - {"__main__"}
+    for entry in new:
+        for name in (*names, "sitecustomize", "usercustomize"):
+            found = importlib.machinery.PathFinder.find_spec(name, [entry])
+            if found is None or found.origin is None:
+                continue
+            loaded = getattr(getattr(sys.modules.get(name), "__spec__", None), "origin", None)
+            if loaded is None or os.path.realpath(loaded) != os.path.realpath(found.origin):
+                return True
+    return False
+
+
+def run(program: Program, env: Mapping[str, str]) -> None:
+    """Run `program` in this (forked) process as `python` started with `env` in this directory would:
+    its environment, sys.argv, sys.path (`program.first`, then the zygote's less its PYTHONPATH's),
     a fresh __main__, stdout and stderr buffered as PYTHONUNBUFFERED says. Returns when it ends."""
-    inherited = os.environ.get("PYTHONPATH", "")
+    target, inherited = program.target, _entries(os.environ.get("PYTHONPATH", ""))
     os.environ.clear()
     os.environ.update(env)
     _fresh_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
-    first = os.getcwd() if target.kind == "module" else os.path.dirname(os.path.realpath(target.path))
-    sys.path[:] = [first, *_entries(env.get("PYTHONPATH", "")),
-                   *(p for p in sys.path if p not in _entries(inherited))]
-    if target.kind == "module":
-        sys.argv = [target.path, *target.args]  # argv[0] becomes the module's file, as -m sets it
+    sys.path[:] = [*program.first, *(p for p in sys.path if p not in inherited and p not in program.first)]
+    sys.argv = [target.path, *target.args]  # for -m, argv[0] becomes the module's file, as python sets it
+    sys.orig_argv = [sys.executable, *(("-m",) if target.kind == "module" else ()), target.path, *target.args]
+    if program.source is None:
         runpy.run_module(target.path, run_name="__main__", alter_sys=True)
         return
-    sys.argv = [target.path, *target.args]
-    full = os.path.abspath(target.path)
-    with open(full, "rb") as file:
-        source = file.read()
+    # As python: the path joined to the cwd, not normalised (`./train.py` stays `/cwd/./train.py`).
+    full = target.path if os.path.isabs(target.path) else os.path.join(os.getcwd(), target.path)
     main = types.ModuleType("__main__")
     main.__dict__.update(__file__=full, __cached__=None, __builtins__=builtins, __spec__=None,
                          __package__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", full))
     sys.modules["__main__"] = main
-    exec(compile(source, full, "exec", dont_inherit=True), main.__dict__)
+    exec(compile(program.source, full, "exec", dont_inherit=True), main.__dict__)
 
 
 def _entries(pythonpath: str) -> list[str]:
@@ -139,7 +196,7 @@ def _fresh_stdio(*, unbuffered: bool) -> None:
         old = getattr(sys, name)
         raw = io.FileIO(fd, "w", closefd=False)
         stream = io.TextIOWrapper(raw if unbuffered else io.BufferedWriter(raw), encoding=old.encoding,
-                                  errors=old.errors, line_buffering=name == "stderr",
+                                  errors=old.errors, line_buffering=name == "stderr" and not unbuffered,
                                   write_through=unbuffered)
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)

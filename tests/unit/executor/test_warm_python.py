@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +33,9 @@ import __main__
 class Thing:
     pass
 
-print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "path1": sys.path[1], "file": __file__,
+print(json.dumps({"argv": sys.argv, "orig": sys.orig_argv, "path0": sys.path[0], "path1": sys.path[1],
+                  "file": __file__, "nice": os.nice(0), "stdout": type(sys.stdout.buffer).__name__,
+                  "line_buffered": [sys.stdout.line_buffering, sys.stderr.line_buffering],
                   "name": __name__, "main": __main__.__dict__ is globals(),
                   "spec": __spec__ and __spec__.name,
                   "package": __package__, "cwd": os.getcwd(), "probe": os.environ.get("PROBE"),
@@ -101,10 +104,11 @@ def cold_run(workdir: Path, argv: tuple[str, ...], **more: str) -> tuple[dict, s
 
 def test_a_script_runs_warm_as_python_would_run_it(warm_supervisor, workdir: Path) -> None:
     argv = ("nice", "-n", "5", PY, "train.py", "--lr", "3e-4")
-    warm, how, code = warm_run(warm_supervisor, workdir, argv, PROBE_EXIT="3")
+    warm, how, code = warm_run(warm_supervisor, workdir, argv, PROBE_EXIT="3", PYTHONUNBUFFERED="")
     assert (how, code) == ("warm", 3)
-    assert warm == cold_run(workdir, argv, PROBE_EXIT="3")[0]
-    assert warm["argv"] == ["train.py", "--lr", "3e-4"]
+    assert warm == cold_run(workdir, argv, PROBE_EXIT="3", PYTHONUNBUFFERED="")[0]
+    assert (warm["stdout"], warm["line_buffered"]) == ("BufferedWriter", [False, True])  # to a file
+    assert (warm["argv"], warm["nice"]) == (["train.py", "--lr", "3e-4"], os.nice(0) + 5)
     assert warm["path0"] == str(workdir.parent / "scripts")  # the link's target's directory
     assert warm["path1"] == str(workdir / "lib")  # the rank's PYTHONPATH, not the zygote's
     assert (warm["name"], warm["main"], warm["pickles"]) == ("__main__", True, "Thing")
@@ -113,10 +117,10 @@ def test_a_script_runs_warm_as_python_would_run_it(warm_supervisor, workdir: Pat
 def test_a_module_runs_warm_as_python_would_run_it(warm_supervisor, workdir: Path) -> None:
     (workdir / "lib" / "probe_mod.py").write_text(PROBE)
     argv = (PY, "-m", "probe_mod", "--x")
-    warm, how, code = warm_run(warm_supervisor, workdir, argv)
+    warm, how, code = warm_run(warm_supervisor, workdir, argv, PYTHONUNBUFFERED="1")
     assert (how, code) == ("warm", 0)  # it ran to its end
-    assert warm == cold_run(workdir, argv)[0]
-    assert (warm["path0"], warm["argv"][1:]) == (str(workdir), ["--x"])
+    assert warm == cold_run(workdir, argv, PYTHONUNBUFFERED="1")[0]
+    assert (warm["path0"], warm["argv"][1:], warm["stdout"]) == (str(workdir), ["--x"], "FileIO")
 
 
 def test_a_console_script_of_this_python_runs_warm(warm_supervisor, workdir: Path) -> None:
@@ -135,11 +139,38 @@ def test_a_console_script_of_this_python_runs_warm(warm_supervisor, workdir: Pat
 def test_what_python_runs_otherwise_is_execd(warm_supervisor, workdir: Path) -> None:
     (workdir / "app").mkdir()
     (workdir / "app" / "__main__.py").write_text(PROBE)
+    with zipfile.ZipFile(workdir / "app.pyz", "w") as archive:
+        archive.writestr("__main__.py", PROBE)
     other = workdir.parent / "bin" / "other-tool"
     other.parent.mkdir()
     other.write_text(f"#!{PY} -s\n{PROBE}")  # not exactly this interpreter's line
     other.chmod(0o755)
-    for argv in ((PY, "app"), (str(other),)):
-        ran, how, _ = warm_run(warm_supervisor, workdir, argv)
-        assert how == "cold"
-        assert ran == cold_run(workdir, argv)[0]
+    shadowing = workdir.parent / "shadowing"
+    shadowing.mkdir()
+    (shadowing / "probe.py").write_text(PROBE)
+    (shadowing / "setproctitle.py").write_text("")  # the zygote's own import: python would load this one
+    cases = [((PY, "app"), {}), ((PY, "app.pyz"), {}), ((str(other),), {}),
+             ((PY, str(shadowing / "probe.py")), {}),
+             ((PY, "train.py"), {"PYTHONHASHSEED": "7"})]  # read at start: the zygote started without it
+    for argv, more in cases:
+        ran, how, _ = warm_run(warm_supervisor, workdir, argv, **more)
+        assert how == "cold", argv
+        assert ran == cold_run(workdir, argv, **more)[0]
+
+
+def test_a_failing_script_ends_as_python_ends_it(warm_supervisor, workdir: Path) -> None:
+    (workdir / "fails.py").write_text("import sys\nif len(sys.argv) > 1:\n    sys.exit(sys.argv[1])\n"
+                                      "raise ValueError('the job broke')\n")
+    for argv in ((PY, "fails.py"), (PY, "fails.py", "a message"), (PY, "missing.py")):
+        spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32, ranks=(0,), world_size=1,
+                          master_addr="h", master_port=1, command=argv, workdir=str(workdir))
+        home = workdir.parent / f"home-{time.monotonic_ns()}"
+        warm_supervisor.launch("j", 0, spec, [env()], home)
+        deadline = time.monotonic() + 60
+        while not (ended := warm_supervisor.reap()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        log = (home / "logs" / "g0-rank0.log").read_text()
+        cold = subprocess.run(argv, cwd=workdir, env=env(), capture_output=True, text=True, timeout=60)
+        assert ended[0].exit_code == cold.returncode != 0
+        assert log.splitlines()[-1] == cold.stderr.splitlines()[-1]
+        assert "forkserver" not in log and "python_main" not in log  # the traceback starts at the job's code
