@@ -53,11 +53,22 @@ from dataclasses import asdict
 from pathlib import Path
 
 import yaml
-from harness.recovery_runs import FAULTS, MODES, ON_TORCHRUN, SIDES, STARTED, Recovery, Results, say
+from harness.recovery_runs import (
+    FAULTS,
+    MODES,
+    ON_TORCHRUN,
+    SIDES,
+    STARTED,
+    USER_SCRIPT,
+    Recovery,
+    Results,
+    say,
+)
 from harness.torchrun_side import torchrun_side
 
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.settings import KafkaSettings, credentials_dir, home
+from trainmedic.demo import losses
 from trainmedic.demo.cluster import DemoLayout
 from trainmedic.demo.faults import (
     DemoFault,
@@ -77,9 +88,11 @@ from trainmedic.schemas.nodes import NodeUncordoned
 
 NODE_FAULTS = ("node", "node-spare")
 # The coordinator's and detector's guards against a fault that keeps coming back (restart backoff and
-# limit, the isolation cap's window, SEV2 -> SEV1 escalation) would time the guards, not the recovery.
+# limit, the isolation cap's window, SEV2 -> SEV1 escalation, the storm after 5 incidents of a job in
+# 60 s) would time the guards, not the recovery.
 COORDINATOR_GUARDS_OFF = {"restart_backoff_s": [0.0], "max_restarts": 1000, "isolation_window_s": 1.0}
-DETECTOR_GUARDS_OFF = {**DETECTOR_CONFIG, "escalation": {"sev2_count": 1000}}
+DETECTOR_GUARDS_OFF = {**DETECTOR_CONFIG, "escalation": {"sev2_count": 1000},
+                       "limits": {"job_incidents": 1000}}
 BENCH_PREFIX = re.compile(r"bench-[0-9a-f]{6}\.")  # what `deployment` prefixes this bench's clusters with
 
 
@@ -115,15 +128,18 @@ def bench_job(args: argparse.Namespace, layout: DemoLayout, mode: str,
         cluster = None
         try:
             nodes = node_names(args.nodes + spares)
+            user = args.script == "user"
+            node_args = (*(("--no-warm-start",) if mode == "cold" else ()),
+                         *(("--allowed-script-dirs", str(USER_SCRIPT.parent)) if user else ()))
             cluster = LocalCluster(layout, settings.bootstrap, settings.topic_prefix, nodes,
-                                   credentials=credentials_dir(),
-                                   node_args=("--no-warm-start",) if mode == "cold" else ())
+                                   credentials=credentials_dir(), node_args=node_args)
             cluster.prepare(DETECTOR_GUARDS_OFF)
             _update_yaml(layout.root / "coordinator.yaml", COORDINATOR_GUARDS_OFF)
             cluster.start_services()
             cluster.wait_ready()
-            with watched_job(cluster, settings, nodes[:args.nodes], args, layout, say,
-                             ("--in-process",) if mode == "inproc" else ()) as watcher:
+            train_args = ("--in-process",) if mode == "inproc" and not user else ()
+            with watched_job(cluster, settings, nodes[:args.nodes], args, layout, say, train_args,
+                             (str(USER_SCRIPT),) if user else None) as watcher:
                 say(f"job {JOB} trains on {args.nodes} of {len(nodes)} nodes, ranks {mode}")
                 yield cluster, watcher
         finally:
@@ -135,11 +151,14 @@ def _update_yaml(path: Path, values: dict) -> None:
     path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), **values}))
 
 
-def trainmedic_mode(args: argparse.Namespace, root: Path, mode: str) -> tuple[Results, list[dict]]:
+def trainmedic_mode(args: argparse.Namespace, root: Path, mode: str
+                    ) -> tuple[Results, list[dict], list[losses.LossCheck]]:
     """Every selected fault `args.repeat` times on one mode's clusters (a second one with a spare
-    node for node-spare); the recoveries per fault, and the demo's full rows."""
+    node for node-spare); the recoveries per fault, the demo's full rows, and each cluster's losses
+    against an uninterrupted run's."""
     results: Results = {}
     rows: list[dict] = []
+    checks: list[losses.LossCheck] = []
     for spares, names in ((0, [f for f in args.faults if f != "node-spare"]),
                           (1, [f for f in args.faults if f == "node-spare"])):
         if not names:
@@ -148,7 +167,20 @@ def trainmedic_mode(args: argparse.Namespace, root: Path, mode: str) -> tuple[Re
             for name in names:
                 results[name] = [repeat(name, i, mode, cluster, watcher, args, rows)
                                  for i in range(args.repeat)]
-    return results, rows
+            checks.append(loss_check(args, [log.path for log in cluster.rank_logs(JOB, rank=0)]))
+    return results, rows, checks
+
+
+def loss_check(args: argparse.Namespace, logs: list[Path]) -> losses.LossCheck:
+    """Rank 0's logged losses, every generation's, against the script trained uninterrupted."""
+    logged = losses.logged(logs)
+    until = max((step for _, step in logged), default=-1) + 1
+    if args.script == "user":
+        from user_train import reference_losses  # bench/, on the path as the harness is; imports torch
+        reference = list(reference_losses(until))
+    else:
+        reference = list(losses.reference(args.model, until))
+    return losses.compare(logged, reference)
 
 
 def repeat(name: str, i: int, mode: str, cluster: LocalCluster, watcher: Watcher, args: argparse.Namespace,
@@ -263,10 +295,13 @@ def phase_table(args: argparse.Namespace, results: dict[str, Results]) -> list[s
 
 
 def report(args: argparse.Namespace, world_size: int, results: dict[str, Results],
-           load: dict[str, tuple[float, ...]], took_s: float) -> str:
+           checks: dict[str, list[losses.LossCheck]], load: dict[str, tuple[float, ...]],
+           took_s: float) -> str:
     return "\n".join([
         f"world size {world_size} (trainmedic: {args.nodes} nodes x {args.ranks_per_node} ranks, node-spare "
         f"one node more; torchrun: --nproc-per-node {world_size}), step {args.step_s:g} s, gloo on CPU",
+        "script: " + ("python bench/user_train.py (a user's DDP script, its loop under rt.run)"
+                      if args.script == "user" else "python -m trainmedic.demo.train"),
         f"{args.repeat} repeats per fault and side: first step after the fault, s, median (min-max); "
         f"steps lost, most of any repeat",
         f"torchrun collective timeout (--timeout-s) {args.timeout_s:g} s; cap per fault {args.cap_s:g} s",
@@ -274,6 +309,9 @@ def report(args: argparse.Namespace, world_size: int, results: dict[str, Results
         "",
         "trainmedic by phase, s (median over the repeats; a phase not in a recovery's log counts 0):",
         *phase_table(args, results),
+        "",
+        "rank 0's losses against an uninterrupted run's, per side (one check per cluster):",
+        *(f"{side}: {check.describe()}" for side, found in checks.items() for check in found),
         "",
         "load average 1/5/15 min: " + "; ".join(
             f"{when} {' '.join(f'{x:.2f}' for x in avg)}" for when, avg in load.items()),
@@ -296,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="each fault this many times per side (default 5)")
     parser.add_argument("--faults", type=lambda t: selection(t, FAULTS), default=list(FAULTS),
                         help=f"comma-separated, of {','.join(FAULTS)} (default all)")
-    parser.add_argument("--sides", type=lambda t: selection(t, SIDES), default=list(SIDES),
-                        help=f"comma-separated, of {','.join(SIDES)} (default all)")
+    parser.add_argument("--sides", type=lambda t: selection(t, SIDES),
+                        help=f"comma-separated, of {','.join(SIDES)} (default all; with --script user, "
+                        "all but warm)")
     parser.add_argument("--nodes", type=int, default=2, help="trainmedic's job's simulated nodes (default 2)")
     parser.add_argument("--ranks-per-node", type=int, default=2, help="ranks per node (default 2)")
     parser.add_argument("--step-s", type=float, default=0.25, help="one step, s (default 0.25, the demo's)")
@@ -305,11 +344,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="torchrun workers' collective timeout, which is what ends a hang (default 60)")
     parser.add_argument("--cap-s", type=float, default=120.0,
                         help="longest wait for the first step after a fault (default 120)")
+    parser.add_argument("--script", choices=("module", "user"), default="module",
+                        help="module: the demo's `python -m trainmedic.demo.train` (default); user: "
+                        "bench/user_train.py started as `python user_train.py`, as a user writes it "
+                        "(its loop always under rt.run: sides torchrun, cold and inproc)")
     parser.add_argument("--json", type=Path, help="also write every repeat's numbers here")
     parser.set_defaults(model="mlp")  # the demo job's model, which runner.demo_job reads
     args = parser.parse_args(argv)
     if args.nodes < 2 or args.ranks_per_node < 1 or args.repeat < 1:
         parser.error("needs at least 2 nodes, 1 rank per node and 1 repeat")
+    if args.sides is None:
+        args.sides = [side for side in SIDES if not (args.script == "user" and side == "warm")]
+    if args.script == "user" and "warm" in args.sides:
+        parser.error("--script user keeps its survivors in-process on every trainmedic side: choose "
+                     "--sides from torchrun,cold,inproc (warm would be inproc again)")
     world_size = args.nodes * args.ranks_per_node
     root = home() / "bench-recovery"
     shutil.rmtree(root, ignore_errors=True)
@@ -317,17 +365,19 @@ def main(argv: list[str] | None = None) -> int:
     load = {"start": os.getloadavg()}
     results: dict[str, Results] = {side: {} for side in SIDES}
     rows: list = []
+    checks: dict[str, list[losses.LossCheck]] = {}
     if "torchrun" in args.sides:
         results["torchrun"] = torchrun_side(args, root / "torchrun", world_size)
+        checks["torchrun"] = [loss_check(args, [root / "torchrun" / "torchrun.log"])]
         load["after torchrun"] = os.getloadavg()
     for mode in MODES:
         if mode in args.sides:
-            results[mode], mode_rows = trainmedic_mode(args, root / "trainmedic", mode)
+            results[mode], mode_rows, checks[mode] = trainmedic_mode(args, root / "trainmedic", mode)
             rows += mode_rows
             load[f"after trainmedic {mode}"] = os.getloadavg()
 
     print()
-    print(report(args, world_size, results, load, time.monotonic() - STARTED))
+    print(report(args, world_size, results, checks, load, time.monotonic() - STARTED))
     if args.json:
         args.json.write_text(json.dumps({
             "world_size": world_size, "nodes": args.nodes, "ranks_per_node": args.ranks_per_node,
@@ -337,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": {side: {f: [asdict(r) for r in runs] for f, runs in by_fault.items()}
                         for side, by_fault in results.items()},
             "trainmedic_faults": rows,
+            "losses": {side: [check.as_dict() for check in found] for side, found in checks.items()},
         }, indent=2) + "\n")
     return 0
 

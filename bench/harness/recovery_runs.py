@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 FAULTS = {  # name -> its row in the table
     "kill": "killed rank (kill -9)",
@@ -17,6 +18,7 @@ ON_TORCHRUN = ("kill", "raise", "hang")  # a lost node has no torchrun --standal
 SIDES = ("torchrun", "cold", "warm", "inproc")
 MODES = ("cold", "warm", "inproc")  # trainmedic's sides
 STARTED = time.monotonic()
+USER_SCRIPT = Path(__file__).resolve().parents[1] / "user_train.py"  # `--script user`: python user_train.py
 
 
 def say(text: str) -> None:

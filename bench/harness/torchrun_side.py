@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.recovery_runs import ON_TORCHRUN, Recovery, Results, say
+from harness.recovery_runs import ON_TORCHRUN, USER_SCRIPT, Recovery, Results, say
 from trainmedic.demo.faults import arm_rank_fault
 from trainmedic.demo.runner import settle
 from trainmedic.demo.timeline import Timeline
@@ -58,11 +58,13 @@ class TorchrunJob:
                    # (pytorch/pytorch#135712; seen here with torch 2.15): the documented opt-out.
                    TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
         # nice, like the demo's ranks; torch.distributed.run is the torchrun command.
+        script = [str(USER_SCRIPT)] if self.args.script == "user" else \
+            ["-m", "trainmedic.demo.train", "--snapshot-every", "0"]
         argv = ["nice", "-n", "10", sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nnodes", "1", "--nproc-per-node", str(self.world_size),
                 "--max-restarts", str(self.max_restarts),
-                "-m", "trainmedic.demo.train", "--steps", "1000000", "--step-s", str(self.args.step_s),
-                "--snapshot-every", "0", "--checkpoint-every", "1", "--timeout-s", str(self.args.timeout_s),
+                *script, "--steps", "1000000", "--step-s", str(self.args.step_s),
+                "--checkpoint-every", "1", "--timeout-s", str(self.args.timeout_s),
                 "--fault-file", str(self.fault_file)]
         # Its own session, so that everything it starts can be ended as one process group.
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

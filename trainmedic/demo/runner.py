@@ -237,8 +237,9 @@ def with_alerts(results: list[FaultResult], watcher: Watcher, alerts: AlertWatch
 
 
 def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayout,
-             train_args: tuple[str, ...] = ()) -> JobSpec:
-    """The demo's job on `nodes`; `train_args` go to its script after the demo's own."""
+             train_args: tuple[str, ...] = (), program: tuple[str, ...] | None = None) -> JobSpec:
+    """The demo's job on `nodes`; `train_args` go to its script after the demo's own. `program`: what
+    python runs instead of the demo's module (a script, with its own arguments before the steps')."""
     n = len(nodes)
     ranks = args.ranks_per_node
     return JobSpec(
@@ -246,9 +247,9 @@ def demo_job(nodes: tuple[str, ...], args: argparse.Namespace, layout: DemoLayou
         # Sizes in nodes -> FLOP/s: the job can shrink by a node and keep going.
         throughput={size: 1.0e14 * size * ranks for size in range(max(1, n - 2), n + 1)},
         # nice: on two cores the ranks must leave room for heartbeats and the broker.
-        command=("nice", "-n", "10", sys.executable, "-m", "trainmedic.demo.train", "--model", args.model,
-                 "--steps", "1000000", "--step-s", str(args.step_s), "--report", "--timeout-s", "300",
-                 *train_args),
+        command=("nice", "-n", "10", sys.executable,
+                 *(program or ("-m", "trainmedic.demo.train", "--model", args.model, "--report")),
+                 "--steps", "1000000", "--step-s", str(args.step_s), "--timeout-s", "300", *train_args),
         checkpoint_dir=str(layout.root / "checkpoints"),
         transition_s=30,
     )
@@ -270,16 +271,17 @@ def deployment(layout: DemoLayout, name: str, replacing: re.Pattern,
 @contextmanager
 def watched_job(cluster: LocalCluster, settings: KafkaSettings, nodes: tuple[str, ...],
                 args: argparse.Namespace, layout: DemoLayout, say: Callable[[str], None] = say,
-                train_args: tuple[str, ...] = ()) -> Iterator[Watcher]:
-    """The demo's job on `nodes` (`demo_job`) submitted, and a Watcher on it once it trained past
-    step 10; the watcher stopped on exit."""
+                train_args: tuple[str, ...] = (),
+                program: tuple[str, ...] | None = None) -> Iterator[Watcher]:
+    """The demo's job on `nodes` (`demo_job`, running `program` when given) submitted, and a Watcher
+    on it once it trained past step 10; the watcher stopped on exit."""
     from trainmedic.bus.producer import EventProducer
 
     watcher = Watcher(settings, JOB, say)
     watcher.start()
     try:
         with EventProducer(settings, client_id=settings.topics.owned("demo")) as producer:
-            cluster.submit(producer, settings, demo_job(nodes, args, layout, train_args))
+            cluster.submit(producer, settings, demo_job(nodes, args, layout, train_args, program))
         say(f"submitted job {JOB}: {len(nodes)} nodes x {args.ranks_per_node} ranks (gloo on CPU)")
         if not watcher.wait_for(lambda t: t.current and t.current.last_step >= 10, 180):
             raise RuntimeError(f"the job did not reach step 10 (logs in {layout.logs})")
