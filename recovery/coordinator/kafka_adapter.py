@@ -22,6 +22,7 @@ from trainmedic.recovery.coordinator import metrics, observe
 from trainmedic.recovery.coordinator.core.config import CoordinatorConfig
 from trainmedic.recovery.coordinator.core.endings import rejected, resolutions, unanswered
 from trainmedic.recovery.coordinator.core.fold import apply
+from trainmedic.recovery.coordinator.core.isolation import group_due
 from trainmedic.recovery.coordinator.core.state import ClusterState, JobState
 from trainmedic.recovery.coordinator.core.steps import catch_up, settle, tick
 from trainmedic.recovery.coordinator.intake import arrival, rebuild, receive
@@ -159,6 +160,11 @@ class CoordinatorService:
             self._publish("deadline", settle(self.state, tick(self.state, now), now))
             observe.cluster(self.state, now)
             self._next_tick = now + self.state.config.tick_s
+        # Node SEV1s are decided when their group window ends, not at the tick after it (up to
+        # tick_s later: 0-1 s of every reconfigure's plan phase, issue 47).
+        due = group_due(self.state)
+        if due is not None and now < due < self._next_tick:
+            self._next_tick = due
 
     def _with_members(self) -> Trust | None:
         trust = self._trust()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainmedic.bus.producer import EventProducer
 from trainmedic.bus.reader import NOW, TopicReader
@@ -121,6 +122,29 @@ def ack_all(kafka: KafkaSettings, commands: list[Command], keys: Keys | None = N
                                generation=c.generation, status="done")
             signed = ack if keys is None else keys.nodes[c.node].sign(ack)
             producer.send(kafka.topics.acks, signed, key=c.node)
+
+
+def test_node_sev1s_are_decided_when_their_window_ends_not_at_the_next_tick(kafka: KafkaSettings) -> None:
+    # A tick far away: the plan can come only from the group window's own end.
+    service = leading(kafka, CONFIG.model_copy(update={"tick_s": 30.0, "group_window_s": 0.5}))
+    service.start()
+    with EventProducer(kafka) as producer:
+        producer.send(kafka.topics.jobs, JobSubmitted(ts=time.time(), job=JobSpec.model_validate(
+            yaml.safe_load(SPEC))), key="llm")
+    step_until(service, lambda: len(service.state.commands) == 3)
+    ack_all(kafka, read(kafka, "commands"))
+    step_until(service, lambda: service.state.jobs["llm"].state is JobState.RUNNING)
+    with EventProducer(kafka) as producer:
+        producer.send(kafka.topics.incidents, Incident(
+            ts=time.time(), id="inc-gpu-lost-n2", status="open", category="gpu_lost", severity="SEV1",
+            action="reconfigure", job="llm", node="n2", ranks=(2, 3), first_ts=time.time(),
+            evidence=("Xid 79 on gpu 3",)), key="llm")
+    step_until(service, lambda: "inc-gpu-lost-n2" in service.state.incidents)
+    received = service.state.received(service.state.incidents["inc-gpu-lost-n2"])
+    step_until(service, lambda: not service.state.nodes["n2"].healthy, timeout_s=10.0)
+    planned = next(e for e in read(kafka, "recovery") if e.type == "recovery_planned" and e.generation == 1)
+    assert planned.ts >= received + 0.5  # the window was kept
+    service.close()
 
 
 @pytest.fixture

@@ -32,14 +32,22 @@ def node_group(state: ClusterState) -> list[Incident]:
     return sorted((i for i in waiting if blames_node(state, i)), key=lambda i: (i.ts, i.id))
 
 
-def decide_isolations(state: ClusterState, now: float) -> list:
-    """Once the first waiting node SEV1 arrived `group_window_s` ago: isolate what the cap allows,
-    re-plan once, hold the rest. Arrived, by the coordinator's clock (`ClusterState.received`): an
-    incident's `ts` is the detector's time of a node's telemetry, another host's clock, and a node
-    a second or two behind would have its faults decided alone, or late (issue 44)."""
+def group_due(state: ClusterState) -> float | None:
+    """When the waiting node SEV1s are decided: `group_window_s` after the first of them arrived, by
+    the coordinator's clock (`ClusterState.received`: an incident's `ts` is the detector's time of a
+    node's telemetry, another host's clock, and a node a second or two behind would have its faults
+    decided alone, or late; issue 44). None when none waits."""
     group = node_group(state)
-    if not group or min(map(state.received, group)) + state.config.group_window_s > now:
+    return min(map(state.received, group)) + state.config.group_window_s if group else None
+
+
+def decide_isolations(state: ClusterState, now: float) -> list:
+    """Once the node SEV1s are due (`group_due`): isolate what the cap allows, re-plan once, hold the
+    rest."""
+    due = group_due(state)
+    if due is None or due > now:
         return []
+    group = node_group(state)
     out: list = []
     isolate: dict[str, str] = {}
     held: list[Incident] = []
