@@ -34,8 +34,8 @@ from trainmedic.recovery.executor import python_main
 
 # What a warm zygote imports, and so every warm rank has: torch, the worker runtime a rank imports
 # (pydantic and the schemas with it, which each rank imported at start otherwise), and what a
-# torch.optim optimizer's constructor imports (torch._dynamo: 900 modules, 1.8 s of a 1.2 s-longer
-# restore in a user's script with torch.optim.SGD, bench/user_train.py).
+# torch.optim optimizer's constructor imports (torch._dynamo: about 900 modules, 1.8 s of CPU here;
+# without it bench/user_train.py's in-process restore phase was 1.1-1.2 s longer).
 PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "trainmedic.runtime",
            "trainmedic.runtime.rank")
 PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"
@@ -240,8 +240,11 @@ def _warm_program(request: dict) -> python_main.Program | None:
         return None
     argv, env = request["argv"], request["env"]
     path = env.get("PATH", os.defpath)
-    target = python_main.warm_target(argv, path=path) or python_main.console_script(argv, path)
-    return None if target is None else python_main.loaded(target, env)
+    try:
+        target = python_main.warm_target(argv, path=path) or python_main.console_script(argv, path)
+        return None if target is None else python_main.loaded(target, env)
+    except Exception:  # whatever the checks could not read: python itself runs it, and says what fails
+        return None
 
 
 def set_dumpable(on: bool) -> None:

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from trainmedic.recovery.executor.core.niceness import split_nice
 
 SHEBANG_BYTES = 512  # how much of a console script is read for its `#!` line
+# The zygote's environment as it started, before its imports (torch._dynamo sets TORCHINDUCTOR_CACHE_DIR).
+STARTED_WITH = dict(os.environ)
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,14 @@ def warm_target(argv: Sequence[str], python: str = sys.executable,
 
 
 def _is_python(word: str, python: str, path: str | None) -> bool:
+    """`word` names `python`: the same path, or a name beside it for the same file (a venv's
+    `python3` for its `python`; another directory is another site-packages)."""
     exe = word if os.sep in word else shutil.which(word, path=path)
-    return exe is not None and os.path.abspath(exe) == os.path.abspath(python)
+    if exe is None:
+        return False
+    exe, python = os.path.abspath(exe), os.path.abspath(python)
+    return exe == python or (os.path.dirname(exe) == os.path.dirname(python)
+                             and os.path.realpath(exe) == os.path.realpath(python))
 
 
 def console_script(argv: Sequence[str], path: str | None, python: str = sys.executable) -> WarmTarget | None:
@@ -116,7 +124,8 @@ class Program:
 def loaded(target: WarmTarget, env: Mapping[str, str]) -> Program | None:
     """`target` read, in this (forked) process, or None when python would run it otherwise: a script
     that is not a regular source file (a directory, a zip archive, compiled code, not there); a
-    `PYTHON*` setting of `env` the zygote did not start with (python reads them at start); a module
+    `PYTHON*` or `TORCH*` setting of `env` the zygote did not start with (read at start and at
+    `import torch`); a module
     the zygote imported, or a sitecustomize, in the rank's own path entries (python would load theirs)."""
     if _setting_differs(env):
         return None
@@ -137,12 +146,15 @@ def loaded(target: WarmTarget, env: Mapping[str, str]) -> Program | None:
     return None if _shadowed(first) else Program(target, source, first)
 
 
-HANDLED = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE"})  # `run` applies these
+# What interpreter start, or torch's import, reads from the environment; the first two `run` applies,
+# and every rank and the zygote run without the user site.
+READ_AT_START = ("PYTHON", "TORCH")
+HANDLED = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE"})
 
 
 def _setting_differs(env: Mapping[str, str]) -> bool:
-    names = {name for name in (*env, *os.environ) if name.startswith("PYTHON")} - HANDLED
-    return any(env.get(name) != os.environ.get(name) for name in names)
+    names = {name for name in (*env, *STARTED_WITH) if name.startswith(READ_AT_START)} - HANDLED
+    return any(env.get(name) != STARTED_WITH.get(name) for name in names)
 
 
 def _shadowed(entries: tuple[str, ...]) -> bool:
@@ -164,11 +176,15 @@ def _shadowed(entries: tuple[str, ...]) -> bool:
 
 def run(program: Program, env: Mapping[str, str]) -> None:
     """Run `program` in this (forked) process as `python` started with `env` in this directory would:
-    its environment, sys.argv, sys.path (`program.first`, then the zygote's less its PYTHONPATH's),
+    its environment (and what the zygote's imports set in theirs), sys.argv, sys.path
+    (`program.first`, then the zygote's less its PYTHONPATH's),
     a fresh __main__, stdout and stderr buffered as PYTHONUNBUFFERED says. Returns when it ends."""
-    target, inherited = program.target, _entries(os.environ.get("PYTHONPATH", ""))
+    target, inherited = program.target, _entries(STARTED_WITH.get("PYTHONPATH", ""))
+    imported = {name: value for name, value in os.environ.items() if name not in STARTED_WITH}
     os.environ.clear()
     os.environ.update(env)
+    for name, value in imported.items():  # what the preloaded imports set, as they would have in the rank
+        os.environ.setdefault(name, value)
     _fresh_stdio(unbuffered=bool(env.get("PYTHONUNBUFFERED")))
     sys.path[:] = [*program.first, *(p for p in sys.path if p not in inherited and p not in program.first)]
     sys.argv = [target.path, *target.args]  # for -m, argv[0] becomes the module's file, as python sets it

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainmedic.recovery.executor.core.niceness import NICENESS
+from trainmedic.recovery.executor.core.niceness import split_nice
 from trainmedic.schemas import WorkerSpec
 from trainmedic.schemas.jobs import LATEST
 
@@ -89,8 +89,8 @@ def _environment(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
 
 def _program(policy: AdmissionPolicy, argv: list[str], python: str, which: Which,
              workdir: str | None = None) -> Refusal | None:
-    if argv[:2] == ["nice", "-n"] and len(argv) > 3 and NICENESS.fullmatch(argv[2]):
-        argv = argv[3:]
+    if (niced := split_nice(argv)) is not None:
+        argv = niced[1]
     if not argv:
         return Refusal("executable", "the command is empty")
     program = resolve(_under(workdir, argv[0]) if os.sep in argv[0] else argv[0], which)
@@ -136,7 +136,8 @@ def _paths(policy: AdmissionPolicy, worker: WorkerSpec) -> Refusal | None:
 
 
 def _runs_module(argv: list[str]) -> bool:
-    """`[nice -n N] PROGRAM -m ...`: a Python that imports its module from the working directory."""
+    """`[nice -n N] PROGRAM -m ...`: a Python that imports its module from the working directory
+    (whatever N is: the stricter workdir rule holds even where `nice` would refuse N)."""
     if argv[:2] == ["nice", "-n"] and len(argv) > 3:
         argv = argv[3:]
     return len(argv) >= 2 and argv[1] == "-m"

@@ -50,6 +50,7 @@ if "PROBE_EXIT" in os.environ:
     ((PY, "-m", "pkg.train", "--steps", "3"), WarmTarget("module", "pkg.train", ("--steps", "3"))),
     (("nice", "-n", "10", PY, "-m", "pkg.train"), WarmTarget("module", "pkg.train", (), 10)),
     ((PY, "train.py", "--lr", "1"), WarmTarget("script", "train.py", ("--lr", "1"))),
+    ((os.path.join(os.path.dirname(PY), "python3"), "t.py"), WarmTarget("script", "t.py", ())),  # beside it
     (("nice", "-n", "5", PY, "/opt/jobs/train.py"), WarmTarget("script", "/opt/jobs/train.py", (), 5)),
     (("python3.9", "-m", "pkg.train"), None),  # another interpreter: its own site-packages
     ((PY, "-u", "train.py"), None),  # an interpreter option: python's to read
@@ -82,8 +83,8 @@ def env(**more: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": "lib", "PROBE": "from the shell", **more}
 
 
-def warm_run(sup: Supervisor, workdir: Path, argv: tuple[str, ...], **more: str) -> tuple[dict, str, int]:
-    """The probe's JSON, its warm/cold line and its exit code, started by the warm launcher."""
+def launched(sup: Supervisor, workdir: Path, argv: tuple[str, ...], **more: str) -> tuple[str, int | None]:
+    """The log and exit code of `argv` started by the warm launcher in `workdir`."""
     spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32, ranks=(0,), world_size=1, master_addr="h",
                       master_port=1, command=argv, workdir=str(workdir))
     home = workdir.parent / f"home-{time.monotonic_ns()}"
@@ -92,8 +93,15 @@ def warm_run(sup: Supervisor, workdir: Path, argv: tuple[str, ...], **more: str)
     while not (ended := sup.reap()) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert ended, "the rank did not end"
-    lines = (home / "logs" / "g0-rank0.log").read_text().splitlines()
-    return json.loads(lines[0]), lines[1], ended[0].exit_code
+    return (home / "logs" / "g0-rank0.log").read_text(), ended[0].exit_code
+
+
+def warm_run(sup: Supervisor, workdir: Path, argv: tuple[str, ...], **more: str
+             ) -> tuple[dict, str, int | None]:
+    """The probe's JSON, its warm/cold line and its exit code, started by the warm launcher."""
+    log, code = launched(sup, workdir, argv, **more)
+    lines = log.splitlines()
+    return json.loads(lines[0]), lines[1], code
 
 
 def cold_run(workdir: Path, argv: tuple[str, ...], **more: str) -> tuple[dict, str, int]:
@@ -159,18 +167,13 @@ def test_what_python_runs_otherwise_is_execd(warm_supervisor, workdir: Path) -> 
 
 
 def test_a_failing_script_ends_as_python_ends_it(warm_supervisor, workdir: Path) -> None:
-    (workdir / "fails.py").write_text("import sys\nif len(sys.argv) > 1:\n    sys.exit(sys.argv[1])\n"
+    (workdir / "fails.py").write_text("import sys\nprint('warm' if 'torch' in sys.modules else 'cold')\n"
+                                      "if len(sys.argv) > 1:\n    sys.exit(sys.argv[1])\n"
                                       "raise ValueError('the job broke')\n")
     for argv in ((PY, "fails.py"), (PY, "fails.py", "a message"), (PY, "missing.py")):
-        spec = WorkerSpec(submission="s1", rendezvous_key="ab" * 32, ranks=(0,), world_size=1,
-                          master_addr="h", master_port=1, command=argv, workdir=str(workdir))
-        home = workdir.parent / f"home-{time.monotonic_ns()}"
-        warm_supervisor.launch("j", 0, spec, [env()], home)
-        deadline = time.monotonic() + 60
-        while not (ended := warm_supervisor.reap()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        log = (home / "logs" / "g0-rank0.log").read_text()
+        log, code = launched(warm_supervisor, workdir, argv)
         cold = subprocess.run(argv, cwd=workdir, env=env(), capture_output=True, text=True, timeout=60)
-        assert ended[0].exit_code == cold.returncode != 0
+        assert code == cold.returncode != 0
         assert log.splitlines()[-1] == cold.stderr.splitlines()[-1]
-        assert "forkserver" not in log and "python_main" not in log  # the traceback starts at the job's code
+        if argv[1] == "fails.py":  # it ran in the fork: nothing of the fork's own shows
+            assert log.startswith("warm\n") and "forkserver" not in log and "python_main" not in log
