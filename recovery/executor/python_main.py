@@ -124,9 +124,9 @@ class Program:
 def loaded(target: WarmTarget, env: Mapping[str, str]) -> Program | None:
     """`target` read, in this (forked) process, or None when python would run it otherwise: a script
     that is not a regular source file (a directory, a zip archive, compiled code, not there); a
-    `PYTHON*` or `TORCH*` setting of `env` the zygote did not start with (read at start and at
-    `import torch`); a module
-    the zygote imported, or a sitecustomize, in the rank's own path entries (python would load theirs)."""
+    `PYTHON*` or `TORCH*` setting of `env` the zygote did not start with (read at interpreter start
+    and at `import torch`); a module the zygote imported, or a sitecustomize, in the rank's own path
+    entries (python would load theirs)."""
     if _setting_differs(env):
         return None
     source = None
@@ -146,8 +146,8 @@ def loaded(target: WarmTarget, env: Mapping[str, str]) -> Program | None:
     return None if _shadowed(first) else Program(target, source, first)
 
 
-# What interpreter start, or torch's import, reads from the environment; the first two `run` applies,
-# and every rank and the zygote run without the user site.
+# Read at interpreter start or at `import torch`: a rank whose value differs from the zygote's starts
+# cold. HANDLED: what `run` applies itself, and PYTHONNOUSERSITE, which every rank and the zygote have.
 READ_AT_START = ("PYTHON", "TORCH")
 HANDLED = frozenset({"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE"})
 
