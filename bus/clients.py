@@ -22,11 +22,14 @@ __all__ = ["NOT_READY", "RECONNECT", "admin", "broker_error", "configuration", "
 log = logging.getLogger(__name__)
 REPEATS = Repeats()  # on every logger a client logs to: librdkafka's lines, one per condition
 
-# Errors a broker gives for a topic created moments ago (or while it is still starting): they
-# pass within seconds, so callers retry them for a bounded time instead of failing.
+# Errors a broker gives for a topic created moments ago (or while it is still starting), and
+# librdkafka's own for one its metadata does not hold yet (a detector on a cluster of three brokers
+# exited with "Local: Unknown partition" at start, once in a CI run): they pass within seconds, so
+# callers retry them for a bounded time instead of failing.
 NOT_READY = frozenset({
     RdKafkaError.NOT_LEADER_FOR_PARTITION, RdKafkaError.LEADER_NOT_AVAILABLE,
     RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._TIMED_OUT,
+    RdKafkaError._UNKNOWN_PARTITION, RdKafkaError._UNKNOWN_TOPIC,
 })
 # Errors that mean no broker answered at all.
 _UNREACHABLE = frozenset({RdKafkaError._TRANSPORT, RdKafkaError._TIMED_OUT, RdKafkaError._ALL_BROKERS_DOWN})

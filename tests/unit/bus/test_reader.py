@@ -110,6 +110,15 @@ def test_a_partition_whose_leader_is_moving_is_asked_again(monkeypatch: pytest.M
     assert client.asked == 4
 
 
+def test_a_partition_the_clients_metadata_does_not_hold_yet_is_asked_again(monkeypatch: pytest.MonkeyPatch
+                                                                           ) -> None:
+    # librdkafka's own error for a topic created a moment ago on another broker of a cluster
+    monkeypatch.setattr(reader, "time", Clock())
+    client = Leaderless(KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC)
+    assert watermarks(client, [A, B], timeout_s=5) == {A: (0, 5), B: (0, 5)}
+    assert client.asked == 4
+
+
 def test_any_other_error_and_a_leader_that_never_comes_are_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
     monkeypatch.setattr(reader, "time", clock)
