@@ -7,8 +7,8 @@ job's user at once and which the executor moves into the job's cgroup before it 
 every rank of the job is forked by that launcher. A rank started as `PYTHON -m MODULE`, `PYTHON
 SCRIPT` or a console script of this interpreter runs in the fork as python would run it
 (python_main.py), so a (re)start costs a fork instead of an interpreter start plus `import torch`;
-any other command is forked and exec'd. What this module imports is the standard library and
-setproctitle only: its memory is every warm rank's.
+any other command is forked and exec'd. What this module imports is the standard library,
+setproctitle and python_main (the standard library too) only: its memory is every warm rank's.
 
 Neither is dumpable, so that no rank (of their user) can ptrace them or take their descriptors
 (`pidfd_getfd`), and a rank keeps none of their channels: an answer can only come from them.
@@ -34,8 +34,8 @@ from trainmedic.recovery.executor import python_main
 
 # What a warm zygote imports, and so every warm rank has: torch, the worker runtime a rank imports
 # (pydantic and the schemas with it, which each rank imported at start otherwise), and what a
-# torch.optim optimizer's constructor imports (torch._dynamo: about 900 modules, 1.8 s of CPU here;
-# without it bench/user_train.py's in-process restore phase was 1.1-1.2 s longer).
+# torch.optim optimizer's constructor imports (torch._dynamo: without it, bench/user_train.py's
+# in-process restore phase was 1.13-1.21 s, with it 0.03-0.05 s; docs/recovery-benchmark.md).
 PRELOAD = ("torch", "torch.distributed", "torch.optim", "torch._dynamo", "trainmedic.runtime",
            "trainmedic.runtime.rank")
 PRELOAD_ENV = "TRAINMEDIC_WARM_PRELOAD"

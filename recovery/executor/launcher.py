@@ -159,7 +159,7 @@ class JobLauncher:
                title: str | None = None, *, warm: bool = False) -> int:
         """Start a rank with `log_fd` as its output, in `cwd` (else the launcher's directory): `argv`
         run in the fork as python would when `warm` and it is a form python_main.py runs (named
-        `title: ARGV` in ps), else exec'd; returns its pid, proven. Raises OSError when the command
+        `TITLE: python ...` in ps), else exec'd; returns its pid, proven. Raises OSError when the command
         cannot be exec'd (its errno), LauncherFailed when the launcher fails."""
         request = {"argv": list(argv), "warm": warm, "env": dict(env), "cwd": cwd, "title": title}
         if not self.alive():

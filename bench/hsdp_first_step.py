@@ -1,0 +1,85 @@
+"""What a freshly started HSDP rank pays before its first step, whatever restores it: the demo's
+transformer (trainmedic.demo.gpt) on a (nodes, 2) mesh, gloo on CPU, one process per rank on this
+machine. Per rank, the median over ranks of: building and sharding the model; the restore's
+template (`get_state_dict`, which gives a fresh AdamW its state by a step at lr 0); the first
+training step after it; and, in a second run with no template, the first and second training steps.
+The first optimizer step over DTensors in a process runs DTensor's sharding propagation once per
+operator and layout (cached per process and device mesh), so it costs the same with or without the
+restore (docs/executor.md, "Where an HSDP restore's seconds go").
+
+    python bench/hsdp_first_step.py [--nodes 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from trainmedic.local.cluster import free_port
+
+
+def rank_times(rank: int, world: int, port: int, template: bool, out) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from trainmedic.demo import gpt
+
+    mesh = init_device_mesh("cpu", (world // 2, 2), mesh_dim_names=("replicate", "shard"))
+    times = {}
+    began = time.monotonic()
+    net = gpt.shard(gpt.model(), mesh)
+    optimizer = gpt.optimizer(net)
+    times["build"] = time.monotonic() - began
+    dist.barrier()
+    if template:
+        began = time.monotonic()
+        get_state_dict(net, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True))
+        times["template"] = time.monotonic() - began
+    for name in ("first step", "second step"):
+        began = time.monotonic()
+        gpt.loss(net, *gpt.share(0, rank, world)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times[name] = time.monotonic() - began
+    out.put(times)
+    dist.destroy_process_group()
+
+
+def run(world: int, template: bool) -> dict[str, float]:
+    context = mp.get_context("fork")
+    out = context.Queue()
+    port = free_port()
+    procs = [context.Process(target=rank_times, args=(r, world, port, template, out)) for r in range(world)]
+    for proc in procs:
+        proc.start()
+    found = [out.get(timeout=300) for _ in procs]
+    for proc in procs:
+        proc.join(60)
+    return {name: statistics.median(t[name] for t in found) for name in found[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=4, help="mesh rows of 2 ranks each (default 4: 8 ranks)")
+    args = parser.parse_args()
+    world = 2 * args.nodes
+    print(f"HSDP, the demo's transformer, {world} ranks ({args.nodes} x 2), gloo on CPU, "
+          f"{os.cpu_count()} cores; median over ranks, s")
+    for template in (True, False):
+        times = run(world, template)
+        label = "with the restore's template" if template else "nothing before the first step"
+        print(f"{label:30}  " + "  ".join(f"{name} {seconds:.3f}" for name, seconds in times.items()))
+
+
+if __name__ == "__main__":
+    main()
