@@ -36,5 +36,9 @@ class DcgmScraper:
             self._failing = False
         return samples
 
+    def urgent(self, now: float) -> list[GpuSample]:
+        """None: an Xid is a gauge that only a scrape reads."""
+        return []
+
     def close(self) -> None:
         """Nothing to release: each scrape opens and closes its own connection."""

@@ -1,4 +1,5 @@
-"""The GPU producer: every interval, one gpu_sample per GPU from NVML, dcgm-exporter or synthetic GPUs."""
+"""The GPU producer: every interval, one gpu_sample per GPU from NVML, dcgm-exporter or synthetic GPUs; in
+between, at once, a sample of each GPU that reports an Xid (docs/producers.md, "Xids at once")."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ log = logging.getLogger(__name__)
 
 
 class GpuSource(Protocol):
-    """Where samples come from: `sample(now)` returns one per GPU that answers."""
+    """Where samples come from: `sample(now)` returns one per GPU that answers; `urgent(now)` one per GPU
+    with an Xid reported since its last sample (none from a source that learns of Xids only by sampling)."""
 
     def sample(self, now: float) -> list[GpuSample]: ...
+
+    def urgent(self, now: float) -> list[GpuSample]: ...
 
     def close(self) -> None: ...
 
@@ -42,7 +46,8 @@ def open_source(config: GpuProducerConfig, now: float, nvml: Any = None) -> GpuS
 
 
 class GpuProducer:
-    """One round: apply runtime faults (synthetic only), sample every GPU, queue each sample."""
+    """One round: apply runtime faults (synthetic only), sample every GPU, queue each sample. Between
+    rounds: the same faults, and the samples of GPUs with new Xids, at once."""
 
     def __init__(
         self, source: GpuSource, outbox: Outbox, topic: str, control: ControlFile | None = None,
@@ -54,7 +59,16 @@ class GpuProducer:
 
     def round(self, now: float) -> None:
         apply_control(self.control, self._inject, now)
-        for sample in self.source.sample(now):
+        self._send(self.source.sample(now))
+
+    def between(self, now: float) -> None:
+        apply_control(self.control, self._inject, now)
+        urgent = self.source.urgent(now)
+        if urgent:
+            self._send(urgent)
+
+    def _send(self, samples: list[GpuSample]) -> None:
+        for sample in samples:
             self.outbox.send(self.topic, sample, key=sample.node)
         self.outbox.poll()
 
@@ -74,7 +88,7 @@ def run_gpu_producer(
     producer = GpuProducer(source, outbox, settings.topics.gpu, control)
     log.info("sampling %s GPUs every %.3gs into %s", config.source, config.interval_s, settings.topics.gpu)
     try:
-        serve(producer.round, config.interval_s, outbox, config.delivery, stop)
+        serve(producer.round, config.interval_s, outbox, config.delivery, stop, between=producer.between)
     finally:
         source.close()
     return outbox

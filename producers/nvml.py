@@ -1,5 +1,6 @@
 """GPU samples read from the driver through NVML (the `pynvml` module of nvidia-ml-py); Xids from an
-NVML event set ride on the next sample of their GPU (docs/producers.md, "NVML (default)").
+NVML event set go out at once, on a sample of their GPU taken for them (docs/producers.md, "NVML (default)",
+"Xids at once").
 """
 
 from __future__ import annotations
@@ -103,19 +104,27 @@ class NvmlGpus:
     def sample(self, now: float) -> list[GpuSample]:
         """One sample of every GPU still answering, carrying the Xids reported since its last one."""
         self._drain_xids()
-        samples = []
-        for device in self._devices:
-            if device.lost:
-                continue
-            try:
-                samples.append(self._sample(device, now))
-            except _GpuLost:
-                self._lose(device)
-                if device.xids:  # its last words: typically Xid 79, fallen off the bus
-                    samples.append(GpuSample(ts=now, node=self.node, gpu=device.index,
-                                             uuid=device.uuid, xids=tuple(device.xids)))
+        return [s for device in self._devices
+                if not device.lost and (s := self._take(device, now)) is not None]
+
+    def urgent(self, now: float) -> list[GpuSample]:
+        """One sample of each GPU with Xids reported since its last one."""
+        self._drain_xids()
+        return [s for device in self._devices
+                if device.xids and not device.lost and (s := self._take(device, now)) is not None]
+
+    def _take(self, device: _Device, now: float) -> GpuSample | None:
+        """A sample of `device` with its Xids; a lost one's last words, or None."""
+        try:
+            return self._sample(device, now)
+        except _GpuLost:
+            self._lose(device)
+            if device.xids:  # its last words: typically Xid 79, fallen off the bus
+                return GpuSample(ts=now, node=self.node, gpu=device.index, uuid=device.uuid,
+                                 xids=tuple(device.xids))
+            return None
+        finally:
             device.xids.clear()
-        return samples
 
     def _sample(self, device: _Device, now: float) -> GpuSample:
         nv, h = self._nvml, device.handle

@@ -43,11 +43,13 @@ def apply_control(control: ControlFile | None, inject: Callable[[HardwareFault, 
 def serve(
     round_: Callable[[float], None], interval_s: float, outbox: Outbox, delivery: Delivery,
     stop: threading.Event, last: Callable[[float], None] | None = None,
+    between: Callable[[float], None] | None = None,
 ) -> None:
-    """Run `round_(now)` every `interval_s` until `stop`, then `last(now)` if given (a farewell: the
-    host agent's heartbeat that says the node leaves), then flush the outbox within its deadline."""
+    """Run `round_(now)` every `interval_s` until `stop`, and `between(now)` (if given) every
+    `loop.BETWEEN_S` in between; then `last(now)` if given (a farewell: the host agent's heartbeat that
+    says the node leaves), then flush the outbox within its deadline."""
     try:
-        run_every(interval_s, round_, stop)
+        run_every(interval_s, round_, stop, between=between)
         if last is not None:
             last(time.time())
     finally:

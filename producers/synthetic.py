@@ -69,12 +69,21 @@ class SyntheticGpus:
     def sample(self, now: float) -> list[GpuSample]:
         """One sample of every GPU still answering, with the faults due by `now` applied."""
         with self._lock:
-            while self._due and self._due[0][0] <= now:
-                when, _, fault = self._due.pop(0)
-                for gpu in self._gpus:
-                    if fault.targets(gpu.node, gpu.index):
-                        _apply(gpu, fault, when)
+            self._apply_due(now)
             return [s for gpu in self._gpus if (s := _sample(gpu, now)) is not None]
+
+    def urgent(self, now: float) -> list[GpuSample]:
+        """With the faults due by `now` applied, one sample of each GPU with an Xid waiting."""
+        with self._lock:
+            self._apply_due(now)
+            return [s for gpu in self._gpus if gpu.xids and (s := _sample(gpu, now)) is not None]
+
+    def _apply_due(self, now: float) -> None:
+        while self._due and self._due[0][0] <= now:
+            when, _, fault = self._due.pop(0)
+            for gpu in self._gpus:
+                if fault.targets(gpu.node, gpu.index):
+                    _apply(gpu, fault, when)
 
     def close(self) -> None:
         """Nothing to release."""

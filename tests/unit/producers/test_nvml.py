@@ -113,3 +113,26 @@ def test_close_releases_the_event_set_and_nvml() -> None:
     nvml = FakeNvml(four_gpus())
     opened(nvml).close()
     assert nvml.calls[-2:] == ["free", "shutdown"]
+
+
+def test_an_xid_between_rounds_is_sampled_at_once_for_its_gpu_alone() -> None:
+    nvml = FakeNvml(four_gpus())
+    source = opened(nvml)
+    source.sample(T)
+    assert source.urgent(T + 0.05) == []
+    nvml.xid(2, 79)
+    urgent = source.urgent(T + 0.1)
+    assert [(s.gpu, s.xids, s.ts) for s in urgent] == [(2, (79,), T + 0.1)]
+    assert urgent[0].util is not None
+    assert source.urgent(T + 0.15) == []
+    assert all(s.xids == () for s in source.sample(T + 1))
+
+
+def test_a_gpu_lost_with_an_xid_between_rounds_gets_its_last_words_out_at_once() -> None:
+    gpus = four_gpus()
+    nvml = FakeNvml(gpus)
+    source = opened(nvml)
+    gpus[1].lost = True
+    nvml.xid(1, 79)
+    assert [(s.gpu, s.xids, s.util) for s in source.urgent(T)] == [(1, (79,), None)]
+    assert [s.gpu for s in source.sample(T + 1)] == [0, 2, 3]

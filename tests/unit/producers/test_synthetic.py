@@ -98,3 +98,14 @@ def test_runtime_injection_counts_from_the_moment_of_injection() -> None:
 def test_injecting_into_a_gpu_that_does_not_exist_is_refused(spec: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         gpus().inject(parse_fault(spec), now=T0)
+
+
+def test_an_xid_is_urgent_once_due_and_only_its_gpu_is_sampled_for_it() -> None:
+    source = gpus("xid=79,node=n02,gpu=3,at=30.2s")
+    source.sample(T0 + 30)
+    assert source.urgent(T0 + 30.1) == []
+    urgent = source.urgent(T0 + 30.25)
+    assert [(s.node, s.gpu, s.xids, s.ts) for s in urgent] == [("n02", 3, (79,), T0 + 30.25)]
+    assert urgent[0].util is not None  # a whole sample, not the Xid alone
+    assert source.urgent(T0 + 30.3) == []
+    assert all(s.xids == () for s in source.sample(T0 + 31))
