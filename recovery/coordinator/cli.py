@@ -26,7 +26,7 @@ config file (YAML, every key optional; the flags' names with underscores):
   tick_s: 1
   isolation_cap: 0.1       # share of the nodes isolated automatically per window (at least one)
   isolation_window_s: 600
-  group_window_s: 2        # SEV1s this close are planned together
+  group_window_s: 1.5      # SEV1s this close are planned together (>= heartbeat interval + 0.5)
   restart_backoff_s: [30, 120, 600]  # before a 2nd, 3rd, ... restart (flag repeated; variable "30;120;600")
   max_restarts: 4          # per restart window, then recovery_failed and an alert
   restart_window_s: 3600

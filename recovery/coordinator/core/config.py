@@ -46,7 +46,7 @@ class CoordinatorConfig(BaseModel):
                                  "one node); beyond it nodes stay in service and a person decides")
     isolation_window_s: float = Field(default=600.0, gt=0, description="the rolling window of the "
                                       "isolation cap")
-    group_window_s: float = Field(default=2.0, ge=0, description="SEV1 incidents within this of the first "
+    group_window_s: float = Field(default=1.5, ge=0, description="SEV1 incidents within this of the first "
                                   "are planned together: one re-plan, one restart per job")
     restart_backoff_s: tuple[float, ...] = Field(default=(30.0, 120.0, 600.0), min_length=1,
                                                  description="wait before a job's 2nd, 3rd, ... restart "
