@@ -1,5 +1,6 @@
 """Runtime fault injection through a control file: append a fault spec line, the running producer
-applies it at its next round (`echo xid=79,node=n02,gpu=3 >> ctl`; docs/producers.md, "Runtime injection").
+applies it when it next reads the file (the GPU producer every 50 ms, the host agent at each round;
+`echo xid=79,node=n02,gpu=3 >> ctl`; docs/producers.md, "Runtime injection").
 """
 
 from __future__ import annotations

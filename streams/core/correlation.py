@@ -14,7 +14,8 @@ from trainmedic.streams.core.state import Clue, DetectorState, Group, JobWatch, 
 from trainmedic.streams.core.taxonomy import CATEGORIES, Resolves
 
 # A GPU's next sample is due within this many sample intervals of its last: samples are taken on a fixed
-# grid (producers/loop.py), woken late by milliseconds.
+# grid (producers/loop.py), woken late by milliseconds. (NVML and synthetic sources send an Xid at once,
+# off the grid, but dcgm-exporter's come only with a scrape: the wait for the grid's sample stays.)
 SAMPLE_DUE = 1.1
 # Root causes that no later report refines once every rank has reported (`settle`). A CUDA error keeps
 # its hold (a GPU's Xid can follow it), and so do symptoms (collective and network errors: the fault may

@@ -174,7 +174,10 @@ def _restart_limited(state: ClusterState, incident: Incident, job: Job, now: flo
     out, or the restarts are spent. Other incidents of the job waiting now are answered with it."""
     name, plan = job.spec.id, job.plan
     moving = plan is not None and plan.kind in (RecoveryKind.RESTART, RecoveryKind.RECONFIGURE)
-    if job.state.in_flight and moving and now - plan.ts <= state.config.group_window_s:
+    # Within the group window, or the tick after it: a SEV2 that waited for its job's node group is
+    # answered at the first tick after that group's re-plan, which may be `tick_s` later.
+    together_s = max(state.config.group_window_s, state.config.tick_s)
+    if job.state.in_flight and moving and now - plan.ts <= together_s:
         return [skip(incident, now, f"planned together with plan {plan.plan_id} ({plan.kind} of {name} "
                                     f"{now - plan.ts:g} s ago)", name)]
     if not job.nodes:

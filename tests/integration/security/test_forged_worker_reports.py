@@ -213,7 +213,7 @@ def test_forged_worker_reports_neither_isolate_nor_blind_nor_return_a_node(stack
                  worker(WorkerFailed, "n3", 0, job="invented-4", error="ValueError: forged"))
     wait_until(lambda: len([i for i in stack.incidents() if i.job and i.job.startswith("invented")]) >= 4,
                30.0, "the invented jobs' incidents")
-    time.sleep(4.0)  # the coordinator's group window (2 s) and a tick or two
+    time.sleep(4.0)  # the coordinator's group window (1.5 s) and a tick or two
     assert stack.isolated() == []
 
     # (ii) one step far ahead, then a real crash of generation 0

@@ -113,3 +113,25 @@ def test_a_job_fault_that_comes_with_a_node_fault_is_answered_by_its_re_plan() -
     [skip] = of_type(rec.tick(now=103.0), "recovery_skipped")
     assert (plan.kind, skip.incident_id) == ("reconfigure", "peer-exit") and plan.plan_id in skip.reason
     assert len(of_type(rec.log, "recovery_planned")) == 2  # the start and the one re-plan
+
+
+def test_a_job_fault_waiting_for_a_node_fault_is_answered_by_its_re_plan_however_long_the_tick() -> None:
+    rec = Recorder(LIMITED.model_copy(update={"group_window_s": 1.5, "tick_s": 2.0}))
+    rec.started()
+    assert rec.feed(lost("xid", "n2", ts=100.0, category="gpu_lost"), now=100.0) == []
+    peer = incident("peer-exit", "SEV2", node="n1", ts=100.5, category="process_exit")
+    assert rec.feed(peer, now=100.5) == []
+    [plan] = of_type(rec.tick(now=101.5), "recovery_planned")  # woken at the end of the group's window
+    [skip] = of_type(rec.tick(now=103.5), "recovery_skipped")  # the next tick, 2 s later
+    assert (plan.kind, skip.incident_id) == ("reconfigure", "peer-exit") and plan.plan_id in skip.reason
+
+
+def test_node_faults_one_heartbeat_apart_are_one_re_plan_with_the_default_window() -> None:
+    rec = Recorder(LIMITED.model_copy(update={"group_window_s": CoordinatorConfig().group_window_s,
+                                              "isolation_cap": 0.5}))
+    rec.started()
+    assert rec.feed(lost("a", "n1", ts=100.0, category="gpu_lost"), now=100.0) == []
+    assert rec.feed(lost("b", "n2", ts=101.2), now=101.2) == []  # its last heartbeat came 1 s earlier
+    assert rec.tick(now=101.4) == []
+    [plan] = of_type(rec.tick(now=101.5), "recovery_planned")
+    assert plan.isolated == {"n1": "a", "n2": "b"}
