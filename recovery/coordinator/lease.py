@@ -93,6 +93,10 @@ class Lease:
                 "auto.offset.reset": "latest",
                 # a standby joining must not take the lease from a live holder
                 "partition.assignment.strategy": "cooperative-sticky",
+                # The lease topic may be a moment old: a member whose metadata lacks it yet is assigned
+                # nothing until its next refresh (5 min by default). On a fresh cluster of three brokers
+                # a lone coordinator stayed a standby for minutes (tests/multihost/test_brokers.py).
+                "topic.metadata.refresh.interval.ms": 1000,
             }, logger=log)
             self._consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked,
                                      on_lost=self._lost)
