@@ -30,6 +30,7 @@ from trainmedic.recovery.executor.core.reports import LaunchedRank
 from trainmedic.recovery.executor.core.restart import Leftovers, interrupted_answer, unanswered
 from trainmedic.recovery.executor.core.state import GroupState, LocalGroup, after_exit, fenced_at
 from trainmedic.recovery.executor.health_check import HealthProbe, argv_of
+from trainmedic.recovery.executor.launcher import proc_stat
 from trainmedic.recovery.executor.ledger import Ledger
 from trainmedic.recovery.executor.node_producer import NodeProducer
 from trainmedic.recovery.executor.rank_reporter import RankReporter
@@ -39,6 +40,11 @@ from trainmedic.runtime import reform
 from trainmedic.runtime.env import WorkerEnv
 from trainmedic.schemas import AckStatus, Command, CommandAcked, DeadLettered, encode
 from trainmedic.schemas.commands import CommandAction
+
+# How long a restart waits for the ranks that reported a failure to say they wait to re-form: a
+# survivor under `Runtime.run` saves its snapshot and leaves its broken group first (an HSDP rank on
+# two busy cores: over 0.8 s); a restart that came before stopped every survivor (issue 47's CI).
+ON_ITS_WAY_S = 3.0
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +288,11 @@ class CommandApplier:
         spec = command.worker
         if command.action is not CommandAction.RESTART or spec is None:
             return {}
+        deadline = time.monotonic() + ON_ITS_WAY_S  # (one that ended is reaped at the loop's next turn)
+        while time.monotonic() < deadline and any(
+                self._reporter.on_its_way(pid) and _running(pid)
+                for pid in self._supervisor.pids(command.job).values()):
+            time.sleep(0.02)
         kept = {}
         for rank, pid in self._supervisor.pids(command.job).items():
             launched = self._reporter.launched_as(pid)
@@ -344,3 +355,9 @@ def _placement(command: Command) -> str | None:
     if command.placement is None or command.placement.signature is None:
         return None
     return encode(command.placement).decode("utf-8")
+
+
+def _running(pid: int) -> bool:
+    """`pid` is alive (a zombie, ended and not reaped yet, is not)."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")

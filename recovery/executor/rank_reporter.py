@@ -27,7 +27,7 @@ from trainmedic.recovery.executor.report_sockets import socket_folder
 from trainmedic.recovery.executor.supervisor import RankExit, Supervisor
 from trainmedic.runtime.report_channel import SOCKET_ENV
 from trainmedic.schemas import RanksFinished, WorkerExited
-from trainmedic.schemas.telemetry import WorkerWaiting
+from trainmedic.schemas.telemetry import WorkerFailed, WorkerWaiting
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,7 @@ class RankReporter:
         self._launched: dict[int, LaunchedRank] = {}  # by pid: who each rank's reports must say it is
         self._rank_times: dict[int, RankTimes] = {}  # by pid: the phases of its start (core/phases.py)
         self._waiting: set[int] = set()  # pids of ranks waiting alive to re-form (`Runtime.run`)
+        self._failed: set[int] = set()  # pids that reported a failure since: waiting, or ending, soon
         self._outbox = Outbox(
             EventProducer(kafka, client_id=kafka.topics.owned(f"executor-{config.node}-reports")),
             what="rank reports")
@@ -83,12 +84,18 @@ class RankReporter:
         """The rank of `pid` said it waits alive to re-form, and nothing since."""
         return pid in self._waiting
 
+    def on_its_way(self, pid: int) -> bool:
+        """The rank of `pid` reported a failure and has not said it waits yet: one under `Runtime.run`
+        saves its snapshot and leaves its broken group first (`Runtime._reform`), then says so."""
+        return pid in self._failed
+
     def kept(self, pid: int, generation: int, at: float, placement: str | None = None) -> None:
         """The rank of `pid` was kept alive into `generation` at `at` by the command whose signed
         placement (as JSON) is `placement`: its reports from now on are about that generation, and its
         new start is timed."""
         self._launched[pid] = replace(self._launched[pid], generation=generation, placement=placement)
         self._waiting.discard(pid)
+        self._failed.discard(pid)
         self._rank_times[pid] = RankTimes(at)
 
     def take_over(self, found: Leftovers, placements: dict[str, tuple[int, str]] | None = None) -> None:
@@ -126,6 +133,7 @@ class RankReporter:
         purpose, which the detector must not read as a fault. `tail`: what a failed rank last wrote."""
         self._rank_times.pop(ended.pid, None)
         self._waiting.discard(ended.pid)
+        self._failed.discard(ended.pid)
         launched = self._launched.get(ended.pid)
         if launched is not None:
             self._server.forget(ended.pid, launched)  # first: the server knows the pid at every moment
@@ -149,8 +157,11 @@ class RankReporter:
         no-op for it)."""
         if isinstance(report, WorkerWaiting):
             self._waiting.add(report.pid)
+            self._failed.discard(report.pid)
             return
         self._waiting.discard(report.pid)  # it said more since: it is not waiting (a restart stops it)
+        if isinstance(report, WorkerFailed):
+            self._failed.add(report.pid)
         self._outbox.send(self._topics.worker, report, key=report.job)
         self._outbox.poll()
         times = self._rank_times.get(report.pid)
