@@ -5,7 +5,9 @@ template (`get_state_dict`, which gives a fresh AdamW its state by a step at lr 
 training step after it; and, in a second run with no template, the first and second training steps.
 The first optimizer step over DTensors in a process runs DTensor's sharding propagation once per
 operator and layout (cached per process and device mesh), so it costs the same with or without the
-restore (docs/executor.md, "Where an HSDP restore's seconds go").
+restore (docs/executor.md, "Where an HSDP restore's seconds go"). Side by side: the demo's
+optimizer (AdamW, fused: one operator over every parameter) and AdamW as torch builds it by
+default on a CPU (a loop of operators per parameter).
 
     python bench/hsdp_first_step.py [--nodes 4]
 """
@@ -24,7 +26,7 @@ import torch.multiprocessing as mp
 from trainmedic.local.cluster import free_port
 
 
-def rank_times(rank: int, world: int, port: int, template: bool, out) -> None:
+def rank_times(rank: int, world: int, port: int, template: bool, fused: bool, out) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -37,7 +39,7 @@ def rank_times(rank: int, world: int, port: int, template: bool, out) -> None:
     times = {}
     began = time.monotonic()
     net = gpt.shard(gpt.model(), mesh)
-    optimizer = gpt.optimizer(net)
+    optimizer = gpt.optimizer(net) if fused else torch.optim.AdamW(net.parameters(), lr=gpt.LR)
     times["build"] = time.monotonic() - began
     dist.barrier()
     if template:
@@ -54,11 +56,12 @@ def rank_times(rank: int, world: int, port: int, template: bool, out) -> None:
     dist.destroy_process_group()
 
 
-def run(world: int, template: bool) -> dict[str, float]:
+def run(world: int, template: bool, fused: bool) -> dict[str, float]:
     context = mp.get_context("fork")
     out = context.Queue()
     port = free_port()
-    procs = [context.Process(target=rank_times, args=(r, world, port, template, out)) for r in range(world)]
+    procs = [context.Process(target=rank_times, args=(r, world, port, template, fused, out))
+             for r in range(world)]
     for proc in procs:
         proc.start()
     found = [out.get(timeout=300) for _ in procs]
@@ -75,10 +78,12 @@ def main() -> None:
     world = 2 * args.nodes
     print(f"HSDP, the demo's transformer, {world} ranks ({args.nodes} x 2), gloo on CPU, "
           f"{os.cpu_count()} cores; median over ranks, s")
-    for template in (True, False):
-        times = run(world, template)
-        label = "with the restore's template" if template else "nothing before the first step"
-        print(f"{label:30}  " + "  ".join(f"{name} {seconds:.3f}" for name, seconds in times.items()))
+    for fused in (True, False):
+        for template in (True, False):
+            times = run(world, template, fused)
+            label = (f"{'fused' if fused else 'default'} AdamW, "
+                     f"{'with the template' if template else 'no template'}")
+            print(f"{label:33}  " + "  ".join(f"{name} {seconds:.3f}" for name, seconds in times.items()))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def shard(net: GPT, mesh) -> GPT:
 
 
 def optimizer(net: nn.Module) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(net.parameters(), lr=LR)
+    return torch.optim.AdamW(net.parameters(), lr=LR, fused=True)
 
 
 def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
