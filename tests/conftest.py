@@ -51,13 +51,27 @@ def _report_folders() -> set[Path]:
     return set(parent.iterdir()) if parent.is_dir() else set()
 
 
+# `make test` runs the multi-host tier in a session of its own beside this one, and names its pid here:
+# the clean-up below waits for it to end, since it would take the cgroups of that session's executors too.
+BESIDE = "TRAINMEDIC_TESTS_BESIDE_PID"
+BESIDE_WAIT_S = 3600.0
+
+
+def _wait_for_beside() -> None:
+    pid = os.environ.get(BESIDE, "")
+    deadline = time.monotonic() + BESIDE_WAIT_S
+    while pid.isdigit() and Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_job_cgroups_left() -> Iterator[None]:
     """An executor a test kills (the chaos tests) leaves its job cgroups and its jobs' report sockets
-    to a next executor that never comes: the ones this session made are emptied and removed at its
-    end."""
+    to a next executor that never comes: the ones made since this session began are emptied and
+    removed at its end (after the session beside it, if any, has ended)."""
     before, folders = _executor_trees(), _report_folders()
     yield
+    _wait_for_beside()
     found = hierarchies(Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text())
     for name in _executor_trees() - before:
         tree = JobCgroups(found, name.removeprefix("trainmedic-"))
