@@ -74,7 +74,7 @@ unit: setup
 # of its own, the multi-host bed (hosts as network namespaces, with brokers of their own), which mostly
 # waits on partitions and timeouts: its report follows the others', its log is in MULTIHOST_LOG, and
 # the run fails if either session fails. The first session's clean-up of job cgroups waits for the
-# second to end (tests/conftest.py).
+# second to end, and stops it when the first is interrupted (tests/conftest.py).
 # The suite's broker and state stay in this checkout (tests/conftest.py does the same for a bare pytest),
 # apart from the user's own home (~/.local/state/trainmedic) that `make demo` and `trainmedic run` use.
 # The slowest tests of each session are named at their ends: what to look at when the run grows past its
@@ -83,9 +83,36 @@ MULTIHOST_LOG := .trainmedic/multihost-tests.log
 test: export TRAINMEDIC_HOME ?= $(CURDIR)/.trainmedic
 test: setup kafka alertmanager prometheus multihost
 	@mkdir -p $(dir $(MULTIHOST_LOG))
-	@$(BIN)/python -m pytest tests/multihost --durations=10 > $(MULTIHOST_LOG) 2>&1 & beside=$$!; \
+	@TRAINMEDIC_TESTS_SWEPT_BESIDE=1 $(BIN)/python -m pytest tests/multihost --durations=10 \
+	    > $(MULTIHOST_LOG) 2>&1 & beside=$$!; \
 	  TRAINMEDIC_TESTS_BESIDE_PID=$$beside $(BIN)/python -m pytest tests/unit tests/integration --durations=25; \
 	  first=$$?; wait $$beside; second=$$?; \
 	  echo "==== the multi-host tier, run beside the tests above ($(MULTIHOST_LOG)) ===="; \
 	  cat $(MULTIHOST_LOG); \
 	  [ $$first = 0 ] && [ $$second = 0 ]
+
+# The README's main command.
+demo: setup kafka
+	$(BIN)/trainmedic demo
+
+# Style, and the layering contract of pyproject.toml (every import points down).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+
+# Re-resolve the pinned dependency set after changing pyproject.toml.
+lock:
+	@test -x $(BIN)/uv || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet uv; }
+	$(BIN)/uv pip compile --quiet --python-version 3.11 --extra test pyproject.toml -o requirements.lock
+
+# Every benchmark, each printing its numbers. Those that need Kafka use the local broker,
+# started here if it is not running (and left running: `trainmedic broker stop`), unless
+# TRAINMEDIC_KAFKA_BOOTSTRAP names another; bench/detector_live.py starts a broker of its own,
+# bench/tls_cost.py two (a plain and a TLS one).
+bench: setup kafka
+	@[ -n "$$TRAINMEDIC_KAFKA_BOOTSTRAP" ] || $(BIN)/trainmedic broker start >/dev/null
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	-$(BIN)/trainmedic broker stop
+	rm -rf $(VENV) .trainmedic .pytest_cache .hypothesis .ruff_cache .import_linter_cache

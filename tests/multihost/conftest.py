@@ -40,14 +40,6 @@ def bed_allowed() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_job_cgroups_left() -> Iterator[None]:
-    """Instead of tests/conftest.py's: `make test` runs this tier in a session of its own beside the
-    others, and that session's clean-up (which waits for this one to end) takes what the bed's
-    executors leave; one here would take the cgroups of the other session's running executors."""
-    yield
-
-
 @contextmanager
 def made_bed(root: Path) -> Iterator[Bed]:
     """An empty bed (a bridge, no host yet), closed at the end whatever happened in it."""
