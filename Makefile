@@ -70,26 +70,14 @@ unit: setup
 	$(BIN)/python -m pytest tests/unit
 
 # The README's test command: the unit tier first, then everything against a real broker, which it
-# starts (and stops) itself unless TRAINMEDIC_KAFKA_BOOTSTRAP names one; beside them, in a pytest session
-# of its own, the multi-host bed (hosts as network namespaces, with brokers of their own), which mostly
-# waits on partitions and timeouts: its report follows the others', its log is in MULTIHOST_LOG, and
-# the run fails if either session fails. The first session's clean-up of job cgroups waits for the
-# second to end, and stops it when the first is interrupted (tests/conftest.py).
+# starts (and stops) itself unless TRAINMEDIC_KAFKA_BOOTSTRAP names one, then the multi-host bed
+# (hosts as network namespaces, with a broker of their own).
 # The suite's broker and state stay in this checkout (tests/conftest.py does the same for a bare pytest),
 # apart from the user's own home (~/.local/state/trainmedic) that `make demo` and `trainmedic run` use.
-# The slowest tests of each session are named at their ends: what to look at when the run grows past its
-# budget.
-MULTIHOST_LOG := .trainmedic/multihost-tests.log
+# The 25 slowest tests are named at the end: what to look at when the run grows past its budget.
 test: export TRAINMEDIC_HOME ?= $(CURDIR)/.trainmedic
 test: setup kafka alertmanager prometheus multihost
-	@mkdir -p $(dir $(MULTIHOST_LOG))
-	@TRAINMEDIC_TESTS_SWEPT_BESIDE=1 $(BIN)/python -m pytest tests/multihost --durations=10 \
-	    > $(MULTIHOST_LOG) 2>&1 & beside=$$!; \
-	  TRAINMEDIC_TESTS_BESIDE_PID=$$beside $(BIN)/python -m pytest tests/unit tests/integration --durations=25; \
-	  first=$$?; wait $$beside; second=$$?; \
-	  echo "==== the multi-host tier, run beside the tests above ($(MULTIHOST_LOG)) ===="; \
-	  cat $(MULTIHOST_LOG); \
-	  [ $$first = 0 ] && [ $$second = 0 ]
+	$(BIN)/python -m pytest tests/unit tests/integration tests/multihost --durations=25
 
 # The README's main command.
 demo: setup kafka

@@ -13,10 +13,8 @@ up as the admin, and each test's prefix gets every role's ACLs (bus/acls.py) for
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -53,37 +51,13 @@ def _report_folders() -> set[Path]:
     return set(parent.iterdir()) if parent.is_dir() else set()
 
 
-# `make test` runs the multi-host tier in a session of its own beside this one: that session leaves its
-# clean-up (SWEPT_BESIDE) to this one, whose clean-up would take its executors' cgroups while it runs,
-# and so waits for it to end (BESIDE_PID), or stops it when this session was interrupted (Ctrl-C).
-SWEPT_BESIDE = "TRAINMEDIC_TESTS_SWEPT_BESIDE"
-BESIDE_PID = "TRAINMEDIC_TESTS_BESIDE_PID"
-BESIDE_WAIT_S = 3600.0
-
-
-def _end_beside(interrupted: bool) -> None:
-    pid = os.environ.get(BESIDE_PID, "")
-    if not pid.isdigit():
-        return
-    if interrupted:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pid), signal.SIGTERM)  # its beds go at the next run's `sweep`
-        return
-    deadline = time.monotonic() + BESIDE_WAIT_S
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(1)
-
-
 @pytest.fixture(scope="session", autouse=True)
-def _no_job_cgroups_left(request: pytest.FixtureRequest) -> Iterator[None]:
+def _no_job_cgroups_left() -> Iterator[None]:
     """An executor a test kills (the chaos tests) leaves its job cgroups and its jobs' report sockets
-    to a next executor that never comes: the ones made since this session began are emptied and
-    removed at its end (after the session beside it, if any, has ended)."""
+    to a next executor that never comes: the ones this session made are emptied and removed at its
+    end."""
     before, folders = _executor_trees(), _report_folders()
     yield
-    if os.environ.get(SWEPT_BESIDE):
-        return
-    _end_beside(request.session.exitstatus == pytest.ExitCode.INTERRUPTED)
     found = hierarchies(Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text())
     for name in _executor_trees() - before:
         tree = JobCgroups(found, name.removeprefix("trainmedic-"))
