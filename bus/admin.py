@@ -31,7 +31,7 @@ def describe_topics(settings: KafkaSettings, timeout_s: float = 10.0) -> dict[st
     try:
         meta = admin.list_topics(timeout=timeout_s)
     except KafkaException as err:
-        served(admin)  # why no broker answered, from librdkafka's lines, before the error
+        served(admin, last=True)  # why no broker answered, from librdkafka's lines, before the error
         raise KafkaError(settings.unanswered(round(timeout_s), err.args[0].str()),
                          code=err.args[0].name(), retryable=True) from None
     return {name: len(topic.partitions) for name, topic in meta.topics.items() if topic.error is None}
@@ -60,7 +60,7 @@ def wait_for_topics(settings: KafkaSettings, names: list[str], timeout_s: float 
         try:
             meta = admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
         except KafkaException as err:
-            served(admin)
+            served(admin, last=True)
             raise KafkaError(f"no metadata from {settings.bootstrap}: {err.args[0].str()}",
                              code=err.args[0].name(), retryable=True) from None
         ready = {name: len(t.partitions) for name, t in meta.topics.items()

@@ -78,19 +78,25 @@ def producer(settings: KafkaSettings, config: dict[str, object], *,
 class _Admin(AdminClient):
     """An admin client that hands the log lines it holds to `log` when it is done with, and the counts
     of the repeats REPEATS held: one holds its lines until polled, and ours live for a call or two (a
-    waiting loop polls it too: bus/admin.py)."""
+    waiting loop polls it too: bus/admin.py). Once `served` last, it says nothing more."""
+
+    said_last = False
 
     def __del__(self) -> None:
-        if not sys.is_finalizing():  # at the interpreter's exit, logging may be gone
+        if not self.said_last and not sys.is_finalizing():  # at the interpreter's exit, logging may be gone
             served(self)
 
 
-def served(client: AdminClient) -> None:
+def served(client: AdminClient, last: bool = False) -> None:
     """Hands the log lines `client` holds to its logger now (one per condition: REPEATS), then the
-    counts of the repeats held: before an error that a caller is about to raise, say."""
+    counts of the repeats held. `last`: an error the caller is about to raise follows, and the tries
+    the client still makes until it is gone are not counted again (a late one made a second count
+    line after the error's summary, under load in CI)."""
     client.poll(0)
     for name, level, line in REPEATS.summary():
         logging.getLogger(name).log(level, line, extra={SUMMARY: True})
+    if last and isinstance(client, _Admin):
+        client.said_last = True
 
 
 def admin(settings: KafkaSettings) -> AdminClient:
