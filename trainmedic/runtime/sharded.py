@@ -43,10 +43,66 @@ def is_sharded(model: torch.nn.Module) -> bool:
 
 def flat_state(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
     """Model and optimizer state as one flat dict (`model/<fqn>`, `optim/<key>`). Sharded tensors
-    are DTensors; an optimizer that has not stepped gets its state initialised (by DCP)."""
+    are DTensors; an optimizer that has not stepped gets its state initialised (by DCP, unless
+    `init_state` gave it)."""
     model_sd, optim_sd = get_state_dict(model, optimizer, options=OPTIONS)
     return {**{f"model/{k}": v for k, v in model_sd.items()},
             **{f"optim/{k}": v for k, v in optim_sd.items()}}
+
+
+def init_state(optimizer: Any) -> bool:
+    """Give an optimizer that has not stepped its state, laid out as its parameters, without
+    stepping it: an optimizer of torch.optim's own classes (whose settings are all in its param
+    groups) is built again over stand-ins, plain tensors shaped as this
+    rank's shards, and steps once at zero gradients; each state tensor shaped as its stand-in
+    becomes a DTensor laid out as the parameter, a scalar (the step count) stays a tensor. DCP's
+    own way, a step at lr 0 on the DTensors, costs a fresh process DTensor's sharding propagation
+    for every operator and shape (most of an HSDP restore's template; docs/executor.md, "Where an
+    HSDP restore's seconds go"); the stand-ins cost, for a moment, one more copy of the rank's
+    shards. False, and no state, for any other optimizer (a subclass may keep a setting outside
+    its param groups, and be built again without it), where the stand-ins cannot tell the layout
+    (nested state, a 0-d parameter) or it cannot step without a closure: DCP's step gives it then.
+    An optimizer that has state (it stepped, or keeps state from the start as Adagrad does) is left
+    as it is."""
+    if optimizer.state or not type(optimizer).__module__.startswith("torch.optim."):
+        return False
+    groups = optimizer.param_groups
+    params = [p for group in groups for p in group["params"]]
+    local = {p: p.to_local() if isinstance(p, DTensor) else p for p in params}
+    if any(t.dim() == 0 for t in local.values()):
+        return False
+    stand_in = {p: torch.zeros_like(t) for p, t in local.items()}
+    try:
+        shadow = type(optimizer)([{**group, "params": [stand_in[p] for p in group["params"]]}
+                                  for group in groups])
+        for p, t in stand_in.items():
+            if p.requires_grad:
+                t.grad = torch.zeros_like(t)
+        shadow.step()
+    except Exception as err:  # LBFGS wants a closure, SparseAdam sparse gradients: DCP's step fails alike
+        log.info("%s could not step over stand-ins (%s: %s); its state comes from DCP's step at lr 0",
+                 type(optimizer).__name__, type(err).__name__, err)
+        return False
+    state = {}
+    for p in params:
+        if stand_in[p] not in shadow.state:
+            continue
+        values = shadow.state[stand_in[p]]
+        shape = stand_in[p].shape
+        if any(not isinstance(v, torch.Tensor | int | float | None) or isinstance(v, torch.Tensor)
+               and v.dim() and v.shape != shape for v in values.values()):
+            return False
+        state[p] = {k: _laid_out_as(p, v) if isinstance(v, torch.Tensor) and v.dim() else v
+                    for k, v in values.items()}
+    optimizer.state.update(state)
+    return bool(state)
+
+
+def _laid_out_as(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    if not isinstance(param, DTensor):
+        return local
+    return DTensor.from_local(local, param.device_mesh, param.placements, run_check=False,
+                              shape=param.shape, stride=param.stride())
 
 
 def load_flat(model: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> None:
@@ -181,8 +237,8 @@ class ShardRestore:
     """What a sharded restore did: `step` from `kind` ("replica": snapshots, "checkpoint": a DCP
     directory at `path`), for snapshots the elements this rank read from its own node's files
     and got sent from other nodes, and how long it took: `seconds` in all, of which `prepare_s`
-    went to the state's template (`flat_state`: the same whatever the source; on the first call
-    in a process it pays the optimizer's first step)."""
+    went to the state's template (`init_state`, `flat_state`: the same whatever the source; where
+    DCP gives a fresh optimizer its state, it pays the optimizer's first step)."""
 
     step: int
     kind: str
@@ -218,6 +274,7 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
         return None
     began = time.monotonic()
     stepped = bool(optimizer.state)
+    init_state(optimizer)
     state = flat_state(model, optimizer)
     prepared = time.monotonic() - began
     sharded = {k: v for k, v in state.items() if isinstance(v, DTensor)}
@@ -234,8 +291,8 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
         generation, step = candidates[0]
         chosen = [f for f in every_file if (f.step, f.generation) == (step, generation)]
         read, received = _copy(plan(chosen, needs, node_of), env.rank, sharded, device)
-        _restore_plain(state, chosen, node_of, env.rank, device)
-        load_flat(model, optimizer, state)
+        replaced = _restore_plain(state, chosen, node_of, env.rank, device)
+        load_restored(model, optimizer, state, replaced)
         own = None if not env.snapshot_dir else rank_state.read(
             state_files.state_path(Path(env.snapshot_dir), _prefix(env.rank), generation, step))
         return ShardRestore(step, "replica", generation=generation, read=read, received=received,
@@ -248,7 +305,7 @@ def restore(env: WorkerEnv, model: torch.nn.Module, optimizer: Any, device: torc
             raise resume.ResumeRefused(f"resume from {env.resume}: no whole checkpoint every rank can "
                                        "read there; not resumed")
         if not stepped:
-            optimizer.state.clear()  # what `get_state_dict` initialised (a step taken at lr 0) goes
+            optimizer.state.clear()  # what `flat_state` initialised goes
         return None
     step, path = max(own_common or resumed_common)
     if not own_common and (why := _resume_mismatch(path, state, env.world_size)):
@@ -307,20 +364,73 @@ def _copy(transfers: list[Transfer], rank: int, sharded: dict[str, DTensor],
 
 
 def _restore_plain(state: dict[str, Any], files: list[ShardFile], node_of: dict[int, str],
-                   rank: int, device: torch.device | None) -> None:
+                   rank: int, device: torch.device | None) -> dict[str, Any]:
     """The unsharded values (optimizer steps, hyper-parameters) in `files`, read by the lowest rank
-    that can read one of them and given to every rank (small: no tensor of the model)."""
+    that can read one of them and given to every rank (small: no tensor of the model), put into
+    `state` (`apply_plain`)."""
     owners = sorted((r, f.path) for f in files for r, n in node_of.items() if n == f.node)
     src, path = owners[0]
     box: list[Any] = [None]
     if rank == src:
         box[0] = _read(path)[1]
     dist.broadcast_object_list(box, src=src, device=device)
-    for key, value in box[0].items():
+    return apply_plain(state, box[0])
+
+
+def apply_plain(state: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Copy `values` into `state`'s tensors of the same key; what has none (a hyper-parameter, a
+    key the template lacks) replaces the entry, and is returned."""
+    replaced = {}
+    for key, value in values.items():
         if key in state and isinstance(state[key], torch.Tensor) and isinstance(value, torch.Tensor):
             state[key].copy_(value)
         else:
-            state[key] = value
+            state[key] = replaced[key] = value
+    return replaced
+
+
+def load_restored(model: torch.nn.Module, optimizer: Any, state: dict[str, Any],
+                  replaced: dict[str, Any]) -> None:
+    """Finish a restore whose tensors were copied into `state` (`flat_state`'s: the model's and the
+    optimizer's own tensors, not copies), `replaced` the values that were not: each an optimizer
+    hyper-parameter (`param_groups.<fqn>.<name>`, as a scheduler moves the lr) is set on its param
+    group here. DCP's `set_state_dict` would copy every tensor onto itself, paying a fresh process
+    DTensor's sharding propagation per shape for it (0.15-0.3 s of an HSDP demo rank's restore), and
+    run the load hooks; it runs where a value has no such place, is a tensor, or a param group's
+    parameters disagree on one, and where `state` holds a tensor that is not the live one (a
+    `state_dict` override or hook that returns copies: the copies were restored, not the job)."""
+    if not _live(model, optimizer, state):
+        return load_flat(model, optimizer, state)
+    fqn_of = {id(p): name for name, p in model.named_parameters()}
+    settings: list[tuple[dict[str, Any], str, Any]] = []
+    placed = set()
+    for group in optimizer.param_groups:
+        for name in group.keys() - {"params"}:
+            keys = [f"optim/param_groups.{fqn_of.get(id(p))}.{name}" for p in group["params"]]
+            values = [replaced[key] for key in keys if key in replaced]
+            if not values:
+                continue
+            tensor = any(isinstance(value, torch.Tensor) for value in values)
+            if tensor or len(values) < len(keys) or any(value != values[0] for value in values):
+                return load_flat(model, optimizer, state)
+            settings.append((group, name, values[0]))
+            placed.update(keys)
+    if placed != replaced.keys():
+        return load_flat(model, optimizer, state)
+    for group, name, value in settings:
+        group[name] = value
+
+
+def _live(model: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> bool:
+    """Whether every tensor of `state` is one the model or the optimizer holds (the same memory)."""
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    held = {local(t).data_ptr() for t in (*model.parameters(), *model.buffers())}
+    held |= {local(v).data_ptr() for values in optimizer.state.values() for v in values.values()
+             if isinstance(v, torch.Tensor)}
+    return all(local(v).data_ptr() in held or local(v).numel() == 0
+               for v in state.values() if isinstance(v, torch.Tensor))
 
 
 def _slices(at: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[slice, ...]:
