@@ -68,7 +68,7 @@ def init_state(optimizer: Any) -> bool:
         return False
     groups = optimizer.param_groups
     params = [p for group in groups for p in group["params"]]
-    local = {p: p.to_local() if isinstance(p, DTensor) else p for p in params}
+    local = {p: _local(p) for p in params}
     if any(t.dim() == 0 for t in local.values()):
         return False
     stand_in = {p: torch.zeros_like(t) for p, t in local.items()}
@@ -96,6 +96,10 @@ def init_state(optimizer: Any) -> bool:
                     for k, v in values.items()}
     optimizer.state.update(state)
     return bool(state)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def _laid_out_as(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
@@ -423,13 +427,10 @@ def load_restored(model: torch.nn.Module, optimizer: Any, state: dict[str, Any],
 
 def _live(model: torch.nn.Module, optimizer: Any, state: dict[str, Any]) -> bool:
     """Whether every tensor of `state` is one the model or the optimizer holds (the same memory)."""
-    def local(t: torch.Tensor) -> torch.Tensor:
-        return t.to_local() if isinstance(t, DTensor) else t
-
-    held = {local(t).data_ptr() for t in (*model.parameters(), *model.buffers())}
-    held |= {local(v).data_ptr() for values in optimizer.state.values() for v in values.values()
+    held = {_local(t).data_ptr() for t in (*model.parameters(), *model.buffers())}
+    held |= {_local(v).data_ptr() for values in optimizer.state.values() for v in values.values()
              if isinstance(v, torch.Tensor)}
-    return all(local(v).data_ptr() in held or local(v).numel() == 0
+    return all(_local(v).data_ptr() in held or _local(v).numel() == 0
                for v in state.values() if isinstance(v, torch.Tensor))
 
 
