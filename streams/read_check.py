@@ -22,6 +22,7 @@ RENEW_AFTER = 1
 EVERY_S = 0.25  # how often to ask for the end offsets
 TIMEOUT_S = 5.0  # how long one request may take
 MAX_ANSWERS = 64  # answers kept until reads reach them (16 s of them at EVERY_S; then fewer per second)
+ANSWER_POLL_S = 0.005  # how long a reading loop blocks while a request is in flight (`wait_s`)
 
 
 class ReadCheck:
@@ -95,6 +96,14 @@ class ReadCheck:
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},
                 request_timeout=self.timeout_s)
         return confirmed
+
+    def wait_s(self, wall: float, most: float) -> float:
+        """How long a reading loop may block on its fetch before it polls again: `ANSWER_POLL_S` while a
+        request is in flight (its answer is what lets event time pass the events just read), else until
+        the next request is due; at most `most`, at least `ANSWER_POLL_S`."""
+        if self._futures is not None:
+            return ANSWER_POLL_S
+        return min(most, max(ANSWER_POLL_S, self._asked_at + self.every_s - wall))
 
     def _thin(self) -> None:
         """One answer fewer: the one whose neighbours are closest in time, so that those kept span

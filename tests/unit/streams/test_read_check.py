@@ -134,3 +134,23 @@ def test_a_partition_read_again_after_a_pause_is_covered_by_what_was_asked_meanw
             confirmed.append(wall)
     gaps = [b - a for a, b in zip(confirmed[1:], confirmed[2:], strict=False)]
     assert confirmed[-1] >= 99.0 and max(gaps) < 1.0
+
+
+def test_a_reading_loop_blocks_until_the_next_request_is_due_and_briefly_while_one_is_answered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's fetch may block until the next request is due (at most its own tick), and only
+    `ANSWER_POLL_S` while a request is in flight: the answer is what lets event time pass what was
+    just read (blocked a whole tick, an exit's incident waited up to one more tick for it)."""
+    pending: Future = Future()
+    monkeypatch.setattr(read_check.clients, "admin",
+                        lambda settings: SimpleNamespace(list_offsets=lambda request, request_timeout: {
+                            read_check.TopicPartition(*TP): pending}))
+    check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.02)
+    assert check.wait_s(0.0, 0.1) == read_check.ANSWER_POLL_S  # due long ago: ask at once
+    check.poll({TP: 0}, 0.0)  # asked at 0.0, not yet answered
+    assert check.wait_s(0.001, 0.1) == read_check.ANSWER_POLL_S
+    pending.set_result(SimpleNamespace(offset=0))
+    assert check.poll({TP: 0}, 0.006) == 0.0
+    assert check.wait_s(0.006, 0.1) == pytest.approx(0.014)  # the next is due at 0.02
+    check.every_s = 5.0
+    assert check.wait_s(0.006, 0.1) == 0.1  # never past the loop's own tick
