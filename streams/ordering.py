@@ -5,12 +5,14 @@ See docs/streams.md, "Event time from Kafka: watermark and lateness" and "Readin
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from operator import itemgetter
 
 from pydantic import BaseModel
 
 from trainmedic.bus.message import RawMessage
+from trainmedic.schemas import telemetry, wire
 from trainmedic.streams.live_config import LiveConfig
 
 BUCKETS_PER_S = 100  # a bucket holds 10 ms of event time: a release splits at most one
@@ -19,6 +21,12 @@ AHEAD_S = 0.5  # past `order_at`, event time an arrival may be ahead of the slow
 # ahead must not keep its partition's others waiting behind it (they are fed with it, in order).
 LOOKAHEAD = 256
 _TS = itemgetter(0)
+INF = float("inf")
+# A rank's failure reports, as the contract's models and their fast twins: while one is held, event time
+# may come within `failure_lateness_s` of the slowest source, up to the newest such report
+# (`Ordering.watermark`; docs/streams.md, "A failure report may wait less").
+FAILURE_REPORTS = frozenset(kind for model in (telemetry.WorkerFailed, telemetry.WorkerExited)
+                            for kind in (model, wire.STRUCTS[model], wire.TRUSTED[wire.STRUCTS[model]]))
 
 
 @dataclass
@@ -67,6 +75,8 @@ class Ordering:
     # Past `order_at`: per source, the events that arrived ahead of the slowest, unfed, in arrival order.
     ahead: dict[tuple, list] = field(default_factory=dict)
     waiting: int = 0
+    failures: list[float] = field(default_factory=list)  # the ts of each failure report held (with a
+    # `failure_lateness_s` below `lateness_s`; one released early, past `max_buffered`, stays until due)
 
     def take(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> None:
         """Hold what arrived together at `wall`, per source in arrival order (or, many held, let it
@@ -137,12 +147,15 @@ class Ordering:
     def hold(self, entries: list[tuple]) -> float:
         """Put (ts, event, origin) entries in their buckets, in order; the newest ts among them."""
         buckets, keys = self.buckets, self.keys
+        failures = self.failures if self._waits_less() else None
         key = bucket = None
         top = float("-inf")
         for entry in entries:  # ts is within the contract's bounds (the decider checks its input's)
             ts = entry[0]
             if ts > top:
                 top = ts
+            if failures is not None and type(entry[1]) in FAILURE_REPORTS:
+                failures.append(ts)
             at = int(ts * BUCKETS_PER_S)
             if at != key:  # a partition's events mostly share one bucket
                 key = at
@@ -174,22 +187,35 @@ class Ordering:
         """Where event time stands at `wall` (None: nothing known yet, or no time read since the
         last event): the slowest holding source less `lateness_s`, each moved on at wall-clock pace
         since it last delivered as far as its reads are known complete (`through`); with none
-        holding, the newest event time moved on as far as reads are known complete (`caught_up`)."""
+        holding, the newest event time moved on as far as reads are known complete (`caught_up`).
+        While a failure report is held (`failure_lateness_s` set below `lateness_s`), up to the newest
+        of them (just past it) if the slowest less `failure_lateness_s` is past it."""
         if not self.sources:
             return None
         active = self.holding(wall, caught_up)
         if active:
             ahead, sources = self.ahead, self.sources
-            return min(at if source in ahead else through(sources[source], at, wall, caught_up)
-                       for source, at in active.items()) - self.config.lateness_s
-        # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
-        # far as reads are known complete (not at all while the detector is blind).
-        read_until = min(wall, caught_up)
-        newest = max(self.sources.values(), key=lambda s: s.max_ts)
-        last_wall = max(s.last_wall for s in self.sources.values())
-        if read_until <= last_wall:
-            return None
-        return newest.max_ts + (read_until - last_wall) - self.config.lateness_s
+            slowest = min(at if source in ahead else through(sources[source], at, wall, caught_up)
+                          for source, at in active.items())
+        else:
+            # Everything is quiet: event time goes on from the newest event, at wall-clock pace, as
+            # far as reads are known complete (not at all while the detector is blind).
+            read_until = min(wall, caught_up)
+            newest = max(self.sources.values(), key=lambda s: s.max_ts)
+            last_wall = max(s.last_wall for s in self.sources.values())
+            if read_until <= last_wall:
+                return None
+            slowest = newest.max_ts + (read_until - last_wall)
+        mark = slowest - self.config.lateness_s
+        if self.failures:  # a failure report held waits less, and lets no later event pass with it
+            # (just past it: a deadline at its ts, a group it settled, fires only once time is past it)
+            past = math.nextafter(max(self.failures), INF)
+            mark = max(mark, min(slowest - self.config.failure_lateness_s, past))
+        return mark
+
+    def _waits_less(self) -> bool:
+        """Whether a failure report waits less than other events (`failure_lateness_s`)."""
+        return self.config.failure_lateness_s < self.config.lateness_s
 
     def take_due(self, mark: float) -> tuple[list[tuple], int]:
         """The held events with `ts` <= `mark`, then the oldest others while more than `max_buffered`
@@ -213,6 +239,8 @@ class Ordering:
             due += bucket
         due.sort(key=_TS)  # stable: each bucket is in arrival order, and equal ts share a bucket
         self.count -= len(due)
+        if self.failures:
+            self.failures = [ts for ts in self.failures if ts > mark]
         forced = 0
         over = self.count - self.config.max_buffered
         while over > 0:  # the buffer is full: the oldest go early, in order

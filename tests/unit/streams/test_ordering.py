@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+import trainmedic.schemas as s
 from trainmedic.streams.live import LiveConfig
 from trainmedic.streams.ordering import AHEAD_S, Ordering
 
@@ -60,3 +63,36 @@ def test_past_order_at_what_arrives_waits_and_is_fed_up_to_ahead_s_past_the_slow
     # After a blind spell, until `held_until`, nothing waiting is fed.
     order.feed_waiting(2.0, caught_up=INF, held_until=5.0)
     assert order.waiting == 2
+
+
+def test_a_held_failure_report_waits_failure_lateness_and_no_later_event_passes_with_it() -> None:
+    """Reads known complete 0.08 s after the exit was fed: with `failure_lateness_s` 0.05 event time
+    reaches the exit (not the step read after it); without, it stays `lateness_s` behind. Once the
+    exit is released, the watermark is back to `lateness_s` behind (the detector keeps the higher)."""
+    exit_ = s.WorkerExited(ts=10.0, node="n0", job="j", rank=0, world_size=1, generation=0, exit_code=None,
+                           signal=9)
+    for less, early, due in ((0.5, 9.54, []), (0.05, 9.99, [9.9, 10.0])):
+        order = Ordering(LiveConfig(lateness_s=0.5, failure_lateness_s=less))
+        order.fed(("node", 0), order.hold(entries([9.9])), wall=100.0)
+        order.fed(("worker", 0), order.hold([(10.0, exit_, None)]), wall=100.0)
+        order.fed(("node", 0), order.hold(entries([10.02])), wall=100.02)
+        assert order.watermark(100.04, caught_up=100.04) == pytest.approx(early)  # 0.04 s: not yet
+        mark = order.watermark(100.08, caught_up=100.08)
+        assert mark == pytest.approx(due[-1] if due else 9.58)
+        assert [entry[0] for entry in order.take_due(mark)[0]] == due
+        assert order.watermark(100.08, caught_up=100.08) == pytest.approx(9.58)
+        assert not order.failures
+
+
+def test_only_a_rank_s_failure_reports_wait_less() -> None:
+    order = Ordering(LiveConfig(lateness_s=0.5, failure_lateness_s=0.05))
+    order.hold([(10.0, s.WorkerStepped(ts=10.0, node="n0", job="j", rank=0, world_size=1, generation=0,
+                                       step=1, step_time=0.1), None),
+                (10.1, s.WorkerFailed(ts=10.1, node="n0", job="j", rank=0, world_size=1, generation=0,
+                                      error="RuntimeError: x"), None),
+                *entries([10.2])])
+    assert order.failures == [10.1]
+    more = Ordering(LiveConfig(lateness_s=0.05, failure_lateness_s=0.5))  # never more than lateness_s
+    more.hold([(10.1, s.WorkerExited(ts=10.1, node="n0", job="j", rank=0, world_size=1, generation=0,
+                                     exit_code=1, signal=None), None)])
+    assert not more.failures

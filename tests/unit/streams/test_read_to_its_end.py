@@ -32,7 +32,9 @@ def test_a_partition_not_known_read_to_its_end_holds_where_it_delivered() -> Non
 
 
 def test_a_failures_last_report_is_released_once_reads_are_complete_not_when_its_partition_idles() -> None:
-    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, idle_s=2.0, release_every_s=0.0))
+    """With the failure report waiting `lateness_s` as any event (test_failure_lateness.py: less)."""
+    live = LiveDetector(Detector(), LiveConfig(lateness_s=0.5, failure_lateness_s=0.5, idle_s=2.0,
+                                               release_every_s=0.0))
     live.watch_reads()
     for t in range(10):  # heartbeats of two nodes on their partitions, read as they come
         live.feed(hb(t + 0.01, "n0"), ("node", 0), wall=t + 0.02)
