@@ -14,11 +14,12 @@ class LiveConfig(BaseModel):
 
     lateness_s: float = Field(default=0.5, ge=0, description="event time allowed between topics")
     failure_lateness_s: float = Field(default=0.05, ge=0, description="event time allowed between "
-                                      "topics while a rank's failure report (worker_error, worker_exit) is "
-                                      "held, up to that report: its incident is out sooner than lateness_s "
-                                      "allows, and evidence another producer stamped before it but delivered "
-                                      "more than this after it is used out of order, where a replay would "
-                                      "order it; at lateness_s or more, a failure report waits as any event")
+                                      "topics while a rank's first failure report of its job's generation "
+                                      "(worker_error, worker_exit) is held, up to that report: its incident "
+                                      "is out sooner than lateness_s allows, and evidence another producer "
+                                      "stamped before it but delivered more than this after it is used out "
+                                      "of order, where a replay would order it; at lateness_s or more, a "
+                                      "failure report waits as any event")
     idle_s: float = Field(default=2.0, gt=0, description="wall time after which a silent partition "
                           "no longer holds the watermark back")
     max_buffered: int = Field(default=500_000, ge=1, description="events held before the oldest "

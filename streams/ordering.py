@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -22,9 +23,9 @@ AHEAD_S = 0.5  # past `order_at`, event time an arrival may be ahead of the slow
 LOOKAHEAD = 256
 _TS = itemgetter(0)
 INF = float("inf")
-# A rank's failure reports, as the contract's models and their fast twins: while one is held, event time
-# may come within `failure_lateness_s` of the slowest source, up to the newest such report
-# (`Ordering.watermark`; docs/streams.md, "A failure report may wait less").
+# A rank's failure reports, as the contract's models and their fast twins: while one that `Ordering.awaited`
+# says is its rank's first is held, event time may come within `failure_lateness_s` of the slowest source,
+# up to the newest such report (`Ordering.watermark`; docs/streams.md, "A failure report may wait less").
 FAILURE_REPORTS = frozenset(kind for model in (telemetry.WorkerFailed, telemetry.WorkerExited)
                             for kind in (model, wire.STRUCTS[model], wire.TRUSTED[wire.STRUCTS[model]]))
 
@@ -75,8 +76,11 @@ class Ordering:
     # Past `order_at`: per source, the events that arrived ahead of the slowest, unfed, in arrival order.
     ahead: dict[tuple, list] = field(default_factory=dict)
     waiting: int = 0
-    failures: list[float] = field(default_factory=list)  # the ts of each failure report held (with a
-    # `failure_lateness_s` below `lateness_s`; one released early, past `max_buffered`, stays until due)
+    # Which failure reports wait less (`failure_lateness_s`; LiveDetector: its core's `first_failure`;
+    # None: none), and the ts of the newest such held (-inf: none; one released early, past
+    # `max_buffered`, counts until due: event time only rises).
+    awaited: Callable[[object], bool] | None = None
+    newest_failure: float = float("-inf")
 
     def take(self, runs: list[tuple[tuple, list[tuple]]], wall: float) -> None:
         """Hold what arrived together at `wall`, per source in arrival order (or, many held, let it
@@ -147,15 +151,16 @@ class Ordering:
     def hold(self, entries: list[tuple]) -> float:
         """Put (ts, event, origin) entries in their buckets, in order; the newest ts among them."""
         buckets, keys = self.buckets, self.keys
-        failures = self.failures if self._waits_less() else None
+        awaited = self.awaited if self.config.failure_lateness_s < self.config.lateness_s else None
+        reports, newest = FAILURE_REPORTS, self.newest_failure
         key = bucket = None
         top = float("-inf")
         for entry in entries:  # ts is within the contract's bounds (the decider checks its input's)
             ts = entry[0]
             if ts > top:
                 top = ts
-            if failures is not None and type(entry[1]) in FAILURE_REPORTS:
-                failures.append(ts)
+            if awaited is not None and ts > newest and type(entry[1]) in reports and awaited(entry[1]):
+                newest = ts
             at = int(ts * BUCKETS_PER_S)
             if at != key:  # a partition's events mostly share one bucket
                 key = at
@@ -165,6 +170,7 @@ class Ordering:
                     heapq.heappush(keys, key)
             bucket.append(entry)
         self.count += len(entries)
+        self.newest_failure = newest
         return top
 
     def expect(self, sources: list[tuple], wall: float) -> None:
@@ -207,15 +213,11 @@ class Ordering:
                 return None
             slowest = newest.max_ts + (read_until - last_wall)
         mark = slowest - self.config.lateness_s
-        if self.failures:  # a failure report held waits less, and lets no later event pass with it
+        if self.newest_failure != -INF:  # a failure report held waits less, and lets no later event pass
             # (just past it: a deadline at its ts, a group it settled, fires only once time is past it)
-            past = math.nextafter(max(self.failures), INF)
+            past = math.nextafter(self.newest_failure, INF)
             mark = max(mark, min(slowest - self.config.failure_lateness_s, past))
         return mark
-
-    def _waits_less(self) -> bool:
-        """Whether a failure report waits less than other events (`failure_lateness_s`)."""
-        return self.config.failure_lateness_s < self.config.lateness_s
 
     def take_due(self, mark: float) -> tuple[list[tuple], int]:
         """The held events with `ts` <= `mark`, then the oldest others while more than `max_buffered`
@@ -239,8 +241,8 @@ class Ordering:
             due += bucket
         due.sort(key=_TS)  # stable: each bucket is in arrival order, and equal ts share a bucket
         self.count -= len(due)
-        if self.failures:
-            self.failures = [ts for ts in self.failures if ts > mark]
+        if self.newest_failure <= mark:
+            self.newest_failure = -INF
         forced = 0
         over = self.count - self.config.max_buffered
         while over > 0:  # the buffer is full: the oldest go early, in order

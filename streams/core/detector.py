@@ -80,6 +80,11 @@ class Detector:
             raise TypeError(f"not a telemetry event: {type(event).__name__}")
         handler(event)
 
+    def first_failure(self, report: object) -> bool:
+        """Whether `report` (a `worker_error` or `worker_exit`) is its rank's first failure report at its
+        job's current generation, as far as the events observed so far tell (job_rules.py)."""
+        return self._jobs.first_failure(report)
+
     def take_refused(self) -> list[tuple[object, str]]:
         """The events observed since the last call that were refused as unplaced (placement.py), each
         with the reason, for the caller to dead-letter."""

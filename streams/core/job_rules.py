@@ -114,6 +114,19 @@ class JobRules:
                        Hold.EVIDENCE, ev, f"exited with {how}{said}", signature)
         self._settle(ev.job, job, ev.ts)
 
+    def first_failure(self, ev: WorkerFailed | WorkerExited) -> bool:
+        """Whether `ev` is its rank's first report of a failure at its job's current generation, from the
+        node the rank runs on: an error, or an exit that is not a clean end, a planned stop or an adopted
+        rank's. What may settle a group (`settle`); the live ordering lets it wait less
+        (streams/ordering.py). A rank's later reports, and a job's this detector never placed, do not."""
+        job = self.state.jobs.get(ev.job)
+        rank = job.ranks.get(ev.rank) if job is not None and job.gen == ev.generation else None
+        if rank is None or rank.node != ev.node or rank.errored or rank.exited:
+            return False
+        if not hasattr(ev, "exit_code"):  # an error
+            return True
+        return not (ev.stopped or ev.status_unknown or (not ev.exit_code and ev.signal is None))
+
     # -- timers ------------------------------------------------------------------------
 
     def release(self, name: str, when: float) -> None:

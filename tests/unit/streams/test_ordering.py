@@ -72,7 +72,7 @@ def test_a_held_failure_report_waits_failure_lateness_and_no_later_event_passes_
     exit_ = s.WorkerExited(ts=10.0, node="n0", job="j", rank=0, world_size=1, generation=0, exit_code=None,
                            signal=9)
     for less, early, due in ((0.5, 9.54, []), (0.05, 9.99, [9.9, 10.0])):
-        order = Ordering(LiveConfig(lateness_s=0.5, failure_lateness_s=less))
+        order = Ordering(LiveConfig(lateness_s=0.5, failure_lateness_s=less), awaited=lambda report: True)
         order.fed(("node", 0), order.hold(entries([9.9])), wall=100.0)
         order.fed(("worker", 0), order.hold([(10.0, exit_, None)]), wall=100.0)
         order.fed(("node", 0), order.hold(entries([10.02])), wall=100.02)
@@ -81,18 +81,21 @@ def test_a_held_failure_report_waits_failure_lateness_and_no_later_event_passes_
         assert mark == pytest.approx(due[-1] if due else 9.58)
         assert [entry[0] for entry in order.take_due(mark)[0]] == due
         assert order.watermark(100.08, caught_up=100.08) == pytest.approx(9.58)
-        assert not order.failures
+        assert order.newest_failure == -INF
 
 
-def test_only_a_rank_s_failure_reports_wait_less() -> None:
-    order = Ordering(LiveConfig(lateness_s=0.5, failure_lateness_s=0.05))
+def test_only_failure_reports_the_core_awaits_wait_less() -> None:
+    order = Ordering(LiveConfig(lateness_s=0.5, failure_lateness_s=0.05),
+                     awaited=lambda report: report.rank == 0)
     order.hold([(10.0, s.WorkerStepped(ts=10.0, node="n0", job="j", rank=0, world_size=1, generation=0,
                                        step=1, step_time=0.1), None),
                 (10.1, s.WorkerFailed(ts=10.1, node="n0", job="j", rank=0, world_size=1, generation=0,
                                       error="RuntimeError: x"), None),
                 *entries([10.2])])
-    assert order.failures == [10.1]
-    more = Ordering(LiveConfig(lateness_s=0.05, failure_lateness_s=0.5))  # never more than lateness_s
+    order.hold([(10.3, s.WorkerFailed(ts=10.3, node="n0", job="j", rank=1, world_size=2, generation=0,
+                                      error="RuntimeError: x"), None)])  # not awaited
+    assert order.newest_failure == 10.1
+    more = Ordering(LiveConfig(lateness_s=0.05, failure_lateness_s=0.5), awaited=lambda report: True)
     more.hold([(10.1, s.WorkerExited(ts=10.1, node="n0", job="j", rank=0, world_size=1, generation=0,
                                      exit_code=1, signal=None), None)])
-    assert not more.failures
+    assert more.newest_failure == -INF  # never more than lateness_s

@@ -140,7 +140,8 @@ def test_a_reading_loop_blocks_until_the_next_request_is_due_and_briefly_while_o
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The loop's fetch may block until the next request is due (at most its own tick), and only
     `ANSWER_POLL_S` while a request is in flight: the answer is what lets event time pass what was
-    just read (blocked a whole tick, an exit's incident waited up to one more tick for it)."""
+    just read (blocked a whole tick, an exit's incident waited up to one more tick for it); a broker
+    that does not answer, or fails, is asked no more often than before (a tick; RETRY_S)."""
     pending: Future = Future()
     monkeypatch.setattr(read_check.clients, "admin",
                         lambda settings: SimpleNamespace(list_offsets=lambda request, request_timeout: {
@@ -154,3 +155,13 @@ def test_a_reading_loop_blocks_until_the_next_request_is_due_and_briefly_while_o
     assert check.wait_s(0.006, 0.1) == pytest.approx(0.014)  # the next is due at 0.02
     check.every_s = 5.0
     assert check.wait_s(0.006, 0.1) == 0.1  # never past the loop's own tick
+    check.every_s = 0.02
+    pending = Future()
+    check.poll({TP: 0}, 0.02)  # asked again, and the broker does not answer: after ANSWER_SOON_S,
+    assert check.wait_s(0.02 + read_check.ANSWER_SOON_S + 0.01, 0.1) == 0.1  # the loop blocks a tick
+    pending.set_exception(read_check.KafkaException(read_check.RdKafkaError(
+        read_check.RdKafkaError._TRANSPORT, "broker down")))
+    assert check.poll({TP: 0}, 0.3) is None and check.error  # failed; asked again at once (0.28 s on)
+    assert check.poll({TP: 0}, 0.305) is None and check.failures == 2
+    # Failed twice: the next request waits RETRY_S, not every_s (each failure makes a new admin client).
+    assert check.wait_s(0.305, 1.0) == pytest.approx(0.3 + read_check.RETRY_S - 0.305)
