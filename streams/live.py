@@ -53,7 +53,8 @@ class LiveDetector:
     _advance_failed_at: float = float("-inf")  # wall time the last failure to advance was logged
 
     def __post_init__(self) -> None:
-        self._order = Ordering(self.config, awaited=self.detector.first_failure)
+        # the core asked at the time: a checkpoint's restore puts in another (checkpoints/contents.py)
+        self._order = Ordering(self.config, awaited=lambda report: self.detector.first_failure(report))
         self._reads = ReadTracker(self.config, self._order.sources)
         CORE_LIMITS.watch(self)  # the metrics read what the core's limits held back (streams/metrics.py)
 

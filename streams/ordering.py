@@ -5,6 +5,7 @@ See docs/streams.md, "Event time from Kafka: watermark and lateness" and "Readin
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ AHEAD_S = 0.5  # past `order_at`, event time an arrival may be ahead of the slow
 LOOKAHEAD = 256
 _TS = itemgetter(0)
 INF = float("inf")
+log = logging.getLogger(__name__)
 # A rank's failure reports, as the contract's models and their fast twins: while one that `Ordering.awaited`
 # says is its rank's first is held, event time may come within `failure_lateness_s` of the slowest source,
 # up to the newest such report (`Ordering.watermark`; docs/streams.md, "A failure report may wait less").
@@ -89,7 +91,7 @@ class Ordering:
             self.wait(runs, wall)
         else:
             for source, entries in runs:
-                self.fed(source, self.hold(entries), wall)
+                self.fed(source, self.hold(entries, wall), wall)
 
     def fed(self, source: tuple, top: float, wall: float) -> None:
         """`source`'s events up to `top` were fed at `wall`."""
@@ -141,25 +143,29 @@ class Ordering:
                     break
             if not n:
                 continue
-            self.fed(source, self.hold(waiting[:n]), wall)
+            self.fed(source, self.hold(waiting[:n], wall), wall)
             if n == len(waiting):
                 del ahead[source]
             else:
                 del waiting[:n]
             self.waiting -= n
 
-    def hold(self, entries: list[tuple]) -> float:
-        """Put (ts, event, origin) entries in their buckets, in order; the newest ts among them."""
+    def hold(self, entries: list[tuple], wall: float = INF) -> float:
+        """Put (ts, event, origin) entries in their buckets, in order; the newest ts among them. A failure
+        report `awaited` says is its rank's first, stamped no later than `wall` (plus `failure_lateness_s`:
+        a producer's clock a little ahead), waits less (`newest_failure`)."""
         buckets, keys = self.buckets, self.keys
-        awaited = self.awaited if self.config.failure_lateness_s < self.config.lateness_s else None
+        awaited = self._awaited if self.config.failure_lateness_s < self.config.lateness_s else None
         reports, newest = FAILURE_REPORTS, self.newest_failure
+        latest = wall + self.config.failure_lateness_s
         key = bucket = None
         top = float("-inf")
         for entry in entries:  # ts is within the contract's bounds (the decider checks its input's)
             ts = entry[0]
             if ts > top:
                 top = ts
-            if awaited is not None and ts > newest and type(entry[1]) in reports and awaited(entry[1]):
+            if (awaited is not None and newest < ts <= latest and type(entry[1]) in reports
+                    and awaited(entry[1])):
                 newest = ts
             at = int(ts * BUCKETS_PER_S)
             if at != key:  # a partition's events mostly share one bucket
@@ -172,6 +178,15 @@ class Ordering:
         self.count += len(entries)
         self.newest_failure = newest
         return top
+
+    def _awaited(self, report: object) -> bool:
+        """`awaited`, where a report it cannot judge (a core bug) waits as any event."""
+        try:
+            return self.awaited is not None and self.awaited(report)
+        except Exception:
+            log.exception("could not tell whether %s is its rank's first failure report; it waits lateness_s",
+                          type(report).__name__)
+            return False
 
     def expect(self, sources: list[tuple], wall: float) -> None:
         """Sources known to have events on their way: each holds the watermark back until it
@@ -269,6 +284,6 @@ class Ordering:
         """Hold a checkpoint's events again, and take its sources as (newest event time, quiet
         seconds) at `wall`."""
         self.hold([(item.event.ts, item.event, item.origin)
-                   for item in sorted(held, key=lambda item: (item.event.ts, item.seq))])
+                   for item in sorted(held, key=lambda item: (item.event.ts, item.seq))], wall)
         for source, (max_ts, quiet_s) in sources.items():
             self.sources[source] = Source(max_ts, wall - quiet_s, max_ts)

@@ -5,6 +5,7 @@ job (docs/detection.md, "What a job reports concerns only that job", "Hang").
 
 from __future__ import annotations
 
+from trainmedic.schemas import wire
 from trainmedic.schemas.telemetry import WorkerEvent, WorkerExited, WorkerFailed, WorkerStarted, WorkerStepped
 from trainmedic.streams.core.config import DetectorConfig
 from trainmedic.streams.core.correlation import add_clue, decide, held_until, overdue_until, settle
@@ -30,6 +31,7 @@ from trainmedic.streams.core.taxonomy import (
 # A coordinator's plan moves a job one generation ahead; a few plans may fail before any rank
 # starts. Far more is no restart: one forged report would fence off every real one after it.
 GENERATION_JUMP = 16
+EXITS = (WorkerExited, wire.WorkerExited)  # the contract's model, its fast twins (trusted ones subclass it)
 # Jobs known only from reports other than worker_start (a detector started without its checkpoint
 # on a running cluster has many; invented job names have any number): followed up to this many.
 UNSTARTED_JOBS = 1024
@@ -116,16 +118,19 @@ class JobRules:
 
     def first_failure(self, ev: WorkerFailed | WorkerExited) -> bool:
         """Whether `ev` is its rank's first report of a failure at its job's current generation, from the
-        node the rank runs on: an error, or an exit that is not a clean end, a planned stop or an adopted
-        rank's. What may settle a group (`settle`); the live ordering lets it wait less
-        (streams/ordering.py). A rank's later reports, and a job's this detector never placed, do not."""
+        node the rank runs on: an error, or an exit that is not a clean end, a planned stop (its node's
+        shutdown too) or an adopted rank's. What may settle a group (`settle`); the live ordering lets
+        it wait less (streams/ordering.py). A rank's later reports, and a job's this detector never
+        placed, do not."""
         job = self.state.jobs.get(ev.job)
         rank = job.ranks.get(ev.rank) if job is not None and job.gen == ev.generation else None
         if rank is None or rank.node != ev.node or rank.errored or rank.exited:
             return False
-        if not hasattr(ev, "exit_code"):  # an error
+        if not isinstance(ev, EXITS):  # an error
             return True
-        return not (ev.stopped or ev.status_unknown or (not ev.exit_code and ev.signal is None))
+        node = self.state.nodes.get(rank.node)
+        return not (ev.stopped or ev.status_unknown or (not ev.exit_code and ev.signal is None)
+                    or node is not None and node.leaving)
 
     # -- timers ------------------------------------------------------------------------
 
