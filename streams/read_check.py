@@ -25,6 +25,7 @@ MAX_ANSWERS = 64  # answers kept until reads reach them (16 s of them at EVERY_S
 ANSWER_POLL_S = 0.005  # how long a reading loop blocks while a request is in flight (`wait_s`) ...
 ANSWER_SOON_S = 0.1  # ... for this long after asking; then as long as it likes (a frozen broker)
 RETRY_S = 0.1  # after a failed request, the next one waits at least this (each failure makes a new client)
+SOON_S = 0.01  # between requests while an event waits for the next answer (`soon`)
 
 
 class ReadCheck:
@@ -48,6 +49,7 @@ class ReadCheck:
         self._futures: dict | None = None
         self._answers: list[tuple[float, dict[tuple[str, int], int]]] = []  # (asked at, ends) not reached
         self.failures = 0
+        self.soon = False  # an event waits for the next answer (a failure report held): ask every SOON_S
 
     def poll(self, offsets: Mapping[tuple[str, int], int], wall: float,
              about: Iterable | None = None) -> float | None:
@@ -109,8 +111,11 @@ class ReadCheck:
         return min(most, max(ANSWER_POLL_S, self._asked_at + self._every() - wall))
 
     def _every(self) -> float:
-        """Between two requests: `every_s`, at least RETRY_S after a failed one."""
-        return max(self.every_s, RETRY_S) if self._streak else self.every_s
+        """Between two requests: `every_s`, at most SOON_S while `soon`, at least RETRY_S after a failed
+        one."""
+        if self._streak:
+            return max(self.every_s, RETRY_S)
+        return min(self.every_s, SOON_S) if self.soon else self.every_s
 
     def _thin(self) -> None:
         """One answer fewer: the one whose neighbours are closest in time, so that those kept span

@@ -153,6 +153,10 @@ def test_a_reading_loop_blocks_until_the_next_request_is_due_and_briefly_while_o
     pending.set_result(SimpleNamespace(offset=0))
     assert check.poll({TP: 0}, 0.006) == 0.0
     assert check.wait_s(0.006, 0.1) == pytest.approx(0.014)  # the next is due at 0.02
+    check.every_s, check.soon = 0.1, True  # a failure report held: the next ask is due SOON_S on
+    assert check.wait_s(0.006, 0.1) == pytest.approx(max(read_check.ANSWER_POLL_S, read_check.SOON_S - 0.006))
+    check.soon = False
+    assert check.wait_s(0.006, 0.1) == pytest.approx(0.094)
     check.every_s = 5.0
     assert check.wait_s(0.006, 0.1) == 0.1  # never past the loop's own tick
     check.every_s = 0.02
