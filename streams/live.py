@@ -133,12 +133,6 @@ class LiveDetector:
         return failed
 
     @property
-    def failure_held(self) -> bool:
-        """Whether a failure report that waits less is held (`Ordering.newest_failure`): an engine asks
-        sooner whether its reads are complete, which is what lets event time reach it."""
-        return self._order.newest_failure != float("-inf")
-
-    @property
     def buffered(self) -> int:
         """Events held and waiting."""
         return self._order.count + self._order.waiting

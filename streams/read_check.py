@@ -22,10 +22,6 @@ RENEW_AFTER = 1
 EVERY_S = 0.25  # how often to ask for the end offsets
 TIMEOUT_S = 5.0  # how long one request may take
 MAX_ANSWERS = 64  # answers kept until reads reach them (16 s of them at EVERY_S; then fewer per second)
-ANSWER_POLL_S = 0.005  # how long a reading loop blocks while a request is in flight (`wait_s`) ...
-ANSWER_SOON_S = 0.1  # ... for this long after asking; then as long as it likes (a frozen broker)
-RETRY_S = 0.1  # after a failed request, the next one waits at least this (each failure makes a new client)
-SOON_S = 0.01  # between requests while an event waits for the next answer (`soon`)
 
 
 class ReadCheck:
@@ -49,7 +45,6 @@ class ReadCheck:
         self._futures: dict | None = None
         self._answers: list[tuple[float, dict[tuple[str, int], int]]] = []  # (asked at, ends) not reached
         self.failures = 0
-        self.soon = False  # an event waits for the next answer (a failure report held): ask every SOON_S
 
     def poll(self, offsets: Mapping[tuple[str, int], int], wall: float,
              about: Iterable | None = None) -> float | None:
@@ -94,28 +89,12 @@ class ReadCheck:
                 confirmed = answers[reached - 1][0]
             self._answers = answers[reached:]
         asked = list(offsets if about is None else about)
-        if self._futures is None and wall - self._asked_at >= self._every() and asked:
+        if self._futures is None and wall - self._asked_at >= self.every_s and asked:
             self._asked_at = wall
             self._futures = self._admin.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},
                 request_timeout=self.timeout_s)
         return confirmed
-
-    def wait_s(self, wall: float, most: float) -> float:
-        """How long a reading loop may block on its fetch before it polls again: `ANSWER_POLL_S` while a
-        request is in flight, for its first ANSWER_SOON_S (its answer is what lets event time pass the
-        events just read), else until the next request is due; at most `most`, at least
-        `ANSWER_POLL_S`."""
-        if self._futures is not None:
-            return ANSWER_POLL_S if wall - self._asked_at < ANSWER_SOON_S else most
-        return min(most, max(ANSWER_POLL_S, self._asked_at + self._every() - wall))
-
-    def _every(self) -> float:
-        """Between two requests: `every_s`, at most SOON_S while `soon`, at least RETRY_S after a failed
-        one."""
-        if self._streak:
-            return max(self.every_s, RETRY_S)
-        return min(self.every_s, SOON_S) if self.soon else self.every_s
 
     def _thin(self) -> None:
         """One answer fewer: the one whose neighbours are closest in time, so that those kept span

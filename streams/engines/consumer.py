@@ -95,7 +95,7 @@ class ServiceConfig:
     batch: int = 2000
     report_every_s: float = 60.0
     partitions_every_s: float = 30.0  # how often to look for partitions added to the telemetry topics
-    read_check_every_s: float = TICK_S  # how often to ask for the end offsets (SOON_S while a failure waits)
+    read_check_every_s: float = TICK_S  # how often to ask for the end offsets
     read_check_timeout_s: float = read_check.TIMEOUT_S
 
 
@@ -192,8 +192,7 @@ class DetectorService:
         last_tick = last_commit = last_report = last_scan = time.monotonic()
         reported, pause_at = 0, pipeline.live.config.pause_at
         while not stopping():
-            self._reads.soon = pipeline.live.failure_held  # its incident waits for reads known complete
-            messages = fetch(self._consumer, self._reads.wait_s(time.time(), config.tick_s), config.batch)
+            messages = fetch(self._consumer, config.tick_s, config.batch)
             wall = time.time()
             if messages:
                 send(self._take(messages, wall))

@@ -134,38 +134,3 @@ def test_a_partition_read_again_after_a_pause_is_covered_by_what_was_asked_meanw
             confirmed.append(wall)
     gaps = [b - a for a, b in zip(confirmed[1:], confirmed[2:], strict=False)]
     assert confirmed[-1] >= 99.0 and max(gaps) < 1.0
-
-
-def test_a_reading_loop_blocks_until_the_next_request_is_due_and_briefly_while_one_is_answered(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The loop's fetch may block until the next request is due (at most its own tick), and only
-    `ANSWER_POLL_S` while a request is in flight: the answer is what lets event time pass what was
-    just read (blocked a whole tick, an exit's incident waited up to one more tick for it); a broker
-    that does not answer, or fails, is asked no more often than before (a tick; RETRY_S)."""
-    pending: Future = Future()
-    monkeypatch.setattr(read_check.clients, "admin",
-                        lambda settings: SimpleNamespace(list_offsets=lambda request, request_timeout: {
-                            read_check.TopicPartition(*TP): pending}))
-    check = ReadCheck(KafkaSettings(bootstrap="unused:9092"), every_s=0.02)
-    assert check.wait_s(0.0, 0.1) == read_check.ANSWER_POLL_S  # due long ago: ask at once
-    check.poll({TP: 0}, 0.0)  # asked at 0.0, not yet answered
-    assert check.wait_s(0.001, 0.1) == read_check.ANSWER_POLL_S
-    pending.set_result(SimpleNamespace(offset=0))
-    assert check.poll({TP: 0}, 0.006) == 0.0
-    assert check.wait_s(0.006, 0.1) == pytest.approx(0.014)  # the next is due at 0.02
-    check.every_s, check.soon = 0.1, True  # a failure report held: the next ask is due SOON_S on
-    assert check.wait_s(0.006, 0.1) == pytest.approx(max(read_check.ANSWER_POLL_S, read_check.SOON_S - 0.006))
-    check.soon = False
-    assert check.wait_s(0.006, 0.1) == pytest.approx(0.094)
-    check.every_s = 5.0
-    assert check.wait_s(0.006, 0.1) == 0.1  # never past the loop's own tick
-    check.every_s = 0.02
-    pending = Future()
-    check.poll({TP: 0}, 0.02)  # asked again, and the broker does not answer: after ANSWER_SOON_S,
-    assert check.wait_s(0.02 + read_check.ANSWER_SOON_S + 0.01, 0.1) == 0.1  # the loop blocks a tick
-    pending.set_exception(read_check.KafkaException(read_check.RdKafkaError(
-        read_check.RdKafkaError._TRANSPORT, "broker down")))
-    assert check.poll({TP: 0}, 0.3) is None and check.error  # failed; asked again at once (0.28 s on)
-    assert check.poll({TP: 0}, 0.305) is None and check.failures == 2
-    # Failed twice: the next request waits RETRY_S, not every_s (each failure makes a new admin client).
-    assert check.wait_s(0.305, 1.0) == pytest.approx(0.3 + read_check.RETRY_S - 0.305)
