@@ -155,7 +155,8 @@ class Ordering:
         report `awaited` says is its rank's first, stamped no later than `wall` (plus `failure_lateness_s`:
         a producer's clock a little ahead), waits less (`newest_failure`)."""
         buckets, keys = self.buckets, self.keys
-        awaited = self._awaited if self.config.failure_lateness_s < self.config.lateness_s else None
+        waits_less = self.awaited is not None and self.config.failure_lateness_s < self.config.lateness_s
+        awaited = self._awaited if waits_less else None
         reports, newest = FAILURE_REPORTS, self.newest_failure
         latest = wall + self.config.failure_lateness_s
         key = bucket = None
@@ -182,7 +183,7 @@ class Ordering:
     def _awaited(self, report: object) -> bool:
         """`awaited`, where a report it cannot judge (a core bug) waits as any event."""
         try:
-            return self.awaited is not None and self.awaited(report)
+            return self.awaited(report)
         except Exception:
             log.exception("could not tell whether %s is its rank's first failure report; it waits lateness_s",
                           type(report).__name__)
